@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test` (see README).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test gpu-test lint notebooks clean
+
+$(STAMP): pyproject.toml constraints-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints-dev.txt -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/gpuspeed doctor
+	$(VENV)/bin/gpuspeed bench
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+# GPU tests only; works where nothing can be installed and torch is already present.
+gpu-test:
+	PYTHONPATH=src $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,15 @@
+"""gpuspeed: measure, analyze and speed up Python code on NVIDIA GPUs.
+
+The measurement core: `bench` (timing), `check` (correctness), `peak_memory` (VRAM). Everything else
+in gpuspeed times, checks and budgets through these.
+"""
+
+from gpuspeed.errors import UserError
+from gpuspeed.memory import MemoryReport, cap, peak_memory
+from gpuspeed.timing import Measurement, bench, compare
+from gpuspeed.verify import CheckResult, check, poison
+
+__version__ = "0.1.0"
+
+__all__ = ["bench", "compare", "Measurement", "check", "CheckResult", "poison", "peak_memory", "MemoryReport",
+           "cap", "UserError", "__version__"]

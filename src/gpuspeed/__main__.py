@@ -1,0 +1,5 @@
+import sys
+
+from gpuspeed.cli import main
+
+sys.exit(main())

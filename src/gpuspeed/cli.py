@@ -1,0 +1,139 @@
+"""The `gpuspeed` command line: parse, call the library, print. No logic lives here.
+
+Each study adds its command from `gpuspeed/commands/<name>.py`, which defines `register(app)`.
+User mistakes print `gpuspeed: error: <one line>` and exit 2; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpuspeed.errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Measure, analyze and speed up Python code on NVIDIA GPUs.")
+console = Console()
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
+    pass
+
+
+def _fmt_bytes(n) -> str:
+    if not n:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")):
+    """The device, its limits and clocks, library versions, usable backends and datasheet peaks."""
+    from gpuspeed.doctor import report
+
+    rep = report()
+    if as_json:
+        print(json.dumps(rep, indent=1))
+        return
+    d = rep["device"]
+    if not rep["gpu"]:
+        console.print(f"[yellow]No CUDA GPU here[/]: {d.get('note') or 'running on the CPU'} ({d['name']}, "
+                      f"{_fmt_bytes(d.get('mem_bytes'))} RAM). Studies fall back to the CPU.")
+    else:
+        t = Table(title="Device", show_header=False)
+        clocks = d.get("clocks") or {}
+        for key, value in [
+            ("name", d["name"]), ("compute capability", d["cc"]), ("SMs", d["sms"]),
+            ("memory", _fmt_bytes(d["mem_bytes"])), ("L2", _fmt_bytes(d["l2_bytes"])),
+            ("SM clock now / max", f"{clocks.get('sm_mhz', '?')} / {clocks.get('sm_max_mhz', '?')} MHz"
+             if clocks else "not read (no NVML)"),
+            ("memory clock now / max", f"{clocks.get('mem_mhz', '?')} / {clocks.get('mem_max_mhz', '?')} MHz"
+             if clocks else "not read (no NVML)"),
+            ("driver", d.get("driver") or "?"), ("CUDA (torch)", d.get("cuda") or "?"),
+        ]:
+            t.add_row(key, str(value))
+        console.print(t)
+    v = Table(title="Versions", show_header=False)
+    for k, val in rep["versions"].items():
+        v.add_row(k, val or "[dim]not installed[/]")
+    console.print(v)
+    b = Table(title="Backends")
+    b.add_column("backend")
+    b.add_column("usable")
+    b.add_column("why")
+    for row in rep["backends"]:
+        b.add_row(row["name"], "[green]yes[/]" if row["usable"] else "[red]no[/]", row["why"])
+    console.print(b)
+    s = Table(title="Datasheet peaks (dense)")
+    for col in ("device", "mem GB/s", "FP32", "TF32", "FP16", "BF16", "FP64", "FP8"):
+        s.add_column(col, justify="right" if col != "device" else "left")
+    mine = (rep["datasheet"] or {}).get("name")
+    for sheet in rep["datasheets"]:
+        cells = [sheet["name"]] + [("-" if sheet[k] is None else f"{sheet[k]:g}") for k in
+                                   ("mem_GBps", "fp32_TFLOPs", "tf32_TFLOPs", "fp16_TFLOPs", "bf16_TFLOPs",
+                                    "fp64_TFLOPs", "fp8_TFLOPs")]
+        s.add_row(*cells, style="bold green" if sheet["name"] == mine else None)
+    console.print(s)
+    if rep["datasheet_note"]:
+        console.print(f"[yellow]{rep['datasheet_note']}[/]: '% of datasheet' figures are left out.")
+    console.print("TFLOP/s; tensor rates with FP32 accumulate.")
+
+
+def _register_commands() -> None:
+    import gpuspeed.commands as pkg
+
+    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"gpuspeed.commands.{mod.name}")
+        if hasattr(module, "register"):
+            module.register(app)
+
+
+_register_commands()
+
+
+def _is(exc: BaseException, name: str) -> bool:
+    """Match click's exception classes by name: typer vendors click in some versions, not in others."""
+    return any(c.__name__ == name for c in type(exc).__mro__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning user mistakes into one line and exit code 2."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in args
+    try:
+        rv = app(args=args, prog_name="gpuspeed", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except UserError as exc:
+        if debug:
+            raise
+        print(f"gpuspeed: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+        if debug:
+            raise
+        print(f"gpuspeed: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if _is(exc, "NoArgsIsHelpError"):  # typer has printed the help already
+            return 0
+        if _is(exc, "UsageError") or _is(exc, "ClickException"):
+            if debug:
+                raise
+            print(f"gpuspeed: error: {exc.format_message().splitlines()[0]}", file=sys.stderr)
+            return 2
+        if _is(exc, "Exit"):
+            return exc.exit_code
+        if _is(exc, "Abort"):
+            print("gpuspeed: aborted", file=sys.stderr)
+            return 130
+        raise

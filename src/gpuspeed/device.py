@@ -1,0 +1,365 @@
+"""The device we run on: detection, properties, clocks, backends and the datasheet table.
+
+Everything that wants to know "where are we" asks here, so a machine without a GPU is handled in one
+place: `get_device()` returns a `DeviceInfo` with kind "cpu" and every study falls back from that.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass, field
+
+from gpuspeed.errors import UserError
+
+
+# ---------------------------------------------------------------------------------------------------
+# Datasheet peaks. Dense (no sparsity) figures from each vendor datasheet, tensor rates with FP32
+# accumulate (what torch uses). Units: GB/s for memory, TFLOP/s for arithmetic. None = no such unit.
+# Patterns are matched in order against the name torch/NVML reports, most specific first.
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Datasheet:
+    name: str
+    mem_GBps: float
+    fp32_TFLOPs: float
+    tf32_TFLOPs: float | None
+    fp16_TFLOPs: float | None
+    bf16_TFLOPs: float | None
+    fp64_TFLOPs: float
+    fp8_TFLOPs: float | None = None
+    source: str = "vendor datasheet, dense"
+
+    def peak(self, unit: str) -> float | None:
+        """Peak for a unit name ('mem', 'fp32', 'tf32', 'fp16', 'bf16', 'fp64', 'fp8')."""
+        return getattr(self, "mem_GBps" if unit == "mem" else f"{unit}_TFLOPs")
+
+
+_H100_SXM_RATES = dict(fp32_TFLOPs=66.9, tf32_TFLOPs=494.7, fp16_TFLOPs=989.4, bf16_TFLOPs=989.4,
+                       fp64_TFLOPs=33.5, fp8_TFLOPs=1978.9)
+
+DATASHEETS: list[tuple[str, Datasheet]] = [
+    (r"H200 NVL", Datasheet("NVIDIA H200 NVL", 4800, 60.0, 417.5, 835.5, 835.5, 30.0, 1670.5)),
+    (r"H200", Datasheet("NVIDIA H200 SXM", 4800, **_H100_SXM_RATES)),
+    (r"H100.*PCIe", Datasheet("NVIDIA H100 PCIe", 2000, 51.2, 378.0, 756.0, 756.0, 25.6, 1513.0)),
+    (r"H100.*NVL", Datasheet("NVIDIA H100 NVL", 3900, 60.0, 417.5, 835.5, 835.5, 30.0, 1670.5)),
+    (r"H100", Datasheet("NVIDIA H100 SXM", 3350, **_H100_SXM_RATES)),
+    (r"A100.*80GB.*PCIe|A100.*PCIe.*80GB",
+     Datasheet("NVIDIA A100 80GB PCIe", 1935, 19.5, 156.0, 312.0, 312.0, 9.7)),
+    (r"A100.*80GB", Datasheet("NVIDIA A100 80GB SXM", 2039, 19.5, 156.0, 312.0, 312.0, 9.7)),
+    (r"A100", Datasheet("NVIDIA A100 40GB", 1555, 19.5, 156.0, 312.0, 312.0, 9.7)),
+    (r"L40S", Datasheet("NVIDIA L40S", 864, 91.6, 183.0, 362.05, 362.05, 1.43, 733.0)),
+    (r"\bL4\b", Datasheet("NVIDIA L4", 300, 30.3, 60.0, 121.0, 121.0, 0.49, 242.5)),
+    (r"A10G", Datasheet("NVIDIA A10G", 600, 35.0, 35.0, 70.0, 70.0, 1.09,
+                        source="AWS G5 figures (no public NVIDIA datasheet), dense")),
+    (r"\bA10\b", Datasheet("NVIDIA A10", 600, 31.2, 62.5, 125.0, 125.0, 0.98)),
+    (r"\bT4\b", Datasheet("NVIDIA T4", 320, 8.1, None, 65.0, None, 0.25)),
+    (r"RTX 4090(?!.*Laptop)", Datasheet("NVIDIA GeForce RTX 4090", 1008, 82.6, 82.6, 165.2, 165.2, 1.29,
+                                         330.3)),
+    (r"RTX 4070 Laptop", Datasheet("NVIDIA GeForce RTX 4070 Laptop (8 GB)", 256, 20.0, 20.0, 40.1, 40.1,
+                                   0.31, 80.2, source="Ada whitepaper rates at 2175 MHz max boost, dense")),
+    (r"RTX 4070(?! Ti| SUPER)", Datasheet("NVIDIA GeForce RTX 4070 (12 GB)", 504.2, 29.1, 29.1, 58.3, 58.3,
+                                          0.45, 116.6)),
+]
+
+
+def datasheet_for(name: str | None) -> Datasheet | None:
+    """The datasheet entry whose pattern matches a device name, or None ("no datasheet entry")."""
+    if not name:
+        return None
+    for pattern, sheet in DATASHEETS:
+        if re.search(pattern, name, flags=re.IGNORECASE):
+            return sheet
+    return None
+
+
+def pct_of_datasheet(value: float, name: str | None, unit: str) -> float | None:
+    """value as a percentage of the datasheet peak for `unit`, or None when there is no entry."""
+    sheet = datasheet_for(name)
+    peak = sheet.peak(unit) if sheet else None
+    return 100.0 * value / peak if peak else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Device detection
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DeviceInfo:
+    kind: str  # "cuda" or "cpu"
+    name: str
+    cc: str | None = None
+    sms: int | None = None
+    mem_bytes: int | None = None
+    l2_bytes: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    clocks: dict = field(default_factory=dict)
+    note: str | None = None
+
+    @property
+    def slug(self) -> str:
+        """Folder name for results: 'nvidia-h200', 'nvidia-geforce-rtx-4070', 'cpu'."""
+        return device_slug(self.name) if self.kind == "cuda" else "cpu"
+
+    @property
+    def datasheet(self) -> Datasheet | None:
+        return datasheet_for(self.name) if self.kind == "cuda" else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def device_slug(name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug if slug.startswith("nvidia") else f"nvidia-{slug}" if slug else "unknown"
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(device: str = "auto") -> str:
+    """'auto' -> 'cuda' when a GPU is usable, else 'cpu'; 'cuda' without a GPU is a user error."""
+    device = (device or "auto").lower()
+    if device not in ("auto", "cuda", "cpu"):
+        raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
+    if device == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if device == "cuda" and not cuda_available():
+        raise UserError("--device cuda asked for, but no CUDA device is usable here (see `gpuspeed doctor`)")
+    return device
+
+
+@functools.lru_cache(maxsize=1)
+def _nvml():
+    """The initialised pynvml module, or None when NVML is not installed or not usable."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    return pynvml
+
+
+def _nvml_handle(index: int = 0):
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        return None
+
+
+def read_clocks(index: int = 0) -> dict:
+    """Current and max SM and memory clocks in MHz from NVML; {} when NVML is unavailable."""
+    nvml, handle = _nvml(), _nvml_handle(index)
+    if handle is None:
+        return {}
+    out = {}
+    for key, fn, clk in [
+        ("sm_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM"),
+        ("sm_max_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM"),
+        ("mem_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM"),
+        ("mem_max_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_MEM"),
+    ]:
+        try:
+            out[key] = int(getattr(nvml, fn)(handle, getattr(nvml, clk)))
+        except Exception:
+            pass
+    return out
+
+
+def sm_clock_mhz(index: int = 0) -> int | None:
+    """The SM clock now, from NVML, or None."""
+    return read_clocks(index).get("sm_mhz")
+
+
+def nvml_used_bytes(index: int = 0) -> int | None:
+    """Device-level used memory (all processes) from NVML, or None."""
+    nvml, handle = _nvml(), _nvml_handle(index)
+    if handle is None:
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:
+        return None
+
+
+def get_device(device: str = "auto", index: int | None = None) -> DeviceInfo:
+    """Describe the device a study will run on (the current CUDA device, or the CPU)."""
+    kind = resolve_device(device)
+    if kind == "cpu":
+        note = None if cuda_available() else "no CUDA device: running on the CPU"
+        return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine() or "cpu",
+                          mem_bytes=_host_mem_bytes(), note=note)
+    import torch
+
+    idx = torch.cuda.current_device() if index is None else index
+    p = torch.cuda.get_device_properties(idx)
+    driver = None
+    nvml = _nvml()
+    if nvml is not None:
+        try:
+            driver = nvml.nvmlSystemGetDriverVersion()
+            driver = driver.decode() if isinstance(driver, bytes) else driver
+        except Exception:
+            pass
+    return DeviceInfo(
+        kind="cuda", name=p.name, cc=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
+        mem_bytes=int(p.total_memory), l2_bytes=int(getattr(p, "L2_cache_size", 0)) or None,
+        driver=driver, cuda=torch.version.cuda, clocks=read_clocks(idx),
+    )
+
+
+def _host_mem_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def l2_bytes(default: int = 64 * 2**20) -> int:
+    """L2 size of the current CUDA device (a generous default when it cannot be read)."""
+    if cuda_available():
+        import torch
+
+        size = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
+        if size:
+            return int(size)
+    return default
+
+
+# ---------------------------------------------------------------------------------------------------
+# Library versions and backends
+# ---------------------------------------------------------------------------------------------------
+
+_VERSIONED = ["numpy", "torch", "triton", "cupy", "numba", "jax", "transformers", "pynvml"]
+
+
+def versions() -> dict:
+    """Versions of Python and every library gpuspeed knows about (None when not installed)."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "gpuspeed": _own_version()}
+    dists = {"cupy": ["cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"], "pynvml": ["nvidia-ml-py"],
+             "numba": ["numba"], "jax": ["jax"]}
+    for name in _VERSIONED:
+        version = None
+        for dist in dists.get(name, [name]):
+            try:
+                version = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+        out[name] = version
+    if cuda_available():
+        import torch
+
+        out["cuda_runtime"] = torch.version.cuda
+    return out
+
+
+def _own_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpuspeed")
+    except metadata.PackageNotFoundError:
+        return "source"
+
+
+@dataclass
+class Backend:
+    name: str
+    usable: bool
+    why: str  # one line: what it runs on, or why it does not
+
+
+def _probe(module: str) -> tuple[object | None, str | None]:
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        return None, f"not installed (pip install {module.split('.')[0]})"
+    try:
+        return importlib.import_module(module), None
+    except Exception as exc:  # a broken install must not break doctor
+        return None, f"import failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+
+
+def backends() -> list[Backend]:
+    """Which compute backends work here, and for each that does not, why, in one line."""
+    out: list[Backend] = []
+    torch, why = _probe("torch")
+    has_cuda = bool(torch is not None and torch.cuda.is_available())
+    if torch is None:
+        out.append(Backend("torch (CUDA)", False, why))
+    elif has_cuda:
+        out.append(Backend("torch (CUDA)", True, f"CUDA {torch.version.cuda}"))
+    else:
+        built = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
+        out.append(Backend("torch (CUDA)", False, f"{built}; torch runs on the CPU"))
+    out.append(Backend("torch.compile", torch is not None and hasattr(torch, "compile"),
+                       "inductor (Triton on GPU, C++ on CPU)" if torch is not None else why))
+
+    triton, why = _probe("triton")
+    if triton is None:
+        out.append(Backend("triton", False, why))
+    elif not has_cuda:
+        out.append(Backend("triton", False, "no GPU; TRITON_INTERPRET=1 runs kernels on the CPU for tests"))
+    else:
+        out.append(Backend("triton", True, f"triton {triton.__version__}"))
+
+    cupy, why = _probe("cupy")
+    if cupy is None:
+        out.append(Backend("cupy", False, why))
+    else:
+        try:
+            n = cupy.cuda.runtime.getDeviceCount()
+            out.append(Backend("cupy", n > 0, f"{n} device(s)" if n else "no CUDA device visible"))
+        except Exception as exc:
+            out.append(Backend("cupy", False, f"no usable device: {str(exc).splitlines()[0][:100]}"))
+
+    if importlib.util.find_spec("numba") is None:
+        out.append(Backend("numba.cuda", False, "not installed (pip install numba numba-cuda)"))
+    elif not has_cuda:
+        out.append(Backend("numba.cuda", False, "no GPU; NUMBA_ENABLE_CUDASIM=1 simulates kernels for tests"))
+    else:
+        try:
+            from numba import cuda as ncuda
+
+            ok = ncuda.is_available()
+            out.append(Backend("numba.cuda", bool(ok), "CUDA driver found" if ok else "driver not found"))
+        except Exception as exc:
+            out.append(Backend("numba.cuda", False, f"import failed: {str(exc).splitlines()[0][:100]}"))
+
+    if importlib.util.find_spec("jax") is None:
+        out.append(Backend("jax", False, "not installed (pip install jax)"))
+    else:
+        try:
+            import jax
+
+            gpus = [d for d in jax.devices() if d.platform == "gpu"]
+            out.append(Backend("jax", True, f"{len(gpus)} GPU(s)" if gpus else "CPU only (no jax CUDA plugin)"))
+        except Exception as exc:
+            out.append(Backend("jax", False, f"failed to start: {str(exc).splitlines()[0][:100]}"))
+
+    if importlib.util.find_spec("pynvml") is None:
+        out.append(Backend("nvml", False, "not installed (pip install nvidia-ml-py); clocks are not read"))
+    else:
+        out.append(Backend("nvml", _nvml() is not None,
+                           "clocks and device memory readable" if _nvml() else "no NVIDIA driver here"))
+    return out

@@ -1,0 +1,51 @@
+"""Load a user's function from `path/to/file.py:name` (shared by profile, launch --explain, optimize)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Callable
+
+from gpuspeed.errors import UserError
+
+
+def load_module(path: str | Path, name: str | None = None):
+    """Import a Python file as a module (its folder goes on sys.path so sibling imports work)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"no such file: {p}")
+    if p.suffix != ".py":
+        raise UserError(f"{p} is not a .py file")
+    mod_name = name or f"gpuspeed_user_{p.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, p)
+    if spec is None or spec.loader is None:
+        raise UserError(f"cannot import {p}")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(p.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(mod_name, None)
+        raise UserError(f"{p}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    return module
+
+
+def load_function(target: str) -> Callable:
+    """'file.py:function' (or 'file.py:Class.method') -> the callable."""
+    if ":" not in target:
+        raise UserError(f"expected path/to/file.py:function, got {target!r}")
+    path, _, attr = target.rpartition(":")
+    if not attr:
+        raise UserError(f"no function name after ':' in {target!r}")
+    obj = load_module(path)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UserError(f"{path} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UserError(f"{target} is not callable")
+    return obj

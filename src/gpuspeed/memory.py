@@ -1,0 +1,306 @@
+"""peak_memory(), budgets, cap() and the chunk planner.
+
+The peak of one call comes from three sources, because each sees something the others miss:
+the torch caching allocator (exact for torch tensors), CuPy's memory pool (exact for CuPy arrays) and
+NVML's device-level used memory sampled in a background thread (everything, including other libraries'
+allocations and the CUDA context, but also other processes). On the CPU it is the host peak.
+A budget fits when the peak stays under the budget less a 15 % headroom.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import sys
+import threading
+import time
+import tracemalloc
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from gpuspeed import device as _device
+from gpuspeed.errors import UserError
+
+HEADROOM = 0.15  # fragmentation, the CUDA context, library workspaces: keep 15 % of a budget free
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> int:
+    """'8GiB', '8GB', '512 MiB', '80%' (of total_bytes) or a byte count -> bytes."""
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        if budget <= 0:
+            raise UserError(f"budget must be positive, got {budget}")
+        return int(budget)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[a-zA-Z]*)\s*", str(budget))
+    if not m:
+        raise UserError(f"cannot read budget {budget!r}: use e.g. 8GiB, 8GB, 512MiB or 80%")
+    value, unit = float(m.group(1)), m.group(2).lower()
+    if unit == "%":
+        if total_bytes is None:
+            raise UserError(f"budget {budget!r} is a percentage but the device size is unknown")
+        if not 0 < value <= 100:
+            raise UserError(f"budget percentage must be in (0, 100], got {value}")
+        return int(total_bytes * value / 100)
+    if unit not in _UNITS:
+        raise UserError(f"unknown unit {m.group(2)!r} in budget {budget!r}")
+    if value <= 0:
+        raise UserError(f"budget must be positive, got {budget!r}")
+    return int(value * _UNITS[unit])
+
+
+@dataclass
+class BudgetCheck:
+    budget_bytes: int
+    usable_bytes: int  # budget less headroom
+    peak_bytes: int
+    fits: bool
+    headroom: float = HEADROOM
+
+    @property
+    def message(self) -> str:
+        verdict = "fits" if self.fits else "does NOT fit"
+        return (f"peak {self.peak_bytes / 2**30:.2f} GiB {verdict} in {self.budget_bytes / 2**30:.2f} GiB "
+                f"with {self.headroom:.0%} headroom (limit {self.usable_bytes / 2**30:.2f} GiB)")
+
+
+def check_budget(peak_bytes: int, budget: str | int, total_bytes: int | None = None,
+                 headroom: float = HEADROOM) -> BudgetCheck:
+    b = parse_budget(budget, total_bytes)
+    usable = int(b * (1 - headroom))
+    return BudgetCheck(budget_bytes=b, usable_bytes=usable, peak_bytes=int(peak_bytes), fits=peak_bytes <= usable,
+                       headroom=headroom)
+
+
+@dataclass
+class MemoryReport:
+    device: str  # "cuda" or "cpu"
+    peak_bytes: int  # best estimate of what the call needs above what existed before it
+    torch_peak_bytes: int | None = None  # torch allocator: max allocated above the baseline
+    torch_reserved_peak_bytes: int | None = None  # ... and what the allocator reserved for it
+    cupy_peak_bytes: int | None = None  # CuPy pool growth during the call
+    nvml_peak_delta_bytes: int | None = None  # device used-memory peak above the baseline, all processes
+    host_peak_bytes: int | None = None  # CPU: peak host memory of the call
+    total_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def fits(self, budget: str | int, headroom: float = HEADROOM) -> BudgetCheck:
+        return check_budget(self.peak_bytes, budget, self.total_bytes, headroom)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Sampler(threading.Thread):
+    """Samples a reading function in the background and keeps its maximum."""
+
+    def __init__(self, read: Callable[[], int | None], period_s: float = 0.0005):
+        super().__init__(daemon=True)
+        self.read, self.period_s = read, period_s
+        self.peak = read() or 0
+        self._stop = threading.Event()
+
+    def run(self):
+        while not self._stop.is_set():
+            v = self.read()
+            if v is not None and v > self.peak:
+                self.peak = v
+            time.sleep(self.period_s)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self.join()
+        v = self.read()
+        return max(self.peak, v or 0)
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            import os
+
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "auto") -> MemoryReport:
+    """Peak memory of one call of fn(*args, **kwargs) above what was in use before it."""
+    kwargs = kwargs or {}
+    where = _device.resolve_device(device)
+    if where == "cpu":
+        return _peak_host(fn, args, kwargs)
+    import torch
+
+    notes = []
+    torch.cuda.synchronize()
+    cupy = sys.modules.get("cupy")
+    pool = None
+    if cupy is not None:
+        pool = cupy.get_default_memory_pool()
+        pool.free_all_blocks()
+        cupy_base = pool.total_bytes()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base_alloc, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    nvml_base = _device.nvml_used_bytes()
+    sampler = _Sampler(_device.nvml_used_bytes) if nvml_base is not None else None
+    if sampler:
+        sampler.start()
+    try:
+        out = fn(*args, **kwargs)
+        torch.cuda.synchronize()
+        if cupy is not None:
+            cupy.cuda.Device().synchronize()
+    finally:
+        nvml_peak = sampler.stop() if sampler else None
+    del out
+    torch_peak = torch.cuda.max_memory_allocated() - base_alloc
+    reserved_peak = torch.cuda.max_memory_reserved() - base_reserved
+    cupy_peak = None
+    if pool is None and "cupy" in sys.modules:  # imported by fn itself
+        notes.append("CuPy was first imported inside the call: its pool was not measured from zero")
+        pool = sys.modules["cupy"].get_default_memory_pool()
+        cupy_base = 0
+    if pool is not None:
+        cupy_peak = pool.total_bytes() - cupy_base
+    nvml_delta = None if nvml_peak is None else max(nvml_peak - nvml_base, 0)
+    if nvml_delta is None:
+        notes.append("NVML not available: device-level peak not sampled")
+    else:
+        notes.append("NVML counts every process on the device and samples every ~0.5 ms")
+    peak = torch_peak + (cupy_peak or 0)
+    if peak == 0 and nvml_delta:
+        peak = nvml_delta
+        notes.append("neither torch nor CuPy allocated: peak taken from NVML")
+    return MemoryReport(device="cuda", peak_bytes=int(peak), torch_peak_bytes=int(torch_peak),
+                        torch_reserved_peak_bytes=int(reserved_peak), cupy_peak_bytes=cupy_peak,
+                        nvml_peak_delta_bytes=nvml_delta, total_bytes=_device.get_device("cuda").mem_bytes,
+                        notes=notes)
+
+
+def _peak_host(fn, args, kwargs) -> MemoryReport:
+    rss0 = _rss_bytes()
+    sampler = _Sampler(_rss_bytes) if rss0 is not None else None
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
+    tracemalloc.reset_peak()
+    base, _ = tracemalloc.get_traced_memory()
+    if sampler:
+        sampler.start()
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        rss_peak = sampler.stop() if sampler else None
+        _, traced_peak = tracemalloc.get_traced_memory()
+        if not was_tracing:
+            tracemalloc.stop()
+    del out
+    traced = max(traced_peak - base, 0)
+    rss_delta = max(rss_peak - rss0, 0) if rss_peak is not None else 0
+    notes = ["no GPU: host memory of the call (Python/NumPy allocations via tracemalloc, and the "
+             "process RSS sampled every ~0.5 ms; torch CPU tensors show only in RSS)"]
+    return MemoryReport(device="cpu", peak_bytes=int(max(traced, rss_delta)), host_peak_bytes=int(max(traced, rss_delta)),
+                        total_bytes=_device.get_device("cpu").mem_bytes, notes=notes)
+
+
+# ---------------------------------------------------------------------------------------------------
+# cap(): emulate a smaller card
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cap:
+    budget_bytes: int
+    enforced: bool
+    note: str = ""
+
+
+@contextlib.contextmanager
+def cap(budget: str | int):
+    """Enforce a memory budget inside the block: torch's per-process fraction and CuPy's pool limit.
+
+    Allocations past the budget raise torch.cuda.OutOfMemoryError (or CuPy's OutOfMemoryError), so an
+    8 GB card can be emulated on a bigger one. Without a GPU the block runs unlimited, and says so.
+    """
+    if not _device.cuda_available():
+        yield Cap(parse_budget(budget, _device.get_device("cpu").mem_bytes), False,
+                  "no GPU: the budget is not enforced on the host")
+        return
+    import torch
+
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    b = parse_budget(budget, total)
+    if b > total:
+        raise UserError(f"budget {b / 2**30:.2f} GiB exceeds the device's {total / 2**30:.2f} GiB")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(b / total)
+    cupy = sys.modules.get("cupy")
+    old_limit = None
+    if cupy is not None:
+        pool = cupy.get_default_memory_pool()
+        old_limit = pool.get_limit()
+        pool.set_limit(size=b)
+    try:
+        yield Cap(b, True, f"torch memory fraction {b / total:.4f}" + (", CuPy pool limit set" if cupy else ""))
+    finally:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        if cupy is not None:
+            cupy.get_default_memory_pool().set_limit(size=old_limit or 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chunk planner
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChunkPlan:
+    bytes_per_item: float
+    fixed_bytes: float
+    budget_bytes: int
+    usable_bytes: int
+    max_chunk: int | None  # None: the peak does not grow with the chunk
+    predicted_peak_bytes: float | None
+    note: str = ""
+
+
+def plan_chunks(size_a: int, peak_a: int, size_b: int, peak_b: int, budget: str | int,
+                total_bytes: int | None = None, headroom: float = HEADROOM,
+                max_size: int | None = None) -> ChunkPlan:
+    """Fit peak = fixed + per_item * size through two measurements and return the largest chunk whose
+    predicted peak stays under budget x (1 - headroom)."""
+    if size_a == size_b:
+        raise UserError("the chunk planner needs two different chunk sizes")
+    if min(size_a, size_b) <= 0:
+        raise UserError("chunk sizes must be positive")
+    b = parse_budget(budget, total_bytes)
+    usable = int(b * (1 - headroom))
+    slope = (peak_b - peak_a) / (size_b - size_a)
+    fixed = peak_a - slope * size_a
+    if slope <= 0:
+        chunk = max_size
+        return ChunkPlan(slope, fixed, b, usable, chunk, fixed if fixed <= usable else None,
+                         "peak does not grow with the chunk size" + ("" if fixed <= usable else
+                                                                      "; the fixed part alone exceeds the budget"))
+    chunk = math.floor((usable - fixed) / slope)
+    if max_size is not None:
+        chunk = min(chunk, max_size)
+    if chunk < 1:
+        return ChunkPlan(slope, fixed, b, usable, 0, None,
+                         "even a chunk of 1 exceeds the budget: the fixed part is too large")
+    return ChunkPlan(slope, fixed, b, usable, int(chunk), fixed + slope * chunk,
+                     f"largest chunk keeping {headroom:.0%} headroom")
+
+
+def measure_chunk_plan(run_chunk: Callable[[int], object], size_a: int, size_b: int, budget: str | int,
+                       device: str = "auto", max_size: int | None = None) -> ChunkPlan:
+    """Measure the peak of run_chunk(size) at two sizes and plan the largest chunk for the budget."""
+    pa = peak_memory(run_chunk, size_a, device=device)
+    pb = peak_memory(run_chunk, size_b, device=device)
+    return plan_chunks(size_a, pa.peak_bytes, size_b, pb.peak_bytes, budget, pa.total_bytes, max_size=max_size)

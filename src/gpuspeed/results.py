@@ -1,0 +1,131 @@
+"""The results schema: every study writes one JSON file through here, with its environment stamp.
+
+{"study", "schema": 1, "created", "command", "git", "device", "versions", "params", "summary", "rows",
+ "notes"} -- see shared/design.md. Files live at <out>/<study>.json, normally results/<gpu-slug>/.
+Writes are atomic (temp file + rename), so a crash never leaves a half-written results file.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpuspeed import device as _device
+from gpuspeed.errors import UserError
+
+SCHEMA = 1
+REQUIRED = ("study", "schema", "created", "command", "git", "device", "versions", "params", "summary", "rows",
+            "notes")
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+    """The commit of the checkout gpuspeed runs from ("<sha>-dirty" with local changes), or None."""
+    here = Path(cwd) if cwd else Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        if not sha:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return f"{sha}-dirty" if dirty else sha
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: str = "auto") -> dict:
+    """The stamp every results file carries: device, library versions, git commit, command line."""
+    info = _device.get_device(device)
+    return {
+        "command": list(sys.argv),
+        "git": git_commit(),
+        "device": info.to_dict() | {"slug": info.slug},
+        "versions": _device.versions(),
+    }
+
+
+def _jsonable(obj: Any):
+    """Plain JSON: NaN/inf become None, numpy and torch scalars become Python numbers."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "to_dict") and callable(obj.to_dict):
+        return _jsonable(obj.to_dict())
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)
+
+
+def make_results(study: str, *, params: dict | None = None, summary: dict | None = None,
+                 rows: list | None = None, notes: list | None = None, device: str = "auto") -> dict:
+    """A results document with a fresh environment stamp."""
+    if not study or not study.replace("_", "").replace("-", "").isalnum():
+        raise UserError(f"bad study name {study!r}")
+    doc = {"study": study, "schema": SCHEMA,
+           "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    doc |= environment(device)
+    doc |= {"params": params or {}, "summary": summary or {}, "rows": rows or [], "notes": notes or []}
+    return _jsonable(doc)
+
+
+def default_dir(device: str = "auto") -> Path:
+    """results/<gpu-slug> under the current directory."""
+    return Path("results") / _device.get_device(device).slug
+
+
+def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
+    """Write a results document atomically to <out>/<study>.json (out may also name a .json file)."""
+    validate(doc)
+    target = Path(out) if out is not None else default_dir()
+    path = target if target.suffix == ".json" else target / f"{doc['study']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(_jsonable(doc), f, indent=1, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """Read and validate a results file."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"no results file at {p}")
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{p} is not valid JSON: {exc}") from exc
+    validate(doc)
+    return doc
+
+
+def validate(doc: dict) -> None:
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise UserError(f"results document lacks {', '.join(missing)}")
+    if doc["schema"] != SCHEMA:
+        raise UserError(f"results schema {doc['schema']} is not {SCHEMA}")
+    if not isinstance(doc["summary"], dict) or not isinstance(doc["rows"], list):
+        raise UserError("results summary must be a dict and rows a list")
+    for key, value in doc["summary"].items():
+        if not (value is None or isinstance(value, (int, float, bool, str))):
+            raise UserError(f"summary[{key!r}] must be a number, bool or string")

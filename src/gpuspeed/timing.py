@@ -1,0 +1,473 @@
+"""bench(): the one timing path of gpuspeed.
+
+GPU mode times each sample with CUDA events on the current stream, flushes L2 between samples by
+writing a buffer twice the L2 size, warms up until the time settles, and stops once the median is
+known to `max_noise` (relative standard error). Functions under ~10 us are timed inside a CUDA graph
+(K calls per replay) so launch latency does not swamp them. CPU mode uses `perf_counter` and the same
+stopping rule. Every study in gpuspeed times through here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from gpuspeed import device as _device
+from gpuspeed.errors import UserError
+
+GRAPH_MODE_BELOW_S = 10e-6  # under this, launch latency is a large share: time inside a CUDA graph
+THROTTLE_FRACTION = 0.90  # an SM clock under 90 % of max during the run marks it throttled
+_Z95 = 1.959963984540054
+
+
+@dataclass
+class Measurement:
+    """Timing of one function. All times in seconds."""
+
+    name: str
+    median: float
+    mean: float
+    min: float
+    max: float
+    iqr: float
+    p10: float
+    p90: float
+    n: int
+    rel_noise: float  # relative standard error of the median (what the stopping rule watches)
+    samples: list[float]
+    device: str
+    mode: str  # "events", "graph" or "cpu"
+    clocks: dict = field(default_factory=dict)  # sm_mhz_before, sm_mhz_after, sm_max_mhz
+    throttled: bool = False
+    flush_l2: bool = True
+    rotate: int = 0
+    calls_per_sample: int = 1  # K in graph mode: each sample is one replay divided by K
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr / self.median if self.median > 0 else float("nan")
+
+    @property
+    def median_us(self) -> float:
+        return self.median * 1e6
+
+    @property
+    def median_ms(self) -> float:
+        return self.median * 1e3
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rel_iqr"] = self.rel_iqr
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurement":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> "Measurement":
+        return cls.from_dict(json.loads(text))
+
+    def __str__(self) -> str:
+        flag = " THROTTLED" if self.throttled else ""
+        return (f"{self.name}: {format_time(self.median)} median, ±{100 * self.rel_noise:.2f}% "
+                f"(IQR {100 * self.rel_iqr:.1f}%, n={self.n}, {self.mode}){flag}")
+
+
+def format_time(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "nan"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------------
+
+
+def median_rel_error(samples) -> float:
+    """Relative standard error of the median, distribution-free.
+
+    The 95 % confidence interval of the median runs between the order statistics n/2 -+ 1.96 sqrt(n)/2;
+    its half-width over 1.96 is the standard error. Robust to the long right tail of GPU timings.
+    """
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = x.size
+    if n < 3:
+        return float("inf")
+    half = _Z95 * math.sqrt(n) / 2
+    lo = max(int(math.floor(n / 2 - half)), 0)
+    hi = min(int(math.ceil(n / 2 + half)), n - 1)
+    med = float(np.median(x))
+    return float((x[hi] - x[lo]) / (2 * _Z95) / med) if med > 0 else float("inf")
+
+
+def summarize(samples, *, name: str, device: str, mode: str, **extra) -> Measurement:
+    """A Measurement from raw samples (seconds)."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no samples")
+    q10, q25, q50, q75, q90 = np.percentile(x, [10, 25, 50, 75, 90])
+    return Measurement(
+        name=name, median=float(q50), mean=float(x.mean()), min=float(x.min()), max=float(x.max()),
+        iqr=float(q75 - q25), p10=float(q10), p90=float(q90), n=int(x.size),
+        rel_noise=median_rel_error(x), samples=[float(v) for v in x], device=device, mode=mode, **extra,
+    )
+
+
+@dataclass
+class Comparison:
+    speedup: float  # baseline.median / candidate.median: > 1 means the candidate is faster
+    ci_low: float
+    ci_high: float
+    verdict: str  # "faster", "slower" or "same"
+
+    def __str__(self) -> str:
+        return f"{self.speedup:.3f}x [{self.ci_low:.3f}, {self.ci_high:.3f}] ({self.verdict})"
+
+
+def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000, confidence: float = 0.95,
+            threshold: float = 0.01, seed: int = 0) -> Comparison:
+    """Speedup of `candidate` over `baseline`, with a bootstrap confidence interval of the median ratio.
+
+    The verdict is "faster" (or "slower") only when the whole interval lies on one side of 1 and the
+    speedup itself is beyond `threshold` (1 % by default); otherwise "same".
+    """
+    a = np.asarray(baseline.samples, dtype=np.float64)
+    b = np.asarray(candidate.samples, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("compare() needs measurements with samples")
+    rng = np.random.default_rng(seed)
+    ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
+    mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)
+    ratios = ma / mb
+    alpha = (1 - confidence) / 2
+    lo, hi = (float(v) for v in np.quantile(ratios, [alpha, 1 - alpha]))
+    speedup = baseline.median / candidate.median
+    if lo > 1 and speedup > 1 + threshold:
+        verdict = "faster"
+    elif hi < 1 and speedup < 1 / (1 + threshold):
+        verdict = "slower"
+    else:
+        verdict = "same"
+    return Comparison(speedup=float(speedup), ci_low=lo, ci_high=hi, verdict=verdict)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Array helpers: what is on the GPU, how to clone and synchronize it
+# ---------------------------------------------------------------------------------------------------
+
+
+def _leaves(obj):
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _leaves(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _leaves(o)
+    else:
+        yield obj
+
+
+def _module_of(x) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def is_gpu_array(x) -> bool:
+    mod = _module_of(x)
+    if mod == "torch":
+        return getattr(x, "is_cuda", False)
+    if mod == "cupy":
+        return True
+    if mod in ("jax", "jaxlib"):
+        try:
+            return any(d.platform == "gpu" for d in x.devices())
+        except Exception:
+            return False
+    return False
+
+
+def has_gpu_data(obj) -> bool:
+    return any(is_gpu_array(x) for x in _leaves(obj))
+
+
+def has_torch_cuda(obj) -> bool:
+    return any(_module_of(x) == "torch" and getattr(x, "is_cuda", False) for x in _leaves(obj))
+
+
+def clone_tree(obj):
+    """Deep copy of every array in a nested structure (torch, NumPy, CuPy, JAX); scalars kept."""
+    if isinstance(obj, tuple):
+        return tuple(clone_tree(o) for o in obj)
+    if isinstance(obj, list):
+        return [clone_tree(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: clone_tree(v) for k, v in obj.items()}
+    mod = _module_of(obj)
+    if mod == "torch" and hasattr(obj, "clone"):
+        return obj.clone()
+    if mod in ("numpy", "cupy") and hasattr(obj, "copy"):
+        return obj.copy()
+    if mod in ("jax", "jaxlib") and hasattr(obj, "copy"):
+        return obj.copy()
+    return obj
+
+
+def block_until_ready(obj) -> None:
+    """Wait for results that CUDA events on the torch stream would not see (JAX, CuPy side streams)."""
+    for x in _leaves(obj):
+        mod = _module_of(x)
+        if mod in ("jax", "jaxlib") and hasattr(x, "block_until_ready"):
+            x.block_until_ready()
+        elif mod == "cupy":
+            import cupy
+
+            stream = cupy.cuda.get_current_stream()
+            if stream.ptr != 0:
+                stream.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA graph primitive (graphs.capture() builds on this)
+# ---------------------------------------------------------------------------------------------------
+
+
+def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
+    """Warm `body` up on a side stream, then capture one call of it into a CUDA graph.
+
+    Returns (graph, output of the captured call). Raises whatever capture raises (a host sync, a CPU
+    tensor, a data-dependent shape); callers turn that into their own message.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = body()
+    torch.cuda.synchronize()
+    return graph, out
+
+
+# ---------------------------------------------------------------------------------------------------
+# bench()
+# ---------------------------------------------------------------------------------------------------
+
+_flush_buffers: dict = {}
+
+
+def flush_l2() -> None:
+    """Evict L2 by writing a buffer of twice its size (allocated once per device)."""
+    import torch
+
+    idx = torch.cuda.current_device()
+    buf = _flush_buffers.get(idx)
+    if buf is None:
+        buf = torch.empty(2 * _device.l2_bytes(), dtype=torch.int8, device="cuda")
+        _flush_buffers[idx] = buf
+    buf.fill_(1)  # write (not read) so dirty lines leave L2 too
+
+
+class _Stopper:
+    """The adaptive stopping rule shared by every mode."""
+
+    def __init__(self, max_noise, min_samples, max_samples, budget_s):
+        if not (0 < max_noise < 1):
+            raise UserError(f"max_noise must be in (0, 1), got {max_noise}")
+        if min_samples < 3 or max_samples < min_samples:
+            raise UserError("need 3 <= min_samples <= max_samples")
+        if budget_s <= 0:
+            raise UserError("budget_s must be positive")
+        self.max_noise, self.min_samples, self.max_samples, self.budget_s = (
+            max_noise, min_samples, max_samples, budget_s)
+        self.t0 = time.perf_counter()
+        self.reason = ""
+
+    def done(self, samples) -> bool:
+        n = len(samples)
+        if n >= self.max_samples:
+            self.reason = f"stopped at max_samples={self.max_samples}"
+            return True
+        if n >= self.min_samples and median_rel_error(samples) <= self.max_noise:
+            self.reason = "noise target met"
+            return True
+        if time.perf_counter() - self.t0 > self.budget_s and n >= min(self.min_samples, 3):
+            self.reason = f"time budget of {self.budget_s:g} s spent before the noise target"
+            return True
+        return False
+
+
+def _settle(one: Callable[[], float], budget_s: float, window: int = 5, tol: float = 0.05):
+    """Call `one()` (returns a time) until two successive windows' medians agree within `tol`."""
+    t0 = time.perf_counter()
+    times = [one()]  # the first call pays for compilation and allocation: never part of a window
+    while True:
+        times.append(one())
+        if len(times) > 2 * window:
+            prev = float(np.median(times[-2 * window:-window]))
+            cur = float(np.median(times[-window:]))
+            if prev > 0 and abs(cur - prev) / prev < tol:
+                return cur, len(times), True
+        if time.perf_counter() - t0 > budget_s:
+            return float(np.median(times[-window:])), len(times), False
+
+
+def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
+          mode: str = "auto", flush: bool = True, rotate: int = 0, max_noise: float = 0.01,
+          min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
+          warmup_s: float | None = None, graph_calls: int | None = None) -> Measurement:
+    """Time `fn(*args, **kwargs)`.
+
+    device: "auto" (GPU when the arguments or the result live on one), "cuda" or "cpu".
+    mode: "auto" (events; graph when the function is under ~10 us and capturable), "events", "graph".
+    flush: write 2x L2 between samples (False: warm-cache timing).
+    rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.
+    max_noise / min_samples / max_samples / budget_s: stop once the relative standard error of the
+    median is under max_noise with at least min_samples, or at max_samples, or when budget_s is spent.
+    warmup_s: time allowed for the warm-up to settle (default: half the budget, at least 0.5 s).
+    graph_calls: K calls captured per graph replay in graph mode (default: about 1 ms of work).
+    """
+    kwargs = kwargs or {}
+    if not callable(fn):
+        raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
+    if mode not in ("auto", "events", "graph", "cpu"):
+        raise UserError(f"unknown mode {mode!r}: use auto, events, graph or cpu")
+    if rotate < 0:
+        raise UserError("rotate must be >= 0")
+    name = name or getattr(fn, "__name__", "fn")
+    stopper = _Stopper(max_noise, min_samples, max_samples, budget_s)
+    warmup_s = max(0.5, budget_s / 2) if warmup_s is None else warmup_s
+    argsets = [(args, kwargs)] + [clone_tree((args, kwargs)) for _ in range(max(rotate, 1) - 1)]
+
+    where = "cpu" if mode == "cpu" else _device.resolve_device(device)
+    if where == "cuda" and device == "auto" and not has_gpu_data(args) and not has_gpu_data(kwargs):
+        out = fn(*args, **kwargs)  # the result tells whether the function works on the GPU
+        block_until_ready(out)
+        if not has_gpu_data(out):
+            where = "cpu"
+    if where == "cpu":
+        if mode == "graph":
+            raise UserError("graph mode needs a CUDA device")
+        return _bench_cpu(fn, argsets, name, stopper, warmup_s, rotate)
+    return _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls)
+
+
+def _bench_cpu(fn, argsets, name, stopper, warmup_s, rotate) -> Measurement:
+    i = 0
+
+    def one() -> float:
+        nonlocal i
+        a, kw = argsets[i % len(argsets)]
+        i += 1
+        t = time.perf_counter()
+        block_until_ready(fn(*a, **kw))
+        return time.perf_counter() - t
+
+    _, n_warm, settled = _settle(one, warmup_s)
+    samples: list[float] = []
+    while not stopper.done(samples):
+        samples.append(one())
+    notes = [stopper.reason, f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle")]
+    return summarize(samples, name=name, device=_device.get_device("cpu").name, mode="cpu",
+                     flush_l2=False, rotate=rotate, notes=notes)
+
+
+def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls) -> Measurement:
+    import torch
+
+    stream_events = []
+    i = 0
+
+    def launch_one():
+        nonlocal i
+        a, kw = argsets[i % len(argsets)]
+        i += 1
+        if flush:
+            flush_l2()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn(*a, **kw)
+        block_until_ready(out)
+        end.record()
+        stream_events.append((start, end))
+
+    def one() -> float:
+        launch_one()
+        torch.cuda.synchronize()
+        s, e = stream_events.pop()
+        return s.elapsed_time(e) * 1e-3
+
+    notes: list[str] = []
+    typical, n_warm, settled = _settle(one, warmup_s)
+    notes.append(f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle"))
+
+    use_graph = mode == "graph" or (mode == "auto" and typical < GRAPH_MODE_BELOW_S)
+    graph = None
+    k = 1
+    if use_graph:
+        k = graph_calls or int(min(1000, max(10, 1e-3 / max(typical, 1e-7))))
+        try:
+            def body():
+                for j in range(k):
+                    a, kw = argsets[j % len(argsets)]
+                    fn(*a, **kw)
+            graph, _ = record_graph(body)
+        except Exception as exc:
+            if mode == "graph":
+                raise UserError(f"graph mode: capture failed: {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0]}") from exc
+            notes.append(f"graph capture failed ({type(exc).__name__}); timed with events instead")
+            graph, k = None, 1
+
+    clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
+    samples: list[float] = []
+    batch = 10
+    while not stopper.done(samples):
+        if graph is not None:
+            for _ in range(batch):
+                if flush:
+                    flush_l2()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                stream_events.append((start, end))
+        else:
+            for _ in range(batch):
+                launch_one()
+        torch.cuda.synchronize()
+        samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in stream_events)
+        stream_events.clear()
+    clocks["sm_mhz_after"] = _device.sm_clock_mhz()
+    notes.insert(0, stopper.reason)
+
+    seen = [c for c in (clocks["sm_mhz_before"], clocks["sm_mhz_after"]) if c]
+    throttled = bool(seen and clocks["sm_max_mhz"] and min(seen) < THROTTLE_FRACTION * clocks["sm_max_mhz"])
+    if throttled:
+        notes.append(f"SM clock fell to {min(seen)} MHz, under {THROTTLE_FRACTION:.0%} of max "
+                     f"{clocks['sm_max_mhz']} MHz")
+    if not seen:
+        notes.append("SM clock not read (no NVML): throttling not checked")
+    if graph is not None:
+        notes.append(f"graph mode: {k} calls per replay, time divided by {k}")
+    return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="graph" if graph else "events",
+                     clocks=clocks, throttled=throttled, flush_l2=flush, rotate=rotate, calls_per_sample=k,
+                     notes=notes)

@@ -1,0 +1,335 @@
+"""check(): is an output right? Compared in float64 on the host, against a (higher-precision) reference.
+
+An element passes when |out - ref| <= atol + rtol * |ref|, and a float leaf passes when every element
+passes, its relative L2 error ||out - ref|| / ||ref|| is within rtol, and it holds no NaN or Inf that
+the reference does not (NaN never passes unless equal_nan=True). Integer and bool outputs compare
+exactly. Default tolerances by dtype are in TOLERANCES; the default atol is rtol x RMS(ref), so
+elements far smaller than the output's typical magnitude are judged on that scale, not their own.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from gpuspeed.errors import UserError
+
+# rtol by dtype name. fp64 leaves room for reordered sums; fp32 for reordered sums in single precision;
+# tf32 is a compute mode, not a dtype: pass dtype="tf32" (or rtol=3e-4) for float32 matmuls on tensor
+# cores; fp16 and bf16 are about twice their unit roundoff (2^-11, 2^-8); fp8 likewise.
+TOLERANCES: dict[str, float] = {
+    "float64": 1e-12,
+    "complex128": 1e-12,
+    "float32": 1e-5,
+    "complex64": 1e-5,
+    "tf32": 3e-4,
+    "float16": 1e-3,
+    "bfloat16": 1e-2,
+    "float8_e4m3fn": 1.25e-1,
+    "float8_e4m3fnuz": 1.25e-1,
+    "float8_e5m2": 2.5e-1,
+    "float8_e5m2fnuz": 2.5e-1,
+}
+EXACT = 0.0  # integers and bools
+
+
+def default_rtol(dtype_name: str) -> float:
+    """rtol for a dtype name ('float32', 'torch.bfloat16', 'int64', ...); 0 for exact kinds."""
+    name = str(dtype_name).replace("torch.", "").replace("jnp.", "")
+    if name in TOLERANCES:
+        return TOLERANCES[name]
+    if name.startswith(("int", "uint", "bool")):
+        return EXACT
+    raise UserError(f"no default tolerance for dtype {dtype_name!r}; pass rtol= and atol=")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Conversion to host float64
+# ---------------------------------------------------------------------------------------------------
+
+
+def _to_host(x) -> tuple[np.ndarray, str]:
+    """(NumPy array on the host, original dtype name) for any supported array or scalar."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        name = str(x.dtype).replace("torch.", "")
+        t = x.detach()
+        if t.is_floating_point() and t.element_size() <= 2 or str(t.dtype).startswith("torch.float8"):
+            t = t.float()  # numpy has no bfloat16 or fp8; float32 holds them exactly
+        if t.is_complex():
+            return t.cpu().resolve_conj().numpy(), name
+        return t.cpu().numpy(), name
+    if mod == "cupy":
+        return x.get(), str(x.dtype)
+    if mod in ("jax", "jaxlib"):
+        name = str(x.dtype)
+        arr = np.asarray(x.astype("float32") if name in ("bfloat16",) or name.startswith("float8") else x)
+        return arr, name
+    if isinstance(x, bool):
+        return np.asarray(x), "bool"
+    if isinstance(x, int):
+        return np.asarray(x, dtype=np.int64), "int64"
+    if isinstance(x, float):
+        return np.asarray(x, dtype=np.float64), "float64"
+    if isinstance(x, complex):
+        return np.asarray(x, dtype=np.complex128), "complex128"
+    if isinstance(x, (np.ndarray, np.generic)):
+        return np.asarray(x), str(x.dtype)
+    raise UserError(f"check() cannot compare {type(x).__name__} values")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LeafCheck:
+    path: str
+    passed: bool
+    shape: tuple | None = None
+    ref_shape: tuple | None = None
+    dtype: str | None = None
+    ref_dtype: str | None = None
+    rtol: float = 0.0
+    atol: float = 0.0
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    rel_l2_err: float = 0.0
+    nan_count: int = 0
+    inf_count: int = 0
+    n_over_tol: int = 0
+    n_elements: int = 0
+    worst_index: tuple | None = None
+    message: str = ""
+
+
+@dataclass
+class CheckResult:
+    passed: bool
+    summary: str
+    leaves: list[LeafCheck] = field(default_factory=list)
+
+    # Headline numbers: the worst over all leaves.
+    @property
+    def max_abs_err(self) -> float:
+        return max((lf.max_abs_err for lf in self.leaves), default=0.0)
+
+    @property
+    def max_rel_err(self) -> float:
+        return max((lf.max_rel_err for lf in self.leaves), default=0.0)
+
+    @property
+    def rel_l2_err(self) -> float:
+        return max((lf.rel_l2_err for lf in self.leaves), default=0.0)
+
+    @property
+    def nan_count(self) -> int:
+        return sum(lf.nan_count for lf in self.leaves)
+
+    @property
+    def inf_count(self) -> int:
+        return sum(lf.inf_count for lf in self.leaves)
+
+    @property
+    def n_over_tol(self) -> int:
+        return sum(lf.n_over_tol for lf in self.leaves)
+
+    @property
+    def worst_index(self):
+        bad = [lf for lf in self.leaves if not lf.passed] or self.leaves
+        return bad[0].worst_index if bad else None
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "summary": self.summary, "max_abs_err": self.max_abs_err,
+                "max_rel_err": self.max_rel_err, "rel_l2_err": self.rel_l2_err, "nan_count": self.nan_count,
+                "inf_count": self.inf_count, "n_over_tol": self.n_over_tol,
+                "leaves": [asdict(lf) for lf in self.leaves]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# check()
+# ---------------------------------------------------------------------------------------------------
+
+
+def _pairs(out, ref, path="out"):
+    """Walk two nested structures together, yielding (path, out_leaf, ref_leaf) or a structure error."""
+    if isinstance(ref, dict) or isinstance(out, dict):
+        if not (isinstance(ref, dict) and isinstance(out, dict)):
+            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            return
+        if set(out) != set(ref):
+            yield path, None, None, f"keys differ: {sorted(map(str, out))} vs {sorted(map(str, ref))}"
+            return
+        for k in ref:
+            yield from _pairs(out[k], ref[k], f"{path}[{k!r}]")
+    elif isinstance(ref, (list, tuple)) or isinstance(out, (list, tuple)):
+        if not (isinstance(ref, (list, tuple)) and isinstance(out, (list, tuple))):
+            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            return
+        if len(out) != len(ref):
+            yield path, None, None, f"length differs: {len(out)} vs {len(ref)}"
+            return
+        for i, (o, r) in enumerate(zip(out, ref)):
+            yield from _pairs(o, r, f"{path}[{i}]")
+    else:
+        yield path, out, ref, None
+
+
+def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
+    o, o_dtype = _to_host(out)
+    r, r_dtype = _to_host(ref)
+    leaf = LeafCheck(path=path, passed=False, shape=tuple(o.shape), ref_shape=tuple(r.shape), dtype=o_dtype,
+                     ref_dtype=r_dtype, n_elements=int(o.size))
+    if o.shape != r.shape:
+        leaf.message = f"shape {tuple(o.shape)} != reference {tuple(r.shape)}"
+        return leaf
+    notes = [] if o_dtype == r_dtype else [f"dtype {o_dtype} vs reference {r_dtype}"]
+    exact = o.dtype.kind in "biu" and r.dtype.kind in "biu"
+    if rtol is None:
+        rtol = default_rtol(dtype) if dtype else (
+            EXACT if exact else max(default_rtol(o_dtype) if o.dtype.kind in "fc" else 0.0,
+                                    default_rtol(r_dtype) if r.dtype.kind in "fc" else 0.0) or 1e-12)
+    if exact:
+        a = o.astype(np.int64) if o.dtype != np.uint64 else o.astype(object)
+        b = r.astype(np.int64) if r.dtype != np.uint64 else r.astype(object)
+        diff = np.abs(a - b).astype(np.float64)
+        bad = diff != 0
+        ref_abs = np.abs(b).astype(np.float64)
+        leaf.rtol, leaf.atol = 0.0, 0.0
+    else:
+        cplx = o.dtype.kind == "c" or r.dtype.kind == "c"
+        a = o.astype(np.complex128 if cplx else np.float64)
+        b = r.astype(np.complex128 if cplx else np.float64)
+        nan_o, inf_o = np.isnan(a), np.isinf(a)
+        leaf.nan_count, leaf.inf_count = int(nan_o.sum()), int(inf_o.sum())
+        finite_ref = np.isfinite(b)
+        ref_abs = np.abs(np.where(finite_ref, b, 0))
+        if atol is None:
+            atol = rtol * float(np.sqrt(np.mean(ref_abs ** 2))) if ref_abs.size else 0.0
+        leaf.rtol, leaf.atol = float(rtol), float(atol)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(a - b)
+        same_special = (a == b) & ~finite_ref  # matching +-inf
+        if equal_nan:
+            same_special |= np.isnan(a) & np.isnan(b)
+        diff = np.where(same_special, 0.0, diff)
+        bad = ~(diff <= atol + rtol * ref_abs)  # NaN compares False, so NaN is always bad
+        fin = np.isfinite(diff)
+        num = float(np.sqrt(np.sum(np.where(fin, diff, 0.0) ** 2)))
+        den = float(np.sqrt(np.sum(ref_abs ** 2)))
+        leaf.rel_l2_err = (num / den if den > 0 else (0.0 if num == 0 else math.inf)) if fin.all() else math.inf
+    leaf.n_over_tol = int(bad.sum())
+    if diff.size:
+        finite_diff = np.where(np.isfinite(diff), diff, np.inf)
+        leaf.max_abs_err = float(np.max(finite_diff))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1), np.where(finite_diff > 0, np.inf, 0))
+        leaf.max_rel_err = float(np.max(rel))
+        score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
+        worst = int(np.argmax(np.where(np.isnan(score), np.inf, score)))
+        leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, diff.shape)) if diff.ndim else ()
+    ok = leaf.n_over_tol == 0 and (exact or leaf.rel_l2_err <= max(rtol, 0.0) or leaf.rel_l2_err == 0.0)
+    leaf.passed = bool(ok)
+    if not ok:
+        where = f" worst at {leaf.worst_index}" if leaf.worst_index is not None else ""
+        parts = [f"{leaf.n_over_tol}/{leaf.n_elements} over tolerance"]
+        if leaf.nan_count or leaf.inf_count:
+            parts.append(f"{leaf.nan_count} NaN, {leaf.inf_count} Inf")
+        parts.append(f"max abs {leaf.max_abs_err:.3g}, rel L2 {leaf.rel_l2_err:.3g}{where}")
+        notes.insert(0, "; ".join(parts))
+    leaf.message = "; ".join(notes)
+    return leaf
+
+
+def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = None, *,
+          dtype: str | None = None, equal_nan: bool = False) -> CheckResult:
+    """Compare `out` against `ref` (arrays, scalars, or nested tuples/lists/dicts of them).
+
+    rtol/atol default by dtype (the less precise of out and ref; `dtype="tf32"` picks that row).
+    """
+    if rtol is not None and rtol < 0 or atol is not None and atol < 0:
+        raise UserError("rtol and atol must be >= 0")
+    leaves: list[LeafCheck] = []
+    for path, o, r, err in _pairs(out, ref):
+        if err is not None:
+            leaves.append(LeafCheck(path=path, passed=False, message=err))
+        else:
+            leaves.append(_check_leaf(path, o, r, rtol, atol, equal_nan, dtype))
+    failed = [lf for lf in leaves if not lf.passed]
+    if not leaves:
+        return CheckResult(True, "PASS: nothing to compare (empty structure)", leaves)
+    if failed:
+        lf = failed[0]
+        more = f" (+{len(failed) - 1} more leaves failed)" if len(failed) > 1 else ""
+        summary = f"FAIL {lf.path}: {lf.message}{more}"
+    else:
+        worst = max(leaves, key=lambda lf: lf.rel_l2_err)
+        summary = (f"PASS: {sum(lf.n_elements for lf in leaves)} elements in {len(leaves)} array(s), "
+                   f"max abs {max(lf.max_abs_err for lf in leaves):.3g}, rel L2 {worst.rel_l2_err:.3g} "
+                   f"(rtol {worst.rtol:g})")
+    return CheckResult(passed=not failed, summary=summary, leaves=leaves)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Poison and multi-seed verification
+# ---------------------------------------------------------------------------------------------------
+
+
+def poison_value(dtype_name: str):
+    """NaN for floats, the dtype's max for integers (a value a real result rarely holds), True for bool."""
+    name = str(dtype_name).replace("torch.", "")
+    if name == "bool":
+        return True
+    if name.startswith(("int", "uint")):
+        return int(np.iinfo(np.dtype(name)).max)
+    return float("nan")
+
+
+def poison(buf):
+    """Fill an output buffer in place with NaN (floats) or a sentinel (ints) so unwritten elements show."""
+    mod = type(buf).__module__.split(".")[0]
+    if mod == "torch":
+        buf.fill_(poison_value(str(buf.dtype)))
+    elif mod in ("numpy", "cupy") and hasattr(buf, "fill"):
+        buf.fill(poison_value(str(buf.dtype)))
+    else:
+        raise UserError(f"poison() needs a mutable torch, NumPy or CuPy array, got {type(buf).__name__}")
+    return buf
+
+
+def count_poisoned(buf) -> int:
+    """How many elements still hold the poison value (unwritten by the kernel)."""
+    arr, name = _to_host(buf)
+    value = poison_value(name)
+    if isinstance(value, float):
+        return int(np.isnan(arr).sum())
+    return int((arr == value).sum())
+
+
+def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[int], tuple], *,
+                    seeds: Iterable[int] | int = 3, rtol: float | None = None, atol: float | None = None,
+                    dtype: str | None = None) -> list[CheckResult]:
+    """Check fn against reference on fresh inputs from each seed (default: 3 random seeds).
+
+    make_inputs(seed) returns the argument tuple; the reference sees its own copy of the inputs.
+    """
+    from gpuspeed.timing import clone_tree
+
+    if isinstance(seeds, int):
+        seeds = [random.randrange(2**31) for _ in range(seeds)]
+    results = []
+    for seed in seeds:
+        args = make_inputs(seed)
+        args = args if isinstance(args, tuple) else (args,)
+        expected = reference(*clone_tree(args))
+        results.append(check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype))
+        results[-1].summary = f"seed {seed}: {results[-1].summary}"
+    return results
