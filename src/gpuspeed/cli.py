@@ -93,7 +93,12 @@ def _register_commands() -> None:
     import gpuspeed.commands as pkg
 
     for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"gpuspeed.commands.{mod.name}")
+        try:
+            module = importlib.import_module(f"gpuspeed.commands.{mod.name}")
+        except Exception as exc:  # one broken command must not take the others down
+            print(f"gpuspeed: warning: command {mod.name!r} unavailable: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            continue
         if hasattr(module, "register"):
             module.register(app)
 

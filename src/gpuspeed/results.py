@@ -27,6 +27,8 @@ REQUIRED = ("study", "schema", "created", "command", "git", "device", "versions"
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     """The commit of the checkout gpuspeed runs from ("<sha>-dirty" with local changes), or None."""
+    if os.environ.get("GPUSPEED_GIT"):  # set where the checkout travels without .git (the device)
+        return os.environ["GPUSPEED_GIT"]
     here = Path(cwd) if cwd else Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
