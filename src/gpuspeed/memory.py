@@ -99,17 +99,17 @@ class _Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.read, self.period_s = read, period_s
         self.peak = read() or 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self):
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             v = self.read()
             if v is not None and v > self.peak:
                 self.peak = v
             time.sleep(self.period_s)
 
     def stop(self) -> int:
-        self._stop.set()
+        self._halt.set()
         self.join()
         v = self.read()
         return max(self.peak, v or 0)

@@ -61,8 +61,8 @@ def _jsonable(obj: Any):
         return [_jsonable(v) for v in obj]
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
         return _jsonable(obj.to_dict())
-    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
-        obj = obj.item()
+    if hasattr(obj, "tolist") and callable(obj.tolist) and hasattr(obj, "ndim"):  # numpy/torch arrays, scalars
+        return _jsonable(obj.tolist())
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (str, int, float, bool)) or obj is None:

@@ -1,0 +1,53 @@
+"""`gpuspeed bench`: the timing demo on the bundled example (softmax, NumPy vs torch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def bench(
+        device: str = typer.Option("auto", help="cpu, cuda or auto."),
+        rows: int = typer.Option(0, help="Rows of the input (0: 8192 on a GPU, 1024 on the CPU)."),
+        cols: int = typer.Option(0, help="Columns of the input (0: 8192 on a GPU, 2048 on the CPU)."),
+        budget: float = typer.Option(2.0, help="Seconds each measurement may take at most."),
+        out: Path = typer.Option(None, help="Write bench_demo.json into this folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    ):
+        """Time a NumPy row softmax and its torch version: bench(), check() and compare() at work."""
+        from rich.console import Console
+        from rich.table import Table
+
+        from gpuspeed.demo import run_demo
+        from gpuspeed.errors import UserError
+        from gpuspeed.results import write_results
+        from gpuspeed.timing import format_time
+
+        if (rows > 0) != (cols > 0) or rows < 0 or cols < 0:
+            raise UserError("--rows and --cols go together and must be positive")
+        doc = run_demo(device=device, shape=(rows, cols) if rows else None, budget_s=budget)
+        path = write_results(doc, out) if out else None
+        if as_json:
+            print(json.dumps(doc, indent=1))
+            return
+        console = Console()
+        t = Table(title=f"softmax {tuple(doc['params']['shape'])} fp32 on {doc['device']['name']}")
+        for col in ("version", "median", "noise", "IQR/median", "n", "mode", "GB/s"):
+            t.add_column(col, justify="left" if col == "version" else "right")
+        for r in doc["rows"]:
+            t.add_row(r["name"], format_time(r["median_s"]), f"±{100 * r['rel_noise']:.2f}%",
+                      f"{100 * r['rel_iqr']:.1f}%", str(r["n"]), r["mode"] + (" THROTTLED" if r["throttled"] else ""),
+                      f"{r['GBps']:.1f}")
+        console.print(t)
+        s = doc["summary"]
+        console.print(f"speedup {s['speedup']:.1f}x [95% CI {s['speedup_ci_low']:.1f}-{s['speedup_ci_high']:.1f}] "
+                      f"({s['verdict']}); check {'PASS' if s['check_passed'] else 'FAIL'}, "
+                      f"rel L2 error {s['rel_l2_err']:.2e}")
+        for note in doc["notes"]:
+            console.print(f"[dim]{note}[/]")
+        if path:
+            console.print(f"wrote {path}")

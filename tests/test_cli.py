@@ -1,0 +1,69 @@
+"""The CLI front end: doctor, the bench demo, one-line errors and exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuspeed.cli import main
+
+
+def run(capsys, *args):
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_doctor_json(capsys):
+    rc, out, _ = run(capsys, "doctor", "--json")
+    assert rc == 0
+    rep = json.loads(out)
+    assert {"device", "versions", "backends", "datasheets", "gpu"} <= set(rep)
+    assert len(rep["datasheets"]) >= 13
+    if not rep["gpu"]:
+        assert rep["device"]["kind"] == "cpu"
+
+
+def test_doctor_human(capsys):
+    rc, out, _ = run(capsys, "doctor")
+    assert rc == 0
+    assert "Backends" in out and "Datasheet" in out
+    assert "H200" in out and "RTX 4070" in out
+
+
+def test_unknown_option_is_one_line_exit_2(capsys):
+    rc, out, err = run(capsys, "doctor", "--bogus")
+    assert rc == 2
+    assert err.startswith("gpuspeed: error:") and err.count("\n") == 1
+
+
+def test_user_error_is_one_line_exit_2(capsys):
+    rc, _, err = run(capsys, "bench", "--rows", "10")
+    assert rc == 2 and err.strip() == "gpuspeed: error: --rows and --cols go together and must be positive"
+
+
+def test_debug_shows_the_traceback():
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError):
+        main(["--debug", "bench", "--rows", "10"])
+
+
+def test_bench_demo_writes_results(capsys, tmp_path):
+    rc, out, _ = run(capsys, "bench", "--device", "cpu", "--rows", "256", "--cols", "512", "--budget", "0.5",
+                     "--out", str(tmp_path))
+    assert rc == 0, out
+    doc = json.loads((tmp_path / "bench_demo.json").read_text())
+    assert doc["summary"]["check_passed"] is True
+    assert doc["params"]["shape"] == [256, 512]
+    assert "speedup" in out
+
+
+def test_python_dash_m_works():
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "doctor", "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "nonsense"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "gpuspeed: error:" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,97 @@
+"""The measurement core on a real GPU (skipped without CUDA): bench modes, peak_memory, cap()."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuspeed import bench, cap, check, peak_memory, poison  # noqa: E402
+from gpuspeed.errors import UserError  # noqa: E402
+from gpuspeed.verify import count_poisoned  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+MiB = 2**20
+
+
+def test_peak_memory_of_a_known_allocation_within_1_mib():
+    n = 256 * MiB
+
+    def alloc():
+        x = torch.empty(n, dtype=torch.uint8, device="cuda")
+        x.fill_(3)
+        return int(x[0])
+
+    rep = peak_memory(alloc)
+    assert rep.device == "cuda"
+    assert abs(rep.torch_peak_bytes - n) <= MiB, rep
+    assert abs(rep.peak_bytes - n) <= MiB
+    if rep.nvml_peak_delta_bytes is not None:  # NVML also sees the allocator's rounding and other processes
+        assert rep.nvml_peak_delta_bytes >= n - MiB
+
+
+def test_peak_memory_counts_cupy_pool():
+    cupy = pytest.importorskip("cupy")
+
+    def alloc():
+        a = cupy.ones(64 * MiB // 4, dtype=cupy.float32)
+        return float(a[0])
+
+    rep = peak_memory(alloc)
+    assert abs(rep.cupy_peak_bytes - 64 * MiB) <= MiB
+
+
+def test_cap_raises_oom_past_the_budget_and_restores():
+    with cap("1GiB") as c:
+        assert c.enforced
+        small = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            torch.empty(2 * 1024 * MiB, dtype=torch.uint8, device="cuda")
+        del small
+    big = torch.empty(2 * 1024 * MiB, dtype=torch.uint8, device="cuda")  # allowed again after the block
+    del big
+
+
+def test_cap_budget_larger_than_device_is_an_error():
+    with pytest.raises(UserError):
+        with cap("100TB"):
+            pass
+
+
+def test_bench_events_mode_on_a_matmul():
+    a = torch.randn(2048, 2048, device="cuda")
+    m = bench(torch.mm, a, a)
+    assert m.mode == "events" and m.n >= 10 and m.device
+    assert m.rel_noise < 0.05
+    assert "sm_mhz_before" in m.clocks
+
+
+def test_bench_graph_mode_for_tiny_functions():
+    x = torch.randn(16, device="cuda")
+    m = bench(torch.add, x, x)
+    assert m.mode == "graph" and m.calls_per_sample >= 10
+    assert m.median < 10e-6
+
+
+def test_bench_graph_mode_rejects_uncapturable_function():
+    x = torch.randn(16, device="cuda")
+    with pytest.raises(UserError, match="capture failed"):
+        bench(lambda: x.sum().item(), mode="graph")
+    m = bench(lambda: x.sum().item())  # auto mode falls back to events with a note
+    assert m.mode == "events"
+
+
+def test_bench_rotation_and_cupy_and_numpy_results():
+    x = torch.randn(1 << 20, device="cuda")
+    m = bench(torch.sin, x, rotate=4)
+    assert m.rotate == 4
+    cupy = pytest.importorskip("cupy")
+    c = cupy.random.standard_normal(1 << 22, dtype=cupy.float32)
+    m = bench(cupy.sin, c)
+    assert m.mode in ("events", "graph") and m.median > 0
+
+
+def test_check_and_poison_on_device():
+    out = poison(torch.empty(1000, device="cuda"))
+    assert count_poisoned(out) == 1000
+    x = torch.randn(1000, device="cuda")
+    out.copy_(torch.sin(x))
+    assert check(out, torch.sin(x.double())).passed

@@ -1,0 +1,135 @@
+"""bench(), Measurement, compare() and the statistics behind them, on the CPU."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from gpuspeed import timing
+from gpuspeed.errors import UserError
+from gpuspeed.timing import Measurement, bench, compare, median_rel_error, summarize
+
+
+def test_sleep_10ms_timed_within_5_percent():
+    m = bench(time.sleep, 0.010, device="cpu", max_noise=0.01, budget_s=3.0)
+    assert m.mode == "cpu"
+    assert abs(m.median - 0.010) / 0.010 < 0.05, m
+    assert m.n >= 10
+
+
+def test_stopping_rule_honoured_noise_target():
+    m = bench(time.sleep, 0.001, device="cpu", max_noise=0.05, min_samples=10, budget_s=5.0)
+    assert m.n >= 10
+    assert m.rel_noise <= 0.05
+    assert "noise target met" in m.notes[0]
+
+
+def test_stopping_rule_honoured_max_samples_and_budget():
+    m = bench(lambda: None, device="cpu", max_noise=1e-9, min_samples=5, max_samples=50, budget_s=10)
+    assert m.n == 50 and "max_samples" in m.notes[0]
+    t0 = time.perf_counter()
+    m = bench(time.sleep, 0.002, device="cpu", max_noise=1e-9, min_samples=5, max_samples=10**6,
+              budget_s=0.3, warmup_s=0.05)
+    assert time.perf_counter() - t0 < 2.0
+    assert "time budget" in m.notes[0] and m.n >= 5
+
+
+def test_numpy_function_and_rotation_cycles_clones():
+    seen = []
+
+    def f(a):
+        seen.append(id(a))
+        return a.sum()
+
+    x = np.random.default_rng(0).standard_normal(1000)
+    bench(f, x, device="cpu", rotate=3, min_samples=10, max_samples=12, budget_s=1)
+    assert len(set(seen)) == 3  # the original and two clones, cycled
+
+
+def test_kwargs_and_name():
+    m = bench(lambda a, b=0: a + b, 1, kwargs={"b": 2}, device="cpu", name="adder", max_samples=20,
+              min_samples=5)
+    assert m.name == "adder"
+
+
+def test_median_rel_error_shrinks_with_n():
+    rng = np.random.default_rng(1)
+    small = median_rel_error(1 + 0.1 * rng.standard_normal(20))
+    large = median_rel_error(1 + 0.1 * rng.standard_normal(2000))
+    assert large < small
+    # for normal data, SE(median) ~ 1.2533 sigma / sqrt(n)
+    assert large == pytest.approx(1.2533 * 0.1 / np.sqrt(2000), rel=0.25)
+    assert median_rel_error([1.0, 2.0]) == float("inf")
+
+
+def test_summarize_statistics():
+    m = summarize([1.0, 2.0, 3.0, 4.0, 5.0], name="x", device="cpu", mode="cpu")
+    assert (m.median, m.mean, m.min, m.max, m.n) == (3.0, 3.0, 1.0, 5.0, 5)
+    assert m.iqr == pytest.approx(2.0)
+    assert m.p10 == pytest.approx(1.4) and m.p90 == pytest.approx(4.6)
+
+
+def test_measurement_json_round_trip():
+    m = bench(lambda: sum(range(100)), device="cpu", max_samples=20, min_samples=5)
+    back = Measurement.from_json(m.to_json())
+    assert back == m
+    d = json.loads(m.to_json())
+    assert d["rel_iqr"] == pytest.approx(m.rel_iqr)
+    assert "median" in str(m)
+
+
+def test_compare_verdicts():
+    rng = np.random.default_rng(2)
+    a = summarize(1.0 + 0.01 * rng.standard_normal(200), name="a", device="cpu", mode="cpu")
+    b = summarize(0.5 + 0.005 * rng.standard_normal(200), name="b", device="cpu", mode="cpu")
+    c = summarize(1.0 + 0.01 * rng.standard_normal(200), name="c", device="cpu", mode="cpu")
+    fast = compare(a, b)
+    assert fast.verdict == "faster" and fast.speedup == pytest.approx(2.0, rel=0.02)
+    assert fast.ci_low < fast.speedup < fast.ci_high
+    assert compare(b, a).verdict == "slower"
+    assert compare(a, c).verdict == "same"
+
+
+def test_bad_options_are_user_errors():
+    with pytest.raises(UserError):
+        bench(42)
+    with pytest.raises(UserError):
+        bench(lambda: None, mode="bogus")
+    with pytest.raises(UserError):
+        bench(lambda: None, device="tpu")
+    with pytest.raises(UserError):
+        bench(lambda: None, device="cpu", max_noise=0)
+    with pytest.raises(UserError):
+        bench(lambda: None, device="cpu", min_samples=1)
+    with pytest.raises(UserError):
+        bench(lambda: None, device="cpu", rotate=-1)
+    with pytest.raises(UserError):
+        bench(lambda: None, device="cpu", mode="graph")
+
+
+def test_clone_tree_copies_arrays_keeps_scalars():
+    import torch
+
+    x, t = np.ones(3), torch.ones(3)
+    tree = {"a": [x, 2], "b": (t, "s")}
+    c = timing.clone_tree(tree)
+    assert c["a"][0] is not x and np.array_equal(c["a"][0], x)
+    assert c["b"][0] is not t and torch.equal(c["b"][0], t)
+    assert c["a"][1] == 2 and c["b"][1] == "s"
+
+
+def test_format_time():
+    assert timing.format_time(1.5) == "1.500 s"
+    assert timing.format_time(2e-3) == "2.000 ms"
+    assert timing.format_time(3e-6) == "3.000 us"
+    assert timing.format_time(5e-9) == "5.0 ns"
+
+
+def test_cuda_device_without_gpu_is_a_user_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("has a GPU")
+    with pytest.raises(UserError, match="no CUDA device"):
+        bench(lambda: None, device="cuda")
