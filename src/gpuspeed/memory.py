@@ -202,7 +202,8 @@ def _peak_host(fn, args, kwargs) -> MemoryReport:
     rss_delta = max(rss_peak - rss0, 0) if rss_peak is not None else 0
     notes = ["no GPU: host memory of the call (Python/NumPy allocations via tracemalloc, and the "
              "process RSS sampled every ~0.5 ms; torch CPU tensors show only in RSS)"]
-    return MemoryReport(device="cpu", peak_bytes=int(max(traced, rss_delta)), host_peak_bytes=int(max(traced, rss_delta)),
+    peak = int(max(traced, rss_delta))
+    return MemoryReport(device="cpu", peak_bytes=peak, host_peak_bytes=peak,
                         total_bytes=_device.get_device("cpu").mem_bytes, notes=notes)
 
 

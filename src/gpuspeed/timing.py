@@ -336,7 +336,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
           warmup_s: float | None = None, graph_calls: int | None = None) -> Measurement:
     """Time `fn(*args, **kwargs)`.
 
-    device: "auto" (GPU when the arguments or the result live on one), "cuda" or "cpu".
+    device: "auto" (the GPU when there is one, unless host arrays go in and host arrays come out),
+        "cuda" or "cpu".
     mode: "auto" (events; graph when the function is under ~10 us and capturable), "events", "graph".
     flush: write 2x L2 between samples (False: warm-cache timing).
     rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.
@@ -358,8 +359,11 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     argsets = [(args, kwargs)] + [clone_tree((args, kwargs)) for _ in range(max(rotate, 1) - 1)]
 
     where = "cpu" if mode == "cpu" else _device.resolve_device(device)
-    if where == "cuda" and device == "auto" and not has_gpu_data(args) and not has_gpu_data(kwargs):
-        out = fn(*args, **kwargs)  # the result tells whether the function works on the GPU
+    host_arrays = [x for x in _leaves((args, kwargs)) if hasattr(x, "shape") and not is_gpu_array(x)]
+    if where == "cuda" and device == "auto" and host_arrays and not has_gpu_data((args, kwargs)):
+        # host arrays in, host arrays out: a CPU function (a closure over GPU data has no such arguments,
+        # and a function returning nothing may have launched GPU work, so both stay on the GPU path)
+        out = fn(*args, **kwargs)
         block_until_ready(out)
         if not has_gpu_data(out):
             where = "cpu"

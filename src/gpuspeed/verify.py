@@ -177,7 +177,7 @@ def _pairs(out, ref, path="out"):
         if len(out) != len(ref):
             yield path, None, None, f"length differs: {len(out)} vs {len(ref)}"
             return
-        for i, (o, r) in enumerate(zip(out, ref)):
+        for i, (o, r) in enumerate(zip(out, ref, strict=True)):
             yield from _pairs(o, r, f"{path}[{i}]")
     else:
         yield path, out, ref, None
@@ -231,7 +231,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         finite_diff = np.where(np.isfinite(diff), diff, np.inf)
         leaf.max_abs_err = float(np.max(finite_diff))
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1), np.where(finite_diff > 0, np.inf, 0))
+            rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
+                           np.where(finite_diff > 0, np.inf, 0))
         leaf.max_rel_err = float(np.max(rel))
         score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
         worst = int(np.argmax(np.where(np.isnan(score), np.inf, score)))

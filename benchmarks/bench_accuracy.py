@@ -1,0 +1,127 @@
+"""Is bench() right on this GPU? Writes <out>/bench_accuracy.json.
+
+1. Known durations: torch.cuda._sleep(cycles) spins for a number of SM clock cycles. Its rate (cycles
+   per second) is calibrated independently of CUDA events, from the host wall-clock slope between two
+   long sleeps, so 10 us / 100 us / 1 ms / 10 ms kernels have known lengths; bench() must find them
+   within 2 %.
+2. Noise: rel_noise (relative standard error of the median) under 1 % from 100 us up.
+3. Agreement with triton.testing.do_bench (median, its own L2 flush) within 3 % on a copy, a matmul
+   and a softmax.
+
+Run on the GPU:  PYTHONPATH=src python3 benchmarks/bench_accuracy.py --out results/nvidia-h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from gpuspeed import device as gdev
+from gpuspeed.results import make_results, write_results
+from gpuspeed.timing import bench
+
+TARGETS_S = [10e-6, 100e-6, 1e-3, 10e-3]
+
+
+def _wall(cycles: int, reps: int = 5) -> float:
+    # Host wall clock between two synchronizes: deliberately NOT events, so the calibration is
+    # independent of what it checks. Launch and sync costs cancel in the slope below.
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda._sleep(cycles)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def calibrate_sleep_rate() -> float:
+    """Cycles per second of torch.cuda._sleep: slope of wall time between ~20 ms and ~100 ms sleeps."""
+    c1, c2 = 40_000_000, 200_000_000
+    _wall(c1, reps=2)  # wake the clocks up
+    return (c2 - c1) / (_wall(c2) - _wall(c1))
+
+
+def known_durations() -> tuple[list[dict], list[str]]:
+    rows, notes = [], []
+    for target in TARGETS_S:
+        rate_before = calibrate_sleep_rate()
+        cycles = int(round(target * rate_before))
+        auto = bench(lambda c=cycles: torch.cuda._sleep(c), name=f"sleep {target * 1e6:g} us", budget_s=3.0)
+        rate_after = calibrate_sleep_rate()
+        rate = (rate_before + rate_after) / 2
+        known = cycles / rate
+        row = {"target_s": target, "cycles": cycles, "known_s": known, "rate_hz": rate,
+               "rate_drift": abs(rate_after - rate_before) / rate, "median_s": auto.median, "mode": auto.mode,
+               "rel_error": (auto.median - known) / known, "rel_noise": auto.rel_noise, "n": auto.n,
+               "throttled": auto.throttled, "clocks": auto.clocks}
+        if target < 50e-6:  # the other mode too, for the record: graph (events per replay) vs events
+            other = "events" if auto.mode == "graph" else "graph"
+            m = bench(lambda c=cycles: torch.cuda._sleep(c), mode=other, budget_s=3.0)
+            row[f"{other}_median_s"] = m.median
+            row[f"{other}_rel_error"] = (m.median - known) / known
+        rows.append(row)
+        print(f"sleep {target * 1e6:8.1f} us: known {known * 1e6:9.3f} us, bench {auto.median * 1e6:9.3f} us "
+              f"({auto.mode}), error {100 * row['rel_error']:+.2f}%, noise {100 * auto.rel_noise:.2f}%", flush=True)
+    notes.append("known duration = cycles / rate, rate from the host wall-clock slope between 40M- and "
+                 "200M-cycle sleeps, calibrated before and after each target (mean of the two)")
+    return rows, notes
+
+
+def versus_do_bench() -> list[dict]:
+    import triton.testing
+
+    n = 1 << 28  # 1 GiB of fp32 each way for the copy
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(8192, 8192, device="cuda")
+    cases = {
+        "copy 1 GiB fp32": lambda: dst.copy_(src),
+        "matmul 4096^3 bf16": lambda: torch.mm(a, b),
+        "softmax 8192x8192 fp32": lambda: torch.softmax(x, dim=1),
+    }
+    rows = []
+    for name, fn in cases.items():
+        ours = bench(fn, name=name, budget_s=3.0)
+        theirs_ms = triton.testing.do_bench(fn, warmup=50, rep=300, return_mode="median")
+        diff = (ours.median - theirs_ms * 1e-3) / (theirs_ms * 1e-3)
+        rows.append({"case": name, "bench_median_s": ours.median, "do_bench_median_s": theirs_ms * 1e-3,
+                     "rel_diff": diff, "rel_noise": ours.rel_noise, "n": ours.n, "mode": ours.mode})
+        print(f"{name:26}: bench {ours.median * 1e6:9.2f} us, do_bench {theirs_ms * 1e3:9.2f} us, "
+              f"diff {100 * diff:+.2f}%", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="folder for bench_accuracy.json (default results/<gpu>)")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_accuracy: needs a CUDA GPU (the CPU path is covered by the unit tests)", file=sys.stderr)
+        return 2
+    known, notes = known_durations()
+    vs = versus_do_bench()
+    summary = {
+        "max_rel_error_known_duration": max(abs(r["rel_error"]) for r in known),
+        "max_rel_noise_100us_plus": max(r["rel_noise"] for r in known if r["target_s"] >= 100e-6),
+        "max_rel_diff_vs_do_bench": max(abs(r["rel_diff"]) for r in vs),
+        "any_throttled": any(r["throttled"] for r in known),
+    }
+    rows = [{"kind": "known_duration", **r} for r in known] + [{"kind": "vs_do_bench", **r} for r in vs]
+    doc = make_results("bench_accuracy", params={"targets_s": TARGETS_S, "flush_l2_bytes": 2 * gdev.l2_bytes()},
+                       summary=summary, rows=rows, notes=notes)
+    path = write_results(doc, args.out or gdev.get_device().slug and f"results/{gdev.get_device().slug}")
+    print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in summary.items()})
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
