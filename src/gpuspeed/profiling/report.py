@@ -1,0 +1,210 @@
+"""Output of a profile run: headline summary, a Markdown section (the optimize report embeds it), a rich
+console report and a results document (through gpuspeed.results)."""
+
+from __future__ import annotations
+
+from gpuspeed.results import make_results
+from gpuspeed.timing import format_time
+
+
+def _where(row: dict) -> str:
+    if not row.get("file"):
+        return "-"
+    from pathlib import Path
+
+    return f"{Path(row['file']).name}:{row['line']}"
+
+
+def summary(res) -> dict:
+    """Headline numbers, flat (results `summary`)."""
+    f = res.findings
+    out = {"steps": res.steps, "gpu": bool(f.get("gpu"))}
+    bi = f.get("busy_idle")
+    if bi:
+        out |= {"window_s": bi["window_s"], "gpu_busy_share": bi["busy_share"], "gpu_idle_share": bi["idle_share"],
+                "idle_waiting_on_host_s": bi["idle_host_s"], "idle_other_s": bi["idle_other_s"]}
+    gaps = f.get("launch_gaps")
+    if gaps:
+        out |= {"launch_gaps": gaps["count"], "launch_gap_p50_us": gaps["p50_us"], "launch_gap_max_us": gaps["max_us"]}
+    tiny = f.get("tiny_runs")
+    if tiny:
+        out |= {"tiny_kernel_runs": tiny["total_runs"], "tiny_kernels": tiny["tiny_kernels"]}
+    syncs = f.get("host_syncs") or {}
+    out |= {"host_syncs": syncs.get("total", 0), "host_sync_wait_s": sum(g["wait_s"] for g in syncs.get("groups", []))}
+    tr = f.get("transfers")
+    if tr:
+        out |= {"h2d_bytes": tr["h2d_bytes"], "d2h_bytes": tr["d2h_bytes"]}
+    tk = f.get("top_kernels")
+    if tk and tk["rows"]:
+        out |= {"kernel_time_s": tk["total_s"], "top_kernel_share": tk["rows"][0]["share"]}
+    if res.hotspots:
+        cp = res.hotspots["cprofile"]
+        out |= {"python_total_s": cp["total_s"], "python_verdict": cp["verdict"],
+                "interpreter_share": cp["shares"]["interpreter"], "library_share": cp["shares"]["library"],
+                "allocation_share": cp["shares"]["allocation"], "hot_loops": len(res.hotspots["hot_loops"])}
+    out["recommendations"] = len(res.recommendations)
+    return out
+
+
+def rows(res) -> list[dict]:
+    """One row per finding (results `rows`): kind, where, count and time."""
+    f, out = res.findings, []
+    for g in (f.get("host_syncs") or {}).get("groups", []):
+        out.append({"finding": "host_sync", **g})
+    for r in (f.get("tiny_runs") or {}).get("runs", []):
+        out.append({"finding": "tiny_kernel_run", **r})
+    for t in (f.get("transfers") or {}).get("rows", []):
+        out.append({"finding": "transfer", **t})
+    for k in (f.get("top_kernels") or {}).get("rows", []):
+        out.append({"finding": "top_kernel", **k})
+    for g in (f.get("launch_gaps") or {}).get("largest", []):
+        out.append({"finding": "launch_gap", **g})
+    for loop in (res.hotspots or {}).get("hot_loops", []):
+        out.append({"finding": "python_loop", **loop})
+    return out
+
+
+def results_doc(res, study: str = "profile", params: dict | None = None, notes: list | None = None) -> dict:
+    return make_results(study, params=(params or {}) | res.params | {"name": res.name, "trace": res.trace_path},
+                        summary=summary(res), rows=rows(res) + [{"finding": "raw", **res.to_dict()}],
+                        notes=res.notes + (notes or []), device=res.device)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown(res, level: int = 2) -> str:
+    """The profile as a Markdown section; `level` is the heading level of its title."""
+    h = "#" * level
+    f = res.findings
+    lines = [f"{h} Profile: {res.name} ({res.device}, {res.steps} steps)", ""]
+    if res.trace_path:
+        lines += [f"Chrome trace: `{res.trace_path}` (open in https://ui.perfetto.dev)", ""]
+    bi = f.get("busy_idle")
+    if bi:
+        lines += [f"- GPU busy {_pct(bi['busy_share'])} of {format_time(bi['window_s'])}; idle "
+                  f"{format_time(bi['idle_s'])}: {format_time(bi['idle_host_s'])} waiting on the host, "
+                  f"{format_time(bi['idle_other_s'])} other."]
+    gaps = f.get("launch_gaps")
+    if gaps and gaps["count"]:
+        lines += [f"- Launch gaps: {gaps['count']}, median {gaps['p50_us']:.1f} us, p90 {gaps['p90_us']:.1f} us, "
+                  f"max {gaps['max_us']:.1f} us."]
+    lines.append("")
+    syncs = (f.get("host_syncs") or {}).get("groups", [])
+    if syncs:
+        lines += [f"{h}# Host syncs" + ("" if f.get("gpu") else " (calls that block on a GPU tensor)"), "",
+                  "| kind | where | count | per step | wait |", "|---|---|---:|---:|---:|"]
+        lines += [f"| {g['kind']} | `{_where(g)}` | {g['count']} | {g['per_step']:g} | {format_time(g['wait_s'])} |"
+                  for g in syncs]
+        lines.append("")
+    tiny = (f.get("tiny_runs") or {}).get("runs", [])
+    if tiny:
+        lines += [f"{h}# Tiny-kernel runs", "", "| length | runs/step | where | kernel time | host time |",
+                  "|---:|---:|---|---:|---:|"]
+        lines += [f"| {r['length']} | {r['runs_per_step']:g} | `{_where(r)}` | {format_time(r['kernel_s'])} | "
+                  f"{format_time(r['host_s'])} |" for r in tiny]
+        lines.append("")
+    tr = (f.get("transfers") or {}).get("rows", [])
+    if tr:
+        lines += [f"{h}# Transfers", "", "| dir | memory | where | count | bytes | time | GB/s |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {t['direction']} | {t['memory']} | `{_where(t)}` | {t['count']} | {t['bytes']} | "
+                  f"{format_time(t['time_s'])} | {t['GBps'] or 0:.1f} |" for t in tr]
+        lines.append("")
+    tk = (f.get("top_kernels") or {}).get("rows", [])
+    if tk:
+        lines += [f"{h}# Top kernels", "", "| kernel | where | share | calls/step | mean |", "|---|---|---:|---:|---:|"]
+        lines += [f"| `{k['short']}` | `{_where(k)}` | {_pct(k['share'])} | {k['calls_per_step']:g} | "
+                  f"{k['mean_us']:.1f} us |" for k in tk[:8]]
+        lines.append("")
+    if res.hotspots:
+        cp = res.hotspots["cprofile"]
+        s = cp["shares"]
+        lines += [f"{h}# Python hotspots", "",
+                  f"{format_time(cp['total_s'])} of host Python per call: **{cp['verdict']}** (interpreter "
+                  f"{_pct(s['interpreter'])}, libraries {_pct(s['library'])}, allocation {_pct(s['allocation'])}).",
+                  "", "| function | calls | self | cumulative |", "|---|---:|---:|---:|"]
+        lines += [f"| `{r['function']}` | {r['calls']} | {format_time(r['tottime_s'])} | {format_time(r['cumtime_s'])} |"
+                  for r in cp["top"][:8]]
+        lines.append("")
+        for fn in res.hotspots["lines"]["functions"][:2]:
+            hot = sorted(fn["lines"], key=lambda r: -r["time_s"])[:5]
+            lines += [f"Hot lines of `{fn['function']}` ({res.hotspots['lines']['backend']}):", "",
+                      "| line | hits | time | share | code |", "|---:|---:|---:|---:|---|"]
+            lines += [f"| {r['line']} | {r['hits']} | {format_time(r['time_s'])} | {_pct(r['share'])} | "
+                      f"`{r['code'].strip()[:60]}` |" for r in hot]
+            lines.append("")
+    if res.recommendations:
+        lines += [f"{h}# Recommendations", ""] + [f"- {r['text']}" for r in res.recommendations] + [""]
+    if res.notes:
+        lines += [f"_Notes: {'; '.join(res.notes)}._", ""]
+    return "\n".join(lines)
+
+
+def print_report(res, console) -> None:
+    """The rich console report."""
+    from rich.table import Table
+
+    f = res.findings
+    console.print(f"[bold]Profile of {res.name}[/] on {res.device}, {res.steps} steps. Trace: {res.trace_path}")
+    bi = f.get("busy_idle")
+    if bi:
+        console.print(f"GPU busy {_pct(bi['busy_share'])} of {format_time(bi['window_s'])}; idle: "
+                      f"{format_time(bi['idle_host_s'])} waiting on the host, {format_time(bi['idle_other_s'])} other")
+    gaps = f.get("launch_gaps")
+    if gaps and gaps["count"]:
+        console.print(f"Launch gaps: {gaps['count']} (median {gaps['p50_us']:.1f} us, p90 {gaps['p90_us']:.1f} us, "
+                      f"max {gaps['max_us']:.1f} us) " + " ".join(f"{k}:{v}" for k, v in gaps["histogram"].items()))
+
+    def table(title, cols, data):
+        if not data:
+            return
+        t = Table(title=title)
+        for c in cols:
+            t.add_column(c)
+        for r in data:
+            t.add_row(*[str(x) for x in r])
+        console.print(t)
+
+    syncs = (f.get("host_syncs") or {}).get("groups", [])
+    table("Host syncs" + ("" if f.get("gpu") else " (would block on a GPU tensor)"),
+          ["kind", "where", "count", "per step", "wait", "code"],
+          [(g["kind"], _where(g), g["count"], f"{g['per_step']:g}", format_time(g["wait_s"]), (g.get("code") or "")[:50])
+           for g in syncs])
+    table("Tiny-kernel runs", ["length", "runs/step", "where", "kernel time", "host time"],
+          [(r["length"], f"{r['runs_per_step']:g}", _where(r), format_time(r["kernel_s"]), format_time(r["host_s"]))
+           for r in (f.get("tiny_runs") or {}).get("runs", [])])
+    table("Transfers", ["dir", "memory", "where", "count", "MiB", "time", "GB/s"],
+          [(t["direction"], t["memory"], _where(t), t["count"], f"{t['bytes'] / 2**20:.1f}", format_time(t["time_s"]),
+            f"{t['GBps'] or 0:.1f}") for t in (f.get("transfers") or {}).get("rows", [])])
+    table("Top kernels", ["kernel", "where", "share", "calls/step", "mean"],
+          [(k["short"], _where(k), _pct(k["share"]), f"{k['calls_per_step']:g}", f"{k['mean_us']:.1f} us")
+           for k in (f.get("top_kernels") or {}).get("rows", [])[:8]])
+    if not f.get("gpu"):
+        table("Top ops (host time)", ["op", "where", "calls/step", "time"],
+              [(o["name"], _where(o), f"{o['calls_per_step']:g}", format_time(o["time_s"])) for o in f.get("top_ops", [])[:8]])
+    table("Largest launch gaps", ["gap", "before kernel", "host late", "cause", "where"],
+          [(format_time(g["gap_s"]), g["before"][:40], format_time(g.get("host_late_s") or 0),
+            (g.get("cause") or {}).get("what", "-")[:40], _where(g.get("cause") or {}))
+           for g in (f.get("launch_gaps") or {}).get("largest", [])])
+    if res.hotspots:
+        cp = res.hotspots["cprofile"]
+        s = cp["shares"]
+        console.print(f"Python: {format_time(cp['total_s'])} per call, [bold]{cp['verdict']}[/] (interpreter "
+                      f"{_pct(s['interpreter'])}, libraries {_pct(s['library'])}, allocation {_pct(s['allocation'])})")
+        table("cProfile top functions", ["function", "calls", "self", "cumulative", "kind"],
+              [(r["function"][:60], r["calls"], format_time(r["tottime_s"]), format_time(r["cumtime_s"]), r["category"])
+               for r in cp["top"][:10]])
+        for fn in res.hotspots["lines"]["functions"][:2]:
+            hot = sorted(fn["lines"], key=lambda r: -r["time_s"])[:6]
+            table(f"Hot lines of {fn['function']} ({res.hotspots['lines']['backend']})",
+                  ["line", "hits", "time", "share", "code"],
+                  [(r["line"], r["hits"], format_time(r["time_s"]), _pct(r["share"]), r["code"].strip()[:60]) for r in hot])
+        table("Hot loop nests", ["where", "depth", "share", "verdict"],
+              [(f"{loop['function']}:{loop['line']}", loop["depth"], _pct(loop["share"]), loop["verdict"][:70])
+               for loop in res.hotspots["hot_loops"]])
+    for r in res.recommendations:
+        console.print(f"[green]->[/] {r['text']}")
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {n}")

@@ -1,0 +1,157 @@
+"""profile(): run a function under torch.profiler (CPU + CUDA, shapes, Python stacks, NVTX) and read it.
+
+Passes, each its own call of the function, so the tools never stack on one another:
+  1. warm-up calls (compilation and allocation stay out of the trace);
+  2. `steps` calls under torch.profiler, each inside a `gpuspeed.step<i>` range (also an NVTX range on
+     a GPU, so an Nsight Systems capture of the same run shows the steps), written as a Chrome trace;
+  3. one call under sys.setprofile to place trace events at the user's source lines;
+  4. one call under cProfile and one under a line timer for the Python hotspots.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gpuspeed import device as _device
+from gpuspeed.errors import UserError
+from gpuspeed.profiling import advice, hotspots as _hotspots, sites as _sites
+from gpuspeed.profiling.trace import STEP_PREFIX, TraceAnalysis
+
+
+@dataclass
+class ProfileResult:
+    """Everything one profile() run found. `findings` and `hotspots` are plain JSON-able dicts."""
+
+    name: str
+    device: str
+    steps: int
+    trace_path: str | None
+    findings: dict
+    hotspots: dict | None
+    recommendations: list
+    notes: list = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "device": self.device, "steps": self.steps, "trace_path": self.trace_path,
+                "findings": self.findings, "hotspots": self.hotspots, "recommendations": self.recommendations,
+                "notes": self.notes, "params": self.params}
+
+    def summary(self) -> dict:
+        from gpuspeed.profiling.report import summary
+
+        return summary(self)
+
+    def markdown(self, level: int = 2) -> str:
+        from gpuspeed.profiling.report import markdown
+
+        return markdown(self, level=level)
+
+
+def sync_events_config():
+    """torch.profiler's experimental config with CUDA sync events, or None where this torch lacks it."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(enable_cuda_sync_events=True)
+    except (ImportError, TypeError, AttributeError, RuntimeError):
+        return None
+
+
+def _sync(on_gpu: bool) -> None:
+    if on_gpu:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: Path) -> tuple[dict, list]:
+    """Run fn `steps` times under torch.profiler; write the Chrome trace (.json.gz) to `path`; return it."""
+    import json
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    notes = []
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    extra = {}
+    if on_gpu:
+        cfg = sync_events_config()
+        if cfg is not None:
+            extra["experimental_config"] = cfg
+        else:
+            notes.append("this torch has no CUDA sync events in its profiler: syncs come from runtime calls")
+    nvtx = torch.cuda.nvtx if on_gpu else None
+    with profile(activities=activities, record_shapes=True, with_stack=True, **extra) as prof:
+        for i in range(steps):
+            if nvtx:
+                nvtx.range_push(f"{STEP_PREFIX}{i}")
+            with record_function(f"{STEP_PREFIX}{i}"):
+                fn(*args, **kwargs)
+            if nvtx:
+                nvtx.range_pop()
+        _sync(on_gpu)  # inside the profiler, so the last kernels land in the trace
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        with open(tmp) as f:
+            trace = json.load(f)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=5) as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(part, path)  # never a half-written trace under the final name
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return trace, notes
+
+
+def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict | None = None,
+            device: str = "auto", name: str | None = None, trace_path: str | os.PathLike | None = None,
+            hotspots: bool = True, line_backend: str = "auto") -> ProfileResult:
+    """Profile `fn(*args, **kwargs)` over `steps` calls and return the findings.
+
+    device: "auto" records CUDA activity when a GPU is present, "cpu" records host activity only.
+    trace_path: where the Chrome trace goes (default: a temporary folder); open it in Perfetto.
+    hotspots: also run cProfile and a line timer for the Python side.
+    line_backend: "auto" (line_profiler when installed), "line_profiler" or "settrace".
+    """
+    kwargs = kwargs or {}
+    if not callable(fn):
+        raise UserError(f"profile() needs a callable, got {type(fn).__name__}")
+    if steps < 1 or warmup < 0:
+        raise UserError("profile() needs steps >= 1 and warmup >= 0")
+    where = _device.resolve_device(device)
+    on_gpu = where == "cuda"
+    name = name or getattr(fn, "__name__", "fn")
+    notes = []
+    if not on_gpu:
+        notes.append("no CUDA device: host-side findings only (syncs are the calls that would block on a GPU "
+                     "tensor); kernel, gap and transfer findings need a GPU")
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    _sync(on_gpu)
+    path = Path(trace_path) if trace_path else Path(tempfile.mkdtemp(prefix="gpuspeed-profile-")) / \
+        f"{name}.trace.json.gz"
+    trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=path)
+    notes += more
+    sites = _sites.record_sites(fn, args, kwargs)
+    _sync(on_gpu)
+    findings = TraceAnalysis(trace, sites, steps=steps).findings()
+    hs = None
+    if hotspots:
+        hs = _hotspots.analyze(fn, args, kwargs, line_backend=line_backend)
+        _sync(on_gpu)
+        if hs["lines"].get("note"):
+            notes.append(hs["lines"]["note"])
+    recs = advice.recommend(findings, hs)
+    return ProfileResult(name=name, device=where, steps=steps, trace_path=str(path), findings=findings,
+                         hotspots=hs, recommendations=recs, notes=notes,
+                         params={"steps": steps, "warmup": warmup, "device": where, "hotspots": hotspots})

@@ -1,0 +1,125 @@
+"""Source lines for trace findings: which line of the user's code made each call.
+
+torch.profiler's Python events name each frame by its function's first line, not by the line that
+made the call. So one extra run of the function under `sys.setprofile` records, for every call made
+from user code, (caller function, callee) -> {caller line: count}. A trace event is then placed by
+walking up to its innermost user frame F and the call C directly under it, and looking (F, C) up here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_ADDR = re.compile(r" at 0x[0-9a-fA-F]+")
+_PYFRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+_PKG_DIR = str(Path(__file__).resolve().parents[1])  # src/gpuspeed
+_USER_INSIDE_PKG = (os.path.join(_PKG_DIR, "examples"),)
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            roots.add(p)
+    return tuple(os.path.realpath(r) for r in roots if r)
+
+
+_ROOTS = _library_roots()
+
+
+def is_user_file(path: str) -> bool:
+    """True for the user's own source: not the stdlib, not installed packages, not gpuspeed itself."""
+    if not path or path.startswith("<"):
+        return False
+    real = os.path.realpath(path)
+    if real.startswith(_USER_INSIDE_PKG):
+        return True
+    if real.startswith(_PKG_DIR + os.sep) or "site-packages" in real or "dist-packages" in real:
+        return False
+    return not any(real.startswith(r + os.sep) for r in _ROOTS)
+
+
+def callee_key(name: str) -> str:
+    """A trace python_function name, made comparable across runs (object addresses dropped)."""
+    m = _PYFRAME.match(name)
+    if m:
+        return f"{os.path.basename(m.group(1))}({m.group(2)}): {m.group(3)}"
+    return _ADDR.sub("", name)
+
+
+def code_key(code) -> str:
+    """The same key for a code object, as torch names a called Python function."""
+    return f"{os.path.basename(code.co_filename)}({code.co_firstlineno}): {code.co_name}"
+
+
+@dataclass
+class Sites:
+    """What one instrumented run saw: user functions, and call sites per (caller, callee)."""
+
+    user_funcs: dict = field(default_factory=dict)  # code_key -> (path, firstlineno, name)
+    calls: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))  # (F, C) -> {line: n}
+    sources: dict = field(default_factory=dict)  # path -> list of lines (for the report)
+
+    def lines_for(self, func_key: str, callee: str) -> dict[int, int]:
+        return dict(self.calls.get((func_key, callee), {}))
+
+    def where(self, func_key: str, callee: str | None) -> tuple[str | None, int | None, dict]:
+        """(path, line, {line: count}) for a call C made from user function F; line is the busiest."""
+        info = self.user_funcs.get(func_key)
+        if info is None:
+            return None, None, {}
+        lines = self.lines_for(func_key, callee) if callee else {}
+        line = max(lines, key=lines.get) if lines else info[1]
+        return info[0], line, lines
+
+    def source_line(self, path: str | None, line: int | None) -> str:
+        if not path or not line:
+            return ""
+        if path not in self.sources:
+            try:
+                self.sources[path] = Path(path).read_text().splitlines()
+            except OSError:
+                self.sources[path] = []
+        src = self.sources[path]
+        return src[line - 1].strip() if 0 < line <= len(src) else ""
+
+
+def record_sites(fn, args=(), kwargs=None) -> Sites:
+    """Run fn once under sys.setprofile and record every call site in user code."""
+    kwargs = kwargs or {}
+    sites = Sites()
+    user_cache: dict = {}
+
+    def user(code) -> bool:
+        u = user_cache.get(code)
+        if u is None:
+            u = user_cache[code] = is_user_file(code.co_filename)
+        return u
+
+    def hook(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            if user(code):
+                sites.user_funcs.setdefault(code_key(code), (os.path.realpath(code.co_filename),
+                                                            code.co_firstlineno, code.co_name))
+            caller = frame.f_back
+            if caller is not None and user(caller.f_code):
+                sites.calls[(code_key(caller.f_code), code_key(code))][caller.f_lineno] += 1
+        elif event == "c_call":
+            if user(frame.f_code):
+                sites.calls[(code_key(frame.f_code), callee_key(repr(arg)))][frame.f_lineno] += 1
+
+    old = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.setprofile(old)
+    return sites

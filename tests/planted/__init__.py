@@ -1,0 +1,1 @@
+"""Planted workloads with known profiling answers (see workloads.py)."""
