@@ -261,10 +261,31 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        out = body()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            out = body()
+    except BaseException:
+        _reset_generators_after_failed_capture()
+        raise
     torch.cuda.synchronize()
     return graph, out
+
+
+def _reset_generators_after_failed_capture() -> None:
+    """A capture that fails midway never runs the RNG's capture epilogue, and every later random op
+    then fails ("Offset increment outside graph capture"). Swap in a fresh state with the same seed
+    and offset so the process stays usable."""
+    import torch
+
+    for gen in torch.cuda.default_generators:
+        if not hasattr(gen, "graphsafe_get_state"):
+            continue
+        try:
+            fresh = torch.Generator(device=gen.device)
+            fresh.set_state(gen.get_state())
+            gen.graphsafe_set_state(fresh.graphsafe_get_state())
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -394,33 +415,70 @@ def _bench_cpu(fn, argsets, name, stopper, warmup_s, rotate) -> Measurement:
                      flush_l2=False, rotate=rotate, notes=notes)
 
 
+_sleep_rate: dict = {}
+
+
+def _cycles_per_second() -> float:
+    """SM cycles per second of torch.cuda._sleep on this device (measured once, with events)."""
+    import torch
+
+    idx = torch.cuda.current_device()
+    if idx not in _sleep_rate:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # wake the clocks
+        start.record()
+        torch.cuda._sleep(20_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        _sleep_rate[idx] = 20_000_000 / (start.elapsed_time(end) * 1e-3)
+    return _sleep_rate[idx]
+
+
+def hold_gpu(seconds: float) -> None:
+    """Keep the stream busy for `seconds` so that what the host enqueues next starts back to back.
+
+    Without it, a start event recorded on an idle GPU fires at once and the kernel after it arrives a
+    launch latency (~3 us) later: that latency would be charged to the kernel.
+    """
+    import torch
+
+    if seconds > 0 and hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(int(seconds * _cycles_per_second()))
+
+
 def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls) -> Measurement:
     import torch
 
-    stream_events = []
     i = 0
+    host_s = [20e-6]  # host time to enqueue one sample, refreshed as we go; sizes the hold
 
-    def launch_one():
+    def enqueue(start, end, body):
+        if flush:
+            flush_l2()
+        hold_gpu(min(2 * host_s[-1] + 5e-6, 5e-3))
+        t = time.perf_counter()
+        start.record()
+        out = body()
+        block_until_ready(out)
+        end.record()
+        host_s.append(time.perf_counter() - t)
+
+    def call():
         nonlocal i
         a, kw = argsets[i % len(argsets)]
         i += 1
-        if flush:
-            flush_l2()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        out = fn(*a, **kw)
-        block_until_ready(out)
-        end.record()
-        stream_events.append((start, end))
+        return fn(*a, **kw)
+
+    warm_events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
 
     def one() -> float:
-        launch_one()
+        enqueue(*warm_events, call)
         torch.cuda.synchronize()
-        s, e = stream_events.pop()
-        return s.elapsed_time(e) * 1e-3
+        return warm_events[0].elapsed_time(warm_events[1]) * 1e-3
 
     notes: list[str] = []
     typical, n_warm, settled = _settle(one, warmup_s)
+    host_s[:] = [float(np.median(host_s[-5:]))]
     notes.append(f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle"))
 
     use_graph = mode == "graph" or (mode == "auto" and typical < GRAPH_MODE_BELOW_S)
@@ -444,22 +502,14 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
     clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
     samples: list[float] = []
     batch = 10
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
+    body = graph.replay if graph is not None else call
     while not stopper.done(samples):
-        if graph is not None:
-            for _ in range(batch):
-                if flush:
-                    flush_l2()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                stream_events.append((start, end))
-        else:
-            for _ in range(batch):
-                launch_one()
+        for start, end in events:
+            enqueue(start, end, body)
         torch.cuda.synchronize()
-        samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in stream_events)
-        stream_events.clear()
+        samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in events)
+        host_s[:] = [float(np.median(host_s[-batch:]))]
     clocks["sm_mhz_after"] = _device.sm_clock_mhz()
     notes.insert(0, stopper.reason)
 
