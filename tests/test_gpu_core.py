@@ -96,3 +96,11 @@ def test_check_and_poison_on_device():
     x = torch.randn(1000, device="cuda")
     out.copy_(torch.sin(x))
     assert check(out, torch.sin(x.double())).passed
+
+
+def test_kernel_mode_times_the_kernel_alone():
+    a = torch.randn(4096, 4096, device="cuda")
+    k = bench(torch.mm, a, a, mode="kernel")
+    e = bench(torch.mm, a, a, mode="events")
+    assert k.mode == "kernel" and k.n >= 10
+    assert 0.9 * e.median < k.median <= e.median * 1.01  # no launch latency, same kernel
