@@ -34,7 +34,7 @@ def item_loop(x: torch.Tensor, n: int = ITEM_SYNCS) -> float:
 def tiny_kernels(x: torch.Tensor, k: int = TINY_KERNELS) -> torch.Tensor:
     """A run of k tiny in-place kernels on a small tensor: each far shorter than its launch."""
     for _ in range(k):
-        x.mul_(0.5)  # PLANTED: tiny
+        x.mul_(0.999)  # PLANTED: tiny
     return x
 
 

@@ -144,7 +144,9 @@ def markdown(res, level: int = 2) -> str:
 
 def print_report(res, console) -> None:
     """The rich console report."""
+    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     f = res.findings
     console.print(f"[bold]Profile of {res.name}[/] on {res.device}, {res.steps} steps. Trace: {res.trace_path}")
@@ -164,7 +166,7 @@ def print_report(res, console) -> None:
         for c in cols:
             t.add_column(c)
         for r in data:
-            t.add_row(*[str(x) for x in r])
+            t.add_row(*[Text(str(x)) for x in r])  # Text: source code holds [brackets]
         console.print(t)
 
     syncs = (f.get("host_syncs") or {}).get("groups", [])
@@ -205,6 +207,6 @@ def print_report(res, console) -> None:
               [(f"{loop['function']}:{loop['line']}", loop["depth"], _pct(loop["share"]), loop["verdict"][:70])
                for loop in res.hotspots["hot_loops"]])
     for r in res.recommendations:
-        console.print(f"[green]->[/] {r['text']}")
+        console.print(f"[green]->[/] {escape(r['text'])}")
     for n in res.notes:
-        console.print(f"[yellow]note:[/] {n}")
+        console.print(f"[yellow]note:[/] {escape(n)}")

@@ -49,14 +49,16 @@ def is_user_file(path: str) -> bool:
 def callee_key(name: str) -> str:
     """A trace python_function name, made comparable across runs (object addresses dropped)."""
     m = _PYFRAME.match(name)
-    if m:
-        return f"{os.path.basename(m.group(1))}({m.group(2)}): {m.group(3)}"
+    if m:  # a module's code: torch and Python disagree on its first line, so drop it
+        line = 0 if m.group(3) == "<module>" else m.group(2)
+        return f"{os.path.basename(m.group(1))}({line}): {m.group(3)}"
     return _ADDR.sub("", name)
 
 
 def code_key(code) -> str:
     """The same key for a code object, as torch names a called Python function."""
-    return f"{os.path.basename(code.co_filename)}({code.co_firstlineno}): {code.co_name}"
+    line = 0 if code.co_name == "<module>" else code.co_firstlineno
+    return f"{os.path.basename(code.co_filename)}({line}): {code.co_name}"
 
 
 @dataclass
@@ -116,10 +118,55 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
             if user(frame.f_code):
                 sites.calls[(code_key(frame.f_code), callee_key(repr(arg)))][frame.f_lineno] += 1
 
+    mode = _op_mode(sites, user)
     old = sys.getprofile()
     sys.setprofile(hook)
     try:
-        fn(*args, **kwargs)
+        if mode is None:
+            fn(*args, **kwargs)
+        else:
+            with mode:
+                fn(*args, **kwargs)
     finally:
         sys.setprofile(old)
     return sites
+
+
+_SLOT_OPS = {"getitem": ("select", "slice", "index", "alias", "as_strided"), "setitem": ("copy_", "index_put_",
+             "fill_", "slice", "select"), "truediv": ("div",), "floordiv": ("floor_divide", "div"),
+             "invert": ("bitwise_not",), "and": ("bitwise_and",), "or": ("bitwise_or",), "xor": ("bitwise_xor",),
+             "lshift": ("bitwise_left_shift",), "rshift": ("bitwise_right_shift",), "matmul": ("matmul", "mm")}
+
+
+def op_keys(torch_name: str) -> tuple[str, ...]:
+    """Callee keys for a torch function that Python sees as no call (an operator: `a @ b`, `x[i]`)."""
+    n = torch_name.strip("_")
+    inplace = torch_name.startswith("__i") and n[1:] in ("add", "sub", "mul", "truediv", "matmul", "and", "or")
+    if torch_name.startswith("__") and (inplace or (n.startswith("r") and n[1:] in _SLOT_OPS.keys() | {
+            "add", "sub", "mul", "pow", "mod"})):
+        n = n[1:]
+    names = _SLOT_OPS.get(n, (n,))
+    return tuple(f"op:{x}_" if inplace else f"op:{x}" for x in names)
+
+
+def op_key_of(aten_name: str) -> str:
+    """The callee key of an ATen op event, to match op_keys()."""
+    return "op:" + aten_name.split("::", 1)[-1].split(".", 1)[0]
+
+
+def _op_mode(sites: Sites, user):
+    """A TorchFunctionMode that records the lines of torch operators called straight from user code."""
+    try:
+        from torch.overrides import TorchFunctionMode
+    except ImportError:
+        return None
+
+    class _Lines(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            frame = sys._getframe(1)
+            if user(frame.f_code):
+                for k in op_keys(getattr(func, "__name__", "")):
+                    sites.calls[(code_key(frame.f_code), k)][frame.f_lineno] += 1
+            return func(*args, **(kwargs or {}))
+
+    return _Lines()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpuspeed.profiling.sites import Sites, callee_key
+from gpuspeed.profiling.sites import Sites, callee_key, op_key_of
 
 STEP_PREFIX = "gpuspeed.step"
 TINY_RUN_MIN = 8  # a run of at least this many consecutive launch-bound kernels is a finding
@@ -29,7 +29,7 @@ SYNC_APIS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchro
              "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH",
              "cuMemcpy"}
 # calls that block the host on a GPU tensor: on a CPU-only trace they are reported as "would sync"
-_SYNC_PRONE = re.compile(r"<built-in method (item|tolist|cpu|numpy) of Tensor|<built-in function print>|"
+_SYNC_PRONE = re.compile(r"<built-in method (item|tolist|cpu|numpy) of Tensor|"
                          r"_tensor\.py\(\d+\): (__repr__|__format__|__str__)")
 _EPS = 0.002  # us: tolerance for rounding in nested timestamps
 _GAP_BUCKETS_US = (1, 5, 20, 100, 1000)
@@ -133,7 +133,8 @@ class TraceAnalysis:
         f, c = self.user_call(node)
         if f is None:
             return {"file": None, "line": None, "function": None}
-        path, line, lines = self.sites.where(callee_key(f.name), callee_key(c.name) if c is not None else None)
+        ckey = None if c is None else op_key_of(c.name) if c.cat == "cpu_op" else callee_key(c.name)
+        path, line, lines = self.sites.where(callee_key(f.name), ckey)
         return {"file": path, "line": line, "function": callee_key(f.name).split(": ", 1)[-1],
                 "lines": {str(k): v for k, v in sorted(lines.items())} if len(lines) > 1 else None,
                 "code": self.sites.source_line(path, line)}

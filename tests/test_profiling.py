@@ -1,0 +1,107 @@
+"""Profiler on the CPU: planted host-side findings are exact; trace, CLI and output formats work."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from planted import expect  # noqa: E402
+from planted import workloads as w  # noqa: E402
+
+from gpuspeed.cli import main  # noqa: E402
+from gpuspeed.profiling import profile  # noqa: E402
+from gpuspeed.profiling.hotspots import loop_nests  # noqa: E402
+
+
+def test_item_syncs_exact_on_cpu():
+    (row,) = expect.check_item("cpu")
+    assert row["found"], row
+
+
+@pytest.mark.parametrize("backend", ["auto", "settrace"])
+def test_python_hotspot_exact(backend):
+    rows = expect.check_hotspot("cpu", n=60, line_backend=backend)
+    assert all(r["found"] for r in rows), rows
+    if backend == "settrace":
+        assert rows[1]["line_backend"] == "settrace"
+
+
+def test_trace_markdown_summary(tmp_path):
+    import torch
+
+    x = torch.randn(32)
+    res = profile(w.item_loop, x, steps=2, device="cpu", trace_path=tmp_path / "t.json.gz", hotspots=False)
+    with gzip.open(res.trace_path, "rt") as f:
+        trace = json.load(f)
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"gpuspeed.step0", "gpuspeed.step1"} <= names
+    md = res.markdown()
+    assert f"workloads.py:{w.planted_line('item')}" in md and "Host syncs" in md
+    s = res.summary()
+    assert s["host_syncs"] == 2 * w.ITEM_SYNCS and s["gpu"] is False
+    ops = {o["name"]: o for o in res.findings["top_ops"]}
+    assert ops["aten::item"]["calls_per_step"] == w.ITEM_SYNCS and ops["aten::item"]["line"] == w.planted_line("item")
+
+
+def test_operator_lines_are_placed():
+    import torch
+
+    def f(x):
+        y = x @ x  # operators make no Python call: placed through a TorchFunctionMode
+        return y[0] * 2
+
+    res = profile(f, torch.randn(16, 16), steps=1, device="cpu", hotspots=False)
+    first = f.__code__.co_firstlineno
+    ops = {o["name"]: o["line"] for o in res.findings["top_ops"]}
+    assert ops["aten::matmul"] == first + 1 and ops["aten::mul"] == first + 2
+
+
+def test_loop_nests_verdicts():
+    src = ("def g(a, n):\n    for i in range(n):\n        for j in range(n):\n            a[i, j] += 1\n"
+           "    while n:\n        n -= 1\n")
+    loops = loop_nests(src, 10, {12: 1.0, 13: 3.0, 15: 0.5}, 4.5)
+    assert [(lp["line"], lp["depth"]) for lp in loops] == [(11, 2), (14, 1)]
+    assert "GPU kernel" in loops[0]["verdict"]
+
+
+def test_cli_function_writes_results(tmp_path, capsys):
+    target = f"{Path(w.__file__)}:item_loop"
+    rc = main(["profile", "--function", target, "--input", "x=float32[64]", "--input", "n=int:5", "--steps", "2",
+               "--device", "cpu", "--no-hotspots", "--out", str(tmp_path), "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"]["host_syncs"] == 10
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    assert doc["study"] == "profile" and doc["summary"]["host_syncs"] == 10
+    assert (tmp_path / "profile.md").read_text().startswith("## Profile: item_loop")
+    assert (tmp_path / "item_loop.trace.json.gz").is_file()
+
+
+def test_cli_script_mode(tmp_path, capsys):
+    script = tmp_path / "s.py"
+    script.write_text("import sys, torch\nx = torch.randn(8)\nfor a in sys.argv[1:]:\n    print(x[0].item())\n")
+    rc = main(["profile", str(script), "a", "b", "c", "--device", "cpu", "--no-hotspots", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    groups = out["findings"]["host_syncs"]["groups"]
+    assert [(g["kind"], g["line"], g["count"]) for g in groups] == [(".item()", 4, 3)]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["profile", "--function", "nofile.py:f"], "no such file"),
+    (["profile", "--function", "X:f", "--input", "x=float32[4"], "no such file"),
+    (["profile"], "either a script"),
+])
+def test_cli_errors_exit_2(argv, msg, capsys):
+    assert main(argv) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_cli_bad_spec_exit_2(capsys):
+    target = f"{Path(w.__file__)}:item_loop"
+    assert main(["profile", "--function", target, "--input", "x=float32[4"]) == 2
+    assert "bad input spec" in capsys.readouterr().err
