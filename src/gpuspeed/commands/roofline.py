@@ -1,0 +1,90 @@
+"""`gpuspeed roofline`: measure this device's ceilings, the AI sweep and the built-in placements."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def roofline(
+        quick: bool = typer.Option(False, "--quick", help="Smaller sizes and shorter timing (under a minute on a CPU)."),
+        dtype: list[str] = typer.Option(None, "--dtype", help="Only these dtypes in sweep and placements: "
+                                                               "fp32, tf32, bf16 (repeat or comma-separate)."),
+        device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+        out: str = typer.Option(None, "--out", help="Write roofline.json, roofline.md, roofline.png/.svg here."),
+        as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+        no_sweep: bool = typer.Option(False, "--no-sweep", help="Skip the arithmetic-intensity sweep."),
+        no_place: bool = typer.Option(False, "--no-place", help="Skip the built-in placements."),
+    ):
+        """Measured roofline: memory and compute ceilings, the AI sweep, built-in workloads placed on it."""
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Table
+
+        from gpuspeed.roofline.study import Study
+
+        console = Console(stderr=as_json)
+        dtypes = [d.strip() for item in (dtype or []) for d in item.split(",") if d.strip()] or None
+        study = Study(device=device, quick=quick, dtypes=dtypes, sweep=not no_sweep, workloads=not no_place)
+        if study.kind == "cpu":
+            console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
+        steps = study.steps()
+        with Progress(TextColumn("{task.description:<40}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("roofline", total=len(steps))
+            for label, fn in steps:
+                bar.update(task, description=label)
+                fn()
+                bar.advance(task)
+        doc = study.document()
+        if out:
+            from pathlib import Path
+
+            from gpuspeed.results import write_results
+            from gpuspeed.roofline.plot import plot
+            from gpuspeed.roofline.report import markdown
+
+            path = write_results(doc, out)
+            md = Path(out) / "roofline.md"
+            tmp = md.with_suffix(".md.tmp")
+            tmp.write_text(markdown(doc))
+            tmp.replace(md)  # never half-written
+            pics = plot(doc, out)
+            console.print(f"wrote {path}, {md}, {', '.join(str(p) for p in pics)}")
+        if as_json:
+            print(json.dumps(doc, indent=1))
+            return
+        gpu = study.kind == "cuda"
+        t = Table(title=f"Ceilings: {doc['device']['name']}")
+        for col in ("ceiling", "value", "% datasheet", "how"):
+            t.add_column(col)
+        for c in study.ceil.rows:
+            if c.error:
+                t.add_row(c.name, "[red]error[/]", "", c.error[:80])
+            else:
+                v = c.value if c.kind == "memory" or gpu else c.value * 1e3
+                unit = c.unit if c.kind == "memory" or gpu else "GFLOP/s"
+                pct = f"{c.pct_of_datasheet:.1f}" if c.pct_of_datasheet is not None else "-"
+                t.add_row(c.name, f"{v:,.1f} {unit}", pct, c.how)
+        console.print(t)
+        p = Table(title="Placements")
+        for col in ("workload", "FLOP/B", "achieved", "GB/s", "% of roof", "bound"):
+            p.add_column(col)
+        for r in study.placements:
+            if "error" in r:
+                p.add_row(r["name"], "[red]error[/]", r["error"][:60], "", "", "")
+                continue
+            ach = f"{r['TFLOPs']:,.3g} TFLOP/s" if gpu else f"{r['TFLOPs'] * 1e3:,.3g} GFLOP/s"
+            pct = f"{r['pct_of_roof']:.1f}" if r.get("pct_of_roof") is not None else "-"
+            p.add_row(r["name"], f"{r['ai']:.3g}", ach, f"{r['GBps']:,.0f}", pct, str(r.get("bound")))
+        if study.placements:
+            console.print(p)
+        s = Table(title="Summary")
+        s.add_column("key")
+        s.add_column("value")
+        for k, v in doc["summary"].items():
+            s.add_row(k, "-" if v is None else f"{v:,.4g}" if isinstance(v, float) else str(v))
+        console.print(s)

@@ -1,0 +1,149 @@
+"""place(): put any function on the measured roofline.
+
+Times `fn` with bench(), counts its FLOPs with torch's FlopCounterMode (matmul, conv, attention) unless
+the caller gives them, and counts its bytes as the minimum traffic (every input tensor read once, every
+output written once) unless overridden. The roof at its intensity comes from a Ceilings object: the best
+device-memory bandwidth and the compute ceiling of its unit (bf16, tf32, fp32, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from gpuspeed.errors import UserError
+from gpuspeed.roofline import model
+from gpuspeed.roofline.ceilings import Ceilings
+from gpuspeed.timing import bench
+
+
+def _tensors(obj) -> list:
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return [obj] if type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "untyped_storage") else []
+
+
+def min_bytes(args: Any, out: Any) -> int:
+    """Minimum traffic: each distinct input tensor read once plus each output tensor written once."""
+    seen, total = set(), 0
+    for t in _tensors(args):
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    return total + sum(t.numel() * t.element_size() for t in _tensors(out))
+
+
+def count_flops(fn: Callable, *args, kwargs: dict | None = None) -> tuple[int, Any]:
+    """(FLOPs counted by torch's FlopCounterMode, output) for one call of a torch function."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        out = fn(*args, **(kwargs or {}))
+    return int(counter.get_total_flops()), out
+
+
+def default_unit(args: Any, counted: bool) -> str:
+    """The compute ceiling a function is held to: tensor-core unit for counted (matmul-like) torch ops on
+    16-bit or TF32 data, else the CUDA-core unit of its dtype (fp32, or fp64)."""
+    import torch
+
+    dts = {t.dtype for t in _tensors(args) if t.is_floating_point()}
+    if torch.float64 in dts:
+        return "fp64"
+    if not counted:
+        return "fp32"
+    for dt, unit in ((torch.float8_e4m3fn, "fp8"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        if dt in dts:
+            return unit
+    return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
+
+
+@dataclass
+class Placement:
+    name: str
+    flops: float
+    bytes: int
+    ai: float  # FLOP/byte
+    time_s: float
+    TFLOPs: float  # achieved
+    GBps: float  # achieved
+    unit: str  # the compute ceiling it is held to
+    compute_ceiling: str
+    roof_TFLOPs: float | None  # the roof at its intensity
+    pct_of_roof: float | None
+    bound: str | None  # "memory" or "compute"
+    pct_of_mem_roof: float | None = None  # achieved GB/s over the device-memory roof
+    flops_source: str = "counted"
+    rel_noise: float = math.nan
+    samples: int = 0
+    throttled: bool = False
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilings, unit: str) -> dict:
+    """The roofline numbers of one measured point (shared by place() and the tests)."""
+    ai = model.intensity(flops, nbytes)
+    cname, peak_T = ceilings.compute_TFLOPs(unit)
+    bw = ceilings.mem_roof_GBps()
+    d = {"name": name, "flops": flops, "bytes": nbytes, "ai": ai, "time_s": time_s,
+         "TFLOPs": flops / time_s / 1e12, "GBps": nbytes / time_s / 1e9, "unit": unit,
+         "compute_ceiling": cname, "roof_TFLOPs": None, "pct_of_roof": None, "bound": None,
+         "pct_of_mem_roof": None}
+    if peak_T and bw and ai > 0:
+        r = model.roof(ai, peak_T * 1e12, bw * 1e9)
+        d |= {"roof_TFLOPs": r / 1e12, "pct_of_roof": 100 * d["TFLOPs"] * 1e12 / r,
+              "bound": model.bound(ai, peak_T * 1e12, bw * 1e9), "pct_of_mem_roof": 100 * d["GBps"] / bw}
+    return d
+
+
+def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
+          ceilings: Ceilings | None = None, name: str | None = None, unit: str | None = None,
+          kwargs: dict | None = None, **bench_kwargs) -> Placement:
+    """Time `fn(*args)` and place it on the roofline of `ceilings` (measured quickly when not given).
+
+    flops: FLOPs per call (default: counted by FlopCounterMode; elementwise ops count zero there, so give
+    them). bytes: bytes per call (default: the minimum traffic). unit: the compute ceiling (default from
+    the dtypes, see default_unit). bench_kwargs go to gpuspeed.timing.bench.
+    """
+    kwargs = kwargs or {}
+    name = name or getattr(fn, "__name__", "fn")
+    source = "given"
+    if flops is None:
+        flops, out = count_flops(fn, *args, kwargs=kwargs)
+        source = "counted by FlopCounterMode"
+        if flops == 0:
+            raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts matmul, conv and attention "
+                            "only); pass flops=")
+    else:
+        out = fn(*args, **kwargs)
+    if flops <= 0:
+        raise UserError(f"{name}: flops must be positive")
+    nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
+    if nbytes <= 0:
+        raise UserError(f"{name}: no tensor bytes found; pass bytes=")
+    unit = unit or default_unit((args, kwargs), source != "given")
+    if ceilings is None:
+        ceilings = cached_ceilings()
+    m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
+    d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
+    return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
+                     notes=list(m.notes))
+
+
+_cache: dict = {}
+
+
+def cached_ceilings(device: str = "auto") -> Ceilings:
+    """Quick ceilings for this device, measured once per process."""
+    from gpuspeed.roofline.ceilings import ceilings
+
+    if device not in _cache:
+        _cache[device] = ceilings(device, quick=True)
+    return _cache[device]

@@ -1,0 +1,50 @@
+"""Markdown report of a roofline results document: summary, ceilings, AI sweep, placements."""
+
+from __future__ import annotations
+
+
+def _f(v, fmt=",.1f") -> str:
+    return "-" if v is None else format(v, fmt) if isinstance(v, (int, float)) else str(v)
+
+
+def markdown(doc: dict) -> str:
+    gpu = doc["params"].get("device") == "cuda"
+    dev = doc.get("device", {})
+    lines = [f"# Roofline: {dev.get('name', '?')}", "",
+             f"Created {doc['created']}, git {doc.get('git')}, quick={doc['params'].get('quick')}. "
+             "Memory in GB/s (bytes read + written), compute in TFLOP/s.", "", "## Summary", "",
+             "| key | value |", "| --- | --- |"]
+    lines += [f"| {k} | {_f(v, ',.4g')} |" for k, v in doc["summary"].items()]
+    lines += ["", "## Ceilings", "", "| ceiling | value | unit | % datasheet | how | noise |",
+              "| --- | ---: | --- | ---: | --- | ---: |"]
+    for r in (r for r in doc["rows"] if r.get("section") == "ceiling"):
+        unit = "GB/s" if r["kind"] == "memory" else "TFLOP/s"
+        if r.get("error"):
+            lines.append(f"| {r['name']} | error | | | {r['error'][:120]} | |")
+            continue
+        noise = f"{100 * r['rel_noise']:.2f}%" if r.get("rel_noise") is not None else "-"
+        lines.append(f"| {r['name']} | {_f(r['value'])} | {unit} | {_f(r.get('pct_of_datasheet'))} | "
+                     f"{r['how']} | {noise} |")
+    sweep = [r for r in doc["rows"] if r.get("section") == "sweep"]
+    if sweep:
+        lines += ["", "## AI sweep (CUDA-core FMA chains)", "", "| dtype | FLOP/byte | TFLOP/s | GB/s | note |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        for r in sweep:
+            lines.append(f"| {r['dtype']} | {r['ai']:g} | {_f(r.get('TFLOPs'), ',.2f')} | {_f(r.get('GBps'))} | "
+                         f"{r.get('error', '')} |")
+    placed = [r for r in doc["rows"] if r.get("section") == "placement"]
+    if placed:
+        lines += ["", "## Placements", "",
+                  "| workload | FLOP/byte | TFLOP/s | GB/s | roof TFLOP/s | % of roof | bound | ceiling | note |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+        for r in placed:
+            if r.get("error"):
+                lines.append(f"| {r['name']} | | | | | | | | error: {r['error'][:100]} |")
+                continue
+            lines.append(f"| {r['name']} | {r['ai']:.3g} | {_f(r['TFLOPs'], ',.3g')} | {_f(r['GBps'])} | "
+                         f"{_f(r.get('roof_TFLOPs'), ',.3g')} | {_f(r.get('pct_of_roof'))} | {r.get('bound')} | "
+                         f"{r.get('compute_ceiling')} | {r.get('flops_source', '')} |")
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in doc.get("notes", [])]
+    if not gpu:
+        lines.append("- CPU run: compute ceilings in TFLOP/s here (x1000 for GFLOP/s in the plot)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,171 @@
+"""The roofline study: ceilings, the AI sweep and the built-in placements, as one results document.
+
+`steps()` lists every measuring step (so a front end can show a progress bar with a known total);
+`run()` executes them and returns the document (gpuspeed.results schema) with the summary keys of the
+roofline issue. A step that fails records its error in its row; the others still run.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Callable
+
+from gpuspeed import device as _device
+from gpuspeed.results import make_results
+from gpuspeed.roofline.ceilings import ceiling_steps
+from gpuspeed.roofline import sweep as S
+from gpuspeed.roofline.ceilings import Ceiling, Ceilings
+from gpuspeed.roofline.place import count_flops, default_unit, place
+from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
+
+DTYPES = ("fp32", "tf32", "bf16")
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
+class Study:
+    def __init__(self, device: str = "auto", quick: bool = False, dtypes: list[str] | None = None,
+                 sweep: bool = True, workloads: bool = True):
+        self.info = _device.get_device(device)
+        self.kind = self.info.kind
+        self.quick = quick
+        self.dtypes = list(dtypes or DTYPES)
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad:
+            from gpuspeed.errors import UserError
+
+            raise UserError(f"unknown dtype {bad[0]!r}: use {', '.join(DTYPES)}")
+        self.do_sweep, self.do_workloads = sweep, workloads
+        self.ceil = Ceilings(self.kind, self.info.name)
+        self.sweep_rows: list[dict] = []
+        self.placements: list[dict] = []
+        self.notes: list[str] = []
+        if self.kind == "cpu":
+            self.notes.append("no CUDA device: CPU roofline (torch copy/sum/fill bandwidth, torch.mm GFLOP/s); "
+                              "no AI sweep (Triton kernels need a GPU)")
+
+    # -- the plan -----------------------------------------------------------------------------------
+
+    def steps(self) -> list[tuple[str, Callable[[], None]]]:
+        out = [(label, self._ceiling_step(label, fn)) for label, fn in ceiling_steps(self.kind, self.quick)]
+        if self.do_sweep and self.kind == "cuda":
+            sweep_dtypes = [d for d in ("fp32", "bf16") if d in self.dtypes]
+            n = 2**26 if self.quick else 2**28
+            out += [(label, self._sweep_step(fn)) for label, fn in S.sweep_steps(sweep_dtypes, n, self.quick)]
+        if self.do_workloads:
+            out += [(f"place {w.name}", self._place_step(w)) for w in builtin(self.kind, self.quick, self.dtypes)]
+        return out
+
+    def _ceiling_step(self, label, fn):
+        def run():
+            try:
+                c = fn()
+            except Exception as exc:
+                c = Ceiling(name=label, kind="memory", error=_err(exc))
+            if isinstance(c, Ceiling):
+                self.ceil.rows.append(c)
+        return run
+
+    def _sweep_step(self, fn):
+        def run():
+            row = fn()
+            if isinstance(row, dict):
+                self.sweep_rows.append(row)
+        return run
+
+    def _place_step(self, w: Workload):
+        def run():
+            row = {"name": w.name, "group": w.group, "dtype": w.dtype, "notes": list(w.notes)}
+            try:
+                with matmul_precision(w.precision):
+                    fn, args = w.make()
+                    if w.flops is not None:
+                        flops, source = w.flops(args), "given (convention in workloads.py)"
+                    else:
+                        flops, _ = count_flops(fn, *args)
+                        source = "counted by FlopCounterMode"
+                        if flops == 0 and w.group == "attention":
+                            flops, source = sdpa_flops(args), "4BHS^2D (FlopCounterMode counted none here)"
+                    unit = w.unit or default_unit(args, counted=w.group in ("matmul", "attention"))
+                    bkw = dict(budget_s=0.4 if self.quick else 0.8, warmup_s=0.15 if self.quick else 0.25)
+                    p = place(fn, *args, flops=flops, bytes=w.nbytes(args) if w.nbytes else None,
+                              ceilings=self.ceil, name=w.name, unit=unit, **bkw)
+                row |= p.to_dict() | {"flops_source": source}
+                row["notes"] = list(w.notes) + p.notes
+            except Exception as exc:  # keep the other placements
+                row["error"] = _err(exc)
+            finally:
+                fn = args = None
+                gc.collect()
+            self.placements.append(row)
+        return run
+
+    # -- the document -------------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[str], None] | None = None) -> dict:
+        for label, fn in self.steps():
+            if progress:
+                progress(label)
+            fn()
+        return self.document()
+
+    def summary(self) -> dict:
+        c = self.ceil
+        copy, mem = c.value("copy"), c.mem_roof_GBps()
+        s: dict = {
+            "copy_GBps": copy, "read_GBps": c.value("read"), "write_GBps": c.value("write"),
+            "l2_GBps": c.value("l2"), "torch_copy_GBps": c.value("torch_copy"), "mem_roof_GBps": mem,
+            "fp32_fma_TFLOPs": c.value("fp32") if self.kind == "cuda" else None,
+            "fp32_TFLOPs": c.value("fp32"), "fp64_TFLOPs": c.value("fp64"), "tf32_mm_TFLOPs": c.value("tf32"),
+            "bf16_mm_TFLOPs": c.value("bf16"), "fp16_mm_TFLOPs": c.value("fp16"), "fp8_mm_TFLOPs": c.value("fp8"),
+        }
+        torch_mm = [p for p in self.placements if p.get("group") == "matmul" and p.get("dtype") == "bf16"
+                    and "TFLOPs" in p]
+        big = max(torch_mm, key=lambda p: p["flops"], default=None)
+        s["bf16_mm_torch_TFLOPs"] = big["TFLOPs"] if big else None
+        s["bf16_mm_torch_N"] = round((big["flops"] / 2) ** (1 / 3)) if big else None
+        if s["bf16_mm_TFLOPs"] and s["bf16_mm_torch_TFLOPs"]:
+            s["bf16_mm_over_torch"] = s["bf16_mm_TFLOPs"] / s["bf16_mm_torch_TFLOPs"]
+        for unit in ("bf16", "fp32"):
+            peak = c.value(unit)
+            s[f"ridge_{unit}_flop_per_byte"] = peak * 1e12 / (mem * 1e9) if peak and mem else None
+        for dt, r in S.ridges(self.sweep_rows).items():
+            s[f"sweep_ridge_{dt}_flop_per_byte"] = r["ridge"]
+            s[f"sweep_peak_{dt}_TFLOPs"] = r["peak_flops"] / 1e12 if r["peak_flops"] else None
+            s[f"sweep_GBps_{dt}"] = r["bandwidth"] / 1e9 if r["bandwidth"] else None
+        elem = [p for p in self.placements if p.get("group") == "elementwise" and "GBps" in p]
+        s["elementwise_pct_of_copy_roof"] = min(100 * p["GBps"] / copy for p in elem) if elem and copy else None
+        placed = [p for p in self.placements if p.get("pct_of_roof") is not None]
+        s["max_pct_of_roof"] = max((p["pct_of_roof"] for p in placed), default=None)
+        s["n_errors"] = (sum(1 for r in c.rows if r.error) + sum(1 for r in self.sweep_rows if "error" in r)
+                         + sum(1 for p in self.placements if "error" in p))
+        return s
+
+    def document(self) -> dict:
+        rows = ([{"section": "ceiling", **r} for r in self.ceil.to_dict()["rows"]]
+                + [{"section": "sweep", **r} for r in self.sweep_rows]
+                + [{"section": "placement", **p} for p in self.placements])
+        params = {"device": self.kind, "quick": self.quick, "dtypes": self.dtypes, "sweep": self.do_sweep,
+                  "workloads": self.do_workloads, "device_name": self.info.name}
+        notes = list(self.notes) + [
+            "ceilings: best candidate of each row; every candidate was checked for correctness before timing",
+            "memory roof of placements = best measured device-memory stream (copy, read, write, torch); "
+            "ridge_<unit> = that unit's ceiling over it",
+            "bf16 ceiling = best torch.mm (cuBLAS) shape/layout; bf16_mm_torch_TFLOPs = the largest bf16 torch.mm "
+            "placement, timed separately",
+        ]
+        if self.kind == "cuda":
+            notes.append("AI sweep: fp32 FMA chains on the CUDA cores (bf16 = bf16 storage, fp32 math); "
+                         "its ridge is the CUDA-core ridge, ridge_bf16 the tensor-core one")
+        return make_results("roofline", params=params, summary=self.summary(), rows=rows, notes=notes,
+                            device=self.kind)
+
+
+def ceilings_from_results(doc: dict) -> Ceilings:
+    """The Ceilings of a roofline results document (for notebooks and plots)."""
+    known = set(Ceiling.__dataclass_fields__)
+    rows = [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in doc["rows"]
+            if r.get("section") == "ceiling"]
+    return Ceilings(doc["params"].get("device", "cuda"), doc["params"].get("device_name", ""), rows)

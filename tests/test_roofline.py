@@ -1,0 +1,120 @@
+"""Roofline arithmetic, FLOP and byte counting, placement numbers, and the CLI's JSON / Markdown / plots (CPU)."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from gpuspeed.roofline import model
+from gpuspeed.roofline.ceilings import Ceiling, Ceilings
+from gpuspeed.roofline.place import count_flops, default_unit, locate, min_bytes, place
+from gpuspeed.roofline.sweep import flops_list, reference
+from gpuspeed.roofline.workloads import sdpa_flops
+
+
+def test_intensity_and_roof_hand_cases():
+    assert model.intensity(1e9, 4e9) == 0.25  # fp32 add a+b: 1 FLOP per 12 bytes... here 1/4
+    assert model.intensity(2 * 8192**3, 3 * 8192**2 * 2) == pytest.approx(8192 / 3)  # bf16 N^3 matmul
+    assert model.intensity(5, 0) == math.inf
+    # 4 TB/s, 800 TFLOP/s: ridge 200; at AI 10 the roof is 40 TFLOP/s, at 1000 it is the peak
+    assert model.ridge(800e12, 4e12) == 200
+    assert model.roof(10, 800e12, 4e12) == 40e12
+    assert model.roof(1000, 800e12, 4e12) == 800e12
+    assert model.bound(199.9, 800e12, 4e12) == "memory" and model.bound(200, 800e12, 4e12) == "compute"
+    assert model.pct_of_roof(20e12, 10, 800e12, 4e12) == pytest.approx(50.0)
+    with pytest.raises(ValueError):
+        model.roof(1, 0, 1)
+
+
+def test_ridge_from_curve():
+    pts = [(0.25, 1e12, 4e12), (1, 3.9e12, 3.9e12), (16, 50e12, 3.1e12), (64, 60e12, 0.9e12)]
+    r = model.ridge_from_curve(pts)
+    assert r["bandwidth"] == 4e12 and r["peak_flops"] == 60e12 and r["ridge"] == 15.0 and r["knee"] == 64
+    assert model.ridge_from_curve([])["ridge"] is None
+
+
+def _ceil():
+    return Ceilings("cuda", "test", [Ceiling("copy", "memory", 4000.0), Ceiling("read", "memory", 4500.0),
+                                     Ceiling("l2", "memory", 20000.0), Ceiling("fp32", "compute", 60.0),
+                                     Ceiling("bf16", "compute", 800.0)])
+
+
+def test_locate_memory_and_compute_points():
+    c = _ceil()
+    assert c.mem_roof_GBps() == 4500.0  # L2 is not a device-memory roof
+    # add of 2^28 fp32 in 1 ms: 3 GiB moved, AI 1/12
+    n = 2**28
+    d = locate("add", n, 12 * n, 1e-3, c, "fp32")
+    assert d["ai"] == pytest.approx(1 / 12) and d["bound"] == "memory"
+    assert d["GBps"] == pytest.approx(12 * n / 1e-3 / 1e9)
+    assert d["roof_TFLOPs"] == pytest.approx(4500e9 / 12 / 1e12)
+    assert d["pct_of_roof"] == pytest.approx(100 * d["GBps"] / 4500)
+    # bf16 8192^3 in 1.6 ms: compute-bound against 800 TFLOP/s
+    f = 2 * 8192**3
+    d = locate("mm", f, 3 * 8192**2 * 2, 1.6e-3, c, "bf16")
+    assert d["bound"] == "compute" and d["roof_TFLOPs"] == 800.0
+    assert d["pct_of_roof"] == pytest.approx(100 * f / 1.6e-3 / 800e12)
+    assert c.compute_TFLOPs("tf32") == ("fp32", 60.0)  # unmeasured unit falls back to fp32
+
+
+def test_flop_and_byte_counting_of_known_ops():
+    a, b = torch.randn(64, 32), torch.randn(32, 48)
+    flops, out = count_flops(torch.mm, a, b)
+    assert flops == 2 * 64 * 32 * 48
+    assert min_bytes((a, b), out) == 4 * (64 * 32 + 32 * 48 + 64 * 48)
+    x = torch.randn(1000)
+    assert min_bytes((x, x), x + x) == 2 * 4000  # the same tensor twice is read once
+    flops, _ = count_flops(torch.add, x, x)
+    assert flops == 0  # elementwise: FlopCounterMode counts none, callers give them
+    q = torch.randn(1, 2, 16, 8)
+    assert sdpa_flops((q, q, q)) == 4 * 2 * 16 * 16 * 8
+    assert default_unit((a.bfloat16(),), counted=True) == "bf16"
+    assert default_unit((a,), counted=False) == "fp32"
+    assert default_unit((a.double(),), counted=True) == "fp64"
+
+
+def test_place_on_cpu_measures_and_refuses_uncounted():
+    c = Ceilings("cpu", "cpu", [Ceiling("copy", "memory", 10.0), Ceiling("fp32", "compute", 0.1)])
+    a, b = torch.randn(128, 128), torch.randn(128, 128)
+    p = place(torch.mm, a, b, ceilings=c, budget_s=0.2, warmup_s=0.05, device="cpu")
+    assert p.flops == 2 * 128**3 and p.bytes == 3 * 128 * 128 * 4 and p.time_s > 0
+    assert p.TFLOPs == pytest.approx(p.flops / p.time_s / 1e12)
+    assert p.bound == "compute"
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError):
+        place(torch.add, a, b, ceilings=c)
+
+
+def test_sweep_intensities():
+    assert [f / 8 for f in flops_list(4)] == [0.25 * 2**i for i in range(11)]
+    assert [f / 4 for f in flops_list(2)] == [0.25 * 2**i for i in range(11)]
+    x = torch.rand(10).double().numpy()
+    assert reference(x, 1, 0.5, 0.25) == pytest.approx(x + 0.25)
+    assert reference(x, 4, 0.5, 0.25) == pytest.approx((x * 0.5 + 0.25) * 0.5 + 0.25)
+
+
+def test_cli_quick_cpu_writes_json_md_and_plots(tmp_path, capsys):
+    from gpuspeed.cli import main
+
+    assert main(["roofline", "--quick", "--device", "cpu", "--out", str(tmp_path), "--dtype", "fp32"]) == 0
+    doc = json.loads((tmp_path / "roofline.json").read_text())
+    s = doc["summary"]
+    for key in ("copy_GBps", "read_GBps", "write_GBps", "bf16_mm_TFLOPs", "ridge_bf16_flop_per_byte",
+                "elementwise_pct_of_copy_roof"):
+        assert key in s
+    assert s["copy_GBps"] > 0 and s["n_errors"] == 0
+    placed = [r for r in doc["rows"] if r["section"] == "placement"]
+    assert placed and all(r["dtype"] == "fp32" for r in placed)
+    assert next(r for r in placed if r["name"] == "add fp32")["bound"] == "memory"
+    assert (tmp_path / "roofline.png").stat().st_size > 10_000
+    assert (tmp_path / "roofline.svg").read_text().lstrip().startswith("<?xml")
+    assert "| copy |" in (tmp_path / "roofline.md").read_text()
+
+
+def test_cli_bad_dtype_is_one_line_error(capsys):
+    from gpuspeed.cli import main
+
+    assert main(["roofline", "--quick", "--device", "cpu", "--dtype", "fp99"]) == 2
+    assert "gpuspeed: error: unknown dtype 'fp99'" in capsys.readouterr().err

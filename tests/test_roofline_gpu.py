@@ -1,0 +1,45 @@
+"""GPU sanity of the measured ceilings: none above its datasheet figure by more than 5 %; placements' bounds."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ceil():
+    from gpuspeed.roofline import ceilings
+
+    return ceilings("cuda", quick=True, nbytes=2**30)
+
+
+def test_no_ceiling_above_datasheet(ceil):
+    rows = [c for c in ceil.rows if c.value]
+    assert {"copy", "read", "write", "fp32", "bf16"} <= {c.name for c in rows}, [c.error for c in ceil.rows]
+    over = [(c.name, c.value, c.pct_of_datasheet) for c in rows if c.pct_of_datasheet and c.pct_of_datasheet > 105]
+    assert not over, over
+    for c in rows:  # every candidate that ran passed its correctness check first
+        assert any("value" in cand for cand in c.candidates)
+
+
+def test_placements_bounds(ceil):
+    import torch
+
+    from gpuspeed.roofline import place
+
+    x, y = torch.rand(2**26, device="cuda") + 0.5, torch.rand(2**26, device="cuda") + 0.5
+    p = place(torch.add, x, y, flops=x.numel(), ceilings=ceil, budget_s=0.3)
+    assert p.bound == "memory" and p.pct_of_roof < 105
+    a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    p = place(torch.mm, a, b, ceilings=ceil, budget_s=0.3)
+    assert p.flops == 2 * 8192**3 and p.bound == "compute" and p.pct_of_roof < 105
+
+
+def test_sdpa_flops_counted_on_gpu():
+    import torch
+
+    from gpuspeed.roofline.place import count_flops
+    from gpuspeed.roofline.workloads import sdpa_flops
+
+    q = torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16)
+    flops, _ = count_flops(torch.nn.functional.scaled_dot_product_attention, q, q, q)
+    assert flops == sdpa_flops((q, q, q))
