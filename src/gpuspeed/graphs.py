@@ -247,7 +247,7 @@ class Graphed:
     def _copy_in(self, entry: _Entry, args) -> None:
         leaves: list = []
         _flatten(args, leaves)
-        for dst, src in zip(entry.static_leaves, leaves):
+        for dst, src in zip(entry.static_leaves, leaves, strict=True):
             if not _is_tensor(dst) or src is dst:
                 continue
             if (src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride()):

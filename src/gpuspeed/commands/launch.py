@@ -1,0 +1,113 @@
+"""`gpuspeed launch`: the launch-overhead sweep and fusion study, or `--explain file.py:fn` (graph breaks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def _ints(text: str | None, what: str) -> list[int] | None:
+    from gpuspeed.errors import UserError
+
+    if not text:
+        return None
+    try:
+        return [int(float(t)) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UserError(f"--{what} takes comma-separated numbers like 1,8,64 or 1e3,1e6, got {text!r}") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def launch(
+        device: str = typer.Option("auto", help="cpu, cuda or auto."),
+        ks: str = typer.Option(None, "--ks", help="K values of the sweep (default 1..4096 on a GPU, 1..256 on CPU)."),
+        ns: str = typer.Option(None, "--ns", help="N values of the fusion study (default 1e3..1e8 GPU, ..1e6 CPU)."),
+        chain_k: int = typer.Option(8, "--chain-k", help="Elementwise ops in the fusion chain."),
+        tiny_k: int = typer.Option(1000, "--tiny-k", help="Ops in the tiny chain replayed as one graph."),
+        variants: str = typer.Option(None, help="Fusion variants, comma-separated: eager, compiled, "
+                                               "reduce-overhead, captured, captured-compiled (default all)."),
+        budget: float = typer.Option(None, help="Seconds per measurement (default 0.5 GPU, 0.2 CPU)."),
+        explain: str = typer.Option(None, "--explain", help="Find graph breaks in path/to/file.py:function "
+                                                           "instead of running the study."),
+        inputs: str = typer.Option(None, "--inputs", help="With --explain: file.py:make_inputs giving the "
+                                                         "example arguments (default: make_inputs in the file)."),
+        out: Path = typer.Option(None, help="Write launch.json, launch.md and launch.png into this folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
+    ):
+        """Launch overhead per kernel (eager vs CUDA graph), torch.compile fusion vs launch cost, graph breaks."""
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Table
+
+        from gpuspeed import launch as study
+        from gpuspeed.errors import UserError
+
+        console = Console()
+        if explain:
+            exp = study.explain_target(explain, inputs)
+            if as_json:
+                print(json.dumps(exp.to_dict(), indent=1))
+            else:
+                for line in exp.lines():
+                    console.print(line, highlight=False, markup=False)
+            return
+        if inputs:
+            raise UserError("--inputs goes with --explain")
+        from gpuspeed.device import resolve_device
+
+        where = resolve_device(device)
+        k_list, n_list = _ints(ks, "ks"), _ints(ns, "ns")
+        v_list = [v.strip() for v in variants.split(",") if v.strip()] if variants else None
+        study.check_params(k_list, n_list, chain_k, tiny_k, budget, v_list)
+        if where != "cuda" and not as_json:
+            console.print("[yellow]No CUDA device[/]: running on the CPU at small sizes; launch numbers are "
+                          "dispatcher costs and the graph variants run eagerly.")
+        total = study.count_steps(k_list or (study.GPU_KS if where == "cuda" else study.CPU_KS),
+                                  n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS),
+                                  v_list or study.VARIANTS, where)
+        with Progress(TextColumn("{task.description:<34}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=as_json) as bar:
+            task = bar.add_task("launch", total=total)
+
+            def progress(what: str) -> None:
+                bar.update(task, advance=1, description=what)
+
+            doc = study.run_launch(device=device, ks=k_list, ns=n_list, chain_k=chain_k, tiny_k=tiny_k,
+                                   variants=v_list, budget_s=budget, progress=progress)
+            bar.update(task, completed=total, description="done")
+        paths = study.write_artifacts(doc, out) if out else []
+        if as_json:
+            print(json.dumps(doc, indent=1))
+            return
+        s = doc["summary"]
+        t = Table(title=f"launch overhead on {doc['device'].get('name', '?')}")
+        for col in ("summary", "value", "target"):
+            t.add_column(col, justify="left" if col == "summary" else "right")
+        for key, val in s.items():
+            if key.endswith("_target_met"):
+                continue
+            target = doc["params"]["targets"].get(key, "")
+            met = s.get(f"{key}_target_met")
+            style = None if met is None else ("green" if met else "red")
+            t.add_row(key, study._fmt(val), target, style=style)
+        console.print(t)
+        f = Table(title=f"fusion: {doc['params']['chain_k']} ops over N fp32")
+        for col in ("N", "variant", "time", "GB/s", "% copy roof", "x copy", "check"):
+            f.add_column(col, justify="right")
+        for r in doc["rows"]:
+            if r["study"] != "fusion":
+                continue
+            if "error" in r:
+                f.add_row(f"{r['N']:.0e}", r["variant"], "[red]error[/]", r["error"][:40], "", "", "")
+                continue
+            f.add_row(f"{r['N']:.0e}", r["variant"], f"{r['median_us']:.1f} us", study._fmt(r.get("GBps"), ".0f"),
+                      study._fmt(r.get("pct_copy_roof"), ".1f"), study._fmt(r.get("over_copy"), ".2f"),
+                      study._fmt(r.get("check_passed")))
+        console.print(f)
+        for note in doc["notes"]:
+            console.print(f"[dim]{note}[/]")
+        for p in paths:
+            console.print(f"wrote {p}")

@@ -1,0 +1,202 @@
+"""graphs.capture() and graphs.explain(): CPU (explain, eager fallback) and GPU (replays, re-capture, errors)."""
+
+import inspect
+import warnings
+
+import pytest
+import torch
+
+from gpuspeed import graphs, verify
+
+
+def _line_of(fn, marker: str) -> int:
+    """Absolute line number of the source line of `fn` that contains `marker`."""
+    src, start = inspect.getsourcelines(fn)
+    hits = [start + i for i, line in enumerate(src) if marker in line]
+    assert len(hits) == 1, f"marker {marker!r} must appear once"
+    return hits[0]
+
+
+def with_print(x):
+    y = x * 2
+    print("inside with_print")  # BREAK-PRINT
+    return y + 1
+
+
+def with_item(x):
+    y = x.sin()
+    s = y.sum().item()  # BREAK-ITEM
+    return y * s
+
+
+def with_branch(x):
+    y = x.cos()
+    if y.sum() > 0:  # BREAK-BRANCH
+        return y + 1
+    return y - 1
+
+
+def clean_step(x, w):
+    return torch.relu(x @ w) * 0.5 + x
+
+
+# fullgraph=True with .item() compiles on newer torch (it captures the scalar there): not asserted
+@pytest.mark.parametrize("fn,marker,word,fullgraph", [(with_print, "BREAK-PRINT", "print", False),
+                                                      (with_item, "BREAK-ITEM", "item", None),
+                                                      (with_branch, "BREAK-BRANCH", "jump", False)])
+def test_explain_finds_each_break_at_its_line(fn, marker, word, fullgraph):
+    exp = graphs.explain(fn, torch.randn(16), variants=[])
+    assert exp.break_count == 1 and exp.graph_count == 2
+    b = exp.breaks[0]
+    assert b.line == _line_of(fn, marker)
+    assert b.file and b.file.endswith("test_graphs.py")
+    assert word in b.reason.lower() or word in (b.source or "")
+    if fullgraph is False:
+        assert not exp.fullgraph_ok and exp.fullgraph_error
+    text = str(exp)
+    assert f"test_graphs.py:{b.line}" in text and len(text.splitlines()) < 25
+
+
+def test_explain_clean_function_and_recompiles():
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    exp = graphs.explain(clean_step, x, w, variants=[(torch.randn(8, 8), torch.randn(8, 8)),
+                                                     (torch.randn(16, 8), w)])
+    assert exp.break_count == 0 and exp.graph_count == 1 and exp.fullgraph_ok
+    assert exp.calls == 3
+    assert exp.recompiles >= 1  # the new first dimension fails a size guard
+    assert any("size" in r for r in exp.recompile_reasons)
+    assert exp.to_dict()["recompiles"] == exp.recompiles
+
+
+def test_explain_rejects_non_callable():
+    with pytest.raises(graphs.UserError):
+        graphs.explain(3)
+
+
+def test_signature_keys_shapes_dtypes_and_values():
+    a = torch.randn(4)
+    assert graphs.signature((a, 2)) == graphs.signature((torch.randn(4), 2))
+    assert graphs.signature((a, 2)) != graphs.signature((torch.randn(5), 2))
+    assert graphs.signature((a, 2)) != graphs.signature((a.double(), 2))
+    assert graphs.signature((a, 2)) != graphs.signature((a, 3))
+    assert graphs.signature(([a, a], {"k": 1})) != graphs.signature(((a, a), {"k": 1}))
+
+
+def test_capture_falls_back_eagerly_without_gpu():
+    def step(x, y):
+        return x * y + 1
+
+    x, y = torch.randn(32), torch.randn(32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = graphs.capture(step, x, y, device="cpu")
+    assert g.mode == "eager" and "eagerly" in g.note
+    assert any("eagerly" in str(w.message) for w in caught)
+    for _ in range(3):
+        a, b = torch.randn(32), torch.randn(32)
+        assert verify.check(g(a, b), a.double() * b.double() + 1).passed
+    with pytest.raises(graphs.UserError):
+        g.replay()
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------------
+
+
+def decode_like_step(x, w1, w2, cache, pos):
+    """A multi-op step: two matmuls, a nonlinearity, a norm and an in-place cache write at a tensor pos."""
+    h = torch.nn.functional.gelu(x @ w1)
+    h = torch.nn.functional.layer_norm(h, h.shape[-1:])
+    y = h @ w2 + x
+    cache.index_copy_(0, pos, y)
+    return y, cache.sum(0)
+
+
+@pytest.mark.gpu
+def test_capture_matches_eager_over_100_replays():
+    torch.manual_seed(0)
+    d = 64
+    w1, w2 = torch.randn(d, 4 * d, device="cuda") / 8, torch.randn(4 * d, d, device="cuda") / 16
+    cache = torch.randn(32, d, device="cuda")
+    x0, pos0 = torch.randn(1, d, device="cuda"), torch.tensor([0], device="cuda")
+    g = graphs.capture(decode_like_step, x0, w1, w2, cache.clone(), pos0, own_inputs=True)
+    eager_cache = cache.clone()
+    for i in range(100):
+        x = torch.randn(1, d, device="cuda")
+        pos = torch.tensor([i % 32], device="cuda")
+        y_g, s_g = g(x, w1, w2, g.static_inputs[3], pos)  # the cache passed in place: no copy
+        y_e, s_e = decode_like_step(x, w1, w2, eager_cache, pos)
+        assert torch.equal(y_g, y_e) and torch.equal(s_g, s_e), f"replay {i} differs from eager"
+    assert torch.equal(g.static_inputs[3], eager_cache)
+    assert g.captures == 1
+    # and against a float64 reference of the last step
+    ref = decode_like_step(x.double(), w1.double(), w2.double(), eager_cache.double().clone(), pos)[0]
+    assert verify.check(y_g, ref, dtype="tf32").passed
+
+
+@pytest.mark.gpu
+def test_recapture_on_new_shape_and_dtype():
+    def f(x):
+        return (x.sin() * 2).cumsum(0)
+
+    g = graphs.capture(f, torch.randn(128, device="cuda"), clone=True)
+    for shape, dtype in [((128,), torch.float32), ((256,), torch.float32), ((256,), torch.float64),
+                         ((128,), torch.float32)]:
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        out = g(x)
+        assert out.shape == shape and out.dtype == dtype
+        assert torch.equal(out, f(x))
+    assert g.captures == 3 and g.cache_info()["graphs"] == 3
+
+
+@pytest.mark.gpu
+def test_static_outputs_are_views_unless_cloned():
+    def f(x):
+        return x * 3
+
+    a, b = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    g = graphs.capture(f, a)
+    out_a = g(a)
+    out_b = g(b)
+    assert out_a.data_ptr() == out_b.data_ptr()  # the same static buffer, overwritten by the replay
+    assert torch.equal(out_b, b * 3)
+    g2 = graphs.capture(f, a, clone=True)
+    c1, c2 = g2(a), g2(b)
+    assert torch.equal(c1, a * 3) and torch.equal(c2, b * 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("body,kind,op", [
+    ("sync", "host sync", "item"),
+    ("cpu", "CPU tensor", "cpu"),
+    ("nonzero", "data-dependent shape", "nonzero"),
+])
+def test_capture_error_names_the_op_and_line(body, kind, op):
+    def bad(x):
+        y = x * 2
+        if body == "sync":
+            y = y * y.sum().item()  # LINE-sync
+        elif body == "cpu":
+            y = y + y.cpu().sum()  # LINE-cpu
+        else:
+            y = y[torch.nonzero(y > 0)]  # LINE-nonzero
+        return y
+
+    with pytest.raises(graphs.CaptureError) as info:
+        graphs.capture(bad, torch.randn(64, device="cuda"))
+    msg = str(info.value)
+    assert kind in msg and op in (info.value.op or "") and op in msg
+    assert f"test_graphs.py:{_line_of(bad, 'LINE-' + body)}" in msg
+    assert "\n" not in msg
+    # the failed capture left the stream and allocator usable: a good capture still works
+    g = graphs.capture(lambda x: x + 1, torch.randn(8, device="cuda"))
+    x = torch.randn(8, device="cuda")
+    assert torch.equal(g(x), x + 1)
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+@pytest.mark.gpu
+def test_capture_rejects_cpu_inputs():
+    with pytest.raises(graphs.CaptureError):
+        graphs.capture(lambda x: x + 1, torch.randn(8))
