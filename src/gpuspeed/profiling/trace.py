@@ -243,7 +243,9 @@ class TraceAnalysis:
         return {"what": _short(best.name), **self.where(best), "overlap_s": best_overlap * 1e-6}
 
     def _launch_cost(self) -> dict:
-        """Host time to issue each launch: from the previous launch call on its thread to this one."""
+        """Host time to issue each launch: from the end of the previous launch call on its thread (or the
+        start of its step, for the first one) to the end of this one."""
+        step_start = {int(a.name[len(STEP_PREFIX):]): a.ts for a in self.steps_ann}
         per_thread = defaultdict(list)
         for n in self.host:
             if n.cat in ("cuda_runtime", "cuda_driver") and n.name in LAUNCH_APIS:
@@ -252,7 +254,12 @@ class TraceAnalysis:
         for launches in per_thread.values():
             launches.sort(key=lambda n: n.ts)
             for k, n in enumerate(launches):
-                cost[n.i] = (n.ts - launches[k - 1].ts) if k else n.dur
+                if k and launches[k - 1].step == n.step:
+                    cost[n.i] = n.end - launches[k - 1].end
+                elif n.step in step_start:
+                    cost[n.i] = n.end - step_start[n.step]
+                else:
+                    cost[n.i] = n.dur
         return cost
 
     def tiny_runs(self) -> dict | None:
