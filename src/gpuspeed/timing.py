@@ -450,6 +450,19 @@ def hold_gpu(seconds: float) -> None:
         torch.cuda._sleep(int(seconds * _cycles_per_second()))
 
 
+def _throttled(clocks: dict, notes: list[str]) -> bool:
+    """Flag a run whose SM clock, read before and after sampling, fell under 90 % of its max."""
+    seen = [c for c in (clocks.get("sm_mhz_before"), clocks.get("sm_mhz_after")) if c]
+    if not seen:
+        notes.append("SM clock not read (no NVML): throttling not checked")
+        return False
+    throttled = bool(clocks.get("sm_max_mhz") and min(seen) < THROTTLE_FRACTION * clocks["sm_max_mhz"])
+    if throttled:
+        notes.append(f"SM clock fell to {min(seen)} MHz, under {THROTTLE_FRACTION:.0%} of max "
+                     f"{clocks['sm_max_mhz']} MHz")
+    return throttled
+
+
 def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls) -> Measurement:
     import torch
 
@@ -516,14 +529,7 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
         host_s[:] = [float(np.median(host_s[-batch:]))]
     clocks["sm_mhz_after"] = _device.sm_clock_mhz()
     notes.insert(0, stopper.reason)
-
-    seen = [c for c in (clocks["sm_mhz_before"], clocks["sm_mhz_after"]) if c]
-    throttled = bool(seen and clocks["sm_max_mhz"] and min(seen) < THROTTLE_FRACTION * clocks["sm_max_mhz"])
-    if throttled:
-        notes.append(f"SM clock fell to {min(seen)} MHz, under {THROTTLE_FRACTION:.0%} of max "
-                     f"{clocks['sm_max_mhz']} MHz")
-    if not seen:
-        notes.append("SM clock not read (no NVML): throttling not checked")
+    throttled = _throttled(clocks, notes)
     if graph is not None:
         notes.append(f"graph mode: {k} calls per replay, time divided by {k}")
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="graph" if graph else "events",
@@ -531,10 +537,24 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
                      notes=notes)
 
 
+def _kernel_seconds(prof) -> float:
+    """Sum of the device activities (kernels, memcpy, memset) one profiler session recorded."""
+    total_us = 0.0
+    for e in prof.events():
+        if str(e.device_type).endswith("CPU") or getattr(e, "is_user_annotation", False):
+            continue
+        total_us += e.time_range.elapsed_us()
+    return total_us * 1e-6
+
+
 def _bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate) -> Measurement:
-    """Kernel mode: each sample is the sum of the GPU kernels one call launched, read from CUPTI."""
+    """Kernel mode: each sample is the summed duration of the GPU work one call launched, from CUPTI.
+
+    One profiler session per sample, so no kernel has to be attributed to a call: everything the
+    session saw on the device is this call's (the L2 flush runs before the session starts).
+    """
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile
 
     i = 0
 
@@ -553,22 +573,19 @@ def _bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate) -> Measu
     samples: list[float] = []
     clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
     while not stopper.done(samples):
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for j in range(10):
-                if flush:
-                    flush_l2()
-                with record_function(f"gpuspeed.sample.{j}"):
-                    call()
+        if flush:
+            flush_l2()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call()
             torch.cuda.synchronize()
-        found = {e.name: e.device_time_total for e in prof.events()
-                 if e.name.startswith("gpuspeed.sample.") and str(e.device_type).endswith("CPU")}
-        if not found or not any(found.values()):
-            raise UserError("kernel mode: the profiler saw no GPU kernels for this function")
-        samples.extend(found[k] * 1e-6 for k in sorted(found, key=lambda k: int(k.rsplit(".", 1)[1])))
+        t = _kernel_seconds(prof)
+        if t <= 0:
+            raise UserError("kernel mode: the profiler saw no GPU work for this function")
+        samples.append(t)
     clocks["sm_mhz_after"] = _device.sm_clock_mhz()
-    seen = [c for c in (clocks["sm_mhz_before"], clocks["sm_mhz_after"]) if c]
-    throttled = bool(seen and clocks["sm_max_mhz"] and min(seen) < THROTTLE_FRACTION * clocks["sm_max_mhz"])
+    notes = [stopper.reason, "kernel mode: summed device activity durations (CUPTI); excludes launch latency "
+             "and gaps between kernels"]
+    throttled = _throttled(clocks, notes)
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="kernel", clocks=clocks,
-                     throttled=throttled, flush_l2=flush, rotate=rotate,
-                     notes=[stopper.reason, "kernel mode: sum of kernel durations (CUPTI); excludes launch "
-                            "latency and gaps between kernels"])
+                     throttled=throttled, flush_l2=flush, rotate=rotate, notes=notes)
