@@ -105,3 +105,17 @@ def test_cli_bad_spec_exit_2(capsys):
     target = f"{Path(w.__file__)}:item_loop"
     assert main(["profile", "--function", target, "--input", "x=float32[4"]) == 2
     assert "bad input spec" in capsys.readouterr().err
+
+
+def test_same_call_from_two_lines_is_placed_by_order():
+    import torch
+
+    def f(x):
+        a = x[0].item()
+        b = x[1].item() + x[2].item()
+        return a + b
+
+    res = profile(f, torch.randn(4), steps=2, device="cpu", hotspots=False)
+    first = f.__code__.co_firstlineno
+    got = sorted((g["line"], g["count"]) for g in res.findings["host_syncs"]["groups"])
+    assert got == [(first + 1, 2), (first + 2, 4)]

@@ -67,18 +67,32 @@ class Sites:
 
     user_funcs: dict = field(default_factory=dict)  # code_key -> (path, firstlineno, name)
     calls: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))  # (F, C) -> {line: n}
+    _note: object = None
     sources: dict = field(default_factory=dict)  # path -> list of lines (for the report)
+    # (F, C) -> {tuple of lines in call order within one call of F: how many calls of F had it}
+    orders: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
 
     def lines_for(self, func_key: str, callee: str) -> dict[int, int]:
         return dict(self.calls.get((func_key, callee), {}))
 
-    def where(self, func_key: str, callee: str | None) -> tuple[str | None, int | None, dict]:
-        """(path, line, {line: count}) for a call C made from user function F; line is the busiest."""
+    def where(self, func_key: str, callee: str | None, ordinal: tuple[int, int] | None = None
+              ) -> tuple[str | None, int | None, dict]:
+        """(path, line, {line: count}) for a call C made from user function F.
+
+        ordinal (k, n): C is the k-th of n calls of C in this call of F; when every call of F made its n
+        calls of C from the same lines in the same order, that order places it exactly. Else the busiest line.
+        """
         info = self.user_funcs.get(func_key)
         if info is None:
             return None, None, {}
         lines = self.lines_for(func_key, callee) if callee else {}
         line = max(lines, key=lines.get) if lines else info[1]
+        if callee and ordinal and len(lines) > 1:
+            orders = self.orders.get((func_key, callee), {})
+            if len(orders) == 1:
+                (seq,) = orders
+                if len(seq) == ordinal[1]:
+                    line = seq[ordinal[0]]
         return info[0], line, lines
 
     def source_line(self, path: str | None, line: int | None) -> str:
@@ -105,6 +119,13 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
             u = user_cache[code] = is_user_file(code.co_filename)
         return u
 
+    live: dict = {}  # id(frame) of a running user frame -> {callee: [lines in call order]}
+
+    def note(frame, callee: str) -> None:
+        fk = code_key(frame.f_code)
+        sites.calls[(fk, callee)][frame.f_lineno] += 1
+        live.setdefault(id(frame), {}).setdefault(callee, []).append(frame.f_lineno)
+
     def hook(frame, event, arg):
         if event == "call":
             code = frame.f_code
@@ -113,10 +134,18 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
                                                             code.co_firstlineno, code.co_name))
             caller = frame.f_back
             if caller is not None and user(caller.f_code):
-                sites.calls[(code_key(caller.f_code), code_key(code))][caller.f_lineno] += 1
+                note(caller, code_key(code))
         elif event == "c_call":
             if user(frame.f_code):
-                sites.calls[(code_key(frame.f_code), callee_key(repr(arg)))][frame.f_lineno] += 1
+                note(frame, callee_key(repr(arg)))
+        elif event == "return":
+            calls = live.pop(id(frame), None)
+            if calls:
+                fk = code_key(frame.f_code)
+                for callee, seq in calls.items():
+                    sites.orders[(fk, callee)][tuple(seq)] += 1
+
+    sites._note = note  # the operator mode records through the same path
 
     mode = _op_mode(sites, user)
     old = sys.getprofile()
@@ -166,7 +195,7 @@ def _op_mode(sites: Sites, user):
             frame = sys._getframe(1)
             if user(frame.f_code):
                 for k in op_keys(getattr(func, "__name__", "")):
-                    sites.calls[(code_key(frame.f_code), k)][frame.f_lineno] += 1
+                    sites._note(frame, k)
             return func(*args, **(kwargs or {}))
 
     return _Lines()

@@ -133,11 +133,35 @@ class TraceAnalysis:
         f, c = self.user_call(node)
         if f is None:
             return {"file": None, "line": None, "function": None}
-        ckey = None if c is None else op_key_of(c.name) if c.cat == "cpu_op" else callee_key(c.name)
-        path, line, lines = self.sites.where(callee_key(f.name), ckey)
+        ckey = None if c is None else self._ckey(c)
+        ordinal = self._ordinals(f).get(c.i) if c is not None else None
+        path, line, lines = self.sites.where(callee_key(f.name), ckey, ordinal)
         return {"file": path, "line": line, "function": callee_key(f.name).split(": ", 1)[-1],
                 "lines": {str(k): v for k, v in sorted(lines.items())} if len(lines) > 1 else None,
                 "code": self.sites.source_line(path, line)}
+
+    @staticmethod
+    def _ckey(c: Node) -> str:
+        return op_key_of(c.name) if c.cat == "cpu_op" else callee_key(c.name)
+
+    def _ordinals(self, f: Node) -> dict:
+        """child.i -> (k, n): the child is the k-th of n children of f with its callee key."""
+        cache = self.__dict__.setdefault("_ord", {})
+        if f.i not in cache:
+            groups = defaultdict(list)
+            for k in self._kids(f):
+                groups[self._ckey(k)].append(k.i)
+            cache[f.i] = {i: (j, len(ids)) for ids in groups.values() for j, i in enumerate(ids)}
+        return cache[f.i]
+
+    def _kids(self, f: Node) -> list:
+        """Direct children of a host event, in time order (built once)."""
+        if not hasattr(self, "_children"):
+            self._children = defaultdict(list)
+            for n in sorted(self.host, key=lambda n: n.ts):
+                if n.parent is not None:
+                    self._children[n.parent.i].append(n)
+        return self._children.get(f.i, [])
 
     # -- findings ------------------------------------------------------------------------------------
 
