@@ -10,7 +10,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def roofline(
-        quick: bool = typer.Option(False, "--quick", help="Smaller sizes and shorter timing (under a minute on a CPU)."),
+        quick: bool = typer.Option(False, "--quick", help="Smaller sizes, shorter timing (< 1 min on a CPU)."),
         dtype: list[str] = typer.Option(None, "--dtype", help="Only these dtypes in sweep and placements: "
                                                                "fp32, tf32, bf16 (repeat or comma-separate)."),
         device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),

@@ -49,7 +49,7 @@ def plot(doc: dict, out_dir: str | Path, stem: str = "roofline") -> list[Path]:
     for dt, color in (("fp32", "tab:brown"), ("bf16", "tab:pink")):
         pts = sorted((r["ai"], r["TFLOPs"] * scale) for r in sweep if r["dtype"] == dt)
         if pts:
-            ax.plot(*zip(*pts), marker=".", color=color, lw=1, label=f"AI sweep {dt} (CUDA cores)")
+            ax.plot(*zip(*pts, strict=True), marker=".", color=color, lw=1, label=f"AI sweep {dt} (CUDA cores)")
     seen = set()
     for r in placed:
         marker, color = GROUP_MARKERS.get(r.get("group"), ("x", "k"))
