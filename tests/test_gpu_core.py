@@ -100,7 +100,7 @@ def test_check_and_poison_on_device():
 
 def test_kernel_mode_times_the_kernel_alone():
     a = torch.randn(4096, 4096, device="cuda")
-    k = bench(torch.mm, a, a, mode="kernel")
+    k = bench(torch.mm, a, a, mode="kernel", min_samples=5, budget_s=5)
     e = bench(torch.mm, a, a, mode="events")
-    assert k.mode == "kernel" and k.n >= 10
+    assert k.mode == "kernel" and k.n >= 5
     assert 0.9 * e.median < k.median <= e.median * 1.01  # no launch latency, same kernel

@@ -6,10 +6,11 @@ in gpuspeed times, checks and budgets through these.
 
 from gpuspeed.errors import UserError
 from gpuspeed.memory import MemoryReport, cap, peak_memory
+from gpuspeed.profiling import ProfileResult, profile
 from gpuspeed.timing import Measurement, bench, compare
 from gpuspeed.verify import CheckResult, check, poison
 
 __version__ = "0.1.0"
 
 __all__ = ["bench", "compare", "Measurement", "check", "CheckResult", "poison", "peak_memory", "MemoryReport",
-           "cap", "UserError", "__version__"]
+           "cap", "profile", "ProfileResult", "UserError", "__version__"]
