@@ -57,7 +57,7 @@ def _fma_kernel(out_ptr, a, b, n_outer, BLOCK: tl.constexpr, UNROLL: tl.constexp
     bv = tl.cast(b, out_ptr.dtype.element_ty)
     for _ in range(n_outer):
         for _u in tl.static_range(UNROLL):
-            x = tl.fma(x, av, bv)
+            x = x * av + bv  # contracted to one FMA (NVPTX fuses mul+add by default)
     tl.store(out_ptr + offs, x)  # written, so the chains cannot be folded away
 
 
@@ -73,7 +73,7 @@ def _sweep_kernel(x_ptr, y_ptr, a, b, n_outer, BLOCK: tl.constexpr, UNROLL: tl.c
     else:
         for _ in range(n_outer):
             for _u in tl.static_range(UNROLL):
-                x = tl.fma(x, a, b)
+                x = x * a + b  # one FMA after contraction
     tl.store(y_ptr + offs, x.to(y_ptr.dtype.element_ty))
 
 
@@ -83,7 +83,7 @@ def _chain_kernel(x_ptr, y_ptr, a, b, c, d, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs).to(tl.float32)
-    y = tl.fma(tl.sin(tl.fma(x, a, b)), c, d)
+    y = tl.sin(x * a + b) * c + d
     tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty))
 
 
