@@ -558,7 +558,10 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
                 fullgraph_ok, fullgraph_error = False, _short_reason(_first_line(exc))
         dynamo.reset()
 
-    return Explanation(function=name, graph_count=int(out.graph_count), break_count=int(out.graph_break_count),
+    # every break reason dynamo reports counts: its graph_break_count skips breaks whose resumed code
+    # held no ops (a data-dependent branch that took the empty side), which depends on the input values
+    return Explanation(function=name, graph_count=int(out.graph_count),
+                       break_count=max(len(breaks), int(out.graph_break_count)),
                        breaks=breaks, ops_per_graph=[len(o) for o in (out.ops_per_graph or [])],
                        calls=made, recompiles=int(recompiles), recompile_reasons=reasons,
                        fullgraph_ok=fullgraph_ok, fullgraph_error=fullgraph_error, notes=notes)
