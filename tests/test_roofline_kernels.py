@@ -23,18 +23,19 @@ def K():
     return kernels
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed,evict", [(0, False), (1, True), (2, False)])
 @pytest.mark.parametrize("block,warps", [(4096, 4), (8192, 8)])
-def test_streams(K, seed, block, warps):
+def test_streams(K, seed, evict, block, warps):
     g = torch.Generator(device=DEV).manual_seed(seed)
     x = torch.randn(4 * block, device=DEV, generator=g)
     part = poison(torch.empty(4, device=DEV))
-    assert check(K.launch_read(x, part, block=block, num_warps=warps), x.double().view(4, -1).sum(1), rtol=1e-5)
+    assert check(K.launch_read(x, part, block=block, num_warps=warps, evict_first=evict),
+                 x.double().view(4, -1).sum(1), rtol=1e-5)
     part = poison(torch.empty(2, device=DEV))
     ref = x.double().view(-1, 2, block).sum((0, 2))  # program p owns tiles p, p+2
     assert check(K.launch_read_persistent(x, part, block=block, num_warps=warps), ref, rtol=1e-5)
     y = poison(torch.empty_like(x))
-    assert check(K.launch_copy(x, y, block=block, num_warps=warps), x, rtol=0, atol=0)
+    assert check(K.launch_copy(x, y, block=block, num_warps=warps, evict_first=evict), x, rtol=0, atol=0)
     poison(y)
     v = float(torch.rand(1, generator=g, device=DEV)) + 0.5
     K.launch_write(y, v, block=block, num_warps=warps)

@@ -15,10 +15,13 @@ FMA_UNROLL = 64  # FMAs per chain per loop trip: long enough that loop overhead 
 
 
 @triton.jit
-def _read_kernel(x_ptr, partial_ptr, BLOCK: tl.constexpr):
+def _read_kernel(x_ptr, partial_ptr, BLOCK: tl.constexpr, EVICT_FIRST: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs, eviction_policy="evict_first")
+    if EVICT_FIRST:  # a cache hint: measured both ways, as it helps on some chips and hurts on others
+        x = tl.load(x_ptr + offs, eviction_policy="evict_first")
+    else:
+        x = tl.load(x_ptr + offs)
     tl.store(partial_ptr + pid, tl.sum(x.to(tl.float32), axis=0))
 
 
@@ -29,7 +32,7 @@ def _read_persistent_kernel(x_ptr, partial_ptr, n_per_program, BLOCK: tl.constex
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in range(0, n_per_program):  # the launcher makes n_tiles a multiple of the grid
         offs = (pid + i * nprog) * BLOCK + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + offs, eviction_policy="evict_first").to(tl.float32)
+        acc += tl.load(x_ptr + offs).to(tl.float32)
     tl.store(partial_ptr + pid, tl.sum(acc, axis=0))
 
 
@@ -41,10 +44,14 @@ def _write_kernel(y_ptr, value, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+def _copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr, EVICT_FIRST: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, eviction_policy="evict_first"))
+    if EVICT_FIRST:
+        x = tl.load(x_ptr + offs, eviction_policy="evict_first")
+    else:
+        x = tl.load(x_ptr + offs)
+    tl.store(y_ptr + offs, x)
 
 
 @triton.jit
@@ -93,9 +100,10 @@ def _tiles(n: int, block: int) -> int:
     return n // block
 
 
-def launch_read(x, partial, *, block: int, num_warps: int):
+def launch_read(x, partial, *, block: int, num_warps: int, evict_first: bool = False):
     """Sum each BLOCK of x into partial[i] (partial holds numel/BLOCK floats)."""
-    _read_kernel[(_tiles(x.numel(), block),)](x, partial, BLOCK=block, num_warps=num_warps)
+    _read_kernel[(_tiles(x.numel(), block),)](x, partial, BLOCK=block, EVICT_FIRST=evict_first,
+                                               num_warps=num_warps)
     return partial
 
 
@@ -114,8 +122,8 @@ def launch_write(y, value: float, *, block: int, num_warps: int):
     return y
 
 
-def launch_copy(x, y, *, block: int, num_warps: int):
-    _copy_kernel[(_tiles(x.numel(), block),)](x, y, BLOCK=block, num_warps=num_warps)
+def launch_copy(x, y, *, block: int, num_warps: int, evict_first: bool = False):
+    _copy_kernel[(_tiles(x.numel(), block),)](x, y, BLOCK=block, EVICT_FIRST=evict_first, num_warps=num_warps)
     return y
 
 

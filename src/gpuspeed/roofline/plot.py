@@ -32,10 +32,8 @@ def plot(doc: dict, out_dir: str | Path, stem: str = "roofline") -> list[Path]:
         if name not in MEM_STYLES:
             continue
         ys = [min(gbps * 1e9 * x / 1e12 * scale, top) for x in xs]
-        ax.plot(xs, ys, linestyle=MEM_STYLES[name], color="0.25" if name != "l2" else "0.6", lw=1.2)
-        x0 = xs[1]
-        ax.annotate(f"{name} {gbps:,.0f} GB/s", (x0, gbps * 1e9 * x0 / 1e12 * scale), fontsize=7,
-                    rotation=0, xytext=(2, 4), textcoords="offset points", color="0.2")
+        ax.plot(xs, ys, linestyle=MEM_STYLES[name], color="0.25" if name != "l2" else "0.6", lw=1.2,
+                label=f"{name} {gbps:,.0f} GB/s")
     roof_bw = max((v for k, v in mem.items() if k != "l2"), default=None)
     for name, peak in sorted(comp.items(), key=lambda kv: -kv[1]):
         x_ridge = peak / scale * 1e12 / (roof_bw * 1e9) if roof_bw else xs[0]

@@ -15,7 +15,7 @@ from gpuspeed.results import make_results
 from gpuspeed.roofline.ceilings import ceiling_steps
 from gpuspeed.roofline import sweep as S
 from gpuspeed.roofline.ceilings import Ceiling, Ceilings
-from gpuspeed.roofline.place import count_flops, default_unit, place
+from gpuspeed.roofline.place import count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
 
 DTYPES = ("fp32", "tf32", "bf16")
@@ -56,16 +56,36 @@ class Study:
             out += [(label, self._sweep_step(fn)) for label, fn in S.sweep_steps(sweep_dtypes, n, self.quick)]
         if self.do_workloads:
             out += [(f"place {w.name}", self._place_step(w)) for w in builtin(self.kind, self.quick, self.dtypes)]
+            if self.kind == "cpu":  # a shared CPU drifts: ceilings are the best of a pass before and after
+                out += [(f"{label} (second pass)", self._ceiling_step(label, fn, merge=True))
+                        for label, fn in ceiling_steps(self.kind, self.quick)]
+                out.append(("re-place on the final ceilings", self._relocate))
         return out
 
-    def _ceiling_step(self, label, fn):
+    def _relocate(self):
+        """Recompute every placement's roof numbers against the final ceilings (times unchanged)."""
+        for p in self.placements:
+            if "time_s" in p:
+                p |= locate(p["name"], p["flops"], p["bytes"], p["time_s"], self.ceil, p["unit"])
+
+    def _ceiling_step(self, label, fn, merge: bool = False):
         def run():
             try:
                 c = fn()
             except Exception as exc:
                 c = Ceiling(name=label, kind="memory", error=_err(exc))
-            if isinstance(c, Ceiling):
+            if not isinstance(c, Ceiling):
+                return
+            old = self.ceil.get(c.name) if merge else None
+            if old is None:
                 self.ceil.rows.append(c)
+                return
+            old.candidates += [cand | {"pass": 2} for cand in c.candidates]
+            if c.value and (old.value is None or c.value > old.value):
+                keep = old.candidates
+                old.__dict__.update(c.__dict__)
+                old.candidates = keep
+                old.how = f"{c.how} (second pass)"
         return run
 
     def _sweep_step(self, fn):
@@ -136,7 +156,9 @@ class Study:
             s[f"sweep_peak_{dt}_TFLOPs"] = r["peak_flops"] / 1e12 if r["peak_flops"] else None
             s[f"sweep_GBps_{dt}"] = r["bandwidth"] / 1e9 if r["bandwidth"] else None
         elem = [p for p in self.placements if p.get("group") == "elementwise" and "GBps" in p]
-        s["elementwise_pct_of_copy_roof"] = min(100 * p["GBps"] / copy for p in elem) if elem and copy else None
+        worst = min(elem, key=lambda p: p["GBps"], default=None)
+        s["elementwise_pct_of_copy_roof"] = 100 * worst["GBps"] / copy if worst and copy else None
+        s["elementwise_worst"] = worst["name"] if worst else None  # the point that sets the figure above
         placed = [p for p in self.placements if p.get("pct_of_roof") is not None]
         s["max_pct_of_roof"] = max((p["pct_of_roof"] for p in placed), default=None)
         s["n_errors"] = (sum(1 for r in c.rows if r.error) + sum(1 for r in self.sweep_rows if "error" in r)
