@@ -91,7 +91,7 @@ def _code_objects(targets) -> list:
     found = {}
     with warnings.catch_warnings():  # isinstance() on lazy module attributes can warn
         warnings.simplefilter("ignore")
-        objs = [o for o in gc.get_objects() if isinstance(o, types.FunctionType)]
+        objs = [o for o in gc.get_objects() if type(o) is types.FunctionType]  # type() never dereferences a dead weakproxy
     for obj in objs:
         if isinstance(obj, types.FunctionType):
             code = obj.__code__

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Regenerate the GPU results, GPU test logs and executed notebooks on a GPU machine, in two parts that
+# each fit one 10-minute device call:  OUT=/some/dir bash benchmarks/gpu_all.sh A   (then B)
+# Everything lands in $OUT/gpu_<part>.tar.gz (one file back); unpack it into results/<gpu>/.
+set -u
+part=${1:?part A or B}
+export PYTHONUNBUFFERED=1
+R=$OUT/r
+mkdir -p "$R"
+if ls .whl/*.whl >/dev/null 2>&1; then  # nbclient + ipykernel for the notebooks, carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD/src
+else
+  export PYTHONPATH=$PWD/src
+fi
+step() { local t=$1 name=$2; shift 2; local t0=$SECONDS; timeout "$t" "$@" > "$R/$name.log" 2>&1;
+  echo "$name: rc=$? $((SECONDS - t0))s"; }
+if [ "$part" = A ]; then
+  step 30 doctor python3 -m gpuspeed doctor
+  step 200 gputests python3 -m pytest -q -m gpu -p no:cacheprovider tests
+  step 150 bench_accuracy python3 benchmarks/bench_accuracy.py --out "$R"
+  step 90 profile_planted python3 benchmarks/profile_planted.py --out "$R"
+  step 40 bench_demo python3 -m gpuspeed bench --out "$R"
+else
+  step 200 roofline python3 -m gpuspeed roofline --out "$R"
+  step 200 launch python3 -m gpuspeed launch --out "$R"
+  export GPUSPEED_ROOFLINE_RESULTS=$R/roofline.json  # notebook 01 reads the run above instead of re-measuring
+  step 60 nb01 python3 benchmarks/run_notebook.py notebooks/01_roofline.ipynb "$R/01_roofline.ipynb"
+  step 120 nb03 python3 benchmarks/run_notebook.py notebooks/03_compile_cuda_graphs.ipynb \
+    "$R/03_compile_cuda_graphs.ipynb"
+fi
+tail -n 3 "$R"/*.log
+tar czf "$OUT/gpu_$part.tar.gz" -C "$R" .
