@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1
 R=$OUT/r
 mkdir -p "$R"
 if ls .whl/*.whl >/dev/null 2>&1; then  # nbclient + ipykernel for the notebooks, carried as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>/dev/null
   export PYTHONPATH=/tmp/site:$PWD/src
 else
   export PYTHONPATH=$PWD/src

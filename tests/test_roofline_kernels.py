@@ -37,6 +37,8 @@ def test_streams(K, seed, evict, block, warps):
     y = poison(torch.empty_like(x))
     assert check(K.launch_copy(x, y, block=block, num_warps=warps, evict_first=evict), x, rtol=0, atol=0)
     poison(y)
+    assert check(K.launch_copy(x, y, block=block, num_warps=warps, stream_store=True), x, rtol=0, atol=0)
+    poison(y)
     v = float(torch.rand(1, generator=g, device=DEV)) + 0.5
     K.launch_write(y, v, block=block, num_warps=warps)
     assert count_poisoned(y) == 0 and check(y, torch.full_like(y, v), rtol=0, atol=0)

@@ -133,3 +133,25 @@ def test_cuda_device_without_gpu_is_a_user_error():
         pytest.skip("has a GPU")
     with pytest.raises(UserError, match="no CUDA device"):
         bench(lambda: None, device="cuda")
+
+
+def test_kernel_mode_splits_device_activity_at_markers():
+    from types import SimpleNamespace as NS
+
+    def act(name, start, dur):
+        return NS(name=name, time_range=NS(start=start, elapsed_us=lambda d=dur: d))
+
+    mark = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<signed char>>"
+    acts = [act(mark, 0, 30), act("gemm", 31, 100), act("epilogue", 132, 5),
+            act(mark, 140, 30), act("gemm", 171, 102)]
+    assert timing._split_at_markers(acts, 2) == pytest.approx([105e-6, 102e-6])
+    assert timing._split_at_markers(acts, 3) is None  # the user's own int8 fill would look like this
+
+
+def test_throttle_flag_under_90_percent_of_max_clock():
+    notes = []
+    assert timing._throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1700, "sm_mhz_after": 1980}, notes)
+    assert "1700 MHz" in notes[0]
+    assert not timing._throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1900, "sm_mhz_after": 1785}, [])
+    notes = []
+    assert not timing._throttled({}, notes) and "not read" in notes[0]

@@ -337,11 +337,14 @@ def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Pr
         raise UserError(f"unknown variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
     dev = "cuda" if where == "cuda" else "cpu"
     fn = make_chain(k)
-    compiled = {}  # one compiled function per mode, reused across N (static shapes: one kernel per N)
     rows: list[dict] = []
     if where != "cuda" and any(v.startswith("captured") for v in variants):
         notes.append("no CUDA device: captured variants run eagerly (capture() falls back)")
     for n in ns:
+        # fresh compiles per N: static shapes give one kernel per N, and dynamo's per-function recompile
+        # limit (8) must not silently send later N back to eager (an H200 run at f8db08d did exactly that)
+        torch._dynamo.reset()
+        compiled: dict = {}
         r = _rotation(n, where)
         xs = [torch.randn(n, device=dev) for _ in range(r)]
         progress(f"fusion N={n:.0e} copy")

@@ -196,12 +196,12 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             return dst.nbytes / m.median / GB, m
         return run
 
-    def copy(block, warps, evict=False):
+    def copy(block, warps, evict=False, stream_store=False):
         def run():
             src, dst = buffers()
             x, y = state["small"]
             poison(y)
-            kw = dict(block=block, num_warps=warps, evict_first=evict)
+            kw = dict(block=block, num_warps=warps, evict_first=evict, stream_store=stream_store)
             _must(check(K.launch_copy(x, y, **kw), x, rtol=0, atol=0))
             m = bench(K.launch_copy, src, dst, kwargs=kw, name="copy", **bkw)
             return 2 * src.nbytes / m.median / GB, m
@@ -241,7 +241,9 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
         ("write (Triton)", lambda: best_of("write", "memory",
             [(f"Triton fill, {cfg(b, w)}, {gib}", write(b, w)) for b, w in STREAM_CONFIGS], device_name)),
         ("copy (Triton)", lambda: best_of("copy", "memory",
-            [(f"Triton copy, {cfg(b, w, e)}, {gib} each way", copy(b, w, e)) for b, w, e in HINTED_CONFIGS],
+            [(f"Triton copy, {cfg(b, w, e)}, {gib} each way", copy(b, w, e)) for b, w, e in HINTED_CONFIGS]
+            + [(f"Triton copy, {cfg(b, w)}, streaming stores, {gib} each way", copy(b, w, False, True))
+               for b, w in [(16384, 16), (32768, 16), (8192, 8)]],
             device_name)),
         ("torch copy_", lambda: best_of("torch_copy", "memory", [(f"torch copy_, {gib}", torch_op("copy"))],
                                         device_name)),

@@ -44,14 +44,17 @@ def _write_kernel(y_ptr, value, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr, EVICT_FIRST: tl.constexpr):
+def _copy_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr, EVICT_FIRST: tl.constexpr, STREAM_STORE: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     if EVICT_FIRST:
         x = tl.load(x_ptr + offs, eviction_policy="evict_first")
     else:
         x = tl.load(x_ptr + offs)
-    tl.store(y_ptr + offs, x)
+    if STREAM_STORE:  # st.global.cs: the output is not read again, don't keep it in L2
+        tl.store(y_ptr + offs, x, cache_modifier=".cs")
+    else:
+        tl.store(y_ptr + offs, x)
 
 
 @triton.jit
@@ -122,8 +125,9 @@ def launch_write(y, value: float, *, block: int, num_warps: int):
     return y
 
 
-def launch_copy(x, y, *, block: int, num_warps: int, evict_first: bool = False):
-    _copy_kernel[(_tiles(x.numel(), block),)](x, y, BLOCK=block, EVICT_FIRST=evict_first, num_warps=num_warps)
+def launch_copy(x, y, *, block: int, num_warps: int, evict_first: bool = False, stream_store: bool = False):
+    _copy_kernel[(_tiles(x.numel(), block),)](x, y, BLOCK=block, EVICT_FIRST=evict_first,
+                                               STREAM_STORE=stream_store, num_warps=num_warps)
     return y
 
 
