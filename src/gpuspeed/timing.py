@@ -426,6 +426,7 @@ def _bench_cpu(fn, argsets, name, stopper, warmup_s, rotate) -> Measurement:
 
 
 PRELAUNCH_HOLD_S = 50e-6
+BATCH_S = 0.025  # GPU work between two synchronizes while sampling
 _spin_rate: dict = {}
 
 
@@ -515,7 +516,11 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
 
     clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
     samples: list[float] = []
-    batch = 10
+    # Samples go out in batches that keep the GPU busy for ~BATCH_S between synchronizes, as a loop
+    # calling the function would: clocks and power then settle where sustained use puts them (and the
+    # throttle check sees it), rather than recovering in the pauses of a sync after every few calls.
+    per_sample = typical * k
+    batch = int(min(1000, max(10, math.ceil(BATCH_S / max(per_sample, 1e-6)))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
     body = graph.replay if graph is not None else call
     while not stopper.done(samples):
