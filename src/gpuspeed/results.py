@@ -45,8 +45,11 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
 def environment(device: str = "auto") -> dict:
     """The stamp every results file carries: device, library versions, git commit, command line."""
     info = _device.get_device(device)
+    argv = list(sys.argv)
+    if argv and argv[0].replace("\\", "/").endswith("gpuspeed/__main__.py"):  # `python -m gpuspeed ...`
+        argv[0] = "python -m gpuspeed"
     return {
-        "command": list(sys.argv),
+        "command": argv,
         "git": git_commit(),
         "device": info.to_dict() | {"slug": info.slug},
         "versions": _device.versions(),
