@@ -104,3 +104,12 @@ def test_kernel_mode_times_the_kernel_alone():
     e = bench(torch.mm, a, a, mode="events")
     assert k.mode == "kernel" and k.n >= 5
     assert 0.9 * e.median < k.median <= e.median * 1.01  # no launch latency, same kernel
+
+
+def test_custom_flush_runs_between_samples():
+    calls = []
+    x = torch.randn(1 << 20, device="cuda")
+    m = bench(torch.sin, x, flush=lambda: calls.append(1), max_samples=40, min_samples=20)
+    assert len(calls) >= m.n  # warm-up samples flush too
+    with pytest.raises(UserError):
+        bench(torch.sin, x, mode="kernel", flush=lambda: None)

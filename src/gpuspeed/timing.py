@@ -358,7 +358,7 @@ def _settle(one: Callable[[], float], budget_s: float, window: int = 5, tol: flo
 
 
 def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
-          mode: str = "auto", flush: bool = True, rotate: int = 0, max_noise: float = 0.01,
+          mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
           min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
           warmup_s: float | None = None, graph_calls: int | None = None) -> Measurement:
     """Time `fn(*args, **kwargs)`.
@@ -368,7 +368,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     mode: "auto" (events; graph when one call times under 20 us and is capturable), "events", "graph",
         or "kernel": the sum of the function's GPU kernel durations from CUPTI (torch.profiler), what
         Nsight reports -- no launch latency, no gaps; events add a fixed ~3 us per call on an H200.
-    flush: write 2x L2 between samples (False: warm-cache timing).
+    flush: write 2x L2 between samples (False: warm-cache timing; a callable: your own cache clear,
+        e.g. to match another tool's, run between samples outside the timed window).
     rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.
     max_noise / min_samples / max_samples / budget_s: stop once the relative standard error of the
     median is under max_noise with at least min_samples, or at max_samples, or when budget_s is spent.
@@ -401,6 +402,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
             raise UserError(f"{mode} mode needs a CUDA device")
         return _bench_cpu(fn, argsets, name, stopper, warmup_s, rotate)
     if mode == "kernel":
+        if callable(flush):
+            raise UserError("kernel mode takes flush=True or False (its own flush marks the calls apart)")
         return _bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate)
     return _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls)
 
@@ -470,7 +473,9 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
     # flush is off -- so the call's first launches are queued by the time the event fires (as in
     # triton's do_bench). A call whose launches take longer than that is host-bound and pays for it.
     def enqueue(start, end, body):
-        if flush:
+        if callable(flush):
+            flush()
+        elif flush:
             flush_l2()
         else:
             hold_gpu(PRELAUNCH_HOLD_S)
@@ -534,7 +539,7 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
     if graph is not None:
         notes.append(f"graph mode: {k} calls per replay, time divided by {k}")
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="graph" if graph else "events",
-                     clocks=clocks, throttled=throttled, flush_l2=flush, rotate=rotate, calls_per_sample=k,
+                     clocks=clocks, throttled=throttled, flush_l2=bool(flush), rotate=rotate, calls_per_sample=k,
                      notes=notes)
 
 
