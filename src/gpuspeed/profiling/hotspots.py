@@ -60,14 +60,14 @@ def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
     total = sum(v[2] for v in stats.values()) or 1e-12
     split = defaultdict(float)
     alloc_calls = 0
-    for key, (cc, nc, tt, ct, _) in stats.items():
+    for key, (_cc, nc, tt, _ct, _) in stats.items():
         cat = _category(key, key[2])
         split[cat] += tt
         if cat == "allocation":
             alloc_calls += nc
     skip = ("cProfile", "_lsprof", "<method 'disable'")
     rows = []
-    for key, (cc, nc, tt, ct, _) in sorted(stats.items(), key=lambda kv: -kv[1][2]):
+    for key, (_cc, nc, tt, ct, _) in sorted(stats.items(), key=lambda kv: -kv[1][2]):
         if any(s in key[2] for s in skip):
             continue
         rows.append({"function": _label(key), "file": key[0] if key[0] != "~" else None,
@@ -91,7 +91,8 @@ def _code_objects(targets) -> list:
     found = {}
     with warnings.catch_warnings():  # isinstance() on lazy module attributes can warn
         warnings.simplefilter("ignore")
-        objs = [o for o in gc.get_objects() if type(o) is types.FunctionType]  # type() never dereferences a dead weakproxy
+        # type(), unlike isinstance(), never dereferences a dead weakproxy
+        objs = [o for o in gc.get_objects() if type(o) is types.FunctionType]
     for obj in objs:
         if isinstance(obj, types.FunctionType):
             code = obj.__code__
@@ -169,7 +170,7 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
     else:
         acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs), "settrace"
     functions = []
-    for func, code in pairs:
+    for _func, code in pairs:
         try:
             src, start = inspect.getsourcelines(code)
         except (OSError, TypeError):
@@ -261,5 +262,5 @@ def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
             share = (loop["share_of_function"] or 0.0) * f_share
             if share >= HOT_SHARE:
                 loops.append(loop | {"file": f["file"], "function": f["function"], "share": min(share, 1.0)})
-    loops.sort(key=lambda l: -l["time_s"])
+    loops.sort(key=lambda loop: -loop["time_s"])
     return {"cprofile": cp, "lines": lt, "hot_loops": loops}

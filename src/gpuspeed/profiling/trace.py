@@ -215,7 +215,7 @@ class TraceAnalysis:
             by_stream[o["stream"]].append(o)
         gaps = []
         for ops in by_stream.values():
-            for a, b in zip(ops, ops[1:]):
+            for a, b in zip(ops, ops[1:], strict=False):
                 g = b["ts"] - a["end"]
                 if g > 0:
                     gaps.append((g, a, b))
