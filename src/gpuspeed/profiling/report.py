@@ -74,6 +74,12 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _table(lines: list[str], title: str, header: str, align: str, body: list[str]) -> None:
+    """Append a titled Markdown table, or nothing when it has no rows."""
+    if body:
+        lines += [title, "", header, align, *body, ""]
+
+
 def markdown(res, level: int = 2) -> str:
     """The profile as a Markdown section; `level` is the heading level of its title."""
     h = "#" * level
@@ -92,32 +98,21 @@ def markdown(res, level: int = 2) -> str:
                   f"max {gaps['max_us']:.1f} us."]
     lines.append("")
     syncs = (f.get("host_syncs") or {}).get("groups", [])
-    if syncs:
-        lines += [f"{h}# Host syncs" + ("" if f.get("gpu") else " (calls that block on a GPU tensor)"), "",
-                  "| kind | where | count | per step | wait |", "|---|---|---:|---:|---:|"]
-        lines += [f"| {g['kind']} | `{_where(g)}` | {g['count']} | {g['per_step']:g} | {format_time(g['wait_s'])} |"
-                  for g in syncs]
-        lines.append("")
-    tiny = (f.get("tiny_runs") or {}).get("runs", [])
-    if tiny:
-        lines += [f"{h}# Tiny-kernel runs", "", "| length | runs/step | where | kernel time | host time |",
-                  "|---:|---:|---|---:|---:|"]
-        lines += [f"| {r['length']} | {r['runs_per_step']:g} | `{_where(r)}` | {format_time(r['kernel_s'])} | "
-                  f"{format_time(r['host_s'])} |" for r in tiny]
-        lines.append("")
-    tr = (f.get("transfers") or {}).get("rows", [])
-    if tr:
-        lines += [f"{h}# Transfers", "", "| dir | memory | where | count | bytes | time | GB/s |",
-                  "|---|---|---|---:|---:|---:|---:|"]
-        lines += [f"| {t['direction']} | {t['memory']} | `{_where(t)}` | {t['count']} | {t['bytes']} | "
-                  f"{format_time(t['time_s'])} | {t['GBps'] or 0:.1f} |" for t in tr]
-        lines.append("")
-    tk = (f.get("top_kernels") or {}).get("rows", [])
-    if tk:
-        lines += [f"{h}# Top kernels", "", "| kernel | where | share | calls/step | mean |", "|---|---|---:|---:|---:|"]
-        lines += [f"| `{k['short']}` | `{_where(k)}` | {_pct(k['share'])} | {k['calls_per_step']:g} | "
-                  f"{k['mean_us']:.1f} us |" for k in tk[:8]]
-        lines.append("")
+    _table(lines, f"{h}# Host syncs" + ("" if f.get("gpu") else " (calls that block on a GPU tensor)"),
+           "| kind | where | count | per step | wait |", "|---|---|---:|---:|---:|",
+           [f"| {g['kind']} | `{_where(g)}` | {g['count']} | {g['per_step']:g} | {format_time(g['wait_s'])} |"
+            for g in syncs])
+    _table(lines, f"{h}# Tiny-kernel runs", "| length | runs/step | where | kernel time | host time |",
+           "|---:|---:|---|---:|---:|",
+           [f"| {r['length']} | {r['runs_per_step']:g} | `{_where(r)}` | {format_time(r['kernel_s'])} | "
+            f"{format_time(r['host_s'])} |" for r in (f.get("tiny_runs") or {}).get("runs", [])])
+    _table(lines, f"{h}# Transfers", "| dir | memory | where | count | bytes | time | GB/s |",
+           "|---|---|---|---:|---:|---:|---:|",
+           [f"| {t['direction']} | {t['memory']} | `{_where(t)}` | {t['count']} | {t['bytes']} | "
+            f"{format_time(t['time_s'])} | {t['GBps'] or 0:.1f} |" for t in (f.get("transfers") or {}).get("rows", [])])
+    _table(lines, f"{h}# Top kernels", "| kernel | where | share | calls/step | mean |", "|---|---|---:|---:|---:|",
+           [f"| `{k['short']}` | `{_where(k)}` | {_pct(k['share'])} | {k['calls_per_step']:g} | "
+            f"{k['mean_us']:.1f} us |" for k in ((f.get("top_kernels") or {}).get("rows", []))[:8]])
     if res.hotspots:
         cp = res.hotspots["cprofile"]
         s = cp["shares"]
