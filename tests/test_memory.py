@@ -75,3 +75,14 @@ def test_chunk_planner_fits_a_line():
         plan_chunks(10, 1, 10, 2, "1GB")
     with pytest.raises(UserError):
         plan_chunks(0, 1, 10, 2, "1GB")
+
+
+def test_measure_chunk_plan_on_the_host():
+    from gpuspeed.memory import measure_chunk_plan
+
+    def run_chunk(n):  # 8 bytes per item, written so the pages are real
+        return float(np.ones(n).sum())
+
+    plan = measure_chunk_plan(run_chunk, 2_000_000, 6_000_000, "256MiB", device="cpu")
+    assert plan.bytes_per_item == pytest.approx(8, rel=0.25)
+    assert plan.max_chunk == pytest.approx((0.85 * 256 * 2**20 - plan.fixed_bytes) / plan.bytes_per_item, rel=1e-6)

@@ -1,0 +1,32 @@
+"""load_function(): a user's `file.py:function`, and every way the target can be wrong."""
+
+import pytest
+
+from gpuspeed.errors import UserError
+from gpuspeed.loading import load_function, load_module
+
+
+def test_loads_function_and_method(tmp_path):
+    f = tmp_path / "user_code.py"
+    f.write_text("X = 3\n\ndef double(a):\n    return 2 * a\n\nclass K:\n    @staticmethod\n    def m(a):\n"
+                 "        return a + 1\n")
+    assert load_function(f"{f}:double")(21) == 42
+    assert load_function(f"{f}:K.m")(1) == 2
+    assert load_module(f).X == 3
+
+
+@pytest.mark.parametrize("target,message", [
+    ("no_colon.py", "expected path/to/file.py:function"),
+    ("missing.py:f", "no such file"),
+    ("{dir}/notes.txt:f", "is not a .py file"),
+    ("{dir}/user_code.py:", "no function name"),
+    ("{dir}/user_code.py:nope", "has no attribute"),
+    ("{dir}/user_code.py:X", "is not callable"),
+    ("{dir}/broken.py:f", "syntax error"),
+])
+def test_bad_targets_are_user_errors(tmp_path, target, message):
+    (tmp_path / "user_code.py").write_text("X = 3\n")
+    (tmp_path / "notes.txt").write_text("hi\n")
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    with pytest.raises(UserError, match=message):
+        load_function(target.format(dir=tmp_path))
