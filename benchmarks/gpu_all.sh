@@ -2,6 +2,7 @@
 # Regenerate the GPU results, GPU test logs and executed notebooks on a GPU machine, in two parts that
 # each fit one 10-minute device call:  OUT=/some/dir bash benchmarks/gpu_all.sh A   (then B)
 # Everything lands in $OUT/gpu_<part>.tar.gz (one file back); unpack it into results/<gpu>/.
+# The notebooks need nbclient + ipykernel: run benchmarks/fetch_notebook_wheels.sh here and carry .whl.
 set -u
 part=${1:?part A or B}
 export PYTHONUNBUFFERED=1
