@@ -2,14 +2,16 @@
 
 1. Known durations: torch.cuda._sleep(cycles) spins for a number of SM clock cycles. Its rate (cycles
    per second) is calibrated independently of CUDA events, from the host wall-clock slope between two
-   long sleeps, so 10 us / 100 us / 1 ms / 10 ms kernels have known lengths; bench() must find them
-   within 2 %.
+   long sleeps, so 10 us / 100 us / 1 ms / 10 ms of spinning have known lengths. Every kernel also costs
+   a fixed launch-and-retire time on the GPU (an empty kernel's duration: kernel_floor_us, from CUPTI),
+   so each mode's error is given both against the spin alone (the issue's definition) and against the
+   spin plus that floor (what the hardware runs).
 2. Noise: rel_noise (relative standard error of the median) under 1 % from 100 us up.
 3. Agreement with triton.testing.do_bench (median, the same flush: its 256 MB buffer zeroed between
-   samples) within 3 % on a copy, a matmul and a softmax. Sustained load lowers the clocks (a 4096^3
-   bf16 matmul drives an H200 from 1980 to ~1710 MHz within do_bench's 100 ms), so the headline compares
-   like with like: bench() right after do_bench, for as long. Also recorded: bench() on a cool GPU
-   against do_bench, and against a 20 ms do_bench that barely heats it.
+   samples) on a copy, a matmul and a softmax. Sustained load lowers the clocks (a 4096^3 bf16 matmul
+   drives an H200 from 1980 MHz to 1300-1800 within 100 ms), and both tools keep the GPU busy, so each
+   case is pre-heated for a second and then timed in ROUNDS alternating do_bench and bench() (as long a
+   run as do_bench's 100 ms); the headline compares the medians over the rounds.
 
 Run on the GPU:  PYTHONPATH=src python3 benchmarks/bench_accuracy.py --out results/nvidia-h200
 """
@@ -30,6 +32,8 @@ from gpuspeed.results import make_results, write_results
 from gpuspeed.timing import bench
 
 TARGETS_S = [10e-6, 100e-6, 1e-3, 10e-3]
+ROUNDS = 5
+MODES = ("auto", "events", "graph", "kernel")
 
 
 def _wall(cycles: int, reps: int = 5) -> float:
@@ -52,30 +56,42 @@ def calibrate_sleep_rate() -> float:
     return (c2 - c1) / (_wall(c2) - _wall(c1))
 
 
-def known_durations() -> tuple[list[dict], list[str]]:
+def kernel_floor() -> dict:
+    """What a kernel costs beyond its work: an empty spin's duration per mode, and the event pair alone."""
+    empty = {mode: bench(lambda: torch.cuda._sleep(0), name="sleep 0", mode=mode, budget_s=1.0, device="cuda")
+             for mode in MODES[1:]}
+    nothing = bench(lambda: None, name="events around nothing", mode="events", budget_s=1.0, device="cuda")
+    return {"kernel_floor_s": empty["kernel"].median, "graph_empty_s": empty["graph"].median,
+            "events_empty_s": empty["events"].median, "events_pair_s": nothing.median}
+
+
+def known_durations(floor_s: float) -> tuple[list[dict], list[str]]:
     """Each target timed in every GPU mode: auto (what bench() picks), events, graph and kernel."""
     rows, notes = [], []
     for target in TARGETS_S:
         rate_before = calibrate_sleep_rate()
         cycles = int(round(target * rate_before))
         fn = lambda c=cycles: torch.cuda._sleep(c)  # noqa: E731
-        ms = {mode: bench(fn, name=f"sleep {target * 1e6:g} us", mode=mode, budget_s=2.0)
-              for mode in ("auto", "events", "graph", "kernel")}
+        ms = {mode: bench(fn, name=f"sleep {target * 1e6:g} us", mode=mode, budget_s=2.0) for mode in MODES}
         rate_after = calibrate_sleep_rate()
         rate = (rate_before + rate_after) / 2
         known = cycles / rate
-        row = {"target_s": target, "cycles": cycles, "known_s": known, "rate_hz": rate,
+        hw = known + floor_s
+        row = {"target_s": target, "cycles": cycles, "known_s": known, "known_hw_s": hw, "rate_hz": rate,
                "rate_drift": abs(rate_after - rate_before) / rate, "auto_mode": ms["auto"].mode,
                "throttled": any(m.throttled for m in ms.values()), "clocks": ms["auto"].clocks}
         for mode, m in ms.items():
             row |= {f"{mode}_median_s": m.median, f"{mode}_rel_error": (m.median - known) / known,
-                    f"{mode}_rel_noise": m.rel_noise, f"{mode}_n": m.n}
+                    f"{mode}_rel_error_hw": (m.median - hw) / hw, f"{mode}_rel_noise": m.rel_noise,
+                    f"{mode}_n": m.n}
         rows.append(row)
-        print(f"sleep {target * 1e6:8.1f} us: known {known * 1e6:9.3f} us | " + " | ".join(
-            f"{mode} {m.median * 1e6:9.3f} us ({100 * row[f'{mode}_rel_error']:+.2f}%)" for mode, m in ms.items()),
-            flush=True)
+        print(f"sleep {target * 1e6:8.1f} us: known {known * 1e6:9.3f} us (+ floor {hw * 1e6:9.3f}) | " + " | ".join(
+            f"{mode} {m.median * 1e6:9.3f} us ({100 * row[f'{mode}_rel_error']:+.2f}% / "
+            f"{100 * row[f'{mode}_rel_error_hw']:+.2f}%)" for mode, m in ms.items()), flush=True)
     notes.append("known duration = cycles / rate, rate from the host wall-clock slope between 40M- and "
                  "200M-cycle sleeps, calibrated before and after each target (mean of the two)")
+    notes.append("known_hw = known + kernel_floor: the spin plus what an empty spin kernel lasts on the GPU "
+                 "(CUPTI), the launch and retire every kernel pays; *_rel_error_hw is against it")
     notes.append("kernel mode times the kernel itself (CUPTI); events and graph modes also carry the fixed "
                  "cost of a kernel boundary (events_fixed_overhead_us, graph_fixed_overhead_us)")
     return rows, notes
@@ -97,30 +113,34 @@ def versus_do_bench() -> list[dict]:
     }
     # the same flush as do_bench: zero its own 256 MB buffer between samples
     cache = triton.runtime.driver.active.get_empty_cache_for_benchmark()
-    same_flush = cache.zero_
     rows = []
     for name, fn in cases.items():
-        cold = bench(fn, name=name, budget_s=2.0, flush=same_flush)  # the GPU as a single call finds it
-        short = triton.testing.do_bench(fn, warmup=5, rep=20, return_mode="median") * 1e-3  # 20 ms: little heating
-        theirs_ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-        clock_after_do_bench = gdev.sm_clock_mhz()
-        # like with like: right after do_bench, the same flush and as long a sustained run as its 100 ms
-        n_sustained = int(min(2000, max(200, math.ceil(0.125 / cold.median))))
-        hot = bench(fn, name=name, budget_s=10.0, min_samples=n_sustained, max_samples=n_sustained,
-                    flush=same_flush)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 1.0:  # pre-heat: the clocks settle where sustained use puts them
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        theirs, ours, rounds = [], [], []
+        for r in range(ROUNDS):
+            d = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e-3
+            clock_after_do_bench = gdev.sm_clock_mhz()
+            n_matched = int(min(2000, max(100, math.ceil(0.1 / d))))  # as long a run as do_bench's 100 ms
+            m = bench(fn, name=name, budget_s=10.0, min_samples=n_matched, max_samples=n_matched, flush=cache.zero_)
+            theirs.append(d)
+            ours.append(m.median)
+            rounds.append({"round": r, "do_bench_median_s": d, "bench_median_s": m.median, "bench_n": m.n,
+                           "bench_mode": m.mode, "rel_diff": (m.median - d) / d, "bench_rel_noise": m.rel_noise,
+                           "sm_mhz_after_do_bench": clock_after_do_bench, "bench_clocks": m.clocks,
+                           "bench_throttled": m.throttled})
         own = bench(fn, name=name, budget_s=2.0)  # bench()'s own flush (2x L2, fill), for the record
-        theirs = theirs_ms * 1e-3
-        rows.append({"case": name, "bench_median_s": cold.median, "bench_sustained_median_s": hot.median,
-                     "bench_sustained_n": hot.n, "do_bench_median_s": theirs,
-                     "rel_diff": (cold.median - theirs) / theirs,
-                     "rel_diff_sustained": (hot.median - theirs) / theirs, "rel_noise": cold.rel_noise,
-                     "do_bench_short_median_s": short, "rel_diff_short": (cold.median - short) / short,
-                     "bench_own_flush_median_s": own.median, "rel_diff_own_flush": (own.median - theirs) / theirs,
-                     "n": cold.n, "mode": cold.mode, "clocks": cold.clocks, "clocks_sustained": hot.clocks,
-                     "sm_mhz_after_do_bench": clock_after_do_bench, "throttled_sustained": hot.throttled})
-        print(f"{name:26}: bench {cold.median * 1e6:9.2f} us, do_bench 20 ms {short * 1e6:9.2f} us, do_bench "
-              f"{theirs * 1e6:9.2f} us, bench sustained {hot.median * 1e6:9.2f} us (n={hot.n}); clocks "
-              f"{cold.clocks} / {clock_after_do_bench} / {hot.clocks} MHz", flush=True)
+        d_med, b_med = statistics.median(theirs), statistics.median(ours)
+        rows.append({"case": name, "do_bench_median_s": d_med, "bench_median_s": b_med,
+                     "rel_diff": (b_med - d_med) / d_med, "max_round_rel_diff": max(abs(r["rel_diff"]) for r in rounds),
+                     "bench_own_flush_median_s": own.median, "rel_diff_own_flush": (own.median - d_med) / d_med,
+                     "rounds": rounds})
+        print(f"{name:26}: bench {b_med * 1e6:9.2f} us, do_bench {d_med * 1e6:9.2f} us "
+              f"({100 * rows[-1]['rel_diff']:+.2f}%; rounds " + ", ".join(
+                  f"{100 * r['rel_diff']:+.2f}% @{r['sm_mhz_after_do_bench']} MHz" for r in rounds) + ")", flush=True)
     return rows
 
 
@@ -131,19 +151,28 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_accuracy: needs a CUDA GPU (the CPU path is covered by the unit tests)", file=sys.stderr)
         return 2
-    known, notes = known_durations()
+    floor = kernel_floor()
+    known, notes = known_durations(floor["kernel_floor_s"])
     vs = versus_do_bench()
     big = [r for r in known if r["target_s"] >= 100e-6]
     known_s = np.array([r["known_s"] for r in known])
     summary = {
+        # the issue's definition: against the spin alone, in kernel mode (the kernel's own duration)
         "max_rel_error_known_duration": max(abs(r["kernel_rel_error"]) for r in known),
         "max_rel_error_known_duration_100us_plus": max(abs(r["kernel_rel_error"]) for r in big),
         "max_rel_error_known_duration_auto": max(abs(r["auto_rel_error"]) for r in known),
+        # against what the hardware runs: the spin plus an empty kernel's duration
+        "max_rel_error_known_duration_hw": max(abs(r["kernel_rel_error_hw"]) for r in known),
+        "max_rel_error_known_duration_hw_graph": max(abs(r["graph_rel_error_hw"]) for r in known),
+        "max_rel_error_known_duration_hw_auto": max(abs(r["auto_rel_error_hw"]) for r in known),
+        "kernel_floor_us": floor["kernel_floor_s"] * 1e6,
+        "graph_empty_kernel_us": floor["graph_empty_s"] * 1e6,
+        "events_empty_kernel_us": floor["events_empty_s"] * 1e6,
+        "events_pair_us": floor["events_pair_s"] * 1e6,
         "max_rel_noise_100us_plus": max(max(r["auto_rel_noise"], r["kernel_rel_noise"]) for r in big),
-        # like with like: the same flush and as long a sustained load, so both see the same clocks
-        "max_rel_diff_vs_do_bench": max(abs(r["rel_diff_sustained"]) for r in vs),
-        "max_rel_diff_vs_do_bench_cold": max(abs(r["rel_diff"]) for r in vs),
-        "max_rel_diff_vs_do_bench_short": max(abs(r["rel_diff_short"]) for r in vs),
+        # like with like: the same flush, alternating rounds after a pre-heat, medians over the rounds
+        "max_rel_diff_vs_do_bench": max(abs(r["rel_diff"]) for r in vs),
+        "max_round_rel_diff_vs_do_bench": max(r["max_round_rel_diff"] for r in vs),
         "any_throttled": any(r["throttled"] for r in known),
     }
     for mode in ("events", "graph", "kernel"):
@@ -152,7 +181,8 @@ def main(argv=None) -> int:
         summary[f"{mode}_fixed_overhead_us"] = float(fixed * 1e6)
         summary[f"{mode}_slope"] = float(slope)
     rows = [{"kind": "known_duration", **r} for r in known] + [{"kind": "vs_do_bench", **r} for r in vs]
-    doc = make_results("bench_accuracy", params={"targets_s": TARGETS_S, "flush_l2_bytes": 2 * gdev.l2_bytes()},
+    doc = make_results("bench_accuracy", params={"targets_s": TARGETS_S, "flush_l2_bytes": 2 * gdev.l2_bytes(),
+                                                 "do_bench_rounds": ROUNDS},
                        summary=summary, rows=rows, notes=notes)
     path = write_results(doc, args.out or gdev.get_device().slug and f"results/{gdev.get_device().slug}")
     print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in summary.items()})

@@ -43,3 +43,13 @@ def test_sdpa_flops_counted_on_gpu():
     q = torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16)
     flops, _ = count_flops(torch.nn.functional.scaled_dot_product_attention, q, q, q)
     assert flops == sdpa_flops((q, q, q))
+
+
+def test_builtin_elementwise_kernels_verify_on_gpu():
+    # the Triton elementwise workloads check themselves against float64 before they are placed
+    from gpuspeed.roofline.workloads import builtin
+
+    checked = [w for w in builtin("cuda", quick=True) if w.verify is not None]
+    assert {w.name for w in checked} >= {"add fp32", "add bf16", "sin fp32", "sin bf16", "fused chain fp32"}
+    for w in checked:
+        w.verify()

@@ -464,6 +464,41 @@ def _throttled(clocks: dict, notes: list[str]) -> bool:
     return throttled
 
 
+def _sample_batches(enqueue: Callable, batch: int, stopper: "_Stopper", k: int = 1) -> list[float]:
+    """Per-call seconds from batches of `batch` (start, end) event pairs, two batches in flight.
+
+    `enqueue(start, end)` queues one sample. The loop queues batch i+1, then waits for batch i and reads
+    it; it stops when the stopper is satisfied, keeping the batch still in flight (every sample counts).
+    """
+    import torch
+
+    def new_batch():
+        return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
+
+    pools = [new_batch(), new_batch()]
+    samples: list[float] = []
+
+    def queue(events):
+        for start, end in events:
+            enqueue(start, end)
+
+    def read(events):
+        events[-1][1].synchronize()
+        samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in events)
+
+    queue(pools[0])
+    i = 0
+    while True:
+        queue(pools[(i + 1) % 2])
+        read(pools[i % 2])
+        i += 1
+        if stopper.done(samples):
+            break
+    read(pools[i % 2])
+    torch.cuda.synchronize()
+    return samples[:stopper.max_samples]
+
+
 def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls) -> Measurement:
     import torch
 
@@ -520,19 +555,14 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
             graph, k = None, 1
 
     clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
-    samples: list[float] = []
-    # Samples go out in batches that keep the GPU busy for ~BATCH_S between synchronizes, as a loop
-    # calling the function would: clocks and power then settle where sustained use puts them (and the
-    # throttle check sees it), rather than recovering in the pauses of a sync after every few calls.
+    # Samples go out in batches of ~BATCH_S of GPU work, double-buffered: the next batch is queued before
+    # the host waits on the last one, so the GPU never idles between batches, as under a loop calling
+    # the function. Clocks and power then settle where sustained use puts them (the throttle check sees
+    # it; triton's do_bench queues all its samples at once too) instead of recovering in sync pauses.
     per_sample = typical * k
-    batch = int(min(1000, max(10, math.ceil(BATCH_S / max(per_sample, 1e-6)))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
+    batch = int(min(1000, max(3, math.ceil(BATCH_S / max(per_sample, 1e-6)))))
     body = graph.replay if graph is not None else call
-    while not stopper.done(samples):
-        for start, end in events:
-            enqueue(start, end, body)
-        torch.cuda.synchronize()
-        samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in events)
+    samples = _sample_batches(lambda start, end: enqueue(start, end, body), batch, stopper, k)
     clocks["sm_mhz_after"] = _device.sm_clock_mhz()
     notes.insert(0, stopper.reason)
     throttled = _throttled(clocks, notes)

@@ -126,10 +126,14 @@ def _must(result) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 STREAM_CONFIGS = [(4096, 4), (8192, 8), (16384, 8), (16384, 16)]  # (BLOCK, num_warps)
-# (BLOCK, num_warps, evict_first) tried for read and copy. On an H200 (torch 2.11, triton 3.6) the copy
-# kernel with evict_first reached 3.84-4.03 TB/s while the sweep's F=1 point (the same traffic, no hint)
-# reached 4.06: so both ways are measured.
-HINTED_CONFIGS = [(b, w, e) for e in (False, True) for b, w in STREAM_CONFIGS] + [(2048, 4, False)]
+# (BLOCK, num_warps, L2 eviction hint of the loads) tried for read and copy. On an H200 (torch 2.11,
+# triton 3.6) the hint decides the copy: evict_first 3.80-4.00 TB/s, none 3.99-4.21, evict_last 4.19-4.29
+# (best at 1024-element tiles); the read peaks without a hint. So each is measured, not assumed.
+READ_CONFIGS = ([(b, w, e) for e in ("", "evict_first") for b, w in STREAM_CONFIGS]
+                + [(2048, 4, ""), (1024, 4, "evict_last"), (16384, 8, "evict_last")])
+COPY_CONFIGS = ([(b, w, e) for e in ("", "evict_last")
+                 for b, w in [(1024, 4), (2048, 4), (2048, 8), (4096, 4), (8192, 8), (16384, 16)]]
+                + [(16384, 8, "evict_first")])
 ROUND = 16384 * 64  # sizes are multiples of every BLOCK and of the persistent grid's share
 
 
@@ -155,13 +159,13 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             state["small"] = (small, torch.empty_like(small))
         return state["src"], state["dst"]
 
-    def read_grid(block, warps, evict=False):
+    def read_grid(block, warps, evict=""):
         def run():
             src, _ = buffers()
             x, _ = state["small"]
             part = poison(torch.empty(x.numel() // block, device="cuda"))
             ref = x.double().view(-1, block).sum(1)
-            kw = dict(block=block, num_warps=warps, evict_first=evict)
+            kw = dict(block=block, num_warps=warps, evict=evict)
             _must(check(K.launch_read(x, part, **kw), ref, rtol=1e-5))
             part = torch.empty(src.numel() // block, device="cuda")
             m = bench(K.launch_read, src, part, kwargs=kw, name="read", **bkw)
@@ -196,12 +200,12 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             return dst.nbytes / m.median / GB, m
         return run
 
-    def copy(block, warps, evict=False, stream_store=False):
+    def copy(block, warps, evict="", stream_store=False):
         def run():
             src, dst = buffers()
             x, y = state["small"]
             poison(y)
-            kw = dict(block=block, num_warps=warps, evict_first=evict, stream_store=stream_store)
+            kw = dict(block=block, num_warps=warps, evict=evict, stream_store=stream_store)
             _must(check(K.launch_copy(x, y, **kw), x, rtol=0, atol=0))
             m = bench(K.launch_copy, src, dst, kwargs=kw, name="copy", **bkw)
             return 2 * src.nbytes / m.median / GB, m
@@ -229,21 +233,21 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             return (x.nbytes + part.nbytes) / m.median / GB, m
         return run
 
-    def cfg(b, w, e=False):
-        return f"BLOCK={b}, {w} warps" + (", evict_first" if e else "")
+    def cfg(b, w, e=""):
+        return f"BLOCK={b}, {w} warps" + (f", {e}" if e else "")
 
     gib = f"{nbytes / 2**30:.1f} GiB"
     steps = [
         ("read (Triton)", lambda: best_of("read", "memory",
-            [(f"Triton sum, {cfg(b, w, e)}, {gib}", read_grid(b, w, e)) for b, w, e in HINTED_CONFIGS]
+            [(f"Triton sum, {cfg(b, w, e)}, {gib}", read_grid(b, w, e)) for b, w, e in READ_CONFIGS]
             + [(f"Triton persistent sum, {cfg(8192, 8)}, 4 programs/SM", read_persistent(8192, 8))],
             device_name)),
         ("write (Triton)", lambda: best_of("write", "memory",
             [(f"Triton fill, {cfg(b, w)}, {gib}", write(b, w)) for b, w in STREAM_CONFIGS], device_name)),
         ("copy (Triton)", lambda: best_of("copy", "memory",
-            [(f"Triton copy, {cfg(b, w, e)}, {gib} each way", copy(b, w, e)) for b, w, e in HINTED_CONFIGS]
-            + [(f"Triton copy, {cfg(b, w)}, streaming stores, {gib} each way", copy(b, w, False, True))
-               for b, w in [(16384, 16), (32768, 16), (8192, 8)]],
+            [(f"Triton copy, {cfg(b, w, e)}, {gib} each way", copy(b, w, e)) for b, w, e in COPY_CONFIGS]
+            + [(f"Triton copy, {cfg(b, w)}, streaming stores, {gib} each way", copy(b, w, "", True))
+               for b, w in [(16384, 16), (32768, 16)]],
             device_name)),
         ("torch copy_", lambda: best_of("torch_copy", "memory", [(f"torch copy_, {gib}", torch_op("copy"))],
                                         device_name)),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-GROUP_MARKERS = {"elementwise": ("o", "tab:blue"), "normalization": ("s", "tab:green"),
+GROUP_MARKERS = {"elementwise": ("o", "tab:blue"), "torch elementwise": ("o", "tab:orange"),
+                 "normalization": ("s", "tab:green"),
                  "reduction": ("v", "tab:cyan"), "matmul": ("D", "tab:red"), "attention": ("*", "tab:purple")}
 MEM_STYLES = {"copy": "-", "read": "--", "write": ":", "torch_copy": "-.", "l2": (0, (1, 1))}
 

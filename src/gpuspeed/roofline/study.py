@@ -100,6 +100,9 @@ class Study:
             row = {"name": w.name, "group": w.group, "dtype": w.dtype, "notes": list(w.notes)}
             try:
                 with matmul_precision(w.precision):
+                    if w.verify is not None:  # a wrong kernel is never placed
+                        w.verify()
+                        row["notes"].append("checked against float64 on 3 fresh random inputs")
                     fn, args = w.make()
                     if w.flops is not None:
                         flops, source = w.flops(args), "given (convention in workloads.py)"
@@ -113,7 +116,7 @@ class Study:
                     p = place(fn, *args, flops=flops, bytes=w.nbytes(args) if w.nbytes else None,
                               ceilings=self.ceil, name=w.name, unit=unit, **bkw)
                 row |= p.to_dict() | {"flops_source": source}
-                row["notes"] = list(w.notes) + p.notes
+                row["notes"] = row["notes"] + p.notes
             except Exception as exc:  # keep the other placements
                 row["error"] = _err(exc)
             finally:
@@ -155,10 +158,11 @@ class Study:
             s[f"sweep_ridge_{dt}_flop_per_byte"] = r["ridge"]
             s[f"sweep_peak_{dt}_TFLOPs"] = r["peak_flops"] / 1e12 if r["peak_flops"] else None
             s[f"sweep_GBps_{dt}"] = r["bandwidth"] / 1e9 if r["bandwidth"] else None
-        elem = [p for p in self.placements if p.get("group") == "elementwise" and "GBps" in p]
-        worst = min(elem, key=lambda p: p["GBps"], default=None)
-        s["elementwise_pct_of_copy_roof"] = 100 * worst["GBps"] / copy if worst and copy else None
-        s["elementwise_worst"] = worst["name"] if worst else None  # the point that sets the figure above
+        for group, key in (("elementwise", "elementwise"), ("torch elementwise", "elementwise_torch")):
+            elem = [p for p in self.placements if p.get("group") == group and "GBps" in p]
+            worst = min(elem, key=lambda p: p["GBps"], default=None)
+            s[f"{key}_pct_of_copy_roof"] = 100 * worst["GBps"] / copy if worst and copy else None
+            s[f"{key}_worst"] = worst["name"] if worst else None  # the point that sets the figure above
         placed = [p for p in self.placements if p.get("pct_of_roof") is not None]
         s["max_pct_of_roof"] = max((p["pct_of_roof"] for p in placed), default=None)
         s["n_errors"] = (sum(1 for r in c.rows if r.error) + sum(1 for r in self.sweep_rows if "error" in r)

@@ -1,5 +1,11 @@
 """The built-in workload set placed on the roofline: elementwise, normalization, reduction, matmul, attention.
 
+On the GPU the elementwise points (add, sin, the fused chain) are gpuspeed's Triton kernels, written like the
+bandwidth ceilings, with torch's own add and sin placed beside them ("torch elementwise"): the first show
+what this GPU does for an elementwise stream, the second what torch's kernels get of it. (On an H200,
+torch.sin on bf16 reaches ~82 % of the copy roof: libdevice sinf's ~40 instructions per element, not
+memory, bound it; the Triton sin computes to the output's precision and reaches the roof.)
+
 FLOP conventions for ops FlopCounterMode does not count (it counts matmul, conv and attention): one FLOP
 per elementwise operation, sin counted as one; softmax 5 per element (max, subtract, exp, sum, divide),
 layer norm 8 (mean 1, variance 3, normalize 2, affine 2), a sum 1. Matmul and attention FLOPs are counted.
@@ -9,6 +15,7 @@ GPU sizes are far larger than L2; CPU sizes are at least twice a 32 MiB last-lev
 from __future__ import annotations
 
 import contextlib
+import random
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +31,7 @@ class Workload:
     unit: str | None = None
     precision: str = "highest"  # torch float32 matmul precision while it runs
     notes: list = field(default_factory=list)
+    verify: Callable[[], None] | None = None  # raises if the kernel is wrong (run on fresh inputs before timing)
 
 
 @contextlib.contextmanager
@@ -57,30 +65,26 @@ def builtin(device: str, quick: bool, dtypes: list[str] | None = None) -> list[W
         return args[0].numel()
 
     out: list[Workload] = []
-    for name in ("fp32", "bf16"):
-        d = dt[name]
-        out.append(Workload(f"add {name}", "elementwise", name, lambda d=d: (torch.add, (rand(n_el, dtype=d),
-                                                                                          rand(n_el, dtype=d))),
-                            flops=n_of))
-        out.append(Workload(f"sin {name}", "elementwise", name, lambda d=d: (torch.sin, (rand(n_el, dtype=d),)),
-                            flops=n_of))
     if gpu:
-        def make_chain():
-            from gpuspeed.roofline import kernels as K
-
-            x = rand(n_el)
-            y = torch.empty_like(x)
-            return (lambda x, y: K.launch_chain(x, y, 1.1, 0.2, 0.5, 0.1)), (x, y)
-        chain_note = "Triton kernel, one read and one write"
+        out += _triton_elementwise(n_el, rand, dt)
+        for name in ("fp32", "bf16"):
+            d = dt[name]
+            out.append(Workload(f"torch add {name}", "torch elementwise", name,
+                                lambda d=d: (torch.add, (rand(n_el, dtype=d), rand(n_el, dtype=d))), flops=n_of))
+            out.append(Workload(f"torch sin {name}", "torch elementwise", name,
+                                lambda d=d: (torch.sin, (rand(n_el, dtype=d),)), flops=n_of))
     else:
-        def make_chain():
-            x = rand(n_el)
-            return (lambda x: torch.sin(x * 1.1 + 0.2) * 0.5 + 0.1), (x,)
-        chain_note = "eager torch on the CPU (not fused: several passes)"
-    # on the GPU y is both an argument and the output: count read x + write y, not y twice
-    out.append(Workload("fused chain fp32", "elementwise", "fp32", make_chain, flops=lambda a: 5 * a[0].numel(),
-                        nbytes=lambda a: 2 * a[0].numel() * a[0].element_size(),
-                        notes=[f"y = sin(x*a + b)*c + d, 5 FLOP/element; {chain_note}"]))
+        for name in ("fp32", "bf16"):
+            d = dt[name]
+            out.append(Workload(f"add {name}", "elementwise", name,
+                                lambda d=d: (torch.add, (rand(n_el, dtype=d), rand(n_el, dtype=d))), flops=n_of))
+            out.append(Workload(f"sin {name}", "elementwise", name, lambda d=d: (torch.sin, (rand(n_el, dtype=d),)),
+                                flops=n_of))
+        out.append(Workload("fused chain fp32", "elementwise", "fp32",
+                            lambda: ((lambda x: torch.sin(x * 1.1 + 0.2) * 0.5 + 0.1), (rand(n_el),)),
+                            flops=lambda a: 5 * a[0].numel(),
+                            notes=["y = sin(x*a + b)*c + d, 5 FLOP/element; eager torch on the CPU (not fused: "
+                                   "several passes)"]))
     out.append(Workload("softmax fp32", "normalization", "fp32",
                         lambda: ((lambda x: torch.softmax(x, dim=-1)), (rand(rows, cols),)),
                         flops=lambda a: 5 * a[0].numel()))
@@ -108,6 +112,67 @@ def builtin(device: str, quick: bool, dtypes: list[str] | None = None) -> list[W
     if dtypes:
         keep = set(dtypes)
         out = [w for w in out if w.dtype in keep]
+    return out
+
+
+CHAIN = (1.1, 0.2, 0.5, 0.1)  # y = sin(x * a + b) * c + d
+
+
+def _triton_elementwise(n_el: int, rand, dt: dict) -> list[Workload]:
+    """add and sin (fp32, bf16) and the fused chain as gpuspeed Triton kernels: one read per input, one
+    write, the output preallocated (an argument, so counted once: nbytes is given)."""
+    import torch
+
+    from gpuspeed.roofline import kernels as K
+    from gpuspeed.verify import check, poison
+
+    def verified(op: str, d, coeffs=(1.0, 0.0, 1.0, 0.0)):
+        def run():  # fresh values over many scales; sin judged on its own scale (|sin| <= 1)
+            for seed in random.sample(range(2**31), 3):
+                g = torch.Generator(device="cuda").manual_seed(seed)
+                x = (torch.randn(64 * K.EW_BLOCK, device="cuda", generator=g)
+                     * 10.0 ** torch.randint(-2, 4, (64 * K.EW_BLOCK,), device="cuda", generator=g)).to(d)
+                z = torch.randn_like(x) if op == "add" else None
+                y = poison(torch.empty_like(x))
+                K.launch_elementwise(op, x, y, z, coeffs=coeffs)
+                x64 = x.double()
+                a, b, c, e = (float(torch.tensor(v, dtype=torch.float32)) for v in coeffs)
+                ref = (x64 + z.double() if op == "add" else torch.sin(x64 * a + b) * c + e)
+                res = check(y, ref) if op == "add" else check(y, ref, atol=1e-6 if d == torch.float32 else 4e-3)
+                if not res.passed:
+                    raise AssertionError(f"{op}: {res.summary}")
+        return run
+
+    out = []
+    for name in ("fp32", "bf16"):
+        d = dt[name]
+
+        def make_add(d=d):
+            x, z = rand(n_el, dtype=d), rand(n_el, dtype=d)
+            return (lambda x, z, y: K.launch_elementwise("add", x, y, z)), (x, z, torch.empty_like(x))
+
+        def make_sin(d=d):
+            x = rand(n_el, dtype=d)
+            return (lambda x, y: K.launch_elementwise("sin", x, y)), (x, torch.empty_like(x))
+
+        note = "Triton, one read per input and one write, 1024-element tiles, evict_last loads"
+        out.append(Workload(f"add {name}", "elementwise", name, make_add, flops=lambda a: a[0].numel(),
+                            nbytes=lambda a: 3 * a[0].numel() * a[0].element_size(), notes=[note],
+                            verify=verified("add", d)))
+        sin_note = "sin in fp32 by libdevice sinf" if name == "fp32" else (
+            "sin to bf16 precision (fp32 polynomial after reduction by pi, ~1e-7 abs; sinf past 2^15)")
+        out.append(Workload(f"sin {name}", "elementwise", name, make_sin, flops=lambda a: a[0].numel(),
+                            nbytes=lambda a: 2 * a[0].numel() * a[0].element_size(), notes=[note, sin_note],
+                            verify=verified("sin", d)))
+
+    def make_chain():
+        x = rand(n_el)
+        return (lambda x, y: K.launch_chain(x, y, *CHAIN)), (x, torch.empty_like(x))
+
+    out.append(Workload("fused chain fp32", "elementwise", "fp32", make_chain, flops=lambda a: 5 * a[0].numel(),
+                        nbytes=lambda a: 2 * a[0].numel() * a[0].element_size(),
+                        notes=["y = sin(x*a + b)*c + d, 5 FLOP/element; Triton kernel, one read and one write"],
+                        verify=verified("chain", torch.float32, CHAIN)))
     return out
 
 
