@@ -25,7 +25,11 @@ def test_peak_memory_of_a_known_allocation_within_1_mib():
     assert abs(rep.torch_peak_bytes - n) <= MiB, rep
     assert abs(rep.peak_bytes - n) <= MiB
     if rep.nvml_peak_delta_bytes is not None:  # NVML also sees the allocator's rounding and other processes
-        assert rep.nvml_peak_delta_bytes >= n - MiB
+        # NVML sees what torch newly reserved from the device; a block carved from a segment torch already
+        # held (after earlier tests in this process) is invisible to it, and the report says so
+        assert rep.nvml_peak_delta_bytes >= rep.torch_reserved_peak_bytes - MiB
+        if rep.torch_reserved_peak_bytes < n - MiB:
+            assert any("reserved before the call" in note for note in rep.notes), rep.notes
 
 
 def test_peak_memory_counts_cupy_pool():

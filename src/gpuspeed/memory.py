@@ -170,6 +170,9 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
         notes.append("NVML not available: device-level peak not sampled")
     else:
         notes.append("NVML counts every process on the device and samples every ~0.5 ms")
+    if torch_peak > reserved_peak + 2**20:
+        notes.append(f"torch served {(torch_peak - reserved_peak) / 2**20:.0f} MiB from memory it had reserved before "
+                     "the call: NVML's device-level delta does not show that part")
     peak = torch_peak + (cupy_peak or 0)
     if peak == 0 and nvml_delta:
         peak = nvml_delta

@@ -98,11 +98,12 @@ class Study:
     def _place_step(self, w: Workload):
         def run():
             row = {"name": w.name, "group": w.group, "dtype": w.dtype, "notes": list(w.notes)}
+            notes = list(w.notes)
             try:
                 with matmul_precision(w.precision):
                     if w.verify is not None:  # a wrong kernel is never placed
                         w.verify()
-                        row["notes"].append("checked against float64 on 3 fresh random inputs")
+                        notes.append("checked against float64 on 3 fresh random inputs")
                     fn, args = w.make()
                     if w.flops is not None:
                         flops, source = w.flops(args), "given (convention in workloads.py)"
@@ -116,7 +117,7 @@ class Study:
                     p = place(fn, *args, flops=flops, bytes=w.nbytes(args) if w.nbytes else None,
                               ceilings=self.ceil, name=w.name, unit=unit, **bkw)
                 row |= p.to_dict() | {"flops_source": source}
-                row["notes"] = row["notes"] + p.notes
+                row["notes"] = notes + p.notes
             except Exception as exc:  # keep the other placements
                 row["error"] = _err(exc)
             finally:
