@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Regenerate the GPU results, GPU test logs and executed notebooks on a GPU machine, in two parts that
-# each fit one 10-minute device call:  OUT=/some/dir bash benchmarks/gpu_all.sh A   (then B)
+# each fit one 10-minute device call:  GPUSPEED_GIT=<sha> OUT=/some/dir bash benchmarks/gpu_all.sh A   (then B)
 # Everything lands in $OUT/gpu_<part>.tar.gz (one file back); unpack it into results/<gpu>/.
 # The notebooks need nbclient + ipykernel: run benchmarks/fetch_notebook_wheels.sh here and carry .whl.
 set -u
 part=${1:?part A or B}
+# the commit stamped into every results file: pass it in (a copied tree's .git may be stale)
+: "${GPUSPEED_GIT:?set GPUSPEED_GIT=<sha of the commit being run>}"
+export GPUSPEED_GIT
 export PYTHONUNBUFFERED=1
 R=$OUT/r
 mkdir -p "$R"
