@@ -432,8 +432,7 @@ def _bench_cpu(fn, argsets, name, stopper, warmup_s, rotate) -> Measurement:
 
 PRELAUNCH_HOLD_S = 50e-6
 BATCH_S = 0.025  # GPU work between two synchronizes while sampling
-SETTLE_BATCH = True
-SETTLE_BATCH_MAX_S = 0.05
+SETTLE_BATCH_MAX_S = 0.05  # one unread batch before sampling when a batch is at most this long
 _spin_rate: dict = {}
 
 
@@ -468,6 +467,23 @@ def _throttled(clocks: dict, notes: list[str]) -> bool:
     return throttled
 
 
+def _event_pairs(n: int) -> list:
+    import torch
+
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+
+
+def _queue(enqueue: Callable, events: list) -> None:
+    for start, end in events:
+        enqueue(start, end)
+
+
+def _elapsed(events: list, k: int = 1) -> list[float]:
+    """Per-call seconds of queued (start, end) pairs, once the last one has completed."""
+    events[-1][1].synchronize()
+    return [s.elapsed_time(e) * 1e-3 / k for s, e in events]
+
+
 def _sample_batches(enqueue: Callable, batch: int, stopper: "_Stopper", k: int = 1,
                     settle_batch: bool = False) -> list[float]:
     """Per-call seconds from batches of `batch` (start, end) event pairs, two batches in flight.
@@ -477,46 +493,30 @@ def _sample_batches(enqueue: Callable, batch: int, stopper: "_Stopper", k: int =
     """
     import torch
 
-    def new_batch():
-        return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(batch)]
-
-    pools = [new_batch(), new_batch()]
+    pools = [_event_pairs(batch), _event_pairs(batch)]
     samples: list[float] = []
-
-    def queue(events):
-        for start, end in events:
-            enqueue(start, end)
-
-    def read(events):
-        events[-1][1].synchronize()
-        samples.extend(s.elapsed_time(e) * 1e-3 / k for s, e in events)
-
-    queue(pools[0])
+    _queue(enqueue, pools[0])
     i = 0
     if settle_batch:  # one batch unread: sampling starts in the power state of sustained use
-        queue(pools[1])
-        pools[0][-1][1].synchronize()
+        _queue(enqueue, pools[1])
+        _elapsed(pools[0])
         i = 1
     while True:
-        queue(pools[(i + 1) % 2])
-        read(pools[i % 2])
+        _queue(enqueue, pools[(i + 1) % 2])
+        samples += _elapsed(pools[i % 2], k)
         i += 1
         if stopper.done(samples):
             break
-    read(pools[i % 2])
+    samples += _elapsed(pools[i % 2], k)
     torch.cuda.synchronize()
     return samples[:stopper.max_samples]
 
 
 def _queued_median(enqueue: Callable, n: int) -> float:
     """Median seconds of `n` samples queued back to back (one synchronize at the end), as bench samples."""
-    import torch
-
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for start, end in events:
-        enqueue(start, end)
-    events[-1][1].synchronize()
-    return float(np.median([s.elapsed_time(e) * 1e-3 for s, e in events]))
+    events = _event_pairs(n)
+    _queue(enqueue, events)
+    return float(np.median(_elapsed(events)))
 
 
 def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls) -> Measurement:
@@ -593,7 +593,7 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
     batch = int(min(1000, max(3, math.ceil(BATCH_S / max(per_sample, 1e-6)))))
     body = graph.replay if graph is not None else call
     samples = _sample_batches(lambda start, end: enqueue(start, end, body), batch, stopper, k,
-                              settle_batch=SETTLE_BATCH and per_sample * batch <= SETTLE_BATCH_MAX_S)
+                              settle_batch=per_sample * batch <= SETTLE_BATCH_MAX_S)
     clocks["sm_mhz_after"] = _device.sm_clock_mhz()
     notes.insert(0, stopper.reason)
     throttled = _throttled(clocks, notes)

@@ -101,8 +101,8 @@ class Study:
 
     def _place_step(self, w: Workload):
         def run():
-            row = {"name": w.name, "group": w.group, "dtype": w.dtype, "notes": list(w.notes)}
             notes = list(w.notes)
+            row = {"name": w.name, "group": w.group, "dtype": w.dtype, "notes": notes}
             try:
                 with matmul_precision(w.precision):
                     if w.verify is not None:  # a wrong kernel is never placed

@@ -65,21 +65,17 @@ def builtin(device: str, quick: bool, dtypes: list[str] | None = None) -> list[W
         return args[0].numel()
 
     out: list[Workload] = []
+    # torch's add and sin: the elementwise points on the CPU, placed beside the Triton kernels on the GPU
+    prefix, group = ("torch ", "torch elementwise") if gpu else ("", "elementwise")
     if gpu:
         out += _triton_elementwise(n_el, rand, dt)
-        for name in ("fp32", "bf16"):
-            d = dt[name]
-            out.append(Workload(f"torch add {name}", "torch elementwise", name,
-                                lambda d=d: (torch.add, (rand(n_el, dtype=d), rand(n_el, dtype=d))), flops=n_of))
-            out.append(Workload(f"torch sin {name}", "torch elementwise", name,
-                                lambda d=d: (torch.sin, (rand(n_el, dtype=d),)), flops=n_of))
-    else:
-        for name in ("fp32", "bf16"):
-            d = dt[name]
-            out.append(Workload(f"add {name}", "elementwise", name,
-                                lambda d=d: (torch.add, (rand(n_el, dtype=d), rand(n_el, dtype=d))), flops=n_of))
-            out.append(Workload(f"sin {name}", "elementwise", name, lambda d=d: (torch.sin, (rand(n_el, dtype=d),)),
-                                flops=n_of))
+    for name in ("fp32", "bf16"):
+        d = dt[name]
+        out.append(Workload(f"{prefix}add {name}", group, name,
+                            lambda d=d: (torch.add, (rand(n_el, dtype=d), rand(n_el, dtype=d))), flops=n_of))
+        out.append(Workload(f"{prefix}sin {name}", group, name, lambda d=d: (torch.sin, (rand(n_el, dtype=d),)),
+                            flops=n_of))
+    if not gpu:
         out.append(Workload("fused chain fp32", "elementwise", "fp32",
                             lambda: ((lambda x: torch.sin(x * 1.1 + 0.2) * 0.5 + 0.1), (rand(n_el),)),
                             flops=lambda a: 5 * a[0].numel(),
