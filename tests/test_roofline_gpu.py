@@ -31,7 +31,14 @@ def test_placements_bounds(ceil):
     assert p.bound == "memory" and p.pct_of_roof < 105
     a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     p = place(torch.mm, a, b, ceilings=ceil, budget_s=0.3)
-    assert p.flops == 2 * 8192**3 and p.bound == "compute" and p.pct_of_roof < 105
+    assert p.flops == 2 * 8192**3 and p.bound == "compute"
+    # A tensor-core ceiling follows the GPU's power and heat (a quick one measured hot read 8 % under a
+    # later placement): as the study does, the roof is the best of a pass before and after the placement.
+    from gpuspeed.roofline.ceilings import ceiling_steps
+
+    again = dict(ceiling_steps("cuda", quick=True, nbytes=2**26))["BF16 matmul"]()
+    roof = max(ceil.value("bf16"), again.value)
+    assert p.TFLOPs / roof < 1.05, (p.TFLOPs, ceil.value("bf16"), again.value)
 
 
 def test_sdpa_flops_counted_on_gpu():
