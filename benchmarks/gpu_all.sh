@@ -23,6 +23,7 @@ if [ "$part" = A ]; then
   step 30 doctor python3 -m gpuspeed doctor
   step 200 gputests python3 -m pytest -q -m gpu -p no:cacheprovider tests
   step 150 bench_accuracy python3 benchmarks/bench_accuracy.py --out "$R"
+  step 90 matmul_power python3 benchmarks/matmul_power.py --out "$R"
   step 90 profile_planted python3 benchmarks/profile_planted.py --out "$R"
   step 40 bench_demo python3 -m gpuspeed bench --out "$R"
 else

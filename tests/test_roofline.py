@@ -118,3 +118,15 @@ def test_cli_bad_dtype_is_one_line_error(capsys):
 
     assert main(["roofline", "--quick", "--device", "cpu", "--dtype", "fp99"]) == 2
     assert "gpuspeed: error: unknown dtype 'fp99'" in capsys.readouterr().err
+
+
+def test_best_run_keeps_the_fastest_of_its_runs():
+    from types import SimpleNamespace
+
+    from gpuspeed.roofline.ceilings import best_run
+
+    medians = [3.0, 1.0, 2.0]
+    runs = iter(SimpleNamespace(median=m) for m in medians)
+    assert best_run(lambda: next(runs), runs=3, idle_s=0).median == 1.0
+    with pytest.raises(StopIteration):  # exactly `runs` calls were made
+        next(runs)

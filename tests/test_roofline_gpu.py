@@ -32,11 +32,11 @@ def test_placements_bounds(ceil):
     a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     p = place(torch.mm, a, b, ceilings=ceil, budget_s=0.3)
     assert p.flops == 2 * 8192**3 and p.bound == "compute"
-    # A tensor-core rate follows the GPU's power and heat: on an H200 the same bf16 8192^3 matmul ran at
-    # 686-788 TFLOP/s within one roofline run (results/nvidia-h200/roofline.json, BF16 candidates), and a
-    # quick ceiling measured hot read 8 % under a later placement. So, as the study does, the roof is the
-    # best of a pass before and after the placement, and the bound allows that spread (a wrong FLOP count
-    # or roof would be off by far more); the memory-bound placement above is held to 5 %.
+    # A tensor-core rate is power-bound: one matmul's short runs spread over a band on an H200
+    # (results/nvidia-h200/matmul_power.json, spread_max_over_min), and a quick ceiling measured hot read
+    # 8 % under a later placement. So, as the study does, the roof is the best of a pass before and after
+    # the placement, and the bound allows that spread (a wrong FLOP count or roof would be off by far
+    # more); the memory-bound placement above is held to 5 %.
     from gpuspeed.roofline.ceilings import ceiling_steps
 
     again = dict(ceiling_steps("cuda", quick=True, nbytes=2**26))["BF16 matmul"]()

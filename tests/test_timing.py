@@ -155,3 +155,26 @@ def test_throttle_flag_under_90_percent_of_max_clock():
     assert not timing._throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1900, "sm_mhz_after": 1785}, [])
     notes = []
     assert not timing._throttled({}, notes) and "not read" in notes[0]
+
+
+def test_throttle_flag_when_a_cap_acted_through_the_sampling():
+    # NVML's violation counters see a power cap that the clock reads before and after the run miss
+    full = {"sm_max_mhz": 1980, "sm_mhz_before": 1980, "sm_mhz_after": 1980}
+    notes = []
+    assert timing._throttled(full | {"power_capped_fraction": 0.42, "thermal_capped_fraction": 0.0}, notes)
+    assert notes == ["the power cap held the clocks down for 42% of the sampling (NVML): a power-bound result, "
+                     "which moves with what ran just before it"]
+    assert not timing._throttled(full | {"power_capped_fraction": 0.05}, [])
+    assert timing._throttled(full | {"thermal_capped_fraction": 0.5}, [])
+
+
+def test_clock_watch_reports_the_share_of_time_a_cap_acted(monkeypatch):
+    counters = iter([{"power": 0, "thermal": 7}, {"power": 30_000_000, "thermal": 7}])
+    times = iter([100.0, 100.1])
+    monkeypatch.setattr(timing._device, "capped_ns", lambda: next(counters))
+    monkeypatch.setattr(timing._device, "read_clocks", lambda: {"sm_max_mhz": 1980})
+    monkeypatch.setattr(timing._device, "sm_clock_mhz", lambda: 1980)
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(times))
+    clocks = timing._ClockWatch().stop()
+    assert clocks["power_capped_fraction"] == pytest.approx(0.3)
+    assert clocks["thermal_capped_fraction"] == 0.0

@@ -185,6 +185,23 @@ def read_clocks(index: int = 0) -> dict:
     return out
 
 
+def capped_ns(index: int = 0) -> dict:
+    """Nanoseconds, counted since the driver loaded, that the clocks were held down by the power cap and
+    by heat (NVML violation counters): {"power": ns, "thermal": ns}, either missing where NVML or the
+    counter is unavailable. Two reads bracket how long a cap acted in between, which clock reads before
+    and after a run miss (a 700 W H200 caps a large matmul within tens of ms and lets go when it ends)."""
+    nvml, handle = _nvml(), _nvml_handle(index)
+    if handle is None:
+        return {}
+    out = {}
+    for key, policy in (("power", "NVML_PERF_POLICY_POWER"), ("thermal", "NVML_PERF_POLICY_THERMAL")):
+        try:
+            out[key] = int(nvml.nvmlDeviceGetViolationStatus(handle, getattr(nvml, policy)).violationTime)
+        except Exception:
+            pass
+    return out
+
+
 def sm_clock_mhz(index: int = 0) -> int | None:
     """The SM clock now, from NVML, or None."""
     return read_clocks(index).get("sm_mhz")

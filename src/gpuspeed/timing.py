@@ -27,6 +27,7 @@ GRAPH_MODE_BELOW_S = 20e-6
 GRAPH_REPLAY_S = 5e-3  # work captured per graph replay in graph mode
 EVENTS_FIXED_NOTE_BELOW_S = 300e-6  # under this, events mode's fixed cost per call is worth a note
 THROTTLE_FRACTION = 0.90  # an SM clock under 90 % of max during the run marks it throttled
+CAPPED_FRACTION = 0.10  # so does a power or heat cap acting for over 10 % of the sampling
 _Z95 = 1.959963984540054
 
 
@@ -47,7 +48,8 @@ class Measurement:
     samples: list[float]
     device: str
     mode: str  # "events", "graph", "kernel" or "cpu"
-    clocks: dict = field(default_factory=dict)  # sm_mhz_before, sm_mhz_after, sm_max_mhz
+    # sm_mhz_before, sm_mhz_after, sm_max_mhz; power_/thermal_capped_fraction: share of the sampling a cap acted
+    clocks: dict = field(default_factory=dict)
     throttled: bool = False
     flush_l2: bool = True
     rotate: int = 0
@@ -454,8 +456,27 @@ def hold_gpu(seconds: float) -> None:
     torch.cuda._sleep(int(seconds * _spin_rate[idx]))
 
 
+class _ClockWatch:
+    """SM clocks read before and after sampling, and how long a power or heat cap acted in between."""
+
+    def __init__(self):
+        self.clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
+        self._capped = _device.capped_ns()
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> dict:
+        wall = time.perf_counter() - self._t0
+        self.clocks["sm_mhz_after"] = _device.sm_clock_mhz()
+        capped = _device.capped_ns()
+        for key in sorted(self._capped.keys() & capped.keys()):
+            acted = (capped[key] - self._capped[key]) * 1e-9
+            self.clocks[f"{key}_capped_fraction"] = min(1.0, max(0.0, acted / wall)) if wall > 0 else 0.0
+        return self.clocks
+
+
 def _throttled(clocks: dict, notes: list[str]) -> bool:
-    """Flag a run whose SM clock, read before and after sampling, fell under 90 % of its max."""
+    """Flag a run whose SM clock, read before and after sampling, fell under 90 % of its max, or whose
+    clocks a power or heat cap held down for over 10 % of the sampling (NVML's violation counters)."""
     seen = [c for c in (clocks.get("sm_mhz_before"), clocks.get("sm_mhz_after")) if c]
     if not seen:
         notes.append("SM clock not read (no NVML): throttling not checked")
@@ -464,6 +485,12 @@ def _throttled(clocks: dict, notes: list[str]) -> bool:
     if throttled:
         notes.append(f"SM clock fell to {min(seen)} MHz, under {THROTTLE_FRACTION:.0%} of max "
                      f"{clocks['sm_max_mhz']} MHz")
+    for cap in ("power", "thermal"):
+        fraction = clocks.get(f"{cap}_capped_fraction") or 0.0
+        if fraction > CAPPED_FRACTION:
+            throttled = True
+            notes.append(f"the {cap} cap held the clocks down for {fraction:.0%} of the sampling (NVML): a "
+                         f"{cap}-bound result, which moves with what ran just before it")
     return throttled
 
 
@@ -584,7 +611,7 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
             notes.append(f"graph capture failed ({type(exc).__name__}); timed with events instead")
             graph, k = None, 1
 
-    clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
+    watch = _ClockWatch()
     # Samples go out in batches of ~BATCH_S of GPU work, double-buffered: the next batch is queued before
     # the host waits on the last one, so the GPU never idles between batches, as under a loop calling
     # the function. Clocks and power then settle where sustained use puts them (the throttle check sees
@@ -594,7 +621,7 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
     body = graph.replay if graph is not None else call
     samples = _sample_batches(lambda start, end: enqueue(start, end, body), batch, stopper, k,
                               settle_batch=per_sample * batch <= SETTLE_BATCH_MAX_S)
-    clocks["sm_mhz_after"] = _device.sm_clock_mhz()
+    clocks = watch.stop()
     notes.insert(0, stopper.reason)
     throttled = _throttled(clocks, notes)
     if graph is not None:
@@ -669,7 +696,7 @@ def _bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate) -> Measu
     # a profiler session costs tens of ms to start and read: give each ~50 ms of calls (10 to 100 of them)
     per_call_s = (time.perf_counter() - t0) / n_warm
     per_session = int(min(100, max(10, 0.05 / max(per_call_s, 1e-6))))
-    clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
+    watch = _ClockWatch()
     while not stopper.done(samples):
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(per_session):
@@ -687,7 +714,7 @@ def _bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate) -> Measu
         if not any(t > 0 for t in got):
             raise UserError("kernel mode: the profiler saw no GPU work for this function")
         samples.extend(got)
-    clocks["sm_mhz_after"] = _device.sm_clock_mhz()
+    clocks = watch.stop()
     notes = [stopper.reason, "kernel mode: summed device activity durations (CUPTI); excludes launch latency "
              "and gaps between kernels"]
     throttled = _throttled(clocks, notes)

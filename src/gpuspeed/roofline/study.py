@@ -12,7 +12,7 @@ from typing import Callable
 
 from gpuspeed import device as _device
 from gpuspeed.results import make_results
-from gpuspeed.roofline.ceilings import ceiling_steps
+from gpuspeed.roofline.ceilings import TENSOR_RUNS, ceiling_steps
 from gpuspeed.roofline import sweep as S
 from gpuspeed.roofline.ceilings import Ceiling, Ceilings
 from gpuspeed.roofline.place import count_flops, default_unit, locate, place
@@ -188,6 +188,9 @@ class Study:
             "placement, timed separately",
         ]
         if self.kind == "cuda":
+            notes.append("tensor-core ceilings are power-bound: each matmul candidate is the best of "
+                         f"{TENSOR_RUNS} short runs after an idle; a placement is one run, flagged throttled "
+                         "when a power or heat cap acted for over 10 % of it (NVML violation counters)")
             notes.append("AI sweep: fp32 FMA chains on the CUDA cores (bf16 = bf16 storage, fp32 math); "
                          "its ridge is the CUDA-core ridge, ridge_bf16 the tensor-core one")
         return make_results("roofline", params=params, summary=self.summary(), rows=rows, notes=notes,
