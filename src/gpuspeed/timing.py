@@ -2,7 +2,7 @@
 
 GPU mode times each sample with CUDA events on the current stream, flushes L2 between samples by
 writing a buffer twice the L2 size, warms up until the time settles, and stops once the median is
-known to `max_noise` (relative standard error). Functions under ~10 us are timed inside a CUDA graph
+known to `max_noise` (relative standard error). Calls under ~20 us are timed inside a CUDA graph
 (K calls per replay) so launch latency does not swamp them. CPU mode uses `perf_counter` and the same
 stopping rule. Every study in gpuspeed times through here.
 """
@@ -627,7 +627,7 @@ def _bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph
     if graph is not None:
         notes.append(f"graph mode: {k} calls per replay, time divided by {k}")
     elif float(np.median(samples)) < EVENTS_FIXED_NOTE_BELOW_S:
-        notes.append("events mode carries a fixed ~2-3 us per call (the event timestamps and the launch after "
+        notes.append("events mode carries a fixed ~3 us per call on an H200 (the event timestamps and the launch after "
                      "the start event; benchmarks/bench_accuracy.py measures it): mode='kernel' gives a single "
                      "kernel's own duration")
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="graph" if graph else "events",
