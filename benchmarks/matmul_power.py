@@ -48,11 +48,14 @@ def main(argv=None) -> int:
                    "power_capped_fraction": c.get("power_capped_fraction"),
                    "thermal_capped_fraction": c.get("thermal_capped_fraction"),
                    "sm_mhz_before": c.get("sm_mhz_before"), "sm_mhz_after": c.get("sm_mhz_after"),
+                   "sm_mhz_median_during": c.get("sm_mhz_median_during"),
+                   "sm_mhz_min_during": c.get("sm_mhz_min_during"),
                    "throttled": m.throttled}
             rows.append(row)
             print(f"idle {idle:3.1f} s run {i}: {row['TFLOPs']:6.1f} TFLOP/s (samples p10-p90 "
                   f"{row['TFLOPs_p10_sample']:.0f}-{row['TFLOPs_p90_sample']:.0f}), power cap acted "
-                  f"{row['power_capped_fraction']}", flush=True)
+                  f"{row['power_capped_fraction']}, SM clock median while sampling {row['sm_mhz_median_during']} MHz",
+                  flush=True)
     rates = [r["TFLOPs"] for r in rows]
     capped = [r["power_capped_fraction"] for r in rows if r["power_capped_fraction"] is not None]
     summary = {
@@ -62,6 +65,7 @@ def main(argv=None) -> int:
         "median_power_capped_fraction": statistics.median(capped) if capped else None,
         "min_power_capped_fraction": min(capped) if capped else None,
         "share_of_runs_flagged_throttled": sum(r["throttled"] for r in rows) / len(rows),
+        "median_sm_mhz_during": statistics.median(r["sm_mhz_median_during"] or 0 for r in rows),
     }
     doc = make_results("matmul_power", params={"n": N, "dtype": "bf16", "runs_per_idle": RUNS, "idles_s": IDLES_S},
                        summary=summary, rows=rows,

@@ -157,13 +157,17 @@ def test_throttle_flag_under_90_percent_of_max_clock():
     assert not timing._throttled({}, notes) and "not read" in notes[0]
 
 
-def test_throttle_flag_when_a_cap_acted_through_the_sampling():
-    # NVML's violation counters see a power cap that the clock reads before and after the run miss
+def test_throttle_flag_from_the_clock_polled_during_sampling_and_the_caps():
+    # a power cap that acts only while the work runs: before and after read max, the median during does not
     full = {"sm_max_mhz": 1980, "sm_mhz_before": 1980, "sm_mhz_after": 1980}
     notes = []
-    assert timing._throttled(full | {"power_capped_fraction": 0.42, "thermal_capped_fraction": 0.0}, notes)
-    assert notes == ["the power cap held the clocks down for 42% of the sampling (NVML): a power-bound result, "
-                     "which moves with what ran just before it"]
+    assert timing._throttled(full | {"sm_mhz_median_during": 1600, "power_capped_fraction": 0.42}, notes)
+    assert notes == ["SM clock fell to 1600 MHz (median while sampling), under 90% of max 1980 MHz",
+                     "power-bound: the power cap acted for 42% of the sampling (NVML), so the result moves "
+                     "with what ran just before it"]
+    notes = []
+    assert not timing._throttled(full | {"sm_mhz_median_during": 1900, "power_capped_fraction": 0.42}, notes)
+    assert len(notes) == 1 and notes[0].startswith("power-bound")
     assert not timing._throttled(full | {"power_capped_fraction": 0.05}, [])
     assert timing._throttled(full | {"thermal_capped_fraction": 0.5}, [])
 
@@ -175,6 +179,12 @@ def test_clock_watch_reports_the_share_of_time_a_cap_acted(monkeypatch):
     monkeypatch.setattr(timing._device, "read_clocks", lambda: {"sm_max_mhz": 1980})
     monkeypatch.setattr(timing._device, "sm_clock_mhz", lambda: 1980)
     monkeypatch.setattr(timing.time, "perf_counter", lambda: next(times))
-    clocks = timing._ClockWatch().stop()
+    watch = timing._ClockWatch()
+    deadline = time.monotonic() + 5
+    while not watch._readings and time.monotonic() < deadline:  # the poller reads the (mocked) clock
+        time.sleep(0.01)
+    clocks = watch.stop()
     assert clocks["power_capped_fraction"] == pytest.approx(0.3)
     assert clocks["thermal_capped_fraction"] == 0.0
+    assert clocks["sm_mhz_median_during"] == 1980 and clocks["clock_readings"] >= 1
+    assert not watch._thread.is_alive()

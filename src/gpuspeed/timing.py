@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -27,7 +28,8 @@ GRAPH_MODE_BELOW_S = 20e-6
 GRAPH_REPLAY_S = 5e-3  # work captured per graph replay in graph mode
 EVENTS_FIXED_NOTE_BELOW_S = 300e-6  # under this, events mode's fixed cost per call is worth a note
 THROTTLE_FRACTION = 0.90  # an SM clock under 90 % of max during the run marks it throttled
-CAPPED_FRACTION = 0.10  # so does a power or heat cap acting for over 10 % of the sampling
+CAPPED_FRACTION = 0.10  # so does a heat cap acting for over 10 % of the sampling (a power cap: a note)
+CLOCK_POLL_S = 0.005  # the SM clock is polled this often while the samples run
 _Z95 = 1.959963984540054
 
 
@@ -48,7 +50,8 @@ class Measurement:
     samples: list[float]
     device: str
     mode: str  # "events", "graph", "kernel" or "cpu"
-    # sm_mhz_before, sm_mhz_after, sm_max_mhz; power_/thermal_capped_fraction: share of the sampling a cap acted
+    # sm_max_mhz, sm_mhz_before/_after, sm_mhz_median_during/_min_during (polled while sampling),
+    # power_/thermal_capped_fraction (share of the sampling a cap acted)
     clocks: dict = field(default_factory=dict)
     throttled: bool = False
     flush_l2: bool = True
@@ -457,16 +460,36 @@ def hold_gpu(seconds: float) -> None:
 
 
 class _ClockWatch:
-    """SM clocks read before and after sampling, and how long a power or heat cap acted in between."""
+    """The SM clock before, during (polled from a background thread) and after sampling, and how long a
+    power or heat cap acted in between (NVML's violation counters)."""
 
     def __init__(self):
         self.clocks = {"sm_max_mhz": _device.read_clocks().get("sm_max_mhz"), "sm_mhz_before": _device.sm_clock_mhz()}
         self._capped = _device.capped_ns()
+        self._readings: list[int] = []
+        self._done = threading.Event()
+        self._thread = None
+        if self.clocks["sm_mhz_before"]:  # NVML answers: poll it while the samples run
+            self._thread = threading.Thread(target=self._poll, name="gpuspeed-clock-poll", daemon=True)
+            self._thread.start()
         self._t0 = time.perf_counter()
+
+    def _poll(self) -> None:
+        while not self._done.wait(CLOCK_POLL_S):
+            mhz = _device.sm_clock_mhz()
+            if mhz:
+                self._readings.append(mhz)
 
     def stop(self) -> dict:
         wall = time.perf_counter() - self._t0
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join()
         self.clocks["sm_mhz_after"] = _device.sm_clock_mhz()
+        if self._readings:
+            self.clocks["sm_mhz_median_during"] = int(np.median(self._readings))
+            self.clocks["sm_mhz_min_during"] = int(min(self._readings))
+            self.clocks["clock_readings"] = len(self._readings)
         capped = _device.capped_ns()
         for key in sorted(self._capped.keys() & capped.keys()):
             acted = (capped[key] - self._capped[key]) * 1e-9
@@ -475,22 +498,27 @@ class _ClockWatch:
 
 
 def _throttled(clocks: dict, notes: list[str]) -> bool:
-    """Flag a run whose SM clock, read before and after sampling, fell under 90 % of its max, or whose
-    clocks a power or heat cap held down for over 10 % of the sampling (NVML's violation counters)."""
-    seen = [c for c in (clocks.get("sm_mhz_before"), clocks.get("sm_mhz_after")) if c]
+    """Flag a run whose SM clock fell under 90 % of its max: read before and after sampling, and as the
+    median of the readings polled during it (a power cap that acts only while the work runs is seen
+    there). A heat cap acting for over 10 % of the sampling flags it too; a power cap adds a note."""
+    seen = [c for c in (clocks.get("sm_mhz_before"), clocks.get("sm_mhz_median_during"),
+                        clocks.get("sm_mhz_after")) if c]
     if not seen:
         notes.append("SM clock not read (no NVML): throttling not checked")
         return False
     throttled = bool(clocks.get("sm_max_mhz") and min(seen) < THROTTLE_FRACTION * clocks["sm_max_mhz"])
     if throttled:
-        notes.append(f"SM clock fell to {min(seen)} MHz, under {THROTTLE_FRACTION:.0%} of max "
+        during = " (median while sampling)" if min(seen) == clocks.get("sm_mhz_median_during") else ""
+        notes.append(f"SM clock fell to {min(seen)} MHz{during}, under {THROTTLE_FRACTION:.0%} of max "
                      f"{clocks['sm_max_mhz']} MHz")
-    for cap in ("power", "thermal"):
-        fraction = clocks.get(f"{cap}_capped_fraction") or 0.0
-        if fraction > CAPPED_FRACTION:
-            throttled = True
-            notes.append(f"the {cap} cap held the clocks down for {fraction:.0%} of the sampling (NVML): a "
-                         f"{cap}-bound result, which moves with what ran just before it")
+    thermal = clocks.get("thermal_capped_fraction") or 0.0
+    if thermal > CAPPED_FRACTION:
+        throttled = True
+        notes.append(f"the thermal cap held the clocks down for {thermal:.0%} of the sampling (NVML)")
+    power = clocks.get("power_capped_fraction") or 0.0
+    if power > CAPPED_FRACTION:
+        notes.append(f"power-bound: the power cap acted for {power:.0%} of the sampling (NVML), so the result "
+                     "moves with what ran just before it")
     return throttled
 
 

@@ -190,7 +190,7 @@ class Study:
         if self.kind == "cuda":
             notes.append("tensor-core ceilings are power-bound: each matmul candidate is the best of "
                          f"{TENSOR_RUNS} short runs after an idle; a placement is one run, flagged throttled "
-                         "when a power or heat cap acted for over 10 % of it (NVML violation counters)")
+                         "when its SM clock (polled while it ran) fell under 90 % of max")
             notes.append("AI sweep: fp32 FMA chains on the CUDA cores (bf16 = bf16 storage, fp32 math); "
                          "its ridge is the CUDA-core ridge, ridge_bf16 the tensor-core one")
         return make_results("roofline", params=params, summary=self.summary(), rows=rows, notes=notes,
