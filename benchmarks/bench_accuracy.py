@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     doc = make_results("bench_accuracy", params={"targets_s": TARGETS_S, "flush_l2_bytes": 2 * gdev.l2_bytes(),
                                                  "do_bench_rounds": ROUNDS},
                        summary=summary, rows=rows, notes=notes)
-    path = write_results(doc, args.out or gdev.get_device().slug and f"results/{gdev.get_device().slug}")
+    path = write_results(doc, args.out)  # None: results/<gpu>
     print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in summary.items()})
     print(f"wrote {path}")
     return 0

@@ -19,7 +19,6 @@ import time
 
 import torch
 
-from gpuspeed import device as gdev
 from gpuspeed.results import make_results, write_results
 from gpuspeed.timing import bench
 
@@ -71,7 +70,7 @@ def main(argv=None) -> int:
                        summary=summary, rows=rows,
                        notes=["each row is one bench() run (median of its samples); power_capped_fraction is the "
                               "share of its sampling during which NVML's power violation counter advanced"])
-    path = write_results(doc, args.out or f"results/{gdev.get_device().slug}")
+    path = write_results(doc, args.out)  # None: results/<gpu>
     print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in summary.items()})
     print(f"wrote {path}")
     return 0

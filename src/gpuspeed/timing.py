@@ -499,8 +499,8 @@ class _ClockWatch:
 
 def _throttled(clocks: dict, notes: list[str]) -> bool:
     """Flag a run whose SM clock fell under 90 % of its max: read before and after sampling, and as the
-    median of the readings polled during it (a power cap that acts only while the work runs is seen
-    there). A heat cap acting for over 10 % of the sampling flags it too; a power cap adds a note."""
+    median of the readings polled during it. A heat cap acting for over 10 % of the sampling flags it
+    too. A power cap adds a note: NVML's clock reading does not follow every dip it causes."""
     seen = [c for c in (clocks.get("sm_mhz_before"), clocks.get("sm_mhz_median_during"),
                         clocks.get("sm_mhz_after")) if c]
     if not seen:

@@ -12,9 +12,8 @@ from typing import Callable
 
 from gpuspeed import device as _device
 from gpuspeed.results import make_results
-from gpuspeed.roofline.ceilings import TENSOR_RUNS, ceiling_steps
 from gpuspeed.roofline import sweep as S
-from gpuspeed.roofline.ceilings import Ceiling, Ceilings
+from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
 from gpuspeed.roofline.place import count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
 
