@@ -92,6 +92,23 @@ def default_dir(device: str = "auto") -> Path:
     return Path("results") / _device.get_device(device).slug
 
 
+def check_out_dir(out: str | os.PathLike | None) -> Path | None:
+    """Validate a command's `--out DIR` before any work starts: a one-line UserError (exit 2) when it
+    names an existing file or a folder that cannot be created or written. Creates the folder."""
+    if out is None:
+        return None
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--out {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".gpuspeed-write-probe.", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise UserError(f"--out {path}: cannot write there ({exc.strerror or exc})") from exc
+    return path
+
+
 def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
     """Write a results document atomically to <out>/<study>.json (out may also name a .json file)."""
     validate(doc)
