@@ -2,6 +2,8 @@
 
 import json
 import math
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -51,3 +53,17 @@ def test_validation_errors(tmp_path):
         read_results(bad)
     with pytest.raises(UserError):
         read_results(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_results_file_mode_follows_the_umask(tmp_path, mask):
+    # mkstemp creates 0600; a results file must get the mode any other file the process writes gets
+    old = os.umask(mask)
+    try:
+        path = write_results(make_results("demo", device="cpu"), tmp_path)
+        other = tmp_path / "other.md"
+        other.write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(other.stat().st_mode)

@@ -109,6 +109,13 @@ def check_out_dir(out: str | os.PathLike | None) -> Path | None:
     return path
 
 
+def _umask() -> int:
+    """The process umask (reading it means setting it, so it is put straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
     """Write a results document atomically to <out>/<study>.json (out may also name a .json file)."""
     validate(doc)
@@ -120,6 +127,7 @@ def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
         with os.fdopen(fd, "w") as f:
             json.dump(_jsonable(doc), f, indent=1, allow_nan=False)
             f.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a results file reads like any other file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
