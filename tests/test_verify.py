@@ -194,3 +194,51 @@ def test_integer_planted_error_found(shape, seed, dtype):
     y[seed % y.size] += 1
     r = check(y.reshape(shape), x)
     assert not r.passed and r.n_over_tol == 1
+
+
+# ----------------------------------------------------------------------------- the stated rule (issue 14)
+
+
+def test_explicit_atol_means_exactly_the_elementwise_rule():
+    ref = np.linspace(-1.0, 1.0, 101)
+    out = ref + 1e-4
+    assert check(out, ref, rtol=0, atol=1e-3).passed  # every |err| = 1e-4 <= 1e-3
+    assert not check(out, ref, rtol=0, atol=1e-5).passed
+    zero = np.zeros(64)
+    assert check(zero + 1e-9, zero, atol=1e-6).passed  # rel L2 is inf, but atol was stated
+    assert not check(zero + 1e-5, zero, atol=1e-6).passed
+    f32 = (ref + 1e-4).astype(np.float32)
+    assert check(f32, ref, atol=1e-3).passed  # float32 rtol 1e-5 plus the stated atol
+
+
+def test_default_atol_keeps_the_relative_l2_rule():
+    # every element just inside atol + rtol|ref| with atol = rtol * RMS: the spread error fails on L2
+    ref = np.ones(1000)
+    out = ref + 1.9e-5
+    r = check(out, ref, rtol=1e-5)
+    assert r.n_over_tol == 0 and not r.passed
+    assert "> rtol" in r.summary
+    r = check(np.zeros(8) + 1e-9, np.zeros(8))
+    assert not r.passed and "atol=" in r.summary  # a zero reference sets no scale: the message says so
+
+
+def test_python_float_from_float32_gets_float32_tolerance():
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
+    ref = x.double().sum()
+    assert check(x.sum(), ref).passed
+    assert check(x.sum().item(), ref).passed  # the same value as a Python float
+    assert check(x.sum().item(), float(ref)).passed
+    assert not check(x.sum().item(), float(ref), dtype="float64").passed
+    assert check(np.float64(1.0) + 1e-9, np.float64(1.0)).leaves[0].rtol == 1e-12  # NumPy scalars keep theirs
+    assert check(1.0 + 1e-9, 1.0).leaves[0].rtol == 1e-5
+    assert not check(2.0, 2.5).passed
+
+
+def test_dtype_and_rtol_together_is_an_error_not_silently_ignored():
+    ref = np.ones(4)
+    with pytest.raises(UserError, match="not both"):
+        check(ref, ref, rtol=1e-3, dtype="float16")
+    with pytest.raises(UserError):
+        check(ref, ref, dtype="quaternion")
+    assert check(ref * (1 + 5e-4), ref, dtype="float16").passed
+    assert check(ref * (1 + 5e-4), ref, dtype="float16", atol=0).passed

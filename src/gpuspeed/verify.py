@@ -1,10 +1,17 @@
 """check(): is an output right? Compared in float64 on the host, against a (higher-precision) reference.
 
-An element passes when |out - ref| <= atol + rtol * |ref|, and a float leaf passes when every element
-passes, its relative L2 error ||out - ref|| / ||ref|| is within rtol, and it holds no NaN or Inf that
-the reference does not (NaN never passes unless equal_nan=True). Integer and bool outputs compare
-exactly. Default tolerances by dtype are in TOLERANCES; the default atol is rtol x RMS(ref), so
-elements far smaller than the output's typical magnitude are judged on that scale, not their own.
+The rule, for each float leaf (README's check() section says the same):
+- every element: |out - ref| <= atol + rtol * |ref|;
+- no NaN or Inf that the reference does not hold (NaN never passes unless equal_nan=True);
+- and, only when atol is left to its default, the relative L2 error ||out - ref|| / ||ref|| <= rtol, which
+  catches an error spread over every element just inside its own bound. An explicit atol makes the rule
+  purely elementwise (numpy.allclose's), so a stated TOLERANCE=dict(rtol=..., atol=...) means that and
+  nothing more.
+rtol defaults by dtype (TOLERANCES; the less precise of out and ref, or `dtype=`), atol to rtol x RMS(ref),
+so elements far smaller than the output's typical magnitude are judged on that scale, not their own.
+A Python float carries no record of the precision it was computed in (`x.sum().item()` of a float32
+tensor is one), so it is held to float32's tolerance; pass dtype="float64" or rtol= to hold it tighter.
+Integer and bool outputs compare exactly.
 """
 
 from __future__ import annotations
@@ -35,11 +42,14 @@ TOLERANCES: dict[str, float] = {
     "float8_e5m2fnuz": 2.5e-1,
 }
 EXACT = 0.0  # integers and bools
+# A Python scalar does not say what precision made it; float32's is the common case on a GPU.
+PYTHON_SCALARS = {"python float": "float32", "python complex": "complex64"}
 
 
 def default_rtol(dtype_name: str) -> float:
-    """rtol for a dtype name ('float32', 'torch.bfloat16', 'int64', ...); 0 for exact kinds."""
+    """rtol for a dtype name ('float32', 'torch.bfloat16', 'int64', 'python float', ...); 0 for exact kinds."""
     name = str(dtype_name).replace("torch.", "").replace("jnp.", "")
+    name = PYTHON_SCALARS.get(name, name)
     if name in TOLERANCES:
         return TOLERANCES[name]
     if name.startswith(("int", "uint", "bool")):
@@ -69,16 +79,16 @@ def _to_host(x) -> tuple[np.ndarray, str]:
         name = str(x.dtype)
         arr = np.asarray(x.astype("float32") if name in ("bfloat16",) or name.startswith("float8") else x)
         return arr, name
+    if isinstance(x, (np.ndarray, np.generic)):  # before float: np.float64 is a float subclass
+        return np.asarray(x), str(x.dtype)
     if isinstance(x, bool):
         return np.asarray(x), "bool"
     if isinstance(x, int):
         return np.asarray(x, dtype=np.int64), "int64"
     if isinstance(x, float):
-        return np.asarray(x, dtype=np.float64), "float64"
+        return np.asarray(x, dtype=np.float64), "python float"
     if isinstance(x, complex):
-        return np.asarray(x, dtype=np.complex128), "complex128"
-    if isinstance(x, (np.ndarray, np.generic)):
-        return np.asarray(x), str(x.dtype)
+        return np.asarray(x, dtype=np.complex128), "python complex"
     raise UserError(f"check() cannot compare {type(x).__name__} values")
 
 
@@ -193,6 +203,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         return leaf
     notes = [] if o_dtype == r_dtype else [f"dtype {o_dtype} vs reference {r_dtype}"]
     exact = o.dtype.kind in "biu" and r.dtype.kind in "biu"
+    l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
     if rtol is None:
         rtol = default_rtol(dtype) if dtype else (
             EXACT if exact else max(default_rtol(o_dtype) if o.dtype.kind in "fc" else 0.0,
@@ -237,14 +248,18 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
         worst = int(np.argmax(np.where(np.isnan(score), np.inf, score)))
         leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, diff.shape)) if diff.ndim else ()
-    ok = leaf.n_over_tol == 0 and (exact or leaf.rel_l2_err <= max(rtol, 0.0) or leaf.rel_l2_err == 0.0)
+    l2_ok = exact or not l2_rule or leaf.rel_l2_err <= rtol or leaf.rel_l2_err == 0.0
+    ok = leaf.n_over_tol == 0 and l2_ok
     leaf.passed = bool(ok)
     if not ok:
         where = f" worst at {leaf.worst_index}" if leaf.worst_index is not None else ""
-        parts = [f"{leaf.n_over_tol}/{leaf.n_elements} over tolerance"]
+        parts = [f"{leaf.n_over_tol}/{leaf.n_elements} over tolerance (atol {leaf.atol:.3g}, rtol {leaf.rtol:.3g})"]
         if leaf.nan_count or leaf.inf_count:
             parts.append(f"{leaf.nan_count} NaN, {leaf.inf_count} Inf")
-        parts.append(f"max abs {leaf.max_abs_err:.3g}, rel L2 {leaf.rel_l2_err:.3g}{where}")
+        l2 = f"rel L2 {leaf.rel_l2_err:.3g}" + ("" if l2_ok else f" > rtol {leaf.rtol:.3g}")
+        parts.append(f"max abs {leaf.max_abs_err:.3g}, {l2}{where}")
+        if not exact and l2_rule and leaf.atol == 0 and r.size and not np.any(r):
+            parts.append("the reference is all zero, so it sets no scale: pass atol=")
         notes.insert(0, "; ".join(parts))
     leaf.message = "; ".join(notes)
     return leaf
@@ -254,10 +269,16 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
           dtype: str | None = None, equal_nan: bool = False) -> CheckResult:
     """Compare `out` against `ref` (arrays, scalars, or nested tuples/lists/dicts of them).
 
-    rtol/atol default by dtype (the less precise of out and ref; `dtype="tf32"` picks that row).
+    rtol defaults by dtype (the less precise of out and ref; `dtype="tf32"` picks that row instead), atol to
+    rtol x RMS(ref). With atol left to its default the relative L2 error must also be within rtol; an
+    explicit atol makes the rule purely elementwise: |out - ref| <= atol + rtol * |ref| (module docstring).
     """
     if rtol is not None and rtol < 0 or atol is not None and atol < 0:
         raise UserError("rtol and atol must be >= 0")
+    if dtype is not None and rtol is not None:
+        raise UserError("check(): dtype= only picks a default rtol; pass dtype= or rtol=, not both")
+    if dtype is not None:
+        default_rtol(dtype)  # an unknown name is a one-line error before any comparison
     leaves: list[LeafCheck] = []
     for path, o, r, err in _pairs(out, ref):
         if err is not None:
