@@ -1,5 +1,6 @@
 """The CLI front end: doctor, the bench demo, one-line errors and exit codes."""
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -67,3 +68,33 @@ def test_python_dash_m_works():
     json.loads(r.stdout)
     r = subprocess.run([sys.executable, "-m", "gpuspeed", "nonsense"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "gpuspeed: error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version(capsys):
+    from gpuspeed import __version__
+
+    rc, out, err = run(capsys, "--version")
+    assert rc == 0 and out == f"gpuspeed {__version__}\n" and not err
+    try:  # the package's own version and the installed distribution's agree
+        assert importlib.metadata.version("gpuspeed") == __version__
+    except importlib.metadata.PackageNotFoundError:  # run from src/ without installing (make gpu-test)
+        pass
+
+
+@pytest.mark.parametrize("command", [[], ["doctor"], ["bench"], ["roofline"], ["launch"], ["profile"]])
+def test_help_shows_flags_without_a_value(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "200")
+    rc, out, _ = run(capsys, *command, "--help")
+    assert rc == 0
+    flags = ["--help"] + (["--debug", "--version"] if not command else ["--json"])
+    for flag in flags:
+        line = next(ln for ln in out.splitlines() if f" {flag} " in ln)
+        assert "<" not in line, line  # no `<bool>`: a flag takes no value
+    assert "<bool>" not in out
+    if command in (["bench"], ["profile"]):
+        assert "<path>" in next(ln for ln in out.splitlines() if " --out " in ln)  # options with values keep theirs
+
+
+def test_json_is_a_flag_not_a_value(capsys):
+    rc, _, err = run(capsys, "doctor", "--json", "true")
+    assert rc == 2 and "true" in err

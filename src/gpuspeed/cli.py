@@ -22,8 +22,39 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 
 
+def _flags_show_no_value() -> None:
+    """Help lists a flag (--json, --debug, --help) without a type, since it takes no value.
+
+    Typer's rich help prints `<bool>` beside every flag, as if `--json true` were the way to use it; its
+    plain help already leaves the type out for flags, and this makes the rich one do the same.
+    """
+    option = getattr(getattr(typer, "core", None), "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "_gpuspeed_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if getattr(self, "is_flag", False) and not getattr(self, "count", False) else shown(self, ctx)
+
+    display_type_rich._gpuspeed_flags = True
+    option.display_type_rich = display_type_rich
+
+
+_flags_show_no_value()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from gpuspeed import __version__
+
+        print(f"gpuspeed {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
+def _root(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors."),
+          version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print gpuspeed's version and exit.")):
     pass
 
 

@@ -24,9 +24,10 @@ def register(app: typer.Typer) -> None:
 
         from gpuspeed.demo import run_demo
         from gpuspeed.errors import UserError
-        from gpuspeed.results import write_results
+        from gpuspeed.results import check_out_dir, write_results
         from gpuspeed.timing import format_time
 
+        check_out_dir(out)  # a bad --out fails now, before the measuring
         if (rows > 0) != (cols > 0) or rows < 0 or cols < 0:
             raise UserError("--rows and --cols go together and must be positive")
         doc = run_demo(device=device, shape=(rows, cols) if rows else None, budget_s=budget)

@@ -1,0 +1,66 @@
+"""Every command that takes --out rejects a bad one at startup: one line, exit 2, before any work."""
+
+import os
+
+import pytest
+
+from gpuspeed.cli import main
+
+WORK_STARTED = "work started before --out was checked"
+
+# command line (without --out) and the function each command calls to start its work; the function is
+# replaced by one that fails the test, so a command that checks --out after starting work cannot pass
+COMMANDS = {
+    "bench": (["bench", "--device", "cpu", "--rows", "64", "--cols", "64", "--budget", "0.1"],
+              "gpuspeed.demo.run_demo"),
+    "roofline": (["roofline", "--device", "cpu", "--quick", "--no-sweep", "--no-place"],
+                 "gpuspeed.roofline.study.Study"),
+    "launch": (["launch", "--device", "cpu", "--ks", "1", "--ns", "1e3", "--variants", "eager",
+                "--budget", "0.05"], "gpuspeed.launch.run_launch"),
+    "profile": (["profile", "{script}"], "gpuspeed.profiling.profile"),
+}
+# profile (H3) and launch/roofline (H4b) call check_out_dir in their own change; until it lands they may fail
+NOT_YET = {"roofline", "launch", "profile"}
+
+
+def _tripwire(*args, **kwargs):
+    raise AssertionError(WORK_STARTED)
+
+
+def _bad_out(kind: str, tmp_path):
+    if kind == "existing-file":
+        path = tmp_path / "taken"
+        path.write_text("not a folder")
+        return path
+    if os.geteuid() == 0:  # root writes into any folder whatever its mode: a path under a file fails for all
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        return blocker / "results"
+    path = tmp_path / "read-only"
+    path.mkdir()
+    path.chmod(0o500)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["existing-file", "unwritable"])
+@pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.xfail(strict=False, reason="lands with its "
+                                                  "owner's change")) if c in NOT_YET else c for c in COMMANDS])
+def test_bad_out_is_one_line_exit_2_before_any_work(command, kind, tmp_path, monkeypatch, capsys):
+    argv, work = COMMANDS[command]
+    module, _, name = work.rpartition(".")
+    monkeypatch.setattr(f"{module}.{name}", _tripwire, raising=False)
+    marker = tmp_path / "script-ran"
+    script = tmp_path / "script.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    out = _bad_out(kind, tmp_path)
+    try:
+        rc = main([a.replace("{script}", str(script)) for a in argv] + ["--out", str(out)])
+    finally:
+        if out.parent.exists():
+            out.parent.chmod(0o700)
+        if out.is_dir():
+            out.chmod(0o700)
+    _, err = capsys.readouterr()
+    assert rc == 2, err
+    assert err.startswith(f"gpuspeed: error: --out {out}") and err.count("\n") == 1, err
+    assert not marker.exists()
