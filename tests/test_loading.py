@@ -30,3 +30,26 @@ def test_bad_targets_are_user_errors(tmp_path, target, message):
     (tmp_path / "broken.py").write_text("def f(:\n")
     with pytest.raises(UserError, match=message):
         load_function(target.format(dir=tmp_path))
+
+
+@pytest.mark.parametrize("body,message", [
+    ("import no_such_module_xyz\n", r"importing .*raising\.py raised ModuleNotFoundError: No module named 'no_such_module_xyz'$"),
+    ("raise RuntimeError('bad config\\nsecond line')\n", r"raised RuntimeError: bad config$"),
+    ("import sys\nsys.exit(3)\n", r"raised SystemExit\(3\)$"),
+])
+def test_module_raising_on_import_is_one_line_user_error(tmp_path, body, message):
+    f = tmp_path / "raising.py"
+    f.write_text(body + "def f():\n    return 1\n")
+    with pytest.raises(UserError, match=message) as info:
+        load_function(f"{f}:f")
+    assert "\n" not in str(info.value)
+
+
+def test_cli_profile_module_raising_on_import_exit_2(tmp_path, capsys):
+    from gpuspeed.cli import main
+
+    f = tmp_path / "raising.py"
+    f.write_text("raise ValueError('no GPU config found')\ndef f():\n    return 1\n")
+    assert main(["profile", "--function", f"{f}:f", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ValueError: no GPU config found" in err and "raising.py" in err

@@ -31,7 +31,18 @@ def load_module(path: str | Path, name: str | None = None):
     except SyntaxError as exc:
         sys.modules.pop(mod_name, None)
         raise UserError(f"{p}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except (Exception, SystemExit) as exc:  # the user's module failed at import: theirs to fix, in one line
+        sys.modules.pop(mod_name, None)
+        raise UserError(f"importing {p} raised {_first_line(exc)}") from exc
     return module
+
+
+def _first_line(exc: BaseException) -> str:
+    """`Type: first line of the message` for an exception raised by user code."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def load_function(target: str) -> Callable:
