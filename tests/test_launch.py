@@ -52,10 +52,10 @@ def test_fit_rejects_bad_input():
 def test_chain_and_its_check():
     x = torch.randn(1000)
     out = launch.make_chain(8)(x)
-    assert launch._check_chain(out, x, 8).passed
+    assert launch.check_chain(out, x, 8).passed
     bad = out.clone()
     bad[123] += 1e-3
-    assert not launch._check_chain(bad, x, 8).passed
+    assert not launch.check_chain(bad, x, 8).passed
     assert launch.chain_rtol(1000) > launch.chain_rtol(8)
     with pytest.raises(UserError):
         launch.make_chain(0)
@@ -123,3 +123,85 @@ def test_cli_explain(tmp_path, capsys):
     assert main(["launch", "--explain", f"{src2}:needs_args"]) == 2
     assert "make_inputs" in capsys.readouterr().err
     assert main(["launch", "--explain", f"{tmp_path}/missing.py:f"]) == 2
+
+
+def _rounds(*medians_us, noise=0.001):
+    from gpuspeed.timing import Measurement
+
+    return [Measurement(name="p", median=t * 1e-6, mean=t * 1e-6, min=t * 1e-6, max=t * 1e-6, iqr=0.0, p10=t * 1e-6,
+                        p90=t * 1e-6, n=100, rel_noise=noise, samples=[], device="cuda", mode="events")
+            for t in medians_us]
+
+
+def test_point_is_median_of_rounds_and_flags_disagreeing_or_noisy_rounds():
+    from gpuspeed.launch.fusion import timing_fields
+
+    calm = timing_fields(_rounds(10.0, 10.2, 9.9), nbytes=8000)
+    assert calm["median_us"] == pytest.approx(10.0) and calm["rounds_us"] == pytest.approx([10.0, 10.2, 9.9])
+    assert calm["unreliable"] is False and "unreliable_why" not in calm
+    # a cold first round (the 1.7 %-of-roof copy of a first run) does not become the point, and is flagged
+    cold = timing_fields(_rounds(480.0, 8.3, 8.4), nbytes=8000)
+    assert cold["median_us"] == pytest.approx(8.4)
+    assert cold["unreliable"] is True and "rounds disagree" in cold["unreliable_why"][0]
+    noisy = timing_fields(_rounds(10.0, 10.0, 10.0, noise=0.2), nbytes=8000)
+    assert noisy["unreliable"] is True and "noisy" in noisy["unreliable_why"][0]
+
+
+def test_smaller_n_slower_than_larger_n_is_flagged():
+    from gpuspeed.launch.fusion import flag_non_monotone
+
+    # the zig-zag of a host-bound curve: 38 us at N=1e5 but 10 us at N=1e6 for the same compiled chain
+    times = {"compiled": [12, 11.8, 38.3, 10.0, 30.7, 192], "copy": [3.7, 3.8, 4.0, 8.3, 26.5, 194]}
+    rows = [{"variant": v, "N": 10**(3 + i), "time_s": t * 1e-6, "rel_noise": 0.005}
+            for v, ts in times.items() for i, t in enumerate(ts)]
+    flag_non_monotone(rows)
+    flagged = {(r["variant"], r["N"]) for r in rows if r.get("unreliable")}
+    assert flagged == {("compiled", 10**5)}  # 12 vs 10 us at 1e3 is within slack; the copy is monotone
+    why = next(r for r in rows if r.get("unreliable"))["unreliable_why"][0]
+    assert "N=1e+06" in why
+
+
+def test_cli_fusion_points_are_interleaved_rounds_with_a_reliability_field(tmp_path):
+    from gpuspeed.launch.fusion import ROUNDS
+
+    rc = main(["launch", "--device", "cpu", "--ks", "1,2", "--ns", "1e3,1e4", "--variants", "eager",
+               "--tiny-k", "10", "--budget", "0.03", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "launch.json").read_text())
+    fusion = [r for r in doc["rows"] if r["study"] == "fusion"]
+    assert len(fusion) == 4
+    for r in fusion:
+        assert len(r["rounds_us"]) == ROUNDS and isinstance(r["unreliable"], bool)
+        assert min(r["rounds_us"]) <= r["median_us"] <= max(r["rounds_us"])
+    assert doc["summary"]["fusion_unreliable_points"] == sum(r["unreliable"] for r in fusion)
+    assert "| reliable |" in (tmp_path / "launch.md").read_text()
+
+
+@pytest.mark.parametrize("extra", [[], ["--explain", "x.py:f"]])
+def test_cli_out_naming_a_file_fails_at_startup(tmp_path, capsys, monkeypatch, extra):
+    import gpuspeed.launch.study as study
+
+    def never(*a, **k):
+        raise AssertionError("the study ran before --out was checked")
+
+    monkeypatch.setattr(study, "run_launch", never)
+    monkeypatch.setattr(launch, "run_launch", never)
+    target = tmp_path / "a_file"
+    target.write_text("")
+    rc = main(["launch", "--device", "cpu", "--out", str(target)] + extra)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("gpuspeed: error:") and len(err.strip().splitlines()) == 1
+    assert "a_file" in err
+
+
+def test_modules_have_one_job_each():
+    from gpuspeed import graph_breaks, graphs
+    from gpuspeed.launch import fit, fusion, report, study
+
+    assert graphs.explain is graph_breaks.explain and graphs.Explanation is graph_breaks.Explanation
+    assert not hasattr(graphs, "_quiet_dynamo")  # the finder's machinery lives in graph_breaks only
+    with pytest.raises(AttributeError):
+        graphs.no_such_name  # noqa: B018
+    assert launch.fit_linear is fit.fit_linear and launch.plot is report.plot
+    assert launch.run_launch is study.run_launch and launch.VARIANTS is fusion.VARIANTS
+    assert not hasattr(study, "plot") and not hasattr(study, "explain_target")

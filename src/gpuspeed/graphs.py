@@ -1,4 +1,4 @@
-"""Hand-captured CUDA graphs (`capture()` -> `Graphed`) and the torch.compile graph-break finder (`explain()`).
+"""Hand-captured CUDA graphs: `capture()` -> `Graphed`.
 
 capture() builds on gpuspeed.timing.record_graph: it warms the function up on a side stream, captures one
 call into a private memory pool, and replays it. Inputs are static buffers: the first call with a given
@@ -7,20 +7,18 @@ nothing, other tensors are copied in. Outputs are the graph's static buffers (ov
 replay) unless clone=True. What cannot be captured (a host sync, a CPU tensor, a data-dependent shape)
 fails with a CaptureError that names the op and the user's source line.
 
-explain() wraps torch._dynamo.explain: graphs, each break with its reason and source line, the
-recompiles seen over several calls with changing inputs, and whether fullgraph=True compiles.
+The torch.compile graph-break finder, explain(), is gpuspeed.graph_breaks (also reachable here).
 """
 
 from __future__ import annotations
 
 import contextlib
 import linecache
-import logging
 import os
 import sys
 import warnings
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpuspeed import timing
@@ -336,232 +334,10 @@ def capture(fn: Callable, *example_args, clone: bool = False, own_inputs: bool =
     return g
 
 
-# ---------------------------------------------------------------------------------------------------
-# explain(): the graph-break finder
-# ---------------------------------------------------------------------------------------------------
+def __getattr__(name: str):
+    """explain() and its types live in gpuspeed.graph_breaks; `gpuspeed.graphs.explain` still works."""
+    if name in ("explain", "Explanation", "Break", "default_variants"):
+        from gpuspeed import graph_breaks
 
-
-@dataclass
-class Break:
-    reason: str
-    file: str | None
-    line: int | None
-    source: str | None
-
-    def where(self) -> str:
-        if self.file is None:
-            return "?"
-        return f"{os.path.basename(self.file)}:{self.line}"
-
-
-@dataclass
-class Explanation:
-    function: str
-    graph_count: int
-    break_count: int
-    breaks: list[Break]
-    ops_per_graph: list[int]
-    calls: int  # calls made with changing inputs to count recompiles
-    recompiles: int
-    recompile_reasons: list[str]
-    fullgraph_ok: bool
-    fullgraph_error: str | None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def lines(self) -> list[str]:
-        """The report, one screen: headline, breaks with their lines, recompiles, fullgraph."""
-        out = [f"{self.function}: {self.graph_count} graph(s), {self.break_count} graph break(s); "
-               f"fullgraph=True {'compiles' if self.fullgraph_ok else 'fails'}"]
-        for i, b in enumerate(self.breaks, 1):
-            out.append(f"  break {i} at {b.where()}: {b.reason}")
-            if b.source:
-                out.append(f"      {b.source}")
-        out.append(f"  recompiles over {self.calls} calls with changing inputs: {self.recompiles}")
-        for r in self.recompile_reasons[:4]:
-            out.append(f"    - {r}")
-        if not self.fullgraph_ok and self.fullgraph_error:
-            out.append(f"  fullgraph error: {self.fullgraph_error}")
-        out.extend(f"  note: {n}" for n in self.notes)
-        return out
-
-    def __str__(self) -> str:
-        return "\n".join(self.lines())
-
-
-def _short_reason(text: str) -> str:
-    """Dynamo's reason, first line plus its 'Explanation:' line, without hints."""
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
-    if not lines:
-        return "?"
-    head = lines[0]
-    for ln in lines[1:]:
-        if ln.startswith("Explanation:"):
-            return f"{head} ({ln[len('Explanation:'):].strip()})"
-    return head
-
-
-def _user_stack_frame(stack, fn_file: str | None):
-    """The frame of the user's code in a break's stack: the function's own file if seen, else last."""
-    frames = list(stack or [])
-    if not frames:
-        return None
-    if fn_file:
-        mine = [f for f in frames if os.path.abspath(f.filename) == fn_file]
-        if mine:
-            return mine[-1]
-    return frames[-1]
-
-
-class _LogCatcher(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def _quiet_dynamo():
-    """Collect torch's log records (recompile reasons, graph-break warnings) instead of printing them."""
-    import torch
-
-    torch._logging.set_logs(recompiles=True)
-    catcher = _LogCatcher()
-    # torch attaches its handlers to several loggers under "torch" (artifact loggers do not propagate)
-    swapped = {}
-    for name, lg in list(logging.Logger.manager.loggerDict.items()):
-        if isinstance(lg, logging.Logger) and (name == "torch" or name.startswith("torch.")) and lg.handlers:
-            swapped[name] = list(lg.handlers)
-            for h in swapped[name]:
-                lg.removeHandler(h)
-            lg.addHandler(catcher)
-    try:
-        yield catcher
-    finally:
-        for name, handlers in swapped.items():
-            lg = logging.getLogger(name)
-            lg.removeHandler(catcher)
-            for h in handlers:
-                lg.addHandler(h)
-        torch._logging.set_logs()  # back to torch's defaults
-
-
-def _recompile_reason(message: str) -> str:
-    """'f at file.py:8: tensor 'x' size mismatch ...' from dynamo's multi-line recompile record."""
-    lines = message.splitlines()
-    head = lines[0].replace("Recompiling function ", "").strip()
-    fn_name, _, loc = head.partition(" in ")
-    guards = [ln.strip()[2:] for ln in lines[1:] if ln.strip().startswith("- ") and "/" in ln.split(":")[0]]
-    if not guards:
-        return head
-    guard = guards[0].split(": ", 1)[-1]
-    text, _, comment = guard.partition("#")
-    text = text.strip()
-    src = comment.strip().split("  #")[0].strip()
-    where = f"{fn_name.strip()} at {os.path.basename(loc)}" if loc else fn_name.strip()
-    return f"{where}: {text}" + (f"  ({src})" if src else "")
-
-
-def default_variants(args: tuple, n: int = 3) -> list[tuple]:
-    """Calls with changing inputs: fresh values, then every tensor's first dim x2, x3; ints +1."""
-    import torch
-
-    def vary(x, scale: int, bump: int):
-        if _is_tensor(x):
-            shape = list(x.shape)
-            if shape and scale > 1:
-                shape[0] *= scale
-            if x.is_floating_point():
-                return torch.randn(shape, dtype=x.dtype, device=x.device)
-            if x.dtype == torch.bool:
-                return torch.rand(shape, device=x.device) > 0.5
-            return torch.randint(0, 8, shape, dtype=x.dtype, device=x.device)
-        if isinstance(x, bool):
-            return x
-        if isinstance(x, int):
-            return x + bump
-        return x
-
-    out = []
-    for i in range(n):
-        leaves: list = []
-        spec = _flatten(args, leaves)
-        out.append(_unflatten(spec, [vary(x, 1 if i == 0 else i + 1, i) for x in leaves]))
-    return out
-
-
-def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_fullgraph: bool = True,
-            **kwargs) -> Explanation:
-    """Graph breaks, recompiles and fullgraph-ability of `fn(*args, **kwargs)` under torch.compile.
-
-    variants: argument tuples for the extra calls that count recompiles (default: default_variants(args)).
-    Uses dynamo's "eager" backend throughout: it finds graphs and breaks without compiling kernels.
-    """
-    import torch
-    import torch._dynamo as dynamo
-
-    if not callable(fn):
-        raise UserError(f"explain() needs a callable, got {type(fn).__name__}")
-    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
-    code = getattr(fn, "__code__", None)
-    fn_file = os.path.abspath(code.co_filename) if code else None
-    notes: list[str] = []
-
-    with _quiet_dynamo() as log:
-        dynamo.reset()
-        out = dynamo.explain(fn)(*args, **kwargs)
-        breaks = []
-        for r in out.break_reasons:
-            fr = _user_stack_frame(getattr(r, "user_stack", None), fn_file)
-            breaks.append(Break(reason=_short_reason(r.reason), file=fr.filename if fr else None,
-                                line=fr.lineno if fr else None, source=(fr.line or "").strip() if fr else None))
-
-        # Recompiles: a counting backend over calls with changing inputs (each compile calls it once).
-        compiles = [0]
-
-        def counting(gm, example_inputs):
-            compiles[0] += 1
-            return gm.forward
-
-        dynamo.reset()
-        log.messages.clear()
-        compiled = torch.compile(fn, backend=counting)
-        calls = [tuple(args)] + list(variants if variants is not None else default_variants(tuple(args)))
-        first = None
-        made = 0
-        for i, a in enumerate(calls):
-            try:
-                compiled(*a, **kwargs)
-                made += 1
-            except Exception as exc:  # a variant the function does not accept: say so, go on
-                notes.append(f"call {i} with changed inputs failed: {_first_line(exc)}")
-            if i == 0:
-                first = compiles[0]
-        recompile_msgs = [m for m in log.messages if m.startswith("Recompiling")]
-        reasons = []
-        for m in recompile_msgs:
-            reason = _recompile_reason(m)
-            if reason not in reasons:
-                reasons.append(reason)
-        recompiles = len(recompile_msgs) if recompile_msgs else max(0, compiles[0] - (first or 0))
-
-        fullgraph_ok, fullgraph_error = True, None
-        if check_fullgraph:
-            dynamo.reset()
-            try:
-                torch.compile(fn, fullgraph=True, backend="eager")(*args, **kwargs)
-            except Exception as exc:
-                fullgraph_ok, fullgraph_error = False, _short_reason(_first_line(exc))
-        dynamo.reset()
-
-    # every break reason dynamo reports counts: its graph_break_count skips breaks whose resumed code
-    # held no ops (a data-dependent branch that took the empty side), which depends on the input values
-    return Explanation(function=name, graph_count=int(out.graph_count),
-                       break_count=max(len(breaks), int(out.graph_break_count)),
-                       breaks=breaks, ops_per_graph=[len(o) for o in (out.ops_per_graph or [])],
-                       calls=made, recompiles=int(recompiles), recompile_reasons=reasons,
-                       fullgraph_ok=fullgraph_ok, fullgraph_error=fullgraph_error, notes=notes)
+        return getattr(graph_breaks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,6 +19,33 @@ def _ints(text: str | None, what: str) -> list[int] | None:
         raise UserError(f"--{what} takes comma-separated numbers like 1,8,64 or 1e3,1e6, got {text!r}") from None
 
 
+def _explain_target(target: str, inputs: str | None = None):
+    """graph_breaks.explain() on 'file.py:function', with inputs from --inputs or the file's make_inputs()."""
+    import inspect
+
+    from gpuspeed.errors import UserError
+    from gpuspeed.graph_breaks import explain
+    from gpuspeed.loading import load_function, load_module
+
+    fn = load_function(target)
+    if inputs:
+        make = load_function(inputs)
+    else:
+        mod = load_module(target.rpartition(":")[0])
+        make = getattr(mod, "make_inputs", None)
+    if make is not None:
+        args = make()
+        args = args if isinstance(args, tuple) else (args,)
+    else:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if params:
+            raise UserError(f"{target} needs arguments: define make_inputs() in its file or pass --inputs "
+                            f"file.py:make_inputs")
+        args = ()
+    return explain(fn, *args)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def launch(
@@ -44,10 +71,13 @@ def register(app: typer.Typer) -> None:
 
         from gpuspeed import launch as study
         from gpuspeed.errors import UserError
+        from gpuspeed.launch.report import fmt
+        from gpuspeed.results import check_out_dir
 
+        check_out_dir(out)  # a bad --out fails now, not after the whole study
         console = Console()
         if explain:
-            exp = study.explain_target(explain, inputs)
+            exp = _explain_target(explain, inputs)
             if as_json:
                 print(json.dumps(exp.to_dict(), indent=1))
             else:
@@ -92,20 +122,20 @@ def register(app: typer.Typer) -> None:
             target = doc["params"]["targets"].get(key, "")
             met = s.get(f"{key}_target_met")
             style = None if met is None else ("green" if met else "red")
-            t.add_row(key, study._fmt(val), target, style=style)
+            t.add_row(key, fmt(val), target, style=style)
         console.print(t)
         f = Table(title=f"fusion: {doc['params']['chain_k']} ops over N fp32")
-        for col in ("N", "variant", "time", "GB/s", "% copy roof", "x copy", "check"):
+        for col in ("N", "variant", "time", "GB/s", "% copy roof", "x copy", "check", "reliable"):
             f.add_column(col, justify="right")
         for r in doc["rows"]:
             if r["study"] != "fusion":
                 continue
             if "error" in r:
-                f.add_row(f"{r['N']:.0e}", r["variant"], "[red]error[/]", r["error"][:40], "", "", "")
+                f.add_row(f"{r['N']:.0e}", r["variant"], "[red]error[/]", r["error"][:40], "", "", "", "")
                 continue
-            f.add_row(f"{r['N']:.0e}", r["variant"], f"{r['median_us']:.1f} us", study._fmt(r.get("GBps"), ".0f"),
-                      study._fmt(r.get("pct_copy_roof"), ".1f"), study._fmt(r.get("over_copy"), ".2f"),
-                      study._fmt(r.get("check_passed")))
+            f.add_row(f"{r['N']:.0e}", r["variant"], f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ".0f"),
+                      fmt(r.get("pct_copy_roof"), ".1f"), fmt(r.get("over_copy"), ".2f"),
+                      fmt(r.get("check_passed")), "[yellow]no[/]" if r.get("unreliable") else "yes")
         console.print(f)
         for note in doc["notes"]:
             console.print(f"[dim]{note}[/]")

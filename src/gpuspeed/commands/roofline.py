@@ -24,8 +24,10 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
         from rich.table import Table
 
+        from gpuspeed.results import check_out_dir
         from gpuspeed.roofline.study import Study
 
+        check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         console = Console(stderr=as_json)
         dtypes = [d.strip() for item in (dtype or []) for d in item.split(",") if d.strip()] or None
         study = Study(device=device, quick=quick, dtypes=dtypes, sweep=not no_sweep, workloads=not no_place)
