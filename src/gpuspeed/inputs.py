@@ -7,6 +7,7 @@ spec list and a seed name one exact set of inputs. Never zeros: zeros hide unwri
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -36,10 +37,7 @@ class InputSpec:
     def nbytes(self) -> int:
         if self.kind != "array":
             return 0
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n * _itemsize(self.dtype)
+        return _numel(self.shape) * _itemsize(self.dtype)
 
     def __str__(self) -> str:
         if self.kind == "array":
@@ -94,32 +92,159 @@ def parse_specs(texts) -> list[InputSpec]:
     return specs
 
 
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _made_as(spec: InputSpec) -> str:
+    """The dtype the generator draws in, before the conversion to the spec's dtype."""
+    if spec.dtype in FLOAT_DTYPES:
+        return "float64" if spec.dtype == "float64" else "float32"
+    return "int64"  # Generator.integers draws int64
+
+
+def memory_needed(specs, *, backend: str = "torch", device: str = "cpu") -> tuple[int, int]:
+    """(bytes on the GPU, peak bytes on the host) that make_inputs takes for these specs.
+
+    Each array is drawn on the host in float32/float64/int64 and converted (a second buffer when the
+    dtype differs); arrays that stay on the host accumulate, ones moved to the GPU free their host
+    buffers before the next is drawn.
+    """
+    on_gpu = backend == "torch" and device != "cpu"
+    gpu = kept = host_peak = 0
+    for s in specs:
+        if s.kind != "array":
+            continue
+        n = _numel(s.shape)
+        drawn = n * _itemsize(_made_as(s))
+        converted = s.nbytes if _made_as(s) != s.dtype else 0
+        host_peak = max(host_peak, kept + drawn + converted)
+        if on_gpu:
+            gpu += s.nbytes
+        else:
+            kept += s.nbytes
+    return gpu, host_peak
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text)
+    except (OSError, ValueError):  # absent, or "max" (no limit)
+        return None
+
+
+def host_available_bytes() -> int | None:
+    """Host memory this process can still take: MemAvailable, capped by a cgroup (container) limit."""
+    free = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    free = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if free is None:
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):  # not Linux-like
+            return None
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        limit, used = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and used is not None and limit < 2**60:  # v1 writes a huge number for no limit
+            free = min(free, max(0, limit - used))
+    return free
+
+
+def gpu_available_bytes(device: str) -> int | None:
+    """Free memory on a CUDA device, counting what torch's allocator holds unused; None if unknown."""
+    try:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    except Exception:  # no CUDA here or no such device: making the inputs will say so
+        return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**27 else f"{n / 2**20:.1f} MiB"
+
+
+def check_memory(specs, *, backend: str = "torch", device: str = "cpu") -> None:
+    """Raise UserError, before anything is allocated, when the inputs cannot fit in free memory."""
+    specs = [parse_spec(s) if isinstance(s, str) else s for s in specs]
+    gpu, host = memory_needed(specs, backend=backend, device=device)
+    arrays = sorted((s for s in specs if s.kind == "array"), key=lambda s: s.nbytes, reverse=True)
+    largest = f" (largest {arrays[0]}: {_gib(arrays[0].nbytes)})" if len(arrays) > 1 else ""
+    if gpu:
+        free = gpu_available_bytes(device)
+        if free is not None and gpu > free:
+            raise UserError(f"the inputs need {_gib(gpu)} on {device}{largest} but only {_gib(free)} is free there; "
+                            f"use smaller shapes")
+    free = host_available_bytes()
+    if free is not None and host > free:
+        where = "to make them on the host" if gpu else "of host memory"
+        raise UserError(f"the inputs need {_gib(host)} {where}{largest} but only {_gib(free)} is available; "
+                        f"use smaller shapes")
+
+
+def _host_array(rng, s: InputSpec):
+    import numpy as np
+
+    if s.dtype in FLOAT_DTYPES:
+        return rng.standard_normal(s.shape, dtype=np.dtype(_made_as(s)))
+    drawn = rng.integers(0, 2 if s.dtype == "bool" else INT_HIGH, s.shape)
+    return drawn.astype(s.dtype, copy=False)
+
+
+def _make_array(rng, s: InputSpec, backend: str, device: str):
+    import numpy as np
+
+    if backend == "numpy":
+        return np.ascontiguousarray(_host_array(rng, s).astype(s.dtype, copy=False))
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(_host_array(rng, s))).to(getattr(torch, s.dtype))
+    return t.to(device) if device != "cpu" else t
+
+
 def make_inputs(specs, *, seed: int = 0, backend: str = "torch", device: str = "cpu") -> dict:
-    """A dict name -> value for the specs: torch tensors on `device`, or NumPy arrays (backend='numpy')."""
+    """A dict name -> value for the specs: torch tensors on `device`, or NumPy arrays (backend='numpy').
+
+    Inputs that cannot fit in free memory raise UserError saying how much they need, before any is made.
+    """
     import numpy as np
 
     if backend not in ("torch", "numpy"):
         raise UserError(f"unknown input backend {backend!r}: use torch or numpy")
     specs = [parse_spec(s) if isinstance(s, str) else s for s in specs]
+    if backend == "numpy":
+        for s in specs:
+            if s.dtype == "bfloat16":
+                raise UserError(f"input {s.name}: NumPy has no bfloat16; use --backend torch")
+    check_memory(specs, backend=backend, device=device)
+    out_of_memory: tuple = (MemoryError,)
+    if backend == "torch":
+        import torch
+
+        out_of_memory += (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
     rng = np.random.default_rng(seed)
     out = {}
     for s in specs:
         if s.kind != "array":
             out[s.name] = s.value
             continue
-        if s.dtype in FLOAT_DTYPES:
-            host = rng.standard_normal(s.shape, dtype=np.float32 if s.dtype != "float64" else np.float64)
-        elif s.dtype == "bool":
-            host = rng.integers(0, 2, s.shape).astype(bool)
-        else:
-            host = rng.integers(0, INT_HIGH, s.shape).astype(s.dtype)
-        if backend == "numpy":
-            if s.dtype == "bfloat16":
-                raise UserError(f"input {s.name}: NumPy has no bfloat16; use --backend torch")
-            out[s.name] = np.ascontiguousarray(host.astype(s.dtype))
-        else:
-            import torch
-
-            t = torch.from_numpy(np.ascontiguousarray(host)).to(getattr(torch, s.dtype))
-            out[s.name] = t.to(device) if device != "cpu" else t
+        try:
+            out[s.name] = _make_array(rng, s, backend, device)
+        except out_of_memory as exc:  # the check above cannot see what others allocate meanwhile
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UserError(f"out of memory making input {s} ({_gib(s.nbytes)}): {first}") from None
     return out
