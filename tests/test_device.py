@@ -72,3 +72,51 @@ def test_backends_and_versions_never_raise():
     v = device.versions()
     assert v["python"] and v["torch"]
     assert set(["triton", "cupy", "numba", "jax", "transformers"]) <= set(v)
+
+
+class _FakeNvml:
+    """Stands in for pynvml only to see which bus id / UUID string the mapping asks NVML for."""
+
+    def __init__(self, known):
+        self.known, self.asked = known, []
+
+    def _lookup(self, key):
+        self.asked.append(key)
+        if key not in self.known:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return self.known[key]
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id):
+        return self._lookup(bus_id)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return self._lookup(uuid)
+
+
+class _Props:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def test_pci_bus_id_is_nvmls_own_format():
+    assert device.pci_bus_id(0, 0x3B, 0) == "00000000:3B:00.0"
+    assert device.pci_bus_id(0x1, 0xDB, 0x1F) == "00000001:DB:1F.0"
+
+
+def test_cuda_device_maps_to_nvml_by_bus_id_then_uuid():
+    nvml = _FakeNvml({b"00000000:9A:00.0": "h-9a", b"GPU-1234-abcd": "h-uuid"})
+    props = _Props(pci_domain_id=0, pci_bus_id=0x9A, pci_device_id=0, uuid="1234-abcd")
+    assert device._handle_from_props(nvml, props) == "h-9a"
+    assert nvml.asked == [b"00000000:9A:00.0"]
+    # a torch without the PCI fields falls back to the UUID, with NVML's "GPU-" prefix
+    assert device._handle_from_props(nvml, _Props(uuid="1234-abcd")) == "h-uuid"
+    # an unmatched GPU gives None, never NVML's GPU 0
+    assert device._handle_from_props(nvml, _Props(pci_domain_id=0, pci_bus_id=1, pci_device_id=0)) is None
+
+
+def test_nvml_readers_say_nothing_without_a_gpu():
+    if device.cuda_available():
+        pytest.skip("has a GPU")
+    assert device.nvml_device() is None
+    assert device.read_clocks() == {} and device.capped_ns() == {}
+    assert device.sm_clock_mhz() is None and device.nvml_used_bytes() is None

@@ -4,18 +4,19 @@ import numpy as np
 import pytest
 
 from gpuspeed.errors import UserError
-from gpuspeed.memory import HEADROOM, cap, check_budget, parse_budget, peak_memory, plan_chunks
+from gpuspeed.memory import HEADROOM, cap, check_budget, format_bytes, parse_budget, peak_memory, plan_chunks
 
 
 @pytest.mark.parametrize("text,total,expected", [
     ("8GiB", None, 8 * 2**30), ("8GB", None, 8 * 10**9), ("512 MiB", None, 512 * 2**20),
-    ("1.5gib", None, int(1.5 * 2**30)), ("80%", 10**10, 8 * 10**9), (12345, None, 12345), ("100", None, 100),
+    ("1.5gib", None, int(1.5 * 2**30)), ("80%", 10**10, 8 * 10**9), (2**20, None, 2**20), ("100B", None, 100),
+    (8.5e9, None, 8_500_000_000), ("3000000", None, 3_000_000),
 ])
 def test_parse_budget(text, total, expected):
     assert parse_budget(text, total) == expected
 
 
-@pytest.mark.parametrize("bad", ["eight gigs", "8XB", "-1GB", "80%", "150%", 0, "0GB"])
+@pytest.mark.parametrize("bad", ["eight gigs", "8XB", "-1GB", "80%", "150%", 0, "0GB", 8.5, 8, "8", 1000.0])
 def test_parse_budget_errors(bad):
     with pytest.raises(UserError):
         parse_budget(bad, None if bad != "150%" else 100)
@@ -55,9 +56,41 @@ def test_cap_without_gpu_says_it_is_not_enforced():
 
     if torch.cuda.is_available():
         pytest.skip("has a GPU")
-    with cap("8GiB") as c:
-        assert not c.enforced and "not enforced" in c.note
-        assert c.budget_bytes == 8 * 2**30
+    with pytest.warns(RuntimeWarning, match="not enforced"):
+        with cap("8GiB") as c:
+            assert not c.enforced and "not enforced" in c.note
+            assert c.budget_bytes == 8 * 2**30
+
+
+def test_a_bare_small_number_is_refused_with_the_unit_to_write():
+    with pytest.raises(UserError, match="8.5GiB"):
+        check_budget(2**30, 8.5)
+
+
+def test_fits_message_has_enough_digits_and_says_when_nothing_was_measured():
+    msg = check_budget(3 * 2**20, "8GiB").message
+    assert msg.startswith("peak 3.00 MiB fits in 8.00 GiB") and "0.00" not in msg
+    assert "limit 6.80 GiB" in msg
+    assert check_budget(0, "8GiB").message.startswith("nothing measured")
+    assert format_bytes(1536) == "1.50 KiB" and format_bytes(100) == "100 B"
+    assert format_bytes(123.4 * 2**30) == "123 GiB" and format_bytes(None) == "?"
+
+
+def test_peak_memory_warms_up_first_unless_told_not_to():
+    cache = []
+
+    def first_call_builds_a_cache():
+        if not cache:  # a one-time workspace, as cuBLAS or a compiled kernel would make
+            cache.append(np.ones(32 * 2**20 // 8))
+        return float(np.ones(2**20 // 8).sum())
+
+    warm = peak_memory(first_call_builds_a_cache, device="cpu")
+    assert warm.warmup == 1 and warm.peak_bytes < 16 * 2**20
+    cache.clear()
+    cold = peak_memory(first_call_builds_a_cache, device="cpu", warmup=0)
+    assert cold.peak_bytes >= 32 * 2**20
+    with pytest.raises(UserError):
+        peak_memory(first_call_builds_a_cache, device="cpu", warmup=-1)
 
 
 def test_chunk_planner_fits_a_line():

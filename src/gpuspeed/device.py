@@ -156,21 +156,67 @@ def _nvml():
     return pynvml
 
 
-def _nvml_handle(index: int = 0):
+def pci_bus_id(domain: int, bus: int, device: int) -> str:
+    """A PCI address in NVML's own form (nvmlPciInfo_t.busId): '00000000:3B:00.0'."""
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+def _handle_from_props(nvml, props):
+    """NVML's handle for the GPU torch describes by `props`: by PCI bus id, else by UUID, else None.
+
+    CUDA numbers devices after CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, NVML numbers them all in bus
+    order, so an index means different GPUs to the two; the bus id and the UUID do not."""
+    ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    if None not in ids:
+        try:
+            return nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id(*ids).encode())
+        except Exception:
+            pass
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID((uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}").encode())
+        except Exception:
+            pass
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _handle_for_cuda_index(index: int):
     nvml = _nvml()
     if nvml is None:
         return None
-    try:
-        return nvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:
+    import torch
+
+    return _handle_from_props(nvml, torch.cuda.get_device_properties(index))
+
+
+def current_index() -> int | None:
+    """The current CUDA device (torch's numbering), or None without CUDA. It is per thread: a thread that
+    polls NVML for another must be handed this index, since its own current device is 0."""
+    if not cuda_available():
         return None
+    import torch
+
+    return int(torch.cuda.current_device())
 
 
-def read_clocks(index: int = 0) -> dict:
+def nvml_device(index: int | None = None):
+    """(pynvml, handle) for CUDA device `index` (torch's numbering; None: the current device), or None when
+    NVML or CUDA is unavailable or the GPU cannot be matched. Every per-GPU NVML read goes through here, so
+    clocks, cap counters and memory come from the GPU being measured, not NVML's GPU 0."""
+    if _nvml() is None or not cuda_available():
+        return None
+    handle = _handle_for_cuda_index(current_index() if index is None else int(index))
+    return None if handle is None else (_nvml(), handle)
+
+
+def read_clocks(index: int | None = None) -> dict:
     """Current and max SM and memory clocks in MHz from NVML; {} when NVML is unavailable."""
-    nvml, handle = _nvml(), _nvml_handle(index)
-    if handle is None:
+    found = nvml_device(index)
+    if found is None:
         return {}
+    nvml, handle = found
     out = {}
     for key, fn, clk in [
         ("sm_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM"),
@@ -185,14 +231,15 @@ def read_clocks(index: int = 0) -> dict:
     return out
 
 
-def capped_ns(index: int = 0) -> dict:
+def capped_ns(index: int | None = None) -> dict:
     """Nanoseconds, counted since the driver loaded, that the clocks were held down by the power cap and
     by heat (NVML violation counters): {"power": ns, "thermal": ns}, either missing where NVML or the
     counter is unavailable. Two reads bracket how long a cap acted in between, which clock reads before
-    and after a run miss (a 700 W H200 caps a large matmul within tens of ms and lets go when it ends)."""
-    nvml, handle = _nvml(), _nvml_handle(index)
-    if handle is None:
+    and after a run miss (a power cap can act and let go within one run)."""
+    found = nvml_device(index)
+    if found is None:
         return {}
+    nvml, handle = found
     out = {}
     for key, policy in (("power", "NVML_PERF_POLICY_POWER"), ("thermal", "NVML_PERF_POLICY_THERMAL")):
         try:
@@ -202,16 +249,24 @@ def capped_ns(index: int = 0) -> dict:
     return out
 
 
-def sm_clock_mhz(index: int = 0) -> int | None:
+def sm_clock_mhz(index: int | None = None) -> int | None:
     """The SM clock now, from NVML, or None."""
-    return read_clocks(index).get("sm_mhz")
-
-
-def nvml_used_bytes(index: int = 0) -> int | None:
-    """Device-level used memory (all processes) from NVML, or None."""
-    nvml, handle = _nvml(), _nvml_handle(index)
-    if handle is None:
+    found = nvml_device(index)
+    if found is None:
         return None
+    nvml, handle = found
+    try:
+        return int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+    except Exception:
+        return None
+
+
+def nvml_used_bytes(index: int | None = None) -> int | None:
+    """Device-level used memory (all processes) from NVML, or None."""
+    found = nvml_device(index)
+    if found is None:
+        return None
+    nvml, handle = found
     try:
         return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
     except Exception:

@@ -1,9 +1,10 @@
 """peak_memory(), budgets, cap() and the chunk planner.
 
 The peak of one call comes from three sources, because each sees something the others miss:
-the torch caching allocator (exact for torch tensors), CuPy's memory pool (exact for CuPy arrays) and
-NVML's device-level used memory sampled in a background thread (everything, including other libraries'
-allocations and the CUDA context, but also other processes). On the CPU it is the host peak.
+the torch caching allocator (its peak in use), CuPy's memory pool (its peak in use, tracked by a memory
+hook) and NVML's used memory of the GPU being measured, sampled in a background thread (everything:
+JAX, Numba, library workspaces, allocator rounding, but also other processes). The report takes the
+larger of the frameworks' sum and NVML's increase, and says which won. On the CPU it is the host peak.
 A budget fits when the peak stays under the budget less a 15 % headroom.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
 import sys
 import threading
 import time
 import tracemalloc
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -27,11 +30,35 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30}
 
 
+SMALLEST_BARE = 2**20  # a bare number below 1 MiB is read as a unit left out (fits(8.5) meant GiB)
+
+
+def format_bytes(n: float | None) -> str:
+    """1536 -> '1.50 KiB', 8.5 * 2**30 -> '8.50 GiB': three significant figures in binary units."""
+    if n is None:
+        return "?"
+    value, unit = float(n), "B"
+    for next_unit in ("KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024:
+            break
+        value, unit = value / 1024, next_unit
+    if unit == "B":
+        return f"{int(value)} B"
+    return f"{value:.2f} {unit}" if abs(value) < 10 else f"{value:.1f} {unit}" if abs(value) < 100 else \
+        f"{value:.0f} {unit}"
+
+
 def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> int:
-    """'8GiB', '8GB', '512 MiB', '80%' (of total_bytes) or a byte count -> bytes."""
+    """'8GiB', '8GB', '512 MiB', '100B', '80%' (of total_bytes) or a byte count (at least 1 MiB) -> bytes.
+
+    A bare number is bytes; one under 1 MiB is refused as ambiguous, since fits(8.5) almost surely
+    meant 8.5 GiB: write the unit."""
     if isinstance(budget, (int, float)) and not isinstance(budget, bool):
         if budget <= 0:
             raise UserError(f"budget must be positive, got {budget}")
+        if budget < SMALLEST_BARE:
+            raise UserError(f"budget {budget!r} has no unit and is under 1 MiB as bytes: write it with its "
+                            f"unit, e.g. '{budget:g}GiB' or '{budget:g}GB' (or '{budget:g}B' for bytes)")
         return int(budget)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[a-zA-Z]*)\s*", str(budget))
     if not m:
@@ -47,6 +74,8 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
         raise UserError(f"unknown unit {m.group(2)!r} in budget {budget!r}")
     if value <= 0:
         raise UserError(f"budget must be positive, got {budget!r}")
+    if unit == "":
+        return parse_budget(value, total_bytes)  # a unitless string is a bare number
     return int(value * _UNITS[unit])
 
 
@@ -60,9 +89,12 @@ class BudgetCheck:
 
     @property
     def message(self) -> str:
+        limit = (f"{format_bytes(self.budget_bytes)} with {self.headroom:.0%} headroom "
+                 f"(limit {format_bytes(self.usable_bytes)})")
+        if self.peak_bytes <= 0:
+            return f"nothing measured (peak 0 B): trivially fits in {limit}"
         verdict = "fits" if self.fits else "does NOT fit"
-        return (f"peak {self.peak_bytes / 2**30:.2f} GiB {verdict} in {self.budget_bytes / 2**30:.2f} GiB "
-                f"with {self.headroom:.0%} headroom (limit {self.usable_bytes / 2**30:.2f} GiB)")
+        return f"peak {format_bytes(self.peak_bytes)} {verdict} in {limit}"
 
 
 def check_budget(peak_bytes: int, budget: str | int, total_bytes: int | None = None,
@@ -79,10 +111,12 @@ class MemoryReport:
     peak_bytes: int  # best estimate of what the call needs above what existed before it
     torch_peak_bytes: int | None = None  # torch allocator: max allocated above the baseline
     torch_reserved_peak_bytes: int | None = None  # ... and what the allocator reserved for it
-    cupy_peak_bytes: int | None = None  # CuPy pool growth during the call
+    cupy_peak_bytes: int | None = None  # CuPy pool: max in use above the baseline
     nvml_peak_delta_bytes: int | None = None  # device used-memory peak above the baseline, all processes
     host_peak_bytes: int | None = None  # CPU: peak host memory of the call
     total_bytes: int | None = None
+    peak_source: str = ""  # which figure peak_bytes is: "torch", "cupy", "torch+cupy", "nvml" or "host"
+    warmup: int = 0  # unmeasured calls made first
     notes: list[str] = field(default_factory=list)
 
     def fits(self, budget: str | int, headroom: float = HEADROOM) -> BudgetCheck:
@@ -118,69 +152,105 @@ class _Sampler(threading.Thread):
 def _rss_bytes() -> int | None:
     try:
         with open("/proc/self/statm") as f:
-            import os
-
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
 
 
-def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "auto") -> MemoryReport:
-    """Peak memory of one call of fn(*args, **kwargs) above what was in use before it."""
+def _cupy_peak_hook(cupy):
+    """A CuPy memory hook that keeps the peak of bytes in use from the pool above where it started."""
+
+    class PeakHook(cupy.cuda.MemoryHook):
+        name = "gpuspeed_peak"
+
+        def __init__(self):
+            self.now = self.peak = 0
+
+        def malloc_postprocess(self, **kw):
+            self.now += kw["mem_size"]
+            self.peak = max(self.peak, self.now)
+
+        def free_postprocess(self, **kw):
+            self.now -= kw["mem_size"]
+
+    return PeakHook()
+
+
+def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "auto",
+                warmup: int = 1) -> MemoryReport:
+    """Peak memory of one call of fn(*args, **kwargs) above what was in use before it.
+
+    fn runs `warmup` times first, unmeasured (default 1), so one-time costs (library workspaces, lazily
+    loaded kernels, compiled code) do not count; warmup=0 measures the first call with them.
+    """
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise UserError(f"warmup must be a whole number >= 0, got {warmup!r}")
     kwargs = kwargs or {}
     where = _device.resolve_device(device)
+    for _ in range(warmup):
+        fn(*args, **kwargs)
     if where == "cpu":
-        return _peak_host(fn, args, kwargs)
+        rep = _peak_host(fn, args, kwargs)
+        rep.warmup = warmup
+        return rep
     import torch
 
     notes = []
     torch.cuda.synchronize()
     cupy = sys.modules.get("cupy")
-    pool = None
+    hook = None
     if cupy is not None:
-        pool = cupy.get_default_memory_pool()
-        pool.free_all_blocks()
-        cupy_base = pool.total_bytes()
+        cupy.cuda.Device().synchronize()
+        cupy.get_default_memory_pool().free_all_blocks()  # so NVML sees what the pool takes during the call
+        hook = _cupy_peak_hook(cupy)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_alloc, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-    nvml_base = _device.nvml_used_bytes()
-    sampler = _Sampler(_device.nvml_used_bytes) if nvml_base is not None else None
+    index = _device.current_index()  # the sampler thread's own current device would be GPU 0
+    nvml_base = _device.nvml_used_bytes(index)
+    sampler = _Sampler(lambda: _device.nvml_used_bytes(index)) if nvml_base is not None else None
     if sampler:
         sampler.start()
     try:
-        out = fn(*args, **kwargs)
-        torch.cuda.synchronize()
-        if cupy is not None:
-            cupy.cuda.Device().synchronize()
+        with hook if hook is not None else contextlib.nullcontext():
+            out = fn(*args, **kwargs)
+            torch.cuda.synchronize()
+            if cupy is not None:
+                cupy.cuda.Device().synchronize()
     finally:
         nvml_peak = sampler.stop() if sampler else None
     del out
     torch_peak = torch.cuda.max_memory_allocated() - base_alloc
     reserved_peak = torch.cuda.max_memory_reserved() - base_reserved
-    cupy_peak = None
-    if pool is None and "cupy" in sys.modules:  # imported by fn itself
-        notes.append("CuPy was first imported inside the call: its pool was not measured from zero")
-        pool = sys.modules["cupy"].get_default_memory_pool()
-        cupy_base = 0
-    if pool is not None:
-        cupy_peak = pool.total_bytes() - cupy_base
+    cupy_peak = hook.peak if hook is not None else None
+    if cupy is None and "cupy" in sys.modules:  # imported by fn itself
+        notes.append("CuPy was first imported inside the call: its pool was not tracked (NVML still saw it)")
     nvml_delta = None if nvml_peak is None else max(nvml_peak - nvml_base, 0)
     if nvml_delta is None:
-        notes.append("NVML not available: device-level peak not sampled")
+        notes.append("NVML not available: device-level peak not sampled (JAX, Numba and workspaces unseen)")
     else:
-        notes.append("NVML counts every process on the device and samples every ~0.5 ms")
+        notes.append("NVML counts every process on this GPU and samples every ~0.5 ms")
     if torch_peak > reserved_peak + 2**20:
-        notes.append(f"torch served {(torch_peak - reserved_peak) / 2**20:.0f} MiB from memory it had reserved before "
+        notes.append(f"torch served {format_bytes(torch_peak - reserved_peak)} from memory it had reserved before "
                      "the call: NVML's device-level delta does not show that part")
-    peak = torch_peak + (cupy_peak or 0)
-    if peak == 0 and nvml_delta:
-        peak = nvml_delta
-        notes.append("neither torch nor CuPy allocated: peak taken from NVML")
+    if "jax" in sys.modules and os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "") != "platform":
+        notes.append("JAX keeps a memory pool between calls, so NVML sees only its growth: set "
+                     "XLA_PYTHON_CLIENT_ALLOCATOR=platform before importing jax to measure JAX arrays")
+    framework = torch_peak + (cupy_peak or 0)
+    source = "+".join(n for n, v in (("torch", torch_peak), ("cupy", cupy_peak)) if v) or "torch"
+    peak = framework
+    if nvml_delta is not None and nvml_delta > framework:
+        peak, source = nvml_delta, "nvml"
+        notes.append(f"peak from NVML: the GPU's used memory rose {format_bytes(nvml_delta)}, more than the "
+                     f"{format_bytes(framework)} torch and CuPy report (allocator rounding, other libraries "
+                     "such as JAX or Numba, workspaces, or another process)")
+    else:
+        notes.append(f"peak from {source}'s allocator" + (f" (NVML's rise: {format_bytes(nvml_delta)})"
+                                                            if nvml_delta is not None else ""))
     return MemoryReport(device="cuda", peak_bytes=int(peak), torch_peak_bytes=int(torch_peak),
                         torch_reserved_peak_bytes=int(reserved_peak), cupy_peak_bytes=cupy_peak,
-                        nvml_peak_delta_bytes=nvml_delta, total_bytes=_device.get_device("cuda").mem_bytes,
-                        notes=notes)
+                        nvml_peak_delta_bytes=nvml_delta, total_bytes=int(torch.cuda.get_device_properties(index).total_memory),
+                        peak_source=source, warmup=warmup, notes=notes)
 
 
 def _peak_host(fn, args, kwargs) -> MemoryReport:
@@ -207,7 +277,7 @@ def _peak_host(fn, args, kwargs) -> MemoryReport:
              "process RSS sampled every ~0.5 ms; torch CPU tensors show only in RSS)"]
     peak = int(max(traced, rss_delta))
     return MemoryReport(device="cpu", peak_bytes=peak, host_peak_bytes=peak,
-                        total_bytes=_device.get_device("cpu").mem_bytes, notes=notes)
+                        total_bytes=_device.get_device("cpu").mem_bytes, peak_source="host", notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -222,26 +292,52 @@ class Cap:
     note: str = ""
 
 
+_fraction_set: dict[int, float] = {}  # what cap() last set, per device: older torch has no getter
+
+
+def _memory_fraction(torch, index: int) -> float:
+    """torch's per-process memory fraction now (read where torch can; else the last one cap() set)."""
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    if getter is not None:
+        try:
+            value = float(getter(index))
+            if 0 < value <= 1:
+                return value
+        except Exception:
+            pass
+    return _fraction_set.get(index, 1.0)
+
+
+def _set_memory_fraction(torch, index: int, fraction: float) -> None:
+    torch.cuda.set_per_process_memory_fraction(float(fraction), index)
+    _fraction_set[index] = float(fraction)
+
+
 @contextlib.contextmanager
 def cap(budget: str | int):
     """Enforce a memory budget inside the block: torch's per-process fraction and CuPy's pool limit.
 
     Allocations past the budget raise torch.cuda.OutOfMemoryError (or CuPy's OutOfMemoryError), so an
-    8 GB card can be emulated on a bigger one. Without a GPU the block runs unlimited, and says so.
+    8 GB card can be emulated on a bigger one. On exit the previous fraction and limit come back, so
+    caps nest. Without a GPU the block runs unlimited, with a RuntimeWarning saying so.
     """
     if not _device.cuda_available():
-        yield Cap(parse_budget(budget, _device.get_device("cpu").mem_bytes), False,
-                  "no GPU: the budget is not enforced on the host")
+        b = parse_budget(budget, _device.get_device("cpu").mem_bytes)
+        note = f"no GPU: the {format_bytes(b)} budget is not enforced on the host"
+        warnings.warn(f"gpuspeed.cap: {note}; the block runs unlimited", RuntimeWarning, stacklevel=3)
+        yield Cap(b, False, note)
         return
     import torch
 
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    index = torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
     b = parse_budget(budget, total)
     if b > total:
-        raise UserError(f"budget {b / 2**30:.2f} GiB exceeds the device's {total / 2**30:.2f} GiB")
+        raise UserError(f"budget {format_bytes(b)} exceeds the device's {format_bytes(total)}")
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    torch.cuda.set_per_process_memory_fraction(b / total)
+    previous = _memory_fraction(torch, index)
+    _set_memory_fraction(torch, index, b / total)
     cupy = sys.modules.get("cupy")
     old_limit = None
     if cupy is not None:
@@ -253,7 +349,7 @@ def cap(budget: str | int):
     finally:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        torch.cuda.set_per_process_memory_fraction(1.0)
+        _set_memory_fraction(torch, index, previous)
         if cupy is not None:
             cupy.get_default_memory_pool().set_limit(size=old_limit or 0)
 
