@@ -64,6 +64,25 @@ def test_numpy_and_torch_backends_make_the_same_values():
     assert a["n"] == b["n"] == 3
 
 
+def test_cupy_backend_wants_a_gpu_and_no_bfloat16():
+    with pytest.raises(UserError, match="CUDA GPU"):
+        make_inputs(["x=float32[4]"], backend="cupy", device="cpu")
+    with pytest.raises(UserError, match="cupy has no bfloat16"):
+        make_inputs(["x=bfloat16[4]"], backend="cupy", device="cuda")
+    with pytest.raises(UserError, match="unknown input backend 'jax'"):
+        make_inputs(["x=float32[4]"], backend="jax")
+
+
+def test_cupy_backend_without_cupy_is_one_line():
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(UserError, match="needs CuPy"):
+            make_inputs(["x=float32[4]"], backend="cupy", device="cuda")
+    else:
+        pytest.skip("CuPy is installed here")
+
+
 def test_memory_needed_counts_what_is_made():
     specs = parse_specs(["x=float32[1000]", "h=float16[1000]", "i=int8[100]", "n=int:3"])
     # host, peak while h is made: x kept (4000) + h drawn as float32 (4000) + its float16 copy (2000)
@@ -127,3 +146,18 @@ def test_inputs_too_big_for_the_gpu_are_refused_before_allocating():
     assert torch.cuda.memory_allocated() == before
     small = make_inputs(["x=float32[1024]"], device="cuda")  # and one that fits is made on the card
     assert small["x"].is_cuda and small["x"].shape == (1024,)
+
+
+@pytest.mark.gpu
+def test_cupy_backend_makes_the_numpy_values_on_the_gpu():
+    cupy = pytest.importorskip("cupy")
+    specs = ["x=float32[8,4]", "h=float16[6]", "i=int32[10]", "m=bool[12]", "n=int:3"]
+    a = make_inputs(specs, seed=5, backend="cupy", device="cuda")
+    b = make_inputs(specs, seed=5, backend="numpy")
+    for name in ("x", "h", "i", "m"):
+        assert isinstance(a[name], cupy.ndarray) and a[name].dtype == b[name].dtype
+        assert np.array_equal(cupy.asnumpy(a[name]), b[name])
+    assert a["n"] == 3
+    _, total = torch.cuda.mem_get_info()
+    with pytest.raises(UserError, match=r"on cuda but only"):
+        make_inputs([f"x=float32[{int(1.1 * total) // 4 + 1}]"], backend="cupy", device="cuda")

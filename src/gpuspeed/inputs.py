@@ -1,8 +1,9 @@
 """Input specs: parse `NAME=DTYPE[SHAPE]`, `NAME=int:VALUE`, `NAME=float:VALUE` and make seeded inputs.
 
-Shared by `gpuspeed profile --function` and the optimize pipeline. Floating arrays come from a standard
-normal, integer arrays uniform in [0, 16), booleans fair coins, all from one seeded generator, so a
-spec list and a seed name one exact set of inputs. Never zeros: zeros hide unwritten outputs.
+Shared by `gpuspeed profile --function` and the optimize pipeline; inputs come as torch tensors, NumPy
+arrays or CuPy arrays, checked against free memory first. Floating arrays come from a standard normal,
+integer arrays uniform in [0, 16), booleans fair coins, all from one seeded generator, so a spec list and
+a seed name one exact set of inputs, whatever the backend. Never all zeros: zeros hide unwritten outputs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gpuspeed.errors import UserError
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+BACKENDS = ("torch", "numpy", "cupy")
 _ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32",
             "double": "float64", "fp64": "float64", "int": "int64", "long": "int64"}
 INT_HIGH = 16  # integers drawn from [0, INT_HIGH): small enough to index with, large enough to be random
@@ -113,7 +115,7 @@ def memory_needed(specs, *, backend: str = "torch", device: str = "cpu") -> tupl
     dtype differs); arrays that stay on the host accumulate, ones moved to the GPU free their host
     buffers before the next is drawn.
     """
-    on_gpu = backend == "torch" and device != "cpu"
+    on_gpu = backend == "cupy" or (backend == "torch" and device != "cpu")
     gpu = kept = host_peak = 0
     for s in specs:
         if s.kind != "array":
@@ -163,12 +165,17 @@ def host_available_bytes() -> int | None:
     return free
 
 
-def gpu_available_bytes(device: str) -> int | None:
-    """Free memory on a CUDA device, counting what torch's allocator holds unused; None if unknown."""
+def gpu_available_bytes(device: str, backend: str = "torch") -> int | None:
+    """Free memory on a CUDA device, counting what the backend's own pool holds unused; None if unknown."""
     try:
         import torch
 
         free, _ = torch.cuda.mem_get_info(device)
+        if backend == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(_cuda_index(device)):
+                return free + cupy.get_default_memory_pool().free_bytes()
         return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     except Exception:  # no CUDA here or no such device: making the inputs will say so
         return None
@@ -185,7 +192,7 @@ def check_memory(specs, *, backend: str = "torch", device: str = "cpu") -> None:
     arrays = sorted((s for s in specs if s.kind == "array"), key=lambda s: s.nbytes, reverse=True)
     largest = f" (largest {arrays[0]}: {_gib(arrays[0].nbytes)})" if len(arrays) > 1 else ""
     if gpu:
-        free = gpu_available_bytes(device)
+        free = gpu_available_bytes(device, backend)
         if free is not None and gpu > free:
             raise UserError(f"the inputs need {_gib(gpu)} on {device}{largest} but only {_gib(free)} is free there; "
                             f"use smaller shapes")
@@ -210,32 +217,53 @@ def _make_array(rng, s: InputSpec, backend: str, device: str):
 
     if backend == "numpy":
         return np.ascontiguousarray(_host_array(rng, s).astype(s.dtype, copy=False))
+    if backend == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(_cuda_index(device)):
+            return cupy.asarray(np.ascontiguousarray(_host_array(rng, s).astype(s.dtype, copy=False)))
     import torch
 
     t = torch.from_numpy(np.ascontiguousarray(_host_array(rng, s))).to(getattr(torch, s.dtype))
     return t.to(device) if device != "cpu" else t
 
 
-def make_inputs(specs, *, seed: int = 0, backend: str = "torch", device: str = "cpu") -> dict:
-    """A dict name -> value for the specs: torch tensors on `device`, or NumPy arrays (backend='numpy').
+def _cuda_index(device: str) -> int | None:
+    """'cuda:1' -> 1; 'cuda' -> None (the current device)."""
+    _, _, index = device.partition(":")
+    return int(index) if index.isdigit() else None
 
-    Inputs that cannot fit in free memory raise UserError saying how much they need, before any is made.
+
+def make_inputs(specs, *, seed: int = 0, backend: str = "torch", device: str = "cpu") -> dict:
+    """A dict name -> value for the specs: torch tensors on `device` (backend='torch'), NumPy arrays on the
+    host (backend='numpy', `device` unused) or CuPy arrays on a CUDA `device` (backend='cupy').
+
+    The same specs and seed give the same values whatever the backend. Inputs that cannot fit in free
+    memory raise UserError saying how much they need, before any is made.
     """
     import numpy as np
 
-    if backend not in ("torch", "numpy"):
-        raise UserError(f"unknown input backend {backend!r}: use torch or numpy")
+    if backend not in BACKENDS:
+        raise UserError(f"unknown input backend {backend!r}: use {', '.join(BACKENDS)}")
     specs = [parse_spec(s) if isinstance(s, str) else s for s in specs]
-    if backend == "numpy":
+    if backend != "torch":
         for s in specs:
             if s.dtype == "bfloat16":
-                raise UserError(f"input {s.name}: NumPy has no bfloat16; use --backend torch")
-    check_memory(specs, backend=backend, device=device)
+                raise UserError(f"input {s.name}: {backend} has no bfloat16; use --backend torch")
     out_of_memory: tuple = (MemoryError,)
+    if backend == "cupy":
+        if not device.startswith("cuda"):
+            raise UserError(f"CuPy inputs live on a CUDA GPU, not on {device!r}")
+        try:
+            import cupy
+        except ImportError:
+            raise UserError("--backend cupy needs CuPy: pip install 'gpuspeed[cupy]'") from None
+        out_of_memory += (cupy.cuda.memory.OutOfMemoryError,)
     if backend == "torch":
         import torch
 
         out_of_memory += (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
+    check_memory(specs, backend=backend, device=device)
     rng = np.random.default_rng(seed)
     out = {}
     for s in specs:
