@@ -78,8 +78,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         return
     d = rep["device"]
     if not rep["gpu"]:
-        console.print(f"[yellow]No CUDA GPU here[/]: {d.get('note') or 'running on the CPU'} ({d['name']}, "
-                      f"{_fmt_bytes(d.get('mem_bytes'))} RAM). Studies fall back to the CPU.")
+        console.print(f"[yellow]{rep['headline']}[/]")
     else:
         t = Table(title="Device", show_header=False)
         clocks = d.get("clocks") or {}

@@ -5,6 +5,20 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gpuspeed import device as _device
+from gpuspeed.memory import format_bytes
+
+
+def headline(info: _device.DeviceInfo) -> str:
+    """One plain line: the GPU doctor found, or why there is none and where studies run instead."""
+    if info.kind == "cuda":
+        return f"CUDA GPU: {info.name} ({format_bytes(info.mem_bytes)})"
+    try:
+        import torch
+
+        why = "torch is a CPU-only build" if torch.version.cuda is None else "torch sees no CUDA device"
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        why = "torch is not installed"
+    return f"No CUDA GPU here ({why}): studies run on the CPU ({info.name}, {format_bytes(info.mem_bytes)} RAM)."
 
 
 def report() -> dict:
@@ -12,6 +26,7 @@ def report() -> dict:
     info = _device.get_device("auto")
     sheet = info.datasheet
     return {
+        "headline": headline(info),
         "device": info.to_dict() | {"slug": info.slug},
         "gpu": info.kind == "cuda",
         "versions": _device.versions(),
