@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from gpuspeed import timing
+from gpuspeed import clocks, timing
 from gpuspeed.errors import UserError
 from gpuspeed.timing import Measurement, bench, compare, median_rel_error, summarize
 
@@ -48,9 +48,16 @@ def test_numpy_function_and_rotation_cycles_clones():
 
 
 def test_kwargs_and_name():
-    m = bench(lambda a, b=0: a + b, 1, kwargs={"b": 2}, device="cpu", name="adder", max_samples=20,
-              min_samples=5)
-    assert m.name == "adder"
+    seen = []
+
+    def f(a, b=0):
+        seen.append((a, b))
+        time.sleep(b)
+
+    m = bench(f, 1, kwargs={"b": 0.002}, device="cpu", name="sleeper", max_samples=20, min_samples=5)
+    assert m.name == "sleeper"
+    assert seen and set(seen) == {(1, 0.002)}  # every call, warm-up included, got the keyword
+    assert m.median >= 0.002
 
 
 def test_median_rel_error_shrinks_with_n():
@@ -138,53 +145,55 @@ def test_cuda_device_without_gpu_is_a_user_error():
 def test_kernel_mode_splits_device_activity_at_markers():
     from types import SimpleNamespace as NS
 
+    from gpuspeed.timing import kernel
+
     def act(name, start, dur):
         return NS(name=name, time_range=NS(start=start, elapsed_us=lambda d=dur: d))
 
     mark = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<signed char>>"
     acts = [act(mark, 0, 30), act("gemm", 31, 100), act("epilogue", 132, 5),
             act(mark, 140, 30), act("gemm", 171, 102)]
-    assert timing._split_at_markers(acts, 2) == pytest.approx([105e-6, 102e-6])
-    assert timing._split_at_markers(acts, 3) is None  # the user's own int8 fill would look like this
+    assert kernel.split_at_markers(acts, 2) == pytest.approx([105e-6, 102e-6])
+    assert kernel.split_at_markers(acts, 3) is None  # the user's own int8 fill would look like this
 
 
 def test_throttle_flag_under_90_percent_of_max_clock():
     notes = []
-    assert timing._throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1700, "sm_mhz_after": 1980}, notes)
+    assert clocks.throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1700, "sm_mhz_after": 1980}, notes)
     assert "1700 MHz" in notes[0]
-    assert not timing._throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1900, "sm_mhz_after": 1785}, [])
+    assert not clocks.throttled({"sm_max_mhz": 1980, "sm_mhz_before": 1900, "sm_mhz_after": 1785}, [])
     notes = []
-    assert not timing._throttled({}, notes) and "not read" in notes[0]
+    assert not clocks.throttled({}, notes) and "not read" in notes[0]
 
 
 def test_throttle_flag_from_the_clock_polled_during_sampling_and_the_caps():
     # a power cap that acts only while the work runs: before and after read max, the median during does not
     full = {"sm_max_mhz": 1980, "sm_mhz_before": 1980, "sm_mhz_after": 1980}
     notes = []
-    assert timing._throttled(full | {"sm_mhz_median_during": 1600, "power_capped_fraction": 0.42}, notes)
+    assert clocks.throttled(full | {"sm_mhz_median_during": 1600, "power_capped_fraction": 0.42}, notes)
     assert notes == ["SM clock fell to 1600 MHz (median while sampling), under 90% of max 1980 MHz",
                      "power-bound: the power cap acted for 42% of the sampling (NVML), so the result moves "
                      "with what ran just before it"]
     notes = []
-    assert not timing._throttled(full | {"sm_mhz_median_during": 1900, "power_capped_fraction": 0.42}, notes)
+    assert not clocks.throttled(full | {"sm_mhz_median_during": 1900, "power_capped_fraction": 0.42}, notes)
     assert len(notes) == 1 and notes[0].startswith("power-bound")
-    assert not timing._throttled(full | {"power_capped_fraction": 0.05}, [])
-    assert timing._throttled(full | {"thermal_capped_fraction": 0.5}, [])
+    assert not clocks.throttled(full | {"power_capped_fraction": 0.05}, [])
+    assert clocks.throttled(full | {"thermal_capped_fraction": 0.5}, [])
 
 
 def test_clock_watch_reports_the_share_of_time_a_cap_acted(monkeypatch):
     counters = iter([{"power": 0, "thermal": 7}, {"power": 30_000_000, "thermal": 7}])
     times = iter([100.0, 100.1])
-    monkeypatch.setattr(timing._device, "capped_ns", lambda: next(counters))
-    monkeypatch.setattr(timing._device, "read_clocks", lambda: {"sm_max_mhz": 1980})
-    monkeypatch.setattr(timing._device, "sm_clock_mhz", lambda: 1980)
-    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(times))
-    watch = timing._ClockWatch()
+    monkeypatch.setattr(clocks._device, "capped_ns", lambda: next(counters))
+    monkeypatch.setattr(clocks._device, "read_clocks", lambda: {"sm_max_mhz": 1980})
+    monkeypatch.setattr(clocks._device, "sm_clock_mhz", lambda: 1980)
+    monkeypatch.setattr(clocks.time, "perf_counter", lambda: next(times))
+    watch = clocks.ClockWatch()
     deadline = time.monotonic() + 5
     while not watch._readings and time.monotonic() < deadline:  # the poller reads the (mocked) clock
         time.sleep(0.01)
-    clocks = watch.stop()
-    assert clocks["power_capped_fraction"] == pytest.approx(0.3)
-    assert clocks["thermal_capped_fraction"] == 0.0
-    assert clocks["sm_mhz_median_during"] == 1980 and clocks["clock_readings"] >= 1
+    read = watch.stop()
+    assert read["power_capped_fraction"] == pytest.approx(0.3)
+    assert read["thermal_capped_fraction"] == 0.0
+    assert read["sm_mhz_median_during"] == 1980 and read["clock_readings"] >= 1
     assert not watch._thread.is_alive()

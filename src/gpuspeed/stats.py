@@ -1,0 +1,215 @@
+"""What a timing means: the Measurement record, its statistics, and compare()'s verdict.
+
+The noise figure is the relative standard error of the median (distribution-free); a measurement whose
+noise or spread makes its median untrustworthy says so (`unreliable` and a note). compare() bootstraps
+the ratio of medians and prints the speedup with as many digits as its interval needs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+_Z95 = 1.959963984540054
+UNRELIABLE_NOISE = 0.05  # a median known only to over ±5 % is not a number to act on
+# IQR over a quarter of the median: the samples spread over several levels (two modes, interference),
+# and the median can land on a different one next run however tight its own error bar looks
+UNRELIABLE_SPREAD = 0.25
+
+
+@dataclass
+class Measurement:
+    """Timing of one function. All times in seconds."""
+
+    name: str
+    median: float
+    mean: float
+    min: float
+    max: float
+    iqr: float
+    p10: float
+    p90: float
+    n: int
+    rel_noise: float  # relative standard error of the median (what the stopping rule watches)
+    samples: list[float]
+    device: str
+    mode: str  # "events", "graph", "kernel" or "cpu" (the host clock)
+    # sm_max_mhz, sm_mhz_before/_after, sm_mhz_median_during/_min_during (polled while sampling),
+    # power_/thermal_capped_fraction (share of the sampling a cap acted)
+    clocks: dict = field(default_factory=dict)
+    throttled: bool = False
+    flush_l2: bool = True  # True only when every timed call started with L2 flushed
+    rotate: int = 0
+    calls_per_sample: int = 1  # calls per graph replay in graph mode: each sample is a replay over this
+    notes: list[str] = field(default_factory=list)
+    # how L2 was cleared: "per-call", "per-replay" (graph mode: once per replay of calls_per_sample calls),
+    # "custom per-call" / "custom per-replay" (the caller's flush), "none"; "" in records made before it
+    flush: str = ""
+    device_sync: bool = False  # host clock with a full device synchronize before and after each call
+    unreliable: bool = False  # noise or spread too large to trust the median (a note says which)
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr / self.median if self.median > 0 else float("nan")
+
+    @property
+    def median_us(self) -> float:
+        return self.median * 1e6
+
+    @property
+    def median_ms(self) -> float:
+        return self.median * 1e3
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rel_iqr"] = self.rel_iqr
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurement":
+        """Reads records of any version: unknown keys are dropped, missing ones take their defaults."""
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> "Measurement":
+        return cls.from_dict(json.loads(text))
+
+    def __str__(self) -> str:
+        flag = (" THROTTLED" if self.throttled else "") + (" UNRELIABLE" if self.unreliable else "")
+        return (f"{self.name}: {format_time(self.median)} median, ±{100 * self.rel_noise:.2f}% "
+                f"(IQR {100 * self.rel_iqr:.1f}%, n={self.n}, {self.mode}){flag}")
+
+
+def format_time(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "nan"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+def median_rel_error(samples) -> float:
+    """Relative standard error of the median, distribution-free.
+
+    The 95 % confidence interval of the median runs between the order statistics n/2 -+ 1.96 sqrt(n)/2;
+    its half-width over 1.96 is the standard error. Robust to the long right tail of GPU timings.
+    """
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = x.size
+    if n < 3:
+        return float("inf")
+    half = _Z95 * math.sqrt(n) / 2
+    lo = max(int(math.floor(n / 2 - half)), 0)
+    hi = min(int(math.ceil(n / 2 + half)), n - 1)
+    med = float(np.median(x))
+    return float((x[hi] - x[lo]) / (2 * _Z95) / med) if med > 0 else float("inf")
+
+
+def reliability(rel_noise: float, rel_iqr: float) -> str | None:
+    """Why a median with this noise and spread should not be trusted, or None when it can be."""
+    if not math.isfinite(rel_noise) or rel_noise > UNRELIABLE_NOISE:
+        return (f"unreliable: the median is known only to ±{100 * rel_noise:.1f}% (over "
+                f"{100 * UNRELIABLE_NOISE:.0f}%); take more samples (budget_s, max_samples) or quiet the machine")
+    if math.isfinite(rel_iqr) and rel_iqr > UNRELIABLE_SPREAD:
+        return (f"unreliable: IQR/median is {100 * rel_iqr:.0f}% beside a median error of "
+                f"±{100 * rel_noise:.2f}%: the samples spread over more than one level (two modes, "
+                "interference), so another run's median can land elsewhere; look at the samples")
+    return None
+
+
+def summarize(samples, *, name: str, device: str, mode: str, **extra) -> Measurement:
+    """A Measurement from raw samples (seconds), flagged unreliable (with a note) when it is."""
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no samples")
+    q10, q25, q50, q75, q90 = np.percentile(x, [10, 25, 50, 75, 90])
+    notes = list(extra.pop("notes", []))
+    rel_noise = median_rel_error(x)
+    why = reliability(rel_noise, float((q75 - q25) / q50) if q50 > 0 else float("nan"))
+    if why:
+        notes.append(why)
+    return Measurement(
+        name=name, median=float(q50), mean=float(x.mean()), min=float(x.min()), max=float(x.max()),
+        iqr=float(q75 - q25), p10=float(q10), p90=float(q90), n=int(x.size),
+        rel_noise=rel_noise, samples=[float(v) for v in x], device=device, mode=mode, notes=notes,
+        unreliable=why is not None, **extra,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# compare()
+# ---------------------------------------------------------------------------------------------------
+
+
+def _digits(*gaps: float) -> int:
+    """Decimals that make each nonzero gap visible (two significant digits of the smallest), 3 to 6."""
+    small = min((abs(g) for g in gaps if g and math.isfinite(g)), default=1.0)
+    return int(min(6, max(3, math.ceil(-math.log10(small)) + 1)))
+
+
+def format_speedup(speedup: float, ci_low: float, ci_high: float, confidence: float = 0.95) -> str:
+    """"1.0032x [95% CI 1.0011, 1.0054]": enough digits that the interval's ends differ from each other
+    and from 1, so the verdict's basis can be read off the line."""
+    d = _digits(ci_high - ci_low, ci_low - 1, ci_high - 1)
+    return f"{speedup:.{d}f}x [{100 * confidence:.0f}% CI {ci_low:.{d}f}, {ci_high:.{d}f}]"
+
+
+@dataclass
+class Comparison:
+    speedup: float  # baseline.median / candidate.median: > 1 means the candidate is faster
+    ci_low: float
+    ci_high: float
+    verdict: str  # "faster", "slower" or "same"
+    confidence: float = 0.95
+    threshold: float = 0.01
+
+    @property
+    def basis(self) -> str:
+        """Why the verdict is what it is, in words."""
+        if self.verdict == "faster":
+            return f"whole interval above 1, speedup over {1 + self.threshold:g}"
+        if self.verdict == "slower":
+            return f"whole interval below 1, speedup under 1/{1 + self.threshold:g}"
+        if self.ci_low <= 1 <= self.ci_high:
+            return "interval includes 1"
+        return f"within {100 * self.threshold:g}% of 1"
+
+    def __str__(self) -> str:
+        return (f"{format_speedup(self.speedup, self.ci_low, self.ci_high, self.confidence)} "
+                f"({self.verdict}: {self.basis})")
+
+
+def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000, confidence: float = 0.95,
+            threshold: float = 0.01, seed: int = 0) -> Comparison:
+    """Speedup of `candidate` over `baseline`, with a bootstrap confidence interval of the median ratio.
+
+    The verdict is "faster" (or "slower") only when the whole interval lies on one side of 1 and the
+    speedup itself is beyond `threshold` (1 % by default); otherwise "same".
+    """
+    a = np.asarray(baseline.samples, dtype=np.float64)
+    b = np.asarray(candidate.samples, dtype=np.float64)
+    if a.size == 0 or b.size == 0:
+        raise ValueError("compare() needs measurements with samples")
+    rng = np.random.default_rng(seed)
+    ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
+    mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)
+    ratios = ma / mb
+    alpha = (1 - confidence) / 2
+    lo, hi = (float(v) for v in np.quantile(ratios, [alpha, 1 - alpha]))
+    speedup = baseline.median / candidate.median
+    if lo > 1 and speedup > 1 + threshold:
+        verdict = "faster"
+    elif hi < 1 and speedup < 1 / (1 + threshold):
+        verdict = "slower"
+    else:
+        verdict = "same"
+    return Comparison(speedup=float(speedup), ci_low=lo, ci_high=hi, verdict=verdict, confidence=confidence,
+                      threshold=threshold)

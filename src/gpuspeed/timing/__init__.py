@@ -1,0 +1,104 @@
+"""bench(): the one timing path of gpuspeed.
+
+GPU modes time each sample with CUDA events on the current stream (timing.cuda: events, and graph for
+calls too short for events' fixed cost), or sum the call's kernel durations from CUPTI (timing.kernel).
+The host clock (timing.cpu) times host functions. Every mode warms up until the time settles and stops
+once the median is known to `max_noise` (timing.stopping). Every study in gpuspeed times through here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpuspeed import device as _device
+from gpuspeed import trees
+from gpuspeed.errors import UserError
+from gpuspeed.stats import Comparison, Measurement, compare, format_speedup, format_time, median_rel_error, summarize
+from gpuspeed.timing.gpu import block_until_ready, flush_l2, hold_gpu, record_graph
+from gpuspeed.timing.stopping import WARMUP_SHARE, Stopper
+from gpuspeed.trees import clone_tree, has_gpu_data, is_gpu_array
+
+__all__ = ["bench", "Measurement", "Comparison", "compare", "format_speedup", "format_time", "median_rel_error",
+           "summarize", "record_graph", "flush_l2", "hold_gpu", "block_until_ready", "clone_tree", "has_gpu_data",
+           "is_gpu_array", "choose_clock"]
+
+MODES = ("auto", "events", "graph", "kernel", "cpu")
+
+
+def choose_clock(device: str, mode: str, gpu_present: bool, args, probe: Callable[[], Any]) -> tuple[str, bool]:
+    """Which clock times the call: ("cuda", False) for the GPU modes, ("cpu", device_sync) for the host clock.
+
+    The rule: with a GPU present, anything timed on the host clock is bracketed by full device
+    synchronizes (device_sync=True) -- a call that takes and returns host data may still have launched
+    GPU work (a launcher writing an output buffer and returning None, a Numba CUDA kernel on NumPy
+    arrays), and a host clock without a synchronize would time only its launches. Only device="cpu"
+    (the caller says: no GPU work) or no GPU at all gives the bare host clock. In auto device and mode,
+    a call with host arrays in and no GPU arrays among its arguments is probed once (`probe()` returns
+    its result): host data out -> host clock with device synchronizes, GPU data out -> CUDA events.
+    """
+    if device == "cpu" or not gpu_present:
+        if mode in ("graph", "kernel", "events"):
+            raise UserError(f"{mode} mode needs a CUDA device")
+        return "cpu", False
+    if mode == "cpu":
+        return "cpu", True
+    if device == "auto" and mode == "auto" and trees.host_arrays(args) and not trees.has_gpu_data(args):
+        out = probe()
+        block_until_ready(out)
+        if not trees.has_gpu_data(out):
+            return "cpu", True
+    return "cuda", False
+
+
+def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
+          mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
+          min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
+          warmup_s: float | None = None, graph_calls: int | None = None) -> Measurement:
+    """Time `fn(*args, **kwargs)`.
+
+    device: "auto" (the GPU when there is one), "cuda" or "cpu" (no GPU work: the bare host clock).
+        In auto, a call that takes host arrays and returns host data is timed on the host clock with a
+        device synchronize before and after each call (it may have launched GPU work; see choose_clock);
+        Measurement.device_sync and a note record it.
+    mode: "auto" (events; graph when one call times under 20 us and is capturable), "events", "graph",
+        "kernel" (the sum of the function's GPU kernel durations from CUPTI (torch.profiler), what Nsight
+        reports -- no launch latency, no gaps; events add a fixed cost per call), or "cpu" (host clock).
+    flush: write 2x L2 before each timed call (False: warm-cache timing; a callable: your own cache clear,
+        e.g. to match another tool's), outside the timed window. Graph mode flushes once per replay of K
+        calls, so calls 2..K run with a warm L2: Measurement.flush says "per-replay" and flush_l2 is False.
+    rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.
+        Clones keep strides, memory order and which arguments alias each other.
+    max_noise / min_samples / max_samples / budget_s: stop once the relative standard error of the
+        median is under max_noise, at max_samples, or once budget_s (counted from the start of this call,
+        warm-up included) is spent -- never with fewer than min_samples samples, a floor that can make a
+        slow call take longer than budget_s. Batched GPU modes overshoot the budget by at most one batch.
+    warmup_s: time the warm-up may take to settle (default: a third of budget_s; always at least 2 calls).
+    graph_calls: K calls captured per graph replay in graph mode (default: about 5 ms of work, 10 to 1000).
+    """
+    kwargs = kwargs or {}
+    if not callable(fn):
+        raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
+    if rotate < 0:
+        raise UserError("rotate must be >= 0")
+    name = name or getattr(fn, "__name__", "fn")
+    stopper = Stopper(max_noise, min_samples, max_samples, budget_s)
+    warmup_s = budget_s * WARMUP_SHARE if warmup_s is None else warmup_s
+    argsets = [(args, kwargs)] + [clone_tree((args, kwargs)) for _ in range(max(rotate, 1) - 1)]
+
+    gpu_present = _device.resolve_device(device) == "cuda"
+    clock, device_sync = choose_clock(device, mode, gpu_present, (args, kwargs), lambda: fn(*args, **kwargs))
+    if clock == "cpu":
+        from gpuspeed.timing.cpu import bench_host
+
+        return bench_host(fn, argsets, name, stopper, warmup_s, rotate, device_sync=device_sync, flush=flush)
+    if mode == "kernel":
+        if callable(flush):
+            raise UserError("kernel mode takes flush=True or False (its own flush marks the calls apart)")
+        from gpuspeed.timing.kernel import bench_kernels
+
+        return bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate)
+    from gpuspeed.timing.cuda import bench_cuda
+
+    return bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls)

@@ -1,0 +1,133 @@
+"""The device-side pieces bench() is built from: L2 flush, a spin to keep the stream busy, waiting for
+results, CUDA event pairs, and the one CUDA-graph primitive (graphs.capture() builds on it too)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from gpuspeed import device as _device
+from gpuspeed import trees
+
+_flush_buffers: dict = {}
+_spin_rate: dict = {}
+
+
+def flush_l2() -> None:
+    """Evict L2 by writing a buffer of twice its size (allocated once per device)."""
+    import torch
+
+    idx = torch.cuda.current_device()
+    buf = _flush_buffers.get(idx)
+    if buf is None:
+        buf = torch.empty(2 * _device.l2_bytes(), dtype=torch.int8, device="cuda")
+        _flush_buffers[idx] = buf
+    buf.fill_(1)  # write (not read) so dirty lines leave L2 too
+
+
+def hold_gpu(seconds: float) -> None:
+    """Keep the current stream busy for about `seconds` (a spin kernel), so later launches queue up."""
+    import torch
+
+    if not hasattr(torch.cuda, "_sleep"):
+        return
+    idx = torch.cuda.current_device()
+    if idx not in _spin_rate:  # SM cycles per second of the spin kernel, measured once with events
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)
+        start.record()
+        torch.cuda._sleep(10_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        _spin_rate[idx] = 10_000_000 / (start.elapsed_time(end) * 1e-3)
+    torch.cuda._sleep(int(seconds * _spin_rate[idx]))
+
+
+def block_until_ready(obj) -> None:
+    """Wait for results that CUDA events on the torch stream would not see (JAX, CuPy side streams)."""
+    for x in trees.leaves(obj):
+        mod = trees.module_of(x)
+        if mod in ("jax", "jaxlib") and hasattr(x, "block_until_ready"):
+            x.block_until_ready()
+        elif mod == "cupy":
+            import cupy
+
+            stream = cupy.cuda.get_current_stream()
+            if stream.ptr != 0:
+                stream.synchronize()
+
+
+def synchronize() -> None:
+    """Wait for all work on the current device, from any stream or library (cudaDeviceSynchronize)."""
+    import torch
+
+    torch.cuda.synchronize()
+
+
+class EventPairs:
+    """(start, end) CUDA event pairs handed out per batch and taken back once read."""
+
+    def __init__(self):
+        self._free: list = []
+
+    def take(self, n: int) -> list:
+        import torch
+
+        while len(self._free) < n:
+            self._free.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        taken, self._free = self._free[:n], self._free[n:]
+        return taken
+
+    def give_back(self, pairs: list) -> None:
+        self._free += pairs
+
+
+def elapsed(pairs: list, calls_per_sample: int = 1) -> list[float]:
+    """Per-call seconds of queued (start, end) pairs, once the last one has completed."""
+    pairs[-1][1].synchronize()
+    return [s.elapsed_time(e) * 1e-3 / calls_per_sample for s, e in pairs]
+
+
+def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
+    """Warm `body` up on a side stream, then capture one call of it into a CUDA graph.
+
+    Returns (graph, output of the captured call). Raises whatever capture raises (a host sync, a CPU
+    tensor, a data-dependent shape); callers turn that into their own message.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            out = body()
+    except BaseException:
+        # a failing body makes the context's capture_end raise before it restores the stream
+        torch.cuda.set_stream(stream)
+        _reset_generators_after_failed_capture()
+        raise
+    torch.cuda.synchronize()
+    return graph, out
+
+
+def _reset_generators_after_failed_capture() -> None:
+    """A capture that fails midway never runs the RNG's capture epilogue, and every later random op
+    then fails ("Offset increment outside graph capture"). Swap in a fresh state with the same seed
+    and offset so the process stays usable."""
+    import torch
+
+    for gen in torch.cuda.default_generators:
+        if not hasattr(gen, "graphsafe_get_state"):
+            continue
+        try:
+            fresh = torch.Generator(device=gen.device)
+            fresh.set_state(gen.get_state())
+            gen.graphsafe_set_state(fresh.graphsafe_get_state())
+        except Exception:
+            pass

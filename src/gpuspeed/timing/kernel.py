@@ -1,0 +1,107 @@
+"""Kernel mode: each sample is the summed duration of the GPU work one call launched, read from CUPTI
+(torch.profiler) -- what Nsight reports: no launch latency, no gaps between kernels.
+
+Several calls share a profiler session, separated by the L2 flush (or a 1-byte int8 fill): the device
+activities between two markers are one call's. If the call itself launches an int8 fill, the markers
+are ambiguous and each sample gets a session of its own (slower, same answer).
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpuspeed.clocks import ClockWatch, throttled
+from gpuspeed.errors import UserError
+from gpuspeed.stats import Measurement, summarize
+from gpuspeed.timing import gpu
+from gpuspeed.timing.cuda import flush_record
+from gpuspeed.timing.stopping import Stopper
+
+MARKER = "FillFunctor<signed char>"  # the int8 fill of the L2 flush (or of a 1-byte marker) between calls
+SESSION_S = 0.05  # a profiler session costs tens of ms to start and read: give each about this much work
+WARMUP_MAX_S = 0.5
+_markers: dict = {}
+
+
+def device_activities(prof) -> list:
+    """Device-side events of a profiler session (kernels, memcpy, memset), in start order."""
+    acts = [e for e in prof.events()
+            if not str(e.device_type).endswith("CPU") and not getattr(e, "is_user_annotation", False)]
+    return sorted(acts, key=lambda e: e.time_range.start)
+
+
+def split_at_markers(acts, n_calls: int) -> list[float] | None:
+    """Per-call device seconds: the activities between consecutive markers; None if the markers don't
+    come out as exactly one per call (the user's own code launched an int8 fill)."""
+    marks = [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
+    if len(marks) != n_calls:
+        return None
+    bounds = marks + [len(acts)]
+    return [sum(e.time_range.elapsed_us() for e in acts[bounds[j] + 1:bounds[j + 1]]) * 1e-6
+            for j in range(n_calls)]
+
+
+def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flush: bool,
+                  rotate: int) -> Measurement:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    position = 0
+
+    def call():
+        nonlocal position
+        args, kwargs = argsets[position % len(argsets)]
+        position += 1
+        gpu.block_until_ready(fn(*args, **kwargs))
+
+    def mark():
+        if flush:
+            gpu.flush_l2()
+        else:
+            idx = torch.cuda.current_device()
+            if idx not in _markers:
+                _markers[idx] = torch.empty(1, dtype=torch.int8, device="cuda")
+            _markers[idx].fill_(1)
+
+    call()  # compile, allocate: never part of the estimate below
+    torch.cuda.synchronize()
+    t0, n_warm = time.perf_counter(), 0
+    while True:  # warm-up: wake the clocks, and learn what a call costs
+        call()
+        torch.cuda.synchronize()
+        n_warm += 1
+        if time.perf_counter() - t0 > min(warmup_s, WARMUP_MAX_S):
+            break
+    per_call_s = (time.perf_counter() - t0) / n_warm
+    per_session = int(min(100, max(10, SESSION_S / max(per_call_s, 1e-6))))
+    samples: list[float] = []
+    watch = ClockWatch()
+    while not stopper.done(samples):
+        size = stopper.next_batch(len(samples), 0, per_call_s, per_session)
+        started = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(size):
+                mark()
+                call()
+            torch.cuda.synchronize()
+        acts = device_activities(prof)
+        got = split_at_markers(acts, size)
+        if got is None:
+            if size == 1:  # one call, one session: everything after the marker is the call's
+                got = [sum(e.time_range.elapsed_us() for e in acts[1:]) * 1e-6]
+            else:
+                per_session = 1
+                continue
+        if not any(t > 0 for t in got):
+            raise UserError("kernel mode: the profiler saw no GPU work for this function")
+        samples.extend(got)
+        per_call_s = (time.perf_counter() - started) / size  # the session's own cost included
+    samples = samples[:stopper.max_samples]
+    clocks = watch.stop()
+    notes = [stopper.reason, f"warm-up: {n_warm + 1} calls",
+             "kernel mode: summed device activity durations (CUPTI); excludes launch latency and gaps between "
+             "kernels"]
+    is_throttled = throttled(clocks, notes)
+    flush_l2, flush_done = flush_record(flush, graph=False)
+    return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="kernel", clocks=clocks,
+                     throttled=is_throttled, flush_l2=flush_l2, flush=flush_done, rotate=rotate, notes=notes)

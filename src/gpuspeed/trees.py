@@ -1,0 +1,249 @@
+"""Argument trees: nested tuples, lists and dicts of arrays and plain values.
+
+The one walker of gpuspeed's call arguments and results: `leaves` / `flatten` / `unflatten`, which
+leaves are GPU arrays, and `clone_tree`, the copy bench's `rotate` and verify use. A clone keeps what
+the timed code sees: each array's shape, strides, storage offset and memory order, and which arguments
+alias each other (views of one buffer stay views of one new buffer).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+# Each cloned buffer starts at this byte alignment relative to the original's, so a clone is exactly as
+# aligned as what it copies (vectorized kernels pick their path on it).
+_ALIGN = 256
+
+
+def module_of(x) -> str:
+    """Top-level package of a value's type: "torch", "numpy", "cupy", "jax", "builtins", ..."""
+    return type(x).__module__.split(".")[0]
+
+
+def leaves(obj) -> Iterator[Any]:
+    """Every leaf of nested tuples/lists/dicts, in order."""
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from leaves(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from leaves(o)
+    else:
+        yield obj
+
+
+def flatten(obj) -> tuple[list, Any]:
+    """(leaves, spec): the leaves in order and a spec that `unflatten` rebuilds the structure from."""
+    out: list = []
+    return out, _spec(obj, out)
+
+
+def _spec(obj, out: list):
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), [_spec(o, out) for o in obj])
+    if isinstance(obj, dict):
+        return (type(obj), [(k, _spec(v, out)) for k, v in obj.items()])
+    out.append(obj)
+    return None
+
+
+def unflatten(spec, values: list):
+    """The structure `spec` describes, with `values` as its leaves (in flatten's order)."""
+    position = iter(values)
+    return _build(spec, position)
+
+
+def _build(spec, position):
+    if spec is None:
+        return next(position)
+    kind, items = spec
+    if issubclass(kind, dict):
+        built = [(k, _build(s, position)) for k, s in items]
+        try:
+            return kind(built)
+        except TypeError:  # a dict subclass whose constructor wants more (defaultdict)
+            return dict(built)
+    built = [_build(s, position) for s in items]
+    if issubclass(kind, tuple):
+        return kind(*built) if hasattr(kind, "_fields") else kind(built)  # namedtuples take fields
+    return kind(built) if kind is not list else built
+
+
+def map_leaves(fn, obj):
+    """The same structure with fn applied to every leaf."""
+    values, spec = flatten(obj)
+    return unflatten(spec, [fn(v) for v in values])
+
+
+def is_gpu_array(x) -> bool:
+    mod = module_of(x)
+    if mod == "torch":
+        return bool(getattr(x, "is_cuda", False))
+    if mod == "cupy":
+        return hasattr(x, "shape")
+    if mod in ("jax", "jaxlib"):
+        try:
+            return any(d.platform == "gpu" for d in x.devices())
+        except Exception:
+            return False
+    return False
+
+
+def has_gpu_data(obj) -> bool:
+    return any(is_gpu_array(x) for x in leaves(obj))
+
+
+def host_arrays(obj) -> list:
+    """The leaves that are arrays in host memory (NumPy, CPU torch tensors, ...)."""
+    return [x for x in leaves(obj) if hasattr(x, "shape") and not is_gpu_array(x)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cloning
+# ---------------------------------------------------------------------------------------------------
+
+
+def clone_tree(obj):
+    """A copy of every array in a nested structure (torch, NumPy, CuPy, JAX); other leaves kept as they are.
+
+    Each clone has the original's shape, strides, offset and memory order, and arrays that share memory
+    (views of one buffer, or one array passed twice) share memory in the same way in the copy. The bytes
+    copied are the span the arguments use of each buffer, not the whole buffer they view.
+    """
+    values, spec = flatten(obj)
+    clones: dict[int, Any] = {}  # id(original) -> its clone: one array passed twice stays one array
+    groups: dict[tuple, list] = {}  # arrays over one buffer, cloned together so they keep aliasing
+    for x in values:
+        key = _buffer_key(x)
+        if key is not None and id(x) not in clones:
+            clones[id(x)] = None
+            groups.setdefault(key, []).append(x)
+    for key, members in groups.items():
+        try:
+            copies = _CLONERS[key[0]](members)
+        except Exception:  # an array kind the span copy cannot view (a subclass, meta tensors): plain copies
+            copies = [_plain_copy(x) for x in members]
+        for x, c in zip(members, copies, strict=True):
+            clones[id(x)] = c
+    return unflatten(spec, [clones[id(x)] if id(x) in clones else _plain_copy(x) for x in values])
+
+
+def _buffer_key(x):
+    """(library, identity of the buffer x views), or None for leaves cloned one by one (or not at all)."""
+    mod = module_of(x)
+    if mod == "torch" and type(x).__name__ in ("Tensor", "Parameter"):
+        import torch
+
+        if x.layout != torch.strided or x.numel() == 0 or x.device.type == "meta":
+            return None
+        return ("torch", str(x.device), x.untyped_storage().data_ptr())
+    if mod == "numpy" and type(x).__name__ == "ndarray" and x.size > 0 and not x.dtype.hasobject:
+        return ("numpy", id(_numpy_root(x)))
+    if mod == "cupy" and type(x).__name__ == "ndarray" and x.size > 0:
+        return ("cupy", x.device.id, x.data.mem.ptr)
+    return None
+
+
+def _plain_copy(x):
+    mod = module_of(x)
+    if mod == "torch" and hasattr(x, "clone"):
+        return x.clone()
+    if mod in ("numpy", "cupy") and hasattr(x, "copy"):
+        return x.copy(order="K")
+    if mod in ("jax", "jaxlib") and hasattr(x, "copy"):  # immutable: a copy is only a fresh buffer
+        return x.copy()
+    return x
+
+
+def _span(start: int, shape, strides, itemsize: int) -> tuple[int, int]:
+    """[low, high) byte range of a strided array whose first element sits at byte `start`."""
+    low = start + sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s < 0)
+    high = start + sum((n - 1) * s for n, s in zip(shape, strides, strict=True) if s > 0) + itemsize
+    return low, high
+
+
+def _aligned_low(lows: list[int], itemsizes: list[int], floor: int) -> int:
+    """Where the copied span starts: the lowest byte used, rounded down to _ALIGN but not under `floor`
+    (the buffer's own start), so each clone keeps its alignment; `floor` when a view's offset from the
+    rounded start would not be a whole number of its elements."""
+    low = max(floor, min(lows) // _ALIGN * _ALIGN)
+    return low if all((lo - low) % size == 0 for lo, size in zip(lows, itemsizes, strict=True)) else floor
+
+
+def _clone_torch(members: list) -> list:
+    import torch
+
+    storage = members[0].untyped_storage()
+    starts = [t.storage_offset() * t.element_size() for t in members]
+    spans = [_span(s, t.shape, [d * t.element_size() for d in t.stride()], t.element_size())
+             for s, t in zip(starts, members, strict=True)]
+    low = _aligned_low([s for s, _ in spans], [t.element_size() for t in members], floor=0)
+    high = max(h for _, h in spans)
+    with torch.no_grad():
+        source = torch.empty(0, dtype=torch.uint8, device=members[0].device)
+        source.set_(storage, low, (high - low,), (1,))
+        copy = source.clone().untyped_storage()
+        out = []
+        for t, start in zip(members, starts, strict=True):
+            c = torch.empty(0, dtype=t.dtype, device=t.device)
+            c.set_(copy, (start - low) // t.element_size(), t.shape, t.stride())
+            if isinstance(t, torch.nn.Parameter):
+                c = torch.nn.Parameter(c, requires_grad=t.requires_grad)
+            elif t.requires_grad:
+                c.requires_grad_(True)
+            out.append(c)
+    return out
+
+
+def _numpy_root(x):
+    """The ndarray that owns the memory x views (x itself when it owns it)."""
+    import numpy as np
+
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+def _clone_numpy(members: list) -> list:
+    import numpy as np
+    from numpy.lib.stride_tricks import as_strided
+
+    addr = [x.__array_interface__["data"][0] for x in members]
+    spans = [_span(a, x.shape, x.strides, x.itemsize) for a, x in zip(addr, members, strict=True)]
+    low, high = min(s for s, _ in spans), max(h for _, h in spans)
+    source = np.asarray(_RawBytes(low, high - low))
+    # start the copy at the original's alignment, so vector loads take the same path
+    padded = np.empty(high - low + _ALIGN, dtype=np.uint8)
+    shift = (low - padded.__array_interface__["data"][0]) % _ALIGN
+    copy = padded[shift:shift + high - low]
+    copy[:] = source
+    out = []
+    for a, x in zip(addr, members, strict=True):
+        first = copy[a - low:a - low + x.itemsize].view(x.dtype)
+        out.append(as_strided(first, x.shape, x.strides, writeable=x.flags.writeable))
+    return out
+
+
+class _RawBytes:
+    """A read-only uint8 view of `size` bytes at address `ptr` (the span a group of NumPy views covers,
+    which no single one of them exposes as one array)."""
+
+    def __init__(self, ptr: int, size: int):
+        self.__array_interface__ = {"data": (ptr, True), "shape": (size,), "typestr": "|u1", "version": 3}
+
+
+def _clone_cupy(members: list) -> list:
+    import cupy
+
+    mem = members[0].data.mem
+    addr = [x.data.ptr for x in members]
+    spans = [_span(a, x.shape, x.strides, x.itemsize) for a, x in zip(addr, members, strict=True)]
+    low = _aligned_low([s for s, _ in spans], [x.itemsize for x in members], floor=mem.ptr)
+    high = max(h for _, h in spans)
+    copy = cupy.cuda.alloc(high - low)
+    copy.copy_from_device(cupy.cuda.MemoryPointer(mem, low - mem.ptr), high - low)
+    return [cupy.ndarray(x.shape, x.dtype, memptr=copy + (a - low), strides=x.strides)
+            for a, x in zip(addr, members, strict=True)]
+
+
+_CLONERS = {"torch": _clone_torch, "numpy": _clone_numpy, "cupy": _clone_cupy}
