@@ -18,7 +18,7 @@ from gpuspeed import device as _device  # noqa: E402
 from gpuspeed.results import default_dir, make_results, write_results  # noqa: E402
 from planted import expect  # noqa: E402
 
-EXPECTED = {"cuda": 7, "cpu": 3}  # plants per device: see planted/expect.py run_all
+EXPECTED = {"cuda": 12, "cpu": 8}  # plants per device: see planted/expect.py run_all
 
 
 def main(argv=None) -> int:
@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     args = ap.parse_args(argv)
     where = _device.resolve_device(args.device)
-    notes = [] if where == "cuda" else ["no CUDA device: host-side plants only (item syncs, Python hotspot)"]
+    notes = [] if where == "cuda" else ["no CUDA device: host-side plants only (host syncs, Python hotspot)"]
     if notes:
         print(f"note: {notes[0]}")
     rows = expect.run_all(where)

@@ -22,6 +22,21 @@ def test_item_syncs_exact_on_cpu():
     assert row["found"], row
 
 
+def test_scalar_syncs_at_their_lines_on_cpu():
+    rows = expect.check_scalar_syncs("cpu", steps=2)
+    assert len(rows) == 5 and all(r["found"] for r in rows), rows
+
+
+def test_conversion_ops_placed_at_their_lines():
+    import torch
+
+    res = profile(w.scalar_syncs, torch.randn(8), steps=1, device="cpu", hotspots=False)
+    want = {"aten::is_nonzero": {w.planted_line(t) for t in ("any", "bool", "while")},
+            "aten::item": {w.planted_line(t) for t in ("int", "float")}}
+    got = [(o["name"], o["line"]) for o in res.findings["top_ops"] if o["name"] in want]
+    assert got and all(line in want[name] for name, line in got), got  # never the `def` line
+
+
 @pytest.mark.parametrize("backend", ["auto", "settrace"])
 def test_python_hotspot_exact(backend):
     rows = expect.check_hotspot("cpu", n=60, line_backend=backend)

@@ -20,6 +20,13 @@ def test_item_syncs_gpu():
     _assert_found(expect.check_item("cuda"))
 
 
+def test_scalar_syncs_gpu():
+    """if (x > 100).any(), int(t), float(t), bool(t), while t.sum() > 0: each a sync at its own line."""
+    rows = expect.check_scalar_syncs("cuda")
+    assert len(rows) == 5
+    _assert_found(rows)
+
+
 def test_tiny_kernel_run_gpu():
     _assert_found(expect.check_tiny())
 

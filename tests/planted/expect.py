@@ -31,6 +31,23 @@ def check_item(device: str, steps: int = 3) -> list[dict]:
     return [_row("item_syncs", f"{w.ITEM_SYNCS}/step at line {line}", got, ok)]
 
 
+def check_scalar_syncs(device: str, steps: int = 3) -> list[dict]:
+    """`if (x > 100).any():`, `int(t)`, `float(t)`, `bool(t)`, `while t.sum() > 0:`: each a host sync of its
+    kind at its own line (on a CPU run, one that would sync on a GPU), and no sync anywhere else."""
+    x = torch.randn(64, device=device)
+    res = profile(w.scalar_syncs, x, steps=steps, device=device, hotspots=False)
+    groups = res.findings["host_syncs"]["groups"]
+    planted = {w.planted_line(tag) for tag in w.SCALAR_SYNCS}
+    extra = [(g["kind"], g["line"], g["per_step"]) for g in groups if g["file"] != HERE or g["line"] not in planted]
+    rows = []
+    for tag, (kind, per_step) in w.SCALAR_SYNCS.items():
+        line = w.planted_line(tag)
+        got = [(g["kind"], g["per_step"]) for g in groups if g["file"] == HERE and g["line"] == line]
+        rows.append(_row(f"sync_{tag}", f"{kind} {per_step}/step at line {line}", got,
+                         got == [(kind, per_step)] and not extra, **({"elsewhere": extra} if extra else {})))
+    return rows
+
+
 def check_hotspot(device: str, n: int = 120, line_backend: str = "auto") -> list[dict]:
     a = np.random.default_rng(0).standard_normal((n, n))
     res = profile(w.python_hotspot, a, n, steps=1, warmup=0, device=device, line_backend=line_backend)
@@ -85,7 +102,8 @@ def check_big_kernel(n: int = 4096, steps: int = 3) -> list[dict]:
 
 def run_all(device: str) -> list[dict]:
     """Every plant that this device can show; a crash in one is recorded in its row and the rest go on."""
-    checks = [("item_syncs", lambda: check_item(device)), ("python_hotspot", lambda: check_hotspot(device))]
+    checks = [("item_syncs", lambda: check_item(device)), ("scalar_syncs", lambda: check_scalar_syncs(device)),
+              ("python_hotspot", lambda: check_hotspot(device))]
     if device == "cuda":
         checks += [("tiny_kernel_run", check_tiny), ("transfers", check_transfers),
                    ("dominant_kernel", check_big_kernel)]

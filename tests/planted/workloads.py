@@ -13,6 +13,10 @@ import torch
 
 ITEM_SYNCS = 12  # .item() calls per step in item_loop
 TINY_KERNELS = 24  # tiny kernels per step in tiny_kernels
+WHILE_SYNCS = 4  # evaluations of the while condition per call of scalar_syncs (sums 12, 8, 4, 0)
+# planted tag in scalar_syncs -> (kind of host sync, syncs per call)
+SCALAR_SYNCS = {"any": ("bool(tensor)", 1), "int": ("int(tensor)", 1), "float": ("float(tensor)", 1),
+                "bool": ("bool(tensor)", 1), "while": ("bool(tensor)", WHILE_SYNCS)}
 
 
 def planted_line(tag: str) -> int:
@@ -28,6 +32,21 @@ def item_loop(x: torch.Tensor, n: int = ITEM_SYNCS) -> float:
     total = 0.0
     for i in range(n):
         total += x[i].item()  # PLANTED: item
+    return total
+
+
+def scalar_syncs(x: torch.Tensor) -> float:
+    """The commonest host syncs in real code, one of each at a known line: a tensor read as a Python value."""
+    total = 0.0
+    if (x > 100).any():  # PLANTED: any
+        total += 1.0
+    total += int(x[0])  # PLANTED: int
+    total += float(x[1])  # PLANTED: float
+    if bool(x[2] > 0):  # PLANTED: bool
+        total += 1.0
+    t = torch.full((4,), 3.0, device=x.device)
+    while t.sum() > 0:  # PLANTED: while
+        t = t - 1.0
     return total
 
 

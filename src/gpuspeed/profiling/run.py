@@ -10,9 +10,11 @@ Passes, each its own call of the function, so the tools never stack on one anoth
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,8 +73,33 @@ def _sync(on_gpu: bool) -> None:
         torch.cuda.synchronize()
 
 
-def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: Path) -> tuple[dict, list]:
-    """Run fn `steps` times under torch.profiler; write the Chrome trace (.json.gz) to `path`; return it."""
+@contextlib.contextmanager
+def quiet_profiler_log():
+    """Hide the `USDT: ... profiler_start` / `profiler_stop` lines that the profiler's C++ side (kineto)
+    writes straight to file descriptor 2, whatever KINETO_LOG_LEVEL says; anything else it writes is
+    passed on to stderr."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except OSError:  # no fd 2 to redirect
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = [ln for ln in held.read().decode(errors="replace").splitlines() if not ln.startswith("USDT:")]
+            if rest:
+                sys.stderr.write("\n".join(rest) + "\n")
+
+
+def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: Path | None) -> tuple[dict, list]:
+    """Run fn `steps` times under torch.profiler and return the Chrome trace; also write it gzipped to
+    `path` (.json.gz) when one is given."""
     import json
 
     import torch
@@ -88,7 +115,10 @@ def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: 
         else:
             notes.append("this torch has no CUDA sync events in its profiler: syncs come from runtime calls")
     nvtx = torch.cuda.nvtx if on_gpu else None
-    with profile(activities=activities, record_shapes=True, with_stack=True, **extra) as prof:
+    prof = profile(activities=activities, record_shapes=True, with_stack=True, **extra)
+    with quiet_profiler_log():
+        prof.start()
+    try:
         for i in range(steps):
             if nvtx:
                 nvtx.range_push(f"{STEP_PREFIX}{i}")
@@ -97,19 +127,23 @@ def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: 
             if nvtx:
                 nvtx.range_pop()
         _sync(on_gpu)  # inside the profiler, so the last kernels land in the trace
-    fd, tmp = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(tmp)
+    finally:
+        with quiet_profiler_log():
+            prof.stop()
+    with tempfile.TemporaryDirectory(prefix="gpuspeed-profile-") as tmp_dir:
+        tmp = Path(tmp_dir) / "trace.json"
+        prof.export_chrome_trace(str(tmp))
         with open(tmp) as f:
             trace = json.load(f)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(path.name + ".part")
-        with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=5) as dst:
-            shutil.copyfileobj(src, dst)
-        os.replace(part, path)  # never a half-written trace under the final name
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_name(path.name + ".part")
+            try:
+                with open(tmp, "rb") as src, gzip.open(part, "wb", compresslevel=5) as dst:
+                    shutil.copyfileobj(src, dst)
+                os.replace(part, path)  # never a half-written trace under the final name
+            finally:
+                part.unlink(missing_ok=True)
     return trace, notes
 
 
@@ -119,7 +153,8 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     """Profile `fn(*args, **kwargs)` over `steps` calls and return the findings.
 
     device: "auto" records CUDA activity when a GPU is present, "cpu" records host activity only.
-    trace_path: where the Chrome trace goes (default: a temporary folder); open it in Perfetto.
+    trace_path: where to keep the Chrome trace (.json.gz; open it in Perfetto); by default it is read and
+        not kept (trace_path None in the result).
     hotspots: also run cProfile and a line timer for the Python side.
     line_backend: "auto" (line_profiler when installed), "line_profiler" or "settrace".
     """
@@ -138,8 +173,7 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     for _ in range(warmup):
         fn(*args, **kwargs)
     _sync(on_gpu)
-    path = Path(trace_path) if trace_path else Path(tempfile.mkdtemp(prefix="gpuspeed-profile-")) / \
-        f"{name}.trace.json.gz"
+    path = Path(trace_path) if trace_path else None
     trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=path)
     notes += more
     sites = _sites.record_sites(fn, args, kwargs)
@@ -152,6 +186,13 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
         if hs["lines"].get("note"):
             notes.append(hs["lines"]["note"])
     recs = advice.recommend(findings, hs)
-    return ProfileResult(name=name, device=where, steps=steps, trace_path=str(path), findings=findings,
-                         hotspots=hs, recommendations=recs, notes=notes,
-                         params={"steps": steps, "warmup": warmup, "device": where, "hotspots": hotspots})
+    return ProfileResult(name=name, device=where, steps=steps, trace_path=str(path) if path else None,
+                         findings=findings, hotspots=hs, recommendations=recs, notes=notes,
+                         params={"steps": steps, "warmup": warmup, "device": where, "hotspots": hotspots,
+                                 "calls": calls_made(steps, warmup, hotspots)})
+
+
+def calls_made(steps: int, warmup: int, hotspots: bool) -> int:
+    """How many times profile() calls the function: warm-up, profiled steps, one call to place source
+    lines, and two more (cProfile, line times) with hotspots."""
+    return warmup + steps + 1 + (2 if hotspots else 0)

@@ -71,6 +71,8 @@ class Sites:
     sources: dict = field(default_factory=dict)  # path -> list of lines (for the report)
     # (F, C) -> {tuple of lines in call order within one call of F: how many calls of F had it}
     orders: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    # (F, line) -> {"__bool__", "__int__", ...}: the conversions of a tensor to a Python value on that line
+    conversions: dict = field(default_factory=lambda: defaultdict(set))
 
     def lines_for(self, func_key: str, callee: str) -> dict[int, int]:
         return dict(self.calls.get((func_key, callee), {}))
@@ -94,6 +96,11 @@ class Sites:
                 if len(seq) == ordinal[1]:
                     line = seq[ordinal[0]]
         return info[0], line, lines
+
+    def conversion_kind(self, func_key: str, line: int | None) -> str | None:
+        """'int(tensor)', 'float(tensor)', ... for the tensor-to-Python conversions made on that line."""
+        kinds = sorted({CONVERSIONS[c][1] for c in self.conversions.get((func_key, line), ())})
+        return " or ".join(kinds) or None
 
     def source_line(self, path: str | None, line: int | None) -> str:
         if not path or not line:
@@ -120,6 +127,7 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
         return u
 
     live: dict = {}  # id(frame) of a running user frame -> {callee: [lines in call order]}
+    in_c_call: set = set()  # id(frame) of user frames inside a built-in call (recorded under its own key)
 
     def note(frame, callee: str) -> None:
         fk = code_key(frame.f_code)
@@ -138,6 +146,9 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
         elif event == "c_call":
             if user(frame.f_code):
                 note(frame, callee_key(repr(arg)))
+                in_c_call.add(id(frame))
+        elif event in ("c_return", "c_exception"):
+            in_c_call.discard(id(frame))
         elif event == "return":
             calls = live.pop(id(frame), None)
             if calls:
@@ -147,7 +158,7 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
 
     sites._note = note  # the operator mode records through the same path
 
-    mode = _op_mode(sites, user)
+    mode = _op_mode(sites, lambda code, frame: user(code) and id(frame) not in in_c_call)
     old = sys.getprofile()
     sys.setprofile(hook)
     try:
@@ -167,8 +178,17 @@ _SLOT_OPS = {"getitem": ("select", "slice", "index", "alias", "as_strided"), "se
              "lshift": ("bitwise_left_shift",), "rshift": ("bitwise_right_shift",), "matmul": ("matmul", "mm")}
 
 
+# tensor -> Python value conversions (`if t:`, `int(t)`, `float(t)`): the ATen op each makes and its kind.
+# Each copies a value to the host, so on a GPU tensor each one waits for the GPU.
+CONVERSIONS = {"__bool__": ("is_nonzero", "bool(tensor)"), "__int__": ("item", "int(tensor)"),
+               "__float__": ("item", "float(tensor)"), "__index__": ("item", "int(tensor)"),
+               "__complex__": ("item", "complex(tensor)")}
+
+
 def op_keys(torch_name: str) -> tuple[str, ...]:
     """Callee keys for a torch function that Python sees as no call (an operator: `a @ b`, `x[i]`)."""
+    if torch_name in CONVERSIONS:
+        return (f"op:{CONVERSIONS[torch_name][0]}",)
     n = torch_name.strip("_")
     inplace = torch_name.startswith("__i") and n[1:] in ("add", "sub", "mul", "truediv", "matmul", "and", "or")
     if torch_name.startswith("__") and (inplace or (n.startswith("r") and n[1:] in _SLOT_OPS.keys() | {
@@ -184,7 +204,10 @@ def op_key_of(aten_name: str) -> str:
 
 
 def _op_mode(sites: Sites, user):
-    """A TorchFunctionMode that records the lines of torch operators called straight from user code."""
+    """A TorchFunctionMode that records the lines of torch operators called straight from user code.
+
+    user(code, frame) is False inside a built-in call made from user code (`torch.add(a, b)`,
+    `x.item()`): the trace shows that call itself under the user frame, keyed by its own name."""
     try:
         from torch.overrides import TorchFunctionMode
     except ImportError:
@@ -193,9 +216,12 @@ def _op_mode(sites: Sites, user):
     class _Lines(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             frame = sys._getframe(1)
-            if user(frame.f_code):
-                for k in op_keys(getattr(func, "__name__", "")):
+            if user(frame.f_code, frame):
+                name = getattr(func, "__name__", "")
+                for k in op_keys(name):
                     sites._note(frame, k)
+                if name in CONVERSIONS:
+                    sites.conversions[(code_key(frame.f_code), frame.f_lineno)].add(name)
             return func(*args, **(kwargs or {}))
 
     return _Lines()

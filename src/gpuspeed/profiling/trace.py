@@ -31,6 +31,9 @@ SYNC_APIS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchro
 # calls that block the host on a GPU tensor: on a CPU-only trace they are reported as "would sync"
 _SYNC_PRONE = re.compile(r"<built-in method (item|tolist|cpu|numpy) of Tensor|"
                          r"_tensor\.py\(\d+\): (__repr__|__format__|__str__)")
+# ATen ops that copy a value to the host (`if t:`, `int(t)`, `float(t)`, `x[mask]`): on a GPU tensor each
+# waits for the GPU; on a CPU-only trace they are reported as "would sync"
+SYNC_OPS = {"aten::is_nonzero", "aten::item", "aten::_local_scalar_dense", "aten::nonzero"}
 _EPS = 0.002  # us: tolerance for rounding in nested timestamps
 _GAP_BUCKETS_US = (1, 5, 20, 100, 1000)
 
@@ -338,7 +341,8 @@ class TraceAnalysis:
         if self.gpu:
             markers = [n for n in self.host if n.cat in ("cuda_runtime", "cuda_driver") and n.name in SYNC_APIS]
         else:
-            markers = [n for n in self.host if n.cat == "python_function" and _SYNC_PRONE.search(n.name)]
+            markers = [n for n in self.host if (n.cat == "python_function" and _SYNC_PRONE.search(n.name))
+                       or (n.cat == "cpu_op" and n.name in SYNC_OPS)]
         for m in markers:
             if self.steps_ann and m.step is None:
                 continue
@@ -346,7 +350,7 @@ class TraceAnalysis:
             if f is None:
                 continue
             key = c.i if c is not None else m.i
-            occ = occurrences.setdefault(key, {"node": c or m, "marker_chain": [], "wait_us": 0.0})
+            occ = occurrences.setdefault(key, {"node": c or m, "frame": f, "marker_chain": [], "wait_us": 0.0})
             occ["wait_us"] += m.dur if self.gpu else 0.0
             p = m
             while p is not None and p is not f:
@@ -354,8 +358,9 @@ class TraceAnalysis:
                 p = p.parent
         groups: dict = {}
         for occ in occurrences.values():
-            kind = _sync_kind(occ["node"].name, occ["marker_chain"])
             w = self.where(occ["node"])
+            kind = self._conversion_kind(occ["node"], occ["frame"], w["line"]) or \
+                _sync_kind(occ["node"].name, occ["marker_chain"])
             key = (kind, w["file"], w["line"])
             g = groups.setdefault(key, {"kind": kind, **{k: w.get(k) for k in ("file", "line", "function", "code")},
                                         "count": 0, "wait_s": 0.0})
@@ -367,6 +372,17 @@ class TraceAnalysis:
         api = Counter(m.name for m in markers if not self.steps_ann or m.step is not None) if self.gpu else Counter()
         return {"device_syncs": self.gpu, "total": sum(g["count"] for g in rows), "groups": rows,
                 "api_calls": dict(api), "sync_events": len(self.sync_events)}
+
+    def _conversion_kind(self, node: Node, frame: Node, line: int | None) -> str | None:
+        """'bool(tensor)', 'int(tensor)', ...: a tensor turned into a Python value by the user's line itself
+        (the ATen op sits straight under the user frame, with no Python call between)."""
+        if node.cat != "cpu_op":
+            return None
+        if node.name == "aten::is_nonzero":
+            return "bool(tensor)"
+        if node.name in ("aten::item", "aten::_local_scalar_dense"):
+            return self.sites.conversion_kind(callee_key(frame.name), line) or "int/float(tensor)"
+        return None
 
     def transfers(self) -> dict | None:
         copies = [o for o in self.ops if o["cat"] == "gpu_memcpy"]
