@@ -98,3 +98,9 @@ def test_help_shows_flags_without_a_value(capsys, monkeypatch, command):
 def test_json_is_a_flag_not_a_value(capsys):
     rc, _, err = run(capsys, "doctor", "--json", "true")
     assert rc == 2 and "true" in err
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "nan"])
+def test_bench_budget_must_be_positive(capsys, budget):
+    rc, _, err = run(capsys, "bench", "--budget", budget)
+    assert rc == 2 and err.startswith("gpuspeed: error: --budget") and err.count("\n") == 1

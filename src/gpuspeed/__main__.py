@@ -1,3 +1,5 @@
+"""`python -m gpuspeed`: the same command line as `gpuspeed`."""
+
 import sys
 
 from gpuspeed.cli import main
