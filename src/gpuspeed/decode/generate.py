@@ -1,0 +1,89 @@
+"""Generation as users expect it: greedy or temperature / top-k / top-p sampling on the device from a seeded
+generator, and EOS stops checked every N steps (never a per-token host sync).
+
+`generate(engine, prompt, new_tokens)` runs one variant's prefill then its decode loop and returns the
+tokens on the host; `Sampling` says how the next token is chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gpuspeed.errors import UserError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy (temperature 0) or sampling; the generator is seeded once per generation."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise UserError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise UserError(f"top-k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not (0 < self.top_p <= 1):
+            raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def generator(self, device) -> torch.Generator:
+        return torch.Generator(device=device).manual_seed(self.seed)
+
+
+GREEDY = Sampling()
+
+
+def sample(logits: torch.Tensor, s: Sampling, gen: torch.Generator | None) -> torch.Tensor:
+    """Next tokens [B] from logits [B, V], on the device with no host sync.
+
+    Sampling draws by the exponential race (argmax of p / E, E ~ Exp(1)), which picks index i with
+    probability p_i and needs neither multinomial's host-side checks nor a sync."""
+    if s.greedy:
+        return logits.argmax(-1)
+    x = logits.float() / s.temperature
+    if s.top_k is not None and s.top_k < x.shape[-1]:
+        kth = torch.topk(x, s.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if s.top_p is not None and s.top_p < 1:
+        srt, idx = torch.sort(x, dim=-1, descending=True)
+        cum = srt.softmax(-1).cumsum(-1)
+        drop = cum - srt.softmax(-1) > s.top_p  # keep the smallest prefix whose mass reaches top_p
+        x = x.masked_fill(drop.scatter(-1, idx, drop), float("-inf"))
+    p = x.softmax(-1)
+    race = torch.empty_like(p).exponential_(1.0, generator=gen)
+    return (p / race).argmax(-1)
+
+
+def eos_tensor(eos_ids, device) -> torch.Tensor | None:
+    ids = [int(e) for e in (eos_ids or [])]
+    return torch.tensor(ids, device=device, dtype=torch.long) if ids else None
+
+
+def mark_done(nxt: torch.Tensor, done: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+    """After a sequence has emitted EOS, it keeps emitting EOS; `done` is updated in place."""
+    nxt = torch.where(done, eos[0], nxt)
+    done |= torch.isin(nxt, eos)
+    return nxt
+
+
+def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -> torch.Tensor:
+    """prefill + decode with one engine (a variant built for this model); tokens [B, <= new_tokens] on the host.
+
+    With EOS ids set on the engine, generation stops once every sequence is done (checked every
+    engine.check_every steps) and tokens after a sequence's EOS are EOS."""
+    if new_tokens < 1:
+        raise UserError(f"--new-tokens must be >= 1, got {new_tokens}")
+    first = engine.prefill(prompt, on_logits=on_logits)
+    if new_tokens == 1:
+        return first[:, None].cpu()
+    rest = engine.decode(first, new_tokens - 1, on_logits=on_logits)
+    return torch.cat([first[:, None].cpu(), rest], dim=1)

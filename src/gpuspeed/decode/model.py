@@ -1,0 +1,278 @@
+"""A Llama-family decoder in plain PyTorch (gpt-fast style): RMSNorm, RoPE with Llama-3 scaling, GQA, SwiGLU.
+
+Weights are plain tensors, fused where they share an input (wqkv = [q; k; v] rows, w_gate_up = [gate; up]
+rows): the unfused path multiplies by row slices of the fused tensor (contiguous views, the same bytes), so
+the ladder's unfused and fused rungs share one copy of the weights. Every projection goes through
+`Options.linear`, so a variant can swap in its own GEMV (and a later int8 or tensor-parallel build can swap
+the weights' representation) without touching the model. Attention is grouped-query by folding the G query
+heads of each KV head into the query length, so no K/V head is ever repeated in memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpuspeed.errors import UserError
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The shape of a Llama-family model (what config.json or GGUF metadata says)."""
+
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # Llama-3: factor, low_freq_factor, high_freq_factor, original_max_...
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+    max_seq_len: int = 2048
+    head_dim: int = 0  # 0: dim // n_heads
+    name: str = "custom"
+
+    def __post_init__(self):
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if self.n_heads % self.n_kv_heads:
+            raise UserError(f"{self.name}: {self.n_heads} heads are not a multiple of {self.n_kv_heads} KV heads")
+
+    @property
+    def q_rows(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_rows(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def param_count(self, *, with_embedding: bool = True) -> int:
+        layer = (self.q_rows + 2 * self.kv_rows) * self.dim + self.dim * self.q_rows + 3 * self.dim * self.ffn_dim \
+            + 2 * self.dim
+        head = 0 if self.tie_embeddings else self.vocab_size * self.dim
+        emb = self.vocab_size * self.dim if with_embedding else 0
+        return self.n_layers * layer + self.dim + head + emb
+
+    def weight_bytes_per_token(self, elem_bytes: int) -> int:
+        """Bytes of weights one decode step reads: every layer, the final norm and the LM head (the
+        embedding lookup reads B rows only, so it does not count; a tied head reads the embedding)."""
+        layers = self.param_count(with_embedding=False) - (0 if self.tie_embeddings else self.vocab_size * self.dim)
+        return (layers + self.vocab_size * self.dim) * elem_bytes
+
+
+CONFIGS: dict[str, ModelArgs] = {
+    # the brief's launch-bound toy (transformers' LlamaConfig defaults where the issue says nothing)
+    "tiny": ModelArgs(vocab_size=32000, dim=512, n_layers=8, n_heads=8, n_kv_heads=8, ffn_dim=1376,
+                      rope_theta=10000.0, norm_eps=1e-6, max_seq_len=2048, name="tiny"),
+    "smollm2-135m": ModelArgs(vocab_size=49152, dim=576, n_layers=30, n_heads=9, n_kv_heads=3, ffn_dim=1536,
+                              rope_theta=100000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=8192,
+                              name="smollm2-135m"),
+    "llama-3.2-1b": ModelArgs(vocab_size=128256, dim=2048, n_layers=16, n_heads=32, n_kv_heads=8, ffn_dim=8192,
+                              rope_theta=500000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=131072,
+                              rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                              name="llama-3.2-1b"),
+    "llama-3-8b": ModelArgs(vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336,
+                            rope_theta=500000.0, norm_eps=1e-5, max_seq_len=8192, name="llama-3-8b"),
+}
+
+
+def named_config(name: str, **overrides) -> ModelArgs:
+    """A named config, optionally reshaped (tests use fewer layers and a smaller vocabulary)."""
+    if name not in CONFIGS:
+        raise UserError(f"unknown model {name!r}: use {', '.join(CONFIGS)} or a path to a .gguf file or an HF folder")
+    return replace(CONFIGS[name], **overrides) if overrides else CONFIGS[name]
+
+
+# ---------------------------------------------------------------------------------------------------
+# RoPE
+# ---------------------------------------------------------------------------------------------------
+
+
+def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
+    """Inverse frequencies as transformers computes them (fp32), with Llama-3's frequency scaling."""
+    d = args.head_dim
+    inv = 1.0 / (args.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    sc = args.rope_scaling or {}
+    kind = sc.get("rope_type", sc.get("type"))
+    if kind in (None, "default"):
+        return inv
+    if kind != "llama3":
+        raise UserError(f"rope scaling {kind!r} is not supported (only llama3)")
+    factor, low, high = float(sc["factor"]), float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+    old = float(sc["original_max_position_embeddings"])
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_tables(args: ModelArgs, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [length, head_dim] in transformers' half-split layout, computed in fp32 then cast."""
+    inv = rope_inv_freq(args).to(device)
+    pos = torch.arange(length, device=device, dtype=torch.float32)
+    freqs = torch.outer(pos, inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, H, S, D]; cos/sin [S, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: normalize in fp32, cast back, then scale."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Grouped-query attention: q [B, H, S, D], k/v [B, Hkv, L, D], mask [S, L] bool (True = attend) or None.
+
+    The G = H / Hkv query heads of a KV head are folded into the query length, so one SDPA call serves the
+    group without repeating K/V (transformers' repeat_kv pairs query head h with KV head h // G: the same)."""
+    b, h, s, d = q.shape
+    hkv = k.shape[1]
+    g = h // hkv
+    qg = q.reshape(b, hkv, g * s, d)
+    m = None if mask is None else mask.repeat(g, 1)
+    y = F.scaled_dot_product_attention(qg, k, v, attn_mask=m)
+    return y.reshape(b, h, s, d)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a forward pass computes: fused projections or row slices, and which GEMV / attention."""
+
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    linear: Callable = F.linear
+    attention: Callable = attention
+    extra: dict = field(default_factory=dict)
+
+
+PLAIN = Options()
+
+
+class Block(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        a = args
+        self.attn_norm = nn.Parameter(torch.empty(a.dim))
+        self.wqkv = nn.Parameter(torch.empty(a.q_rows + 2 * a.kv_rows, a.dim))
+        self.wo = nn.Parameter(torch.empty(a.dim, a.q_rows))
+        self.ffn_norm = nn.Parameter(torch.empty(a.dim))
+        self.w_gate_up = nn.Parameter(torch.empty(2 * a.ffn_dim, a.dim))
+        self.w_down = nn.Parameter(torch.empty(a.dim, a.ffn_dim))
+
+
+class Transformer(nn.Module):
+    """The decoder. forward(tokens [B, S], input_pos [S] (a device tensor), cache) -> logits [B, S, V]."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.tok_emb = nn.Parameter(torch.empty(args.vocab_size, args.dim))
+        self.layers = nn.ModuleList(Block(args) for _ in range(args.n_layers))
+        self.norm = nn.Parameter(torch.empty(args.dim))
+        self.lm_head = None if args.tie_embeddings else nn.Parameter(torch.empty(args.vocab_size, args.dim))
+        self.rope_cos: torch.Tensor | None = None
+        self.rope_sin: torch.Tensor | None = None
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        return self.tok_emb if self.lm_head is None else self.lm_head
+
+    @property
+    def device(self) -> torch.device:
+        return self.tok_emb.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tok_emb.dtype
+
+    def setup_rope(self, length: int) -> None:
+        """RoPE tables for positions [0, length) in the model's dtype (re-made when longer ones are needed)."""
+        if length > self.args.max_seq_len:
+            raise UserError(f"{length} positions exceed {self.args.name}'s context of {self.args.max_seq_len}")
+        if self.rope_cos is None or self.rope_cos.shape[0] < length or self.rope_cos.dtype != self.dtype \
+                or self.rope_cos.device != self.device:
+            self.rope_cos, self.rope_sin = rope_tables(self.args, length, self.device, self.dtype)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, cache=None, opts: Options = PLAIN) -> torch.Tensor:
+        a = self.args
+        b, s = tokens.shape
+        x = F.embedding(tokens, self.tok_emb)
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        lin = opts.linear
+        mask = None if cache is None else cache.mask(input_pos)
+        if cache is None and s > 1:
+            mask = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.attn_norm, a.norm_eps)
+            if opts.fused_qkv:
+                q, k, v = lin(h, layer.wqkv).split([a.q_rows, a.kv_rows, a.kv_rows], dim=-1)
+            else:
+                w = layer.wqkv
+                q = lin(h, w[:a.q_rows])
+                k = lin(h, w[a.q_rows:a.q_rows + a.kv_rows])
+                v = lin(h, w[a.q_rows + a.kv_rows:])
+            q = q.view(b, s, a.n_heads, a.head_dim).transpose(1, 2)
+            k = k.view(b, s, a.n_kv_heads, a.head_dim).transpose(1, 2)
+            v = v.view(b, s, a.n_kv_heads, a.head_dim).transpose(1, 2)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if cache is not None:
+                k, v = cache.update(i, input_pos, k, v)
+            y = opts.attention(q, k, v, mask)
+            y = y.transpose(1, 2).reshape(b, s, a.q_rows)
+            x = x + lin(y, layer.wo)
+            h = rms_norm(x, layer.ffn_norm, a.norm_eps)
+            if opts.fused_gate_up:
+                gate, up = lin(h, layer.w_gate_up).chunk(2, dim=-1)
+            else:
+                gate, up = lin(h, layer.w_gate_up[:a.ffn_dim]), lin(h, layer.w_gate_up[a.ffn_dim:])
+            x = x + lin(F.silu(gate) * up, layer.w_down)
+        x = rms_norm(x, self.norm, a.norm_eps)
+        return lin(x, self.head_weight)
+
+
+def build(args: ModelArgs, *, device="cpu", dtype=torch.float32, seed: int | None = 0) -> Transformer:
+    """The model on `device` in `dtype`; random weights from `seed` (None: left empty for a loader).
+
+    Weights are made on the target device directly (an 8B model never passes through the host)."""
+    with torch.device("meta"):
+        model = Transformer(args)
+    model = model.to_empty(device=device).to(dtype)
+    if seed is not None:
+        init_random(model, seed)
+    return model.eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def init_random(model: Transformer, seed: int, std: float = 0.02) -> None:
+    """transformers' Llama init: normal(0, 0.02) matrices, unit norm weights; one seeded device generator."""
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    for p in model.parameters():
+        if p.dim() == 1:
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, std, generator=gen)

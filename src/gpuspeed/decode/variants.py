@@ -1,0 +1,406 @@
+"""The ladder: V0 naive -> V1 KV cache -> V2 static cache -> V3 compiled -> V4 graphed -> V5 fast.
+
+Each variant is an Engine bound to one model, batch and maximum length: prefill(prompt) -> first token
+(device), decode(first, steps) -> the next `steps` tokens (host). decode() always restarts from the state
+prefill left (position P), so it can be timed over and over. From V2 on, the state a step needs (token,
+position, output index, done flags) lives in device buffers that the step updates in place: the loop is
+one call per token (V2 eager, V3 compiled), one graph replay per token (V4) or per K tokens (V5), and the
+host reads only the finished tokens, plus one `done` flag every `check_every` steps when EOS ids are set.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+
+from gpuspeed.decode.cache import DynamicCache, StaticCache
+from gpuspeed.decode.generate import GREEDY, Sampling, eos_tensor, mark_done, sample
+from gpuspeed.decode.model import PLAIN, Options, Transformer
+from gpuspeed.errors import UserError
+
+VARIANTS = {
+    "V0": "naive: no cache, the whole prefix every step, argmax and concatenation on the host",
+    "V1": "KV cache: a growing cache, one token per step (host-driven)",
+    "V2": "static cache: preallocated K/V, state on the device, no host sync in the loop",
+    "V3": "compiled: the V2 step under torch.compile(fullgraph=True)",
+    "V4": "graphed: the V2 step (eager insides) captured once, one replay per token",
+    "V4c": "graphed: the V3 step (compiled insides) captured once, one replay per token",
+    "V5": "fast: fused QKV and gate/up, compiled, K steps per graph replay, faster GEMV/attention where measured",
+}
+ORDER = list(VARIANTS)
+STEPS_PER_REPLAY = 4  # V5's K
+
+
+def parse_variants(text: str | None) -> list[str]:
+    if not text or text.strip().lower() == "all":
+        return list(ORDER)
+    out = []
+    for v in (t.strip() for t in text.split(",")):
+        if not v:
+            continue
+        match = next((k for k in ORDER if k.lower() == v.lower()), None)
+        if match is None:
+            raise UserError(f"unknown variant {v!r}: use {', '.join(ORDER)} or all")
+        if match not in out:
+            out.append(match)
+    if not out:
+        raise UserError("--variants names no variant")
+    return out
+
+
+def max_len_for(prompt_len: int, new_tokens: int) -> int:
+    """Cache length: prompt + new tokens + room for a capture's warm-up steps, rounded up to 16."""
+    n = prompt_len + new_tokens + 4 * STEPS_PER_REPLAY + 8
+    return (n + 15) // 16 * 16
+
+
+class Engine:
+    name = "?"
+
+    def __init__(self, model: Transformer, batch: int, max_len: int, *, sampling: Sampling = GREEDY,
+                 eos_ids=None, check_every: int = 16, compile_backend: str = "inductor"):
+        self.model, self.batch, self.max_len = model, batch, max_len
+        self.sampling, self.check_every, self.compile_backend = sampling, max(1, check_every), compile_backend
+        self.device = model.device
+        self.eos = eos_tensor(eos_ids, self.device)
+        self.info: dict = {"notes": []}  # compile_s, capture_s, explain, ... (what the results record)
+        self.prompt_len = 0
+        self.gen = None
+        model.setup_rope(max_len)
+
+    def _choose(self, logits: torch.Tensor) -> torch.Tensor:
+        return sample(logits, self.sampling, self.gen)
+
+    def _start(self, prompt: torch.Tensor) -> None:
+        if prompt.dim() != 2 or prompt.shape[0] != self.batch:
+            raise UserError(f"prompt must be [batch={self.batch}, length], got {tuple(prompt.shape)}")
+        if prompt.shape[1] + 1 > self.max_len:
+            raise UserError(f"prompt of {prompt.shape[1]} tokens does not fit the cache of {self.max_len}")
+        self.prompt_len = prompt.shape[1]
+        self.gen = None if self.sampling.greedy else self.sampling.generator(self.device)
+
+    def prefill(self, prompt, on_logits=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def decode(self, first, steps: int, on_logits=None) -> torch.Tensor:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------------
+# V0, V1: host-driven
+# ---------------------------------------------------------------------------------------------------
+
+
+class _HostLoop(Engine):
+    """V0 / V1: each next token goes through the host (tolist), as a first implementation does."""
+
+    def _host_next(self, logits, done: list[bool]) -> list[int]:
+        ids = self._choose(logits).tolist()  # the host sync this rung has on purpose
+        if self.eos is not None:
+            eos = self.eos.tolist()
+            ids = [eos[0] if d else t for t, d in zip(ids, done, strict=True)]
+            for b, t in enumerate(ids):
+                done[b] = done[b] or t in eos
+        return ids
+
+    def _forward(self, tokens, start: int):
+        raise NotImplementedError
+
+    def prefill(self, prompt, on_logits=None):
+        self._start(prompt)
+        self.prompt = prompt
+        self._prefill_state(prompt)
+        logits = self._forward(prompt, 0)[:, -1]
+        if on_logits:
+            on_logits(logits)
+        self.first_done = [False] * self.batch
+        return torch.tensor(self._host_next(logits, self.first_done), device=self.device)
+
+    def _prefill_state(self, prompt):
+        pass
+
+    def decode(self, first, steps, on_logits=None):
+        done = list(self.first_done)
+        seq = torch.cat([self.prompt, first[:, None]], dim=1)
+        out: list[list[int]] = []
+        for _ in range(steps):
+            logits = self._step(seq)
+            if on_logits:
+                on_logits(logits)
+            ids = self._host_next(logits, done)
+            out.append(ids)
+            seq = torch.cat([seq, torch.tensor(ids, device=self.device)[:, None]], dim=1)
+            if self.eos is not None and all(done):
+                break
+        return torch.tensor(out, dtype=torch.long).T.reshape(self.batch, len(out))
+
+
+class Naive(_HostLoop):
+    name = "V0"
+
+    def _forward(self, tokens, start):
+        pos = torch.arange(start, start + tokens.shape[1], device=self.device)
+        return self.model(tokens, pos)
+
+    def _step(self, seq):
+        return self._forward(seq, 0)[:, -1]  # no cache: the whole prefix again
+
+
+class KVCache(_HostLoop):
+    name = "V1"
+
+    def _prefill_state(self, prompt):
+        self.cache = DynamicCache(self.model.args.n_layers)
+
+    def _forward(self, tokens, start):
+        pos = torch.arange(start, start + tokens.shape[1], device=self.device)
+        return self.model(tokens, pos, self.cache)
+
+    def decode(self, first, steps, on_logits=None):
+        self.cache.truncate(self.prompt_len)  # back to the state prefill left
+        return super().decode(first, steps, on_logits)
+
+    def _step(self, seq):
+        return self._forward(seq[:, -1:], seq.shape[1] - 1)[:, -1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# V2+: device-resident state
+# ---------------------------------------------------------------------------------------------------
+
+
+class Static(Engine):
+    """V2: static cache; the step updates token, position, output and done buffers in place."""
+
+    name = "V2"
+    opts: Options = PLAIN
+
+    def __init__(self, model, batch, max_len, **kw):
+        super().__init__(model, batch, max_len, **kw)
+        a, dev = model.args, self.device
+        self.cache = StaticCache(a.n_layers, batch, a.n_kv_heads, max_len, a.head_dim, device=dev, dtype=model.dtype)
+        self.tok = torch.zeros(batch, 1, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+        self.idx = torch.zeros(1, dtype=torch.long, device=dev)
+        self.out = torch.zeros(batch, max_len, dtype=torch.long, device=dev)
+        self.done = torch.zeros(batch, dtype=torch.bool, device=dev)
+        self.opts = self.make_opts()
+        self.step = self.build_step()
+
+    def make_opts(self) -> Options:
+        return PLAIN
+
+    def _advance(self, nxt: torch.Tensor) -> None:
+        if self.eos is not None:
+            nxt = mark_done(nxt, self.done, self.eos)
+        self.out.index_copy_(1, self.idx, nxt[:, None])
+        self.tok.copy_(nxt[:, None])
+        self.idx.add_(1)
+
+    def body(self) -> torch.Tensor:
+        """One decode step on the device buffers; returns the step's logits [B, V]."""
+        logits = self.model(self.tok, self.pos, self.cache, self.opts)[:, -1]
+        self.pos.add_(1)
+        if self.sampling.greedy:
+            self._advance(logits.argmax(-1))
+        return logits
+
+    def build_step(self):
+        return self.body
+
+    def _after_step(self, logits) -> None:
+        if not self.sampling.greedy:  # the draw uses a host generator object: outside compile and graphs
+            self._advance(self._choose(logits))
+
+    def prefill(self, prompt, on_logits=None):
+        self._start(prompt)
+        pos = torch.arange(prompt.shape[1], device=self.device)
+        logits = self.model(prompt, pos, self.cache, self.opts)[:, -1]
+        if on_logits:
+            on_logits(logits)
+        first = self._choose(logits)
+        self.first_done = None
+        if self.eos is not None:
+            self.first_done = torch.isin(first, self.eos)
+        return first
+
+    def _reset(self, first) -> None:
+        self.tok.copy_(first[:, None])
+        self.pos.fill_(self.prompt_len)
+        self.idx.zero_()
+        if self.eos is not None:
+            self.done.copy_(self.first_done)
+
+    def decode(self, first, steps, on_logits=None):
+        if self.prompt_len + steps + 1 > self.max_len:
+            raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
+        self._reset(first)
+        done_at = steps
+        for i in range(steps):
+            logits = self.step()
+            self._after_step(logits)
+            if on_logits:
+                on_logits(logits)
+            if self.eos is not None and (i + 1) % self.check_every == 0 and bool(self.done.all()):
+                done_at = i + 1  # one host read every check_every steps, never per token
+                break
+        return self.out[:, :done_at].cpu()
+
+
+def _compile(fn, backend: str):
+    return torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
+
+
+class Compiled(Static):
+    """V3: the V2 step compiled with fullgraph=True (breaks and recompiles checked by explain())."""
+
+    name = "V3"
+
+    def build_step(self):
+        from gpuspeed.graphs import explain
+
+        t0 = time.perf_counter()
+        exp = explain(self.body, variants=[(), ()])
+        self.info["explain_s"] = time.perf_counter() - t0
+        self.info["graph_breaks"] = exp.break_count
+        self.info["recompiles"] = exp.recompiles
+        self.info["fullgraph_ok"] = exp.fullgraph_ok
+        if not exp.fullgraph_ok:
+            raise RuntimeError(f"the decode step does not compile with fullgraph=True: {exp.fullgraph_error}")
+        compiled = _compile(self.body, self.compile_backend)
+        self.info["compiled"] = False
+
+        def step():
+            if not self.info["compiled"]:  # the first call compiles: timed apart from decoding
+                t = time.perf_counter()
+                out = compiled()
+                _sync(self.device)
+                self.info["compile_s"] = time.perf_counter() - t
+                self.info["compiled"] = True
+                return out
+            return compiled()
+        return step
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Graphed(Static):
+    """V4: the step (eager insides; compiled with compiled=True) captured once and replayed per token."""
+
+    name = "V4"
+    compiled = False
+    k = 1  # steps per replay
+
+    def build_step(self):
+        inner = self.body
+        if self.compiled:
+            inner = _compile(self.body, self.compile_backend)
+        self._inner = inner
+        self._graphs: dict[int, object] = {}
+        return self._replay_one
+
+    def _graph(self, k: int):
+        """The graph of k consecutive steps (captured at first use; capture time recorded)."""
+        if k in self._graphs:
+            return self._graphs[k]
+        from gpuspeed.graphs import capture
+
+        inner = self._inner
+
+        def steps_k():
+            out = None
+            for _ in range(k):
+                out = inner()
+            return out
+
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if self.compiled and "compile_s" not in self.info:
+                inner()  # compile first, outside the capture's warm-up
+                _sync(self.device)
+                self.info["compile_s"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
+            g = capture(steps_k)
+            g()  # captured at the first call
+        _sync(self.device)
+        self.info[f"capture_s_k{k}"] = time.perf_counter() - t0
+        for w in caught:
+            note = str(w.message)
+            if note not in self.info["notes"]:
+                self.info["notes"].append(note)
+        self.info["graph_mode"] = g.mode
+        run = g.replay if g.mode == "graph" else g
+        self._graphs[k] = run
+        return run
+
+    def prepare(self, steps: int) -> None:
+        """Compile and capture now (the state is reset by decode)."""
+        self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
+        self._graph(1)
+        if self.k > 1 and steps >= self.k:
+            self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
+            self._graph(self.k)
+
+    def _replay_one(self):
+        return self._graph(1)()
+
+    def decode(self, first, steps, on_logits=None):
+        if on_logits is not None or not self.sampling.greedy or self.k == 1:
+            return super().decode(first, steps, on_logits)  # one step per replay: every step's logits seen
+        if self.prompt_len + steps + 1 > self.max_len:
+            raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
+        if steps >= self.k and self.k not in self._graphs:
+            first_saved = first.clone()
+            self.prepare(steps)
+            first = first_saved
+        self._reset(first)
+        many, one = (self._graph(self.k) if steps >= self.k else None), self._graph(1)
+        done_steps = 0
+        checks_every = max(1, self.check_every // self.k)
+        n = 0
+        while done_steps + self.k <= steps:
+            many()
+            done_steps += self.k
+            n += 1
+            if self.eos is not None and n % checks_every == 0 and bool(self.done.all()):
+                return self.out[:, :done_steps].cpu()
+        while done_steps < steps:
+            one()
+            done_steps += 1
+        return self.out[:, :steps].cpu()
+
+
+class GraphedCompiled(Graphed):
+    name = "V4c"
+    compiled = True
+
+
+class Fast(Graphed):
+    """V5: fused projections, compiled, K steps per replay, and the GEMV / attention kernels that won."""
+
+    name = "V5"
+    compiled = True
+    k = STEPS_PER_REPLAY
+
+    def make_opts(self) -> Options:
+        from gpuspeed.decode.kernels import choose
+
+        linear, attention, notes = choose(self.model, self.batch, self.max_len)
+        self.info["notes"] += notes
+        return Options(fused_qkv=True, fused_gate_up=True, linear=linear, attention=attention)
+
+
+ENGINES = {"V0": Naive, "V1": KVCache, "V2": Static, "V3": Compiled, "V4": Graphed, "V4c": GraphedCompiled,
+           "V5": Fast}
+
+
+def make_engine(name: str, model: Transformer, batch: int, max_len: int, **kw) -> Engine:
+    if name not in ENGINES:
+        raise UserError(f"unknown variant {name!r}: use {', '.join(ORDER)}")
+    return ENGINES[name](model, batch, max_len, **kw)
