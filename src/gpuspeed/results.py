@@ -110,7 +110,15 @@ def check_out_dir(out: str | os.PathLike | None) -> Path | None:
 
 
 def _umask() -> int:
-    """The process umask (reading it means setting it, so it is put straight back)."""
+    """The process umask: from /proc where Linux shows it, else by setting it and putting it straight back
+    (which another thread creating a file in that instant would see)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
