@@ -194,43 +194,43 @@ def _pairs(out, ref, path="out"):
 
 
 def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
-    o, o_dtype = _to_host(out)
-    r, r_dtype = _to_host(ref)
-    leaf = LeafCheck(path=path, passed=False, shape=tuple(o.shape), ref_shape=tuple(r.shape), dtype=o_dtype,
-                     ref_dtype=r_dtype, n_elements=int(o.size))
-    if o.shape != r.shape:
-        leaf.message = f"shape {tuple(o.shape)} != reference {tuple(r.shape)}"
+    out_host, out_dtype = _to_host(out)
+    ref_host, ref_dtype_name = _to_host(ref)
+    leaf = LeafCheck(path=path, passed=False, shape=tuple(out_host.shape), ref_shape=tuple(ref_host.shape),
+                     dtype=out_dtype, ref_dtype=ref_dtype_name, n_elements=int(out_host.size))
+    if out_host.shape != ref_host.shape:
+        leaf.message = f"shape {tuple(out_host.shape)} != reference {tuple(ref_host.shape)}"
         return leaf
-    notes = [] if o_dtype == r_dtype else [f"dtype {o_dtype} vs reference {r_dtype}"]
-    exact = o.dtype.kind in "biu" and r.dtype.kind in "biu"
+    notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
+    exact = out_host.dtype.kind in "biu" and ref_host.dtype.kind in "biu"
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
     if rtol is None:
         rtol = default_rtol(dtype) if dtype else (
-            EXACT if exact else max(default_rtol(o_dtype) if o.dtype.kind in "fc" else 0.0,
-                                    default_rtol(r_dtype) if r.dtype.kind in "fc" else 0.0) or 1e-12)
+            EXACT if exact else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
+                                    default_rtol(ref_dtype_name) if ref_host.dtype.kind in "fc" else 0.0) or 1e-12)
     if exact:
-        a = o.astype(np.int64) if o.dtype != np.uint64 else o.astype(object)
-        b = r.astype(np.int64) if r.dtype != np.uint64 else r.astype(object)
-        diff = np.abs(a - b).astype(np.float64)
+        got = out_host.astype(np.int64) if out_host.dtype != np.uint64 else out_host.astype(object)
+        want = ref_host.astype(np.int64) if ref_host.dtype != np.uint64 else ref_host.astype(object)
+        diff = np.abs(got - want).astype(np.float64)
         bad = diff != 0
-        ref_abs = np.abs(b).astype(np.float64)
+        ref_abs = np.abs(want).astype(np.float64)
         leaf.rtol, leaf.atol = 0.0, 0.0
     else:
-        cplx = o.dtype.kind == "c" or r.dtype.kind == "c"
-        a = o.astype(np.complex128 if cplx else np.float64)
-        b = r.astype(np.complex128 if cplx else np.float64)
-        nan_o, inf_o = np.isnan(a), np.isinf(a)
-        leaf.nan_count, leaf.inf_count = int(nan_o.sum()), int(inf_o.sum())
-        finite_ref = np.isfinite(b)
-        ref_abs = np.abs(np.where(finite_ref, b, 0))
+        cplx = out_host.dtype.kind == "c" or ref_host.dtype.kind == "c"
+        got = out_host.astype(np.complex128 if cplx else np.float64)
+        want = ref_host.astype(np.complex128 if cplx else np.float64)
+        nan_out, inf_out = np.isnan(got), np.isinf(got)
+        leaf.nan_count, leaf.inf_count = int(nan_out.sum()), int(inf_out.sum())
+        finite_ref = np.isfinite(want)
+        ref_abs = np.abs(np.where(finite_ref, want, 0))
         if atol is None:
             atol = rtol * float(np.sqrt(np.mean(ref_abs ** 2))) if ref_abs.size else 0.0
         leaf.rtol, leaf.atol = float(rtol), float(atol)
         with np.errstate(invalid="ignore"):
-            diff = np.abs(a - b)
-        same_special = (a == b) & ~finite_ref  # matching +-inf
+            diff = np.abs(got - want)
+        same_special = (got == want) & ~finite_ref  # matching +-inf
         if equal_nan:
-            same_special |= np.isnan(a) & np.isnan(b)
+            same_special |= np.isnan(got) & np.isnan(want)
         diff = np.where(same_special, 0.0, diff)
         bad = ~(diff <= atol + rtol * ref_abs)  # NaN compares False, so NaN is always bad
         fin = np.isfinite(diff)
@@ -258,7 +258,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
             parts.append(f"{leaf.nan_count} NaN, {leaf.inf_count} Inf")
         l2 = f"rel L2 {leaf.rel_l2_err:.3g}" + ("" if l2_ok else f" > rtol {leaf.rtol:.3g}")
         parts.append(f"max abs {leaf.max_abs_err:.3g}, {l2}{where}")
-        if not exact and l2_rule and leaf.atol == 0 and r.size and not np.any(r):
+        if not exact and l2_rule and leaf.atol == 0 and ref_host.size and not np.any(ref_host):
             parts.append("the reference is all zero, so it sets no scale: pass atol=")
         notes.insert(0, "; ".join(parts))
     leaf.message = "; ".join(notes)
