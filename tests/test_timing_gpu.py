@@ -1,0 +1,87 @@
+"""bench() on a GPU (issue 14 items 1, 2 and 3): GPU work behind host arguments is inside the time, the
+budget holds, kernel mode stops at max_samples, and the L2 flush is recorded as it was done."""
+
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpuspeed.timing import bench, hold_gpu  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gpu_work_behind_host_arguments_is_timed():
+    # a launcher: NumPy in, None out, a matmul into a preallocated GPU buffer in between. The old rule
+    # timed it on the bare host clock: the launch (microseconds), not the matmul (milliseconds).
+    a = torch.randn(4096, 4096, device="cuda")
+    out = torch.empty_like(a)
+
+    def launcher(x):
+        torch.mm(a, a, out=out)
+
+    gpu = bench(lambda: torch.mm(a, a, out=out), mode="events", budget_s=3)
+    host = bench(launcher, np.ones(4), budget_s=3)
+    assert host.mode == "cpu" and host.device_sync
+    assert any("synchronize before and after" in n for n in host.notes)
+    assert host.median >= 0.95 * gpu.median, (host, gpu)
+    assert gpu.median > 100e-6  # the matmul is real work, far above a launch
+
+
+def test_numpy_function_with_a_gpu_present_is_synced_and_says_so():
+    x = np.random.default_rng(0).standard_normal(100_000)
+    m = bench(np.sort, x, budget_s=1)
+    assert m.mode == "cpu" and m.device_sync and m.median > 0
+    bare = bench(np.sort, x, device="cpu", budget_s=1)
+    assert bare.mode == "cpu" and not bare.device_sync
+
+
+def test_budget_overshoot_is_at_most_one_batch():
+    # a 0.2 s call under a 0.5 s budget with min_samples=3: warm-up (2 calls, 0.4 s) and three samples
+    # (0.6 s). The old loop warmed up for 0.5 s and always read a second batch in flight: n=6, ~1.8 s.
+    t0 = time.perf_counter()
+    m = bench(lambda: hold_gpu(0.2), budget_s=0.5, min_samples=3, max_noise=1e-6)
+    elapsed = time.perf_counter() - t0
+    assert m.n == 3 and "time budget" in m.notes[0]
+    assert 0.15 < m.median < 0.3
+    assert elapsed < 1.4, elapsed
+
+
+def test_min_samples_is_a_floor_on_the_gpu():
+    m = bench(lambda: hold_gpu(0.02), budget_s=0.05, min_samples=20, max_noise=1e-6)
+    assert m.n >= 20
+
+
+def test_kernel_mode_stops_at_max_samples():
+    a = torch.randn(1024, 1024, device="cuda")
+    m = bench(torch.mm, a, a, mode="kernel", min_samples=3, max_samples=12, max_noise=1e-9, budget_s=5)
+    assert m.n == 12 and "max_samples" in m.notes[0]  # sessions of 10+ calls used to overshoot to 20
+
+
+def test_graph_mode_records_a_flush_per_replay():
+    x = torch.randn(16, device="cuda")
+    g = bench(torch.add, x, x)
+    assert g.mode == "graph" and g.calls_per_sample >= 10
+    assert g.flush == "per-replay" and g.flush_l2 is False
+    assert any("L2 flushed once per replay" in n for n in g.notes)
+    e = bench(torch.add, x, x, mode="events")
+    assert e.flush == "per-call" and e.flush_l2 is True
+    warm = bench(torch.add, x, x, flush=False)
+    assert warm.flush == "none" and warm.flush_l2 is False
+    k = bench(torch.add, x, x, mode="kernel", min_samples=5, budget_s=2)
+    assert k.flush == "per-call" and k.flush_l2 is True
+
+
+def test_rotate_keeps_strides_of_gpu_arguments():
+    base = torch.randn(64, 64, device="cuda")
+    view = base.t()[:, ::2]
+    strides = []
+
+    def f(v):
+        strides.append(v.stride())
+        return v * 2
+
+    bench(f, view, rotate=3, mode="events", min_samples=5, max_samples=10, budget_s=1)
+    assert set(strides) == {view.stride()}
