@@ -1,0 +1,91 @@
+"""`gpuspeed optimize`: hotspots, plan, isolated candidates, budget, report A-E and a standalone script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def optimize(
+        workload: str = typer.Argument(..., help="WORKLOAD.py (defines original and inputs), or a bundled example's "
+                                                 "name, e.g. black_scholes."),
+        func: str = typer.Option("original", "--func", help="The function to speed up."),
+        inputs: List[str] = typer.Option([], "--input", "-i", help="NAME=DTYPE[SHAPE] or NAME=int:VALUE, in place of "
+                                                                   "inputs(rng) (NumPy arrays)."),
+        budget: str = typer.Option("8GiB", "--budget", help="GPU memory budget (15 % headroom kept)."),
+        rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default: TOLERANCE or by dtype)."),
+        atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance."),
+        backends: List[str] = typer.Option([], "--backends", help="Only these: cupy, torch_compile, torch, numba, "
+                                                                 "jax, numpy, variant (comma-separated or repeated)."),
+        device: str = typer.Option("auto", "--device", help="auto, cuda or cpu."),
+        target_gpu: str = typer.Option("RTX 4070 Laptop", "--target-gpu", help="Card to project the primary onto."),
+        time_budget: float = typer.Option(300.0, "--time-budget", help="Seconds for the whole run."),
+        scale: Optional[float] = typer.Option(None, "--scale", help="Input size factor for inputs(rng, scale) "
+                                                                    "(default 1 with a GPU, 0.1 without)."),
+        rank_by: str = typer.Option("device", "--rank-by", help="device (data kept on the GPU) or e2e (with transfers)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Folder for the report (default "
+                                                               "results/<gpu>/optimize/<name>)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+        resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
+    ):
+        """Speed up WORKLOAD's original(): hotspots, a plan over every backend, each candidate checked and timed in
+        its own process, the 8 GiB budget with chunking, report A-E and optimized_<name>.py."""
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from gpuspeed.optimize.pipeline import optimize as run_optimize
+        from gpuspeed.results import check_out_dir
+
+        console = Console(stderr=True)
+        check_out_dir(out)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task("loading", total=3)
+
+            def progress(label, done, total):
+                bar.update(task, description=label, completed=done - 1, total=total)
+
+            run = run_optimize(workload, func=func, inputs=inputs, budget=budget, rtol=rtol, atol=atol,
+                               backends=backends, device=device, target_gpu=target_gpu, time_budget=time_budget,
+                               out=out, resume=resume, scale=scale, rank_by=rank_by, progress=progress)
+        from gpuspeed.optimize.report import results_doc
+
+        summary = results_doc(run)["summary"]
+        if as_json:
+            print(json.dumps({"summary": summary, "paths": run.paths}, default=str))
+            return
+        _print(run, console=Console())
+
+    return optimize
+
+
+def _print(run, console) -> None:
+    from rich.table import Table
+
+    from gpuspeed.optimize.report import STATUS_WORDS, _fmt_t, _fmt_x, _gib, _t
+
+    if run.where != "cuda":
+        console.print("[yellow]note:[/] no CUDA device: GPU backends are skipped; CPU candidates only.")
+    for n in run.notes:
+        console.print(f"[yellow]note:[/] {n}")
+    t = Table(title=f"gpuspeed optimize {run.wl.name}")
+    for col in ("candidate", "status", "device-resident", "end to end", "speedup", "peak", "note"):
+        t.add_column(col)
+    for name, r in run.results.items():
+        style = "bold green" if name == run.choice.get("primary") else None
+        t.add_row(name, STATUS_WORDS.get(r.get("status"), str(r.get("status"))), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
+                  _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), (r.get("reason") or "")[:70], style=style)
+    console.print(t)
+    ch = run.choice
+    if ch.get("primary"):
+        console.print(f"primary: [bold]{ch['primary']}[/] ({run.results[ch['primary']].get('label')})"
+                      + (f", alternative: {ch['alternative']}" if ch.get("alternative") else ""))
+    for why in ch.get("why_not_2x", []):
+        console.print(f"below 2x: {why}")
+    console.print(f"report: {run.paths.get('report')}")
+    console.print(f"script: {run.paths.get('script')}")

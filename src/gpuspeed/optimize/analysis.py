@@ -1,0 +1,86 @@
+"""Hotspots of the original and what they imply for the plan: loop-bound -> Numba or a kernel;
+op-bound -> an array backend; float64 -> a precision candidate; a sequential loop -> no GPU speedup.
+
+Uses gpuspeed.profiling.hotspots (cProfile, line times, loop nests); line times are skipped when the
+original is too slow to run under a line timer in the time allowed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuspeed.optimize.backends.common import kind_of, leaves
+
+LINE_TIMER_MAX_S = 2.0  # a line timer slows Python loops ~10x: only run it when the original is quick
+
+
+def analyze(wl, args, original_s: float | None) -> dict:
+    from gpuspeed.profiling import hotspots
+
+    notes = []
+    try:
+        if original_s is not None and original_s > LINE_TIMER_MAX_S:
+            cp = hotspots.cprofile(wl.original, args)
+            res = {"cprofile": cp, "lines": {"functions": []}, "hot_loops": []}
+            notes.append(f"line times skipped: one call takes {original_s:.1f} s")
+        else:
+            res = hotspots.analyze(wl.original, args)
+    except Exception as exc:  # the analysis is advice: a failure leaves the plan to its defaults
+        return {"verdict": "unknown", "implications": [], "notes": [f"hotspot analysis failed: {exc}"],
+                "float64": _has_float64(args), "loop_bound": False, "sequential": False, "hot_lines": []}
+    cp = res["cprofile"]
+    loops = res.get("hot_loops", [])
+    interp = cp["shares"].get("interpreter", 0.0)
+    # NumPy operators on arrays do not show in cProfile (their time lands on the calling line), so the
+    # interpreter share alone cannot tell loops from array code: hot loop nests decide
+    timed = bool(res.get("lines", {}).get("functions"))
+    loop_bound = any((lp.get("share") or 0) >= 0.3 for lp in loops) or (
+        not timed and interp >= 0.5 and _has_loops(wl.original))
+    sequential = any("sequential" in (lp.get("verdict") or "") for lp in loops)
+    f64 = _has_float64(args)
+    implications = []
+    if sequential:
+        implications.append("a loop carries a dependence from one iteration to the next (sequential): a GPU "
+                            "cannot run its iterations in parallel; Numba compiles it on the CPU")
+    if loop_bound:
+        share = max([lp.get("share") or 0 for lp in loops] + [0])
+        implications.append(f"loop-bound (a Python loop nest takes {share:.0%} of the time): Numba njit or a hand "
+                            "kernel; array drop-ins would launch GPU work per iteration")
+    else:
+        implications.append("op-bound (array operations, no hot Python loop): an array backend on the GPU (CuPy, "
+                            "torch.compile) runs the same ops, fused where it can")
+    if f64:
+        implications.append("float64 data: a float32 candidate is tried where the tolerance allows it")
+    implications.append("transfers: device-resident and end-to-end times are both measured; keep data on the "
+                        "GPU between calls when the transfer dominates")
+    hot_lines = []
+    for f in res.get("lines", {}).get("functions", [])[:2]:
+        for ln in sorted(f.get("lines", []), key=lambda r: -(r.get("time_s") or 0))[:5]:
+            hot_lines.append({"function": f["function"], "line": ln["line"], "share": ln.get("share"),
+                              "time_s": ln.get("time_s"), "code": ln.get("code", "").strip()})
+    return {"verdict": cp.get("verdict"), "shares": cp.get("shares"), "loop_bound": loop_bound,
+            "sequential": sequential, "float64": f64, "implications": implications, "hot_lines": hot_lines,
+            "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "verdict", "function")}
+                          for lp in loops], "top": cp.get("top", [])[:8], "notes": notes}
+
+
+def _has_loops(fn) -> bool:
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(tree))
+
+
+def _has_float64(args) -> bool:
+    for x in leaves(args):
+        dt = getattr(x, "dtype", None)
+        if dt is not None and str(dt).replace("torch.", "") in ("float64", "complex128"):
+            return True
+        if kind_of(x) == "builtins" and isinstance(x, float):
+            continue
+    return any(isinstance(x, np.ndarray) and x.dtype == np.float64 for x in leaves(args))

@@ -1,0 +1,212 @@
+"""What every backend shares: nested outputs, host copies, float64 -> float32 demotion, name rebinding.
+
+Self-contained on purpose (standard library + NumPy only): the emitted optimized_<name>.py pastes this
+file in verbatim, so the script gpuspeed writes runs without gpuspeed installed.
+"""
+
+import importlib
+import types
+
+import numpy as np
+
+_DEMOTE = {np.dtype("float64"): np.dtype("float32"), np.dtype("complex128"): np.dtype("complex64")}
+# array constructors whose float64 default (or explicit float64) becomes float32 when demoting
+_CREATORS = {"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like", "arange",
+             "linspace", "logspace", "eye", "identity", "array", "asarray", "ascontiguousarray", "asanyarray",
+             "fromiter", "frombuffer", "meshgrid", "tri"}
+
+
+def kind_of(x) -> str:
+    """The library an object comes from: 'numpy', 'torch', 'cupy', 'jax', 'numba', 'builtins', ..."""
+    return type(x).__module__.split(".")[0]
+
+
+def tree_map(fn, obj):
+    """fn applied to every leaf of nested tuples, lists and dicts (the structure is kept)."""
+    if isinstance(obj, tuple):
+        return tuple(tree_map(fn, o) for o in obj)
+    if isinstance(obj, list):
+        return [tree_map(fn, o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: tree_map(fn, v) for k, v in obj.items()}
+    return fn(obj)
+
+
+def leaves(obj) -> list:
+    out: list = []
+    tree_map(out.append, obj)
+    return out
+
+
+def to_numpy(x):
+    """A host NumPy copy of any array (torch, CuPy, JAX, Numba device array); other leaves unchanged."""
+    mod = kind_of(x)
+    if mod == "torch":
+        t = x.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.cpu().numpy() if t.dim() else t.cpu().numpy()[()]
+    if mod == "cupy":
+        return x.get()
+    if mod in ("jax", "jaxlib"):
+        return np.asarray(x)
+    if mod == "numba" and hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    return x
+
+
+def host_tree(out, out_dtypes=None):
+    """Every leaf of `out` on the host as NumPy; with out_dtypes (one dtype name or None per leaf) a
+    demoted float32 leaf is cast back to the dtype the original returned."""
+    host = tree_map(to_numpy, out)
+    if not out_dtypes:
+        return host
+    it = iter(out_dtypes)
+
+    def cast(x):
+        want = next(it, None)
+        if want is None or not hasattr(x, "dtype"):
+            return x
+        want = np.dtype(want)
+        if x.dtype != want and x.dtype.kind in "fc" and want.kind in "fc":
+            return x.astype(want) if isinstance(x, np.ndarray) else want.type(x)
+        return x
+
+    return tree_map(cast, host)
+
+
+def demote_dtype(dtype):
+    """float64 -> float32, complex128 -> complex64; anything else unchanged."""
+    return _DEMOTE.get(np.dtype(dtype), np.dtype(dtype))
+
+
+def demote_scalar(x):
+    """A NumPy float64 scalar becomes a Python float (a weak scalar: it does not promote float32 arrays)."""
+    if isinstance(x, (np.floating, np.complexfloating)):
+        return x.item()
+    return x
+
+
+class Demoted:
+    """An array module (NumPy, CuPy) whose float64 is float32: its dtype names, and the arrays its
+    constructors make, are single precision. User code keeps writing `np.zeros(n)` or `np.float64`."""
+
+    def __init__(self, xp):
+        self._xp = xp
+        self.__name__ = getattr(xp, "__name__", "xp")
+
+    def __getattr__(self, name):
+        xp = self._xp
+        if name in ("float64", "double", "float_"):
+            return xp.float32
+        if name in ("complex128", "cdouble", "complex_"):
+            return xp.complex64
+        attr = getattr(xp, name)
+        if name in _CREATORS and callable(attr):
+            return _demoting(attr)
+        return attr
+
+
+def _demoting(fn):
+    def make(*args, **kwargs):
+        dt = kwargs.get("dtype")
+        if dt is not None:
+            try:
+                kwargs["dtype"] = demote_dtype(dt)
+            except TypeError:
+                pass
+            return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        if isinstance(out, (list, tuple)):
+            return type(out)(_demote_array(o) for o in out)
+        return _demote_array(out)
+
+    make.__name__ = getattr(fn, "__name__", "make")
+    return make
+
+
+def _demote_array(a):
+    dt = getattr(a, "dtype", None)
+    try:
+        if dt is not None and np.dtype(dt) in _DEMOTE:
+            return a.astype(demote_dtype(dt))
+    except TypeError:
+        pass
+    return a
+
+
+def _import(name):
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def rebind(module, xp, scipy_prefix=None, demote=False) -> list:
+    """Point a loaded module's NumPy names (`np`, `from numpy import exp`, `numpy.linalg`) at another
+    array library `xp`, and its SciPy names at `scipy_prefix` ('cupyx.scipy', 'jax.scipy') where a
+    counterpart exists. Functions read globals at call time, so the module's code now runs on xp.
+    Returns notes on names left pointing at NumPy/SciPy (no counterpart)."""
+    target = Demoted(xp) if demote else xp
+    notes = []
+    for key, val in list(vars(module).items()):
+        if isinstance(val, types.ModuleType):
+            name = val.__name__
+            if name == "numpy":
+                setattr(module, key, target)
+            elif name.startswith("numpy."):
+                sub = _import(xp.__name__ + name[len("numpy"):])
+                if sub is not None:
+                    setattr(module, key, sub)
+                else:
+                    notes.append(f"{name} has no counterpart in {xp.__name__}: left on NumPy")
+            elif name == "scipy" or name.startswith("scipy."):
+                sub = _import(scipy_prefix + name[len("scipy"):]) if scipy_prefix else None
+                if sub is not None:
+                    setattr(module, key, sub)
+                else:
+                    notes.append(f"{name} has no counterpart{' in ' + scipy_prefix if scipy_prefix else ''}: "
+                                 "left on SciPy")
+            continue
+        origin = getattr(val, "__module__", None)
+        if not isinstance(origin, str) or not callable(val) or isinstance(val, types.FunctionType) and \
+                origin == module.__name__:
+            continue
+        short = getattr(val, "__name__", key)
+        if origin == "numpy" or origin.startswith("numpy."):
+            repl = getattr(target, short, None)
+        elif scipy_prefix and (origin == "scipy" or origin.startswith("scipy.")):
+            sub = _import(scipy_prefix + ".".join([""] + origin.split(".")[1:2]))
+            repl = getattr(sub, short, None) if sub is not None else None
+        else:
+            continue
+        if repl is not None:
+            setattr(module, key, repl)
+        else:
+            notes.append(f"{origin}.{short} has no counterpart: left as is")
+    return notes
+
+
+def take(x, axis, start, stop):
+    """x[start:stop] along `axis` (any array library)."""
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(start, stop)
+    return x[tuple(index)]
+
+
+class Impl:
+    """A candidate, built: prepare(host args) -> device args (moved and cast once), run(*device args)
+    -> device output, fetch(output) -> host NumPy output, sync() waits for the device."""
+
+    def __init__(self, run, prepare=None, fetch=None, device="cpu", sync=None, label="", notes=None):
+        self.run = run
+        self.prepare = prepare or (lambda args: args)
+        self.fetch = fetch or (lambda out: host_tree(out))
+        self.device = device
+        self.sync = sync or (lambda: None)
+        self.label = label
+        self.notes = list(notes or [])
+
+    def __call__(self, *host_args):
+        """Host arrays in, host arrays out: the end-to-end call, transfers included."""
+        return self.fetch(self.run(*self.prepare(host_args)))

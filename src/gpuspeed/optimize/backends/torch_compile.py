@@ -1,0 +1,30 @@
+"""torch.compile over the NumPy code: torch.compiler.wrap_numpy traces the NumPy calls into torch ops
+on CUDA tensors, and Inductor fuses them (modes: default, max-autotune-no-cudagraphs, reduce-overhead)."""
+
+import numpy as np
+import torch
+
+from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, tree_map
+
+
+def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda", **_):
+    demote = precision == "float32"
+    # arrays the code creates itself (np.zeros(n)) follow this default
+    torch._dynamo.config.numpy_default_float = "float32" if demote else "float64"
+    fn = getattr(module, func)
+    compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode)
+
+    def prepare(args):
+        def move(x):
+            if isinstance(x, (np.ndarray, torch.Tensor)):  # device tensors too: the chunked pipeline moves them
+                t = torch.as_tensor(x).to(device)
+                return t.float() if demote and t.dtype == torch.float64 else t
+            return demote_scalar(x) if demote else x
+        return tree_map(move, args)
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return Impl(compiled, prepare, lambda out: host_tree(out, out_dtypes), device=device, sync=sync,
+                label=f"torch.compile on the NumPy code ({mode}, {precision})")

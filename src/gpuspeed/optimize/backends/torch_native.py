@@ -1,0 +1,30 @@
+"""A PyTorch original on the GPU: tensors moved once, tensors the code creates made there too (default
+device), eager or compiled."""
+
+import torch
+
+from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, tree_map
+
+
+def build(module, func="original", precision="as-written", out_dtypes=None, mode="eager", device="cuda", **_):
+    demote = precision == "float32"
+    torch.set_default_device(device)
+    if demote:
+        torch.set_default_dtype(torch.float32)
+    fn = getattr(module, func)
+    run = fn if mode == "eager" else torch.compile(fn, mode=None if mode == "default" else mode)
+
+    def prepare(args):
+        def move(x):
+            if isinstance(x, torch.Tensor):
+                t = x.to(device)
+                return t.float() if demote and t.dtype == torch.float64 else t
+            return demote_scalar(x) if demote else x
+        return tree_map(move, args)
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    return Impl(run, prepare, lambda out: host_tree(out, out_dtypes), device=device, sync=sync,
+                label=f"PyTorch on {device} ({mode}, {precision})")

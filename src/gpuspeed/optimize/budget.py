@@ -1,0 +1,114 @@
+"""The memory budget: which axis a workload can be chunked along, and how big a chunk fits.
+
+The axis is the workload's BATCH_AXIS, or one proposed here after checking on small inputs that the
+original is independent along it (outputs of two uneven pieces, concatenated, equal the output of the
+whole). The chunk size comes from the planner: the candidate's peak measured at two chunk sizes under
+the budget's 15 % headroom (gpuspeed.memory.measure_chunk_plan).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpuspeed.errors import UserError
+from gpuspeed.optimize.backends.common import leaves, take
+from gpuspeed.verify import check
+
+SMALL_SCALE = 0.02  # inputs for the independence test, when the workload takes `scale`
+
+
+def _split_check(fn, args, axes: dict, rtol, atol):
+    """out_axes if fn is independent along `axes` (checked on a 1/3 : 2/3 split), else None."""
+    n = args[next(iter(axes))].shape[next(iter(axes.values()))]
+    if n < 3:
+        return None
+    cut = n // 3
+    parts = []
+    for lo, hi in ((0, cut), (cut, n)):
+        parts.append(fn(*(take(a, axes[i], lo, hi) if i in axes else a for i, a in enumerate(args))))
+    whole = fn(*args)
+    lw, l1, l2 = leaves(whole), leaves(parts[0]), leaves(parts[1])
+    out_axes = []
+    for w, p1, p2 in zip(lw, l1, l2, strict=False):
+        w, p1, p2 = np.asarray(w), np.asarray(p1), np.asarray(p2)
+        found = None
+        for k in range(w.ndim):
+            if w.shape[k] == n and p1.shape[k] == cut and p2.shape[k] == n - cut:
+                if check(np.concatenate([p1, p2], axis=k), w, rtol=rtol, atol=atol).passed:
+                    found = k
+                    break
+        if found is None:
+            return None
+        out_axes.append(found)
+    return out_axes
+
+
+def propose_axes(wl, max_original_s: float = 5.0, original_s: float | None = None) -> dict:
+    """{"axes": {arg: axis}, "out_axes": [...], "note": why} or {"axes": None, "note": why not}."""
+    if wl.scale_used:
+        import numpy.random as npr
+
+        def make(seed):
+            out = wl.module.inputs(npr.default_rng(seed), scale=min(wl.scale, SMALL_SCALE))
+            return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+        args = make(7)
+        where = f"inputs at scale {min(wl.scale, SMALL_SCALE):g}"
+    else:
+        if original_s is not None and original_s * 3 > max_original_s:
+            return {"axes": None, "note": "no small inputs (inputs() takes no scale) and the original is too slow to "
+                                          "test an axis on full ones"}
+        args = wl.make_args(7)
+        where = "the full inputs"
+    rtol = wl.rtol if wl.rtol is not None else 1e-9
+    atol = wl.atol
+    tries = []
+    if wl.batch_axis:
+        tries.append(dict(wl.batch_axis))
+    else:
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray) and a.ndim:
+                for ax in range(a.ndim):
+                    if a.shape[ax] >= 3:
+                        tries.append({i: ax})
+    for axes in tries:
+        try:
+            out_axes = _split_check(wl.original, args, axes, rtol, atol)
+        except Exception:
+            out_axes = None
+        if out_axes is not None:
+            src = "BATCH_AXIS" if wl.batch_axis else "proposed"
+            desc = ", ".join(f"argument {i} axis {ax}" for i, ax in axes.items())
+            return {"axes": axes, "out_axes": out_axes, "source": src,
+                    "note": f"chunk along {desc} ({src}; checked on {where}: two uneven pieces give the whole's "
+                            f"output along output axes {out_axes})"}
+    if wl.batch_axis:
+        return {"axes": None, "note": f"BATCH_AXIS {wl.batch_axis} failed the independence check on {where}"}
+    return {"axes": None, "note": f"no axis along which the original is independent (checked on {where})"}
+
+
+def chunk_size_for(impl, wl, spec: dict, chunk: dict) -> tuple[int, str]:
+    """The chunk size for a candidate: the spec's, or the planner's for the budget (GPU), or a quarter."""
+    axes = {int(k): int(v) for k, v in chunk["axes"].items()}
+    args = wl.make_args(spec["timing_seed"])
+    i0, ax0 = next(iter(axes.items()))
+    n = args[i0].shape[ax0]
+    if chunk.get("size"):
+        return int(chunk["size"]), f"chunk size {chunk['size']} given"
+    if spec["device"] != "cuda" or not spec.get("budget_bytes"):
+        size = max(1, n // 4)
+        return size, f"no GPU budget to plan against: {size} items per chunk (a quarter)"
+    from gpuspeed.memory import measure_chunk_plan
+
+    def run_chunk(size):
+        sub = tuple(take(a, axes[i], 0, size) if i in axes else a for i, a in enumerate(args))
+        return impl(*sub)
+
+    a, b = max(1, n // 32), max(2, n // 16)
+    plan = measure_chunk_plan(run_chunk, a, b, spec["budget_bytes"], device="cuda", max_size=n)
+    if not plan.max_chunk:
+        raise UserError(f"no chunk fits the budget: {plan.note}")
+    size = int(min(plan.max_chunk, n))
+    pred = f"{plan.predicted_peak_bytes / 2**30:.2f} GiB" if plan.predicted_peak_bytes else "?"
+    return size, (f"chunk planner: peak = {plan.fixed_bytes / 2**20:.0f} MiB + {plan.bytes_per_item / 2**20:.3f} MiB "
+                  f"per item (measured at {a} and {b} items); {size} items per chunk, predicted peak {pred}, "
+                  f"{plan.note}")

@@ -1,0 +1,183 @@
+"""The plan: every backend considered, with why it is tried or skipped, and the candidate recipes.
+
+A recipe is a small dict a worker can rebuild in its own process: backend, precision, compile mode,
+variant name, CUDA-graph capture, chunking. Base recipes come first (in priority order, the drop-ins
+the targets compare against leading); derived ones (compile modes on the better precision, graph
+capture, chunked re-runs) follow once the base results are in.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from gpuspeed.optimize.backends.common import leaves
+
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
+FP32_MIN_RTOL = 1e-6  # float32 keeps ~7 digits: below this rtol a float32 candidate cannot pass
+BACKEND_NAMES = {"cupy": "CuPy drop-in", "torch_compile": "torch.compile on the NumPy code",
+                 "torch": "PyTorch on the GPU (eager / compiled / graph)", "numba": "Numba njit(parallel=True), CPU",
+                 "jax": "JAX jit", "numpy": "NumPy float32 on the CPU", "variant": "user variants",
+                 "triton": "Triton", "numba_cuda": "Numba CUDA", "tensorrt": "TensorRT / ONNX Runtime"}
+ALL_BACKENDS = ("cupy", "torch_compile", "torch", "numba", "jax", "numpy", "variant")
+
+
+def installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def recipe(name, backend, precision="as-written", **kw) -> dict:
+    return {"name": name, "backend": backend, "precision": precision} | {k: v for k, v in kw.items() if v is not None}
+
+
+def fp32_allowed(wl, float64: bool) -> tuple[bool, str]:
+    if not float64:
+        return False, "no float64 data to demote"
+    if wl.rtol is None:
+        return False, ("the tolerance is float64's default (rtol 1e-12): state TOLERANCE or --rtol to let a float32 "
+                       "candidate compete")
+    if wl.rtol < FP32_MIN_RTOL:
+        return False, f"rtol {wl.rtol:g} is below what float32 can meet (~{FP32_MIN_RTOL:g})"
+    return True, f"float64 data and rtol {wl.rtol:g}: float32 demotion tried, kept only if within tolerance"
+
+
+def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[dict]]:
+    """(rows: one per backend with decision and why, base recipes in priority order)."""
+    requested = set(requested or ALL_BACKENDS)
+    gpu = where == "cuda"
+    rows: list[dict] = []
+    recipes: list[dict] = []
+    f64 = hot.get("float64", False)
+    fp32_ok, fp32_why = fp32_allowed(wl, f64)
+    loop_bound, sequential = hot.get("loop_bound", False), hot.get("sequential", False)
+    torch_wl = wl.kind == "torch"
+    uses_scipy = any("scipy" in (getattr(v, "__name__", "") or "") or
+                     "scipy" in (getattr(v, "__module__", "") or "") for v in vars(wl.module).values())
+
+    def row(backend, decision, why):
+        rows.append({"backend": BACKEND_NAMES.get(backend, backend), "key": backend, "decision": decision, "why": why})
+
+    def gate(backend, needs_gpu=True, module=None, applicable=True, why_not=""):
+        if backend not in requested:
+            row(backend, "skipped", "not in --backends")
+            return False
+        if module and not installed(module):
+            row(backend, "skipped", f"{module} is not installed")
+            return False
+        if needs_gpu and not gpu:
+            row(backend, "skipped", "no GPU here" + ("" if where == "cpu" else ""))
+            return False
+        if not applicable:
+            row(backend, "skipped", why_not)
+            return False
+        return True
+
+    loop_note = " (loop-bound: expect one launch per iteration; given a short time limit)" if loop_bound else ""
+    if not torch_wl:
+        if gate("cupy", module="cupy"):
+            row("cupy", "tried", "np rebound to CuPy, SciPy to cupyx.scipy; inputs moved once" + loop_note)
+            recipes.append(recipe("cupy", "cupy"))
+        if gate("torch_compile", applicable=not uses_scipy,
+                why_not="the code calls SciPy, which torch.compile does not trace"):
+            row("torch_compile", "tried", "torch.compiler.wrap_numpy + torch.compile on CUDA tensors, modes "
+                f"{', '.join(COMPILE_MODES)}" + loop_note)
+            recipes.append(recipe("torch-compile", "torch_compile", mode="default"))
+        if fp32_ok:
+            if "cupy" in requested and gpu and installed("cupy"):
+                recipes.append(recipe("cupy-fp32", "cupy", "float32"))
+            if "torch_compile" in requested and gpu and not uses_scipy:
+                recipes.append(recipe("torch-compile-fp32", "torch_compile", "float32", mode="default"))
+        row("torch", "skipped", "the original is NumPy code (the torch.compile row covers PyTorch)")
+    else:
+        row("cupy", "skipped", "the original is PyTorch code")
+        row("torch_compile", "skipped", "the original is PyTorch code: compiled directly (next row)")
+        if gate("torch"):
+            row("torch", "tried", "tensors moved once, created on the GPU by default; eager, compiled, captured")
+            recipes.append(recipe("torch-cuda", "torch", mode="eager"))
+            recipes.append(recipe("torch-compile", "torch", mode="default"))
+            if fp32_ok:
+                recipes.append(recipe("torch-cuda-fp32", "torch", "float32", mode="eager"))
+                recipes.append(recipe("torch-compile-fp32", "torch", "float32", mode="default"))
+    if wl.variants:
+        if "variant" in requested:
+            row("variant", "tried", f"{len(wl.variants)} from the workload: {', '.join(wl.variants)}")
+            for vname in wl.variants:
+                recipes.append(recipe(f"variant:{vname}", "variant", variant=vname))
+        else:
+            row("variant", "skipped", "not in --backends")
+    else:
+        row("variant", "skipped", "the workload defines no variants")
+    if gate("numba", needs_gpu=False, module="numba", applicable=not torch_wl,
+            why_not="the original is PyTorch code"):
+        why = "loop-bound: compiles the Python loops" if loop_bound else "array code: parallel array expressions"
+        row("numba", "tried", why)
+        recipes.append(recipe("numba", "numba"))
+        if loop_bound and not sequential:
+            recipes.append(recipe("numba-prange", "numba", prange=True))
+    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound,
+            why_not="loop-bound code: jit would unroll the Python loops" if not torch_wl else "PyTorch code"):
+        row("jax", "tried", "np rebound to jax.numpy, jax.jit" + ("" if gpu else " on the CPU"))
+        recipes.append(recipe("jax", "jax"))
+        if fp32_ok:
+            recipes.append(recipe("jax-fp32", "jax", "float32"))
+    if not torch_wl and "numpy" in requested:
+        if fp32_ok:
+            row("numpy", "tried", "the original's NumPy in float32 on the CPU: " + fp32_why)
+            recipes.append(recipe("numpy-fp32", "numpy", "float32"))
+        else:
+            row("numpy", "skipped", fp32_why)
+    elif not torch_wl:
+        row("numpy", "skipped", "not in --backends")
+    rows.append({"backend": "float64 -> float32", "key": "precision", "decision": "tried" if fp32_ok else "skipped",
+                 "why": fp32_why})
+    rows.append({"backend": BACKEND_NAMES["triton"] + " / " + BACKEND_NAMES["numba_cuda"], "key": "kernels",
+                 "decision": "via variants", "why": "hand kernels are not generated: write them in the workload's "
+                 "`variants` (gpuspeed kernel reports their tuning)"})
+    rows.append({"backend": BACKEND_NAMES["tensorrt"], "key": "tensorrt", "decision": "skipped",
+                 "why": "only for a pure neural-network inference graph"})
+    if sequential:
+        rows.append({"backend": "any GPU backend", "key": "sequential", "decision": "note",
+                     "why": "a sequential recurrence: the GPU runs it one step at a time"})
+    return rows, recipes
+
+
+def derived(results: dict, wl, where: str, requested=None, graph_below_s: float = 1e-3) -> list[dict]:
+    """Recipes worth trying once base results are in: compile modes on the better precision, CUDA-graph
+    capture of a launch-bound eager torch candidate."""
+    requested = set(requested or ALL_BACKENDS)
+    out = []
+    if where != "cuda":
+        return out
+
+    def ok(name):
+        r = results.get(name)
+        return r is not None and r.get("status") == "ok"
+
+    def t(name):
+        return results[name]["device_time"]["median"]
+
+    for base in ("torch-compile-fp32", "torch-compile"):
+        if ok(base):
+            other = "torch-compile" if base.endswith("fp32") else "torch-compile-fp32"
+            best = base if not ok(other) or t(base) <= t(other) else other
+            r = results[best]["recipe"]
+            for mode in COMPILE_MODES[1:]:
+                out.append(recipe(f"{best}-{mode}", r["backend"], r["precision"], mode=mode))
+            break
+    for base in ("torch-cuda-fp32", "torch-cuda"):
+        if ok(base) and t(base) < graph_below_s:
+            r = results[base]["recipe"]
+            out.append(recipe(f"{base}-graph", "torch", r["precision"], mode="eager", graph=True))
+    return out
+
+
+def dropin_names(results: dict) -> list[str]:
+    """The plain drop-ins the targets compare against (CuPy as written, torch.compile default)."""
+    return [n for n in ("cupy", "torch-compile", "cupy-fp32", "torch-compile-fp32") if n in results
+            and n in ("cupy", "torch-compile")]
+
+
+def output_leaves(ref) -> int:
+    return len(leaves(ref))

@@ -1,0 +1,342 @@
+"""The standalone optimized_<name>.py: the chosen implementation with install notes, main(), device
+detection and a CPU fallback, a benchmark harness and a correctness test against the original (imported
+from the workload file). It needs NumPy (and the backend's library for the GPU path), not gpuspeed."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import json
+import re
+import textwrap
+from pathlib import Path
+
+from gpuspeed.optimize.backends import chunking, common
+
+INSTALL = {"cupy": "pip install cupy-cuda12x   # or cupy-cuda13x, to match your CUDA driver",
+           "torch_compile": "pip install torch   # a CUDA build: see pytorch.org", "torch": "pip install torch",
+           "numba": "pip install numba", "jax": 'pip install "jax[cuda12]"', "numpy": "pip install numpy",
+           "variant": "whatever the variant imports (see the workload file)", "original": "pip install numpy"}
+GPU_BACKENDS = ("cupy", "torch_compile", "torch", "jax")
+_IMPORT = re.compile(r"^from gpuspeed\.optimize\.backends\.\w+ import .*$", re.M)
+
+
+def _module_source(mod) -> str:
+    return _IMPORT.sub("", inspect.getsource(mod)).strip() + "\n"
+
+
+def backend_module(backend: str):
+    import importlib
+
+    from gpuspeed.optimize.worker import BACKEND_MODULES
+
+    return importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}")
+
+
+def backend_source(backend: str) -> str:
+    """The backend's own source, as pasted into the script (without the gpuspeed imports)."""
+    from gpuspeed.optimize.worker import BACKEND_MODULES
+
+    path = Path(common.__file__).with_name(BACKEND_MODULES[backend] + ".py")
+    return _IMPORT.sub("", path.read_text()).strip() + "\n"
+
+
+def implementation_source(run, name: str | None) -> str:
+    """What section B/C shows: the recipe, how it is built and called, and the backend's code."""
+    if not name:
+        return ""
+    rec = run.results[name]["recipe"]
+    opts = ", ".join(f"{k}={v!r}" for k, v in rec.items() if k in ("mode", "variant", "prange", "precision"))
+    head = [f"# {name}: {run.results[name].get('label')}",
+            f"# impl = build(workload_module, func={run.wl.func!r}, {opts})"
+            + ("  # then wrapped in a CUDA graph (gpuspeed.graphs.capture)" if rec.get("graph") else ""),
+            "# out = impl(*args)   # host arrays in, host arrays out (impl.run(*impl.prepare(args)) keeps them on the device)"]
+    if rec.get("chunk"):
+        head.append(f"# chunked: {json.dumps(rec['chunk'])}, {run.results[name].get('chunk_size')} items per chunk "
+                    "(chunking.chunked)")
+    if rec["backend"] == "variant":
+        try:
+            src = inspect.getsource(run.wl.variants[rec["variant"]])
+        except (OSError, TypeError, KeyError):
+            src = f"# variant {rec.get('variant')!r}: source not available\n"
+        return "\n".join(head) + "\n\n" + src
+    if rec["backend"] == "original":
+        return "\n".join(head) + "\n\n" + inspect.getsource(run.wl.original)
+    return "\n".join(head) + "\n\n" + backend_source(rec["backend"])
+
+
+TEMPLATE = '''#!/usr/bin/env python3
+"""optimized_{name}.py -- written by `gpuspeed optimize` on {date} from {workload_name}.
+
+Primary: {label}
+Measured on {device}: {measured}
+Correct against the original within rtol={rtol}, atol={atol} on {n_seeds} fresh seeds (see report.md).
+
+Install:
+    pip install numpy
+    {install}
+Run:
+    python optimized_{name}.py            # correctness test against the original, then exit 0 / 1
+    python optimized_{name}.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
+    python optimized_{name}.py --cpu      # force the CPU fallback
+Without a GPU (or without {lib}) it falls back to {fallback}.
+"""
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+WORKLOAD_FILE = {workload_file!r}
+WORKLOAD_PATH = {workload_path!r}  # where it was when this script was written
+FUNC = {func!r}
+RECIPE = {recipe}
+OUT_DTYPES = {out_dtypes!r}
+RTOL, ATOL = {rtol!r}, {atol!r}
+SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
+INPUT_SPECS = {input_specs!r}
+CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared helpers (gpuspeed.optimize.backends.common)
+# ---------------------------------------------------------------------------------------------------
+{common}
+
+# ---------------------------------------------------------------------------------------------------
+# Chunked execution over two streams (gpuspeed.optimize.backends.chunking)
+# ---------------------------------------------------------------------------------------------------
+{chunking}
+
+# ---------------------------------------------------------------------------------------------------
+# The chosen implementation ({backend}); its library is imported only when it is used
+# ---------------------------------------------------------------------------------------------------
+def _backend_build():
+{backend_src}
+    return build
+
+
+def load_workload(unique=""):
+    """The workload file as a module (its folder on sys.path, so its own imports work)."""
+    here = Path(__file__).resolve().parent
+    path = next((p for p in (here / WORKLOAD_FILE, Path(WORKLOAD_PATH)) if p.is_file()), None)
+    if path is None:
+        sys.exit(f"cannot find {{WORKLOAD_FILE}} next to this script or at {{WORKLOAD_PATH}}")
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"workload_{{path.stem}}{{unique}}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_args(module, seed):
+    """The original's arguments for one seed, as gpuspeed made them."""
+    import inspect as _inspect
+
+    rng = np.random.default_rng(seed)
+    if INPUT_SPECS:
+        out = []
+        for text in INPUT_SPECS:
+            _, rhs = text.split("=", 1)
+            if rhs.startswith(("int:", "float:")):
+                kind, val = rhs.split(":", 1)
+                out.append(int(val) if kind == "int" else float(val))
+                continue
+            dtype, shape = rhs[:-1].split("[")
+            shape = tuple(int(s) for s in shape.split(",") if s)
+            if dtype.startswith("float"):
+                out.append(rng.standard_normal(shape, dtype=np.float64 if dtype == "float64" else np.float32).astype(dtype))
+            elif dtype == "bool":
+                out.append(rng.integers(0, 2, shape).astype(bool))
+            else:
+                out.append(rng.integers(0, 16, shape).astype(dtype))
+        return tuple(out)
+    takes_scale = "scale" in _inspect.signature(module.inputs).parameters
+    out = module.inputs(rng, scale=SCALE) if takes_scale else module.inputs(rng)
+    return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+
+
+def gpu_available():
+    """A usable CUDA device, asked through whichever library is installed."""
+    for probe in (_torch_gpu, _cupy_gpu):
+        try:
+            if probe():
+                return True
+        except Exception:
+            pass
+    return False
+
+
+def _torch_gpu():
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _cupy_gpu():
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceCount() > 0
+
+
+def build_optimized(force_cpu=False):
+    """(callable: host arrays in -> host arrays out, description). Falls back to the CPU without a GPU."""
+    module = load_workload("_optimized")
+    backend = RECIPE["backend"]
+    needs_gpu = backend in {gpu_backends!r}
+    if backend == "original" or (needs_gpu and (force_cpu or not gpu_available())):
+        why = "chosen" if backend == "original" else ("--cpu" if force_cpu else "no GPU")
+        return module.{func_attr}, f"the original on the CPU ({{why}})"
+    try:
+        build = _backend_build()
+    except ImportError as exc:
+        return module.{func_attr}, f"the original on the CPU ({{exc.name}} is not installed)"
+    opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange")}}
+    precision = RECIPE.get("precision", "as-written")
+    impl = build(module, func=FUNC, precision=precision, out_dtypes=OUT_DTYPES if precision == "float32" else None,
+                 device="cuda" if needs_gpu else "cpu", **opts)
+    if CHUNK:
+        library = {{"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}}.get(backend)
+        impl = chunked(impl, {{int(k): v for k, v in CHUNK["axes"].items()}}, CHUNK["out_axes"], CHUNK["size"], library)
+    return impl, impl.label
+
+
+def check_against_original(fn, seeds=(101, 202, 303)):
+    """The optimized function against the original on fresh inputs: same shapes and dtypes, every element
+    within atol + rtol * |ref|, no NaN the original does not have. Returns True when all pass."""
+    module = load_workload("_reference")
+    ok = True
+    for seed in seeds:
+        args = make_args(module, seed)
+        ref = host_tree(getattr(module, FUNC)(*make_args(module, seed)))
+        out = host_tree(fn(*args))
+        for j, (o, r) in enumerate(zip(leaves(out), leaves(ref))):
+            o, r = np.asarray(o), np.asarray(r)
+            if o.shape != r.shape or o.dtype != r.dtype:
+                print(f"seed {{seed}} output {{j}}: {{o.dtype}}{{list(o.shape)}} against the original's "
+                      f"{{r.dtype}}{{list(r.shape)}}")
+                ok = False
+                continue
+            if o.dtype.kind in "fc":
+                rtol = RTOL if RTOL is not None else (1e-12 if r.dtype.itemsize >= 8 else 1e-5)
+                r64, o64 = r.astype(np.complex128 if o.dtype.kind == "c" else np.float64), o.astype(
+                    np.complex128 if o.dtype.kind == "c" else np.float64)
+                atol = ATOL if ATOL is not None else rtol * float(np.sqrt(np.mean(np.abs(r64) ** 2)) if r64.size else 0)
+                bad = ~(np.abs(o64 - r64) <= atol + rtol * np.abs(r64)) & ~(np.isnan(o64) & np.isnan(r64))
+            else:
+                bad = o != r
+            n_bad = int(np.count_nonzero(bad))
+            if n_bad:
+                print(f"seed {{seed}} output {{j}}: {{n_bad}} of {{o.size}} elements outside the tolerance")
+                ok = False
+    print("correctness:", "PASS" if ok else "FAIL", f"({{len(seeds)}} seeds against {{FUNC}} in {{WORKLOAD_FILE}})")
+    return ok
+
+
+def benchmark(fn, args, runs=20):
+    """Median time of fn(*args): gpuspeed.bench when installed, else CUDA events (torch) around each call
+    after a warm-up, else the host clock on the CPU."""
+    try:
+        from gpuspeed import bench
+
+        m = bench(fn, *args, name=FUNC, device="cuda" if gpu_available() else "cpu")
+        return m.median, f"gpuspeed.bench ({{m.n}} samples, {{m.mode}})"
+    except ImportError:
+        pass
+    for _ in range(3):
+        fn(*args)
+    if gpu_available():
+        import torch
+
+        times = []
+        for _ in range(runs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*args)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return float(np.median(times)), f"CUDA events, median of {{runs}}"
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()  # host clock: the CPU fallback runs on the host
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), f"host clock, median of {{runs}}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", action="store_true", help="also time the original and the optimized version")
+    parser.add_argument("--cpu", action="store_true", help="use the CPU fallback even when a GPU is present")
+    a = parser.parse_args(argv)
+    fn, how = build_optimized(force_cpu=a.cpu)
+    print(f"optimized {{FUNC}}: {{how}}")
+    ok = check_against_original(fn)
+    if a.bench:
+        module = load_workload("_bench")
+        args = make_args(module, 0)
+        t_opt, method = benchmark(fn, args)
+        t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5)
+        print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def script_text(run) -> str:
+    name = run.choice.get("primary")
+    row = run.results.get(name) if name else None
+    rec = dict(row["recipe"]) if row else {"name": "original", "backend": "original"}
+    backend = rec["backend"]
+    chunk = None
+    if rec.get("chunk"):
+        chunk = dict(rec["chunk"]) | {"size": row.get("chunk_size") or 1}
+    src = backend_source(backend) if backend != "original" else "build = None\n"
+    if backend == "original":
+        src = "build = None  # the original is kept: nothing faster passed\n"
+    from gpuspeed.optimize.report import _fmt_t, _t
+
+    measured = (f"{_fmt_t(_t(row))} device-resident, {_fmt_t(_t(row, 'e2e_time'))} end to end, against "
+                f"{_fmt_t(_t(run.results.get('original', {})))} for the original" if row else "nothing faster passed")
+    dev = "a CPU (no GPU)" if run.where != "cuda" else _dev_name(run)
+    lib = {"cupy": "CuPy", "torch_compile": "torch", "torch": "torch", "jax": "JAX", "numba": "Numba"}.get(backend, "it")
+    text = TEMPLATE.format(
+        name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
+        label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
+        atol=run.wl.atol, n_seeds=len(run.params["seeds"]), install=INSTALL.get(backend, ""), lib=lib,
+        fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS else "the original",
+        workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
+        recipe=json.dumps({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
+        scale=run.wl.scale, input_specs=list(run.wl.input_specs), chunk=repr(chunk),
+        common=_module_source(common), chunking=_module_source(chunking), backend=backend,
+        backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
+    return text
+
+
+def W_out_dtypes(run):  # noqa: N802 - mirrors the worker's spec key
+    from gpuspeed.optimize.workload import load_refs, out_dtypes
+
+    refs = load_refs(run.out_dir / "refs.pkl")
+    return out_dtypes(refs[run.params["seeds"][0]])
+
+
+def _dev_name(run) -> str:
+    from gpuspeed import device as _device
+
+    return _device.get_device(run.where).name
+
+
+def write(run) -> Path:
+    path = run.out_dir / f"optimized_{run.wl.name}.py"
+    tmp = path.with_suffix(".py.tmp")
+    tmp.write_text(script_text(run))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,288 @@
+"""`gpuspeed optimize`, end to end: load and check the workload, the original's outputs on fresh seeds,
+hotspots, the plan, every candidate in its own process, the budget (chunked re-runs), the choice, the
+target-card projection, the report and the standalone script."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gpuspeed import device as _device
+from gpuspeed.errors import UserError
+from gpuspeed.memory import parse_budget
+from gpuspeed.optimize import analysis, budget as _budget, candidates as C, workload as W
+from gpuspeed.optimize.runner import Runner
+
+DEFAULT_TARGET = "RTX 4070 Laptop"  # the brief's 8 GB RTX 4070
+DEFAULT_BUDGET = "8GiB"
+DEFAULT_TIME_BUDGET_S = 300.0
+N_SEEDS = 3
+TIMING_SEED = 0
+COMPILE_LIMIT_S = 180.0
+PLAIN_LIMIT_S = 90.0
+LOOP_DROPIN_LIMIT_S = 40.0  # a drop-in over Python loops launches per iteration: it gets less time
+MIN_LIMIT_S = 8.0
+
+
+@dataclass
+class OptimizeRun:
+    wl: W.Workload
+    where: str
+    out_dir: Path
+    params: dict
+    hot: dict = field(default_factory=dict)
+    plan_rows: list = field(default_factory=list)
+    results: dict = field(default_factory=dict)  # name -> worker result row
+    chunking: dict = field(default_factory=dict)
+    choice: dict = field(default_factory=dict)
+    projection: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    paths: dict = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+def _limit(rec: dict, loop_bound: bool, remaining: float) -> float:
+    compiled = rec["backend"] in ("torch_compile", "jax", "numba") or rec.get("mode") not in (None, "eager")
+    cap = COMPILE_LIMIT_S if compiled else PLAIN_LIMIT_S
+    if loop_bound and rec["backend"] in ("cupy", "torch_compile", "jax", "torch"):
+        cap = min(cap, LOOP_DROPIN_LIMIT_S)
+    return min(cap, remaining)
+
+
+def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT_BUDGET, rtol=None, atol=None,
+             backends=None, device: str = "auto", target_gpu: str = DEFAULT_TARGET,
+             time_budget: float = DEFAULT_TIME_BUDGET_S, out=None, resume: bool = False, scale: float | None = None,
+             bench_budget_s: float | None = None, rank_by: str = "device",
+             progress: Callable[[str, int, int], None] | None = None) -> OptimizeRun:
+    """Run the whole pipeline; returns what the report is written from (also written under out)."""
+    from gpuspeed.results import check_out_dir, default_dir
+
+    t_start = time.perf_counter()  # the pipeline's own wall clock, for --time-budget (not a benchmark)
+    where = _device.resolve_device(device)
+    requested = _backends(backends)
+    budget_bytes = parse_budget(budget)
+    if _device.datasheet_for(target_gpu) is None:
+        raise UserError(f"no datasheet entry for --target-gpu {target_gpu!r} (see `gpuspeed doctor` for the table)")
+    if time_budget <= 0:
+        raise UserError("--time-budget must be positive")
+    if rank_by not in ("device", "e2e"):
+        raise UserError("--rank-by must be device or e2e")
+    wl = W.load(target, func=func, input_specs=inputs, rtol=rtol, atol=atol, scale=scale, gpu=where == "cuda")
+    out_dir = Path(out) if out is not None else default_dir(where) / "optimize" / wl.name
+    run_file = out_dir / "run.json"
+    refs_file = out_dir / "refs.pkl"
+    key = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs, "device": where}
+    if resume:
+        if not run_file.is_file() or not refs_file.is_file():
+            raise UserError(f"--resume: no interrupted run in {out_dir} (run.json / refs.pkl missing)")
+        saved = json.loads(run_file.read_text())
+        if {k: saved.get(k) for k in key} != key:
+            raise UserError(f"--resume: {out_dir} holds a run of another workload or settings")
+        seeds = saved["seeds"]
+        refs = W.load_refs(refs_file)
+        mutates = saved.get("original_mutates", False)
+    else:
+        seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
+        refs, mutates = W.reference(wl, seeds)  # a failing original stops here, before anything is written
+    check_out_dir(out_dir)
+    if not resume:
+        for stale in ("candidates.jsonl", "report.md"):
+            (out_dir / stale).unlink(missing_ok=True)
+        W.save_refs(refs_file, refs)
+        run_file.write_text(json.dumps(key | {"seeds": seeds, "timing_seed": TIMING_SEED,
+                                               "original_mutates": mutates}, indent=1))
+    params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
+              "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
+              "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
+              "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by}
+    run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes))
+    if mutates:
+        run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
+    base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
+                 "rtol": rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
+                 "refs": str(refs_file), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
+                 "budget_bytes": budget_bytes if where == "cuda" else None,
+                 "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
+                 "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}
+    runner = Runner(out_dir, base_spec, resume=resume)
+    deadline = t_start + time_budget
+
+    def remaining():
+        return deadline - time.perf_counter()
+
+    step = [0]
+    total = [3]
+
+    def tick(label):
+        step[0] += 1
+        if progress:
+            progress(label, step[0], total[0])
+
+    tick("original: timing on the CPU")
+    orig = runner.run(C.recipe("original", "original"), max(remaining(), 60.0))
+    run.results["original"] = orig
+    original_s = (orig.get("device_time") or {}).get("median")
+    if orig.get("status") != "ok":
+        run.notes.append(f"the original failed in its worker: {orig.get('reason')}")
+    tick("hotspots")
+    run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), original_s)
+    run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
+    total[0] += len(recipes)
+
+    def try_all(recs):
+        for rec in recs:
+            if rec["name"] in run.results:
+                continue
+            tick(f"candidate {rec['name']}")
+            left = remaining()
+            if left < MIN_LIMIT_S and rec["name"] not in runner.done:
+                run.results[rec["name"]] = {"name": rec["name"], "recipe": rec, "status": "skipped",
+                                            "reason": f"time budget of {time_budget:g} s spent"}
+                continue
+            run.results[rec["name"]] = runner.run(rec, _limit(rec, run.hot.get("loop_bound", False), left))
+
+    try_all(recipes)
+    # budget: a candidate that ran out of memory or over the budget is re-run chunked
+    over = [r for r in run.results.values() if r.get("status") in ("oom", "over_budget")]
+    if over:
+        run.chunking = _budget.propose_axes(wl, original_s=original_s)
+        chunk_recs = []
+        for r in over:
+            if run.chunking.get("axes") is not None:
+                rec = dict(r["recipe"]) | {"name": r["name"] + "+chunked",
+                                           "chunk": {"axes": run.chunking["axes"], "out_axes": run.chunking["out_axes"]}}
+                chunk_recs.append(rec)
+            else:
+                r["reason"] = (r.get("reason") or "") + f"; cannot be chunked: {run.chunking['note']}"
+        total[0] += len(chunk_recs)
+        try_all(chunk_recs)
+    more = C.derived(run.results, wl, where, requested)
+    total[0] += len(more)
+    try_all(more)
+    run.choice = choose(run, rank_by)
+    run.projection = project(run, target_gpu)
+    run.elapsed_s = time.perf_counter() - t_start
+    tick("report")
+    from gpuspeed.optimize import emit, report
+
+    run.paths = report.write(run)
+    run.paths["script"] = str(emit.write(run))
+    return run
+
+
+def _backends(backends) -> set:
+    if not backends:
+        return set(C.ALL_BACKENDS)
+    names = set()
+    for b in backends:
+        names |= {x.strip().replace("-", "_") for x in str(b).split(",") if x.strip()}
+    names = {"variant" if n == "variants" else n for n in names}
+    bad = sorted(names - set(C.ALL_BACKENDS))
+    if bad:
+        raise UserError(f"unknown backend {bad[0]!r}: use {', '.join(C.ALL_BACKENDS)}")
+    return names
+
+
+def family(rec: dict) -> str:
+    return rec["backend"]
+
+
+def _median(row: dict, which: str) -> float | None:
+    m = row.get(which) or {}
+    return m.get("median")
+
+
+def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
+    """Primary: the fastest correct candidate within budget; alternative: the fastest of another backend."""
+    from gpuspeed.timing import Measurement, compare
+
+    key = "device_time" if rank_by == "device" else "e2e_time"
+    orig = run.results.get("original", {})
+    base = {k: Measurement.from_dict(orig[k]) for k in ("device_time",) if orig.get(k)}
+    ok = [r for n, r in run.results.items() if n != "original" and r.get("status") == "ok" and _median(r, key)]
+    for r in ok:
+        for which, label in (("device_time", "speedup"), ("e2e_time", "speedup_e2e")):
+            if base and r.get(which):
+                c = compare(base["device_time"], Measurement.from_dict(r[which]))
+                r[label] = {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict}
+    ok.sort(key=lambda r: _median(r, key))
+    primary = ok[0] if ok else None
+    alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])), None) if ok else None
+    dropins = [run.results[n] for n in ("cupy", "torch-compile", "torch-cuda") if n in run.results
+               and run.results[n].get("status") == "ok"]
+    best_dropin = min(dropins, key=lambda r: _median(r, key)) if dropins else None
+    out = {"rank_by": rank_by, "primary": primary["name"] if primary else None,
+           "alternative": alternative["name"] if alternative else None,
+           "best_dropin": best_dropin["name"] if best_dropin else None}
+    if primary and best_dropin:
+        out["over_best_dropin"] = _median(best_dropin, key) / _median(primary, key)
+    if primary and primary.get("speedup"):
+        out["speedup"] = primary["speedup"]["speedup"]
+        out["speedup_ci"] = [primary["speedup"]["ci_low"], primary["speedup"]["ci_high"]]
+        out["speedup_e2e"] = (primary.get("speedup_e2e") or {}).get("speedup")
+    reasons = []
+    sp = out.get("speedup") or 0.0
+    if not primary:
+        reasons.append("no candidate passed the correctness check within the budget")
+    elif sp < 2:
+        if run.hot.get("sequential"):
+            reasons.append("sequential dependence: each iteration needs the previous one, so the GPU cannot run "
+                           "them in parallel")
+        if run.where != "cuda":
+            reasons.append("no GPU here: only CPU candidates ran")
+        e2e = out.get("speedup_e2e")
+        if e2e is not None and sp > 0 and e2e < 0.5 * sp:
+            reasons.append(f"transfer-bound: end to end {e2e:.2f}x against {sp:.2f}x device-resident; keep the data "
+                           "on the GPU between calls")
+        if _median(primary, key) and _median(primary, key) < 50e-6 and run.where == "cuda":
+            reasons.append("the work is tiny: launch overhead dominates; batch more work per call")
+        if not reasons:
+            reasons.append("the original is already efficient array code for this size")
+    out["why_not_2x"] = reasons
+    out["fastest_route"] = primary["label"] if primary else None
+    return out
+
+
+def project(run: OptimizeRun, target_gpu: str) -> dict:
+    """The primary's time on the target card: its measured time scaled by the datasheet memory roofs (the
+    same fraction of roof as here), with the FP64 cliff when it computes in float64. A projection."""
+    name = run.choice.get("primary")
+    sheet_t = _device.datasheet_for(target_gpu)
+    out = {"target": sheet_t.name if sheet_t else target_gpu, "label": "projection, not a measurement"}
+    if not name:
+        out["note"] = "no primary candidate to project"
+        return out
+    row = run.results[name]
+    t = _median(row, "device_time")
+    here = _device.get_device(run.where)
+    sheet_h = here.datasheet
+    peak = row.get("peak_bytes")
+    out["fits_target_memory"] = None if peak is None else bool(peak <= 8 * 2**30 * (1 - 0.15))
+    if run.where != "cuda" or row["recipe"]["backend"] in ("numba", "numpy", "original") or not sheet_h:
+        out["note"] = ("the primary runs on the CPU: the target GPU would run it the same" if run.where == "cuda"
+                       else "measured without a GPU: no device time to scale")
+        return out
+    bw_ratio = sheet_h.mem_GBps / sheet_t.mem_GBps
+    out["memory_bound_s"] = t * bw_ratio
+    out["bandwidth_ratio"] = bw_ratio
+    f64 = run.hot.get("float64") and row["recipe"].get("precision") != "float32"
+    if f64 and sheet_t.fp64_TFLOPs:
+        out["fp64_compute_bound_s"] = t * sheet_h.fp64_TFLOPs / sheet_t.fp64_TFLOPs
+        out["note"] = (f"float64 on {sheet_t.name}: {sheet_t.fp64_TFLOPs:g} TFLOP/s against {sheet_h.fp64_TFLOPs:g} "
+                       "here -- if the kernel is compute-bound in FP64 the upper figure applies; the float32 "
+                       "candidate avoids the cliff")
+    nbytes = row.get("resident_input_bytes") or 0
+    if nbytes and t:
+        out["achieved_input_GBps"] = nbytes / t / 1e9
+        out["pct_of_datasheet_bw_here"] = 100 * nbytes / t / 1e9 / sheet_h.mem_GBps
+    return out
+
+
+def geomean(values) -> float | None:
+    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None

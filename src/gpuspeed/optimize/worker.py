@@ -1,0 +1,297 @@
+"""One candidate in its own process: `python -m gpuspeed.optimize.worker SPEC.json`.
+
+Builds the candidate, checks it against the original's outputs on fresh seeded inputs (poisoned
+allocations, immediate host copies, inputs compared before and after), then times it device-resident
+and end to end through bench() and measures its peak memory through peak_memory(), under cap() on a GPU.
+Each stage rewrites the result file, so a crash or a kill still leaves where it got to.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+BACKEND_MODULES = {"numpy": "numpy_cpu", "cupy": "cupy_dropin", "torch_compile": "torch_compile",
+                   "torch": "torch_native", "numba": "numba_cpu", "jax": "jax_jit", "variant": "variant"}
+
+
+def _write(path: str, result: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, default=str)
+    os.replace(tmp, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def classify(exc: BaseException) -> str:
+    """The status a failure gets: oom, crashed (the device context is gone), unavailable, or error."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if "out of memory" in text or "outofmemory" in text:
+        return "oom"
+    if "illegal" in text and ("address" in text or "memory access" in text) or "unspecified launch failure" in text:
+        return "crashed"
+    if isinstance(exc, ImportError):
+        return "unavailable"
+    return "error"
+
+
+class _Poison:
+    """Allocations made during the correctness runs hold NaN-like bytes (0xFF) or NaN, so an output a
+    candidate leaves unwritten cannot pass: torch's deterministic fill, a CuPy allocator, NumPy's empty."""
+
+    def __init__(self, torch_fill: bool):
+        self.torch_fill = torch_fill
+        self.undo = []
+
+    def __enter__(self):
+        if self.torch_fill and "torch" in sys.modules:
+            import torch
+
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            self.undo.append(lambda: torch.use_deterministic_algorithms(False))
+        if "cupy" in sys.modules:
+            import cupy as cp
+
+            pool = cp.get_default_memory_pool()
+
+            def malloc(size):
+                mem = pool.malloc(size)
+                if size:
+                    cp.cuda.runtime.memsetAsync(mem.ptr, 0xFF, size, cp.cuda.get_current_stream().ptr)
+                return mem
+
+            cp.cuda.set_allocator(malloc)
+            self.undo.append(lambda: cp.cuda.set_allocator(pool.malloc))
+        originals = {name: getattr(np, name) for name in ("empty", "empty_like")}
+
+        def empty(*a, **k):
+            out = originals["empty"](*a, **k)
+            _fill(out)
+            return out
+
+        def empty_like(*a, **k):
+            out = originals["empty_like"](*a, **k)
+            _fill(out)
+            return out
+
+        np.empty, np.empty_like = empty, empty_like
+        self.undo.append(lambda: [setattr(np, k, v) for k, v in originals.items()])
+        return self
+
+    def __exit__(self, *exc):
+        for undo in reversed(self.undo):
+            undo()
+        return False
+
+
+def _fill(a):
+    if isinstance(a, np.ndarray) and a.size:
+        a.view(np.uint8).fill(0xFF)
+
+
+def _structure_problem(out, ref) -> str | None:
+    """Wrong shape, dtype or structure against the original's output (None when they agree)."""
+    from gpuspeed.optimize.backends.common import leaves
+
+    lo, lr = leaves(out), leaves(ref)
+    if len(lo) != len(lr):
+        return f"returns {len(lo)} values, the original {len(lr)}"
+    for j, (o, r) in enumerate(zip(lo, lr, strict=False)):
+        o_arr, r_arr = np.asarray(o), np.asarray(r)
+        if o_arr.shape != r_arr.shape:
+            return f"output {j}: shape {o_arr.shape}, the original's {r_arr.shape}"
+        if isinstance(r, (np.ndarray, np.generic)) and o_arr.dtype != r_arr.dtype:
+            return f"output {j}: dtype {o_arr.dtype}, the original's {r_arr.dtype}"
+    return None
+
+
+def _nbytes(obj) -> int:
+    from gpuspeed.optimize.backends.common import leaves
+
+    total = 0
+    for x in leaves(obj):
+        if hasattr(x, "nbytes"):
+            total += int(x.nbytes)
+        elif hasattr(x, "element_size") and hasattr(x, "numel"):
+            total += int(x.element_size() * x.numel())
+    return total
+
+
+def build(spec: dict, wl, module):
+    """The Impl for the spec's recipe (chunked when the recipe says so)."""
+    from gpuspeed.optimize.backends.common import Impl
+
+    r = spec["recipe"]
+    backend = r["backend"]
+    device = spec["device"]
+    if backend == "original":
+        return Impl(getattr(module, wl.func), device="cpu", label="the original (CPU)")
+    mod = importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}")
+    opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange") and v is not None}
+    precision = r.get("precision", "as-written")
+    dtypes = spec.get("out_dtypes") if precision == "float32" else None
+    impl = mod.build(module, func=wl.func, precision=precision, out_dtypes=dtypes, device=device, **opts)
+    if r.get("graph") and device == "cuda":
+        from gpuspeed.graphs import capture
+
+        impl.run = capture(impl.run)  # captured on the first call, replayed after (static buffers)
+        impl.label += ", CUDA graph"
+    return impl
+
+
+def run(spec: dict, result: dict, result_path: str) -> None:
+    from gpuspeed.optimize import workload as W
+    from gpuspeed.verify import check
+
+    r = spec["recipe"]
+    device = spec["device"]
+
+    def stage(name):
+        result["stage"] = name
+        _write(result_path, result)
+
+    stage("load")
+    wl = W.load(spec["workload"], func=spec["func"], input_specs=spec.get("input_specs") or (),
+                rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=device == "cuda")
+    module = W.import_workload(wl.path, unique=True)  # the candidate's own copy: rebinding leaves wl's alone
+    refs = W.load_refs(Path(spec["refs"]))
+    stage("build")
+    impl = build(spec, wl, module)
+    chunk = r.get("chunk")
+    if chunk:
+        from gpuspeed.optimize.budget import chunk_size_for
+        from gpuspeed.optimize.backends.chunking import chunked
+
+        size, plan_note = chunk_size_for(impl, wl, spec, chunk)
+        result["chunk_size"] = size
+        result.setdefault("notes", []).append(plan_note)
+        library = {"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}.get(r["backend"]) \
+            if device == "cuda" else None
+        impl = chunked(impl, chunk["axes"], chunk["out_axes"], size, library)
+    result["label"] = impl.label
+    result.setdefault("notes", []).extend(impl.notes)
+    rtol, atol = wl.rtol, wl.atol
+    checks = []
+    on_gpu = impl.device == "cuda"
+    for n, seed in enumerate(spec["seeds"]):
+        stage("first call (compile)" if n == 0 else f"correctness seed {n + 1}")
+        args = wl.make_args(seed)
+        host_before = W._snapshot(args)
+        with _Poison(torch_fill=r["backend"] not in ("torch_compile",)):
+            dev = args if chunk else impl.prepare(args)
+            dev_before = W._snapshot(dev) if not chunk else None
+            out = impl.run(*dev)
+            host = impl.fetch(out)  # before any synchronize: work left on another stream shows here
+            impl.sync()
+            host_synced = impl.fetch(out) if on_gpu else host
+        ref = refs[seed]
+        problem = _structure_problem(host, ref)
+        res = check(host, ref, rtol=rtol, atol=atol)
+        entry = {"seed": seed, "passed": res.passed and problem is None, "summary": res.summary,
+                 "max_abs_err": res.max_abs_err, "max_rel_err": res.max_rel_err, "rel_l2_err": res.rel_l2_err}
+        checks.append(entry)
+        result["checks"] = checks
+        if problem:
+            return _reject(result, "wrong_output", problem, result_path)
+        if not res.passed:
+            if on_gpu and check(host_synced, ref, rtol=rtol, atol=atol).passed:
+                return _reject(result, "incorrect", "result read right after the call was wrong, right after a "
+                               "synchronize: work left running on another stream", result_path)
+            return _reject(result, "incorrect", f"seed {seed}: {res.summary}", result_path)
+        if not spec.get("original_mutates") and r["backend"] != "original":
+            if not W.same_inputs(host_before, args) or (dev_before is not None and not W.same_inputs(dev_before, dev)):
+                return _reject(result, "mutates_inputs", "changes its input arrays (the original does not)", result_path)
+        del out, dev, host, host_synced
+    result["max_abs_err"] = max(c["max_abs_err"] for c in checks)
+    result["max_rel_err"] = max(c["max_rel_err"] for c in checks)
+    result["rel_l2_err"] = max(c["rel_l2_err"] for c in checks)
+    _measure(spec, wl, impl, result, stage, bool(chunk))
+
+
+def _reject(result, status, reason, path):
+    result["status"] = status
+    result["reason"] = reason
+    _write(path, result)
+
+
+def _measure(spec, wl, impl, result, stage, is_chunked):
+    import contextlib
+
+    from gpuspeed.memory import cap, check_budget, peak_memory
+    from gpuspeed.timing import bench
+
+    device = spec["device"]
+    args = wl.make_args(spec["timing_seed"])
+    budget = spec.get("budget_bytes")
+    bench_kw = dict(budget_s=spec.get("bench_budget_s", 2.0), warmup_s=spec.get("bench_warmup_s"),
+                    min_samples=spec.get("bench_min_samples", 5))
+    kind = impl.device
+    bench_device = "cuda" if kind == "cuda" else "cpu" if kind == "cpu" else ("cuda" if device == "cuda" else "cpu")
+    mode = "auto" if spec["recipe"]["backend"] in ("torch", "torch_compile") else ("events" if bench_device == "cuda" else "auto")
+    if bench_device == "cpu":
+        mode = "cpu"
+    guard = cap(budget) if device == "cuda" and budget else contextlib.nullcontext()
+    with guard:
+        stage("memory")
+        dev = args if is_chunked else impl.prepare(args)
+        resident = 0 if is_chunked or kind != "cuda" else _nbytes(dev)
+        mem = peak_memory(impl.run, *dev, device=bench_device)
+        peak = mem.peak_bytes + resident
+        result["peak_bytes"] = int(peak)
+        result["resident_input_bytes"] = int(resident)
+        result["memory_notes"] = mem.notes
+        if device == "cuda" and budget and kind == "cuda":
+            fit = check_budget(peak, budget)
+            result["fits_budget"] = fit.fits
+            result["budget_message"] = fit.message
+        stage("timing (device-resident)")
+        m_dev = bench(impl.run, *dev, name=result["name"], device=bench_device, mode=mode, **bench_kw)
+        result["device_time"] = m_dev.to_dict()
+        if is_chunked or kind != "cuda":
+            result["e2e_time"] = result["device_time"]
+        else:
+            stage("timing (end to end)")
+            m_e2e = bench(impl, *args, name=result["name"] + " (end to end)", device=bench_device, mode="events",
+                          **bench_kw)
+            result["e2e_time"] = m_e2e.to_dict()
+    if result.get("fits_budget") is False:
+        result["status"] = "over_budget"
+        result["reason"] = result["budget_message"]
+    else:
+        result["status"] = "ok"
+    stage("done")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    path = spec["result"]
+    result = {"name": spec["recipe"]["name"], "recipe": spec["recipe"], "status": "running", "stage": "start",
+              "pid": os.getpid(), "notes": []}
+    t0 = time.perf_counter()  # wall time of the whole worker, for the report's time budget (not a benchmark)
+    try:
+        run(spec, result, path)
+    except BaseException as exc:  # noqa: BLE001 - every failure is recorded against the candidate
+        result["status"] = classify(exc)
+        result["reason"] = f"{type(exc).__name__}: {_first_line(exc)}"
+        result["traceback"] = traceback.format_exc()[-3000:]
+    result["wall_s"] = time.perf_counter() - t0
+    _write(path, result)
+    sys.stdout.flush()
+    # a dead CUDA context can hang interpreter shutdown: leave at once, the result is on disk
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+"""The workload file: load it as an ordinary module and validate what `gpuspeed optimize` needs from it.
+
+A workload defines `original(*args)` (the code to speed up) and `inputs(rng)` (or `inputs(rng, scale)`)
+returning the argument tuple; optionally TOLERANCE = dict(rtol=, atol=), BATCH_AXIS = {arg: axis} and
+variants = {"name": callable}. `--input` specs can stand in for `inputs`. Every mistake is a one-line
+UserError (exit 2) before anything is written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from gpuspeed.errors import UserError
+from gpuspeed.inputs import make_inputs, parse_specs
+from gpuspeed.loading import load_module
+from gpuspeed.optimize.backends.common import kind_of, leaves, tree_map
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
+DEFAULT_EXAMPLE = "black_scholes"
+CPU_SCALE = 0.1  # without a GPU, workloads that take `scale` run at a tenth of their typical size
+
+
+def bundled_examples() -> list[str]:
+    """Names of the example workloads shipped inside the package (files defining `original`)."""
+    return sorted(p.stem for p in EXAMPLES_DIR.glob("*.py")
+                  if not p.stem.startswith("_") and "def original" in p.read_text())
+
+
+def resolve_path(target: str | Path) -> Path:
+    """A workload file, or the name of a bundled example ('black_scholes')."""
+    p = Path(target)
+    if p.is_file():
+        return p
+    if p.suffix == "" and (EXAMPLES_DIR / f"{p.name}.py").is_file() and p.name in bundled_examples():
+        return EXAMPLES_DIR / f"{p.name}.py"
+    if not p.exists():
+        names = ", ".join(bundled_examples())
+        raise UserError(f"no such workload file: {p} (bundled examples: {names})")
+    raise UserError(f"{p} is not a file")
+
+
+def import_workload(path: str | Path, unique: bool = False):
+    """Import the file as a module (its folder on sys.path); an exception at import is a UserError."""
+    p = Path(path)
+    name = f"gpuspeed_workload_{p.stem}" + (f"_{uuid.uuid4().hex[:8]}" if unique else "")
+    try:
+        return load_module(p, name=name)
+    except UserError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the user's module failed at import: say so in one line
+        raise UserError(f"importing {p} raised {type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass
+class Workload:
+    path: Path
+    name: str
+    func: str
+    module: Any
+    original: Callable
+    make_args: Callable[[int], tuple]  # seed -> the argument tuple
+    scale: float
+    scale_used: bool
+    rtol: float | None
+    atol: float | None
+    tolerance_source: str
+    batch_axis: dict[int, int] = field(default_factory=dict)
+    variants: dict[str, Callable] = field(default_factory=dict)
+    input_specs: list[str] = field(default_factory=list)
+    kind: str = "numpy"  # "numpy" or "torch": what the original computes with
+    notes: list[str] = field(default_factory=list)
+
+    def describe_args(self, args: tuple) -> list[str]:
+        return [_describe(a) for a in args]
+
+
+def _describe(x) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"{kind_of(x)} {str(x.dtype).replace('torch.', '')}[{','.join(map(str, x.shape))}]"
+    return f"{type(x).__name__} {x!r}"[:60]
+
+
+def _takes_scale(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "scale" in params
+
+
+def load(target: str | Path, func: str = "original", input_specs=(), rtol: float | None = None,
+         atol: float | None = None, scale: float | None = None, gpu: bool = True) -> Workload:
+    """Load and check a workload file (no call of `original` yet: see reference())."""
+    path = resolve_path(target)
+    if path.suffix != ".py":
+        raise UserError(f"{path} is not a .py file")
+    module = import_workload(path)
+    fn = getattr(module, func, None)
+    if fn is None:
+        raise UserError(f"{path.name} defines no function {func!r} (the code to speed up; --func picks another)")
+    if not callable(fn):
+        raise UserError(f"{path.name}: {func} is not a function")
+    specs = parse_specs(list(input_specs))
+    maker = getattr(module, "inputs", None)
+    notes = []
+    scale_used = False
+    if specs:
+        order = _spec_order(fn, [s.name for s in specs])
+
+        def make_args(seed: int) -> tuple:
+            values = make_inputs(specs, seed=seed, backend="numpy")
+            return tuple(values[n] for n in order)
+        eff_scale = 1.0
+    else:
+        if maker is None:
+            raise UserError(f"{path.name} defines no inputs(rng) and no --input was given: gpuspeed needs example "
+                            "arguments")
+        if not callable(maker):
+            raise UserError(f"{path.name}: inputs is not a function")
+        scale_used = _takes_scale(maker)
+        eff_scale = (1.0 if gpu else CPU_SCALE) if scale is None else float(scale)
+        if eff_scale <= 0:
+            raise UserError(f"--scale must be positive, got {scale}")
+        if not scale_used and scale is not None and scale != 1.0:
+            notes.append(f"inputs(rng) takes no `scale`: --scale {scale:g} ignored")
+            eff_scale = 1.0
+        if scale_used and scale is None and not gpu:
+            notes.append(f"no GPU: inputs at scale {eff_scale:g} of their typical size (--scale 1 for full size)")
+
+        def make_args(seed: int) -> tuple:
+            rng = np.random.default_rng(seed)
+            out = maker(rng, scale=eff_scale) if scale_used else maker(rng)
+            return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+
+    try:
+        args = make_args(0)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise UserError(f"{path.name}: inputs(rng) raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    tol = getattr(module, "TOLERANCE", None)
+    source = "dtype defaults (gpuspeed.verify)"
+    t_rtol = t_atol = None
+    if tol is not None:
+        if not isinstance(tol, dict) or not set(tol) <= {"rtol", "atol"}:
+            raise UserError(f"{path.name}: TOLERANCE must be dict(rtol=..., atol=...), got {tol!r}")
+        t_rtol, t_atol = tol.get("rtol"), tol.get("atol")
+        source = "the workload's TOLERANCE"
+    if rtol is not None or atol is not None:
+        source = "--rtol/--atol"
+    rtol = t_rtol if rtol is None else rtol
+    atol = t_atol if atol is None else atol
+    for label, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and (not isinstance(v, (int, float)) or v < 0):
+            raise UserError(f"{label} must be a number >= 0, got {v!r}")
+    batch_axis = _batch_axis(path, getattr(module, "BATCH_AXIS", None), args)
+    variants = getattr(module, "variants", None) or {}
+    if not isinstance(variants, dict) or not all(isinstance(k, str) and callable(v) for k, v in variants.items()):
+        raise UserError(f"{path.name}: variants must be a dict of name -> callable")
+    kind = "torch" if any(kind_of(x) == "torch" for x in leaves(args)) else "numpy"
+    return Workload(path=path.resolve(), name=path.stem, func=func, module=module, original=fn, make_args=make_args,
+                    scale=eff_scale, scale_used=scale_used, rtol=rtol, atol=atol, tolerance_source=source,
+                    batch_axis=batch_axis, variants=dict(variants), input_specs=[str(s) for s in specs], kind=kind,
+                    notes=notes)
+
+
+def _spec_order(fn, names: list[str]) -> list[str]:
+    """Spec names in the order of fn's parameters when they name them, else in the order given."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters]
+    except (TypeError, ValueError):
+        return names
+    if set(names) <= set(params):
+        return [p for p in params if p in names]
+    return names
+
+
+def _batch_axis(path: Path, value, args: tuple) -> dict[int, int]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, int) and isinstance(v, int) for k, v in value.items()):
+        raise UserError(f"{path.name}: BATCH_AXIS must be a dict {{arg_index: axis}}, got {value!r}")
+    for i, ax in value.items():
+        if not 0 <= i < len(args) or not hasattr(args[i], "shape"):
+            raise UserError(f"{path.name}: BATCH_AXIS names argument {i}, which is not an array")
+        if not -len(args[i].shape) <= ax < len(args[i].shape):
+            raise UserError(f"{path.name}: BATCH_AXIS axis {ax} is out of range for argument {i} "
+                            f"(shape {tuple(args[i].shape)})")
+    sizes = {args[i].shape[ax] for i, ax in value.items()}
+    if len(sizes) > 1:
+        raise UserError(f"{path.name}: BATCH_AXIS axes have different lengths {sorted(sizes)}")
+    return {i: ax % len(args[i].shape) for i, ax in value.items()}
+
+
+def _snapshot(args):
+    return tree_map(lambda x: x.copy() if isinstance(x, np.ndarray) else
+                    (x.clone() if kind_of(x) == "torch" and hasattr(x, "clone") else x), args)
+
+
+def same_inputs(before, after) -> bool:
+    """Did a call leave its arguments as they were (NaN equal to NaN)?"""
+    from gpuspeed.optimize.backends.common import to_numpy
+
+    for a, b in zip(leaves(before), leaves(after), strict=False):
+        a, b = to_numpy(a), to_numpy(b)
+        if isinstance(a, np.ndarray):
+            if not isinstance(b, np.ndarray) or a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+                return False
+    return True
+
+
+def reference(wl: Workload, seeds: list[int]) -> tuple[dict, bool]:
+    """The original's outputs on each seed's inputs, on the host ({seed: output}), and whether the
+    original mutates its inputs. An original that fails is a UserError."""
+    from gpuspeed.optimize.backends.common import host_tree
+
+    refs = {}
+    mutates = False
+    for seed in seeds:
+        args = wl.make_args(seed)
+        before = _snapshot(args)
+        try:
+            out = wl.original(*args)
+        except Exception as exc:
+            raise UserError(f"{wl.path.name}: {wl.func}{tuple(wl.describe_args(args))} raised "
+                            f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        out = host_tree(out)
+        if out is None or not leaves(out):
+            raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")
+        for leaf in leaves(out):
+            if not isinstance(leaf, (np.ndarray, np.generic, int, float, complex, bool)):
+                raise UserError(f"{wl.path.name}: {wl.func} returned a {type(leaf).__name__}; return arrays or "
+                                "numbers (or tuples of them)")
+        mutates = mutates or not same_inputs(before, args)
+        refs[seed] = out
+    return refs, mutates
+
+
+def out_dtypes(ref) -> list:
+    """The dtype name of each output leaf (None for Python scalars)."""
+    return [str(np.asarray(x).dtype) if isinstance(x, (np.ndarray, np.generic)) else
+            ("float64" if isinstance(x, float) else None) for x in leaves(ref)]
+
+
+def save_refs(path: Path, refs: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(refs, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
+
+
+def load_refs(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return pickle.load(f)
