@@ -174,8 +174,9 @@ def _handle_from_props(nvml, props):
             pass
     uuid = str(getattr(props, "uuid", "") or "")
     if uuid:
+        uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"  # torch leaves NVML's prefix off
         try:
-            return nvml.nvmlDeviceGetHandleByUUID((uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}").encode())
+            return nvml.nvmlDeviceGetHandleByUUID(uuid.encode())
         except Exception:
             pass
     return None

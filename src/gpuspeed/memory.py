@@ -247,10 +247,11 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     else:
         notes.append(f"peak from {source}'s allocator" + (f" (NVML's rise: {format_bytes(nvml_delta)})"
                                                             if nvml_delta is not None else ""))
+    total = int(torch.cuda.get_device_properties(index).total_memory)
     return MemoryReport(device="cuda", peak_bytes=int(peak), torch_peak_bytes=int(torch_peak),
                         torch_reserved_peak_bytes=int(reserved_peak), cupy_peak_bytes=cupy_peak,
-                        nvml_peak_delta_bytes=nvml_delta, total_bytes=int(torch.cuda.get_device_properties(index).total_memory),
-                        peak_source=source, warmup=warmup, notes=notes)
+                        nvml_peak_delta_bytes=nvml_delta, total_bytes=total, peak_source=source, warmup=warmup,
+                        notes=notes)
 
 
 def _peak_host(fn, args, kwargs) -> MemoryReport:
