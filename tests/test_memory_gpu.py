@@ -49,6 +49,31 @@ def test_memory_outside_torch_and_cupy_counts_beside_a_torch_allocation():
     assert any("peak from NVML" in note for note in rep.notes)
 
 
+def test_numba_memory_beside_a_torch_allocation_is_counted():
+    if not HAS_NVML:
+        pytest.skip("needs nvidia-ml-py")
+    np = pytest.importorskip("numpy")
+    try:
+        from numba import cuda as numba_cuda
+
+        usable = numba_cuda.is_available()
+    except Exception as exc:  # numba without its CUDA parts
+        pytest.skip(f"numba.cuda unusable: {exc}")
+    if not usable:
+        pytest.skip("numba.cuda finds no GPU")
+
+    def torch_and_numba():
+        t = torch.ones(64 * MiB, dtype=torch.uint8, device="cuda")
+        d = numba_cuda.device_array(256 * MiB, dtype=np.uint8)
+        time.sleep(0.05)
+        del d
+        return int(t[0])
+
+    rep = peak_memory(torch_and_numba)
+    assert rep.peak_source == "nvml", rep.notes
+    assert rep.peak_bytes >= 64 * MiB + 256 * MiB - 2 * MiB, rep
+
+
 def test_first_call_workspace_is_left_out_by_the_warm_up():
     workspace = []
 
