@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpuspeed import timing
+from gpuspeed import timing, trees
 from gpuspeed.errors import UserError
 
 _TORCH_DIR = None
@@ -47,26 +47,13 @@ def _is_tensor(x) -> bool:
 
 
 def _flatten(obj, out: list):
-    """Leaves of nested tuples/lists/dicts, in order; returns a spec that _unflatten reads."""
-    if isinstance(obj, (tuple, list)):
-        return (type(obj), [_flatten(o, out) for o in obj])
-    if isinstance(obj, dict):
-        return (dict, [(k, _flatten(v, out)) for k, v in obj.items()])
-    out.append(obj)
-    return None
+    """Leaves of nested tuples/lists/dicts appended to `out`, in order; returns the spec _unflatten reads."""
+    leaves, spec = trees.flatten(obj)
+    out.extend(leaves)
+    return spec
 
 
-def _unflatten(spec, leaves: list, pos: list | None = None):
-    pos = pos if pos is not None else [0]
-    if spec is None:
-        v = leaves[pos[0]]
-        pos[0] += 1
-        return v
-    kind, items = spec
-    if kind is dict:
-        return {k: _unflatten(s, leaves, pos) for k, s in items}
-    vals = [_unflatten(s, leaves, pos) for s in items]
-    return tuple(vals) if kind is tuple else vals
+_unflatten = trees.unflatten
 
 
 def _leaf_key(x):
