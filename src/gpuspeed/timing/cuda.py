@@ -136,7 +136,7 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
         notes.append(f"graph mode: {calls_per_sample} calls per replay, time divided by {calls_per_sample}")
         if flush:
             notes.append(f"graph mode: L2 flushed once per replay, so calls 2..{calls_per_sample} of each replay "
-                         "find what the call before them left in L2 (flush_l2=False, flush='per-replay'); "
+                         f"find what the call before them left in L2 (flush_l2=False, flush={flush_done!r}); "
                          "rotate=N spreads the calls over N copies of the inputs, mode='events' flushes before "
                          "every call")
     elif float(np.median(samples)) < EVENTS_FIXED_NOTE_BELOW_S:
