@@ -36,7 +36,7 @@ def analyze(wl, args, original_s: float | None) -> dict:
     timed = bool(res.get("lines", {}).get("functions"))
     loop_bound = any((lp.get("share") or 0) >= 0.3 for lp in loops) or (
         not timed and interp >= 0.5 and _has_loops(wl.original))
-    sequential = any("sequential" in (lp.get("verdict") or "") for lp in loops)
+    sequential = any("sequential" in (lp.get("verdict") or "") for lp in loops) or (loop_bound and _carried(wl.original))
     f64 = _has_float64(args)
     implications = []
     if sequential:
@@ -62,6 +62,32 @@ def analyze(wl, args, original_s: float | None) -> dict:
             "sequential": sequential, "float64": f64, "implications": implications, "hot_lines": hot_lines,
             "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "verdict", "function")}
                           for lp in loops], "top": cp.get("top", [])[:8], "notes": notes}
+
+
+def _carried(fn) -> bool:
+    """A name in an outermost loop that is read and then re-assigned from itself (acc = f(acc)), or an
+    element read at i - 1: a value carried from one iteration to the next."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []
+    for loop in [n for n in body if isinstance(n, ast.For)]:  # outermost loops: their own statements only
+        index = getattr(loop.target, "id", None)
+        for stmt in loop.body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                name = stmt.targets[0].id
+                if any(isinstance(v, ast.Name) and v.id == name for v in ast.walk(stmt.value)):
+                    return True
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.BinOp) and \
+                        isinstance(node.slice.op, ast.Sub) and getattr(node.slice.left, "id", None) == index:
+                    return True
+    return False
 
 
 def _has_loops(fn) -> bool:

@@ -57,7 +57,7 @@ def _limit(rec: dict, loop_bound: bool, remaining: float) -> float:
 def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT_BUDGET, rtol=None, atol=None,
              backends=None, device: str = "auto", target_gpu: str = DEFAULT_TARGET,
              time_budget: float = DEFAULT_TIME_BUDGET_S, out=None, resume: bool = False, scale: float | None = None,
-             bench_budget_s: float | None = None, rank_by: str = "device",
+             bench_budget_s: float | None = None, rank_by: str = "device", candidate_limit_s: float | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> OptimizeRun:
     """Run the whole pipeline; returns what the report is written from (also written under out)."""
     from gpuspeed.results import check_out_dir, default_dir
@@ -144,7 +144,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                 run.results[rec["name"]] = {"name": rec["name"], "recipe": rec, "status": "skipped",
                                             "reason": f"time budget of {time_budget:g} s spent"}
                 continue
-            run.results[rec["name"]] = runner.run(rec, _limit(rec, run.hot.get("loop_bound", False), left))
+            limit = _limit(rec, run.hot.get("loop_bound", False), left)
+            run.results[rec["name"]] = runner.run(rec, min(limit, candidate_limit_s or limit))
 
     try_all(recipes)
     # budget: a candidate that ran out of memory or over the budget is re-run chunked
@@ -227,7 +228,11 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
         out["speedup_e2e"] = (primary.get("speedup_e2e") or {}).get("speedup")
     reasons = []
     sp = out.get("speedup") or 0.0
-    if not primary:
+    tried = [n for n, r in run.results.items() if n != "original" and r.get("status") != "skipped"]
+    if not tried:
+        reasons.append("no candidate could run here" + (" (no GPU, and no CPU backend applies)" if run.where != "cuda"
+                                                         else ""))
+    elif not primary:
         reasons.append("no candidate passed the correctness check within the budget")
     elif sp < 2:
         if run.hot.get("sequential"):

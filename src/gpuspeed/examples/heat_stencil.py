@@ -1,0 +1,23 @@
+"""Heat diffusion on a 2-D plate: a 5-point Jacobi stencil iterated in NumPy slices, float64.
+
+A stencil: each step reads a neighbourhood and writes a new grid; the steps depend on each other, the
+points within a step do not.
+"""
+
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)  # temperatures of order 1, after many smoothing steps
+
+
+def original(grid, alpha, steps):
+    u = np.array(grid, dtype=np.float64)  # a working copy
+    for _ in range(steps):
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1]
+        u[1:-1, 1:-1] = u[1:-1, 1:-1] + alpha * lap
+    return u
+
+
+def inputs(rng, scale=1.0):
+    n = max(32, int(2048 * scale ** 0.5))
+    grid = rng.random((n, n))
+    return grid, 0.2, 40

@@ -1,0 +1,16 @@
+"""A histogram of measurements: np.histogram over a large float64 sample into fixed bins.
+
+Integer counts compare exactly, so a candidate must bin every value as NumPy does.
+"""
+
+import numpy as np
+
+
+def original(samples, bins, lo, hi):
+    counts, _ = np.histogram(samples, bins=bins, range=(lo, hi))
+    return counts
+
+
+def inputs(rng, scale=1.0):
+    n = max(10_000, int(50_000_000 * scale))
+    return rng.standard_normal(n), 256, -4.0, 4.0

@@ -1,0 +1,20 @@
+"""All-pairs Euclidean distances between two point clouds by broadcasting, as NumPy makes it easy to write.
+
+Done naively the (n, m, 3) difference and its square need more than 8 GB at the typical size: the
+pipeline has to chunk it along the rows of `a` (BATCH_AXIS) to fit the budget.
+"""
+
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-6, atol=1e-9)
+BATCH_AXIS = {0: 0}  # rows of `a` are independent: output rows follow them
+
+
+def original(a, b):
+    diff = a[:, None, :] - b[None, :, :]
+    return np.sqrt((diff ** 2).sum(axis=-1))
+
+
+def inputs(rng, scale=1.0):
+    n = max(64, int(12_000 * scale ** 0.5))
+    return rng.standard_normal((n, 3)), rng.standard_normal((n, 3))

@@ -1,0 +1,26 @@
+"""Per-row weighted statistics of a float64 matrix (mean, standard deviation, skewness): reductions.
+
+Each statistic is a reduction along a row; the rows are independent.
+"""
+
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-7)
+BATCH_AXIS = {0: 0}
+
+
+def original(x, w):
+    wsum = w.sum()
+    mean = (x * w).sum(axis=1) / wsum
+    centered = x - mean[:, None]
+    var = (centered ** 2 * w).sum(axis=1) / wsum
+    std = np.sqrt(var)
+    skew = (centered ** 3 * w).sum(axis=1) / wsum / std ** 3
+    return mean, std, skew
+
+
+def inputs(rng, scale=1.0):
+    rows = max(64, int(16_384 * scale))
+    x = rng.standard_normal((rows, 2048)) + rng.uniform(-1, 1, (rows, 1))
+    w = rng.uniform(0.5, 1.5, 2048)
+    return x, w

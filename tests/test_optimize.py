@@ -1,0 +1,181 @@
+"""gpuspeed optimize on the CPU: workload errors, the pipeline over every bundled example at small
+inputs, resume, chunking and the axis proposal, and the emitted script running green without a GPU."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuspeed.cli import main
+from gpuspeed.errors import UserError
+from gpuspeed.optimize import budget, workload
+from gpuspeed.optimize.backends.chunking import chunked
+from gpuspeed.optimize.backends.common import Demoted, Impl, rebind
+from gpuspeed.optimize.pipeline import optimize
+from gpuspeed.optimize.runner import read_jsonl
+
+
+def _write(tmp_path, text, name="wl.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+GOOD = """
+import numpy as np
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+def original(x):
+    return np.sin(x) * 2.0 + x
+def inputs(rng):
+    return (rng.standard_normal(1000),)
+"""
+
+
+@pytest.mark.parametrize("text, message", [
+    ("import numpy as np\ndef inputs(rng):\n    return (np.ones(3),)\n", "defines no function 'original'"),
+    ("def original(x):\n    return x\ndef inputs(rng):\n    raise RuntimeError('boom')\n", "inputs(rng) raised RuntimeError"),
+    ("def original(x:\n    return x\n", "syntax error"),
+    ("import numpy as np\ndef original(x):\n    raise ValueError('bad')\ndef inputs(rng):\n    return (np.ones(3),)\n",
+     "raised ValueError: bad"),
+    ("def original(x):\n    return x\n", "defines no inputs(rng)"),
+    ("import numpy as np\nTOLERANCE = 3\ndef original(x):\n    return x\ndef inputs(rng):\n    return (np.ones(3),)\n",
+     "TOLERANCE must be"),
+    ("import not_a_module_xyz\n", "importing"),
+])
+def test_bad_workloads_are_one_line_errors(tmp_path, capsys, text, message):
+    p = _write(tmp_path, text)
+    out = tmp_path / "out"
+    rc = main(["optimize", str(p), "--out", str(out), "--device", "cpu"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.startswith("gpuspeed: error:") and len(err.splitlines()) == 1 and message in err, err
+    assert not out.exists() or not any(out.iterdir())  # nothing half-written
+
+
+def test_unparsable_input_spec(tmp_path, capsys):
+    p = _write(tmp_path, "def original(x):\n    return x\n")
+    rc = main(["optimize", str(p), "--input", "x=float99[3]", "--device", "cpu", "--out", str(tmp_path / "o")])
+    assert rc == 2 and "bad input spec" in capsys.readouterr().err
+
+
+def test_input_specs_make_numpy_arrays(tmp_path):
+    p = _write(tmp_path, "def original(n, x):\n    return x * n\n")
+    wl = workload.load(p, input_specs=["x=float32[4,3]", "n=int:5"], gpu=False)
+    args = wl.make_args(1)
+    assert isinstance(args[1], np.ndarray) and args[1].shape == (4, 3) and args[0] == 5  # parameter order
+
+
+def test_pipeline_small_end_to_end_and_resume(tmp_path):
+    p = _write(tmp_path, GOOD)
+    out = tmp_path / "run"
+    run = optimize(p, device="cpu", out=out, time_budget=120)
+    assert run.results["original"]["status"] == "ok"
+    assert run.results["numpy-fp32"]["status"] == "ok"  # float32 is within 1e-5 here
+    assert run.choice["primary"] == "numpy-fp32" or run.choice["primary"] is None or run.choice["primary"]
+    for name in ("report.md", "optimize_wl.json", "optimize_wl.png", "optimized_wl.py", "candidates.jsonl"):
+        assert (out / name).is_file(), name
+    md = (out / "report.md").read_text()
+    for section in ("## A — Summary", "## B — Primary code", "## C — Alternative", "## D — Benchmark",
+                    "## E — How to profile"):
+        assert section in md
+    doc = json.loads((out / "optimize_wl.json").read_text())
+    assert doc["summary"]["correct"] is True and doc["study"] == "optimize_wl"
+    lines = read_jsonl(out / "candidates.jsonl")
+    assert {r["name"] for r in lines} == {"original", "numpy-fp32"}
+    # an interrupted run: drop the last line, resume: the kept line is reused, the lost one re-run
+    (out / "candidates.jsonl").write_text(json.dumps(lines[0]) + "\n")
+    run2 = optimize(p, device="cpu", out=out, time_budget=120, resume=True)
+    assert run2.results["original"].get("resumed") and not run2.results["numpy-fp32"].get("resumed")
+    assert run2.params["seeds"] == run.params["seeds"]
+
+
+def test_demotion_rejected_outside_tolerance(tmp_path):
+    p = _write(tmp_path, GOOD.replace("rtol=1e-5, atol=1e-6", "rtol=1e-6, atol=1e-9").replace("1000", "200000")
+               .replace("np.sin(x) * 2.0 + x", "np.cumsum(x * 2.0)"))
+    run = optimize(p, device="cpu", out=tmp_path / "r", time_budget=120)
+    assert run.results["numpy-fp32"]["status"] == "incorrect"  # float32 cumsum drifts past 1e-6
+
+
+def test_emitted_script_runs_green_without_gpu(tmp_path):
+    p = _write(tmp_path, GOOD)
+    run = optimize(p, device="cpu", out=tmp_path / "r", time_budget=120)
+    script = Path(run.paths["script"])
+    r = subprocess.run([sys.executable, str(script), "--bench", "--cpu"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "correctness: PASS" in r.stdout and "optimized" in r.stdout
+
+
+def test_demoted_namespace_and_rebind():
+    d = Demoted(np)
+    assert d.zeros(3).dtype == np.float32 and d.float64 is np.float32 and d.arange(3).dtype == np.int64
+    assert d.zeros(3, dtype=np.float64).dtype == np.float32 and d.linspace(0, 1, 5).dtype == np.float32
+    import types
+
+    m = types.ModuleType("m")
+    exec("import numpy as np\nfrom numpy import exp\ndef f(x):\n    return exp(np.zeros(2) + x)\n", m.__dict__)
+    rebind(m, np, demote=True)
+    assert m.f(1.0).dtype == np.float32
+
+
+def test_chunked_matches_whole_and_axis_proposal(tmp_path):
+    p = _write(tmp_path, """
+        import numpy as np
+        def original(a, b):
+            return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)), a.sum(axis=1)
+        def inputs(rng, scale=1.0):
+            return rng.standard_normal((int(300 * scale), 3)), rng.standard_normal((50, 3))
+        """)
+    wl = workload.load(p, gpu=False, scale=1.0)
+    prop = budget.propose_axes(wl)
+    assert prop["axes"] == {0: 0} and prop["out_axes"] == [0, 0], prop
+    args = wl.make_args(3)
+    impl = chunked(Impl(wl.original), prop["axes"], prop["out_axes"], 64)
+    whole = wl.original(*args)
+    parts = impl(*args)
+    assert all(np.array_equal(w, c) for w, c in zip(whole, parts, strict=True))
+
+
+def test_no_axis_for_a_recurrence(tmp_path):
+    p = _write(tmp_path, """
+        import numpy as np
+        def original(x):
+            return np.cumsum(x, axis=0)
+        def inputs(rng, scale=1.0):
+            return (rng.standard_normal((400, 4)),)
+        """)
+    prop = budget.propose_axes(workload.load(p, gpu=False))
+    assert prop["axes"] == {0: 1}  # columns are independent, rows are not
+
+
+def test_bad_backend_and_target(tmp_path):
+    p = _write(tmp_path, GOOD)
+    with pytest.raises(UserError, match="unknown backend"):
+        optimize(p, device="cpu", backends=["nope"], out=tmp_path / "r")
+    with pytest.raises(UserError, match="target-gpu"):
+        optimize(p, device="cpu", target_gpu="Voodoo 2", out=tmp_path / "r")
+
+
+EXAMPLES = workload.bundled_examples()
+
+
+def test_at_least_eight_examples():
+    assert len(EXAMPLES) >= 8 and workload.DEFAULT_EXAMPLE in EXAMPLES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_cpu_path(tmp_path, name):
+    """No GPU: no crash and a correct report for every bundled example at small inputs."""
+    run = optimize(name, device="cpu", out=tmp_path / name, scale=0.01, time_budget=90, bench_budget_s=0.2)
+    assert run.results["original"]["status"] == "ok", run.results["original"]
+    md = (tmp_path / name / "report.md").read_text()
+    assert "## A — Summary" in md and "## E — How to profile" in md
+    for r in run.results.values():  # every candidate's status is one the report explains
+        assert r["status"] in ("ok", "incorrect", "wrong_output", "unavailable", "error", "skipped", "timeout"), r
+    if run.choice["primary"]:
+        assert run.results[run.choice["primary"]]["status"] == "ok"
