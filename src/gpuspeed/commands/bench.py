@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.demo import run_demo
         from gpuspeed.errors import UserError
         from gpuspeed.results import check_out_dir, write_results
-        from gpuspeed.timing import format_time
+        from gpuspeed.timing import format_speedup, format_time
 
         check_out_dir(out)  # a bad --out fails now, before the measuring
         if (rows > 0) != (cols > 0) or rows < 0 or cols < 0:
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
                       f"{r['GBps']:.1f}")
         console.print(t)
         s = doc["summary"]
-        console.print(f"speedup {s['speedup']:.1f}x [95% CI {s['speedup_ci_low']:.1f}-{s['speedup_ci_high']:.1f}] "
+        console.print(f"speedup {format_speedup(s['speedup'], s['speedup_ci_low'], s['speedup_ci_high'])} "
                       f"({s['verdict']}); check {'PASS' if s['check_passed'] else 'FAIL'}, "
                       f"rel L2 error {s['rel_l2_err']:.2e}")
         for note in doc["notes"]:
