@@ -130,3 +130,60 @@ def test_best_run_keeps_the_fastest_of_its_runs():
     assert best_run(lambda: next(runs), runs=3, idle_s=0).median == 1.0
     with pytest.raises(StopIteration):  # exactly `runs` calls were made
         next(runs)
+
+
+def test_point_above_the_roof_is_labelled_not_shown_as_a_percentage():
+    from gpuspeed.roofline.place import ABOVE_ROOF
+    from gpuspeed.roofline.report import markdown, pct_text
+
+    c = _ceil()
+    n = 2**20  # an add whose 12 MiB sat in L2: 1.4x the device-memory roof
+    d = locate("add cached", n, 12 * n, 12 * n / (1.4 * 4500e9), c, "fp32")
+    assert d["bound"] == "memory" and d["pct_of_roof"] == pytest.approx(140.0) and d["above_roof"] is True
+    assert pct_text(d) == ">100 (above roof: cache-resident data)" and "cache-resident" in ABOVE_ROOF["memory"]
+    below = locate("add", n, 12 * n, 12 * n / (0.9 * 4500e9), c, "fp32")
+    assert below["above_roof"] is False and pct_text(below) == "90.0"
+    doc = {"created": "now", "git": "x", "params": {"device": "cuda"}, "device": {"name": "t"}, "summary": {},
+           "rows": [{"section": "placement", **d, "group": "elementwise"}], "notes": []}
+    text = markdown(doc)
+    assert "above roof: cache-resident data" in text and "140.0" not in text
+
+
+def _text_boxes(fig):
+    from matplotlib.text import Text
+
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    out = []
+    for t in ax.texts:
+        if hasattr(t, "update_positions"):
+            t.update_positions(renderer)
+        out.append((t.get_text(), Text.get_window_extent(t, renderer)))
+    return out, ax.get_legend().get_window_extent(renderer)
+
+
+@pytest.mark.parametrize("gpu", ["nvidia-h200", "cpu"])
+def test_committed_roofline_plot_has_no_overlapping_text_and_fits_the_data(gpu):
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from gpuspeed.roofline.plot import draw
+
+    path = Path(__file__).resolve().parents[1] / "results" / gpu / "roofline.json"
+    doc = json.loads(path.read_text())
+    fig = draw(doc)
+    try:
+        boxes, legend = _text_boxes(fig)
+        placed = [r for r in doc["rows"] if r.get("section") == "placement" and r.get("ai")]
+        names = [b[0] for b in boxes]
+        assert all(any(n.startswith(r["name"]) for n in names) for r in placed)  # every point labelled
+        clashes = [(a[0], b[0]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a[1].overlaps(b[1])]
+        assert not clashes, clashes
+        assert not [n for n, b in boxes if b.overlaps(legend)]
+        ais = [r["ai"] for r in doc["rows"] if r.get("section") in ("placement", "sweep") and r.get("ai")]
+        lo, hi = fig.axes[0].get_xlim()
+        assert lo <= min(ais) and hi >= max(ais)  # the data is inside
+        assert lo >= min(ais) / 4 and hi <= max(ais) * 8  # and the axis does not run far past it
+    finally:
+        plt.close(fig)

@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from gpuspeed.results import check_out_dir
+        from gpuspeed.roofline.report import pct_text
         from gpuspeed.roofline.study import Study
 
         check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
@@ -80,7 +81,7 @@ def register(app: typer.Typer) -> None:
                 p.add_row(r["name"], "[red]error[/]", r["error"][:60], "", "", "")
                 continue
             ach = f"{r['TFLOPs']:,.3g} TFLOP/s" if gpu else f"{r['TFLOPs'] * 1e3:,.3g} GFLOP/s"
-            pct = f"{r['pct_of_roof']:.1f}" if r.get("pct_of_roof") is not None else "-"
+            pct = pct_text(r)
             p.add_row(r["name"], f"{r['ai']:.3g}", ach, f"{r['GBps']:,.0f}", pct, str(r.get("bound")))
         if study.placements:
             console.print(p)

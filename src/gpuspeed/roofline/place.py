@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.roofline import model
 from gpuspeed.roofline.ceilings import Ceilings
@@ -19,11 +20,7 @@ from gpuspeed.timing import bench
 
 
 def _tensors(obj) -> list:
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return [obj] if type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "untyped_storage") else []
+    return [x for x in trees.leaves(obj) if trees.module_of(x) == "torch" and hasattr(x, "untyped_storage")]
 
 
 def min_bytes(args: Any, out: Any) -> int:
@@ -77,6 +74,7 @@ class Placement:
     pct_of_roof: float | None
     bound: str | None  # "memory" or "compute"
     pct_of_mem_roof: float | None = None  # achieved GB/s over the device-memory roof
+    above_roof: bool = False  # faster than the roof: see ABOVE_ROOF
     flops_source: str = "counted"
     rel_noise: float = math.nan
     samples: int = 0
@@ -85,6 +83,12 @@ class Placement:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# Why a point can sit above the roof, by its bound: the roof is what device memory or the compute ceiling
+# delivers, and a point beats it only when that is not what limited it.
+ABOVE_ROOF = {"memory": "above roof: cache-resident data (the working set sat in cache, faster than device memory)",
+              "compute": "above roof: faster than the measured compute ceiling (measured in a slower clock state)"}
 
 
 def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilings, unit: str) -> dict:
@@ -100,6 +104,7 @@ def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilin
         r = model.roof(ai, peak_T * 1e12, bw * 1e9)
         d |= {"roof_TFLOPs": r / 1e12, "pct_of_roof": 100 * d["TFLOPs"] * 1e12 / r,
               "bound": model.bound(ai, peak_T * 1e12, bw * 1e9), "pct_of_mem_roof": 100 * d["GBps"] / bw}
+    d["above_roof"] = d["pct_of_roof"] is not None and d["pct_of_roof"] > 100
     return d
 
 
@@ -133,8 +138,9 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         ceilings = cached_ceilings()
     m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
     d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
+    notes = list(m.notes) + ([ABOVE_ROOF[d["bound"]]] if d["above_roof"] else [])
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
-                     notes=list(m.notes))
+                     notes=notes)
 
 
 _cache: dict = {}

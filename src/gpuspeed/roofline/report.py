@@ -7,6 +7,16 @@ def _f(v, fmt=",.1f") -> str:
     return "-" if v is None else format(v, fmt) if isinstance(v, (int, float)) else str(v)
 
 
+def pct_text(row: dict, fmt: str = ",.1f") -> str:
+    """% of roof as shown to a reader: a point above the roof is labelled why, not shown as 103-180 %."""
+    if row.get("pct_of_roof") is None:
+        return "-"
+    if row["pct_of_roof"] > 100:
+        return ">100 (above roof: cache-resident data)" if row.get("bound") == "memory" else \
+            ">100 (above the measured ceiling)"
+    return format(row["pct_of_roof"], fmt)
+
+
 def markdown(doc: dict) -> str:
     gpu = doc["params"].get("device") == "cuda"
     dev = doc.get("device", {})
@@ -42,7 +52,7 @@ def markdown(doc: dict) -> str:
                 lines.append(f"| {r['name']} | | | | | | | | error: {r['error'][:100]} |")
                 continue
             lines.append(f"| {r['name']} | {r['ai']:.3g} | {_f(r['TFLOPs'], ',.3g')} | {_f(r['GBps'])} | "
-                         f"{_f(r.get('roof_TFLOPs'), ',.3g')} | {_f(r.get('pct_of_roof'))} | {r.get('bound')} | "
+                         f"{_f(r.get('roof_TFLOPs'), ',.3g')} | {pct_text(r)} | {r.get('bound')} | "
                          f"{r.get('compute_ceiling')} | {r.get('flops_source', '')} |")
     lines += ["", "## Notes", ""] + [f"- {n}" for n in doc.get("notes", [])]
     if not gpu:

@@ -14,7 +14,7 @@ from gpuspeed import device as _device
 from gpuspeed.results import make_results
 from gpuspeed.roofline import sweep as S
 from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
-from gpuspeed.roofline.place import count_flops, default_unit, locate, place
+from gpuspeed.roofline.place import ABOVE_ROOF, count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
 
 DTYPES = ("fp32", "tf32", "bf16")
@@ -70,6 +70,9 @@ class Study:
         for p in self.placements:
             if "time_s" in p:
                 p |= locate(p["name"], p["flops"], p["bytes"], p["time_s"], self.ceil, p["unit"])
+                p["notes"] = [n for n in p.get("notes", []) if n not in ABOVE_ROOF.values()]
+                if p["above_roof"]:
+                    p["notes"].append(ABOVE_ROOF[p["bound"]])
 
     def _ceiling_step(self, label, fn, merge: bool = False):
         def run():
@@ -169,6 +172,7 @@ class Study:
             s[f"{key}_worst"] = worst["name"] if worst else None  # the point that sets the figure above
         placed = [p for p in self.placements if p.get("pct_of_roof") is not None]
         s["max_pct_of_roof"] = max((p["pct_of_roof"] for p in placed), default=None)
+        s["n_above_roof"] = sum(1 for p in placed if p["pct_of_roof"] > 100)  # labelled, not believed
         s["n_errors"] = (sum(1 for r in c.rows if r.error) + sum(1 for r in self.sweep_rows if "error" in r)
                          + sum(1 for p in self.placements if "error" in p))
         return s
