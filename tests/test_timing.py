@@ -184,9 +184,9 @@ def test_throttle_flag_from_the_clock_polled_during_sampling_and_the_caps():
 def test_clock_watch_reports_the_share_of_time_a_cap_acted(monkeypatch):
     counters = iter([{"power": 0, "thermal": 7}, {"power": 30_000_000, "thermal": 7}])
     times = iter([100.0, 100.1])
-    monkeypatch.setattr(clocks._device, "capped_ns", lambda: next(counters))
-    monkeypatch.setattr(clocks._device, "read_clocks", lambda: {"sm_max_mhz": 1980})
-    monkeypatch.setattr(clocks._device, "sm_clock_mhz", lambda: 1980)
+    monkeypatch.setattr(clocks._device, "capped_ns", lambda *_: next(counters))
+    monkeypatch.setattr(clocks._device, "read_clocks", lambda *_: {"sm_max_mhz": 1980})
+    monkeypatch.setattr(clocks._device, "sm_clock_mhz", lambda *_: 1980)
     monkeypatch.setattr(clocks.time, "perf_counter", lambda: next(times))
     watch = clocks.ClockWatch()
     deadline = time.monotonic() + 5

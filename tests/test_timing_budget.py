@@ -59,6 +59,7 @@ def test_fast_calls_stop_within_one_batch_of_the_budget(per_sample, nominal):
 def test_min_samples_is_a_floor_even_past_the_budget():
     samples, dev, stopper = run(per_sample=0.5, budget_s=0.1, min_samples=10, nominal=3)
     assert len(samples) == 10
+    assert "past it to min_samples=10" in stopper.reason
     assert dev.now == pytest.approx(5.0)  # ten samples, no more
 
 

@@ -36,6 +36,7 @@ class Stopper:
         self.clock = clock
         self.t0 = clock()
         self.reason = ""
+        self._floor_past_budget = False  # the budget ran out before min_samples were taken
 
     def left(self) -> float:
         """Seconds of the budget not yet spent (negative once overspent)."""
@@ -47,12 +48,15 @@ class Stopper:
             self.reason = f"stopped at max_samples={self.max_samples}"
             return True
         if n < self.min_samples:  # a floor, whatever the budget says
+            self._floor_past_budget = self.left() < 0
             return False
         if median_rel_error(samples) <= self.max_noise:
             self.reason = "noise target met"
             return True
         if self.left() < 0:
             self.reason = f"time budget of {self.budget_s:g} s spent before the noise target"
+            if self._floor_past_budget:
+                self.reason += f" (sampling went past it to min_samples={self.min_samples})"
             return True
         return False
 
