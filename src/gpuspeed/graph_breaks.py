@@ -13,7 +13,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from gpuspeed import graphs
+from gpuspeed import graphs, trees
 from gpuspeed.errors import UserError
 
 @dataclass
@@ -146,7 +146,7 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
     import torch
 
     def vary(x, scale: int, bump: int):
-        if graphs._is_tensor(x):
+        if trees.module_of(x) == "torch" and hasattr(x, "data_ptr"):
             shape = list(x.shape)
             if shape and scale > 1:
                 shape[0] *= scale
@@ -161,12 +161,7 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
             return x + bump
         return x
 
-    out = []
-    for i in range(n):
-        leaves: list = []
-        spec = graphs._flatten(args, leaves)
-        out.append(graphs._unflatten(spec, [vary(x, 1 if i == 0 else i + 1, i) for x in leaves]))
-    return out
+    return [trees.map_leaves(lambda x, i=i: vary(x, 1 if i == 0 else i + 1, i), args) for i in range(n)]
 
 
 def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_fullgraph: bool = True,
