@@ -1,0 +1,108 @@
+"""`gpuspeed decode`: the decode ladder (V0 naive .. V5 fast) on a named Llama shape or a real checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def _ints(text: str | None, what: str) -> list[int]:
+    from gpuspeed.errors import UserError
+
+    if not text:
+        return []
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise UserError(f"--{what} takes comma-separated integers like 8,32, got {text!r}") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def decode(
+        model: str = typer.Option("tiny", "--model", help="tiny, smollm2-135m, llama-3.2-1b, llama-3-8b (random "
+                                                          "weights) or a path to a .gguf file or an HF folder."),
+        dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
+        variants: str = typer.Option("all", "--variants", help="Comma-separated: V0,V1,V2,V3,V4,V4c,V5, or all."),
+        batch: int = typer.Option(1, "--batch", help="Sequences decoded together."),
+        prompt_len: int = typer.Option(None, "--prompt-len", help="Random prompt length (default 32; 8 on a CPU)."),
+        prompt: str = typer.Option(None, "--prompt", help="A text prompt (checkpoints with a tokenizer)."),
+        new_tokens: int = typer.Option(None, "--new-tokens", help="Tokens generated (default 128; 16 on a CPU)."),
+        batches: str = typer.Option(None, "--batches", help="Also time the best variant at these batch sizes (8,32)."),
+        long_prompt: int = typer.Option(None, "--long-prompt", help="Also time the best variant at this prompt length."),
+        temperature: float = typer.Option(0.0, "--temperature", help="0: greedy (the exactness checks need it)."),
+        top_k: int = typer.Option(None, "--top-k", help="Sample among the k most likely tokens."),
+        top_p: float = typer.Option(None, "--top-p", help="Sample from the smallest set with this much mass."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the random weights, prompt and sampling."),
+        layers: int = typer.Option(None, "--layers", help="Use only this many layers of a named model (CPU demos)."),
+        compile_backend: str = typer.Option("inductor", "--compile-backend",
+                                            help="torch.compile backend of V3/V4c/V5 (eager: trace only, fast)."),
+        no_hf: bool = typer.Option(False, "--no-hf", help="Skip the transformers generate comparison rows."),
+        no_profile: bool = typer.Option(False, "--no-profile", help="Skip kernels/syncs per token and traces."),
+        time_cap: float = typer.Option(None, "--time-cap", help="Seconds; variants past it are skipped, recorded."),
+        budget: float = typer.Option(None, "--budget", help="Seconds of timing per variant (default 2; 0.5 CPU)."),
+        device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+        out: str = typer.Option(None, "--out", help="Write decode.json, decode_ladder.png, decode_bandwidth.png "
+                                                    "and traces/ here."),
+        as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    ):
+        """Decode ladder: ms/token, GB/s of weights vs the read roof, exact tokens, vs transformers generate."""
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from gpuspeed.decode import study
+        from gpuspeed.decode.generate import Sampling
+        from gpuspeed.decode.variants import parse_variants
+        from gpuspeed.device import resolve_device
+        from gpuspeed.results import check_out_dir, write_results
+
+        check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
+        where = resolve_device(device)
+        small = where != "cuda"
+        spec = study.Spec(model=model, dtype=dtype, variants=parse_variants(variants), batch=batch,
+                          prompt_len=prompt_len if prompt_len is not None else (8 if small else 32), prompt=prompt,
+                          new_tokens=new_tokens if new_tokens is not None else (16 if small else 128),
+                          device=device, seed=seed, compile_backend=compile_backend, hf=not no_hf,
+                          profile=not no_profile, batches=_ints(batches, "batches"), long_prompt=long_prompt,
+                          time_cap_s=time_cap, bench_budget_s=budget or (0.5 if small else 2.0), max_layers=layers,
+                          out=out, sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed))
+        study.check_spec(spec)
+        study.check_fits(spec, where)
+        console = Console(stderr=as_json)
+        if small and not as_json:
+            console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "
+                          "the numbers are CPU numbers.")
+        total = 3 + len(spec.variants) + len(spec.batches) + bool(long_prompt) + (0 if no_hf else 1)
+        with Progress(TextColumn("{task.description:<36}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("decode", total=total)
+
+            def progress(what: str) -> None:
+                bar.update(task, advance=1, description=what)
+
+            doc = study.run(spec, progress=progress)
+            bar.update(task, completed=total, description="done")
+        paths = []
+        if out:
+            paths.append(write_results(doc, out))
+            paths += study.plots(doc, out)
+        if as_json:
+            print(json.dumps(doc, indent=1))
+            return
+        from rich.table import Table
+
+        t = Table(title=f"decode {spec.label()} on {doc['device'].get('name', '?')}")
+        for col in study.COLUMNS:
+            t.add_column(col, justify="left" if col == "variant" else "right")
+        for cells in study.table_rows(doc):
+            t.add_row(*cells)
+        console.print(t)
+        for key, val in doc["summary"].items():
+            console.print(f"  {key}: {study._fmt(val, '.4g')}", highlight=False)
+        for name, text in (doc["params"].get("texts") or {}).items():
+            console.print(f"  {name}: {text!r}", highlight=False, markup=False)
+        for note in doc["notes"]:
+            console.print(f"[dim]{note}[/]")
+        for p in paths:
+            console.print(f"wrote {p}")

@@ -1,0 +1,608 @@
+"""The decode study: run the ladder on one model and dtype, measure it, and write results/<gpu>/decode.json.
+
+For each variant: one warm generation (compile and capture timed apart, tokens kept for the equality
+check), prefill and decode timed with gpuspeed.bench (decode: repeated generations from the prefilled
+state, ms/token = median / steps), peak memory with gpuspeed.peak_memory, kernels and host syncs per token
+from gpuspeed.profile's trace. Weight bytes per token over time gives GB/s against the read ceiling the
+roofline module measures in the same run. A failing variant is recorded with its error; the rest go on.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import re
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from gpuspeed import device as _device
+from gpuspeed.decode import checkpoints, model as M, variants as V
+from gpuspeed.decode.generate import Sampling, generate
+from gpuspeed.errors import UserError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Spec:
+    """What one `gpuspeed decode` run does."""
+
+    model: str = "tiny"
+    dtype: str = "fp32"
+    variants: list = field(default_factory=lambda: list(V.ORDER))
+    batch: int = 1
+    prompt_len: int = 32
+    prompt: str | None = None
+    new_tokens: int = 128
+    device: str = "auto"
+    seed: int = 0
+    compile_backend: str = "inductor"
+    hf: bool = True  # transformers generate rows (dynamic and static cache)
+    profile: bool = True
+    agreement: bool = True  # bf16/fp16: token agreement and max logit error against fp32
+    batches: list = field(default_factory=list)  # extra batch sizes for the best variant (e.g. 8, 32)
+    long_prompt: int | None = None  # an extra row for the best variant at this prompt length
+    time_cap_s: float | None = None  # past this, the remaining variants are skipped (recorded as skipped)
+    bench_budget_s: float = 2.0
+    max_layers: int | None = None  # shrink a named config (CPU demos and tests)
+    out: str | None = None  # traces go to <out>/traces/
+    sampling: Sampling = field(default_factory=Sampling)
+
+    def label(self) -> str:
+        return f"{model_key(self.model)}_{self.dtype}"
+
+
+def model_key(model: str) -> str:
+    if model in M.CONFIGS:
+        return model
+    return re.sub(r"[^A-Za-z0-9.\-]+", "-", Path(model).stem).strip("-").lower() or "model"
+
+
+def _err(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+
+
+def _free(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def check_spec(spec: Spec) -> None:
+    """User mistakes, before any work."""
+    if spec.dtype not in DTYPES:
+        raise UserError(f"unknown dtype {spec.dtype!r}: use {', '.join(DTYPES)}")
+    if spec.batch < 1:
+        raise UserError(f"--batch must be >= 1, got {spec.batch}")
+    if spec.new_tokens < 2:
+        raise UserError(f"--new-tokens must be >= 2 (one from prefill, the rest decoded), got {spec.new_tokens}")
+    if spec.prompt is None and spec.prompt_len < 1:
+        raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
+    if spec.model not in M.CONFIGS and not Path(spec.model).exists():
+        raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
+    for b in spec.batches:
+        if b < 1:
+            raise UserError(f"batch sizes must be >= 1, got {b}")
+
+
+def load_model(spec: Spec, device: str) -> tuple[checkpoints.Checkpoint, M.Transformer | None]:
+    """(checkpoint in the run's dtype, fp32 reference model or None). Random weights are made in fp32 on the
+    device and cast, so the fp32 reference is the very model the bf16 one came from."""
+    dtype = DTYPES[spec.dtype]
+    want_ref = spec.agreement and spec.dtype != "fp32"
+    if spec.model in M.CONFIGS:
+        over = {"n_layers": spec.max_layers} if spec.max_layers else {}
+        args = M.named_config(spec.model, **over)
+        m = M.build(args, device=device, dtype=torch.float32 if want_ref else dtype, seed=spec.seed)
+        ref = None
+        if want_ref:
+            ref, m = m, copy.deepcopy(m).to(dtype)
+        return checkpoints.Checkpoint(model=m, source="random"), ref
+    ck = checkpoints.load(spec.model, device=device, dtype=torch.float32 if want_ref else dtype)
+    ref = None
+    if want_ref:
+        ref = ck.model
+        ck.model = copy.deepcopy(ref).to(dtype)
+    return ck, ref
+
+
+def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[torch.Tensor, object]:
+    a = ck.model.args
+    tok = None
+    if spec.prompt is not None:
+        tok = ck.tokenizer()
+        if tok is None:
+            raise UserError("--prompt needs a checkpoint with a tokenizer (a .gguf file or an HF folder); "
+                            "random-weight models take --prompt-len")
+        ids = tok(spec.prompt, return_tensors="pt").input_ids
+        if ck.add_bos and ck.bos_id is not None and (ids.shape[1] == 0 or ids[0, 0] != ck.bos_id):
+            ids = torch.cat([torch.tensor([[ck.bos_id]]), ids], dim=1)
+        prompt = ids.repeat(spec.batch, 1)
+    else:
+        g = torch.Generator().manual_seed(spec.seed + 1)
+        prompt = torch.randint(0, a.vocab_size, (spec.batch, spec.prompt_len), generator=g)
+    p = prompt.shape[1]
+    if p + spec.new_tokens > a.max_seq_len:
+        raise UserError(f"a prompt of {p} tokens plus {spec.new_tokens} new ones exceeds the model's context of "
+                        f"{a.max_seq_len}")
+    return prompt.to(device), tok
+
+
+def read_ceiling(device: str) -> dict:
+    """The read-bandwidth ceiling measured now by the roofline module (GB/s)."""
+    from gpuspeed.roofline.ceilings import ceiling_steps
+
+    steps = dict(ceiling_steps(device, quick=True))
+    label = "read (Triton)" if device == "cuda" else "read"
+    try:
+        c = steps[label]()
+    finally:
+        if "free buffers" in steps:
+            steps["free buffers"]()
+        _free(device)
+    return {"name": c.name, "GBps": c.value, "how": c.how, "error": c.error}
+
+
+def count_trace(path: str, tokens: int, gpu: bool) -> dict:
+    """Kernels and host syncs per token from a profile() trace of one decode of `tokens` tokens."""
+    from gpuspeed.profiling.trace import _SYNC_PRONE, STEP_PREFIX, SYNC_APIS, load_trace
+
+    events = load_trace(path).get("traceEvents", [])
+    step = next((e for e in events if e.get("cat") == "user_annotation" and e.get("name") == f"{STEP_PREFIX}0"), None)
+    t0, t1 = (float(step["ts"]), float(step["ts"]) + float(step.get("dur", 0))) if step else (float("-inf"), float("inf"))
+    kernels = sum(1 for e in events if e.get("cat") == "kernel")
+    inside = [e for e in events if "ts" in e and t0 <= float(e["ts"]) <= t1]
+    if gpu:
+        syncs = sum(1 for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in SYNC_APIS)
+    else:
+        syncs = sum(1 for e in inside if e.get("cat") == "python_function" and _SYNC_PRONE.search(e.get("name", "")))
+    launches = sum(1 for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                   and e.get("name") in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                                         "cudaGraphLaunch"))
+    return {"kernels_per_token": kernels / tokens if gpu else None, "host_syncs_per_token": syncs / tokens,
+            "launch_calls_per_token": launches / tokens if gpu else None, "profiled_tokens": tokens}
+
+
+class _Logits:
+    def __init__(self):
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, logits):
+        self.steps.append(logits.detach().float().clone())
+
+
+def _bench_kw(device: str, budget_s: float) -> dict:
+    kw = dict(budget_s=budget_s, min_samples=5, warmup_s=min(0.5, budget_s / 2), name="decode")
+    if device == "cuda":
+        kw["mode"] = "events"  # a whole generation: long, with host work between launches
+    return kw
+
+
+def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tensor, device: str, *, eos_ids=None,
+                    trace_dir: Path | None = None, bench_budget_s: float | None = None) -> tuple[dict, torch.Tensor, list]:
+    """One variant: (row, tokens [B, T], recorded logits per step or [])."""
+    from gpuspeed import bench, peak_memory
+    from gpuspeed.profiling.run import record_trace
+
+    b, p, t = prompt.shape[0], prompt.shape[1], spec.new_tokens
+    row: dict = {"variant": name, "what": V.VARIANTS[name], "batch": b, "prompt_len": p, "new_tokens": t}
+    engine = V.make_engine(name, m, b, V.max_len_for(p, t), sampling=spec.sampling, eos_ids=eos_ids,
+                           compile_backend=spec.compile_backend)
+    t0 = time.perf_counter()
+    tokens = generate(engine, prompt, t)  # the warm generation: compiles and captures happen here
+    _sync(device)
+    row["first_generation_s"] = time.perf_counter() - t0
+    for key in ("compile_s", "capture_s_k1", f"capture_s_k{V.STEPS_PER_REPLAY}", "explain_s", "graph_breaks",
+                "recompiles", "fullgraph_ok", "graph_mode"):
+        if key in engine.info:
+            row[key] = engine.info[key]
+    row["notes"] = list(engine.info.get("notes", []))
+    budget = bench_budget_s or spec.bench_budget_s
+    first = engine.prefill(prompt)
+    steps = tokens.shape[1] - 1
+    mp = bench(lambda: engine.prefill(prompt), **_bench_kw(device, budget / 2))
+    first = engine.prefill(prompt)
+    md = bench(lambda: engine.decode(first, steps), **_bench_kw(device, budget))
+    row |= {"prefill_ms": mp.median * 1e3, "prefill_rel_iqr": mp.rel_iqr, "decode_ms": md.median * 1e3,
+            "ms_per_token": md.median * 1e3 / steps, "decode_rel_iqr": md.rel_iqr, "decode_samples": md.n,
+            "decode_throttled": md.throttled, "timed_steps": steps, "tokens_per_s": b * steps / md.median}
+    wb = m.args.weight_bytes_per_token(m.tok_emb.element_size())
+    row["weight_bytes_per_token"] = wb
+    row["weight_GBps"] = wb / (md.median / steps) / 1e9
+    if hasattr(engine, "cache") and hasattr(engine.cache, "nbytes"):
+        row["kv_cache_bytes"] = engine.cache.nbytes
+    mem = peak_memory(lambda: engine.decode(first, steps), device=device)
+    row["peak_decode_bytes"] = mem.peak_bytes
+    if device == "cuda":
+        row["peak_vram_bytes"] = torch.cuda.max_memory_allocated()
+    if spec.profile:
+        n = min(steps, 16)
+        path = (trace_dir / f"{spec.label()}_{name}.trace.json.gz") if trace_dir else None
+        try:
+            # profile()'s trace pass alone: its source-line pass runs the call under a TorchFunctionMode,
+            # which a fullgraph-compiled step refuses to trace
+            if path is None:
+                path = Path(tempfile.mkdtemp(prefix="gpuspeed-decode-")) / f"{spec.label()}_{name}.trace.json.gz"
+            engine.decode(first, n)
+            _sync(device)
+            record_trace(lambda: engine.decode(first, n), (), {}, steps=1, on_gpu=device == "cuda", path=path)
+            row |= count_trace(str(path), n, device == "cuda")
+            row["trace"] = str(path) if trace_dir else None
+        except Exception as exc:  # the timing stands without the trace
+            row["profile_error"] = _err(exc)
+    rec = _Logits()
+    if spec.agreement or spec.dtype == "fp32":
+        generate(engine, prompt, t, on_logits=rec)
+    engine.__dict__.clear()  # drop the cache and graphs now (the closures above still name the engine)
+    _free(device)
+    return row, tokens, rec.steps
+
+
+def _reference(ref_model: M.Transformer, spec: Spec, prompt, eos_ids):
+    """fp32 tokens and per-step logits of the static-cache rung (eager) for the agreement columns."""
+    engine = V.make_engine("V2", ref_model, prompt.shape[0], V.max_len_for(prompt.shape[1], spec.new_tokens),
+                           eos_ids=eos_ids)
+    rec = _Logits()
+    tokens = generate(engine, prompt, spec.new_tokens, on_logits=rec)
+    del engine
+    return tokens, rec.steps
+
+
+def _agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
+    n = min(tokens.shape[1], ref_tokens.shape[1])
+    same = (tokens[:, :n] == ref_tokens[:, :n])
+    diverged = (~same).any(0).nonzero()
+    first = int(diverged[0]) if len(diverged) else n
+    # logits are comparable while both runs saw the same tokens: up to and including the first divergence
+    k = min(first + 1, len(logits), len(ref_logits))
+    err = max((float((a.cpu() - r.cpu()).abs().max()) for a, r in zip(logits[:k], ref_logits[:k], strict=True)),
+              default=None)
+    return {"token_agreement": float(same.float().mean()), "first_divergence": first, "max_logit_err": err,
+            "logit_err_steps": k}
+
+
+def hf_rows(m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> list[dict]:
+    """transformers generate with the dynamic cache and the static cache, on the same weights."""
+    from gpuspeed import bench
+
+    rows = []
+    try:
+        hf = checkpoints.to_hf(m)
+    except Exception as exc:
+        return [{"variant": "HF", "error": _err(exc)}]
+    t = spec.new_tokens
+    for label, kw in (("HF dynamic", {}), ("HF static", {"cache_implementation": "static"})):
+        row = {"variant": label, "what": f"transformers {label.split()[1]} cache generate", "batch": prompt.shape[0],
+               "prompt_len": prompt.shape[1], "new_tokens": t}
+        try:
+            def run(n, kw=kw):
+                return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
+                                   min_new_tokens=n, do_sample=False, pad_token_id=0, **kw)
+            t0 = time.perf_counter()
+            out = run(t)
+            _sync(device)
+            row["first_generation_s"] = time.perf_counter() - t0
+            toks = out[:, prompt.shape[1]:].cpu()
+            if our_tokens is not None and spec.dtype == "fp32":
+                row["tokens_identical_to_V0"] = bool(toks.shape == our_tokens.shape and (toks == our_tokens).all())
+            m1 = bench(lambda: run(1), **_bench_kw(device, spec.bench_budget_s / 2))
+            mt = bench(lambda: run(t), **_bench_kw(device, spec.bench_budget_s))
+            row |= {"prefill_ms": m1.median * 1e3, "decode_ms": (mt.median - m1.median) * 1e3,
+                    "ms_per_token": (mt.median - m1.median) * 1e3 / (t - 1), "decode_rel_iqr": mt.rel_iqr,
+                    "decode_samples": mt.n, "tokens_per_s": prompt.shape[0] * (t - 1) / (mt.median - m1.median)}
+            wb = m.args.weight_bytes_per_token(m.tok_emb.element_size())
+            row["weight_GBps"] = wb / (row["ms_per_token"] * 1e-3) / 1e9
+        except Exception as exc:
+            row["error"] = _err(exc)
+        rows.append(row)
+        _free(device)
+    hf.to("meta")  # free its copy of the weights now
+    _free(device)
+    return rows
+
+
+def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
+    """The whole study for one model and dtype; returns the results document."""
+    from gpuspeed.results import make_results
+
+    check_spec(spec)
+    device = _device.resolve_device(spec.device)
+    say = progress or (lambda _s: None)
+    t_start = time.perf_counter()
+    notes: list[str] = []
+    if device != "cuda":
+        notes.append("no CUDA device: the CPU runs the ladder (graphs run eagerly, GB/s against the CPU's read "
+                     "ceiling); numbers are not GPU numbers")
+    say("loading model")
+    ck, ref_model = load_model(spec, device)
+    m = ck.model
+    prompt, tok = make_prompt(spec, ck, device)
+    eos_ids = ck.eos_ids if spec.prompt is not None else None
+    label = spec.label()
+    trace_dir = Path(spec.out) / "traces" if (spec.out and spec.profile) else None
+    if trace_dir:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+    say("read ceiling")
+    try:
+        roof = read_ceiling(device)
+    except Exception as exc:
+        roof = {"GBps": None, "error": _err(exc)}
+    roof_GBps = roof.get("GBps")
+
+    ref_tokens = ref_logits = None
+    if ref_model is not None:
+        say("fp32 reference")
+        ref_tokens, ref_logits = _reference(ref_model, spec, prompt, eos_ids)
+        del ref_model
+        _free(device)
+
+    rows: list[dict] = []
+    v0_tokens = None
+    texts: dict = {}
+    for name in spec.variants:
+        say(f"{label} {name}")
+        if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+            rows.append({"variant": name, "skipped": f"time cap of {spec.time_cap_s:g} s reached"})
+            continue
+        try:
+            row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir)
+        except Exception as exc:  # recorded; the other variants go on
+            rows.append({"variant": name, "error": _err(exc), "traceback": traceback.format_exc(limit=3)[-800:]})
+            _free(device)
+            continue
+        if v0_tokens is None:
+            v0_tokens, v0_logits, row["reference"] = tokens, logits, True
+        row["tokens_identical_to_V0"] = bool(tokens.shape == v0_tokens.shape and (tokens == v0_tokens).all())
+        if logits and v0_logits:
+            row["max_logit_diff_vs_V0"] = _agreement(tokens, v0_tokens, logits, v0_logits)["max_logit_err"]
+        if ref_tokens is not None:
+            row |= {f"{k}_vs_fp32": v for k, v in _agreement(tokens, ref_tokens, logits, ref_logits).items()}
+        if tok is not None:
+            texts[name] = tok.decode(tokens[0])
+            row["text"] = texts[name]
+        rows.append(row)
+
+    ok = [r for r in rows if "ms_per_token" in r and r.get("batch") == spec.batch]
+    by = {r["variant"]: r for r in ok}
+    prev = None
+    for r in ok:
+        if "V0" in by:
+            r["speedup_over_V0"] = by["V0"]["ms_per_token"] / r["ms_per_token"]
+        if prev is not None:
+            r["speedup_over_previous"] = prev["ms_per_token"] / r["ms_per_token"]
+        if roof_GBps:
+            r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
+        prev = r
+    best = min(ok, key=lambda r: r["ms_per_token"]) if ok else None
+
+    extra_rows = []
+    if best is not None:
+        for b in spec.batches:
+            if b == spec.batch:
+                continue
+            say(f"{label} {best['variant']} batch {b}")
+            if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+                extra_rows.append({"variant": best["variant"], "batch": b, "skipped": "time cap reached"})
+                continue
+            try:
+                pb = prompt[:1].repeat(b, 1)
+                sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
+                row, _, _ = measure_variant(best["variant"], m, sub, pb, device, trace_dir=None)
+                row["study"] = "batch"
+                extra_rows.append(row)
+            except Exception as exc:
+                extra_rows.append({"variant": best["variant"], "batch": b, "study": "batch", "error": _err(exc)})
+                _free(device)
+        if spec.long_prompt:
+            say(f"{label} {best['variant']} prompt {spec.long_prompt}")
+            try:
+                if spec.long_prompt + spec.new_tokens > m.args.max_seq_len:
+                    raise UserError(f"prompt {spec.long_prompt} + {spec.new_tokens} exceeds the context")
+                if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+                    raise TimeoutError("time cap reached")
+                g = torch.Generator().manual_seed(spec.seed + 2)
+                pl = torch.randint(0, m.args.vocab_size, (spec.batch, spec.long_prompt), generator=g).to(device)
+                sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
+                row, _, _ = measure_variant(best["variant"], m, sub, pl, device, trace_dir=None)
+                row["study"] = "long_prompt"
+                extra_rows.append(row)
+            except Exception as exc:
+                extra_rows.append({"variant": best["variant"], "prompt_len": spec.long_prompt, "study": "long_prompt",
+                                   "error": _err(exc)})
+                _free(device)
+        for r in extra_rows:
+            if roof_GBps and "weight_GBps" in r:
+                r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
+
+    hf = []
+    if spec.hf:
+        say(f"{label} transformers")
+        if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+            hf = [{"variant": "HF", "skipped": "time cap reached"}]
+        else:
+            try:
+                import transformers  # noqa: F401
+                hf = hf_rows(m, spec, prompt, device, v0_tokens)
+            except ImportError:
+                notes.append("transformers is not installed: no comparison rows")
+    for r in rows + extra_rows + hf:
+        r.setdefault("study", "ladder" if not r.get("variant", "").startswith("HF") else "transformers")
+        r["model"], r["dtype"] = model_key(spec.model), spec.dtype
+    all_rows = rows + extra_rows + hf
+    summary = summarize(label, rows, extra_rows, hf, spec)
+    params = {k: v for k, v in spec.__dict__.items() if k != "sampling"} | {
+        "sampling": spec.sampling.__dict__, "model_args": m.args.__dict__, "source": ck.source,
+        "checkpoint": ck.path, "read_ceiling": roof, "prompt_tokens": int(prompt.shape[1]),
+        "weight_bytes_per_token": m.args.weight_bytes_per_token(m.tok_emb.element_size())}
+    if texts:
+        params["texts"] = texts
+    return make_results("decode", params=params, summary=summary, rows=all_rows, notes=notes, device=spec.device)
+
+
+def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
+    """The issue's summary keys for this model and dtype (<model>_<dtype>_...)."""
+    s: dict = {}
+    ok = [r for r in rows if "ms_per_token" in r]
+    if not ok:
+        return s
+    best = min(ok, key=lambda r: r["ms_per_token"])
+    s[f"{label}_best_ms_per_token"] = best["ms_per_token"]
+    s[f"{label}_best_variant"] = best["variant"]
+    if "pct_of_read_roof" in best:
+        s[f"{label}_pct_of_read_roof"] = best["pct_of_read_roof"]
+    s[f"{label}_best_weight_GBps"] = best["weight_GBps"]
+    if spec.dtype == "fp32":
+        s[f"{label}_tokens_identical"] = all(r.get("tokens_identical_to_V0") for r in ok) and len(ok) == len(rows)
+    by = {r["variant"]: r for r in ok}
+    if "V0" in by and "V2" in by:
+        s[f"{label}_v0_over_v2"] = by["V0"]["ms_per_token"] / by["V2"]["ms_per_token"]
+    if "V2" in by and ("V4" in by or "V4c" in by):
+        graphed = min((by[k] for k in ("V4", "V4c") if k in by), key=lambda r: r["ms_per_token"])
+        s[f"{label}_graph_step_speedup"] = by["V2"]["ms_per_token"] / graphed["ms_per_token"]
+    for r in ok:
+        s[f"{label}_{r['variant'].lower()}_ms_per_token"] = r["ms_per_token"]
+    hs = next((r for r in hf if r.get("variant") == "HF static" and "ms_per_token" in r), None)
+    hd = next((r for r in hf if r.get("variant") == "HF dynamic" and "ms_per_token" in r), None)
+    if hd:
+        s[f"{label}_hf_dynamic_ms_per_token"] = hd["ms_per_token"]
+    if hs:
+        s[f"{label}_hf_static_ms_per_token"] = hs["ms_per_token"]
+        s[f"{label}_best_over_hf_static"] = hs["ms_per_token"] / best["ms_per_token"]
+    for r in extra_rows:
+        if "ms_per_token" not in r:
+            continue
+        if r["study"] == "long_prompt":
+            s[f"{label}_p{r['prompt_len']}_best_ms_per_token"] = r["ms_per_token"]
+        elif r["study"] == "batch":
+            s[f"{label}_b{r['batch']}_tokens_per_s"] = r["tokens_per_s"]
+    s[f"{label}_b{spec.batch}_tokens_per_s"] = best["tokens_per_s"]
+    if spec.dtype != "fp32":
+        ag = [r.get("token_agreement_vs_fp32") for r in ok if r.get("token_agreement_vs_fp32") is not None]
+        if ag:
+            s[f"{label}_min_token_agreement_vs_fp32"] = min(ag)
+    return s
+
+
+def merge(docs: list[dict], command=None) -> dict:
+    """One decode.json from several runs (one per model and dtype): rows concatenated, summaries merged."""
+    from gpuspeed.results import make_results
+
+    summary: dict = {}
+    rows: list = []
+    notes: list = []
+    params: dict = {"runs": []}
+    for d in docs:
+        summary |= d["summary"]
+        rows += d["rows"]
+        notes += [n for n in d["notes"] if n not in notes]
+        params["runs"].append(d["params"] | {"git": d.get("git"), "created": d.get("created")})
+    doc = make_results("decode", params=params, summary=summary, rows=rows, notes=notes)
+    if command is not None:
+        doc["command"] = command
+    return doc
+
+
+def check_fits(spec: Spec, device: str) -> None:
+    """Refuse a named model whose weights would not fit this device's memory (before making them)."""
+    if spec.model not in M.CONFIGS:
+        return
+    over = {"n_layers": spec.max_layers} if spec.max_layers else {}
+    args = M.named_config(spec.model, **over)
+    need = args.param_count() * (4 if (spec.dtype == "fp32" or spec.agreement) else 2)
+    have = _device.get_device(device).mem_bytes
+    if have and need > 0.8 * have:
+        raise UserError(f"{spec.model} in {spec.dtype} needs about {need / 2**30:.1f} GiB (fp32 copy for the "
+                        f"agreement check included); this {device} has {have / 2**30:.1f} GiB: try --layers 2")
+
+
+def _fmt(v, spec: str = ".3g") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, (int, float)):
+        return format(v, spec)
+    return str(v)
+
+
+COLUMNS = ("variant", "batch", "P", "ms/token", "tok/s", "prefill ms", "GB/s", "% read roof", "x V0", "kernels/tok",
+           "syncs/tok", "tokens = V0", "compile s")
+
+
+def table_rows(doc: dict) -> list[list[str]]:
+    """The ladder as strings, one list per row (COLUMNS)."""
+    out = []
+    for r in doc["rows"]:
+        name = r.get("variant", "?")
+        if "ms_per_token" not in r:
+            why = r.get("error") or r.get("skipped") or "?"
+            out.append([name, _fmt(r.get("batch")), _fmt(r.get("prompt_len")), "failed" if "error" in r else "skipped",
+                        why[:70]] + [""] * (len(COLUMNS) - 5))
+            continue
+        out.append([name, _fmt(r.get("batch")), _fmt(r.get("prompt_len")), _fmt(r["ms_per_token"], ".4g"),
+                    _fmt(r.get("tokens_per_s"), ".4g"), _fmt(r.get("prefill_ms"), ".3g"), _fmt(r.get("weight_GBps"), ".4g"),
+                    _fmt(r.get("pct_of_read_roof"), ".1f"), _fmt(r.get("speedup_over_V0"), ".2f"),
+                    _fmt(r.get("kernels_per_token"), ".0f"), _fmt(r.get("host_syncs_per_token"), ".2f"),
+                    _fmt(r.get("tokens_identical_to_V0")), _fmt(r.get("compile_s"), ".1f")])
+    return out
+
+
+def plots(doc: dict, out) -> list[Path]:
+    """decode_ladder.png (ms/token per variant, log scale, one panel per model and dtype) and
+    decode_bandwidth.png (GB/s of weights per variant against the read ceiling)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    groups: dict = {}
+    for r in doc["rows"]:
+        if r.get("study") in ("ladder", "transformers") and "ms_per_token" in r:
+            groups.setdefault(f"{r['model']} {r['dtype']}", []).append(r)
+    if not groups:
+        return []
+    roofs = {}
+    for run in doc["params"].get("runs", [doc["params"]]):
+        key = f"{model_key(str(run.get('model')))} {run.get('dtype')}"
+        roofs[key] = (run.get("read_ceiling") or {}).get("GBps")
+    paths = []
+    n = len(groups)
+    for kind in ("ladder", "bandwidth"):
+        fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+        for ax, (key, rows) in zip(axes[0], groups.items(), strict=True):
+            names = [r["variant"] for r in rows]
+            colors = ["tab:gray" if nm.startswith("HF") else "tab:blue" for nm in names]
+            if kind == "ladder":
+                ax.bar(names, [r["ms_per_token"] for r in rows], color=colors)
+                ax.set_yscale("log")
+                ax.set_ylabel("ms / token (log)")
+            else:
+                ax.bar(names, [r.get("weight_GBps") or 0 for r in rows], color=colors)
+                if roofs.get(key):
+                    ax.axhline(roofs[key], color="tab:red", linestyle="--", label=f"read roof {roofs[key]:.0f} GB/s")
+                    ax.legend(fontsize=7)
+                ax.set_ylabel("weight GB/s")
+            ax.set_title(key, fontsize=9)
+            ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+        dev = doc.get("device", {}).get("name", "?")
+        fig.suptitle(f"decode, batch 1, {dev}", fontsize=10)
+        fig.tight_layout()
+        p = out / f"decode_{kind}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
