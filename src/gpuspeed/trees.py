@@ -69,12 +69,6 @@ def _build(spec, position):
     return kind(built) if kind is not list else built
 
 
-def map_leaves(fn, obj):
-    """The same structure with fn applied to every leaf."""
-    values, spec = flatten(obj)
-    return unflatten(spec, [fn(v) for v in values])
-
-
 def is_gpu_array(x) -> bool:
     mod = module_of(x)
     if mod == "torch":
@@ -125,7 +119,10 @@ def clone_tree(obj):
             copies = [_plain_copy(x) for x in members]
         for x, c in zip(members, copies, strict=True):
             clones[id(x)] = c
-    return unflatten(spec, [clones[id(x)] if id(x) in clones else _plain_copy(x) for x in values])
+    for x in values:
+        if id(x) not in clones:
+            clones[id(x)] = _plain_copy(x)
+    return unflatten(spec, [clones[id(x)] for x in values])
 
 
 def _buffer_key(x):
