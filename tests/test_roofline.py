@@ -187,3 +187,26 @@ def test_committed_roofline_plot_has_no_overlapping_text_and_fits_the_data(gpu):
         assert lo >= min(ais) / 4 and hi <= max(ais) * 8  # and the axis does not run far past it
     finally:
         plt.close(fig)
+
+
+def test_checked_rate_never_times_a_wrong_kernel_and_rates_a_right_one():
+    from gpuspeed.roofline.ceilings import checked_rate
+    from gpuspeed.verify import check
+
+    calls = []
+    x = torch.ones(1000)
+
+    def double(t):
+        calls.append(1)
+        return t * 2
+
+    options = dict(device="cpu", budget_s=0.05, warmup_s=0.01)
+    wrong = check(torch.zeros(4), torch.ones(4))
+    with pytest.raises(AssertionError, match="wrong result"):
+        checked_rate(wrong, 8000, 1e9, double, x, name="double", options=options)
+    assert not calls  # refused before bench() ran it once
+    right = check(torch.ones(4), torch.ones(4))
+    rate, m = checked_rate(right, 8000, 1e9, double, x, name="double", options=options)
+    assert calls and m.n >= 3 and rate == pytest.approx(8000 / m.median / 1e9)
+    fastest, m = checked_rate(right, 8000, 1e9, double, x, name="double", options=options, stat="min")
+    assert fastest == pytest.approx(8000 / m.min / 1e9)

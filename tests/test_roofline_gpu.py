@@ -12,13 +12,23 @@ def ceil():
     return ceilings("cuda", quick=True, nbytes=2**30)
 
 
-def test_no_ceiling_above_datasheet(ceil):
-    rows = [c for c in ceil.rows if c.value]
-    assert {"copy", "read", "write", "fp32", "bf16"} <= {c.name for c in rows}, [c.error for c in ceil.rows]
-    over = [(c.name, c.value, c.pct_of_datasheet) for c in rows if c.pct_of_datasheet and c.pct_of_datasheet > 105]
+def test_every_ceiling_measured_and_none_above_datasheet(ceil):
+    import torch
+
+    expected = {"copy", "read", "write", "torch_copy", "torch_read", "torch_write", "l2", "fp32", "fp64", "tf32",
+                "bf16", "fp16"} | ({"fp8"} if torch.cuda.get_device_capability() >= (8, 9) else set())
+    by_name = {c.name: c for c in ceil.rows}
+    assert expected <= set(by_name), sorted(expected - set(by_name))
+    missing = {n: by_name[n].error for n in expected if not by_name[n].value or by_name[n].value <= 0}
+    assert not missing, missing
+    over = [(c.name, c.value, c.pct_of_datasheet) for c in ceil.rows
+            if c.pct_of_datasheet and c.pct_of_datasheet > 105]
     assert not over, over
-    for c in rows:  # every candidate that ran passed its correctness check first
-        assert any("value" in cand for cand in c.candidates)
+    for name in expected:  # the ceiling is the best candidate that passed its check, and says which it was
+        c = by_name[name]
+        ran = [cand for cand in c.candidates if "value" in cand]
+        best = max(ran, key=lambda cand: cand["value"])
+        assert c.value == best["value"] and c.how == best["how"], (name, c.how, best)
 
 
 def test_placements_bounds(ceil):

@@ -22,9 +22,8 @@ from gpuspeed import device as _device
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, poison
 
-# A large matmul drives an H200 to its 700 W power cap, which then acts through most of a short run, and
-# the run's median lands anywhere in a band (results/<gpu>/matmul_power.json: min_run_TFLOPs to
-# max_run_TFLOPs, from benchmarks/matmul_power.py). A ceiling is what the GPU can reach, so each
+# A large matmul drives the GPU to its power cap, and a short run's median lands anywhere in a band
+# (results/<gpu>/matmul_power.json; docs/notes/studies.md). A ceiling is what the GPU can reach, so each
 # tensor-core candidate is the best of a few runs, each after a short idle; a placement is one run.
 TENSOR_RUNS = 4
 TENSOR_IDLE_S = 0.25
@@ -141,14 +140,27 @@ def _must(result) -> None:
         raise AssertionError(f"wrong result: {result.summary}")
 
 
+def checked_rate(checked, work: float, unit: float, fn: Callable, *args, kwargs: dict | None = None, name: str,
+                 options: dict, runs: int = 1, stat: str = "median") -> tuple[float, object]:
+    """(work / time / unit, Measurement) of fn(*args), refused when `checked` (the CheckResult of the same
+    code on a small input) failed: a wrong kernel is never timed. runs > 1: the best of best_run()'s runs
+    (power-bound tensor-core rates). stat: the Measurement's "median", or "min" (CPU ceilings)."""
+    _must(checked)
+
+    def once():
+        return bench(fn, *args, kwargs=kwargs, name=name, **options)
+
+    m = once() if runs == 1 else best_run(once, runs)
+    return work / getattr(m, stat) / unit, m
+
+
 # ---------------------------------------------------------------------------------------------------
 # GPU memory
 # ---------------------------------------------------------------------------------------------------
 
 STREAM_CONFIGS = [(4096, 4), (8192, 8), (16384, 8), (16384, 16)]  # (BLOCK, num_warps)
-# (BLOCK, num_warps, L2 eviction hint of the loads) tried for read and copy. On an H200 (torch 2.11,
-# triton 3.6) the hint decides the copy: evict_first 3.80-4.00 TB/s, none 3.99-4.21, evict_last 4.19-4.29
-# (best at 1024-element tiles); the read peaks without a hint. So each is measured, not assumed.
+# (BLOCK, num_warps, L2 eviction hint of the loads) tried for read and copy: the hint decides the copy and
+# not the read, so each is measured, not assumed (docs/notes/studies.md).
 READ_CONFIGS = ([(b, w, e) for e in ("", "evict_first") for b, w in STREAM_CONFIGS]
                 + [(2048, 4, ""), (1024, 4, "evict_last"), (16384, 8, "evict_last")])
 COPY_CONFIGS = ([(b, w, e) for e in ("", "evict_last")
@@ -165,10 +177,10 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
     """(label, fn) steps measuring the device-memory and L2 ceilings; each fn returns one Ceiling."""
     import torch
 
-    from gpuspeed.roofline import kernels as K
+    from gpuspeed.roofline import kernels
 
     state: dict = {}
-    bkw = _bench_kw(quick)
+    bench_options = _bench_kw(quick)
 
     def buffers():
         if not state:
@@ -186,10 +198,10 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             part = poison(torch.empty(x.numel() // block, device="cuda"))
             ref = x.double().view(-1, block).sum(1)
             kw = dict(block=block, num_warps=warps, evict=evict)
-            _must(check(K.launch_read(x, part, **kw), ref, rtol=1e-5))
+            small_ok = check(kernels.launch_read(x, part, **kw), ref, rtol=1e-5)
             part = torch.empty(src.numel() // block, device="cuda")
-            m = bench(K.launch_read, src, part, kwargs=kw, name="read", **bkw)
-            return (src.nbytes + part.nbytes) / m.median / GB, m
+            return checked_rate(small_ok, src.nbytes + part.nbytes, GB, kernels.launch_read, src, part, kwargs=kw,
+                                name="read", options=bench_options)
         return run
 
     def read_persistent(block, warps):
@@ -199,14 +211,14 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             part = poison(torch.empty(16, device="cuda"))
             ref = x.double().view(-1, 16, block).sum((0, 2))  # program p owns tiles p, p+16, ...
-            _must(check(K.launch_read_persistent(x, part, block=block, num_warps=warps), ref, rtol=1e-5))
+            kw = dict(block=block, num_warps=warps)
+            small_ok = check(kernels.launch_read_persistent(x, part, **kw), ref, rtol=1e-5)
             grid = sms * 4
             n_tiles = src.numel() // block
             use = (n_tiles // grid) * grid * block  # an equal share of tiles per program
             part = torch.empty(grid, device="cuda")
-            m = bench(K.launch_read_persistent, src[:use], part, kwargs=dict(block=block, num_warps=warps),
-                      name="read_persistent", **bkw)
-            return use * 4 / m.median / GB, m
+            return checked_rate(small_ok, use * 4, GB, kernels.launch_read_persistent, src[:use], part, kwargs=kw,
+                                name="read_persistent", options=bench_options)
         return run
 
     def write(block, warps):
@@ -214,10 +226,10 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             _, dst = buffers()
             _, y = state["small"]
             poison(y)
-            _must(check(K.launch_write(y, 1.5, block=block, num_warps=warps), torch.full_like(y, 1.5),
-                        rtol=0, atol=0))
-            m = bench(K.launch_write, dst, 1.5, kwargs=dict(block=block, num_warps=warps), name="write", **bkw)
-            return dst.nbytes / m.median / GB, m
+            kw = dict(block=block, num_warps=warps)
+            small_ok = check(kernels.launch_write(y, 1.5, **kw), torch.full_like(y, 1.5), rtol=0, atol=0)
+            return checked_rate(small_ok, dst.nbytes, GB, kernels.launch_write, dst, 1.5, kwargs=kw, name="write",
+                                options=bench_options)
         return run
 
     def copy(block, warps, evict="", stream_store=False):
@@ -226,21 +238,21 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
             x, y = state["small"]
             poison(y)
             kw = dict(block=block, num_warps=warps, evict=evict, stream_store=stream_store)
-            _must(check(K.launch_copy(x, y, **kw), x, rtol=0, atol=0))
-            m = bench(K.launch_copy, src, dst, kwargs=kw, name="copy", **bkw)
-            return 2 * src.nbytes / m.median / GB, m
+            small_ok = check(kernels.launch_copy(x, y, **kw), x, rtol=0, atol=0)
+            return checked_rate(small_ok, 2 * src.nbytes, GB, kernels.launch_copy, src, dst, kwargs=kw, name="copy",
+                                options=bench_options)
         return run
 
     def torch_op(kind):
         def run():
             src, dst = buffers()
             if kind == "copy":
-                m = bench(dst.copy_, src, name="torch copy_", **bkw)
+                m = bench(dst.copy_, src, name="torch copy_", **bench_options)
                 return 2 * src.nbytes / m.median / GB, m
             if kind == "read":
-                m = bench(torch.sum, src, name="torch sum", **bkw)
+                m = bench(torch.sum, src, name="torch sum", **bench_options)
                 return src.nbytes / m.median / GB, m
-            m = bench(dst.fill_, 1.5, name="torch fill_", **bkw)
+            m = bench(dst.fill_, 1.5, name="torch fill_", **bench_options)
             return dst.nbytes / m.median / GB, m
         return run
 
@@ -248,8 +260,8 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
         def run():
             x = torch.rand(max(_device.l2_bytes() // 2 // 4 // ROUND, 1) * ROUND, device="cuda") + 0.5
             part = torch.empty(x.numel() // block, device="cuda")
-            m = bench(K.launch_read, x, part, kwargs=dict(block=block, num_warps=warps), name="l2 read",
-                      flush=False, **bkw)  # warm cache on purpose: repeated reads of half the L2
+            m = bench(kernels.launch_read, x, part, kwargs=dict(block=block, num_warps=warps), name="l2 read",
+                      flush=False, **bench_options)  # warm cache on purpose: repeated reads of half the L2
             return (x.nbytes + part.nbytes) / m.median / GB, m
         return run
 
@@ -301,9 +313,9 @@ def _fma_ref(x0: np.ndarray, n: int) -> np.ndarray:
 def gpu_compute_steps(quick: bool, device_name: str, cc: tuple[int, int]) -> list[tuple[str, Callable]]:
     import torch
 
-    from gpuspeed.roofline import kernels as K
+    from gpuspeed.roofline import kernels
 
-    bkw = _bench_kw(quick)
+    bench_options = _bench_kw(quick)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     n_chains = sms * 16 * 1024  # one full wave of 2048 threads per SM at 1024-element programs
     target_flops = (1.5e11 if quick else 3e11)  # ~5 ms of FP32 work at 65 TFLOP/s
@@ -311,31 +323,33 @@ def gpu_compute_steps(quick: bool, device_name: str, cc: tuple[int, int]) -> lis
     def triton_fma(block, warps, dtype):
         def run():
             small = poison(torch.empty(4 * block, device="cuda", dtype=dtype))
-            K.launch_fma(small, FMA_A, FMA_B, 2, block=block, num_warps=warps)
+            kernels.launch_fma(small, FMA_A, FMA_B, 2, block=block, num_warps=warps)
             x0 = (np.arange(small.numel()).astype(np.float32 if dtype == torch.float32 else np.float64) * 1e-9)
-            _must(check(small, _fma_ref(x0, 2 * K.FMA_UNROLL), rtol=1e-4))  # 128 chained roundings
-            n_outer = max(int(target_flops / (2 * n_chains * K.FMA_UNROLL)), 1)
+            small_ok = check(small, _fma_ref(x0, 2 * kernels.FMA_UNROLL), rtol=1e-4)  # 128 chained roundings
+            n_outer = max(int(target_flops / (2 * n_chains * kernels.FMA_UNROLL)), 1)
             if dtype == torch.float64:
                 n_outer = max(n_outer // 2, 1)
             out = torch.empty(n_chains, device="cuda", dtype=dtype)
-            m = bench(K.launch_fma, out, FMA_A, FMA_B, n_outer, kwargs=dict(block=block, num_warps=warps),
-                      name="fma", **bkw)
-            return 2 * n_chains * K.FMA_UNROLL * n_outer / m.median / TFLOP, m
+            return checked_rate(small_ok, 2 * n_chains * kernels.FMA_UNROLL * n_outer, TFLOP, kernels.launch_fma, out,
+                                FMA_A, FMA_B, n_outer, kwargs=dict(block=block, num_warps=warps), name="fma",
+                                options=bench_options)
         return run
 
     def cuda_fma():
-        launch = K.cuda_fma_launcher()
+        launch = kernels.cuda_fma_launcher()
         small = poison(torch.empty(1024, device="cuda"))
         launch(small, FMA_A, FMA_B, 2)
         torch.cuda.synchronize()
         base = np.arange(1024, dtype=np.float32) * np.float32(1e-9)
-        ref = sum(_fma_ref(base + np.float32(j * 1e-3), 2 * K.CUDA_FMA_UNROLL) for j in range(K.CUDA_FMA_CHAINS))
-        _must(check(small, ref, rtol=1e-4))
+        ref = sum(_fma_ref(base + np.float32(j * 1e-3), 2 * kernels.CUDA_FMA_UNROLL)
+                  for j in range(kernels.CUDA_FMA_CHAINS))
+        small_ok = check(small, ref, rtol=1e-4)
         threads = n_chains  # one thread per former chain, 8 chains each
-        n_outer = max(int(target_flops / (2 * threads * K.CUDA_FMA_CHAINS * K.CUDA_FMA_UNROLL)), 1)
+        per_thread = kernels.CUDA_FMA_CHAINS * kernels.CUDA_FMA_UNROLL
+        n_outer = max(int(target_flops / (2 * threads * per_thread)), 1)
         out = torch.empty(threads, device="cuda")
-        m = bench(launch, out, FMA_A, FMA_B, n_outer, name="cuda fma", **bkw)
-        return 2 * threads * K.CUDA_FMA_CHAINS * K.CUDA_FMA_UNROLL * n_outer / m.median / TFLOP, m
+        return checked_rate(small_ok, 2 * threads * per_thread * n_outer, TFLOP, launch, out, FMA_A, FMA_B, n_outer,
+                            name="cuda fma", options=bench_options)
 
     def mm(dtype, m_, k_, n_, layout="nn", precision="highest", tol_dtype=None):
         def run():
@@ -349,11 +363,11 @@ def gpu_compute_steps(quick: bool, device_name: str, cc: tuple[int, int]) -> lis
                 ref = a[:64].double() @ b[:, :64].double()
                 # TF32 rounds each input to 10 mantissa bits: a K=8192 dot product lands near 5e-4, so 2e-3
                 rtol = 2e-3 if tol_dtype == "tf32" else None
-                _must(check(out[:64, :64], ref, rtol=rtol, dtype=None if rtol else tol_dtype))
-                m = best_run(lambda: bench(torch.mm, a, b, name="mm", **bkw))
+                small_ok = check(out[:64, :64], ref, rtol=rtol, dtype=None if rtol else tol_dtype)
+                return checked_rate(small_ok, 2 * m_ * n_ * k_, TFLOP, torch.mm, a, b, name="mm", options=bench_options,
+                                    runs=TENSOR_RUNS)
             finally:
                 torch.set_float32_matmul_precision(old)
-            return 2 * m_ * n_ * k_ / m.median / TFLOP, m
         return run
 
     def fp8(n):
@@ -365,9 +379,9 @@ def gpu_compute_steps(quick: bool, device_name: str, cc: tuple[int, int]) -> lis
             def f(x, y):
                 return torch._scaled_mm(x, y, one, one, out_dtype=torch.bfloat16)
             out = f(a, b)
-            _must(check(out[:64, :64], a[:64].float().double() @ b[:, :64].float().double(), dtype="bfloat16"))
-            m = best_run(lambda: bench(f, a, b, name="scaled_mm fp8", **bkw))
-            return 2 * n ** 3 / m.median / TFLOP, m
+            small_ok = check(out[:64, :64], a[:64].float().double() @ b[:, :64].float().double(), dtype="bfloat16")
+            return checked_rate(small_ok, 2 * n ** 3, TFLOP, f, a, b, name="scaled_mm fp8", options=bench_options,
+                                runs=TENSOR_RUNS)
         return run
 
     def cfg(b, w):
@@ -378,7 +392,7 @@ def gpu_compute_steps(quick: bool, device_name: str, cc: tuple[int, int]) -> lis
     import importlib.util
 
     if importlib.util.find_spec("cupy") is not None:
-        fp32_cands.append((f"CUDA C++ (CuPy NVRTC) FMA, {K.CUDA_FMA_CHAINS} chains/thread, 256 threads",
+        fp32_cands.append((f"CUDA C++ (CuPy NVRTC) FMA, {kernels.CUDA_FMA_CHAINS} chains/thread, 256 threads",
                            cuda_fma))
     steps = [
         ("FP32 FMA peak", lambda: best_of("fp32", "compute", fp32_cands, device_name)),
@@ -421,13 +435,12 @@ def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
     A shared CPU's speed wanders by tens of percent between one measurement and the next (neighbours,
     frequency), so a CPU ceiling is the fastest sample seen (`m.min`), not the median: the most the
     machine did, which a later placement of the same op should not beat. The bandwidth of one buffer
-    also depends on how its pages happen to be mapped (on the 2-core CI machine a torch.sum over 128 MiB
-    ran at 24 GB/s on one allocation and 37 on another), so each stream is measured on ALLOCATIONS
-    fresh buffers and the best is kept.
+    also depends on how its pages happen to be mapped (docs/notes/studies.md), so each stream is measured
+    on ALLOCATIONS fresh buffers and the best is kept.
     """
     import torch
 
-    bkw = dict(budget_s=0.3 if quick else 1.0, warmup_s=0.1 if quick else 0.3, device="cpu")
+    bench_options = dict(budget_s=0.3 if quick else 1.0, warmup_s=0.1 if quick else 0.3, device="cpu")
     n = (2**25 if quick else 2**27)  # 128 MiB / 512 MiB of fp32 per buffer: >> a 32 MiB L3
     state: dict = {}
 
@@ -442,22 +455,22 @@ def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
     def copy(k):
         def run():
             src, dst = buffers(k)
-            _must(check(dst.copy_(src)[:4096], src[:4096], rtol=0, atol=0))
-            m = bench(dst.copy_, src, name="copy_", **bkw)
-            return 2 * src.nbytes / m.min / GB, m
+            small_ok = check(dst.copy_(src)[:4096], src[:4096], rtol=0, atol=0)
+            return checked_rate(small_ok, 2 * src.nbytes, GB, dst.copy_, src, name="copy_", options=bench_options,
+                                stat="min")
         return run
 
     def read(k):
         def run():
             src, _ = buffers(k)
-            m = bench(torch.sum, src, name="sum", **bkw)
+            m = bench(torch.sum, src, name="sum", **bench_options)
             return src.nbytes / m.min / GB, m
         return run
 
     def write(k):
         def run():
             _, dst = buffers(k)
-            m = bench(dst.fill_, 1.5, name="fill_", **bkw)
+            m = bench(dst.fill_, 1.5, name="fill_", **bench_options)
             return dst.nbytes / m.min / GB, m
         return run
 
@@ -467,9 +480,9 @@ def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
     def mm(dtype, size):
         def run():
             a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-            _must(check(torch.mm(a, b)[:32, :32], a[:32].double() @ b[:, :32].double()))
-            m = bench(torch.mm, a, b, name="mm", **bkw)
-            return 2 * size ** 3 / m.min / TFLOP, m
+            small_ok = check(torch.mm(a, b)[:32, :32], a[:32].double() @ b[:, :32].double())
+            return checked_rate(small_ok, 2 * size ** 3, TFLOP, torch.mm, a, b, name="mm", options=bench_options,
+                                stat="min")
         return run
 
     mib = f"{n * 4 / 2**20:.0f} MiB"

@@ -91,9 +91,8 @@ def _sin_short(x):
     # relative), at half of libdevice sinf's instructions and all on the FMA/ALU pipes. k = round(x / pi)
     # by the 1.5 * 2^23 trick (no FRND; the low bit of t is k's parity), Cody-Waite reduction by
     # pi = 3.140625 + 9.6765e-4 (k * 3.140625 is exact for |k| < 2^16), the odd Taylor polynomial to x^9
-    # on [-pi/2, pi/2] (relative error r^10 / 11! <= 2.3e-6; one more term cost 1.5 % of the bf16 stream
-    # on an H200, the kernel being that close to instruction-bound), and sin(r + k pi) = (-1)^k sin(r)
-    # by flipping the sign bit.
+    # on [-pi/2, pi/2] (relative error r^10 / 11! <= 2.3e-6; the kernel is close to instruction-bound, so
+    # a term more costs bandwidth), and sin(r + k pi) = (-1)^k sin(r) by flipping the sign bit.
     t = x * 0.3183098861837907 + 12582912.0
     k = t - 12582912.0
     r = tl.fma(-k, 3.140625, x)
@@ -200,10 +199,8 @@ def launch_sweep(x, y, flops_per_element: int, a: float, b: float, *, block: int
     return y
 
 
-# Elementwise launch config. On an H200 (triton 3.6) 1024-element tiles, 4 warps and evict_last loads
-# gave the fastest streams: copy 4286 GB/s fp32 against 3992-4211 for other shapes or no hint. The
-# 16-bit sin runs one warp per tile: its per-tile max then stays inside the warp (no shared memory, no
-# barrier): 4237-4255 GB/s against 4140 with 2 warps, the copy at 4308-4311 in the same run.
+# Elementwise launch config: the fastest streams measured (docs/notes/studies.md). The 16-bit sin runs one
+# warp per tile so its per-tile max stays inside the warp (no shared memory, no barrier).
 EW_BLOCK, EW_WARPS, EW_EVICT = 1024, 4, "evict_last"
 EW_WARPS_SHORT_SIN = 1
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from gpuspeed import device as _device
 from gpuspeed.results import make_results
-from gpuspeed.roofline import sweep as S
+from gpuspeed.roofline import sweep as ai_sweep
 from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
 from gpuspeed.roofline.place import ABOVE_ROOF, count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
@@ -53,7 +53,7 @@ class Study:
         if self.do_sweep and self.kind == "cuda":
             sweep_dtypes = [d for d in ("fp32", "bf16") if d in self.dtypes]
             n = 2**26 if self.quick else 2**28
-            out += [(label, self._sweep_step(fn)) for label, fn in S.sweep_steps(sweep_dtypes, n, self.quick)]
+            out += [(label, self._sweep_step(fn)) for label, fn in ai_sweep.sweep_steps(sweep_dtypes, n, self.quick)]
         if self.do_workloads:
             out += [(f"place {w.name}", self._place_step(w)) for w in builtin(self.kind, self.quick, self.dtypes)]
             # Ceilings are the best of a pass before and after the placements: a shared CPU drifts, and a
@@ -119,9 +119,9 @@ class Study:
                         if flops == 0 and w.group == "attention":
                             flops, source = sdpa_flops(args), "4BHS^2D (FlopCounterMode counted none here)"
                     unit = w.unit or default_unit(args, counted=w.group in ("matmul", "attention"))
-                    bkw = dict(budget_s=0.4 if self.quick else 0.8, warmup_s=0.15 if self.quick else 0.25)
+                    bench_options = dict(budget_s=0.4 if self.quick else 0.8, warmup_s=0.15 if self.quick else 0.25)
                     p = place(fn, *args, flops=flops, bytes=w.nbytes(args) if w.nbytes else None,
-                              ceilings=self.ceil, name=w.name, unit=unit, **bkw)
+                              ceilings=self.ceil, name=w.name, unit=unit, **bench_options)
                 row |= p.to_dict() | {"flops_source": source}
                 row["notes"] = notes + p.notes
             except Exception as exc:  # keep the other placements
@@ -161,7 +161,7 @@ class Study:
         for unit in ("bf16", "fp32"):
             peak = c.value(unit)
             s[f"ridge_{unit}_flop_per_byte"] = peak * 1e12 / (mem * 1e9) if peak and mem else None
-        for dt, r in S.ridges(self.sweep_rows).items():
+        for dt, r in ai_sweep.ridges(self.sweep_rows).items():
             s[f"sweep_ridge_{dt}_flop_per_byte"] = r["ridge"]
             s[f"sweep_peak_{dt}_TFLOPs"] = r["peak_flops"] / 1e12 if r["peak_flops"] else None
             s[f"sweep_GBps_{dt}"] = r["bandwidth"] / 1e9 if r["bandwidth"] else None

@@ -46,22 +46,22 @@ def sweep_steps(dtypes: list[str], n_elements: int, quick: bool) -> list[tuple[s
     """(label, fn -> row) for every (dtype, F) point; rows carry ai, flop/s, bytes/s or an error."""
     import torch
 
-    from gpuspeed.roofline import kernels as K
+    from gpuspeed.roofline import kernels
 
-    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    bkw = dict(budget_s=0.4 if quick else 0.6, warmup_s=0.15 if quick else 0.2)
+    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    bench_options = dict(budget_s=0.4 if quick else 0.6, warmup_s=0.15 if quick else 0.2)
     n = max(n_elements // BLOCK, 1) * BLOCK
     bufs: dict = {}
 
     def point(dt: str, f: int):
         def run() -> dict:
-            dtype = tdt[dt]
+            dtype = torch_dtypes[dt]
             esize = torch.empty((), dtype=dtype).element_size()
             row = {"dtype": dt, "flops_per_element": f, "ai": f / (2 * esize), "n": n}
             try:
                 xs = torch.randn(8 * BLOCK, device="cuda").to(dtype)
                 ys = poison(torch.empty_like(xs))
-                K.launch_sweep(xs, ys, f, SWEEP_A, SWEEP_B, block=BLOCK, num_warps=WARPS)
+                kernels.launch_sweep(xs, ys, f, SWEEP_A, SWEEP_B, block=BLOCK, num_warps=WARPS)
                 ref = torch.from_numpy(reference(xs.float().cpu().numpy(), f, SWEEP_A, SWEEP_B))
                 # fp32: up to 1024 chained roundings, so 1e-4; bf16: the output's own rounding dominates
                 res = check(ys, ref, rtol=1e-4 if dt == "fp32" else None, dtype=None if dt == "fp32" else "bfloat16")
@@ -73,8 +73,8 @@ def sweep_steps(dtypes: list[str], n_elements: int, quick: bool) -> list[tuple[s
                     x = (torch.rand(n, device="cuda") + 0.5).to(dtype)
                     bufs[dt] = (x, torch.empty_like(x))
                 x, y = bufs[dt]
-                m = bench(K.launch_sweep, x, y, f, SWEEP_A, SWEEP_B, kwargs=dict(block=BLOCK, num_warps=WARPS),
-                          name=f"sweep {dt} F={f}", **bkw)
+                m = bench(kernels.launch_sweep, x, y, f, SWEEP_A, SWEEP_B, kwargs=dict(block=BLOCK, num_warps=WARPS),
+                          name=f"sweep {dt} F={f}", **bench_options)
                 nbytes, flops = 2 * x.nbytes, f * n
                 row |= {"median_s": m.median, "rel_noise": m.rel_noise, "samples": m.n, "throttled": m.throttled,
                         "bytes": nbytes, "flops": flops, "TFLOPs": flops / m.median / 1e12,

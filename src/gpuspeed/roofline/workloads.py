@@ -2,9 +2,8 @@
 
 On the GPU the elementwise points (add, sin, the fused chain) are gpuspeed's Triton kernels, written like the
 bandwidth ceilings, with torch's own add and sin placed beside them ("torch elementwise"): the first show
-what this GPU does for an elementwise stream, the second what torch's kernels get of it. (On an H200,
-torch.sin on bf16 reaches ~82 % of the copy roof: libdevice sinf's ~40 instructions per element, not
-memory, bound it; the Triton sin computes to the output's precision and reaches the roof.)
+what this GPU does for an elementwise stream, the second what torch's kernels get of it (torch's sin
+computes in fp32 whatever the output's precision, so it can be instruction-bound: docs/notes/studies.md).
 
 FLOP conventions for ops FlopCounterMode does not count (it counts matmul, conv and attention): one FLOP
 per elementwise operation, sin counted as one; softmax 5 per element (max, subtract, exp, sum, divide),
@@ -119,20 +118,20 @@ def _triton_elementwise(n_el: int, rand, dt: dict) -> list[Workload]:
     write, the output preallocated (an argument, so counted once: nbytes is given)."""
     import torch
 
-    from gpuspeed.roofline import kernels as K
+    from gpuspeed.roofline import kernels
     from gpuspeed.verify import check, poison
 
     def verified(op: str, d, coeffs=(1.0, 0.0, 1.0, 0.0)):
         def run():  # fresh values over many scales; sin judged on its own scale (|sin| <= 1)
             for seed in random.sample(range(2**31), 3):
                 g = torch.Generator(device="cuda").manual_seed(seed)
-                x = torch.randn(64 * K.EW_BLOCK, device="cuda", generator=g)
+                x = torch.randn(64 * kernels.EW_BLOCK, device="cuda", generator=g)
                 if op != "chain":  # the chain's fp32 argument x*a+b carries |x| * 2^-24 of rounding: keep |x| small
                     x = x * 10.0 ** torch.randint(-2, 4, x.shape, device="cuda", generator=g)
                 x = x.to(d)
                 z = torch.randn_like(x) if op == "add" else None
                 y = poison(torch.empty_like(x))
-                K.launch_elementwise(op, x, y, z, coeffs=coeffs)
+                kernels.launch_elementwise(op, x, y, z, coeffs=coeffs)
                 x64 = x.double()
                 a, b, c, e = (float(torch.tensor(v, dtype=torch.float32)) for v in coeffs)
                 ref = (x64 + z.double() if op == "add" else torch.sin(x64 * a + b) * c + e)
@@ -147,11 +146,11 @@ def _triton_elementwise(n_el: int, rand, dt: dict) -> list[Workload]:
 
         def make_add(d=d):
             x, z = rand(n_el, dtype=d), rand(n_el, dtype=d)
-            return (lambda x, z, y: K.launch_elementwise("add", x, y, z)), (x, z, torch.empty_like(x))
+            return (lambda x, z, y: kernels.launch_elementwise("add", x, y, z)), (x, z, torch.empty_like(x))
 
         def make_sin(d=d):
             x = rand(n_el, dtype=d)
-            return (lambda x, y: K.launch_elementwise("sin", x, y)), (x, torch.empty_like(x))
+            return (lambda x, y: kernels.launch_elementwise("sin", x, y)), (x, torch.empty_like(x))
 
         note = "Triton, one read per input and one write, 1024-element tiles, evict_last loads"
         out.append(Workload(f"add {name}", "elementwise", name, make_add, flops=lambda a: a[0].numel(),
@@ -165,7 +164,7 @@ def _triton_elementwise(n_el: int, rand, dt: dict) -> list[Workload]:
 
     def make_chain():
         x = rand(n_el)
-        return (lambda x, y: K.launch_chain(x, y, *CHAIN)), (x, torch.empty_like(x))
+        return (lambda x, y: kernels.launch_chain(x, y, *CHAIN)), (x, torch.empty_like(x))
 
     out.append(Workload("fused chain fp32", "elementwise", "fp32", make_chain, flops=lambda a: 5 * a[0].numel(),
                         nbytes=lambda a: 2 * a[0].numel() * a[0].element_size(),
