@@ -200,3 +200,14 @@ def test_capture_error_names_the_op_and_line(body, kind, op):
 def test_capture_rejects_cpu_inputs():
     with pytest.raises(graphs.CaptureError):
         graphs.capture(lambda x: x + 1, torch.randn(8))
+
+
+def test_default_variants_change_values_and_first_dims_keep_structure():
+    from gpuspeed.graph_breaks import default_variants
+
+    args = (torch.randn(4, 2), [3, {"mask": torch.ones(2, dtype=torch.bool)}], 1.5)
+    calls = default_variants(args)
+    assert len(calls) == 3 and all(isinstance(c, tuple) for c in calls)
+    assert [c[0].shape[0] for c in calls] == [4, 8, 12] and [c[1][0] for c in calls] == [3, 4, 5]
+    assert [c[1][1]["mask"].shape[0] for c in calls] == [2, 4, 6] and all(c[2] == 1.5 for c in calls)
+    assert not torch.equal(calls[0][0], args[0])  # fresh values, same shape

@@ -161,7 +161,8 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
             return x + bump
         return x
 
-    return [trees.map_leaves(lambda x, i=i: vary(x, 1 if i == 0 else i + 1, i), args) for i in range(n)]
+    leaves, spec = trees.flatten(args)
+    return [trees.unflatten(spec, [vary(x, 1 if i == 0 else i + 1, i) for x in leaves]) for i in range(n)]
 
 
 def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_fullgraph: bool = True,

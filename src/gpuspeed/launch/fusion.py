@@ -104,6 +104,11 @@ def timing_fields(rounds: list[timing.Measurement], nbytes: int) -> dict:
     return d
 
 
+def _noise(row: dict) -> float:
+    v = row.get("rel_noise")
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else 0.0  # unknown noise adds no slack
+
+
 def flag_non_monotone(rows: list[dict]) -> None:
     """Flag a point slower than its own variant at a larger N by more than MONOTONE_SLACK + 3x noise."""
     for variant in dict.fromkeys(r["variant"] for r in rows):
@@ -113,7 +118,7 @@ def flag_non_monotone(rows: list[dict]) -> None:
             if not later:
                 continue
             fastest = min(later, key=lambda q: q["time_s"])
-            slack = MONOTONE_SLACK + 3 * (r.get("rel_noise", 0.0) + fastest.get("rel_noise", 0.0))
+            slack = MONOTONE_SLACK + 3 * (_noise(r) + _noise(fastest))
             if r["time_s"] > fastest["time_s"] * (1 + slack):
                 r["unreliable"] = True
                 r.setdefault("unreliable_why", []).append(
