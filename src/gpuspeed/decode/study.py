@@ -93,6 +93,12 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
     if spec.model not in M.CONFIGS and not Path(spec.model).exists():
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
+    if spec.model in M.CONFIGS and spec.prompt is None:
+        ctx = M.CONFIGS[spec.model].max_seq_len
+        for p in [spec.prompt_len] + ([spec.long_prompt] if spec.long_prompt else []):
+            if p + spec.new_tokens > ctx:
+                raise UserError(f"a prompt of {p} tokens plus {spec.new_tokens} new ones exceeds {spec.model}'s "
+                                f"context of {ctx}")
     for b in spec.batches:
         if b < 1:
             raise UserError(f"batch sizes must be >= 1, got {b}")

@@ -340,25 +340,22 @@ class Graphed(Static):
         return run
 
     def prepare(self, steps: int) -> None:
-        """Compile and capture now (the state is reset by decode)."""
-        self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
-        self._graph(1)
-        if self.k > 1 and steps >= self.k:
-            self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
-            self._graph(self.k)
+        """Compile and capture now: warm-up and capture run steps on the buffers, so decode resets after."""
+        for k in [1] + ([self.k] if self.k > 1 and steps >= self.k else []):
+            if k not in self._graphs:
+                self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
+                self._graph(k)
 
     def _replay_one(self):
         return self._graph(1)()
 
     def decode(self, first, steps, on_logits=None):
-        if on_logits is not None or not self.sampling.greedy or self.k == 1:
+        one_by_one = on_logits is not None or not self.sampling.greedy or self.k == 1
+        self.prepare(1 if one_by_one else steps)
+        if one_by_one:
             return super().decode(first, steps, on_logits)  # one step per replay: every step's logits seen
         if self.prompt_len + steps + 1 > self.max_len:
             raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
-        if steps >= self.k and self.k not in self._graphs:
-            first_saved = first.clone()
-            self.prepare(steps)
-            first = first_saved
         self._reset(first)
         many, one = (self._graph(self.k) if steps >= self.k else None), self._graph(1)
         done_steps = 0

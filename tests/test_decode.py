@@ -1,0 +1,209 @@
+"""gpuspeed.decode on the CPU: the model against transformers, the ladder's exact tokens, sampling, EOS, the CLI."""
+
+import json
+
+import pytest
+import torch
+
+from gpuspeed.decode import checkpoints as C, model as M, variants as V
+from gpuspeed.decode.generate import Sampling, generate, sample
+from gpuspeed.verify import check
+
+MICRO = dict(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96)
+
+
+def micro(name="llama-3.2-1b", seed=1, **over):
+    return M.build(M.named_config(name, **(MICRO | over)), seed=seed)
+
+
+def prompt_for(m, b=2, p=5, seed=0):
+    return torch.randint(0, m.args.vocab_size, (b, p), generator=torch.Generator().manual_seed(seed))
+
+
+def run_all(m, prompt, t, names=None, **kw):
+    out = {}
+    for name in names or V.ORDER:
+        e = V.make_engine(name, m, prompt.shape[0], V.max_len_for(prompt.shape[1], t), compile_backend="eager", **kw)
+        out[name] = (generate(e, prompt, t), e)
+    return out
+
+
+def test_named_configs_have_the_issue_shapes():
+    s = M.named_config("smollm2-135m")
+    assert (s.vocab_size, s.dim, s.n_layers, s.n_heads, s.n_kv_heads, s.ffn_dim, s.tie_embeddings) == \
+        (49152, 576, 30, 9, 3, 1536, True)
+    assert 134e6 < s.param_count() < 136e6  # SmolLM2-135M
+    b = M.named_config("llama-3.2-1b")
+    assert abs(b.weight_bytes_per_token(2) / 1e9 - 2.47) < 0.03  # the design's floor figure
+    e = M.named_config("llama-3-8b")
+    assert abs(e.weight_bytes_per_token(2) / 1e9 - 15.0) < 0.1
+    with pytest.raises(Exception, match="unknown model"):
+        M.named_config("gpt2")
+
+
+def test_rope_llama3_matches_transformers():
+    transformers = pytest.importorskip("transformers", reason="transformers not installed")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    args = M.named_config("llama-3.2-1b")
+    cfg = transformers.LlamaConfig(**{k: v for k, v in C.hf_config(args).items() if k not in ("architectures", "model_type")})
+    ref, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+    ours = M.rope_inv_freq(args)
+    assert check(ours, ref, rtol=1e-6).passed
+    plain = M.rope_inv_freq(M.named_config("llama-3.2-1b", rope_scaling=None))
+    assert not torch.allclose(ours, plain)  # the scaling changes the low frequencies
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_hf_folder_logits_and_tokens_match_transformers(tmp_path, tied):
+    pytest.importorskip("transformers", reason="transformers not installed")
+    pytest.importorskip("safetensors", reason="safetensors not installed")
+    from transformers import LlamaForCausalLM
+
+    m = micro(tie_embeddings=tied)
+    C.to_hf(m).save_pretrained(tmp_path, max_shard_size="100KB")  # several shards + an index
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    ck = C.load(tmp_path)
+    ours = ck.model
+    assert ours.args.tie_embeddings == tied and ours.args.rope_scaling
+    ref = LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    prompt = prompt_for(ours)
+    ours.setup_rope(64)
+    with torch.no_grad():
+        res = check(ours(prompt, torch.arange(prompt.shape[1])), ref(prompt).logits)
+    assert res.passed, res.summary
+    t = 12
+    hf = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=t, min_new_tokens=t,
+                      do_sample=False, pad_token_id=0)[:, prompt.shape[1]:]
+    e = V.make_engine("V2", ours, 2, V.max_len_for(prompt.shape[1], t))
+    assert torch.equal(generate(e, prompt, t), hf)
+
+
+@pytest.mark.parametrize("name,over", [
+    ("tiny", {"n_layers": 2}),  # tiny's shapes (the GPU test runs all 8 layers)
+    ("smollm2-135m", {"n_layers": 2}),  # SmolLM2's heads, GQA 9/3, tied 49152 vocabulary; fewer layers
+])
+def test_every_variant_gives_v0s_tokens_fp32(name, over):
+    m = M.build(M.named_config(name, **over), seed=3)
+    prompt = prompt_for(m, b=1, p=4)
+    runs = run_all(m, prompt, 5)
+    ref = runs["V0"][0]
+    assert ref.shape == (1, 5)
+    for v, (toks, _) in runs.items():
+        assert torch.equal(toks, ref), v
+    info = runs["V3"][1].info
+    assert info["graph_breaks"] == 0 and info["recompiles"] == 0 and info["fullgraph_ok"]
+
+
+def test_variants_batch_two_and_fused_logits():
+    m = micro()
+    prompt = prompt_for(m, b=2, p=6)
+    logs = {}
+    for name in ("V0", "V2", "V5"):
+        e = V.make_engine(name, m, 2, V.max_len_for(6, 9), compile_backend="eager")
+        rec = []
+        toks = generate(e, prompt, 9, on_logits=lambda x, rec=rec: rec.append(x.clone()))
+        logs[name] = (toks, torch.stack(rec))
+    for name in ("V2", "V5"):
+        assert torch.equal(logs[name][0], logs["V0"][0])
+        res = check(logs[name][1], logs["V0"][1])
+        assert res.passed, (name, res.summary)
+
+
+def test_decode_restarts_from_the_prefilled_state():
+    m = micro()
+    prompt = prompt_for(m)
+    for name in ("V1", "V2", "V5"):
+        e = V.make_engine(name, m, 2, V.max_len_for(5, 8), compile_backend="eager")
+        first = e.prefill(prompt)
+        a, b = e.decode(first, 7), e.decode(first, 7)
+        assert torch.equal(a, b), name
+
+
+def test_sampling_is_seeded_and_follows_the_distribution():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])).repeat(40000, 1)
+    s = Sampling(temperature=1.0, seed=7)
+    a = sample(logits, s, s.generator("cpu"))
+    b = sample(logits, s, s.generator("cpu"))
+    assert torch.equal(a, b)
+    freq = torch.bincount(a, minlength=4).float() / a.numel()
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.01), freq
+    p = Sampling(temperature=1.0, top_p=0.7, seed=1)
+    got = set(sample(logits, p, p.generator("cpu")).tolist())
+    assert got == {0, 1}  # 0.5 + 0.3 reaches 0.7: the smallest such prefix
+    k = Sampling(temperature=1.0, top_k=1, seed=1)
+    assert set(sample(logits, k, k.generator("cpu")).tolist()) == {0}
+    with pytest.raises(Exception, match="top-p"):
+        Sampling(temperature=1.0, top_p=1.5)
+
+
+def test_sampled_generation_is_reproducible_across_variants():
+    m = micro()
+    prompt = prompt_for(m)
+    s = Sampling(temperature=0.8, top_k=50, seed=3)
+    got = {n: generate(V.make_engine(n, m, 2, V.max_len_for(5, 8), sampling=s, compile_backend="eager"), prompt, 8)
+           for n in ("V0", "V2", "V4")}
+    assert torch.equal(got["V0"], got["V2"]) and torch.equal(got["V2"], got["V4"])
+    greedy = generate(V.make_engine("V2", m, 2, V.max_len_for(5, 8)), prompt, 8)
+    assert not torch.equal(got["V2"], greedy)
+
+
+def test_eos_stops_generation_and_pads_with_eos():
+    m = micro()
+    prompt = prompt_for(m, b=1)
+    t = 24
+    free = generate(V.make_engine("V2", m, 1, V.max_len_for(5, t)), prompt, t)[0].tolist()
+    at = 3
+    eos = free[at]
+    stop = free.index(eos)  # the first time the model emits it
+    for name in ("V0", "V2", "V4", "V5"):
+        e = V.make_engine(name, m, 1, V.max_len_for(5, t), eos_ids=[eos], check_every=4, compile_backend="eager")
+        toks = generate(e, prompt, t)[0].tolist()
+        assert toks[:stop + 1] == free[:stop + 1], name
+        assert all(x == eos for x in toks[stop:]), name
+        assert len(toks) < t, name  # stopped early: checked every 4 steps, not run to the end
+
+
+def _cli(args, capsys):
+    from gpuspeed.cli import main
+
+    rc = main(["decode", *args])
+    return rc, capsys.readouterr()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "/no/such/model.gguf"], "no model"),
+    (["--variants", "V0,V9"], "unknown variant"),
+    (["--prompt-len", "3000"], "exceeds tiny's context"),
+    (["--dtype", "int3"], "unknown dtype"),
+    (["--batch", "0"], "--batch"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, needle, capsys):
+    rc, cap = _cli(args + ["--device", "cpu"], capsys)
+    assert rc == 2
+    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err and len(cap.err.strip().splitlines()) == 1
+
+
+def test_cli_not_a_llama_and_bad_out(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    rc, cap = _cli(["--model", str(tmp_path), "--device", "cpu"], capsys)
+    assert rc == 2 and "not a Llama" in cap.err
+    f = tmp_path / "file"
+    f.write_text("x")
+    rc, cap = _cli(["--out", str(f), "--device", "cpu"], capsys)
+    assert rc == 2 and "not a directory" in cap.err
+
+
+def test_cli_runs_on_the_cpu_and_writes_results(tmp_path, capsys):
+    rc, cap = _cli(["--layers", "1", "--new-tokens", "4", "--prompt-len", "3", "--variants", "V0,V2,V4",
+                    "--no-hf", "--budget", "0.1", "--device", "cpu", "--out", str(tmp_path), "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    s = doc["summary"]
+    assert s["tiny_fp32_tokens_identical"] is True
+    assert s["tiny_fp32_best_ms_per_token"] > 0 and s["tiny_fp32_v0_over_v2"] > 0
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert rows["V0"]["host_syncs_per_token"] >= 1  # the host-driven rung syncs every token
+    assert rows["V2"]["host_syncs_per_token"] < 1  # one copy at the end, not one per token
+    written = json.loads((tmp_path / "decode.json").read_text())
+    assert written["study"] == "decode" and (tmp_path / "decode_ladder.png").is_file()
