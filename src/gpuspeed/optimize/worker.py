@@ -157,7 +157,13 @@ def run(spec: dict, result: dict, result_path: str) -> None:
     r = spec["recipe"]
     device = spec["device"]
 
+    clock = [time.perf_counter(), None]  # per-stage wall time, so a report can say where a slow worker went
+
     def stage(name):
+        now = time.perf_counter()
+        if clock[1]:
+            result.setdefault("stage_s", {})[clock[1]] = round(now - clock[0], 3)
+        clock[0], clock[1] = now, name
         result["stage"] = name
         _write(result_path, result)
 
@@ -217,6 +223,7 @@ def run(spec: dict, result: dict, result_path: str) -> None:
     result["max_rel_err"] = max(c["max_rel_err"] for c in checks)
     result["rel_l2_err"] = max(c["rel_l2_err"] for c in checks)
     _measure(spec, wl, impl, result, stage, bool(chunk))
+    stage("done")
 
 
 def _reject(result, status, reason, path):
@@ -270,7 +277,6 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
         result["reason"] = result["budget_message"]
     else:
         result["status"] = "ok"
-    stage("done")
 
 
 def main(argv=None) -> int:
