@@ -320,6 +320,23 @@ def hf_rows(m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> li
     return rows
 
 
+def _partial(spec: Spec, rows: list, notes: list) -> None:
+    """With --out, the rows so far go to decode.json after every variant: a run killed by a time limit
+    still leaves what it measured (the final write replaces it)."""
+    if not spec.out:
+        return
+    from gpuspeed.results import make_results, write_results
+
+    try:
+        doc = make_results("decode", params={"model": spec.model, "dtype": spec.dtype, "partial": True},
+                           summary={}, rows=[dict(r, model=model_key(spec.model), dtype=spec.dtype) for r in rows],
+                           notes=notes + ["partial: the run had not finished when this was written"],
+                           device=spec.device)
+        write_results(doc, spec.out)
+    except Exception:  # never lose the run over a partial write
+        pass
+
+
 def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     """The whole study for one model and dtype; returns the results document."""
     from gpuspeed.results import make_results
@@ -367,6 +384,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
             row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir)
         except Exception as exc:  # recorded; the other variants go on
             rows.append({"variant": name, "error": _err(exc), "traceback": traceback.format_exc(limit=3)[-800:]})
+            _partial(spec, rows, notes)
             _free(device)
             continue
         if v0_tokens is None:
@@ -380,6 +398,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
             texts[name] = tok.decode(tokens[0])
             row["text"] = texts[name]
         rows.append(row)
+        _partial(spec, rows, notes)
 
     ok = [r for r in rows if "ms_per_token" in r and r.get("batch") == spec.batch]
     by = {r["variant"]: r for r in ok}
@@ -394,24 +413,19 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         prev = r
     best = min(ok, key=lambda r: r["ms_per_token"]) if ok else None
 
+    hf = []
+    if spec.hf:
+        say(f"{label} transformers")
+        if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+            hf = [{"variant": "HF", "skipped": "time cap reached"}]
+        else:
+            try:
+                import transformers  # noqa: F401
+                hf = hf_rows(m, spec, prompt, device, v0_tokens)
+            except ImportError:
+                notes.append("transformers is not installed: no comparison rows")
     extra_rows = []
     if best is not None:
-        for b in spec.batches:
-            if b == spec.batch:
-                continue
-            say(f"{label} {best['variant']} batch {b}")
-            if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-                extra_rows.append({"variant": best["variant"], "batch": b, "skipped": "time cap reached"})
-                continue
-            try:
-                pb = prompt[:1].repeat(b, 1)
-                sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
-                row, _, _ = measure_variant(best["variant"], m, sub, pb, device, trace_dir=None)
-                row["study"] = "batch"
-                extra_rows.append(row)
-            except Exception as exc:
-                extra_rows.append({"variant": best["variant"], "batch": b, "study": "batch", "error": _err(exc)})
-                _free(device)
         if spec.long_prompt:
             say(f"{label} {best['variant']} prompt {spec.long_prompt}")
             try:
@@ -429,21 +443,26 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
                 extra_rows.append({"variant": best["variant"], "prompt_len": spec.long_prompt, "study": "long_prompt",
                                    "error": _err(exc)})
                 _free(device)
+        for b in spec.batches:
+            if b == spec.batch:
+                continue
+            say(f"{label} {best['variant']} batch {b}")
+            if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+                extra_rows.append({"variant": best["variant"], "batch": b, "skipped": "time cap reached"})
+                continue
+            try:
+                pb = prompt[:1].repeat(b, 1)
+                sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
+                row, _, _ = measure_variant(best["variant"], m, sub, pb, device, trace_dir=None)
+                row["study"] = "batch"
+                extra_rows.append(row)
+            except Exception as exc:
+                extra_rows.append({"variant": best["variant"], "batch": b, "study": "batch", "error": _err(exc)})
+                _free(device)
         for r in extra_rows:
             if roof_GBps and "weight_GBps" in r:
                 r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
 
-    hf = []
-    if spec.hf:
-        say(f"{label} transformers")
-        if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-            hf = [{"variant": "HF", "skipped": "time cap reached"}]
-        else:
-            try:
-                import transformers  # noqa: F401
-                hf = hf_rows(m, spec, prompt, device, v0_tokens)
-            except ImportError:
-                notes.append("transformers is not installed: no comparison rows")
     for r in rows + extra_rows + hf:
         r.setdefault("study", "ladder" if not r.get("variant", "").startswith("HF") else "transformers")
         r["model"], r["dtype"] = model_key(spec.model), spec.dtype

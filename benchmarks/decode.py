@@ -1,0 +1,107 @@
+"""results/<gpu>/decode.json: the decode ladder on every named model, one `gpuspeed decode` process each.
+
+    python3 benchmarks/decode.py --out DIR [--total-s 470] [--models tiny:fp32,smollm2-135m:bf16,...]
+
+Each model runs in its own process under a time cap (a crash or a hang loses that model only; a model cut
+off by its cap keeps the variants it finished, which the CLI writes as it goes). The runs are merged into
+DIR/decode.json with decode_ladder.png, decode_bandwidth.png and traces/ beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# (model, dtype, share of the time, extra CLI arguments)
+PLAN = [
+    ("tiny", "fp32", 0.16, []),
+    ("smollm2-135m", "bf16", 0.20, []),
+    ("llama-3.2-1b", "bf16", 0.32, ["--long-prompt", "4096", "--batches", "8,32"]),
+    ("llama-3-8b", "bf16", 0.32, []),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--total-s", type=float, default=470.0, help="Wall-clock budget for all models.")
+    ap.add_argument("--models", default=None, help="model:dtype,... (default: the four of the issue)")
+    ap.add_argument("--budget", type=float, default=1.0, help="Seconds of timing per variant.")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    from gpuspeed.decode import study
+    from gpuspeed.results import check_out_dir, write_results
+
+    out = check_out_dir(args.out)
+    plan = PLAN
+    if args.models:
+        wanted = [tuple(m.split(":")) for m in args.models.split(",") if m]
+        plan = [p for p in PLAN if (p[0], p[1]) in wanted] + [
+            (m, d, 0.25, []) for m, d in wanted if (m, d) not in {(p[0], p[1]) for p in PLAN}]
+    t0 = time.perf_counter()
+    docs, failures = [], []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ROOT / "src"), os.environ.get("PYTHONPATH")] if p))
+    shares_left = sum(p[2] for p in plan)
+    for model, dtype, share, extra in plan:
+        left = args.total_s - (time.perf_counter() - t0)
+        cap = max(30.0, left * share / shares_left)
+        shares_left -= share
+        run_dir = out / "runs" / f"{model}_{dtype}"
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        cmd = [sys.executable, "-m", "gpuspeed", "decode", "--model", model, "--dtype", dtype, "--variants", "all",
+               "--device", args.device, "--budget", str(args.budget), "--time-cap", f"{0.75 * cap:.0f}",
+               "--out", str(run_dir), "--json"] + extra
+        t = time.perf_counter()
+        print(f"[{time.perf_counter() - t0:6.0f}s] {model} {dtype}: cap {cap:.0f}s", flush=True)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cap, cwd=ROOT)
+            rc, err = proc.returncode, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, err = "timeout", (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        (out / "runs").mkdir(exist_ok=True)
+        (out / "runs" / f"{model}_{dtype}.log").write_text(err or "")
+        path = run_dir / "decode.json"
+        if path.is_file():
+            doc = json.loads(path.read_text())
+            docs.append(doc)
+            status = "partial" if doc["params"].get("partial") else "done"
+        else:
+            status = "no results"
+        if rc != 0:
+            failures.append(f"{model} {dtype}: exit {rc} ({status}); last line: {(err or '').strip().splitlines()[-1:]}")
+        print(f"[{time.perf_counter() - t0:6.0f}s] {model} {dtype}: {status}, rc={rc}, {time.perf_counter() - t:.0f}s",
+              flush=True)
+        if (run_dir / "traces").is_dir():
+            dst = out / "traces"
+            dst.mkdir(exist_ok=True)
+            for f in (run_dir / "traces").iterdir():
+                shutil.copy2(f, dst / f.name)
+    if not docs:
+        print("no model produced results", file=sys.stderr)
+        return 1
+    merged = study.merge(docs, command=["python3", "benchmarks/decode.py"] + sys.argv[1:])
+    merged["notes"] += failures
+    for r in merged["rows"]:
+        if r.get("trace"):
+            r["trace"] = "traces/" + Path(r["trace"]).name
+    path = write_results(merged, out)
+    study.plots(merged, out)
+    print(f"wrote {path}")
+    for k, v in merged["summary"].items():
+        print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+    for f in failures:
+        print(f"  FAILED {f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
