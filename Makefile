@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 
 run: $(STAMP)
 	$(VENV)/bin/gpuspeed doctor
-	$(VENV)/bin/gpuspeed bench
+	$(VENV)/bin/gpuspeed optimize black_scholes --out out/optimize_black_scholes
 
 test: $(STAMP)
 	$(PY) -m pytest -q
