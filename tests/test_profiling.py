@@ -108,7 +108,7 @@ def test_cli_script_mode(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, msg", [
     (["profile", "--function", "nofile.py:f"], "no such file"),
-    (["profile", "--function", "X:f", "--input", "x=float32[4"], "no such file"),
+    (["profile", "--function", "X:f", "--input", "x=float32[4"], "bad input spec"),  # checked before importing
     (["profile"], "either a script"),
 ])
 def test_cli_errors_exit_2(argv, msg, capsys):

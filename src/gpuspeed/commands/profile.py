@@ -8,95 +8,104 @@ from typing import List, Optional
 
 import typer
 
-
-def _script_runner(script: str, argv: list[str]):
-    """A callable that runs the script as __main__ with its own argv."""
-    import runpy
-    import sys
-
-    p = Path(script)
-    if not p.is_file():
-        from gpuspeed.errors import UserError
-
-        raise UserError(f"no such file: {p}")
-
-    def run_script():
-        old = sys.argv
-        sys.argv = [str(p)] + list(argv)
-        try:
-            runpy.run_path(str(p), run_name="__main__")
-        except SystemExit as exc:  # a script's exit(0) is a normal end
-            if exc.code not in (0, None):
-                raise
-        finally:
-            sys.argv = old
-
-    run_script.__name__ = p.stem
-    return run_script
+RUNS_HELP = ("A script runs warmup + steps times under the profiler (0 + 1 by default), once more to place "
+             "each finding at its source line, and twice more for the Python hotspots (cProfile, then line "
+             "times) unless --no-hotspots: 4 runs by default, 2 with --no-hotspots. A function is called the "
+             "same way (1 + 5 + 1 + 2 = 9 calls by default).")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+                 help="Profile a script or a function: GPU busy/idle, launch gaps, tiny kernels, host syncs, "
+                      "transfers, top kernels and Python hotspots, each at its source line. " + RUNS_HELP +
+                      " A script that calls sys.exit(n) with n != 0 still gets its profile, with a note.")
     def profile(
         ctx: typer.Context,
         script: Optional[str] = typer.Argument(None, help="Script to run (its arguments follow it)."),
         function: Optional[str] = typer.Option(None, "--function", "-f", help="path/to/file.py:name to call."),
         inputs: List[str] = typer.Option([], "--input", "-i",
                                          help="NAME=DTYPE[SHAPE] or NAME=int:VALUE / NAME=float:VALUE."),
-        steps: Optional[int] = typer.Option(None, help="Profiled calls (default 5 for --function, 1 for a script)."),
-        warmup: Optional[int] = typer.Option(None, help="Calls before profiling (default 1 for --function, 0 for a script)."),
+        steps: Optional[int] = typer.Option(None, help="Profiled calls, at least 1 (default 5 for --function, 1 "
+                                                       "for a script)."),
+        warmup: Optional[int] = typer.Option(None, help="Calls before profiling (default 1 for --function, 0 "
+                                                        "for a script)."),
         seed: int = typer.Option(0, help="Seed of the generated inputs."),
-        backend: str = typer.Option("torch", help="Inputs as torch tensors or numpy arrays."),
+        backend: str = typer.Option("auto", help="Array library of the --function inputs: torch, numpy or cupy; "
+                                                 "auto reads it from the function's module (torch if it imports "
+                                                 "torch, else cupy, else numpy)."),
         device: str = typer.Option("auto", help="cpu, cuda or auto."),
         hotspots: bool = typer.Option(True, "--hotspots/--no-hotspots", help="Also profile the Python side."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write profile.json, profile.md and the trace here."),
-        as_json: bool = typer.Option(False, "--json", help="Print the summary and findings as JSON."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary and findings as JSON on stdout (the "
+                                                           "profiled code's own output goes to stderr)."),
     ):
-        """Profile a script or a function: GPU busy/idle, launch gaps, tiny kernels, host syncs, transfers,
-        top kernels and Python hotspots, each at its source line."""
         from rich.console import Console
 
         from gpuspeed import device as _device
         from gpuspeed.errors import UserError
-        from gpuspeed.inputs import make_inputs, parse_specs
+        from gpuspeed.inputs import parse_specs
         from gpuspeed.loading import load_function
         from gpuspeed.profiling import profile as run_profile
+        from gpuspeed.profiling.backend import infer_backend, make_backend_inputs
         from gpuspeed.profiling.report import print_report, results_doc
-        from gpuspeed.results import write_results
+        from gpuspeed.profiling.script import ScriptRunner, stdout_to_stderr
+        from gpuspeed.results import check_out_dir, write_results
 
         console = Console(stderr=as_json)
         if device not in ("auto", "cpu", "cuda"):
             raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
-        where = _device.resolve_device(device)
+        if backend not in ("auto", "torch", "numpy", "cupy"):
+            raise UserError(f"unknown backend {backend!r}: use auto, torch, numpy or cupy")
+        if steps is not None and steps < 1:
+            raise UserError(f"--steps {steps}: profile at least 1 step")
+        if warmup is not None and warmup < 0:
+            raise UserError(f"--warmup {warmup}: cannot be negative")
         if (script is None) == (function is None):
             raise UserError("give either a script to run or --function path/to/file.py:name")
+        check_out_dir(out)
+        where = _device.resolve_device(device)
         kwargs: dict = {}
+        notes = []
+        runner = None
         if function:
             if ctx.args:
                 raise UserError(f"unexpected arguments {' '.join(ctx.args)} (inputs go in --input)")
-            fn = load_function(function)
             specs = parse_specs(inputs)
-            kwargs = make_inputs(specs, seed=seed, backend=backend, device=where if backend == "torch" else "cpu")
+            with stdout_to_stderr() if as_json else _nothing():
+                fn = load_function(function)
+            if backend == "auto":
+                backend, why = infer_backend(fn)
+                notes.append(f"inputs as {backend} arrays: {why} (--backend to choose)")
+            kwargs = make_backend_inputs(specs, backend, seed=seed, device=where)
             steps, warmup = steps or 5, 1 if warmup is None else warmup
         else:
             if inputs:
                 raise UserError("--input goes with --function, not with a script")
-            fn = _script_runner(script, ctx.args)
+            fn = runner = ScriptRunner(script, ctx.args)
+            backend = None
             steps, warmup = steps or 1, 0 if warmup is None else warmup
         if where == "cpu":
             console.print("[yellow]note:[/] no CUDA device: profiling the host side only (no kernels, gaps or transfers).")
+        for n in notes:
+            console.print(f"[yellow]note:[/] {n}")
         trace_path = out / f"{fn.__name__}.trace.json.gz" if out else None
         try:
-            res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where, trace_path=trace_path,
-                              hotspots=hotspots)
+            with stdout_to_stderr() if as_json else _nothing():
+                res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
+                                  trace_path=trace_path, hotspots=hotspots)
         except UserError:
             raise
         except Exception as exc:  # the user's code failed: one line, the traceback under --debug
-            import sys
-
-            if "--debug" in sys.argv:
+            if ctx.find_root().params.get("debug"):
                 raise
-            raise UserError(f"{fn.__name__} raised {type(exc).__name__}: {exc}") from exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise UserError(f"{fn.__name__} raised {type(exc).__name__}: {first}") from exc
+        res.notes[:0] = notes
+        if runner is not None:
+            res.notes.append(f"ran {script} {runner.runs} times ({warmup} warm-up, {steps} profiled, 1 to place "
+                             f"source lines{', 2 for Python hotspots' if hotspots else ''})")
+            if runner.exit_note():
+                res.notes.append(runner.exit_note())
         params = {"target": function or script, "inputs": list(inputs), "seed": seed, "backend": backend,
                   "script_args": list(ctx.args)}
         doc = results_doc(res, params=params)
@@ -107,6 +116,13 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {path}, {md} and {res.trace_path}")
         if as_json:
             print(json.dumps({"summary": doc["summary"], "findings": res.findings, "hotspots": res.hotspots,
-                              "recommendations": res.recommendations, "trace": res.trace_path}, default=str))
+                              "recommendations": res.recommendations, "notes": res.notes,
+                              "params": doc["params"], "trace": res.trace_path}, default=str))
         else:
             print_report(res, console)
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()

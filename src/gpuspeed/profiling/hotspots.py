@@ -1,28 +1,32 @@
 """Python hotspots of the host side: cProfile's top functions, line times, where the time goes, hot loops.
 
 Line times come from line_profiler when it is installed, else from a small sys.settrace line timer of
-our own (same meaning: a line's time includes the calls it makes). These time host Python code, not GPU
-work, so they use the host clock by design. Each loop nest of a hot function gets its share of time and
-a verdict: a loop over array elements doing arithmetic is a candidate for a GPU kernel or Numba.
+our own (same meaning: a line's time includes the calls it makes; the timer's own cost per line event is
+measured on lines that do nothing and taken off). These time host Python code, not GPU work, so they use
+the host clock by design. A script's module-level code is timed too (its code object comes from the
+callable's `code_root`, see profiling.script). Each loop nest of a hot function gets its share of time,
+its dependences between iterations and a verdict (profiling.loops).
 """
 
 from __future__ import annotations
 
-import ast
 import cProfile
 import gc
 import inspect
+import os
 import pstats
 import re
 import sys
-import textwrap
 import time
 import types
 import warnings
 from collections import defaultdict
 from pathlib import Path
 
+from gpuspeed.profiling.loops import loop_nests
 from gpuspeed.profiling.sites import is_user_file
+
+__all__ = ["analyze", "cprofile", "line_times", "loop_nests"]
 
 LIBRARIES = ("numpy", "torch", "scipy", "cupy", "jax", "numba", "pandas", "triton")
 _ALLOC = re.compile(r"\b(zeros|ones|empty|full|array|asarray|ascontiguousarray|copy|concatenate|stack|hstack|"
@@ -70,7 +74,7 @@ def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
     for key, (_cc, nc, tt, ct, _) in sorted(stats.items(), key=lambda kv: -kv[1][2]):
         if any(s in key[2] for s in skip):
             continue
-        rows.append({"function": _label(key), "file": key[0] if key[0] != "~" else None,
+        rows.append({"function": _label(key), "name": key[2], "file": key[0] if key[0] != "~" else None,
                      "line": key[1] or None, "calls": nc, "tottime_s": tt, "cumtime_s": ct,
                      "share": tt / total, "user": key[0] != "~" and is_user_file(key[0]),
                      "category": _category(key, key[2])})
@@ -82,45 +86,115 @@ def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
     if verdict != "allocation-heavy" and shares["allocation"] >= 0.25:
         verdict += ", allocation-heavy"
     return {"total_s": total, "top": rows, "shares": shares, "verdict": verdict, "allocation_calls": alloc_calls,
-            "hot_user": [(r["file"], r["line"], r["function"]) for r in rows if r["user"]][:3]}
+            "hot_user": [(r["file"], r["line"], r["name"]) for r in rows if r["user"]][:3]}
 
 
-def _code_objects(targets) -> list:
-    """The live code objects of user functions named (file, firstlineno) by cProfile."""
-    want = {(str(Path(f).resolve()), line) for f, line, _ in targets if f}
+def _code_objects(targets, roots=()) -> list:
+    """(function or None, code) for the user code named (file, firstlineno) by cProfile: code objects under
+    `roots` first (a script's module code and everything defined in it), then live functions."""
+    want = defaultdict(set)  # (file, first line) -> names: a script's module code and a def can share line 1
+    for f, line, name in targets:
+        if f:
+            want[(str(Path(f).resolve()), line)].add(name)
+
+    def wanted(code):
+        names = want.get((str(Path(code.co_filename).resolve()), code.co_firstlineno), ())
+        if any(n == code.co_name or n.endswith("." + code.co_name) for n in names):
+            return (code.co_filename, code.co_firstlineno, code.co_name)
+        return None
+
     found = {}
+    todo = [r for r in roots if isinstance(r, types.CodeType)]
+    while todo:
+        code = todo.pop()
+        k = wanted(code)
+        if k and k not in found:
+            found[k] = (None, code)
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
     with warnings.catch_warnings():  # isinstance() on lazy module attributes can warn
         warnings.simplefilter("ignore")
         # type(), unlike isinstance(), never dereferences a dead weakproxy
         objs = [o for o in gc.get_objects() if type(o) is types.FunctionType]
     for obj in objs:
         if isinstance(obj, types.FunctionType):
-            code = obj.__code__
-            k = (str(Path(code.co_filename).resolve()), code.co_firstlineno)
-            if k in want and k not in found:
-                found[k] = (obj, code)
+            k = wanted(obj.__code__)
+            if k and k not in found:
+                found[k] = (obj, obj.__code__)
     return list(found.values())
 
 
+_OVERHEAD: list = []  # the settrace timer's own cost per line event, measured once per process
+
+
+def tracer_overhead() -> float:
+    """Seconds the settrace timer charges a line per hit for its own work: the fastest of a few rounds over
+    a line that does nothing (noise from other processes only ever adds)."""
+    if not _OVERHEAD:
+        def idle(n):
+            for _ in range(n):
+                pass
+
+        code = idle.__code__
+        per_hit = []
+        for _ in range(5):
+            acc = _line_times_settrace([code], idle, (2000,), {})
+            hits, t = acc.get((code.co_filename, code.co_firstlineno + 2), (0, 0.0))
+            if hits:
+                per_hit.append(t / hits)
+        _OVERHEAD.append(min(per_hit) if per_hit else 0.0)
+    return _OVERHEAD[0]
+
+
+LONG_INTERVAL_S = 100e-6  # a line interval this long may hold time spent waiting for a CPU: look it up
+
+
+def _run_delay_reader():
+    """A function giving this thread's time spent runnable but waiting for a CPU so far (seconds; Linux
+    schedstat), and the file descriptor to close; (None, None) where the kernel does not say."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return None, None
+
+    def read() -> float:
+        return int(os.pread(fd, 128, 0).split()[1]) * 1e-9
+
+    try:
+        read()
+    except (OSError, IndexError, ValueError):
+        os.close(fd)
+        return None, None
+    return read, fd
+
+
 def _line_times_settrace(codes, fn, args, kwargs) -> dict:
-    """{(file, line): [hits, seconds]} from a sys.settrace line timer (fallback for line_profiler)."""
+    """{(file, line): [hits, seconds]} from a sys.settrace line timer (fallback for line_profiler).
+
+    Time the thread spent waiting for a CPU while other processes ran (Linux run_delay) is not charged to
+    the line that happened to be running: on a busy machine it would otherwise land on any line."""
     targets = set(codes)
     acc: dict = defaultdict(lambda: [0, 0.0])
     clock = time.perf_counter
+    read_delay, fd = _run_delay_reader()
+    delay = [read_delay() if read_delay else 0.0]  # latest run_delay read
 
     def local(frame, event, arg):
         now = clock()
         key = id(frame)
         last = _last.get(key)
         if last is not None:  # the time since the last event belongs to the line that was running
-            acc[(frame.f_code.co_filename, last[0])][1] += now - last[1]
+            dt = now - last[1]
+            if dt > LONG_INTERVAL_S and read_delay is not None:
+                delay[0] = read_delay()
+                dt -= min(max(delay[0] - last[2], 0.0), dt)
+            acc[(frame.f_code.co_filename, last[0])][1] += dt
         if event == "line":
             acc[(frame.f_code.co_filename, frame.f_lineno)][0] += 1
-            _last[key] = (frame.f_lineno, clock())
+            _last[key] = (frame.f_lineno, clock(), delay[0])
         elif event == "return":
             _last.pop(key, None)
         elif last is not None:
-            _last[key] = (last[0], clock())
+            _last[key] = (last[0], clock(), delay[0])
         return local
 
     _last: dict = {}
@@ -134,6 +208,8 @@ def _line_times_settrace(codes, fn, args, kwargs) -> dict:
         fn(*args, **(kwargs or {}))
     finally:
         sys.settrace(old)
+        if fd is not None:
+            os.close(fd)
     return acc
 
 
@@ -154,11 +230,14 @@ def _line_times_lp(funcs, fn, args, kwargs) -> dict:
 
 def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict:
     """Line-level times for the user functions `targets` [(file, line, name)] over one call of fn."""
-    pairs = _code_objects(targets)
+    pairs = _code_objects(targets, roots=[getattr(fn, "code_root", None)])
     if not pairs:
         return {"backend": None, "functions": [], "note": "no user Python functions to time line by line"}
     note = None
     use_lp = backend in ("auto", "line_profiler")
+    if use_lp and any(f is None for f, _ in pairs):
+        use_lp = False  # line_profiler times functions; a script's module-level code needs the settrace timer
+        note = "a script's module-level code is timed by gpuspeed's settrace timer"
     if use_lp:
         try:
             import line_profiler  # noqa: F401
@@ -168,12 +247,19 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
     if use_lp:
         acc, used = _line_times_lp([f for f, _ in pairs], fn, args, kwargs), "line_profiler"
     else:
+        overhead = tracer_overhead()
         acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs), "settrace"
+        for v in acc.values():
+            v[1] = max(v[1] - v[0] * overhead, 0.0)
     functions = []
     for _func, code in pairs:
+        module = code.co_name == "<module>"
         try:
-            src, start = inspect.getsourcelines(code)
-        except (OSError, TypeError):
+            if module:  # the whole file: getsourcelines would give the first statement only
+                src, start = Path(code.co_filename).read_text().splitlines(keepends=True), 1
+            else:
+                src, start = inspect.getsourcelines(code)
+        except (OSError, TypeError, UnicodeDecodeError):
             continue
         path = str(Path(code.co_filename).resolve())
         lines = []
@@ -189,63 +275,9 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
         functions.append({"function": code.co_name, "file": path, "line": code.co_firstlineno, "time_s": total,
                           "lines": lines, "hot_line": hot["line"] if hot else None,
                           "loops": loop_nests("".join(src), start, {r["line"]: r["time_s"] for r in lines},
-                                              total)})
+                                              total, module=module)})
     functions.sort(key=lambda f: -f["time_s"])
     return {"backend": used, "functions": functions, "note": note}
-
-
-def loop_nests(source: str, first_line: int, times: dict, total: float) -> list:
-    """Outermost loops of a function with their depth, time share and a verdict on where they could go."""
-    try:
-        tree = ast.parse(textwrap.dedent(source))
-    except SyntaxError:
-        return []
-    out = []
-
-    def depth(node) -> int:
-        inner = [depth(c) for c in ast.walk(node) if c is not node and isinstance(c, (ast.For, ast.While))]
-        return 1 + (max(inner) if inner else 0)
-
-    def outer_loops(node, inside=False):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.For, ast.While)) and not inside:
-                yield child
-            elif not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                yield from outer_loops(child, inside)
-
-    top = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else tree
-    for loop in outer_loops(top):
-        lo, hi = loop.lineno + first_line - 1, loop.end_lineno + first_line - 1
-        t = sum(v for ln, v in times.items() if lo <= ln <= hi and ln != lo) or times.get(lo, 0.0)
-        body = list(ast.walk(loop))
-        subscripts = sum(isinstance(n, ast.Subscript) for n in body)
-        arith = sum(isinstance(n, (ast.BinOp, ast.AugAssign)) for n in body)
-        calls = sorted({_call_name(n) for n in body if isinstance(n, ast.Call)} - {None})
-        lib_calls = [c for c in calls if c.split(".")[0] in ("np", "numpy", "torch", "cp", "jnp")]
-        d = depth(loop)
-        if lib_calls and d == 1:
-            verdict = "vectorize: the loop calls array functions per iteration; batch them into one call"
-        elif subscripts and arith:
-            verdict = (f"move into a GPU kernel (one thread per {'outer ' if d > 1 else ''}iteration) or "
-                       f"Numba @njit{'(parallel=True)' if d > 1 else ''}: element-wise arithmetic on arrays")
-        else:
-            verdict = "Python control flow: restructure before moving it off the interpreter"
-        share = t / total if total > 0 else None
-        out.append({"line": lo, "end_line": hi, "depth": d, "time_s": t, "share_of_function": share,
-                    "subscripts": subscripts, "arithmetic": arith, "calls": calls[:8], "verdict": verdict})
-    return out
-
-
-def _call_name(node: ast.Call):
-    f = node.func
-    parts = []
-    while isinstance(f, ast.Attribute):
-        parts.append(f.attr)
-        f = f.value
-    if isinstance(f, ast.Name):
-        parts.append(f.id)
-        return ".".join(reversed(parts))
-    return None
 
 
 def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:

@@ -1,0 +1,405 @@
+"""Loop nests of a hot function: depth, share of time, the dependences between iterations, and a verdict.
+
+Each outermost loop gets a machine-readable `kind` (the optimize planner reads it) and a sentence:
+  sequential-loop  an iteration needs the one before it (`x = x * 0.5 + 1`, `a[i] = a[i - 1] + ...`):
+                   not one GPU thread per iteration; compile it, make it a scan, or parallelize inside
+  vectorize        the loop calls array functions on each iteration: batch them into one call
+  reduction        iterations independent except for accumulators (`s += a[i]`): a parallel reduction
+  parallel-map     independent iterations of element-wise array arithmetic: one GPU thread per iteration
+  control-flow     Python control flow without array arithmetic: restructure before moving it
+
+Dependences come from the source alone. A name assigned in the loop and read in an iteration before that
+iteration assigns it is carried from the previous iteration. A carried name updated only as
+`s op= expr` / `s = s op expr` / `s = max(s, expr)` (op one of + - * | & ^, expr not reading s) and read
+nowhere else is a reduction; one stepped by a loop-invariant amount (`i += 1`) is an induction variable;
+any other carried name is a recurrence. An array written at one index and read at another in the same
+loop is a recurrence too, unless the indices differ only in variables of inner loops (then the inner
+loop carries it and the outer iterations stay independent).
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from collections import defaultdict
+
+_REDUCE_OPS = {ast.Add: "+", ast.Sub: "+", ast.Mult: "*", ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^"}
+_ARRAY_MODULES = ("np", "numpy", "torch", "cp", "cupy", "jnp")
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def loop_nests(source: str, first_line: int, times: dict, total: float, module: bool = False) -> list:
+    """Outermost loops of a function (or of a module's top level, module=True) with their depth, time
+    share, dependences and verdict. `times` maps a file line to its time; `first_line` is the file line of
+    the source's first line."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    lines = source.splitlines()
+    top = tree
+    if not module and tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        top = tree.body[0]
+    out = []
+    for loop in _outer_loops(top):
+        lo, hi = loop.lineno + first_line - 1, loop.end_lineno + first_line - 1
+        t = sum(v for ln, v in times.items() if lo <= ln <= hi and ln != lo) or times.get(lo, 0.0)
+        info = analyze_loop(loop, first_line, lines)
+        share = t / total if total > 0 else None
+        out.append({"line": lo, "end_line": hi, "time_s": t, "share_of_function": share} | info)
+    return out
+
+
+def analyze_loop(loop, first_line: int = 1, lines: list | None = None) -> dict:
+    """Depth, counts, dependences, kind and verdict of one loop node (line numbers shifted by first_line);
+    `inner` gives the kind of each loop directly inside it."""
+    info = _facts(loop, first_line, lines)
+    inner = [{"line": child.lineno + first_line - 1, "kind": _facts(child, first_line, lines)["kind"]}
+             for child in _outer_loops(loop)]
+    return info | {"inner": inner, "verdict": _verdict(info["kind"], info["dependences"], info["lib_calls"],
+                                                      info["depth"], inner)}
+
+
+def _facts(loop, first_line: int, lines: list | None) -> dict:
+    body = list(ast.walk(loop))
+    subscripts = sum(isinstance(n, ast.Subscript) for n in body)
+    arith = sum(isinstance(n, (ast.BinOp, ast.AugAssign)) for n in body)
+    calls = sorted({_call_name(n) for n in body if isinstance(n, ast.Call)} - {None})
+    lib_calls = [c for c in calls if c.split(".")[0] in _ARRAY_MODULES]
+    d = _depth(loop)
+    deps = dependences(loop, first_line, lines)
+    return {"depth": d, "subscripts": subscripts, "arithmetic": arith, "calls": calls[:8], "lib_calls": lib_calls,
+            "kind": _kind(deps, lib_calls, d, subscripts, arith), "dependences": deps}
+
+
+def _kind(deps: dict, lib_calls: list, depth: int, subscripts: int, arith: int) -> str:
+    if deps["recurrences"]:
+        return "sequential-loop"
+    if lib_calls and depth == 1:
+        return "vectorize"
+    if deps["reductions"] and (arith or subscripts):
+        return "reduction"
+    if subscripts and arith:
+        return "parallel-map"
+    return "control-flow"
+
+
+def _verdict(kind: str, deps: dict, lib_calls: list, depth: int, inner: list) -> str:
+    if kind == "sequential-loop":
+        first = deps["recurrences"][0]
+        what = f"{first['name']} (`{first['code']}`, line {first['line']})" if first["code"] else \
+            f"{first['name']} (line {first['line']})"
+        how = ("keep the iterations in order on the device: capture the loop in a CUDA graph or torch.compile it"
+               if lib_calls else "compile it as a loop (Numba @njit on the CPU)")
+        text = (f"sequential: each iteration needs the previous one's {what}, so it cannot be one GPU thread "
+                f"per iteration; {how}, rewrite it as a scan if the step is associative (cumsum, cumprod, "
+                "associative_scan), or restructure it")
+        par = [i for i in inner if i["kind"] in ("parallel-map", "reduction")]
+        if par:
+            text += (f"; the inner loop at line {par[0]['line']} is {par[0]['kind']}: make it the kernel, one "
+                     "launch per outer iteration")
+        return text
+    if kind == "vectorize":
+        return "vectorize: the loop calls array functions per iteration; batch them into one call"
+    if kind == "reduction":
+        names = ", ".join(f"{r['name']} ({r['op']})" for r in deps["reductions"][:3])
+        return (f"parallel reduction into {names}: iterations are otherwise independent; a GPU reduction "
+                "(torch.sum, or partial sums per thread and a tree reduction in a kernel) or Numba "
+                "@njit(parallel=True) with prange")
+    if kind == "parallel-map":
+        return (f"move into a GPU kernel (one thread per {'outer ' if depth > 1 else ''}iteration) or Numba "
+                f"@njit{'(parallel=True)' if depth > 1 else ''}: element-wise arithmetic on arrays, iterations "
+                "independent")
+    return "Python control flow: restructure before moving it off the interpreter"
+
+
+def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
+    """{'recurrences': [...], 'reductions': [...], 'inductions': [...]} carried from one iteration of
+    `loop` to the next, each with its name, file line and the code of that line."""
+    variant = _assigned_names(loop)
+    scan = _Scan(variant)
+    if isinstance(loop, (ast.For, ast.AsyncFor)):
+        scan.target(loop.target)
+        scan.block(loop.body)
+    else:  # while: the test runs at the start of every iteration
+        scan.expr(loop.test)
+        scan.block(loop.body)
+    inner_vars = {n for node in ast.walk(loop) if node is not loop and isinstance(node, (ast.For, ast.AsyncFor))
+                  for n in _target_names(node.target)}
+
+    def at(line: int) -> dict:
+        ln = line + first_line - 1
+        code = lines[line - 1].strip() if lines and 0 < line <= len(lines) else None
+        return {"line": ln, "code": code}
+
+    first, kinds, updates, assigned = {}, defaultdict(set), defaultdict(list), {}
+    for key, kind, line, extra in scan.events:
+        first.setdefault(key, (kind, line))
+        kinds[key].add(kind)
+        if kind != "read":
+            assigned.setdefault(key, line)
+        if kind == "update":
+            updates[key].append(extra)
+    recurrences, reductions, inductions = [], [], []
+    for key, (kind, line) in first.items():
+        if not kinds[key] & {"write", "update"} or kind == "write":
+            continue  # only read, or assigned before it is read in each iteration: private to the iteration
+        ups = updates[key]
+        if "write" not in kinds[key] and ups and all(u["op"] == "+" and u["step"] for u in ups):
+            inductions.append({"name": key} | at(line))
+        elif kinds[key] == {"update"} and len({u["op"] for u in ups}) == 1:
+            reductions.append({"name": key, "op": ups[0]["op"]} | at(ups[0]["line"]))
+        else:  # placed where the carried value is assigned; read_line is where an iteration first reads it
+            recurrences.append({"name": key} | at(assigned[key]) | {"read_line": line + first_line - 1})
+    for store in scan.stores:
+        clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]]
+        if clash:
+            if _only_inner(store["dims"], clash[0]["dims"], inner_vars):
+                continue
+            recurrences.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
+                                        f"[{clash[0]['index']}]"} | at(store["line"]))
+        elif store["aug"] and store["indirect"] and store["op"]:
+            reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"]} | at(store["line"]))
+    return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions}
+
+
+def _only_inner(dims_a: tuple, dims_b: tuple, inner_vars: set) -> bool:
+    """True when two index tuples differ only in dimensions that use nothing but inner-loop variables."""
+    if len(dims_a) != len(dims_b):
+        return False
+    for a, b in zip(dims_a, dims_b, strict=True):
+        if a[0] != b[0]:
+            names = a[1] | b[1]
+            if not names or not names <= inner_vars:
+                return False
+    return True
+
+
+class _Scan:
+    """Reads and writes of one loop body in execution order: events (name, kind, line, extra) with kind
+    read / write / update, and array element stores and loads."""
+
+    def __init__(self, variant: set):
+        self.variant = variant
+        self.nested = 0  # > 0 inside a branch or an inner loop: an update there may not run every iteration
+        self.events: list = []
+        self.stores: list = []
+        self.loads: list = []
+
+    def block(self, stmts) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, s) -> None:
+        if isinstance(s, _SCOPES):
+            return
+        if isinstance(s, ast.Assign):
+            upd = _self_update(s)
+            if upd is not None:
+                name, op, other = upd
+                self.expr(other)
+                self._update(name, op, other, s.lineno)
+                return
+            self.expr(s.value)
+            for t in s.targets:
+                self.target(t)
+        elif isinstance(s, ast.AugAssign):
+            op = _REDUCE_OPS.get(type(s.op))
+            if isinstance(s.target, ast.Name):
+                self.expr(s.value)
+                if op and s.target.id not in _names(s.value):
+                    self._update(s.target.id, op, s.value, s.lineno)
+                else:
+                    self.events += [(s.target.id, "read", s.lineno, None), (s.target.id, "write", s.lineno, None)]
+            elif isinstance(s.target, ast.Subscript):
+                self.expr(s.value)
+                self.subscript(s.target, store=True, aug=True, op=op, value=s.value)
+            else:
+                self.expr(s.value)
+                self.expr(s.target)
+        elif isinstance(s, ast.AnnAssign):
+            if s.value is not None:
+                self.expr(s.value)
+                self.target(s.target)
+        elif isinstance(s, (ast.For, ast.AsyncFor)):
+            self.expr(s.iter)
+            self.target(s.target)
+            self.nested_block(s.body, s.orelse)
+        elif isinstance(s, ast.While):
+            self.expr(s.test)
+            self.nested_block(s.body, s.orelse)
+        elif isinstance(s, ast.If):
+            self.expr(s.test)
+            self.nested_block(s.body, s.orelse)
+        elif isinstance(s, (ast.With, ast.AsyncWith)):
+            for item in s.items:
+                self.expr(item.context_expr)
+                if item.optional_vars is not None:
+                    self.target(item.optional_vars)
+            self.block(s.body)
+        elif isinstance(s, ast.Try):
+            self.nested_block(s.body, *(h.body for h in s.handlers), s.orelse)
+            self.block(s.finalbody)
+        else:
+            for child in ast.iter_child_nodes(s):
+                if isinstance(child, ast.expr):
+                    self.expr(child)
+
+    def nested_block(self, *blocks) -> None:
+        self.nested += 1
+        for b in blocks:
+            self.block(b)
+        self.nested -= 1
+
+    def _update(self, name: str, op: str, other, line: int) -> None:
+        """`name op= other`: a step by a loop-invariant amount on every iteration is an induction step."""
+        invariant = not (_names(other) & self.variant) and not any(isinstance(n, ast.Call) for n in ast.walk(other))
+        self.events.append((name, "update", line, {"op": op, "step": invariant and self.nested == 0, "line": line}))
+
+    def expr(self, node) -> None:
+        """Record the reads of an expression (all of them happen before its statement's writes)."""
+        if node is None:
+            return
+        todo = [node]
+        while todo:
+            n = todo.pop(0)
+            if isinstance(n, (ast.Lambda, *_COMPREHENSIONS)):
+                continue  # their own scope; the names they bind never leak into the loop
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                self.events.append((n.id, "read", n.lineno, None))
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load):
+                if self.subscript(n, store=False):
+                    continue
+            elif isinstance(n, ast.NamedExpr):
+                self.expr(n.value)
+                self.events.append((n.target.id, "write", n.lineno, None))
+                continue
+            todo.extend(ast.iter_child_nodes(n))
+
+    def target(self, t) -> None:
+        if isinstance(t, ast.Name):
+            self.events.append((t.id, "write", t.lineno, None))
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                self.target(e)
+        elif isinstance(t, ast.Starred):
+            self.target(t.value)
+        elif isinstance(t, ast.Subscript):
+            self.subscript(t, store=True)
+        elif isinstance(t, ast.Attribute):
+            self.expr(t.value)
+
+    def subscript(self, node, *, store: bool, aug: bool = False, op: str | None = None, value=None) -> bool:
+        """Record an element load or store; True when the node was handled whole (the caller skips it)."""
+        base, dims, index_nodes = _subscript_parts(node)
+        for ix in index_nodes:
+            self.expr(ix)
+        if base is None:
+            self.expr(node.value)
+            return True
+        self.events.append((base, "read", node.lineno, None))  # the array object itself is read
+        index = ", ".join(ast.unparse(ix) for ix in index_nodes)
+        if not any(names & self.variant for _, names in dims):  # the same element in every iteration
+            key = f"{base}[{index}]"
+            if not store:
+                self.events.append((key, "read", node.lineno, None))
+            elif aug and op and not _reads_key(value, base, dims):
+                self._update(key, op, value, node.lineno)
+            elif aug:
+                self.events += [(key, "read", node.lineno, None), (key, "write", node.lineno, None)]
+            else:
+                self.events.append((key, "write", node.lineno, None))
+            return True
+        entry = {"base": base, "dims": dims, "index": index, "line": node.lineno}
+        if store:
+            indirect = any(isinstance(n, (ast.Subscript, ast.Call)) for ix in index_nodes for n in ast.walk(ix))
+            self.stores.append(entry | {"aug": aug, "op": op, "indirect": indirect})
+            if aug:
+                self.loads.append(entry)
+        else:
+            self.loads.append(entry)
+        return True
+
+
+def _subscript_parts(node):
+    """(base name, dims, index nodes) of a[i][j] or a[i, j]: dims is one (ast.dump, names read) per index."""
+    index_nodes = []
+    while isinstance(node, ast.Subscript):
+        sl = node.slice
+        index_nodes[:0] = list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
+        node = node.value
+    base = node.id if isinstance(node, ast.Name) else (ast.unparse(node) if isinstance(node, ast.Attribute) else None)
+    dims = tuple((ast.dump(ix), frozenset(_names(ix))) for ix in index_nodes)
+    return base, dims, index_nodes
+
+
+def _reads_key(value, base: str, dims: tuple) -> bool:
+    """Whether an expression reads the element base[dims]."""
+    for n in ast.walk(value) if value is not None else ():
+        if isinstance(n, ast.Subscript):
+            b, d, _ = _subscript_parts(n)
+            if b == base and d == dims:
+                return True
+    return False
+
+
+def _self_update(s: ast.Assign):
+    """(name, op, other) for `s = s op other`, `s = other op s` (op commutative) or `s = max(s, other)`."""
+    if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
+        return None
+    name, v = s.targets[0].id, s.value
+    if isinstance(v, ast.BinOp) and type(v.op) in _REDUCE_OPS:
+        commutative = not isinstance(v.op, ast.Sub)
+        for me, other in ((v.left, v.right), (v.right, v.left) if commutative else (None, None)):
+            if isinstance(me, ast.Name) and me.id == name and other is not None and name not in _names(other):
+                return name, _REDUCE_OPS[type(v.op)], other
+    if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("max", "min") and \
+            len(v.args) == 2 and not v.keywords:
+        for me, other in ((v.args[0], v.args[1]), (v.args[1], v.args[0])):
+            if isinstance(me, ast.Name) and me.id == name and name not in _names(other):
+                return name, v.func.id, other
+    return None
+
+
+def _names(node) -> set:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} if node is not None else set()
+
+
+def _target_names(t) -> set:
+    return {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _assigned_names(loop) -> set:
+    """Every name the loop binds (targets, assignments, augmented assignments, walrus), itself included."""
+    out = set()
+    for n in ast.walk(loop):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+    return out
+
+
+def _depth(node) -> int:
+    inner = [_depth(c) for c in ast.walk(node) if c is not node and isinstance(c, (ast.For, ast.While))]
+    return 1 + (max(inner) if inner else 0)
+
+
+def _outer_loops(node, inside: bool = False):
+    """The outermost loops under node (not inside nested function or class definitions)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.For, ast.While)) and not inside:
+            yield child
+        elif not isinstance(child, _SCOPES):
+            yield from _outer_loops(child, inside)
+
+
+def _call_name(node: ast.Call):
+    f = node.func
+    parts = []
+    while isinstance(f, ast.Attribute):
+        parts.append(f.attr)
+        f = f.value
+    if isinstance(f, ast.Name):
+        parts.append(f.id)
+        return ".".join(reversed(parts))
+    return None

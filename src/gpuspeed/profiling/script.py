@@ -1,0 +1,91 @@
+"""A user's script as a callable that profile() can run again and again, as `python script.py args` would.
+
+Each run executes one compiled code object as `__main__` with the script's folder first on sys.path and
+its own argv. Compiling once keeps the code objects the same from run to run, so the line timer of a
+later pass finds the functions (and the module-level code) that cProfile saw in an earlier one.
+A script's `sys.exit(0)` is a normal end; any other exit is recorded and stops that run there.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import sys
+import types
+from pathlib import Path
+
+from gpuspeed.errors import UserError
+
+
+class ScriptRunner:
+    """Call it to run the script once. `runs` counts the runs; `exits` holds each nonzero exit status."""
+
+    def __init__(self, script: str | os.PathLike, argv=()):
+        p = Path(script)
+        if not p.is_file():
+            raise UserError(f"no such file: {p}")
+        self.path = p.resolve()
+        self.argv = [str(p)] + [str(a) for a in argv]
+        try:
+            source = self.path.read_bytes()
+            self.code_root = compile(source, str(self.path), "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            raise UserError(f"{p}:{exc.lineno}: syntax error: {exc.msg}") from exc
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read {p}: {exc}") from exc
+        self.__name__ = p.stem
+        self.runs = 0
+        self.exits: list = []
+
+    def __call__(self) -> None:
+        module = types.ModuleType("__main__")
+        module.__dict__.update({"__file__": str(self.path), "__builtins__": builtins, "__spec__": None,
+                                "__loader__": None, "__package__": None, "__cached__": None})
+        saved_main, saved_argv, saved_path = sys.modules.get("__main__"), sys.argv, sys.path[:]
+        sys.modules["__main__"] = module  # pickling and `if __name__ == "__main__"` see the script
+        sys.argv = list(self.argv)
+        sys.path.insert(0, str(self.path.parent))  # neighbour modules import as under `python script.py`
+        self.runs += 1
+        try:
+            exec(self.code_root, module.__dict__)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                self.exits.append(exc.code)
+        finally:
+            sys.argv = saved_argv
+            sys.path[:] = saved_path
+            if saved_main is not None:
+                sys.modules["__main__"] = saved_main
+
+    def exit_note(self) -> str | None:
+        """One line on nonzero exits, or None when every run ended normally."""
+        if not self.exits:
+            return None
+        codes = sorted({repr(c) if not isinstance(c, int) else str(c) for c in self.exits})
+        return (f"the script called sys.exit({', '.join(codes)}) in {len(self.exits)} of {self.runs} runs: the "
+                "profile covers the code up to that exit")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send everything written to stdout (Python prints and C-level writes) to stderr for the duration,
+    so that `--json` output on stdout stays machine-readable."""
+    sys.stdout.flush()
+    try:
+        out_fd, err_fd = sys.__stdout__.fileno(), sys.__stderr__.fileno()
+    except (AttributeError, OSError, ValueError):
+        out_fd = err_fd = None
+    saved = None
+    if out_fd is not None:
+        sys.__stdout__.flush()
+        saved = os.dup(out_fd)
+        os.dup2(err_fd, out_fd)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.__stdout__.flush()
+            os.dup2(saved, out_fd)
+            os.close(saved)
