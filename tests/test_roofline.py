@@ -210,3 +210,24 @@ def test_checked_rate_never_times_a_wrong_kernel_and_rates_a_right_one():
     assert calls and m.n >= 3 and rate == pytest.approx(8000 / m.median / 1e9)
     fastest, m = checked_rate(right, 8000, 1e9, double, x, name="double", options=options, stat="min")
     assert fastest == pytest.approx(8000 / m.min / 1e9)
+
+
+def test_plot_labels_a_point_above_its_roof_and_keeps_labels_apart():
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    from gpuspeed.roofline.plot import draw
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "results" / "nvidia-h200" / "roofline.json").read_text())
+    rows = [r for r in doc["rows"] if r.get("section") == "placement" and r.get("bound") == "memory"]
+    rows[0]["TFLOPs"] *= 1.4  # now 1.3x past the roof, as a cache-resident input would be
+    rows[0]["pct_of_roof"] = 140.0
+    fig = draw(doc)
+    try:
+        boxes, legend = _text_boxes(fig)
+        assert f"{rows[0]['name']} (above roof: cache-resident)" in [n for n, _ in boxes]
+        assert not [(a[0], b[0]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a[1].overlaps(b[1])]
+        assert "hollow: above its roof (labelled why)" in [t.get_text() for t in fig.axes[0].get_legend().texts]
+    finally:
+        plt.close(fig)

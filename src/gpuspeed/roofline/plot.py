@@ -135,13 +135,16 @@ def draw(doc: dict):
         pts = sorted((r["ai"], r["TFLOPs"] * scale) for r in sweep if r["dtype"] == dt)
         if pts:
             ax.plot(*zip(*pts, strict=True), marker=".", color=color, lw=1, label=f"AI sweep {dt} (CUDA cores)")
-    seen = set()
     for r in placed:
         marker, color = GROUP_MARKERS.get(r.get("group"), ("x", "k"))
         hollow = dict(facecolors="none", edgecolors=color) if _above(r) else dict(color=color)
-        ax.scatter(r["ai"], r["TFLOPs"] * scale, marker=marker, s=POINT_SIZE, zorder=3,
-                   label=r["group"] if r["group"] not in seen else None, **hollow)
-        seen.add(r.get("group"))
+        ax.scatter(r["ai"], r["TFLOPs"] * scale, marker=marker, s=POINT_SIZE, zorder=3, **hollow)
+    for group in dict.fromkeys(r.get("group") for r in placed):  # legend keys solid, whatever the points
+        marker, color = GROUP_MARKERS.get(group, ("x", "k"))
+        ax.scatter([], [], marker=marker, s=POINT_SIZE, color=color, label=group)
+    if any(_above(r) for r in placed):
+        ax.scatter([], [], marker="o", s=POINT_SIZE, facecolors="none", edgecolors="0.3",
+                   label="hollow: above its roof (labelled why)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlim(x0, x1)
