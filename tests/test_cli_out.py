@@ -19,8 +19,6 @@ COMMANDS = {
                 "--budget", "0.05"], "gpuspeed.launch.run_launch"),
     "profile": (["profile", "{script}"], "gpuspeed.profiling.profile"),
 }
-# profile calls check_out_dir in its owner's change; until that lands it may fail
-NOT_YET = {"profile"}
 
 
 def _tripwire(*args, **kwargs):
@@ -43,8 +41,7 @@ def _bad_out(kind: str, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["existing-file", "unwritable"])
-@pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.xfail(strict=False, reason="lands with its "
-                                                  "owner's change")) if c in NOT_YET else c for c in COMMANDS])
+@pytest.mark.parametrize("command", list(COMMANDS))
 def test_bad_out_is_one_line_exit_2_before_any_work(command, kind, tmp_path, monkeypatch, capsys):
     argv, work = COMMANDS[command]
     module, _, name = work.rpartition(".")
