@@ -205,3 +205,14 @@ def test_modules_have_one_job_each():
     assert launch.fit_linear is fit.fit_linear and launch.plot is report.plot
     assert launch.run_launch is study.run_launch and launch.VARIANTS is fusion.VARIANTS
     assert not hasattr(study, "plot") and not hasattr(study, "explain_target")
+
+
+def test_a_round_bench_flags_unreliable_flags_the_point_with_its_reason():
+    from gpuspeed.launch.fusion import timing_fields
+
+    rounds = _rounds(10.0, 10.1, 10.0)
+    rounds[1].unreliable = True
+    rounds[1].notes = ["unreliable: IQR/median is 92% beside a median error of 0.2%"]
+    fields = timing_fields(rounds, nbytes=8000)
+    assert fields["unreliable"] is True
+    assert "1 of 3" in fields["unreliable_why"][0] and "IQR/median is 92%" in fields["unreliable_why"][0]

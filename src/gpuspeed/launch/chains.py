@@ -70,7 +70,7 @@ def tiny_chain(k: int, where: str, budget_s: float, progress: Progress, notes: l
             m = timing.bench(run, name=f"chain{k} {variant}", device=dev, mode="events" if dev == "cuda" else "cpu",
                              flush=False, budget_s=budget_s)
             row |= {"time_s": m.median, "us_per_op": m.median / k * 1e6, "n": m.n, "rel_noise": m.rel_noise,
-                    "mode": m.mode, "throttled": m.throttled}
+                    "mode": m.mode, "throttled": m.throttled, "unreliable": bool(getattr(m, "unreliable", False))}
             times[variant] = m.median
             if where == "cuda":
                 # what one call costs its caller: host wall time from a synchronize to a synchronize

@@ -95,7 +95,8 @@ def timing_fields(rounds: list[timing.Measurement], nbytes: int) -> dict:
         why.append(f"rounds disagree ({', '.join(f'{v * 1e6:.3g}' for v in medians)} us)")
     flagged = [m for m in rounds if getattr(m, "unreliable", False)]  # bench()'s own verdict, where it gives one
     if flagged:
-        why.append(f"bench flagged {len(flagged)} of {len(rounds)} rounds unreliable")
+        said = next((n for m in flagged for n in m.notes if n.startswith("unreliable")), "")
+        why.append(f"bench flagged {len(flagged)} of {len(rounds)} rounds unreliable" + (f" ({said})" if said else ""))
     d = {"time_s": t, "median_us": t * 1e6, "n": sum(m.n for m in rounds), "rel_noise": noise,
          "rounds_us": [v * 1e6 for v in medians], "round_spread": spread, "mode": rounds[0].mode,
          "throttled": any(m.throttled for m in rounds), "GBps": nbytes / t / 1e9, "unreliable": bool(why)}

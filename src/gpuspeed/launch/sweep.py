@@ -144,7 +144,8 @@ def launch_sweep(ks, where: str, budget_s: float, progress: Progress, notes: lis
             m = timing.bench(g.replay, name=f"graph K={k}", device="cuda", mode="events", flush=False,
                              budget_s=budget_s)
             row |= {"time_s": m.median, "us_per_launch": m.median / k * 1e6, "n": m.n, "rel_iqr": m.rel_iqr,
-                    "rel_noise": m.rel_noise, "throttled": m.throttled}
+                    "rel_noise": m.rel_noise, "throttled": m.throttled,
+                    "unreliable": bool(getattr(m, "unreliable", False))}
             ks_ok.append(k)
             meds.append(m.median)
             del g
