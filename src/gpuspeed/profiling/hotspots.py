@@ -123,26 +123,31 @@ def _code_objects(targets, roots=()) -> list:
     return list(found.values())
 
 
-_OVERHEAD: list = []  # the settrace timer's own cost per line event, measured once per process
+_COSTS: list = []  # the settrace timer's own costs, measured once per process
 
 
-def tracer_overhead() -> float:
-    """Seconds the settrace timer charges a line per hit for its own work: the fastest of a few rounds over
-    a line that does nothing (noise from other processes only ever adds)."""
-    if not _OVERHEAD:
+def tracer_costs() -> tuple[float, float]:
+    """(per hit, per event) in seconds: what the settrace timer charges a line for each of its own hits,
+    and what each event of a traced frame called from a line adds to that line. The fastest of a few
+    rounds over a loop that does nothing (noise from other processes only ever adds)."""
+    if not _COSTS:
         def idle(n):
             for _ in range(n):
                 pass
 
         code = idle.__code__
-        per_hit = []
+        per_hit, per_event = [], []
         for _ in range(5):
+            t0 = time.thread_time()  # CPU time: on a busy machine the wall clock also holds other processes
             acc = _line_times_settrace([code], idle, (2000,), {})
+            cpu = time.thread_time() - t0
             hits, t = acc.get((code.co_filename, code.co_firstlineno + 2), (0, 0.0))
+            events = sum(v[0] for v in acc.values())
             if hits:
                 per_hit.append(t / hits)
-        _OVERHEAD.append(min(per_hit) if per_hit else 0.0)
-    return _OVERHEAD[0]
+                per_event.append(cpu / events)
+        _COSTS.append((min(per_hit), min(per_event)) if per_hit else (0.0, 0.0))
+    return _COSTS[0]
 
 
 LONG_INTERVAL_S = 100e-6  # a line interval this long may hold time spent waiting for a CPU: look it up
@@ -167,34 +172,37 @@ def _run_delay_reader():
     return read, fd
 
 
-def _line_times_settrace(codes, fn, args, kwargs) -> dict:
+def _line_times_settrace(codes, fn, args, kwargs, event_cost: float = 0.0) -> dict:
     """{(file, line): [hits, seconds]} from a sys.settrace line timer (fallback for line_profiler).
 
     Time the thread spent waiting for a CPU while other processes ran (Linux run_delay) is not charged to
-    the line that happened to be running: on a busy machine it would otherwise land on any line."""
+    the line that happened to be running: on a busy machine it would otherwise land on any line. A line
+    that calls traced code is not charged `event_cost` per event of the timer in there either."""
     targets = set(codes)
     acc: dict = defaultdict(lambda: [0, 0.0])
     clock = time.perf_counter
     read_delay, fd = _run_delay_reader()
     delay = [read_delay() if read_delay else 0.0]  # latest run_delay read
+    events = [0]
 
     def local(frame, event, arg):
         now = clock()
+        events[0] += 1
         key = id(frame)
         last = _last.get(key)
         if last is not None:  # the time since the last event belongs to the line that was running
-            dt = now - last[1]
+            dt = now - last[1] - (events[0] - last[3] - 1) * event_cost
             if dt > LONG_INTERVAL_S and read_delay is not None:
                 delay[0] = read_delay()
                 dt -= min(max(delay[0] - last[2], 0.0), dt)
-            acc[(frame.f_code.co_filename, last[0])][1] += dt
+            acc[(frame.f_code.co_filename, last[0])][1] += max(dt, 0.0)
         if event == "line":
             acc[(frame.f_code.co_filename, frame.f_lineno)][0] += 1
-            _last[key] = (frame.f_lineno, clock(), delay[0])
+            _last[key] = (frame.f_lineno, clock(), delay[0], events[0])
         elif event == "return":
             _last.pop(key, None)
         elif last is not None:
-            _last[key] = (last[0], clock(), delay[0])
+            _last[key] = (last[0], clock(), delay[0], events[0])
         return local
 
     _last: dict = {}
@@ -247,10 +255,10 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
     if use_lp:
         acc, used = _line_times_lp([f for f, _ in pairs], fn, args, kwargs), "line_profiler"
     else:
-        overhead = tracer_overhead()
-        acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs), "settrace"
+        per_hit, per_event = tracer_costs()
+        acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs, event_cost=per_event), "settrace"
         for v in acc.values():
-            v[1] = max(v[1] - v[0] * overhead, 0.0)
+            v[1] = max(v[1] - v[0] * per_hit, 0.0)
     functions = []
     for _func, code in pairs:
         module = code.co_name == "<module>"
@@ -262,9 +270,12 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
         except (OSError, TypeError, UnicodeDecodeError):
             continue
         path = str(Path(code.co_filename).resolve())
+        own = {ln for _, _, ln in code.co_lines() if ln}  # not the lines of functions defined inside it
         lines = []
         for off, text in enumerate(src):
             ln = start + off
+            if ln not in own:
+                continue
             hits, t = acc.get((code.co_filename, ln), (0, 0.0))
             if hits or t:
                 lines.append({"line": ln, "hits": hits, "time_s": t, "code": text.rstrip()})

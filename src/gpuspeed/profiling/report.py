@@ -130,6 +130,9 @@ def markdown(res, level: int = 2) -> str:
             lines += [f"| {r['line']} | {r['hits']} | {format_time(r['time_s'])} | {_pct(r['share'])} | "
                       f"`{r['code'].strip()[:60]}` |" for r in hot]
             lines.append("")
+        _table(lines, "Hot loop nests:", "| where | depth | share | kind |", "|---|---:|---:|---|",
+               [f"| `{_where(lp)}` ({lp['function']}) | {lp['depth']} | {_pct(lp['share'])} | {lp.get('kind', '-')} |"
+                for lp in res.hotspots["hot_loops"]])
     if res.recommendations:
         lines += [f"{h}# Recommendations", ""] + [f"- {r['text']}" for r in res.recommendations] + [""]
     if res.notes:
@@ -144,7 +147,8 @@ def print_report(res, console) -> None:
     from rich.text import Text
 
     f = res.findings
-    console.print(f"[bold]Profile of {res.name}[/] on {res.device}, {res.steps} steps. Trace: {res.trace_path}")
+    trace = res.trace_path or "not kept (--out DIR, or trace_path=, keeps it)"
+    console.print(f"[bold]Profile of {escape(res.name)}[/] on {res.device}, {res.steps} steps. Trace: {escape(trace)}")
     bi = f.get("busy_idle")
     if bi:
         console.print(f"GPU busy {_pct(bi['busy_share'])} of {format_time(bi['window_s'])}; idle: "
@@ -198,9 +202,9 @@ def print_report(res, console) -> None:
             table(f"Hot lines of {fn['function']} ({res.hotspots['lines']['backend']})",
                   ["line", "hits", "time", "share", "code"],
                   [(r["line"], r["hits"], format_time(r["time_s"]), _pct(r["share"]), r["code"].strip()[:60]) for r in hot])
-        table("Hot loop nests", ["where", "depth", "share", "verdict"],
-              [(f"{loop['function']}:{loop['line']}", loop["depth"], _pct(loop["share"]), loop["verdict"][:70])
-               for loop in res.hotspots["hot_loops"]])
+        table("Hot loop nests", ["where", "depth", "share", "kind", "verdict"],
+              [(f"{loop['function']}:{loop['line']}", loop["depth"], _pct(loop["share"]), loop.get("kind", "-"),
+                loop["verdict"][:90]) for loop in res.hotspots["hot_loops"]])
     for r in res.recommendations:
         console.print(f"[green]->[/] {escape(r['text'])}")
     for n in res.notes:
