@@ -56,3 +56,23 @@ def test_busy_idle_and_gaps_gpu():
     assert bi["idle_host_s"] > 0.5 * bi["idle_s"]  # a Python loop of tiny launches starves the GPU
     assert gaps["count"] >= 3 * (w.TINY_KERNELS - 1) and gaps["largest"]
     assert any(r["finding"] == "launch_bound" for r in res.recommendations)
+
+
+def test_function_inputs_follow_its_array_library_gpu(tmp_path, capsys):
+    """A CuPy function gets CuPy arrays on the GPU, a NumPy one NumPy arrays (and no false host sync)."""
+    import json
+
+    from gpuspeed.cli import main
+
+    pytest.importorskip("cupy")
+    for lib, check in (("cupy", "import cupy as xp"), ("numpy", "import numpy as xp")):
+        src = tmp_path / f"{lib}_user_code_gpu.py"
+        src.write_text(f"{check}\n\ndef f(x):\n    assert isinstance(x, xp.ndarray), type(x)\n"
+                       "    return xp.sqrt(xp.asarray(x) * x)\n")
+        rc = main(["profile", "--function", f"{src}:f", "--input", "x=float32[4096]", "--no-hotspots", "--json"])
+        captured = capsys.readouterr()
+        assert rc == 0, captured.err
+        doc = json.loads(captured.out)
+        assert doc["params"]["backend"] == lib
+        if lib == "numpy":
+            assert doc["findings"]["host_syncs"]["total"] == 0

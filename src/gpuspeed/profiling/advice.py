@@ -37,7 +37,7 @@ def recommend(findings: dict, hotspots: dict | None) -> list[dict]:
                                   f"memory at {_at(t)} ({t['GBps'] or 0:.1f} GB/s): allocate the host buffer with "
                                   "pin_memory() and copy with non_blocking=True.")})
     for loop in (hotspots or {}).get("hot_loops", [])[:3]:
-        recs.append({"finding": "python_loop", "where": f"{loop['file']}:{loop['line']}",
+        recs.append({"finding": "python_loop", "kind": loop.get("kind"), "where": f"{loop['file']}:{loop['line']}",
                      "text": (f"Loop nest (depth {loop['depth']}) at {loop['file']}:{loop['line']} takes "
                               f"{100 * loop['share']:.0f}% of the host time: {loop['verdict']}.")})
     return recs
