@@ -140,8 +140,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(x.dtype)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Grouped-query attention: q [B, H, S, D], k/v [B, Hkv, L, D], mask [S, L] bool (True = attend) or None.
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              input_pos: torch.Tensor | None = None) -> torch.Tensor:
+    """Grouped-query attention: q [B, H, S, D], k/v [B, Hkv, L, D], mask [S, L] bool (True = attend) or None
+    (input_pos: the queries' positions, for kernels that read the length on the device).
 
     The G = H / Hkv query heads of a KV head are folded into the query length, so one SDPA call serves the
     group without repeating K/V (transformers' repeat_kv pairs query head h with KV head h // G: the same)."""
@@ -218,7 +220,9 @@ class Transformer(nn.Module):
                 or self.rope_cos.device != self.device:
             self.rope_cos, self.rope_sin = rope_tables(self.args, length, self.device, self.dtype)
 
-    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, cache=None, opts: Options = PLAIN) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, cache=None, opts: Options = PLAIN,
+                last_only: bool = False) -> torch.Tensor:
+        """Logits [B, S, V], or [B, 1, V] for the last position only (a prefill needs no more)."""
         a = self.args
         b, s = tokens.shape
         x = F.embedding(tokens, self.tok_emb)
@@ -242,7 +246,7 @@ class Transformer(nn.Module):
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if cache is not None:
                 k, v = cache.update(i, input_pos, k, v)
-            y = opts.attention(q, k, v, mask)
+            y = opts.attention(q, k, v, mask, input_pos)
             y = y.transpose(1, 2).reshape(b, s, a.q_rows)
             x = x + lin(y, layer.wo)
             h = rms_norm(x, layer.ffn_norm, a.norm_eps)
@@ -251,6 +255,8 @@ class Transformer(nn.Module):
             else:
                 gate, up = lin(h, layer.w_gate_up[:a.ffn_dim]), lin(h, layer.w_gate_up[a.ffn_dim:])
             x = x + lin(F.silu(gate) * up, layer.w_down)
+        if last_only:
+            x = x[:, -1:]
         x = rms_norm(x, self.norm, a.norm_eps)
         return lin(x, self.head_weight)
 

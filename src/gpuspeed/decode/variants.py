@@ -156,7 +156,7 @@ class KVCache(_HostLoop):
 
     def _forward(self, tokens, start):
         pos = torch.arange(start, start + tokens.shape[1], device=self.device)
-        return self.model(tokens, pos, self.cache)
+        return self.model(tokens, pos, self.cache, last_only=True)
 
     def decode(self, first, steps, on_logits=None):
         self.cache.truncate(self.prompt_len)  # back to the state prefill left
@@ -217,13 +217,13 @@ class Static(Engine):
     def prefill(self, prompt, on_logits=None):
         self._start(prompt)
         pos = torch.arange(prompt.shape[1], device=self.device)
-        logits = self.model(prompt, pos, self.cache, self.opts)[:, -1]
+        logits = self.model(prompt, pos, self.cache, self.opts, last_only=True)[:, -1]
         if on_logits:
             on_logits(logits)
         first = self._choose(logits)
         self.first_done = None
         if self.eos is not None:
-            self.first_done = torch.isin(first, self.eos)
+            self.first_done = (first[:, None] == self.eos[None, :]).any(-1)
         return first
 
     def _reset(self, first) -> None:
