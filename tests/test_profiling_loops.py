@@ -91,3 +91,11 @@ def test_settrace_timer_keeps_voluntary_waits():
     acc = hotspots._line_times_settrace(codes, _sleeper, (), {})
     line = _sleeper.__code__.co_firstlineno + 1
     assert acc[(_sleeper.__code__.co_filename, line)][1] >= 0.019
+
+
+def test_slice_stencil_steps_are_sequential_with_array_work_inside():
+    src = ("def f(u, alpha, steps):\n    for _ in range(steps):\n"
+           "        lap = u[:-2, 1:-1] + u[2:, 1:-1] - 2.0 * u[1:-1, 1:-1]\n"
+           "        u[1:-1, 1:-1] = u[1:-1, 1:-1] + alpha * lap\n    return u\n")
+    (loop,) = loop_nests(src, 1, {}, 0.0)
+    assert loop["kind"] == "sequential-loop" and "CUDA graph" in loop["verdict"]

@@ -57,7 +57,8 @@ def analyze_loop(loop, first_line: int = 1, lines: list | None = None) -> dict:
     info = _facts(loop, first_line, lines)
     inner = [{"line": child.lineno + first_line - 1, "kind": _facts(child, first_line, lines)["kind"]}
              for child in _outer_loops(loop)]
-    return info | {"inner": inner, "verdict": _verdict(info["kind"], info["dependences"], info["lib_calls"],
+    on_arrays = bool(info["lib_calls"]) or any(isinstance(n, ast.Slice) for n in ast.walk(loop))
+    return info | {"inner": inner, "verdict": _verdict(info["kind"], info["dependences"], on_arrays,
                                                       info["depth"], inner)}
 
 
@@ -85,13 +86,14 @@ def _kind(deps: dict, lib_calls: list, depth: int, subscripts: int, arith: int) 
     return "control-flow"
 
 
-def _verdict(kind: str, deps: dict, lib_calls: list, depth: int, inner: list) -> str:
+def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) -> str:
+    """The sentence for a kind; on_arrays: each iteration works on whole arrays (array calls or slices)."""
     if kind == "sequential-loop":
         first = deps["recurrences"][0]
         what = f"{first['name']} (`{first['code']}`, line {first['line']})" if first["code"] else \
             f"{first['name']} (line {first['line']})"
-        how = ("keep the iterations in order on the device: capture the loop in a CUDA graph or torch.compile it"
-               if lib_calls else "compile it as a loop (Numba @njit on the CPU)")
+        how = ("keep the iterations in order and run each one's array work on the GPU (capture the loop in a "
+               "CUDA graph, or torch.compile it)" if on_arrays else "compile it as a loop (Numba @njit on the CPU)")
         text = (f"sequential: each iteration needs the previous one's {what}, so it cannot be one GPU thread "
                 f"per iteration; {how}, rewrite it as a scan if the step is associative (cumsum, cumprod, "
                 "associative_scan), or restructure it")
