@@ -9,7 +9,6 @@ roofline module measures in the same run. A failing variant is recorded with its
 
 from __future__ import annotations
 
-import copy
 import gc
 import re
 import tempfile
@@ -115,14 +114,23 @@ def load_model(spec: Spec, device: str) -> tuple[checkpoints.Checkpoint, M.Trans
         m = M.build(args, device=device, dtype=torch.float32 if want_ref else dtype, seed=spec.seed)
         ref = None
         if want_ref:
-            ref, m = m, copy.deepcopy(m).to(dtype)
+            ref, m = m, _cast(m, dtype)
         return checkpoints.Checkpoint(model=m, source="random"), ref
     ck = checkpoints.load(spec.model, device=device, dtype=torch.float32 if want_ref else dtype)
     ref = None
     if want_ref:
         ref = ck.model
-        ck.model = copy.deepcopy(ref).to(dtype)
+        ck.model = _cast(ref, dtype)
     return ck, ref
+
+
+@torch.no_grad()
+def _cast(model: M.Transformer, dtype) -> M.Transformer:
+    """A copy of the model in dtype, made parameter by parameter (an 8B model never has two fp32 copies)."""
+    out = M.build(model.args, device=model.device, dtype=dtype, seed=None)
+    for dst, src in zip(out.parameters(), model.parameters(), strict=True):
+        dst.copy_(src)
+    return out
 
 
 def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[torch.Tensor, object]:

@@ -250,6 +250,13 @@ class Static(Engine):
 
 
 def _compile(fn, backend: str):
+    import torch._dynamo.config as dcfg
+
+    # every engine compiles the same Static.body code for its own buffers (V3, V4c, V5, each batch size and
+    # prompt length): each is one cache entry of that code object, past dynamo's default limit of 8
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dcfg, name):
+            setattr(dcfg, name, max(getattr(dcfg, name), 64))
     return torch.compile(fn, fullgraph=True, dynamic=False, backend=backend)
 
 
