@@ -21,11 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # (model, dtype, share of the time, extra CLI arguments)
 PLAN = [
-    ("tiny", "fp32", 0.16, []),
-    ("smollm2-135m", "bf16", 0.20, []),
-    ("llama-3.2-1b", "bf16", 0.32, ["--long-prompt", "4096", "--batches", "8,32"]),
-    ("llama-3-8b", "bf16", 0.32, []),
+    ("tiny", "fp32", 0.14, []),
+    ("smollm2-135m", "bf16", 0.18, []),
+    ("llama-3.2-1b", "bf16", 0.34, ["--long-prompt", "4096", "--batches", "8,32"]),
+    ("llama-3-8b", "bf16", 0.34, []),
 ]
+GRACE_S = 25  # past a model's soft cap (--time-cap) its current variant may finish before the hard kill
 
 
 def main() -> int:
@@ -35,6 +36,8 @@ def main() -> int:
     ap.add_argument("--models", default=None, help="model:dtype,... (default: the four of the issue)")
     ap.add_argument("--budget", type=float, default=1.0, help="Seconds of timing per variant.")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--cli-args", default="", help="Extra arguments for every `gpuspeed decode` (CPU smoke runs: "
+                                                    "'--layers 2 --compile-backend eager').")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from gpuspeed.decode import study
@@ -50,16 +53,19 @@ def main() -> int:
     docs, failures = [], []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ROOT / "src"), os.environ.get("PYTHONPATH")] if p))
     shares_left = sum(p[2] for p in plan)
+    read_roof = None  # measured by the first model's run, handed to the others
     for model, dtype, share, extra in plan:
         left = args.total_s - (time.perf_counter() - t0)
-        cap = max(30.0, left * share / shares_left)
+        cap = max(45.0, left * share / shares_left)
         shares_left -= share
         run_dir = out / "runs" / f"{model}_{dtype}"
         if run_dir.exists():
             shutil.rmtree(run_dir)
         cmd = [sys.executable, "-m", "gpuspeed", "decode", "--model", model, "--dtype", dtype, "--variants", "all",
-               "--device", args.device, "--budget", str(args.budget), "--time-cap", f"{0.75 * cap:.0f}",
-               "--out", str(run_dir), "--json"] + extra
+               "--device", args.device, "--budget", str(args.budget), "--time-cap", f"{cap - GRACE_S:.0f}",
+               "--out", str(run_dir), "--json"] + extra + args.cli_args.split()
+        if read_roof:
+            cmd += ["--read-roof", f"{read_roof:.1f}"]
         t = time.perf_counter()
         print(f"[{time.perf_counter() - t0:6.0f}s] {model} {dtype}: cap {cap:.0f}s", flush=True)
         try:
@@ -74,6 +80,7 @@ def main() -> int:
             doc = json.loads(path.read_text())
             docs.append(doc)
             status = "partial" if doc["params"].get("partial") else "done"
+            read_roof = read_roof or (doc["params"].get("read_ceiling") or {}).get("GBps")
         else:
             status = "no results"
         if rc != 0:

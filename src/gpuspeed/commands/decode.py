@@ -42,6 +42,8 @@ def register(app: typer.Typer) -> None:
         no_profile: bool = typer.Option(False, "--no-profile", help="Skip kernels/syncs per token and traces."),
         time_cap: float = typer.Option(None, "--time-cap", help="Seconds; variants past it are skipped, recorded."),
         budget: float = typer.Option(None, "--budget", help="Seconds of timing per variant (default 2; 0.5 CPU)."),
+        read_roof: float = typer.Option(None, "--read-roof", help="GB/s: a read ceiling measured earlier in the "
+                                                                  "same session (default: measured now)."),
         device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
         out: str = typer.Option(None, "--out", help="Write decode.json, decode_ladder.png, decode_bandwidth.png "
                                                     "and traces/ here."),
@@ -66,7 +68,8 @@ def register(app: typer.Typer) -> None:
                           device=device, seed=seed, compile_backend=compile_backend, hf=not no_hf,
                           profile=not no_profile, batches=_ints(batches, "batches"), long_prompt=long_prompt,
                           time_cap_s=time_cap, bench_budget_s=budget or (0.5 if small else 2.0), max_layers=layers,
-                          out=out, sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed))
+                          out=out, read_roof_GBps=read_roof,
+                          sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed))
         study.check_spec(spec)
         study.check_fits(spec, where)
         console = Console(stderr=as_json)

@@ -48,6 +48,7 @@ class Spec:
     batches: list = field(default_factory=list)  # extra batch sizes for the best variant (e.g. 8, 32)
     long_prompt: int | None = None  # an extra row for the best variant at this prompt length
     time_cap_s: float | None = None  # past this, the remaining variants are skipped (recorded as skipped)
+    read_roof_GBps: float | None = None  # a read ceiling measured earlier in the same run (else measured now)
     bench_budget_s: float = 2.0
     max_layers: int | None = None  # shrink a named config (CPU demos and tests)
     out: str | None = None  # traces go to <out>/traces/
@@ -288,7 +289,7 @@ def _agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
             "logit_err_steps": k}
 
 
-def hf_rows(m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> list[dict]:
+def hf_rows(m: M.Transformer, spec: Spec, prompt, device: str, our_tokens, over_cap=lambda: False) -> list[dict]:
     """transformers generate with the dynamic cache and the static cache, on the same weights."""
     from gpuspeed import bench
 
@@ -298,9 +299,12 @@ def hf_rows(m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> li
     except Exception as exc:
         return [{"variant": "HF", "error": _err(exc)}]
     t = spec.new_tokens
-    for label, kw in (("HF dynamic", {}), ("HF static", {"cache_implementation": "static"})):
+    for label, kw in (("HF static", {"cache_implementation": "static"}), ("HF dynamic", {})):
         row = {"variant": label, "what": f"transformers {label.split()[1]} cache generate", "batch": prompt.shape[0],
                "prompt_len": prompt.shape[1], "new_tokens": t}
+        if over_cap():
+            rows.append(row | {"skipped": "time cap reached"})
+            continue
         try:
             def run(n, kw=kw):
                 return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
@@ -336,8 +340,12 @@ def _partial(spec: Spec, rows: list, notes: list) -> None:
     from gpuspeed.results import make_results, write_results
 
     try:
+        hf = [r for r in rows if str(r.get("variant", "")).startswith("HF")]
+        extra = [r for r in rows if r.get("study") in ("batch", "long_prompt")]
+        ladder = [r for r in rows if r not in hf and r not in extra]
+        summary = summarize(spec.label(), ladder, extra, hf, spec)
         doc = make_results("decode", params={"model": spec.model, "dtype": spec.dtype, "partial": True},
-                           summary={}, rows=[dict(r, model=model_key(spec.model), dtype=spec.dtype) for r in rows],
+                           summary=summary, rows=[dict(r, model=model_key(spec.model), dtype=spec.dtype) for r in rows],
                            notes=notes + ["partial: the run had not finished when this was written"],
                            device=spec.device)
         write_results(doc, spec.out)
@@ -367,10 +375,13 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     if trace_dir:
         trace_dir.mkdir(parents=True, exist_ok=True)
     say("read ceiling")
-    try:
-        roof = read_ceiling(device)
-    except Exception as exc:
-        roof = {"GBps": None, "error": _err(exc)}
+    if spec.read_roof_GBps:
+        roof = {"name": "read", "GBps": spec.read_roof_GBps, "how": "given (--read-roof): measured earlier in this run"}
+    else:
+        try:
+            roof = read_ceiling(device)
+        except Exception as exc:
+            roof = {"GBps": None, "error": _err(exc)}
     roof_GBps = roof.get("GBps")
 
     ref_tokens = ref_logits = None
@@ -383,7 +394,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     rows: list[dict] = []
     v0_tokens = None
     texts: dict = {}
-    for name in spec.variants:
+    for name in sorted(spec.variants, key=V.PRIORITY.index):
         say(f"{label} {name}")
         if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
             rows.append({"variant": name, "skipped": f"time cap of {spec.time_cap_s:g} s reached"})
@@ -408,6 +419,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         rows.append(row)
         _partial(spec, rows, notes)
 
+    rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
     ok = [r for r in rows if "ms_per_token" in r and r.get("batch") == spec.batch]
     by = {r["variant"]: r for r in ok}
     prev = None
@@ -421,18 +433,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         prev = r
     best = min(ok, key=lambda r: r["ms_per_token"]) if ok else None
 
-    hf = []
-    if spec.hf:
-        say(f"{label} transformers")
-        if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-            hf = [{"variant": "HF", "skipped": "time cap reached"}]
-        else:
-            try:
-                import transformers  # noqa: F401
-                hf = hf_rows(m, spec, prompt, device, v0_tokens)
-            except ImportError:
-                notes.append("transformers is not installed: no comparison rows")
-    extra_rows = []
+    extra_rows: list = []
+    hf: list = []
     if best is not None:
         if spec.long_prompt:
             say(f"{label} {best['variant']} prompt {spec.long_prompt}")
@@ -447,10 +449,23 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
                 row, _, _ = measure_variant(best["variant"], m, sub, pl, device, trace_dir=None)
                 row["study"] = "long_prompt"
                 extra_rows.append(row)
+                _partial(spec, rows + extra_rows, notes)
             except Exception as exc:
                 extra_rows.append({"variant": best["variant"], "prompt_len": spec.long_prompt, "study": "long_prompt",
                                    "error": _err(exc)})
                 _free(device)
+        if spec.hf:
+            say(f"{label} transformers")
+            if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
+                hf = [{"variant": "HF", "skipped": "time cap reached"}]
+            else:
+                try:
+                    import transformers  # noqa: F401
+                    hf = hf_rows(m, spec, prompt, device, v0_tokens, over_cap=lambda: bool(
+                        spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s))
+                    _partial(spec, rows + extra_rows + hf, notes)
+                except ImportError:
+                    notes.append("transformers is not installed: no comparison rows")
         for b in spec.batches:
             if b == spec.batch:
                 continue
