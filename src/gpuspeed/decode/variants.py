@@ -14,10 +14,12 @@ import time
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from gpuspeed.decode.cache import DynamicCache, StaticCache
 from gpuspeed.decode.generate import GREEDY, Sampling, eos_tensor, mark_done, sample
 from gpuspeed.decode.model import PLAIN, Options, Transformer
+from gpuspeed.decode.model import attention as sdpa_attention
 from gpuspeed.errors import UserError
 
 VARIANTS = {
@@ -100,7 +102,10 @@ class _HostLoop(Engine):
     """V0 / V1: each next token goes through the host (tolist), as a first implementation does."""
 
     def _host_next(self, logits, done: list[bool]) -> list[int]:
-        ids = self._choose(logits).tolist()  # the host sync this rung has on purpose
+        if self.sampling.greedy:  # the logits go to the host and the argmax is taken there, as a first loop does
+            ids = logits.float().cpu().argmax(-1).tolist()
+        else:
+            ids = self._choose(logits).tolist()  # the host sync this rung has on purpose
         if self.eos is not None:
             eos = self.eos.tolist()
             ids = [eos[0] if d else t for t, d in zip(ids, done, strict=True)]
@@ -402,7 +407,25 @@ class Fast(Graphed):
 
         linear, attention, notes = choose(self.model, self.batch, self.max_len)
         self.info["notes"] += notes
+        self.info["kernels"] = {"linear": getattr(linear, "__name__", str(linear)),
+                                "attention": getattr(attention, "__name__", str(attention))}
         return Options(fused_qkv=True, fused_gate_up=True, linear=linear, attention=attention)
+
+    def prepare(self, steps: int) -> None:
+        """As Graphed, but a failure to compile or capture with the Triton kernels falls back to torch's ops
+        (recorded in the notes) instead of losing the rung."""
+        try:
+            super().prepare(steps)
+        except Exception as exc:
+            if self.opts.linear is F.linear and self.opts.attention is sdpa_attention:
+                raise
+            self.info["notes"].append(f"the Triton kernels failed inside compile/capture ({type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); V5 uses torch's ops")
+            self.info["kernels"] = {"linear": "linear", "attention": "attention"}
+            self.opts = Options(fused_qkv=True, fused_gate_up=True)
+            self.info.pop("compile_s", None)
+            self.step = self.build_step()
+            super().prepare(steps)
 
 
 ENGINES = {"V0": Naive, "V1": KVCache, "V2": Static, "V3": Compiled, "V4": Graphed, "V4c": GraphedCompiled,
