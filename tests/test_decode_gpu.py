@@ -64,15 +64,21 @@ def test_v5_kernels_inside_compile_and_a_graph():
     pos = torch.tensor([4000], device="cuda")
     mask = torch.arange(4224, device="cuda")[None, :] <= pos[:, None]
 
+    nw = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
+    res = torch.randn(1, 1, 3072, device="cuda", dtype=torch.bfloat16)
+
     def f(x, q, pos):
-        return gemv(x, w, 8, 512, 4, 4), decode_attention(q, k, v, mask, pos)
+        return (gemv(x, w, 8, 512, 4, 4), gemv(x, w, 8, 512, 1, 4, norm=nw, eps=1e-5, residual=res),
+                decode_attention(q, k, v, mask, pos))
 
     eager = f(x, q, pos)
     comp = torch.compile(f, fullgraph=True)(x, q, pos)
     g = capture(torch.compile(f, fullgraph=True), x, q, pos)
     graphed = g(x, q, pos)
-    ref = (torch.nn.functional.linear(x.double(), w.double()),
-           M.attention(q.double(), k.double(), v.double(), mask))
+    d = torch.float64
+    ref = (torch.nn.functional.linear(x.to(d), w.to(d)),
+           res.to(d) + torch.nn.functional.linear(M.rms_norm(x.to(d), nw.to(d), 1e-5), w.to(d)),
+           M.attention(q.to(d), k.to(d), v.to(d), mask))
     for got in (eager, comp, graphed):
         res = check(got, ref)
         assert res.passed, res.summary

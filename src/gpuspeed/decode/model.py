@@ -163,16 +163,55 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 @dataclass(frozen=True)
 class Options:
-    """How a forward pass computes: fused projections or row slices, and which GEMV / attention."""
+    """How a forward pass computes: fused projections or row slices, which GEMV and attention, and the
+    weight shapes (n, k) that run as gpuspeed's Triton GEMV with the layer's norm / SiLU / residual fused in
+    (`gemv`: shape -> kernel config; one-row inputs only, every other call takes the torch path)."""
 
     fused_qkv: bool = False
     fused_gate_up: bool = False
     linear: Callable = F.linear
     attention: Callable = attention
-    extra: dict = field(default_factory=dict)
+    gemv: dict = field(default_factory=dict)
 
 
 PLAIN = Options()
+
+
+def _gemv_cfg(opts: Options, x: torch.Tensor, w: torch.Tensor):
+    if not opts.gemv or x.numel() != x.shape[-1]:
+        return None
+    return opts.gemv.get((w.shape[0], w.shape[1]))
+
+
+def norm_linear(x, norm_w, eps, w, opts: Options):
+    """linear(rms_norm(x)), the norm inside the GEMV where opts.gemv has the shape."""
+    cfg = _gemv_cfg(opts, x, w)
+    if cfg is None:
+        return opts.linear(rms_norm(x, norm_w, eps), w)
+    from gpuspeed.decode.kernels.gemv import gemv
+
+    return gemv(x, w, *cfg, norm=norm_w, eps=eps)
+
+
+def linear_residual(y, w, residual, opts: Options):
+    """residual + linear(y), the add inside the GEMV where opts.gemv has the shape."""
+    cfg = _gemv_cfg(opts, y, w)
+    if cfg is None:
+        return residual + opts.linear(y, w)
+    from gpuspeed.decode.kernels.gemv import gemv
+
+    return gemv(y, w, *cfg, residual=residual)
+
+
+def silu_mul_linear_residual(gate_up, w, residual, opts: Options):
+    """residual + linear(silu(gate) * up) from the fused [gate; up] projection."""
+    cfg = None if gate_up.numel() != gate_up.shape[-1] else _gemv_cfg(opts, gate_up[..., :w.shape[1]], w)
+    if cfg is None:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return residual + opts.linear(F.silu(gate) * up, w)
+    from gpuspeed.decode.kernels.gemv import gemv
+
+    return gemv(gate_up, w, *cfg, silu_mul=True, residual=residual)
 
 
 class Block(nn.Module):
@@ -232,10 +271,11 @@ class Transformer(nn.Module):
         if cache is None and s > 1:
             mask = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
         for i, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.attn_norm, a.norm_eps)
             if opts.fused_qkv:
-                q, k, v = lin(h, layer.wqkv).split([a.q_rows, a.kv_rows, a.kv_rows], dim=-1)
+                qkv = norm_linear(x, layer.attn_norm, a.norm_eps, layer.wqkv, opts)
+                q, k, v = qkv.split([a.q_rows, a.kv_rows, a.kv_rows], dim=-1)
             else:
+                h = rms_norm(x, layer.attn_norm, a.norm_eps)
                 w = layer.wqkv
                 q = lin(h, w[:a.q_rows])
                 k = lin(h, w[a.q_rows:a.q_rows + a.kv_rows])
@@ -248,17 +288,17 @@ class Transformer(nn.Module):
                 k, v = cache.update(i, input_pos, k, v)
             y = opts.attention(q, k, v, mask, input_pos)
             y = y.transpose(1, 2).reshape(b, s, a.q_rows)
-            x = x + lin(y, layer.wo)
-            h = rms_norm(x, layer.ffn_norm, a.norm_eps)
+            x = linear_residual(y, layer.wo, x, opts)
             if opts.fused_gate_up:
-                gate, up = lin(h, layer.w_gate_up).chunk(2, dim=-1)
+                gate_up = norm_linear(x, layer.ffn_norm, a.norm_eps, layer.w_gate_up, opts)
+                x = silu_mul_linear_residual(gate_up, layer.w_down, x, opts)
             else:
+                h = rms_norm(x, layer.ffn_norm, a.norm_eps)
                 gate, up = lin(h, layer.w_gate_up[:a.ffn_dim]), lin(h, layer.w_gate_up[a.ffn_dim:])
-            x = x + lin(F.silu(gate) * up, layer.w_down)
+                x = x + lin(F.silu(gate) * up, layer.w_down)
         if last_only:
             x = x[:, -1:]
-        x = rms_norm(x, self.norm, a.norm_eps)
-        return lin(x, self.head_weight)
+        return norm_linear(x, self.norm, a.norm_eps, self.head_weight, opts)
 
 
 def build(args: ModelArgs, *, device="cpu", dtype=torch.float32, seed: int | None = 0) -> Transformer:

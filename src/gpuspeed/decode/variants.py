@@ -14,7 +14,6 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
 
 from gpuspeed.decode.cache import DynamicCache, StaticCache
 from gpuspeed.decode.generate import GREEDY, Sampling, eos_tensor, mark_done, sample
@@ -405,11 +404,11 @@ class Fast(Graphed):
     def make_opts(self) -> Options:
         from gpuspeed.decode.kernels import choose
 
-        linear, attention, notes = choose(self.model, self.batch, self.max_len)
+        fields, notes = choose(self.model, self.batch, self.max_len)
         self.info["notes"] += notes
-        self.info["kernels"] = {"linear": getattr(linear, "__name__", str(linear)),
-                                "attention": getattr(attention, "__name__", str(attention))}
-        return Options(fused_qkv=True, fused_gate_up=True, linear=linear, attention=attention)
+        self.info["triton_gemv_shapes"] = [f"{n}x{k}" for n, k in fields.get("gemv", {})]
+        self.info["attention"] = getattr(fields.get("attention", sdpa_attention), "__name__", "?")
+        return Options(fused_qkv=True, fused_gate_up=True, **fields)
 
     def prepare(self, steps: int) -> None:
         """As Graphed, but a failure to compile or capture with the Triton kernels falls back to torch's ops
@@ -417,11 +416,11 @@ class Fast(Graphed):
         try:
             super().prepare(steps)
         except Exception as exc:
-            if self.opts.linear is F.linear and self.opts.attention is sdpa_attention:
+            if not self.opts.gemv and self.opts.attention is sdpa_attention:
                 raise
             self.info["notes"].append(f"the Triton kernels failed inside compile/capture ({type(exc).__name__}: "
                                       f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); V5 uses torch's ops")
-            self.info["kernels"] = {"linear": "linear", "attention": "attention"}
+            self.info["triton_gemv_shapes"], self.info["attention"] = [], "attention"
             self.opts = Options(fused_qkv=True, fused_gate_up=True)
             self.info.pop("compile_s", None)
             self.step = self.build_step()

@@ -1,10 +1,12 @@
-"""V5's kernel choices: which GEMV and which decode attention a model's shapes get.
+"""V5's kernel choices: which weight shapes run as the Triton GEMV (with the layer's norm, SiLU and residual
+fused in) and which decode attention a cache length gets.
 
-choose() returns (linear, attention, notes). On a GPU it measures, at the model's own shapes, cuBLAS
-(F.linear) against the Triton split-K GEMV configs, and SDPA against split-sequence flash-decoding; a
-candidate is used only if gpuspeed.check passes it against torch and gpuspeed.bench finds it faster.
-fp32 models keep F.linear and SDPA (their summation order keeps fp32 tokens identical to V0's). On the CPU
-torch's ops stay. Decisions are kept per shape, so later engines of the same model reuse them.
+choose() returns (Options fields, notes). On a GPU it measures, at the model's own shapes, cuBLAS (F.linear)
+against the Triton split-K GEMV configs, and SDPA against split-sequence flash-decoding. A Triton config is
+kept for a shape only if every fused form that shape uses passes gpuspeed.check against float64 and the
+plain kernel is no slower than cuBLAS (the fusion's saved kernels come on top); flash-decoding only if it
+passes its check and is faster than SDPA. On the CPU torch's ops stay. Decisions are kept per shape, so
+later engines of the same model reuse them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gpuspeed.decode.model import attention as sdpa_attention
+from gpuspeed.decode.model import attention as sdpa_attention, rms_norm
 
-WIN = 0.97  # a kernel must take under 97 % of torch's time to replace it
 _decisions: dict = {}  # (kind, shape..., dtype, device name) -> (choice, details)
 
 
@@ -31,37 +32,66 @@ def _bench(fn, *args, rotate: int):
     return bench(fn, *args, rotate=rotate, budget_s=0.3, warmup_s=0.1, max_noise=0.02)
 
 
-def choose_gemv(n: int, k: int, dtype, notes: list) -> tuple | None:
-    """The fastest correct Triton config for W [n, k] at batch 1, or None when cuBLAS is as fast."""
-    from gpuspeed import device as _device
-    from gpuspeed.decode.kernels.gemv import CONFIGS, gemv
+def check_fused(n: int, k: int, cfg: tuple, uses: set, dtype, device) -> tuple[bool, str]:
+    """Every fused form `uses` names ("plain", "norm", "residual", "silu_residual") against float64."""
+    from gpuspeed.decode.kernels.gemv import gemv
     from gpuspeed.verify import check
 
-    key = ("gemv", n, k, dtype, torch.cuda.get_device_name())
+    g = torch.Generator(device=device).manual_seed(n + k)
+    w = (torch.randn(n, k, device=device, generator=g) * 0.02).to(dtype)
+    x = torch.randn(1, 1, k, device=device, generator=g).to(dtype)
+    nw = (torch.rand(k, device=device, generator=g) + 0.5).to(dtype)
+    res = torch.randn(1, 1, n, device=device, generator=g).to(dtype)
+    gu = torch.randn(1, 1, 2 * k, device=device, generator=g).to(dtype)
+    d = torch.float64
+    forms = {
+        "plain": (lambda: gemv(x, w, *cfg), lambda: F.linear(x.to(d), w.to(d))),
+        "norm": (lambda: gemv(x, w, *cfg, norm=nw, eps=1e-5), lambda: F.linear(rms_norm(x.to(d), nw.to(d), 1e-5), w.to(d))),
+        "residual": (lambda: gemv(x, w, *cfg, residual=res), lambda: res.to(d) + F.linear(x.to(d), w.to(d))),
+        "silu_residual": (lambda: gemv(gu, w, *cfg, silu_mul=True, residual=res),
+                          lambda: res.to(d) + F.linear(F.silu(gu[..., :k].to(d)) * gu[..., k:].to(d), w.to(d))),
+    }
+    for form in sorted(uses | {"plain"}):
+        mine, ref = forms[form]
+        res_ = check(mine(), ref())
+        if not res_.passed:
+            return False, f"{form}: {res_.summary}"
+    return True, ""
+
+
+def choose_gemv(n: int, k: int, dtype, uses: set, notes: list) -> tuple | None:
+    """The fastest correct Triton config for W [n, k] at batch 1, or None when cuBLAS is faster."""
+    from gpuspeed import device as _device
+    from gpuspeed.decode.kernels.gemv import CONFIGS, gemv
+
+    key = ("gemv", n, k, dtype, tuple(sorted(uses)), torch.cuda.get_device_name())
     if key in _decisions:
         return _decisions[key][0]
     w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
     x = torch.randn(1, 1, k, device="cuda", dtype=dtype)
-    ref = F.linear(x.double(), w.double())
     rot = _rotate_for(w.numel() * w.element_size(), _device.l2_bytes())
     base = _bench(F.linear, x, w, rotate=rot)
-    best, best_t, tried = None, base.median, {"cublas_us": base.median * 1e6}
+    best, best_t, tried = None, None, {"cublas_us": base.median * 1e6}
     for cfg in CONFIGS:
         try:
-            if not check(gemv(x, w, *cfg), ref).passed:
-                tried[str(cfg)] = "wrong"
+            ok, why = check_fused(n, k, cfg, uses, dtype, "cuda")
+            if not ok:
+                tried[str(cfg)] = f"wrong ({why[:80]})"
                 continue
             m = _bench(lambda x, w, cfg=cfg: gemv(x, w, *cfg), x, w, rotate=rot)
             tried[str(cfg)] = m.median * 1e6
-            if m.median < best_t * (WIN if best is None else 1.0):
+            if best_t is None or m.median < best_t:
                 best, best_t = cfg, m.median
         except Exception as exc:  # a config that fails to compile or run is skipped
             tried[str(cfg)] = f"{type(exc).__name__}"
-    gbps = w.numel() * w.element_size() / best_t / 1e9
-    notes.append(f"GEMV {n}x{k}: {'Triton ' + str(best) if best else 'cuBLAS'} {best_t * 1e6:.1f} us "
-                 f"({gbps:.0f} GB/s; cuBLAS {base.median * 1e6:.1f} us)")
-    _decisions[key] = (best, tried)
-    return best
+    use = best if best_t is not None and best_t <= base.median else None
+    t = best_t if use else base.median
+    gbps = w.numel() * w.element_size() / t / 1e9
+    notes.append(f"GEMV {n}x{k} ({', '.join(sorted(uses))}): {'Triton ' + str(use) if use else 'cuBLAS'} "
+                 f"{t * 1e6:.1f} us, {gbps:.0f} GB/s (cuBLAS {base.median * 1e6:.1f} us, best Triton "
+                 f"{best_t * 1e6 if best_t else float('nan'):.1f} us)")
+    _decisions[key] = (use, tried)
+    return use
 
 
 def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, dtype, notes: list) -> bool:
@@ -83,7 +113,7 @@ def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len
         ok = check(decode_attention(q, k, v, mask, pos), ref)
         base = _bench(sdpa_attention, q, k, v, mask, rotate=2)
         mine = _bench(decode_attention, q, k, v, mask, pos, rotate=2)
-        use = ok.passed and mine.median < WIN * base.median
+        use = ok.passed and mine.median < base.median
         details = {"sdpa_us": base.median * 1e6, "flash_decoding_us": mine.median * 1e6, "check": ok.summary}
         notes.append(f"decode attention over {max_len} keys: {'flash-decoding' if use else 'SDPA'} "
                      f"(SDPA {base.median * 1e6:.1f} us, flash-decoding {mine.median * 1e6:.1f} us"
@@ -94,48 +124,40 @@ def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len
     return use
 
 
-def make_linear(table: dict):
-    """F.linear, with the Triton GEMV for the weight shapes in `table` ((n, k) -> config) at one row."""
-    from gpuspeed.decode.kernels.gemv import gemv
-
-    def linear(x, w):
-        cfg = table.get((w.shape[0], w.shape[1]))
-        if cfg is None or x.numel() != x.shape[-1]:
-            return F.linear(x, w)
-        return gemv(x, w, *cfg)
-
-    return linear
+def gemv_uses(args) -> dict:
+    """The weight shapes of a decode step and the fused forms each runs in (fused QKV and gate/up)."""
+    a = args
+    uses: dict = {}
+    for shape, form in [((a.q_rows + 2 * a.kv_rows, a.dim), "norm"), ((a.dim, a.q_rows), "residual"),
+                        ((2 * a.ffn_dim, a.dim), "norm"), ((a.dim, a.ffn_dim), "silu_residual"),
+                        ((a.vocab_size, a.dim), "norm")]:
+        uses.setdefault(shape, set()).add(form)
+    return uses
 
 
-def choose(model, batch: int, max_len: int):
-    """(linear, attention, notes) for V5 on this model, batch and cache length."""
+def choose(model, batch: int, max_len: int) -> tuple[dict, list]:
+    """Options fields for V5 on this model, batch and cache length ({"gemv": table, "attention": fn}), notes."""
     notes: list[str] = []
     if model.device.type != "cuda":
         notes.append("CPU: torch's F.linear and SDPA (the Triton kernels are GPU choices)")
-        return F.linear, sdpa_attention, notes
+        return {}, notes
     try:
         import triton  # noqa: F401
     except ImportError:
         notes.append("Triton is not installed: torch's F.linear and SDPA")
-        return F.linear, sdpa_attention, notes
+        return {}, notes
     a = model.args
-    linear = F.linear
-    if batch == 1 and model.dtype != torch.float32:
-        shapes = {(a.q_rows + 2 * a.kv_rows, a.dim), (a.dim, a.q_rows), (2 * a.ffn_dim, a.dim), (a.dim, a.ffn_dim),
-                  (a.vocab_size, a.dim)}
+    fields: dict = {}
+    if batch == 1:
         table = {}
-        for n, k in sorted(shapes):
-            cfg = choose_gemv(n, k, model.dtype, notes)
+        for (n, k), uses in sorted(gemv_uses(a).items()):
+            cfg = choose_gemv(n, k, model.dtype, uses, notes)
             if cfg is not None:
                 table[(n, k)] = cfg
         if table:
-            linear = make_linear(table)
-    elif model.dtype == torch.float32:
-        notes.append("fp32: F.linear and SDPA kept (their summation order keeps the tokens identical to V0's)")
-    attention = sdpa_attention
-    if model.dtype != torch.float32 and choose_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len,
-                                                         model.dtype, notes):
+            fields["gemv"] = table
+    if choose_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len, model.dtype, notes):
         from gpuspeed.decode.kernels.attention import decode_attention
 
-        attention = decode_attention
-    return linear, attention, notes
+        fields["attention"] = decode_attention
+    return fields, notes

@@ -1,10 +1,18 @@
-"""A split-K GEMV in Triton for batch-1 decode: y[n] = sum_k x[k] W[n, k] with W row-major [N, K] (F.linear's).
+"""A split-K GEMV in Triton for batch-1 decode: y[n] = sum_k h[k] W[n, k] with W row-major [N, K] (F.linear's),
+with the decode layer's neighbours fused in:
 
-Each program reads a BLOCK_N x K/SPLIT tile of W with loads contiguous along K and keeps fp32 partial sums;
-with SPLIT > 1 the partials [SPLIT, N] are summed by a second (tiny) reduction. Splitting K raises the
-number of programs for the short-and-wide projections of a small model, where one row block per program
-leaves most SMs idle. Registered as a torch.library triton_op, so torch.compile(fullgraph=True) keeps it
-in its graph. Decode uses it only where choose() measured it faster than cuBLAS and checked it correct.
+- prologue "norm": h = RMSNorm(x) * weight, computed per program from x (a few KB, from L2), so the norm
+  costs no kernel of its own;
+- prologue "silu_mul": h = silu(gate) * up from the fused gate/up output [gate; up];
+- epilogue "residual": y = residual + W h.
+
+Rounding follows the eager torch code it replaces (transformers' RMSNorm: normalize in fp32, round to the
+model dtype, multiply by the weight in the model dtype; silu rounded before the product; the GEMV rounded
+before the residual add), so only the summation order differs from F.linear. Each program reads a
+BLOCK_N x K/SPLIT tile of W, contiguous along K, with fp32 sums; SPLIT > 1 writes fp32 partials that a
+second step sums (torch ops, fused by inductor). Registered as a torch.library triton_op, so
+torch.compile(fullgraph=True) keeps it in its graph. Decode uses it only where choose() measured it faster
+than cuBLAS and checked it correct.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ import functools
 import torch
 
 CONFIGS = [  # (BLOCK_N, BLOCK_K, SPLIT, num_warps) tried per shape (K per split is a runtime value: one
-    # compile per config, not per shape)
+    # compile per config and prologue, not per shape)
     (8, 512, 1, 4), (16, 256, 1, 4), (4, 512, 2, 4), (8, 512, 4, 4), (16, 256, 4, 4), (4, 1024, 8, 4),
 ]
+PROLOGUES = {"none": 0, "norm": 1, "silu_mul": 2}
 
 
 @functools.cache
@@ -25,32 +34,64 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_wn, K_PER_SPLIT, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr):
+    def gemv_kernel(x_ptr, w_ptr, out_ptr, nw_ptr, res_ptr, N, K, stride_wn, K_PER_SPLIT, eps,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRO: tl.constexpr, DIRECT: tl.constexpr,
+                    RES: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        dt = x_ptr.dtype.element_ty
+        r = 1.0
+        if PRO == 1:  # RMSNorm statistics over the whole row (every program: x is small and in L2)
+            ss = tl.zeros([BLOCK_K], dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                rk = k0 + tl.arange(0, BLOCK_K)
+                xs = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                ss += xs * xs
+            r = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
         acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-        k0 = pid_k * K_PER_SPLIT
+        kbase = pid_k * K_PER_SPLIT
         for kk in range(0, K_PER_SPLIT, BLOCK_K):
-            rk = k0 + kk + tl.arange(0, BLOCK_K)
-            xk = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K),
+            rk = kbase + kk + tl.arange(0, BLOCK_K)
+            km = rk < K
+            xk = tl.load(x_ptr + rk, mask=km, other=0.0)
+            if PRO == 1:
+                nw = tl.load(nw_ptr + rk, mask=km, other=0.0)
+                hn = (xk.to(tl.float32) * r).to(dt)
+                h = (hn.to(tl.float32) * nw.to(tl.float32)).to(dt).to(tl.float32)
+            elif PRO == 2:
+                up = tl.load(x_ptr + K + rk, mask=km, other=0.0)
+                g = xk.to(tl.float32)
+                s = (g / (1.0 + tl.exp(-g))).to(dt)
+                h = (s.to(tl.float32) * up.to(tl.float32)).to(dt).to(tl.float32)
+            else:
+                h = xk.to(tl.float32)
+            w = tl.load(w_ptr + rn[:, None] * stride_wn + rk[None, :], mask=(rn[:, None] < N) & km[None, :],
                         other=0.0, eviction_policy="evict_first")
-            acc += w.to(tl.float32) * xk[None, :]
-        tl.store(out_ptr + pid_k * N + rn, tl.sum(acc, axis=1), mask=rn < N)
+            acc += w.to(tl.float32) * h[None, :]
+        y = tl.sum(acc, axis=1)
+        if DIRECT:  # one split: round to the model dtype here, add the residual, store
+            y = y.to(dt)
+            if RES:
+                res = tl.load(res_ptr + rn, mask=rn < N, other=0.0)
+                y = (y.to(tl.float32) + res.to(tl.float32)).to(dt)
+            tl.store(out_ptr + rn, y, mask=rn < N)
+        else:
+            tl.store(out_ptr + pid_k * N + rn, y, mask=rn < N)
 
     return gemv_kernel
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, block_n: int, block_k: int, split: int, num_warps: int) -> torch.Tensor:
-    """x [K] (contiguous), w [N, K] -> y [N] in x's dtype."""
+def _launch(x: torch.Tensor, w: torch.Tensor, nw: torch.Tensor | None, res: torch.Tensor | None, eps: float,
+            prologue: int, block_n: int, block_k: int, split: int, num_warps: int) -> torch.Tensor:
+    """x [K] (or [2K] for silu_mul), w [N, K], nw [K], res [N] -> y [N] in x's dtype."""
     n, k = w.shape
     per = -(-k // split)
     per = -(-per // block_k) * block_k  # whole BLOCK_K tiles per split
     split = -(-k // per)
-    part = torch.empty(split, n, device=x.device, dtype=torch.float32)
-    grid = (-(-n // block_n), split)
+    direct = split == 1
+    out = torch.empty(n, device=x.device, dtype=x.dtype) if direct else \
+        torch.empty(split, n, device=x.device, dtype=torch.float32)
     kern = _kernel()
     try:
         from torch.library import wrap_triton
@@ -58,16 +99,14 @@ def _launch(x: torch.Tensor, w: torch.Tensor, block_n: int, block_k: int, split:
         kern = wrap_triton(kern)
     except ImportError:  # older torch: plain launch (eager only)
         pass
-    kern[grid](x, w, part, n, k, w.stride(0), K_PER_SPLIT=per, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=num_warps)
-    return (part[0] if split == 1 else part.sum(0)).to(x.dtype)
-
-
-def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int = 8, block_k: int = 512, split: int = 1,
-         num_warps: int = 4) -> torch.Tensor:
-    """F.linear(x, w) for x [..., K] holding one row; the result has x's leading shape."""
-    lead = x.shape[:-1]
-    y = _op()(x.reshape(-1).contiguous(), w, block_n, block_k, split, num_warps)
-    return y.reshape(*lead, w.shape[0])
+    kern[(-(-n // block_n), split)](
+        x, w, out, nw if nw is not None else x, res if res is not None else x, n, k, w.stride(0), per, eps,
+        BLOCK_N=block_n, BLOCK_K=block_k, PRO=prologue, DIRECT=int(direct), RES=int(res is not None and direct),
+        num_warps=num_warps)
+    if direct:
+        return out
+    y = out.sum(0).to(x.dtype)
+    return y + res if res is not None else y
 
 
 @functools.cache
@@ -79,8 +118,20 @@ def _op():
         return _launch
 
     @triton_op("gpuspeed::gemv", mutates_args=())
-    def gemv_op(x: torch.Tensor, w: torch.Tensor, block_n: int, block_k: int, split: int,
-                num_warps: int) -> torch.Tensor:
-        return _launch(x, w, block_n, block_k, split, num_warps)
+    def gemv_op(x: torch.Tensor, w: torch.Tensor, nw: torch.Tensor | None, res: torch.Tensor | None, eps: float,
+                prologue: int, block_n: int, block_k: int, split: int, num_warps: int) -> torch.Tensor:
+        return _launch(x, w, nw, res, eps, prologue, block_n, block_k, split, num_warps)
 
     return gemv_op
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int = 8, block_k: int = 512, split: int = 1,
+         num_warps: int = 4, *, norm: torch.Tensor | None = None, eps: float = 1e-5, silu_mul: bool = False,
+         residual: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, w) for x [..., K] holding one row (x [..., 2K] = [gate; up] with silu_mul=True); the result
+    has x's leading shape. norm: RMSNorm weight applied to x first; residual: added to the result."""
+    lead = x.shape[:-1]
+    pro = PROLOGUES["norm"] if norm is not None else PROLOGUES["silu_mul"] if silu_mul else PROLOGUES["none"]
+    res = residual.reshape(-1).contiguous() if residual is not None else None
+    y = _op()(x.reshape(-1).contiguous(), w, norm, res, float(eps), pro, block_n, block_k, split, num_warps)
+    return y.reshape(*lead, w.shape[0])
