@@ -23,7 +23,8 @@ import torch
 
 CONFIGS = [  # (BLOCK_N, BLOCK_K, SPLIT, num_warps) tried per shape (K per split is a runtime value: one
     # compile per config and prologue, not per shape)
-    (8, 512, 1, 4), (16, 256, 1, 4), (4, 512, 2, 4), (8, 512, 4, 4), (16, 256, 4, 4), (4, 1024, 8, 4),
+    (8, 512, 1, 4), (16, 256, 1, 4), (32, 256, 1, 8), (4, 512, 2, 4), (8, 512, 4, 4), (16, 256, 4, 4),
+    (4, 1024, 8, 4),
 ]
 PROLOGUES = {"none": 0, "norm": 1, "silu_mul": 2}
 
