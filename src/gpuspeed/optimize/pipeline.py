@@ -27,6 +27,7 @@ COMPILE_LIMIT_S = 180.0
 PLAIN_LIMIT_S = 90.0
 LOOP_DROPIN_LIMIT_S = 40.0  # a drop-in over Python loops launches per iteration: it gets less time
 MIN_LIMIT_S = 8.0
+DEFAULT_GPU_JOBS = 3  # candidates built and checked at once (timing is still one at a time)
 
 
 @dataclass
@@ -58,6 +59,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
              backends=None, device: str = "auto", target_gpu: str = DEFAULT_TARGET,
              time_budget: float = DEFAULT_TIME_BUDGET_S, out=None, resume: bool = False, scale: float | None = None,
              bench_budget_s: float | None = None, rank_by: str = "device", candidate_limit_s: float | None = None,
+             jobs: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> OptimizeRun:
     """Run the whole pipeline; returns what the report is written from (also written under out)."""
     from gpuspeed.results import check_out_dir, default_dir
@@ -110,6 +112,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}
     runner = Runner(out_dir, base_spec, resume=resume)
+    n_jobs = jobs if jobs is not None else (DEFAULT_GPU_JOBS if where == "cuda" else 1)
+    if n_jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    params["jobs"] = n_jobs
     deadline = t_start + time_budget
 
     def remaining():
@@ -134,18 +140,24 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 
+    def limit(rec):
+        left = remaining()
+        if left < MIN_LIMIT_S:
+            return None
+        lim = _limit(rec, run.hot.get("loop_bound", False), left)
+        return min(lim, candidate_limit_s or lim)
+
     def try_all(recs):
+        recs = [r for r in recs if r["name"] not in run.results]
         for rec in recs:
-            if rec["name"] in run.results:
-                continue
-            tick(f"candidate {rec['name']}")
-            left = remaining()
-            if left < MIN_LIMIT_S and rec["name"] not in runner.done:
-                run.results[rec["name"]] = {"name": rec["name"], "recipe": rec, "status": "skipped",
-                                            "reason": f"time budget of {time_budget:g} s spent"}
-                continue
-            limit = _limit(rec, run.hot.get("loop_bound", False), left)
-            run.results[rec["name"]] = runner.run(rec, min(limit, candidate_limit_s or limit))
+            if rec["name"] in runner.done:
+                tick(f"candidate {rec['name']} (resumed)")
+        rows = runner.run_many(recs, limit, jobs=n_jobs, on_start=lambda rec: tick(f"candidate {rec['name']}"))
+        for rec in recs:
+            row = rows.get(rec["name"])
+            if row is not None and row.get("status") == "skipped":
+                row["reason"] = f"time budget of {time_budget:g} s spent"
+            run.results[rec["name"]] = row
 
     try_all(recipes)
     # budget: a candidate that ran out of memory or over the budget is re-run chunked

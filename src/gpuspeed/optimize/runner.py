@@ -1,8 +1,11 @@
-"""Run candidates one by one, each in its own process under a time limit, streaming results to JSON lines.
+"""Run candidates, each in its own process under a time limit, streaming results to JSON lines.
 
 A worker that crashes (segfault, illegal address), runs out of memory, hangs or overruns its limit is
-recorded against its candidate and the run goes on. `resume=True` keeps the lines already written and
-skips their candidates, so an interrupted run loses nothing.
+recorded against its candidate and the run goes on. Up to `jobs` workers run at once: they build,
+compile and check concurrently under a shared lock, and take it exclusively to measure memory and
+time, so no two candidates are ever timed together (time spent waiting for the lock does not count
+against a worker's limit). `resume=True` keeps the lines already written and skips their candidates,
+so an interrupted run loses nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import gpuspeed
 
 WORKER = "gpuspeed.optimize.worker"
+POLL_S = 0.2
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -33,13 +39,34 @@ def read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+@dataclass
+class _Job:
+    recipe: dict
+    proc: subprocess.Popen
+    log: object
+    result_path: Path
+    log_path: Path
+    limit_s: float
+    started: float
+    last: float
+    waited: float = 0.0
+    stage: str = "start"
+
+
 class Runner:
     def __init__(self, run_dir: Path, base_spec: dict, resume: bool = False):
         self.dir = Path(run_dir)
         self.work = self.dir / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "candidates.jsonl"
-        self.base = base_spec
+        self.base = base_spec | {"lock": str(self.work / "device.lock")}
         self.done: dict[str, dict] = {}
         if resume:
             for row in read_jsonl(self.path):
@@ -47,21 +74,14 @@ class Runner:
         else:
             self.path.write_text("")
 
-    def results(self) -> list[dict]:
-        return list(self.done.values())
-
     def _append(self, row: dict) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(row, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
-    def run(self, recipe: dict, timeout_s: float) -> dict:
-        """The candidate's result (from an earlier run when resuming)."""
-        name = recipe["name"]
-        if name in self.done:
-            return self.done[name] | {"resumed": True}
-        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    def _launch(self, recipe: dict, limit_s: float) -> _Job:
+        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in recipe["name"])
         spec_path, result_path, log_path = (self.work / f"{slug}.spec.json", self.work / f"{slug}.result.json",
                                             self.work / f"{slug}.log")
         result_path.unlink(missing_ok=True)
@@ -71,43 +91,84 @@ class Runner:
         src = str(Path(gpuspeed.__file__).resolve().parents[1])  # the worker imports this same gpuspeed
         env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH")] if p)
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-        t0 = time.perf_counter()  # wall time of the worker for the time budget (not a benchmark)
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
-            timed_out = False
+        log = open(log_path, "w")
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+        now = time.perf_counter()  # wall clock of the worker, for its time limit (not a benchmark)
+        return _Job(recipe, proc, log, result_path, log_path, max(1.0, limit_s), now, now)
+
+    def _finish(self, job: _Job, timed_out: bool) -> dict:
+        if timed_out:
             try:
-                rc = proc.wait(timeout=max(1.0, timeout_s))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # the worker's own group: compile helpers go too
-                except ProcessLookupError:
-                    pass
-                rc = proc.wait()
-        wall = time.perf_counter() - t0
-        row = {"name": name, "recipe": recipe, "status": "crashed", "stage": "start", "notes": []}
-        if result_path.is_file():
-            try:
-                row = json.loads(result_path.read_text())
-            except json.JSONDecodeError:
+                os.killpg(job.proc.pid, signal.SIGKILL)  # the worker's own group: its compile helpers go too
+            except ProcessLookupError:
                 pass
+        rc = job.proc.wait()
+        job.log.close()
+        name = job.recipe["name"]
+        row = _read(job.result_path) or {"name": name, "status": "crashed", "stage": job.stage, "notes": []}
         if row.get("status") in ("running", None) or timed_out:
-            stage = row.get("stage", "start")
+            stage = row.get("stage", job.stage)
             if timed_out:
                 row["status"] = "timeout"
-                row["reason"] = f"killed after {timeout_s:.0f} s (time limit) during {stage}"
+                row["reason"] = f"killed after {job.limit_s:.0f} s (time limit) during {stage}"
             else:
                 how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
                 row["status"] = "crashed"
                 row["reason"] = f"process died ({how}) during {stage}"
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-3:] if log_path.is_file() else []
+                tail = job.log_path.read_text(errors="replace").strip().splitlines()[-3:] if job.log_path.is_file() else []
                 if tail:
                     row["log_tail"] = tail
-        row["wall_s"] = wall
-        row["timeout_s"] = timeout_s
+        row["wall_s"] = time.perf_counter() - job.started
+        row["waited_s"] = job.waited
+        row["timeout_s"] = job.limit_s
         row["name"] = name
-        row["recipe"] = recipe
+        row["recipe"] = job.recipe
         self.done[name] = row
         self._append(row)
         return row
+
+    def run_many(self, recipes: list[dict], limit: Callable[[dict], float | None], jobs: int = 1,
+                 on_start: Callable[[dict], None] | None = None) -> dict[str, dict]:
+        """Run every recipe (up to `jobs` at once); limit(recipe) gives its time limit in seconds, or None
+        to skip it (the time budget is spent). Returns name -> result row, in the recipes' order."""
+        out: dict[str, dict] = {}
+        queue = []
+        for rec in recipes:
+            if rec["name"] in self.done:
+                out[rec["name"]] = self.done[rec["name"]] | {"resumed": True}
+            else:
+                queue.append(rec)
+        active: list[_Job] = []
+        while queue or active:
+            while queue and len(active) < max(1, jobs):
+                rec = queue.pop(0)
+                lim = limit(rec)
+                if lim is None:
+                    out[rec["name"]] = {"name": rec["name"], "recipe": rec, "status": "skipped",
+                                        "reason": "the time budget is spent"}
+                    continue
+                if on_start:
+                    on_start(rec)
+                active.append(self._launch(rec, lim))
+            if not active:
+                break
+            time.sleep(POLL_S)
+            now = time.perf_counter()
+            for job in list(active):
+                row = _read(job.result_path)
+                if row and row.get("stage"):
+                    job.stage = row["stage"]
+                if job.stage.startswith("waiting"):
+                    job.waited += now - job.last
+                job.last = now
+                rc = job.proc.poll()
+                busy = now - job.started - job.waited
+                if rc is not None or busy > job.limit_s:
+                    out[job.recipe["name"]] = self._finish(job, timed_out=rc is None)
+                    active.remove(job)
+        return {rec["name"]: out[rec["name"]] for rec in recipes if rec["name"] in out}
+
+    def run(self, recipe: dict, timeout_s: float) -> dict:
+        """One candidate's result (from an earlier run when resuming)."""
+        return self.run_many([recipe], lambda _: timeout_s)[recipe["name"]]

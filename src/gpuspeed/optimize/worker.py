@@ -8,6 +8,7 @@ Each stage rewrites the result file, so a crash or a kill still leaves where it 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -152,7 +153,6 @@ def build(spec: dict, wl, module):
 
 def run(spec: dict, result: dict, result_path: str) -> None:
     from gpuspeed.optimize import workload as W
-    from gpuspeed.verify import check
 
     r = spec["recipe"]
     device = spec["device"]
@@ -172,8 +172,30 @@ def run(spec: dict, result: dict, result_path: str) -> None:
                 rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=device == "cuda")
     module = W.import_workload(wl.path, unique=True)  # the candidate's own copy: rebinding leaves wl's alone
     refs = W.load_refs(Path(spec["refs"]))
-    stage("build")
-    impl = build(spec, wl, module)
+    with contextlib.ExitStack() as budget:
+        with _slot(spec, False, stage, "compile slot"):  # released before the timing slot is taken
+            stage("build")
+            impl = build(spec, wl, module)
+            if device == "cuda" and spec.get("budget_bytes"):
+                from gpuspeed.memory import cap
+
+                budget.enter_context(cap(spec["budget_bytes"]))  # past the budget is an out-of-memory error
+            impl = _check(spec, wl, impl, refs, result, stage, result_path)
+        if impl is None:
+            return
+        with _slot(spec, True, stage, "timing slot"):
+            _measure(spec, wl, impl, result, stage, bool(r.get("chunk")))
+    stage("done")
+
+
+def _check(spec, wl, impl, refs, result, stage, result_path):
+    """Chunk the candidate if its recipe says so, then check it on every seed: the (chunked) Impl, or
+    None when it is rejected."""
+    from gpuspeed.optimize import workload as W
+    from gpuspeed.verify import check
+
+    r = spec["recipe"]
+    device = spec["device"]
     chunk = r.get("chunk")
     if chunk:
         from gpuspeed.optimize.budget import chunk_size_for
@@ -222,20 +244,38 @@ def run(spec: dict, result: dict, result_path: str) -> None:
     result["max_abs_err"] = max(c["max_abs_err"] for c in checks)
     result["max_rel_err"] = max(c["max_rel_err"] for c in checks)
     result["rel_l2_err"] = max(c["rel_l2_err"] for c in checks)
-    _measure(spec, wl, impl, result, stage, bool(chunk))
-    stage("done")
+    return impl
+
+
+@contextlib.contextmanager
+def _slot(spec: dict, exclusive: bool, stage, label: str):
+    """The run's device lock: shared while building and checking, exclusive while measuring, so no two
+    candidates are timed at once and nothing compiles while one is timed."""
+    path = spec.get("lock")
+    if not path:
+        yield
+        return
+    import fcntl
+
+    stage(f"waiting ({label})")
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _reject(result, status, reason, path):
     result["status"] = status
     result["reason"] = reason
     _write(path, result)
+    return None
 
 
 def _measure(spec, wl, impl, result, stage, is_chunked):
-    import contextlib
-
-    from gpuspeed.memory import cap, check_budget, peak_memory
+    """Peak memory and the two times, under the caller's cap() and timing slot."""
+    from gpuspeed.memory import check_budget, peak_memory
     from gpuspeed.timing import bench
 
     device = spec["device"]
@@ -248,30 +288,28 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
     mode = "auto" if spec["recipe"]["backend"] in ("torch", "torch_compile") else ("events" if bench_device == "cuda" else "auto")
     if bench_device == "cpu":
         mode = "cpu"
-    guard = cap(budget) if device == "cuda" and budget else contextlib.nullcontext()
-    with guard:
-        stage("memory")
-        dev = args if is_chunked else impl.prepare(args)
-        resident = 0 if is_chunked or kind != "cuda" else _nbytes(dev)
-        mem = peak_memory(impl.run, *dev, device=bench_device)
-        peak = mem.peak_bytes + resident
-        result["peak_bytes"] = int(peak)
-        result["resident_input_bytes"] = int(resident)
-        result["memory_notes"] = mem.notes
-        if device == "cuda" and budget and kind == "cuda":
-            fit = check_budget(peak, budget)
-            result["fits_budget"] = fit.fits
-            result["budget_message"] = fit.message
-        stage("timing (device-resident)")
-        m_dev = bench(impl.run, *dev, name=result["name"], device=bench_device, mode=mode, **bench_kw)
-        result["device_time"] = m_dev.to_dict()
-        if is_chunked or kind != "cuda":
-            result["e2e_time"] = result["device_time"]
-        else:
-            stage("timing (end to end)")
-            m_e2e = bench(impl, *args, name=result["name"] + " (end to end)", device=bench_device, mode="events",
-                          **bench_kw)
-            result["e2e_time"] = m_e2e.to_dict()
+    stage("memory")
+    dev = args if is_chunked else impl.prepare(args)
+    resident = 0 if is_chunked or kind != "cuda" else _nbytes(dev)
+    mem = peak_memory(impl.run, *dev, device=bench_device)
+    peak = mem.peak_bytes + resident
+    result["peak_bytes"] = int(peak)
+    result["resident_input_bytes"] = int(resident)
+    result["memory_notes"] = mem.notes
+    if device == "cuda" and budget and kind == "cuda":
+        fit = check_budget(peak, budget)
+        result["fits_budget"] = fit.fits
+        result["budget_message"] = fit.message
+    stage("timing (device-resident)")
+    m_dev = bench(impl.run, *dev, name=result["name"], device=bench_device, mode=mode, **bench_kw)
+    result["device_time"] = m_dev.to_dict()
+    if is_chunked or kind != "cuda":
+        result["e2e_time"] = result["device_time"]
+    else:
+        stage("timing (end to end)")
+        m_e2e = bench(impl, *args, name=result["name"] + " (end to end)", device=bench_device, mode="events",
+                      **bench_kw)
+        result["e2e_time"] = m_e2e.to_dict()
     if result.get("fits_budget") is False:
         result["status"] = "over_budget"
         result["reason"] = result["budget_message"]
