@@ -289,51 +289,40 @@ def _agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
             "logit_err_steps": k}
 
 
-def hf_rows(m: M.Transformer, spec: Spec, prompt, device: str, our_tokens, over_cap=lambda: False) -> list[dict]:
-    """transformers generate with the dynamic cache and the static cache, on the same weights."""
+HF_KINDS = {"HF static": {"cache_implementation": "static"}, "HF dynamic": {}}
+
+
+def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> dict:
+    """transformers generate (label: "HF static" or "HF dynamic") on the same weights: one row."""
     from gpuspeed import bench
 
-    rows = []
-    try:
-        hf = checkpoints.to_hf(m)
-    except Exception as exc:
-        return [{"variant": "HF", "error": _err(exc)}]
     t = spec.new_tokens
-    for label, kw in (("HF static", {"cache_implementation": "static"}), ("HF dynamic", {})):
-        row = {"variant": label, "what": f"transformers {label.split()[1]} cache generate", "batch": prompt.shape[0],
-               "prompt_len": prompt.shape[1], "new_tokens": t}
-        if over_cap():
-            rows.append(row | {"skipped": "time cap reached"})
-            continue
-        try:
-            def run(n, kw=kw):
-                return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
-                                   min_new_tokens=n, do_sample=False, pad_token_id=0, **kw)
-            t0 = time.perf_counter()
-            out = run(t)
-            _sync(device)
-            row["first_generation_s"] = time.perf_counter() - t0
-            toks = out[:, prompt.shape[1]:].cpu()
-            if our_tokens is not None and spec.dtype == "fp32":
-                row["tokens_identical_to_V0"] = bool(toks.shape == our_tokens.shape and (toks == our_tokens).all())
-            # decode = generation minus a prefill forward (generate(max_new_tokens=1) would size the static
-            # cache differently and make transformers compile a second shape)
-            mt = bench(lambda: run(t), **_bench_kw(device, spec.bench_budget_s))
-            m1 = bench(lambda: hf(prompt), **_bench_kw(device, spec.bench_budget_s / 2))
-            dec = max(mt.median - m1.median, 1e-9)
-            row |= {"prefill_ms": m1.median * 1e3, "generate_ms": mt.median * 1e3, "decode_ms": dec * 1e3,
-                    "ms_per_token": dec * 1e3 / (t - 1), "ms_per_token_incl_prefill": mt.median * 1e3 / t,
-                    "decode_rel_iqr": mt.rel_iqr, "decode_samples": mt.n,
-                    "tokens_per_s": prompt.shape[0] * (t - 1) / dec}
-            wb = m.args.weight_bytes_per_token(m.tok_emb.element_size())
-            row["weight_GBps"] = wb / (row["ms_per_token"] * 1e-3) / 1e9
-        except Exception as exc:
-            row["error"] = _err(exc)
-        rows.append(row)
-        _free(device)
-    hf.to("meta")  # free its copy of the weights now
-    _free(device)
-    return rows
+    kw = HF_KINDS[label]
+    row = {"variant": label, "what": f"transformers {label.split()[1]} cache generate", "batch": prompt.shape[0],
+           "prompt_len": prompt.shape[1], "new_tokens": t}
+
+    def run(n):
+        return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0, **kw)
+
+    t0 = time.perf_counter()
+    out = run(t)
+    _sync(device)
+    row["first_generation_s"] = time.perf_counter() - t0
+    toks = out[:, prompt.shape[1]:].cpu()
+    if our_tokens is not None and spec.dtype == "fp32":
+        row["tokens_identical_to_V0"] = bool(toks.shape == our_tokens.shape and (toks == our_tokens).all())
+    # decode = generation minus a prefill forward (generate(max_new_tokens=1) would size the static cache
+    # differently and make transformers compile a second shape)
+    mt = bench(lambda: run(t), **_bench_kw(device, spec.bench_budget_s))
+    m1 = bench(lambda: hf(prompt), **_bench_kw(device, spec.bench_budget_s / 2))
+    dec = max(mt.median - m1.median, 1e-9)
+    row |= {"prefill_ms": m1.median * 1e3, "generate_ms": mt.median * 1e3, "decode_ms": dec * 1e3,
+            "ms_per_token": dec * 1e3 / (t - 1), "ms_per_token_incl_prefill": mt.median * 1e3 / t,
+            "decode_rel_iqr": mt.rel_iqr, "decode_samples": mt.n, "tokens_per_s": prompt.shape[0] * (t - 1) / dec}
+    wb = m.args.weight_bytes_per_token(m.tok_emb.element_size())
+    row["weight_GBps"] = wb / (row["ms_per_token"] * 1e-3) / 1e9
+    return row
 
 
 def _partial(spec: Spec, rows: list, notes: list) -> None:
@@ -395,23 +384,24 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         del ref_model
         _free(device)
 
-    rows: list[dict] = []
-    v0_tokens = None
+    rows: list[dict] = []  # the ladder
+    extra_rows: list = []  # batch sweep and long prompt of the best variant
+    hf: list = []  # transformers
+    state: dict = {"v0_tokens": None, "v0_logits": None, "hf_model": None}
     texts: dict = {}
-    for name in sorted(spec.variants, key=V.PRIORITY.index):
-        say(f"{label} {name}")
-        if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-            rows.append({"variant": name, "skipped": f"time cap of {spec.time_cap_s:g} s reached"})
-            continue
-        try:
-            row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir)
-        except Exception as exc:  # recorded; the other variants go on
-            rows.append({"variant": name, "error": _err(exc), "traceback": traceback.format_exc(limit=3)[-800:]})
-            _partial(spec, rows, notes)
-            _free(device)
-            continue
-        if v0_tokens is None:
-            v0_tokens, v0_logits, row["reference"] = tokens, logits, True
+
+    def over_cap() -> bool:
+        return bool(spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s)
+
+    def best_so_far():
+        ok = [r for r in rows if "ms_per_token" in r]
+        return min(ok, key=lambda r: r["ms_per_token"]) if ok else None
+
+    def ladder(name):
+        row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir)
+        if state["v0_tokens"] is None:
+            state["v0_tokens"], state["v0_logits"], row["reference"] = tokens, logits, True
+        v0_tokens, v0_logits = state["v0_tokens"], state["v0_logits"]
         row["tokens_identical_to_V0"] = bool(tokens.shape == v0_tokens.shape and (tokens == v0_tokens).all())
         if logits and v0_logits:
             row["max_logit_diff_vs_V0"] = _agreement(tokens, v0_tokens, logits, v0_logits)["max_logit_err"]
@@ -421,10 +411,76 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
             texts[name] = tok.decode(tokens[0])
             row["text"] = texts[name]
         rows.append(row)
-        _partial(spec, rows, notes)
+
+    def extra(kind, size):
+        best = best_so_far()
+        if best is None:
+            raise RuntimeError("no ladder variant succeeded")
+        sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
+        if kind == "long_prompt":
+            if size + spec.new_tokens > m.args.max_seq_len:
+                raise UserError(f"prompt {size} + {spec.new_tokens} exceeds the context")
+            g = torch.Generator().manual_seed(spec.seed + 2)
+            p = torch.randint(0, m.args.vocab_size, (spec.batch, size), generator=g).to(device)
+        else:
+            p = prompt[:1].repeat(size, 1)
+        row, _, _ = measure_variant(best["variant"], m, sub, p, device, trace_dir=None)
+        row["study"] = kind
+        extra_rows.append(row)
+
+    def transformers_row(label):
+        import transformers  # noqa: F401  (ImportError: a note, no row)
+
+        if state["hf_model"] is None:
+            state["hf_model"] = checkpoints.to_hf(m)
+        hf.append(hf_row(state["hf_model"], label, m, spec, prompt, device, state["v0_tokens"]))
+
+    # the order a time cap cuts from the end: the rungs and rows the summary needs first
+    names = sorted(spec.variants, key=V.PRIORITY.index)
+    first, later = [n for n in names if n in ("V0", "V2", "V5", "V4")], [n for n in names if n not in ("V0", "V2", "V5", "V4")]
+    tasks = [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in first]
+    if spec.long_prompt:
+        tasks.append((f"{label} prompt {spec.long_prompt}", "long_prompt", spec.long_prompt,
+                      lambda: extra("long_prompt", spec.long_prompt)))
+    if spec.hf:
+        tasks.append((f"{label} transformers static", "hf", "HF static", lambda: transformers_row("HF static")))
+    tasks += [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in later]
+    if spec.hf:
+        tasks.append((f"{label} transformers dynamic", "hf", "HF dynamic", lambda: transformers_row("HF dynamic")))
+    tasks += [(f"{label} batch {b}", "batch", b, lambda b=b: extra("batch", b)) for b in spec.batches if b != spec.batch]
+
+    for what, kind, key, task in tasks:
+        say(what)
+        if over_cap():
+            why = f"time cap of {spec.time_cap_s:g} s reached"
+            if kind == "ladder":
+                rows.append({"variant": key, "skipped": why})
+            elif kind == "hf":
+                hf.append({"variant": key, "skipped": why})
+            else:
+                extra_rows.append({"study": kind, "batch" if kind == "batch" else "prompt_len": key, "skipped": why})
+            continue
+        try:
+            task()
+        except ImportError as exc:
+            notes.append(f"{what}: {exc} (no row)")
+        except Exception as exc:  # recorded; the other tasks go on
+            err = {"error": _err(exc), "traceback": traceback.format_exc(limit=3)[-800:]}
+            if kind == "ladder":
+                rows.append({"variant": key, **err})
+            elif kind == "hf":
+                hf.append({"variant": key, **err})
+            else:
+                extra_rows.append({"study": kind, "batch" if kind == "batch" else "prompt_len": key, **err})
+        _partial(spec, rows + extra_rows + hf, notes)
+        _free(device)
+    if state["hf_model"] is not None:
+        state["hf_model"].to("meta")  # its copy of the weights goes now
+        state["hf_model"] = None
+        _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
-    ok = [r for r in rows if "ms_per_token" in r and r.get("batch") == spec.batch]
+    ok = [r for r in rows if "ms_per_token" in r]
     by = {r["variant"]: r for r in ok}
     prev = None
     for r in ok:
@@ -432,64 +488,10 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
             r["speedup_over_V0"] = by["V0"]["ms_per_token"] / r["ms_per_token"]
         if prev is not None:
             r["speedup_over_previous"] = prev["ms_per_token"] / r["ms_per_token"]
-        if roof_GBps:
-            r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
         prev = r
-    best = min(ok, key=lambda r: r["ms_per_token"]) if ok else None
-
-    extra_rows: list = []
-    hf: list = []
-    if best is not None:
-        if spec.long_prompt:
-            say(f"{label} {best['variant']} prompt {spec.long_prompt}")
-            try:
-                if spec.long_prompt + spec.new_tokens > m.args.max_seq_len:
-                    raise UserError(f"prompt {spec.long_prompt} + {spec.new_tokens} exceeds the context")
-                if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-                    raise TimeoutError("time cap reached")
-                g = torch.Generator().manual_seed(spec.seed + 2)
-                pl = torch.randint(0, m.args.vocab_size, (spec.batch, spec.long_prompt), generator=g).to(device)
-                sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
-                row, _, _ = measure_variant(best["variant"], m, sub, pl, device, trace_dir=None)
-                row["study"] = "long_prompt"
-                extra_rows.append(row)
-                _partial(spec, rows + extra_rows, notes)
-            except Exception as exc:
-                extra_rows.append({"variant": best["variant"], "prompt_len": spec.long_prompt, "study": "long_prompt",
-                                   "error": _err(exc)})
-                _free(device)
-        if spec.hf:
-            say(f"{label} transformers")
-            if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-                hf = [{"variant": "HF", "skipped": "time cap reached"}]
-            else:
-                try:
-                    import transformers  # noqa: F401
-                    hf = hf_rows(m, spec, prompt, device, v0_tokens, over_cap=lambda: bool(
-                        spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s))
-                    _partial(spec, rows + extra_rows + hf, notes)
-                except ImportError:
-                    notes.append("transformers is not installed: no comparison rows")
-        for b in spec.batches:
-            if b == spec.batch:
-                continue
-            say(f"{label} {best['variant']} batch {b}")
-            if spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s:
-                extra_rows.append({"variant": best["variant"], "batch": b, "skipped": "time cap reached"})
-                continue
-            try:
-                pb = prompt[:1].repeat(b, 1)
-                sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
-                row, _, _ = measure_variant(best["variant"], m, sub, pb, device, trace_dir=None)
-                row["study"] = "batch"
-                extra_rows.append(row)
-            except Exception as exc:
-                extra_rows.append({"variant": best["variant"], "batch": b, "study": "batch", "error": _err(exc)})
-                _free(device)
-        for r in extra_rows:
-            if roof_GBps and "weight_GBps" in r:
-                r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
-
+    for r in rows + extra_rows + hf:
+        if roof_GBps and "weight_GBps" in r:
+            r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
     for r in rows + extra_rows + hf:
         r.setdefault("study", "ladder" if not r.get("variant", "").startswith("HF") else "transformers")
         r["model"], r["dtype"] = model_key(spec.model), spec.dtype
@@ -516,8 +518,10 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     if "pct_of_read_roof" in best:
         s[f"{label}_pct_of_read_roof"] = best["pct_of_read_roof"]
     s[f"{label}_best_weight_GBps"] = best["weight_GBps"]
+    s[f"{label}_variants_measured"] = len(ok)
+    s[f"{label}_variants_failed_or_skipped"] = len(rows) - len(ok)
     if spec.dtype == "fp32":
-        s[f"{label}_tokens_identical"] = all(r.get("tokens_identical_to_V0") for r in ok) and len(ok) == len(rows)
+        s[f"{label}_tokens_identical"] = all(r.get("tokens_identical_to_V0") for r in ok)  # over the rungs measured
     by = {r["variant"]: r for r in ok}
     if "V0" in by and "V2" in by:
         s[f"{label}_v0_over_v2"] = by["V0"]["ms_per_token"] / by["V2"]["ms_per_token"]
