@@ -1,6 +1,7 @@
 """results/<gpu>/decode.json: the decode ladder on every named model, one `gpuspeed decode` process each.
 
     python3 benchmarks/decode.py --out DIR [--total-s 470] [--models tiny:fp32,smollm2-135m:bf16,...]
+    python3 benchmarks/decode.py --out DIR --merge RUN_DIR [RUN_DIR ...]   (runs made in separate calls)
 
 Each model runs in its own process under a time cap (a crash or a hang loses that model only; a model cut
 off by its cap keeps the variants it finished, which the CLI writes as it goes). The runs are merged into
@@ -36,6 +37,8 @@ def main() -> int:
     ap.add_argument("--models", default=None, help="model:dtype,... (default: the four of the issue)")
     ap.add_argument("--budget", type=float, default=1.0, help="Seconds of timing per variant.")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--merge", nargs="+", default=None, help="Merge the runs/*/decode.json of these earlier "
+                                                                  "outputs into one decode.json instead of running.")
     ap.add_argument("--cli-args", default="", help="Extra arguments for every `gpuspeed decode` (CPU smoke runs: "
                                                     "'--layers 2 --compile-backend eager').")
     args = ap.parse_args()
@@ -44,6 +47,8 @@ def main() -> int:
     from gpuspeed.results import check_out_dir, write_results
 
     out = check_out_dir(args.out)
+    if args.merge:
+        return merge_only(args, out, study, write_results)
     plan = PLAN
     if args.models:
         wanted = [tuple(m.split(":")) for m in args.models.split(",") if m]
@@ -95,8 +100,13 @@ def main() -> int:
     if not docs:
         print("no model produced results", file=sys.stderr)
         return 1
+    finish(docs, failures, out, study, write_results)
+    return 0
+
+
+def finish(docs, failures, out, study, write_results) -> None:
     merged = study.merge(docs, command=["python3", "benchmarks/decode.py"] + sys.argv[1:])
-    merged["notes"] += failures
+    merged["notes"] += [f for f in failures if f not in merged["notes"]]
     for r in merged["rows"]:
         if r.get("trace"):
             r["trace"] = "traces/" + Path(r["trace"]).name
@@ -107,6 +117,26 @@ def main() -> int:
         print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
     for f in failures:
         print(f"  FAILED {f}")
+
+
+def merge_only(args, out, study, write_results) -> int:
+    """decode.json from the per-model runs of earlier outputs (each model once: the first one found)."""
+    docs, seen = [], set()
+    for d in args.merge:
+        for path in sorted(Path(d).glob("runs/*/decode.json")):
+            doc = json.loads(path.read_text())
+            key = (doc["params"].get("model"), doc["params"].get("dtype"))
+            if key in seen:
+                continue
+            seen.add(key)
+            docs.append(doc)
+        for trace in Path(d).glob("traces/*.json.gz"):
+            (out / "traces").mkdir(exist_ok=True)
+            shutil.copy2(trace, out / "traces" / trace.name)
+    if not docs:
+        print(f"no runs/*/decode.json under {', '.join(args.merge)}", file=sys.stderr)
+        return 1
+    finish(docs, [], out, study, write_results)
     return 0
 
 

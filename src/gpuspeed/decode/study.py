@@ -567,6 +567,11 @@ def merge(docs: list[dict], command=None) -> dict:
         notes += [n for n in d["notes"] if n not in notes]
         params["runs"].append(d["params"] | {"git": d.get("git"), "created": d.get("created")})
     doc = make_results("decode", params=params, summary=summary, rows=rows, notes=notes)
+    # the stamp of the runs, not of the process merging them (which may be a CPU machine after the fact)
+    for key in ("device", "versions", "git"):
+        doc[key] = docs[0].get(key, doc[key])
+    if len({d.get("git") for d in docs}) > 1:
+        doc["notes"].append(f"the runs come from several commits: {sorted({str(d.get('git')) for d in docs})}")
     if command is not None:
         doc["command"] = command
     return doc
