@@ -20,18 +20,28 @@ def test_full_tiny_fp32_every_variant_gives_v0s_tokens():
     m = M.build(M.named_config("tiny"), device="cuda", dtype=torch.float32, seed=0)
     prompt = _prompt(m)
     t = 33  # 32 decode steps: V5's 4-step graph and its 1-step remainder both run
-    ref = None
+    ref = ref_logits = None
     for name in V.ORDER:
         e = V.make_engine(name, m, 1, V.max_len_for(32, t))
         toks = generate(e, prompt, t)
         assert toks.shape == (1, t), name
-        if ref is None:
-            ref = toks
-        assert torch.equal(toks, ref), name
         if name in ("V4", "V4c", "V5"):
             assert e.info["graph_mode"] == "graph", name
         if name == "V3":
             assert e.info["graph_breaks"] == 0 and e.info["recompiles"] == 0 and e.info["fullgraph_ok"]
+        if ref is None:
+            rec = []
+            ref = generate(e, prompt, t, on_logits=lambda x, rec=rec: rec.append(x.float().cpu()))
+            ref_logits = rec
+            assert torch.equal(ref, toks)
+            continue
+        if torch.equal(toks, ref):
+            continue
+        # compiled and Triton rungs sum in another order than V0's kernels: tokens may part only where V0's
+        # two best logits were within rounding of each other, never elsewhere
+        i = int((toks[0] != ref[0]).nonzero()[0])
+        top2 = ref_logits[i][0].topk(2).values
+        assert float(top2[0] - top2[1]) < 1e-4 * float(ref_logits[i][0].abs().max()), (name, i, top2)
 
 
 def test_smollm2_bf16_v5_agrees_with_v2():
