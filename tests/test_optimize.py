@@ -75,7 +75,7 @@ def test_pipeline_small_end_to_end_and_resume(tmp_path):
     run = optimize(p, device="cpu", out=out, time_budget=120)
     assert run.results["original"]["status"] == "ok"
     assert run.results["numpy-fp32"]["status"] == "ok"  # float32 is within 1e-5 here
-    assert run.choice["primary"] == "numpy-fp32" or run.choice["primary"] is None or run.choice["primary"]
+    assert run.choice["primary"] in ("numpy-fp32", "original")  # the faster of the two on this machine
     for name in ("report.md", "optimize_wl.json", "optimize_wl.png", "optimized_wl.py", "candidates.jsonl"):
         assert (out / name).is_file(), name
     md = (out / "report.md").read_text()
@@ -177,5 +177,4 @@ def test_every_example_cpu_path(tmp_path, name):
     assert "## A — Summary" in md and "## E — How to profile" in md
     for r in run.results.values():  # every candidate's status is one the report explains
         assert r["status"] in ("ok", "incorrect", "wrong_output", "unavailable", "error", "skipped", "timeout"), r
-    if run.choice["primary"]:
-        assert run.results[run.choice["primary"]]["status"] == "ok"
+    assert run.results[run.choice["primary"]]["status"] == "ok"  # the original at worst

@@ -211,27 +211,30 @@ def _median(row: dict, which: str) -> float | None:
 
 
 def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
-    """Primary: the fastest correct candidate within budget; alternative: the fastest of another backend."""
+    """Primary: the fastest correct candidate within budget, the original included (when nothing beats it,
+    it stays); alternative: the fastest correct one from another backend."""
     from gpuspeed.timing import Measurement, compare
 
     key = "device_time" if rank_by == "device" else "e2e_time"
     orig = run.results.get("original", {})
-    base = {k: Measurement.from_dict(orig[k]) for k in ("device_time",) if orig.get(k)}
-    ok = [r for n, r in run.results.items() if n != "original" and r.get("status") == "ok" and _median(r, key)]
+    base = Measurement.from_dict(orig["device_time"]) if orig.get("status") == "ok" and orig.get("device_time") else None
+    ok = [r for r in run.results.values() if r.get("status") == "ok" and _median(r, key)]
     for r in ok:
         for which, label in (("device_time", "speedup"), ("e2e_time", "speedup_e2e")):
-            if base and r.get(which):
-                c = compare(base["device_time"], Measurement.from_dict(r[which]))
+            if base is not None and r.get(which):
+                c = compare(base, Measurement.from_dict(r[which]))
                 r[label] = {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict}
     ok.sort(key=lambda r: _median(r, key))
     primary = ok[0] if ok else None
-    alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])), None) if ok else None
+    alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])
+                        and r["name"] != "original"), None) if ok else None
     dropins = [run.results[n] for n in ("cupy", "torch-compile", "torch-cuda") if n in run.results
                and run.results[n].get("status") == "ok"]
     best_dropin = min(dropins, key=lambda r: _median(r, key)) if dropins else None
     out = {"rank_by": rank_by, "primary": primary["name"] if primary else None,
            "alternative": alternative["name"] if alternative else None,
-           "best_dropin": best_dropin["name"] if best_dropin else None}
+           "best_dropin": best_dropin["name"] if best_dropin else None,
+           "kept_original": bool(primary and primary["name"] == "original")}
     if primary and best_dropin:
         out["over_best_dropin"] = _median(best_dropin, key) / _median(primary, key)
     if primary and primary.get("speedup"):
@@ -244,9 +247,9 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     if not tried:
         reasons.append("no candidate could run here" + (" (no GPU, and no CPU backend applies)" if run.where != "cuda"
                                                          else ""))
-    elif not primary:
+    elif not any(r["name"] != "original" for r in ok):
         reasons.append("no candidate passed the correctness check within the budget")
-    elif sp < 2:
+    if primary and sp < 2:
         if run.hot.get("sequential"):
             reasons.append("sequential dependence: each iteration needs the previous one, so the GPU cannot run "
                            "them in parallel")
@@ -256,7 +259,7 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
         if e2e is not None and sp > 0 and e2e < 0.5 * sp:
             reasons.append(f"transfer-bound: end to end {e2e:.2f}x against {sp:.2f}x device-resident; keep the data "
                            "on the GPU between calls")
-        if _median(primary, key) and _median(primary, key) < 50e-6 and run.where == "cuda":
+        if _median(primary, key) < 50e-6 and run.where == "cuda":
             reasons.append("the work is tiny: launch overhead dominates; batch more work per call")
         if not reasons:
             reasons.append("the original is already efficient array code for this size")

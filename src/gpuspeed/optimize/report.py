@@ -63,6 +63,8 @@ def markdown(run) -> str:
     L.append(f"- Workload `{wl.path.name}`:`{wl.func}`, inputs {', '.join(wl.describe_args(wl.make_args(0)))[:200]}; "
              f"measured on {dev}.")
     L.append(f"- Original: {_fmt_t(_t(orig))} per call on the CPU.")
+    if ch.get("kept_original"):
+        L.append("- Nothing beat the original within the tolerance and the budget: it stays.")
     if prim:
         L.append(f"- **Primary: {p}** ({prim.get('label')}): {_fmt_t(_t(prim))} device-resident, "
                  f"{_fmt_t(_t(prim, 'e2e_time'))} end to end; speedup {_fmt_x(prim.get('speedup'))} "

@@ -24,6 +24,8 @@ import gpuspeed
 
 WORKER = "gpuspeed.optimize.worker"
 POLL_S = 0.2
+MAX_WAIT_S = 900.0  # a worker waiting for the lock longer than this (a stuck holder) is stopped anyway
+LOCK_ENV = "GPUSPEED_OPTIMIZE_LOCK"  # one lock shared by runs in parallel (benchmarks/optimize.py on several GPUs)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -66,7 +68,7 @@ class Runner:
         self.work = self.dir / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "candidates.jsonl"
-        self.base = base_spec | {"lock": str(self.work / "device.lock")}
+        self.base = base_spec | {"lock": os.environ.get(LOCK_ENV) or str(self.work / "device.lock")}
         self.done: dict[str, dict] = {}
         if resume:
             for row in read_jsonl(self.path):
@@ -164,7 +166,7 @@ class Runner:
                 job.last = now
                 rc = job.proc.poll()
                 busy = now - job.started - job.waited
-                if rc is not None or busy > job.limit_s:
+                if rc is not None or busy > job.limit_s or now - job.started > job.limit_s + MAX_WAIT_S:
                     out[job.recipe["name"]] = self._finish(job, timed_out=rc is None)
                     active.remove(job)
         return {rec["name"]: out[rec["name"]] for rec in recipes if rec["name"] in out}

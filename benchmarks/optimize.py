@@ -1,0 +1,148 @@
+"""Run `gpuspeed optimize` over the bundled examples and write results/<gpu>/optimize.json (the summary the
+issue lists) plus one report folder per example under results/<gpu>/optimize/<name>/.
+
+    python benchmarks/optimize.py [--out DIR] [--examples a,b] [--gpus N] [--time-budget S] [--jobs J]
+
+Each example runs as its own `python -m gpuspeed optimize` process (one failing example does not stop the
+others); with --gpus N, N examples run at once, one per GPU (CUDA_VISIBLE_DEVICES). Every run shares one
+lock, so no two candidates are ever measured at once, across examples too, and nothing compiles while
+something is timed. The summary is rewritten after each example, so a run cut short keeps what it did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpuspeed.optimize.pipeline import geomean  # noqa: E402
+from gpuspeed.optimize.runner import LOCK_ENV  # noqa: E402
+from gpuspeed.optimize.workload import bundled_examples  # noqa: E402
+from gpuspeed.results import check_out_dir, default_dir, make_results, write_results  # noqa: E402
+
+SCRATCH = ("refs.pkl",)  # large and rebuilt by any run: not kept with the results
+
+
+def _row(name: str, folder: Path, rc: int, minutes: float, log: str) -> dict:
+    path = folder / f"optimize_{name}.json"
+    if rc != 0 or not path.is_file():
+        return {"example": name, "ok": False, "rc": rc, "minutes": minutes, "error": log.strip().splitlines()[-1:]}
+    doc = json.loads(path.read_text())
+    s = doc["summary"]
+    ch = doc.get("choice", {})
+    return {"example": name, "ok": True, "minutes": minutes, "primary": s.get("primary"),
+            "alternative": s.get("alternative"), "best_dropin": s.get("best_dropin"), "original_s": s.get("original_s"),
+            "primary_s": s.get("primary_s"), "primary_e2e_s": s.get("primary_e2e_s"), "speedup": s.get("speedup"),
+            "speedup_ci": [s.get("speedup_ci_low"), s.get("speedup_ci_high")], "speedup_e2e": s.get("speedup_e2e"),
+            "over_best_dropin": s.get("over_best_dropin"), "correct": s.get("correct"),
+            "within_budget": s.get("within_budget"), "peak_bytes": s.get("peak_bytes"),
+            "sequential": bool(doc.get("hotspots", {}).get("sequential")), "why_not_2x": ch.get("why_not_2x"),
+            "candidates": s.get("candidates"), "candidates_correct": s.get("candidates_correct"),
+            "statuses": {r["name"]: r["status"] for r in doc.get("rows", [])}}
+
+
+def summarize(rows: list[dict]) -> dict:
+    ok = [r for r in rows if r.get("ok")]
+    helpable = [r for r in ok if not r.get("sequential")]
+    over = [r["over_best_dropin"] for r in ok if r.get("over_best_dropin")]
+    return {
+        "examples": len(rows),
+        "examples_correct": sum(1 for r in ok if r.get("correct")),
+        "examples_within_budget": sum(1 for r in ok if r.get("correct") and r.get("within_budget")),
+        "examples_2x": sum(1 for r in ok if (r.get("speedup") or 0) >= 2),
+        "examples_2x_e2e": sum(1 for r in ok if (r.get("speedup_e2e") or 0) >= 2),
+        "examples_gpu_can_help": len(helpable),
+        "examples_gpu_can_help_2x": sum(1 for r in helpable if (r.get("speedup") or 0) >= 2),
+        "examples_with_dropin": len(over),
+        "geomean_over_best_dropin": geomean(over),
+        "min_over_best_dropin": min(over) if over else None,
+        "max_minutes_per_example": max((r["minutes"] for r in rows), default=None),
+        "geomean_speedup": geomean([r.get("speedup") for r in ok]),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="folder for optimize.json (default results/<gpu>)")
+    ap.add_argument("--examples", default=None, help="comma-separated names (default: every bundled example)")
+    ap.add_argument("--gpus", type=int, default=1, help="examples run at once, one per GPU")
+    ap.add_argument("--time-budget", type=float, default=300.0, help="seconds per example (the default settings)")
+    ap.add_argument("--jobs", type=int, default=None, help="candidates built at once per example")
+    ap.add_argument("--scale", type=float, default=None, help="input scale (default: typical sizes on a GPU)")
+    ap.add_argument("--device", default="auto")
+    a = ap.parse_args(argv)
+    out = check_out_dir(a.out) or default_dir(a.device)
+    names = a.examples.split(",") if a.examples else bundled_examples()
+    lock = out / "optimize" / ".device.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, **{LOCK_ENV: str(lock)})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    pending = list(names)
+    running: list[tuple] = []
+    rows: list[dict] = []
+    free = list(range(max(1, a.gpus)))
+    t_all = time.perf_counter()  # wall clock of the whole benchmark, for the minutes per example
+
+    def launch(name, gpu):
+        folder = out / "optimize" / name
+        cmd = [sys.executable, "-m", "gpuspeed", "optimize", name, "--out", str(folder), "--json",
+               "--time-budget", str(a.time_budget), "--device", a.device]
+        if a.jobs:
+            cmd += ["--jobs", str(a.jobs)]
+        if a.scale:
+            cmd += ["--scale", str(a.scale)]
+        e = dict(env)
+        if a.gpus > 1:
+            e["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        log = open(out / "optimize" / f"{name}.log", "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=e)
+        print(f"{name}: started on GPU {gpu}", flush=True)
+        return (name, gpu, proc, log, folder, time.perf_counter())
+
+    def write():
+        notes = ["each example is one `gpuspeed optimize` run with default settings unless the params say otherwise",
+                 "speedups are device-resident (data kept on the GPU) against the original on the CPU, both through "
+                 "gpuspeed.bench; *_e2e include the transfers"]
+        if a.gpus > 1:
+            notes.append(f"{a.gpus} examples ran at once, one per GPU; one shared lock kept every measurement alone")
+        doc = make_results("optimize", params={"examples": names, "gpus": a.gpus, "time_budget_s": a.time_budget,
+                                               "jobs": a.jobs, "scale": a.scale},
+                           summary=summarize(rows), rows=rows, notes=notes, device=a.device)
+        return write_results(doc, out)
+
+    while pending or running:
+        while pending and free:
+            running.append(launch(pending.pop(0), free.pop(0)))
+        time.sleep(1.0)
+        for item in list(running):
+            name, gpu, proc, log, folder, t0 = item
+            if proc.poll() is None:
+                continue
+            log.close()
+            minutes = (time.perf_counter() - t0) / 60
+            rows.append(_row(name, folder, proc.returncode, minutes, (out / "optimize" / f"{name}.log").read_text()))
+            for scratch in SCRATCH:
+                (folder / scratch).unlink(missing_ok=True)
+            for spec in (folder / "work").glob("*.spec.json"):
+                spec.unlink()
+            running.remove(item)
+            free.append(gpu)
+            r = rows[-1]
+            print(f"{name}: {'ok' if r.get('ok') else 'FAILED'} in {minutes:.1f} min, primary {r.get('primary')}, "
+                  f"speedup {r.get('speedup')}, over best drop-in {r.get('over_best_dropin')}", flush=True)
+            path = write()
+    path = write()
+    print(f"wrote {path} ({(time.perf_counter() - t_all) / 60:.1f} min)")
+    print(json.dumps(summarize(rows), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
