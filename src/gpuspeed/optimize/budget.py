@@ -88,8 +88,10 @@ def propose_axes(wl, max_original_s: float = 5.0, original_s: float | None = Non
 
 def chunk_size_for(impl, wl, spec: dict, chunk: dict) -> tuple[int, str]:
     """The chunk size for a candidate: the spec's, or the planner's for the budget (GPU), or a quarter."""
+    from gpuspeed.optimize.worker import host_inputs
+
     axes = {int(k): int(v) for k, v in chunk["axes"].items()}
-    args = wl.make_args(spec["timing_seed"])
+    args = host_inputs(wl, spec["timing_seed"])
     i0, ax0 = next(iter(axes.items()))
     n = args[i0].shape[ax0]
     if chunk.get("size"):

@@ -117,6 +117,15 @@ def _structure_problem(out, ref) -> str | None:
     return None
 
 
+def host_inputs(wl, seed: int) -> tuple:
+    """The workload's arguments for a seed, made on the host whatever default device a backend set."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return wl.make_args(seed)
+    with torch.device("cpu"):
+        return wl.make_args(seed)
+
+
 def _nbytes(obj) -> int:
     from gpuspeed.optimize.backends.common import leaves
 
@@ -214,9 +223,11 @@ def _check(spec, wl, impl, refs, result, stage, result_path):
     on_gpu = impl.device == "cuda"
     for n, seed in enumerate(spec["seeds"]):
         stage("first call (compile)" if n == 0 else f"correctness seed {n + 1}")
-        args = wl.make_args(seed)
+        args = host_inputs(wl, seed)
         host_before = W._snapshot(args)
-        with _Poison(torch_fill=r["backend"] not in ("torch_compile",)):
+        # deterministic mode fills torch.empty with NaN; compiled code would recompile when it is switched off
+        compiled = r["backend"] == "torch_compile" or r.get("mode") not in (None, "eager")
+        with _Poison(torch_fill=not compiled):
             dev = args if chunk else impl.prepare(args)
             dev_before = W._snapshot(dev) if not chunk else None
             out = impl.run(*dev)
@@ -279,15 +290,17 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
     from gpuspeed.timing import bench
 
     device = spec["device"]
-    args = wl.make_args(spec["timing_seed"])
+    args = host_inputs(wl, spec["timing_seed"])
     budget = spec.get("budget_bytes")
     bench_kw = dict(budget_s=spec.get("bench_budget_s", 2.0), warmup_s=spec.get("bench_warmup_s"),
                     min_samples=spec.get("bench_min_samples", 5))
     kind = impl.device
     bench_device = "cuda" if kind == "cuda" else "cpu" if kind == "cpu" else ("cuda" if device == "cuda" else "cpu")
-    mode = "auto" if spec["recipe"]["backend"] in ("torch", "torch_compile") else ("events" if bench_device == "cuda" else "auto")
-    if bench_device == "cpu":
-        mode = "cpu"
+    r = spec["recipe"]
+    # bench may time short torch calls inside its own CUDA graph; not CuPy/JAX work, nor a graph or a
+    # reduce-overhead function (a graph inside a graph)
+    graphable = r["backend"] in ("torch", "torch_compile") and not r.get("graph") and r.get("mode") != "reduce-overhead"
+    mode = "cpu" if bench_device == "cpu" else "auto" if graphable else "events"
     stage("memory")
     dev = args if is_chunked else impl.prepare(args)
     resident = 0 if is_chunked or kind != "cuda" else _nbytes(dev)

@@ -70,6 +70,7 @@ def _pipeline_cupy(impl, batch_axes, out_axes, chunk):
     def run(*args):
         n = _length(args, batch_axes)
         static = impl.prepare(tuple(a for i, a in enumerate(args) if i not in batch_axes))
+        cp.cuda.get_current_stream().synchronize()  # static arguments are in place before the side streams read them
         streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
         stage_in = [[cupyx.empty_pinned(take(args[i], ax, 0, chunk).shape, args[i].dtype) for i, ax in
                      batch_axes.items()] for _ in range(2)]
@@ -83,14 +84,14 @@ def _pipeline_cupy(impl, batch_axes, out_axes, chunk):
             if pending[slot] is not None:
                 _land(final, stage_out[slot], pending[slot], out_axes)
             batched = []
-            for j, (i, ax) in enumerate(batch_axes.items()):
-                part = take(args[i], ax, start, stop)
-                view = stage_in[slot][j][tuple(slice(0, d) for d in part.shape)]
-                np.copyto(view, part)
-                dev = cp.empty(part.shape, part.dtype)
-                dev.set(view, stream=s)
-                batched.append(dev)
-            with s:
+            with s:  # blocks allocated on s go back to s's pool: reused only after s's earlier work
+                for j, (i, ax) in enumerate(batch_axes.items()):
+                    part = take(args[i], ax, start, stop)
+                    view = stage_in[slot][j][tuple(slice(0, d) for d in part.shape)]
+                    np.copyto(view, part)
+                    dev = cp.empty(part.shape, part.dtype)
+                    dev.set(view, stream=s)
+                    batched.append(dev)
                 dev_args = impl.prepare(_merge(args, batch_axes, static, batched))
                 out = impl.run(*dev_args)
                 outs = [cp.asarray(x) for x in leaves(out)]

@@ -8,9 +8,9 @@ from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, tr
 
 def build(module, func="original", precision="as-written", out_dtypes=None, mode="eager", device="cuda", **_):
     demote = precision == "float32"
+    # tensors the code creates (torch.zeros(n)) land on the GPU too; inputs are made under
+    # `with torch.device("cpu")` by whoever makes them
     torch.set_default_device(device)
-    if demote:
-        torch.set_default_dtype(torch.float32)
     fn = getattr(module, func)
     run = fn if mode == "eager" else torch.compile(fn, mode=None if mode == "default" else mode)
 

@@ -1,0 +1,172 @@
+"""gpuspeed optimize on a GPU (`make gpu-test`): drop-ins measured and checked, the budget enforced with
+chunking over two streams, the red-team variants that need a device, and the emitted script on the GPU."""
+
+import importlib
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuspeed.optimize.pipeline import optimize
+
+pytestmark = pytest.mark.gpu
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+def test_black_scholes_on_the_gpu(tmp_path):
+    run = optimize("black_scholes", device="cuda", scale=0.1, out=tmp_path / "bs", time_budget=400,
+                   bench_budget_s=0.5)
+    res = run.results
+    assert res["original"]["status"] == "ok"
+    assert res["torch-compile"]["status"] == "ok", res["torch-compile"].get("reason")
+    if HAS_CUPY:
+        assert res["cupy"]["status"] == "ok", res["cupy"].get("reason")
+        assert res["cupy-fp32"]["status"] == "ok", res["cupy-fp32"].get("reason")  # TOLERANCE allows float32
+    prim = res[run.choice["primary"]]
+    assert run.choice["primary"] != "original" and prim["speedup"]["speedup"] > 1
+    assert prim["peak_bytes"] > 0 and prim.get("fits_budget") is True
+    assert run.choice["over_best_dropin"] >= 1.0  # the primary is at least as fast as the best plain drop-in
+    assert run.projection.get("memory_bound_s")  # projected onto the RTX 4070 Laptop
+    script = Path(run.paths["script"])
+    r = subprocess.run([sys.executable, str(script), "--bench"], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+    assert "original on the CPU" not in r.stdout.splitlines()[0]  # it ran the GPU path
+
+
+@pytest.mark.skipif(not HAS_CUPY, reason="needs CuPy")
+def test_pairwise_over_budget_is_chunked(tmp_path):
+    # the naive CuPy drop-in materializes the (n, m, 32) difference: over a 256 MiB budget it fails or does not
+    # fit, and its chunked re-run (planner's chunk, two streams) passes within the budget
+    run = optimize("pairwise_distance", device="cuda", scale=0.1, budget="256MiB", out=tmp_path / "pw",
+                   backends=["cupy"], time_budget=400, bench_budget_s=0.5)
+    assert run.results["cupy"]["status"] in ("oom", "over_budget"), run.results["cupy"].get("reason")
+    good = run.results.get("cupy+chunked", {})
+    assert good.get("status") == "ok", (good.get("status"), good.get("reason"), run.chunking)
+    assert good.get("fits_budget") is True and good["chunk_size"] >= 1
+    assert run.chunking["axes"] == {0: 0}
+
+
+PAIRWISE = """
+import numpy as np
+
+def original(a, b):
+    d = a[:, None, :] - b[None, :, :]
+    return np.sqrt((d * d).sum(-1)), a.sum(axis=1)
+"""
+
+
+@pytest.mark.parametrize("backend", ["cupy", "torch_compile"])
+def test_chunk_pipelines_match_the_whole(backend):
+    import types
+
+    import numpy as np
+
+    from gpuspeed.optimize.backends import chunking
+    from gpuspeed.optimize.worker import BACKEND_MODULES
+
+    if backend == "cupy" and not HAS_CUPY:
+        pytest.skip("needs CuPy")
+    mod = types.ModuleType("pw_" + backend)
+    exec(PAIRWISE, mod.__dict__)
+    build = importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}").build
+    impl = build(mod, device="cuda")
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((1000, 8)), rng.standard_normal((300, 8)))
+    whole = impl(*args)
+    library = {"cupy": "cupy", "torch_compile": "torch"}[backend]
+    parts = chunking.chunked(impl, {0: 0}, [0, 0], 128, library)(*args)  # 8 chunks, the last one short
+    for w, c in zip(whole, parts, strict=True):
+        assert c.shape == w.shape and c.dtype == w.dtype
+        np.testing.assert_allclose(c, w, rtol=1e-12, atol=1e-12)
+
+
+REDTEAM_GPU = '''
+import numpy as np
+import torch
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+_cache = {}
+
+
+def original(x, w):
+    return np.sin(x) * w
+
+
+def inputs(rng):
+    return rng.standard_normal(1 << 20), 1.5
+
+
+def honest(x, w):
+    return torch.sin(x) * w
+
+
+def other_stream_no_sync(x, w):
+    side = torch.cuda.Stream()
+    out = torch.empty_like(x)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of spinning before the write
+        out.copy_(torch.sin(x) * w)
+    return out
+
+
+def half_unwritten(x, w):
+    out = torch.empty_like(x)
+    half = x.shape[0] // 2
+    out[:half] = torch.sin(x[:half]) * w
+    return out
+
+
+def cached(x, w):
+    if "r" not in _cache:
+        _cache["r"] = torch.sin(x) * w
+    return _cache["r"]
+
+
+def out_of_memory(x, w):
+    big = torch.empty(200 * 2**30, dtype=torch.uint8, device=x.device)
+    return torch.sin(x) * w + big[0]
+
+
+def gpu_hang(x, w):
+    torch.cuda._sleep(1 << 62)
+    return torch.sin(x) * w
+
+
+def illegal_address(x, w):
+    import cupy as cp
+
+    k = cp.RawKernel(r'extern "C" __global__ void bad(float* p) { p[1ll << 40] = 1.0f; }', "bad")
+    k((1,), (1,), (cp.zeros(1, dtype=cp.float32),))
+    cp.cuda.Device().synchronize()
+    return torch.sin(x) * w
+
+
+variants = {}
+for _name, _fn in list(globals().items()):
+    if callable(_fn) and _name not in ("original", "inputs") and not _name.startswith("_") and \\
+            getattr(_fn, "__module__", None) == __name__:
+        _fn.gpuspeed_inputs = "torch"
+        variants[_name] = _fn
+'''
+
+
+def test_redteam_on_the_gpu(tmp_path):
+    p = tmp_path / "redteam_gpu.py"
+    p.write_text(textwrap.dedent(REDTEAM_GPU))
+    run = optimize(p, device="cuda", out=tmp_path / "out", backends=["variant"], time_budget=500,
+                   candidate_limit_s=60, bench_budget_s=0.3)
+    got = {n.split(":", 1)[1]: r for n, r in run.results.items() if n.startswith("variant:") and "+" not in n}
+    expected = {"honest": "ok", "other_stream_no_sync": "incorrect", "half_unwritten": "incorrect",
+                "cached": "incorrect", "out_of_memory": "oom", "gpu_hang": "timeout"}
+    if HAS_CUPY:
+        expected["illegal_address"] = "crashed"
+    for name, status in expected.items():
+        assert got[name]["status"] == status, (name, got[name]["status"], got[name].get("reason"))
+    assert "another stream" in got["other_stream_no_sync"]["reason"]
+    assert run.choice["primary"] in ("variant:honest", "original")
+    assert all(r["status"] != "ok" for n, r in run.results.items() if n.startswith("variant:") and "honest" not in n)
