@@ -178,3 +178,27 @@ def test_every_example_cpu_path(tmp_path, name):
     for r in run.results.values():  # every candidate's status is one the report explains
         assert r["status"] in ("ok", "incorrect", "wrong_output", "unavailable", "error", "skipped", "timeout"), r
     assert run.results[run.choice["primary"]]["status"] == "ok"  # the original at worst
+
+
+@pytest.mark.parametrize("backend, extra", [("cupy", {"fuse": True}), ("torch_compile", {"mode": "reduce-overhead"}),
+                                            ("torch", {"mode": "eager", "graph": True}), ("numba", {"prange": True}),
+                                            ("jax", {}), ("numpy", {}), ("variant", {"variant": "v"}), ("original", {})])
+def test_emitted_script_compiles_for_every_backend(tmp_path, backend, extra):
+    """The script pastes the backend's source into a function: it must compile, and without the backend's
+    library (or a GPU) fall back to the original and pass its own correctness test."""
+    import types
+
+    from gpuspeed.optimize import emit
+
+    p = _write(tmp_path, GOOD + "variants = {'v': original}\n")
+    wl = workload.load(p, gpu=False)
+    rec = {"name": "c", "backend": backend, "precision": "as-written"} | extra
+    row = {"name": "c", "recipe": rec, "status": "ok", "label": "x", "device_time": {"median": 1e-3}}
+    run = types.SimpleNamespace(wl=wl, where="cpu", out_dir=tmp_path, params={"seeds": [1, 2, 3]},
+                                choice={"primary": "c"}, results={"c": row, "original": row})
+    text = emit.script_text(run)
+    compile(text, "optimized.py", "exec")
+    script = tmp_path / "optimized_wl.py"
+    script.write_text(text)
+    r = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr

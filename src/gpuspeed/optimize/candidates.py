@@ -9,11 +9,15 @@ capture, chunked re-runs) follow once the base results are in.
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import re
 
 from gpuspeed.optimize.backends.common import leaves
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 FP32_MIN_RTOL = 1e-6  # float32 keeps ~7 digits: below this rtol a float32 candidate cannot pass
+TF32_MIN_RTOL = 3e-4  # TF32 matmuls keep a 10-bit mantissa (gpuspeed.verify's tf32 row)
+_MATMUL = re.compile(r"@|\bmatmul\b|\bdot\b|\beinsum\b|\btensordot\b|\blinear\b|\bbmm\b|\bmm\b|\binner\b")
 BACKEND_NAMES = {"cupy": "CuPy drop-in", "torch_compile": "torch.compile on the NumPy code",
                  "torch": "PyTorch on the GPU (eager / compiled / graph)", "numba": "Numba njit(parallel=True), CPU",
                  "jax": "JAX jit", "numpy": "NumPy float32 on the CPU", "variant": "user variants",
@@ -43,6 +47,17 @@ def fp32_allowed(wl, float64: bool) -> tuple[bool, str]:
     return True, f"float64 data and rtol {wl.rtol:g}: float32 demotion tried, kept only if within tolerance"
 
 
+def tf32_allowed(wl, float64: bool) -> bool:
+    """float32 matmuls (no float64 data) and a tolerance TF32 can meet."""
+    if float64 or wl.rtol is None or wl.rtol < TF32_MIN_RTOL:
+        return False
+    try:
+        src = inspect.getsource(wl.module)
+    except (OSError, TypeError):
+        return False
+    return bool(_MATMUL.search(src))
+
+
 def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[dict]]:
     """(rows: one per backend with decision and why, base recipes in priority order)."""
     requested = set(requested or ALL_BACKENDS)
@@ -51,6 +66,7 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     recipes: list[dict] = []
     f64 = hot.get("float64", False)
     fp32_ok, fp32_why = fp32_allowed(wl, f64)
+    tf32_ok = gpu and tf32_allowed(wl, f64)
     loop_bound, sequential = hot.get("loop_bound", False), hot.get("sequential", False)
     torch_wl = wl.kind == "torch"
     uses_scipy = any("scipy" in (getattr(v, "__name__", "") or "") or
@@ -89,6 +105,8 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
                 recipes.append(recipe("cupy-fp32", "cupy", "float32"))
             if "torch_compile" in requested and gpu and not uses_scipy:
                 recipes.append(recipe("torch-compile-fp32", "torch_compile", "float32", mode="default"))
+        if tf32_ok and "torch_compile" in requested and gpu and not uses_scipy:
+            recipes.append(recipe("torch-compile-tf32", "torch_compile", "tf32", mode="default"))
         row("torch", "skipped", "the original is NumPy code (the torch.compile row covers PyTorch)")
     else:
         row("cupy", "skipped", "the original is PyTorch code")
@@ -100,6 +118,8 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
             if fp32_ok:
                 recipes.append(recipe("torch-cuda-fp32", "torch", "float32", mode="eager"))
                 recipes.append(recipe("torch-compile-fp32", "torch", "float32", mode="default"))
+            if tf32_ok:
+                recipes.append(recipe("torch-compile-tf32", "torch", "tf32", mode="default"))
     if wl.variants:
         if "variant" in requested:
             row("variant", "tried", f"{len(wl.variants)} from the workload: {', '.join(wl.variants)}")
@@ -132,6 +152,9 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         row("numpy", "skipped", "not in --backends")
     rows.append({"backend": "float64 -> float32", "key": "precision", "decision": "tried" if fp32_ok else "skipped",
                  "why": fp32_why})
+    rows.append({"backend": "TF32 matmuls", "key": "tf32", "decision": "tried" if tf32_ok else "skipped",
+                 "why": f"float32 matmuls and rtol {wl.rtol:g} >= {TF32_MIN_RTOL:g}" if tf32_ok else
+                 "needs float32 matmuls, a GPU and rtol >= 3e-4"})
     rows.append({"backend": BACKEND_NAMES["triton"] + " / " + BACKEND_NAMES["numba_cuda"], "key": "kernels",
                  "decision": "via variants", "why": "hand kernels are not generated: write them in the workload's "
                  "`variants` (gpuspeed kernel reports their tuning)"})
@@ -145,7 +168,7 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
 
 def derived(results: dict, wl, where: str, requested=None, graph_below_s: float = 1e-3) -> list[dict]:
     """Recipes worth trying once base results are in: compile modes on the better precision, CUDA-graph
-    capture of a launch-bound eager torch candidate."""
+    capture of a launch-bound eager torch candidate, cupy.fuse on the better CuPy precision."""
     requested = set(requested or ALL_BACKENDS)
     out = []
     if where != "cuda":
@@ -158,18 +181,20 @@ def derived(results: dict, wl, where: str, requested=None, graph_below_s: float 
     def t(name):
         return results[name]["device_time"]["median"]
 
-    for base in ("torch-compile-fp32", "torch-compile"):
-        if ok(base):
-            other = "torch-compile" if base.endswith("fp32") else "torch-compile-fp32"
-            best = base if not ok(other) or t(base) <= t(other) else other
-            r = results[best]["recipe"]
-            for mode in COMPILE_MODES[1:]:
-                out.append(recipe(f"{best}-{mode}", r["backend"], r["precision"], mode=mode))
-            break
+    compiled = [n for n in ("torch-compile", "torch-compile-fp32", "torch-compile-tf32") if ok(n)]
+    if compiled:
+        best = min(compiled, key=t)
+        r = results[best]["recipe"]
+        for mode in COMPILE_MODES[1:]:
+            out.append(recipe(f"{best}-{mode}", r["backend"], r["precision"], mode=mode))
     for base in ("torch-cuda-fp32", "torch-cuda"):
         if ok(base) and t(base) < graph_below_s:
             r = results[base]["recipe"]
             out.append(recipe(f"{base}-graph", "torch", r["precision"], mode="eager", graph=True))
+    cupys = [n for n in ("cupy", "cupy-fp32") if ok(n)]
+    if cupys and "cupy" in requested:  # one fused kernel for elementwise code (cupy.fuse traces the function)
+        best = min(cupys, key=t)
+        out.append(recipe(f"{best}-fuse", "cupy", results[best]["recipe"]["precision"], fuse=True))
     return out
 
 

@@ -46,7 +46,7 @@ def implementation_source(run, name: str | None) -> str:
     if not name:
         return ""
     rec = run.results[name]["recipe"]
-    opts = ", ".join(f"{k}={v!r}" for k, v in rec.items() if k in ("mode", "variant", "prange", "precision"))
+    opts = ", ".join(f"{k}={v!r}" for k, v in rec.items() if k in ("mode", "variant", "prange", "precision", "fuse"))
     head = [f"# {name}: {run.results[name].get('label')}",
             f"# impl = build(workload_module, func={run.wl.func!r}, {opts})"
             + ("  # then wrapped in a CUDA graph (gpuspeed.graphs.capture)" if rec.get("graph") else ""),
@@ -195,7 +195,7 @@ def build_optimized(force_cpu=False):
         build = _backend_build()
     except ImportError as exc:
         return module.{func_attr}, f"the original on the CPU ({{exc.name}} is not installed)"
-    opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange")}}
+    opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange", "fuse")}}
     precision = RECIPE.get("precision", "as-written")
     impl = build(module, func=FUNC, precision=precision, out_dtypes=OUT_DTYPES if precision == "float32" else None,
                  device="cuda" if needs_gpu else "cpu", **opts)
@@ -314,7 +314,7 @@ def script_text(run) -> str:
         atol=run.wl.atol, n_seeds=len(run.params["seeds"]), install=INSTALL.get(backend, ""), lib=lib,
         fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS else "the original",
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
-        recipe=json.dumps({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
+        recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), chunk=repr(chunk),
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
@@ -324,7 +324,10 @@ def script_text(run) -> str:
 def W_out_dtypes(run):  # noqa: N802 - mirrors the worker's spec key
     from gpuspeed.optimize.workload import load_refs, out_dtypes
 
-    refs = load_refs(run.out_dir / "refs.pkl")
+    path = run.out_dir / "refs.pkl"
+    if not path.is_file():
+        return None
+    refs = load_refs(path)
     return out_dtypes(refs[run.params["seeds"][0]])
 
 

@@ -148,7 +148,7 @@ def build(spec: dict, wl, module):
     if backend == "original":
         return Impl(getattr(module, wl.func), device="cpu", label="the original (CPU)")
     mod = importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}")
-    opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange") and v is not None}
+    opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange", "fuse") and v is not None}
     precision = r.get("precision", "as-written")
     dtypes = spec.get("out_dtypes") if precision == "float32" else None
     impl = mod.build(module, func=wl.func, precision=precision, out_dtypes=dtypes, device=device, **opts)

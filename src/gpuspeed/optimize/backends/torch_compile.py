@@ -11,6 +11,9 @@ def build(module, func="original", precision="as-written", out_dtypes=None, mode
     demote = precision == "float32"
     # arrays the code creates itself (np.zeros(n)) follow this default
     torch._dynamo.config.numpy_default_float = "float32" if demote else "float64"
+    if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     fn = getattr(module, func)
     compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode)
 

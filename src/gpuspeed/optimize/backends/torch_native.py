@@ -11,6 +11,9 @@ def build(module, func="original", precision="as-written", out_dtypes=None, mode
     # tensors the code creates (torch.zeros(n)) land on the GPU too; inputs are made under
     # `with torch.device("cpu")` by whoever makes them
     torch.set_default_device(device)
+    if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     fn = getattr(module, func)
     run = fn if mode == "eager" else torch.compile(fn, mode=None if mode == "default" else mode)
 
