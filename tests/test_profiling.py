@@ -39,7 +39,7 @@ def test_conversion_ops_placed_at_their_lines():
 
 @pytest.mark.parametrize("backend", ["auto", "settrace"])
 def test_python_hotspot_exact(backend):
-    rows = expect.check_hotspot("cpu", n=60, line_backend=backend)
+    rows = expect.check_hotspot("cpu", n=150, line_backend=backend)  # enough hits that one preemption seldom flips the hot line
     assert all(r["found"] for r in rows), rows
     if backend == "settrace":
         assert rows[1]["line_backend"] == "settrace"
