@@ -75,6 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, default=1, help="examples run at once, one per GPU")
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds per example (the default settings)")
     ap.add_argument("--jobs", type=int, default=None, help="candidates built at once per example")
+    ap.add_argument("--bench-budget", type=float, default=None, help="seconds bench() spends per candidate")
     ap.add_argument("--scale", type=float, default=None, help="input scale (default: typical sizes on a GPU)")
     ap.add_argument("--device", default="auto")
     a = ap.parse_args(argv)
@@ -84,6 +85,13 @@ def main(argv=None) -> int:
     lock.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{LOCK_ENV: str(lock)})
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    previous = out / "optimize.json"
+    kept = []  # rows of examples an earlier call ran and this one does not (two calls compose one file)
+    if previous.is_file():
+        try:
+            kept = [r for r in json.loads(previous.read_text()).get("rows", []) if r.get("example") not in names]
+        except (json.JSONDecodeError, OSError):
+            kept = []
     pending = list(names)
     running: list[tuple] = []
     rows: list[dict] = []
@@ -98,6 +106,8 @@ def main(argv=None) -> int:
             cmd += ["--jobs", str(a.jobs)]
         if a.scale:
             cmd += ["--scale", str(a.scale)]
+        if a.bench_budget:
+            cmd += ["--bench-budget", str(a.bench_budget)]
         e = dict(env)
         if a.gpus > 1:
             e["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -112,9 +122,13 @@ def main(argv=None) -> int:
                  "gpuspeed.bench; *_e2e include the transfers"]
         if a.gpus > 1:
             notes.append(f"{a.gpus} examples ran at once, one per GPU; one shared lock kept every measurement alone")
-        doc = make_results("optimize", params={"examples": names, "gpus": a.gpus, "time_budget_s": a.time_budget,
-                                               "jobs": a.jobs, "scale": a.scale},
-                           summary=summarize(rows), rows=rows, notes=notes, device=a.device)
+        if kept:
+            notes.append(f"rows kept from an earlier call: {', '.join(r['example'] for r in kept)}")
+        all_rows = kept + rows
+        doc = make_results("optimize", params={"examples": [r["example"] for r in all_rows], "gpus": a.gpus,
+                                               "time_budget_s": a.time_budget, "jobs": a.jobs, "scale": a.scale,
+                                               "bench_budget_s": a.bench_budget},
+                           summary=summarize(all_rows), rows=all_rows, notes=notes, device=a.device)
         return write_results(doc, out)
 
     while pending or running:
@@ -140,7 +154,7 @@ def main(argv=None) -> int:
             path = write()
     path = write()
     print(f"wrote {path} ({(time.perf_counter() - t_all) / 60:.1f} min)")
-    print(json.dumps(summarize(rows), indent=1))
+    print(json.dumps(summarize(kept + rows), indent=1))
     return 0
 
 

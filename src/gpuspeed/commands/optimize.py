@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
         scale: Optional[float] = typer.Option(None, "--scale", help="Input size factor for inputs(rng, scale) "
                                                                     "(default 1 with a GPU, 0.1 without)."),
         rank_by: str = typer.Option("device", "--rank-by", help="device (data kept on the GPU) or e2e (with transfers)."),
+        bench_budget: Optional[float] = typer.Option(None, "--bench-budget", help="Seconds bench() may spend timing "
+                                                     "each candidate (default 1.5 with a GPU, 0.5 without)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", help="Candidates built and checked at once (default 3 with "
                                                                 "a GPU, 1 without); timing is always one at a time."),
         out: Optional[Path] = typer.Option(None, "--out", help="Folder for the report (default "
@@ -54,7 +56,7 @@ def register(app: typer.Typer) -> None:
 
             run = run_optimize(workload, func=func, inputs=inputs, budget=budget, rtol=rtol, atol=atol,
                                backends=backends, device=device, target_gpu=target_gpu, time_budget=time_budget,
-                               out=out, resume=resume, scale=scale, rank_by=rank_by, jobs=jobs,
+                               out=out, resume=resume, scale=scale, rank_by=rank_by, jobs=jobs, bench_budget_s=bench_budget,
                                progress=progress)
         from gpuspeed.optimize.report import results_doc
 

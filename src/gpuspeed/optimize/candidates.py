@@ -158,6 +158,10 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     rows.append({"backend": BACKEND_NAMES["triton"] + " / " + BACKEND_NAMES["numba_cuda"], "key": "kernels",
                  "decision": "via variants", "why": "hand kernels are not generated: write them in the workload's "
                  "`variants` (gpuspeed kernel reports their tuning)"})
+    rows.append({"backend": "CUDA graphs", "key": "graphs", "decision": "tried" if gpu else "skipped",
+                 "why": ("torch.compile reduce-overhead on the fastest compiled candidate; capture() of an eager torch "
+                         "candidate under 1 ms; CuPy work is not captured (its pool's blocks are not tied to a graph)")
+                 if gpu else "no GPU here"})
     rows.append({"backend": BACKEND_NAMES["tensorrt"], "key": "tensorrt", "decision": "skipped",
                  "why": "only for a pure neural-network inference graph"})
     if sequential:

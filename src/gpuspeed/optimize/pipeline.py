@@ -177,6 +177,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     more = C.derived(run.results, wl, where, requested)
     total[0] += len(more)
     try_all(more)
+    _roof_shares(run)
     run.choice = choose(run, rank_by)
     run.projection = project(run, target_gpu)
     run.elapsed_s = time.perf_counter() - t_start
@@ -186,6 +187,21 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.paths = report.write(run)
     run.paths["script"] = str(emit.write(run))
     return run
+
+
+def _roof_shares(run: OptimizeRun) -> None:
+    """Each GPU candidate's least traffic per call over its device time, as % of this GPU's datasheet
+    bandwidth (a lower bound on how close it runs to the memory roof)."""
+    if run.where != "cuda":
+        return
+    sheet = _device.get_device("cuda").datasheet
+    if not sheet:
+        return
+    for r in run.results.values():
+        t = _median(r, "device_time")
+        if r.get("traffic_bytes") and t:
+            r["GBps"] = r["traffic_bytes"] / t / 1e9
+            r["pct_of_bw_roof"] = 100 * r["GBps"] / sheet.mem_GBps
 
 
 def _backends(backends) -> set:

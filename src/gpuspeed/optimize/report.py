@@ -28,6 +28,10 @@ def _fmt_x(d):
     return f"{d['speedup']:.2f}x [{d['ci_low']:.2f}, {d['ci_high']:.2f}]"
 
 
+def _pct(v):
+    return "-" if v is None else f"{v:.0f} %"
+
+
 def _gib(b):
     return "-" if b is None else f"{b / 2**30:.2f} GiB"
 
@@ -42,6 +46,7 @@ def table_rows(run) -> list[dict]:
                      "speedup_e2e": (r.get("speedup_e2e") or {}).get("speedup"),
                      "max_abs_err": r.get("max_abs_err"), "max_rel_err": r.get("max_rel_err"),
                      "peak_bytes": r.get("peak_bytes"), "fits_budget": r.get("fits_budget"),
+                     "traffic_bytes": r.get("traffic_bytes"), "pct_of_bw_roof": r.get("pct_of_bw_roof"),
                      "chunk_size": r.get("chunk_size"), "wall_s": r.get("wall_s"), "stage": r.get("stage")})
     return rows
 
@@ -97,11 +102,13 @@ def markdown(run) -> str:
     L += ["", "## D — Benchmark and correctness", ""]
     L.append(f"Times are medians through gpuspeed.bench (device-resident: inputs already on the device; end to end: "
              f"host arrays in and out, transfers included). Speedups against the original with a 95 % bootstrap CI "
-             f"(gpuspeed.compare). Tolerance: {_tol(run)}. Budget {run.params['budget']}, 15 % headroom.")
+             f"(gpuspeed.compare). Tolerance: {_tol(run)}. Budget {run.params['budget']}, 15 % headroom. "
+             "% of bw roof: the least traffic of a call (inputs read once, outputs written once) over its time, "
+             "against this GPU's datasheet bandwidth: a lower bound.")
     L.append("")
     L.append("| candidate | status | device-resident | end to end | speedup | e2e speedup | max abs err | max rel err "
-             "| peak memory | note |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|")
+             "| peak memory | % of bw roof | note |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in sorted(run.results.items(), key=lambda kv: (_t(kv[1]) is None, _t(kv[1]) or 0)):
         note = r.get("reason") or (f"chunk {r['chunk_size']}" if r.get("chunk_size") else "")
         if name == p:
@@ -112,7 +119,7 @@ def markdown(run) -> str:
         L.append(f"| {name} | {STATUS_WORDS.get(r.get('status'), r.get('status'))} | {_fmt_t(_t(r))} | "
                  f"{_fmt_t(_t(r, 'e2e_time'))} | {_fmt_x(r.get('speedup'))} | {_fmt_x(r.get('speedup_e2e'))} | "
                  f"{'-' if errs[0] is None else f'{errs[0]:.2g}'} | {'-' if errs[1] is None else f'{errs[1]:.2g}'} | "
-                 f"{_gib(r.get('peak_bytes'))} | {(note or '').replace('|', '/')[:160]} |")
+                 f"{_gib(r.get('peak_bytes'))} | {_pct(r.get('pct_of_bw_roof'))} | {(note or '').replace('|', '/')[:160]} |")
     if pr.get("pct_of_datasheet_bw_here") is not None:
         L.append("")
         L.append(f"The primary reads its inputs at {pr['achieved_input_GBps']:.0f} GB/s, "

@@ -306,6 +306,11 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
     resident = 0 if is_chunked or kind != "cuda" else _nbytes(dev)
     mem = peak_memory(impl.run, *dev, device=bench_device)
     peak = mem.peak_bytes + resident
+    if kind == "cuda" and not is_chunked:  # the least traffic of one call: inputs read once, outputs written once
+        out = impl.run(*dev)
+        impl.sync()
+        result["traffic_bytes"] = int(resident + _nbytes(out))
+        del out
     result["peak_bytes"] = int(peak)
     result["resident_input_bytes"] = int(resident)
     result["memory_notes"] = mem.notes
