@@ -11,6 +11,7 @@ import numpy as np
 
 from gpuspeed.optimize.backends.common import kind_of, leaves
 
+MANY_ITERATIONS = 256  # a loop of array calls run this often launches too many small GPU kernels
 LINE_TIMER_MAX_S = 2.0  # a line timer slows Python loops ~10x: only run it when the original is quick
 
 
@@ -34,11 +35,32 @@ def analyze(wl, args, original_s: float | None) -> dict:
     # NumPy operators on arrays do not show in cProfile (their time lands on the calling line), so the
     # interpreter share alone cannot tell loops from array code: hot loop nests decide
     timed = bool(res.get("lines", {}).get("functions"))
-    loop_bound = any((lp.get("share") or 0) >= 0.3 for lp in loops) or (
+    hits = {(f["file"], ln["line"]): ln.get("hits") or 0 for f in res.get("lines", {}).get("functions", [])
+            for ln in f.get("lines", [])}
+    for lp in loops:
+        lp["iterations"] = max(hits.get((lp.get("file"), lp.get("line")), 1) - 1, 0)
+    # A hot loop nest over elements (nested, or per-element arithmetic) is loop-bound. A single loop of
+    # array steps (time steps, a few rows) is op-bound: each step runs on the GPU; it becomes loop-bound
+    # only when it runs so many times that per-iteration launches dominate. Likewise a sequential loop
+    # stops a GPU only when it walks elements (many iterations), not when it orders a few array steps.
+    def many(lp):
+        return lp["iterations"] >= MANY_ITERATIONS
+
+    def elementwise(lp):
+        return (lp.get("depth") or 1) >= 2 or (lp.get("verdict") or "").startswith("move into a GPU kernel")
+
+    hot = [lp for lp in loops if (lp.get("share") or 0) >= 0.3]
+    loop_bound = any(elementwise(lp) or many(lp) for lp in hot) or (
         not timed and interp >= 0.5 and _has_loops(wl.original))
-    sequential = any("sequential" in (lp.get("verdict") or "") for lp in loops) or (loop_bound and _carried(wl.original))
+    seq_loops = [lp for lp in hot if "sequential" in (lp.get("verdict") or "")]
+    sequential = any(many(lp) or elementwise(lp) and (lp.get("depth") or 1) == 1 for lp in seq_loops) or (
+        not timed and loop_bound and _carried(wl.original))
+    stepwise = bool(seq_loops) and not sequential
     f64 = _has_float64(args)
     implications = []
+    if stepwise:
+        implications.append("a loop of dependent steps over array work (e.g. time steps): the steps stay in order, "
+                            "each step's array work runs on the GPU")
     if sequential:
         implications.append("a loop carries a dependence from one iteration to the next (sequential): a GPU "
                             "cannot run its iterations in parallel; Numba compiles it on the CPU")
@@ -59,8 +81,9 @@ def analyze(wl, args, original_s: float | None) -> dict:
             hot_lines.append({"function": f["function"], "line": ln["line"], "share": ln.get("share"),
                               "time_s": ln.get("time_s"), "code": ln.get("code", "").strip()})
     return {"verdict": cp.get("verdict"), "shares": cp.get("shares"), "loop_bound": loop_bound,
-            "sequential": sequential, "float64": f64, "implications": implications, "hot_lines": hot_lines,
-            "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "verdict", "function")}
+            "sequential": sequential, "stepwise": stepwise, "float64": f64, "implications": implications, "hot_lines": hot_lines,
+            "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "verdict", "function",
+                                                  "iterations")}
                           for lp in loops], "top": cp.get("top", [])[:8], "notes": notes}
 
 
