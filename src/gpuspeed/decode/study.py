@@ -325,7 +325,7 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     return row
 
 
-def _partial(spec: Spec, rows: list, notes: list) -> None:
+def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> None:
     """With --out, the rows so far go to decode.json after every variant: a run killed by a time limit
     still leaves what it measured (the final write replaces it)."""
     if not spec.out:
@@ -337,7 +337,8 @@ def _partial(spec: Spec, rows: list, notes: list) -> None:
         extra = [r for r in rows if r.get("study") in ("batch", "long_prompt")]
         ladder = [r for r in rows if r not in hf and r not in extra]
         summary = summarize(spec.label(), ladder, extra, hf, spec)
-        doc = make_results("decode", params={"model": spec.model, "dtype": spec.dtype, "partial": True},
+        doc = make_results("decode", params={"model": spec.model, "dtype": spec.dtype, "partial": True,
+                                             "read_ceiling": roof},
                            summary=summary, rows=[dict(r, model=model_key(spec.model), dtype=spec.dtype) for r in rows],
                            notes=notes + ["partial: the run had not finished when this was written"],
                            device=spec.device)
@@ -472,7 +473,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
                 hf.append({"variant": key, **err})
             else:
                 extra_rows.append({"study": kind, "batch" if kind == "batch" else "prompt_len": key, **err})
-        _partial(spec, rows + extra_rows + hf, notes)
+        _partial(spec, rows + extra_rows + hf, notes, roof)
         _free(device)
     if state["hf_model"] is not None:
         state["hf_model"].to("meta")  # its copy of the weights goes now
