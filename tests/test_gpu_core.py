@@ -2,6 +2,7 @@
 
 import importlib.util
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -110,8 +111,11 @@ def test_bench_rotation_and_cupy_and_numpy_results():
     sheet = device.datasheet_for(torch.cuda.get_device_name())
     if sheet:
         assert m.median >= 0.9 * (2 * 4 * n) / (sheet.mem_GBps * 1e9), m.median  # synchronized: not just a launch
-    t = bench(torch.sin, torch.as_tensor(c, device="cuda"))
-    assert 0.5 < m.median / t.median < 2, (m.median, t.median)  # the same work, timed the same way
+    # CuPy's own benchmark (CUDA events on its stream) times the same kernel: the two agree
+    from cupyx.profiler import benchmark as cupy_benchmark
+
+    theirs = float(np.median(cupy_benchmark(cupy.sin, (c,), n_repeat=50, n_warmup=5).gpu_times))
+    assert 0.8 < m.median / theirs < 1.25, (m.median, theirs)
     h = bench(lambda: cupy.asnumpy(cupy.sin(c)))  # a NumPy result still made on the GPU
     assert h.median > m.median  # the copy to the host is timed too
 

@@ -1,6 +1,7 @@
 """peak_memory() and cap() on a real GPU (skipped without CUDA): CuPy's peak in use, memory outside torch
 and CuPy seen through NVML, the warm-up call, nested caps and the GPU being measured."""
 
+import gc
 import importlib.util
 import time
 
@@ -44,9 +45,9 @@ def test_memory_outside_torch_and_cupy_counts_beside_a_torch_allocation():
 
     rep = peak_memory(torch_and_raw_cuda)
     assert abs(rep.torch_peak_bytes - 64 * MiB) <= MiB
-    assert rep.peak_source == "nvml", rep.notes
+    assert "nvml" in rep.peak_source, rep.notes
     assert rep.peak_bytes >= 64 * MiB + 256 * MiB - 2 * MiB, rep
-    assert any("peak from NVML" in note for note in rep.notes)
+    assert any(note.startswith("peak from NVML") for note in rep.notes)
 
 
 def test_numba_memory_beside_a_torch_allocation_is_counted():
@@ -70,7 +71,7 @@ def test_numba_memory_beside_a_torch_allocation_is_counted():
         return int(t[0])
 
     rep = peak_memory(torch_and_numba)
-    assert rep.peak_source == "nvml", rep.notes
+    assert "nvml" in rep.peak_source, rep.notes
     assert rep.peak_bytes >= 64 * MiB + 256 * MiB - 2 * MiB, rep
 
 
@@ -93,13 +94,17 @@ def test_first_call_workspace_is_left_out_by_the_warm_up():
 
 def test_nested_caps_restore_the_outer_cap_then_the_whole_device():
     index = torch.cuda.current_device()
-    with cap("4GiB"):
-        with cap("1GiB"):
+    gc.collect()
+    torch.cuda.empty_cache()
+    # the fraction counts everything torch holds, graph pools of earlier tests included: budget above that
+    held = torch.cuda.memory_reserved()
+    with cap(held + 4 * GiB):
+        with cap(held + 1 * GiB):
             with pytest.raises(torch.cuda.OutOfMemoryError):
                 torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
-        x = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")  # the outer 4 GiB holds again
+        x = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")  # the outer cap holds again
         del x
-        with pytest.raises(torch.cuda.OutOfMemoryError):  # ... and only 4 GiB, not the whole device
+        with pytest.raises(torch.cuda.OutOfMemoryError):  # ... and only it, not the whole device
             torch.empty(6 * GiB, dtype=torch.uint8, device="cuda")
     assert _fraction_set[index] == pytest.approx(1.0)
     y = torch.empty(6 * GiB, dtype=torch.uint8, device="cuda")

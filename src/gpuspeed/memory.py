@@ -239,11 +239,15 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     framework = torch_peak + (cupy_peak or 0)
     source = "+".join(n for n, v in (("torch", torch_peak), ("cupy", cupy_peak)) if v) or "torch"
     peak = framework
-    if nvml_delta is not None and nvml_delta > framework:
-        peak, source = nvml_delta, "nvml"
-        notes.append(f"peak from NVML: the GPU's used memory rose {format_bytes(nvml_delta)}, more than the "
-                     f"{format_bytes(framework)} torch and CuPy report (allocator rounding, other libraries "
-                     "such as JAX or Numba, workspaces, or another process)")
+    # NVML's rise counts what the frameworks' pools grew by plus everything else (JAX, Numba, raw
+    # cudaMalloc, workspaces); the part the pools do not explain is added to their peak in use, so memory
+    # outside torch still counts when torch served its share from memory it held before the call.
+    other = 0 if nvml_delta is None else max(nvml_delta - reserved_peak - (cupy_peak or 0), 0)
+    if other > 2**21:  # under 2 MiB is allocator rounding and the context's own growth
+        peak, source = framework + other, (source + "+nvml" if framework else "nvml")
+        notes.append(f"peak from NVML and the allocators: the GPU's used memory rose {format_bytes(nvml_delta)}, "
+                     f"{format_bytes(other)} more than torch and CuPy's pools grew (other libraries such as JAX "
+                     "or Numba, workspaces, or another process), added to their peak in use")
     else:
         notes.append(f"peak from {source}'s allocator" + (f" (NVML's rise: {format_bytes(nvml_delta)})"
                                                             if nvml_delta is not None else ""))
