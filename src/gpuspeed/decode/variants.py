@@ -404,7 +404,9 @@ class Fast(Graphed):
     def make_opts(self) -> Options:
         from gpuspeed.decode.kernels import choose
 
+        t0 = time.perf_counter()
         fields, notes = choose(self.model, self.batch, self.max_len)
+        self.info["kernel_choice_s"] = time.perf_counter() - t0  # measuring the candidates, apart from decoding
         self.info["notes"] += notes
         self.info["triton_gemv_shapes"] = [f"{n}x{k}" for n, k in fields.get("gemv", {})]
         self.info["attention"] = getattr(fields.get("attention", sdpa_attention), "__name__", "?")
