@@ -31,10 +31,12 @@ if [ "$part" = A ]; then
 else
   step 200 roofline python3 -m gpuspeed roofline --out "$R"
   step 200 launch python3 -m gpuspeed launch --out "$R"
-  export GPUSPEED_ROOFLINE_RESULTS=$R/roofline.json  # notebook 01 reads the run above instead of re-measuring
-  step 60 nb01 python3 benchmarks/run_notebook.py notebooks/01_roofline.ipynb "$R/01_roofline.ipynb"
-  step 120 nb03 python3 benchmarks/run_notebook.py notebooks/03_compile_cuda_graphs.ipynb \
-    "$R/03_compile_cuda_graphs.ipynb"
+  if [ -z "${GPUSPEED_NO_NOTEBOOKS:-}" ]; then
+    export GPUSPEED_ROOFLINE_RESULTS=$R/roofline.json  # notebook 01 reads the run above instead of re-measuring
+    step 60 nb01 python3 benchmarks/run_notebook.py notebooks/01_roofline.ipynb "$R/01_roofline.ipynb"
+    step 120 nb03 python3 benchmarks/run_notebook.py notebooks/03_compile_cuda_graphs.ipynb \
+      "$R/03_compile_cuda_graphs.ipynb"
+  fi
 fi
 tail -n 3 "$R"/*.log
 tar czf "$OUT/gpu_$part.tar.gz" -C "$R" .
