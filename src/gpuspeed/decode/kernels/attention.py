@@ -9,8 +9,6 @@ Dots run on fp32 operands: exact ("ieee") for fp32 models; tf32 for bf16/fp16, w
 exactly, so the scores equal 16-bit dots with fp32 accumulation.
 """
 
-from __future__ import annotations
-
 import functools
 import math
 

@@ -15,9 +15,8 @@ torch.compile(fullgraph=True) keeps it in its graph. Decode uses it only where c
 than cuBLAS and checked it correct.
 """
 
-from __future__ import annotations
-
 import functools
+from typing import Optional
 
 import torch
 
@@ -119,7 +118,7 @@ def _op():
         return _launch
 
     @triton_op("gpuspeed::gemv", mutates_args=())
-    def gemv_op(x: torch.Tensor, w: torch.Tensor, nw: torch.Tensor | None, res: torch.Tensor | None, eps: float,
+    def gemv_op(x: torch.Tensor, w: torch.Tensor, nw: Optional[torch.Tensor], res: Optional[torch.Tensor], eps: float,
                 prologue: int, block_n: int, block_k: int, split: int, num_warps: int) -> torch.Tensor:
         return _launch(x, w, nw, res, eps, prologue, block_n, block_k, split, num_warps)
 
