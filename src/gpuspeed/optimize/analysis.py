@@ -12,7 +12,22 @@ import numpy as np
 from gpuspeed.optimize.backends.common import kind_of, leaves
 
 MANY_ITERATIONS = 256  # a loop of array calls run this often launches too many small GPU kernels
-LINE_TIMER_MAX_S = 2.0  # a line timer slows Python loops ~10x: only run it when the original is quick
+LINE_TIMER_MAX_S = 0.5  # a line timer slows Python loops tens of times: only over a quick call
+LINE_BUDGET_S = 0.2  # a workload taking `scale` is profiled at the scale where one call takes about this
+MIN_HOTSPOT_SCALE = 0.01
+
+
+def hotspot_args(wl, args, original_s: float | None) -> tuple[tuple, str]:
+    """Arguments for the hotspot pass: smaller ones when the workload takes `scale` and a call is slow
+    (a line timer slows Python loops tens of times), so the pass costs about LINE_BUDGET_S per call."""
+    if not wl.scale_used or not original_s or original_s <= LINE_BUDGET_S:
+        return args, ""
+    import numpy.random as npr
+
+    scale = wl.scale * max(MIN_HOTSPOT_SCALE, LINE_BUDGET_S / original_s)
+    out = wl.module.inputs(npr.default_rng(0), scale=scale)
+    out = out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+    return out, f"hotspots measured at scale {scale:.3g} (one call at full size takes {original_s:.2f} s)"
 
 
 def analyze(wl, args, original_s: float | None) -> dict:
@@ -20,6 +35,10 @@ def analyze(wl, args, original_s: float | None) -> dict:
 
     notes = []
     try:
+        args, note = hotspot_args(wl, args, original_s)
+        if note:
+            notes.append(note)
+            original_s = None
         if original_s is not None and original_s > LINE_TIMER_MAX_S:
             cp = hotspots.cprofile(wl.original, args)
             res = {"cprofile": cp, "lines": {"functions": []}, "hot_loops": []}

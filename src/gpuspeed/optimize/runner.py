@@ -62,6 +62,13 @@ class _Job:
     stage: str = "start"
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Runner:
     def __init__(self, run_dir: Path, base_spec: dict, resume: bool = False):
         self.dir = Path(run_dir)
@@ -101,11 +108,9 @@ class Runner:
 
     def _finish(self, job: _Job, timed_out: bool) -> dict:
         if timed_out:
-            try:
-                os.killpg(job.proc.pid, signal.SIGKILL)  # the worker's own group: its compile helpers go too
-            except ProcessLookupError:
-                pass
+            _kill_group(job.proc.pid)
         rc = job.proc.wait()
+        _kill_group(job.proc.pid)  # compile helpers the worker left behind (its own process group)
         job.log.close()
         name = job.recipe["name"]
         row = _read(job.result_path) or {"name": name, "status": "crashed", "stage": job.stage, "notes": []}
