@@ -147,6 +147,16 @@ class Runner:
             else:
                 queue.append(rec)
         active: list[_Job] = []
+        try:
+            self._loop(queue, active, out, limit, jobs, on_start)
+        finally:  # an interrupt (Ctrl-C) or an error here leaves no worker running
+            for job in active:
+                _kill_group(job.proc.pid)
+                job.proc.wait()
+                job.log.close()
+        return {rec["name"]: out[rec["name"]] for rec in recipes if rec["name"] in out}
+
+    def _loop(self, queue, active, out, limit, jobs, on_start) -> None:
         while queue or active:
             while queue and len(active) < max(1, jobs):
                 rec = queue.pop(0)
@@ -172,9 +182,8 @@ class Runner:
                 rc = job.proc.poll()
                 busy = now - job.started - job.waited
                 if rc is not None or busy > job.limit_s or now - job.started > job.limit_s + MAX_WAIT_S:
-                    out[job.recipe["name"]] = self._finish(job, timed_out=rc is None)
                     active.remove(job)
-        return {rec["name"]: out[rec["name"]] for rec in recipes if rec["name"] in out}
+                    out[job.recipe["name"]] = self._finish(job, timed_out=rc is None)
 
     def run(self, recipe: dict, timeout_s: float) -> dict:
         """One candidate's result (from an earlier run when resuming)."""
