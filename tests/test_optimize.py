@@ -202,3 +202,42 @@ def test_emitted_script_compiles_for_every_backend(tmp_path, backend, extra):
     script.write_text(text)
     r = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+
+
+def test_projection_from_the_roofline(monkeypatch):
+    """A memory-bound fp32 primary keeps its fraction of the roof; a compute-bound fp64 one hits the target's
+    FP64 cliff."""
+    import types
+
+    from gpuspeed import device as _device
+    from gpuspeed.optimize import pipeline
+
+    h200 = _device.DeviceInfo(kind="cuda", name="NVIDIA H200")
+    monkeypatch.setattr(_device, "get_device", lambda where="auto", index=None: h200)
+    sheet_h, sheet_t = _device.datasheet_for("H200"), _device.datasheet_for("RTX 4070 Laptop")
+
+    def run_with(precision, flops, traffic, t):
+        row = {"recipe": {"backend": "cupy", "precision": precision}, "device_time": {"median": t},
+               "traffic_bytes": traffic, "peak_bytes": 2**30}
+        return types.SimpleNamespace(choice={"primary": "c"}, results={"c": row}, where="cuda",
+                                     hot={"float64": True, "intensity": {"flops_full": flops, "source": "test"}})
+
+    # 1 GB at 50 % of the H200's bandwidth, 0.25 FLOP/B: memory-bound on both cards
+    t = 1e9 / (0.5 * sheet_h.mem_GBps * 1e9)
+    pr = pipeline.project(run_with("float32", 0.25e9, 1e9, t), "RTX 4070 Laptop")
+    assert pr["bound_target"] == "memory" and abs(pr["pct_of_roof_here"] - 50) < 1e-6
+    assert abs(pr["projected_s"] - 1e9 / (0.5 * sheet_t.mem_GBps * 1e9)) / pr["projected_s"] < 1e-9
+    # 100 FLOP/B in float64: the 4070's 0.31 TFLOP/s FP64 roof decides
+    pr = pipeline.project(run_with("as-written", 100e9, 1e9, 100e9 / (0.5 * sheet_h.fp64_TFLOPs * 1e12)),
+                          "RTX 4070 Laptop")
+    assert pr["unit"] == "fp64" and pr["bound_target"] == "compute"
+    assert abs(pr["projected_s"] - 100e9 / (0.5 * sheet_t.fp64_TFLOPs * 1e12)) / pr["projected_s"] < 1e-9
+
+
+def test_flop_count_of_numpy_code():
+    from gpuspeed.optimize import flops
+
+    a, b = np.ones((8, 4)), np.ones((4, 3))
+    r = flops.intensity(lambda x, y: (x @ y).sum() + np.sin(x).max(), (a, b))
+    # matmul, its sum, sin, max; the final add of two NumPy scalars is not followed (a lower bound)
+    assert r["flops"] == 2 * 4 * 8 * 3 + 24 + 32 + 32

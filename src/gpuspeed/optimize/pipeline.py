@@ -137,6 +137,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         run.notes.append(f"the original failed in its worker: {orig.get('reason')}")
     tick("hotspots")
     run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), original_s)
+    run.hot["intensity"] = _intensity(wl, refs[seeds[0]], original_s)
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 
@@ -284,9 +285,44 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     return out
 
 
+def _intensity(wl, ref, original_s) -> dict:
+    """The original's arithmetic intensity (counted at a small scale) and its FLOPs at the full size."""
+    from gpuspeed.optimize import flops as F
+
+    try:
+        if wl.scale_used:
+            small = _budget_small_args(wl)
+        elif original_s is not None and original_s < 2.0:
+            small = wl.make_args(TIMING_SEED)
+        else:
+            return {"ai": None, "note": "FLOPs not counted: no small inputs and a slow original"}
+        res = F.intensity(wl.original, small, W.import_workload(wl.path, unique=True))
+    except Exception as exc:  # advice only: no intensity leaves the projection memory-bound
+        return {"ai": None, "note": f"FLOPs not counted: {type(exc).__name__}: {exc}"}
+    full_bytes = F._nbytes(wl.make_args(TIMING_SEED)) + F._nbytes(ref)
+    if res.get("ai"):
+        res["flops_full"] = res["ai"] * full_bytes
+    res["bytes_full"] = full_bytes
+    return res
+
+
+def _budget_small_args(wl):
+    import numpy.random as npr
+
+    out = wl.module.inputs(npr.default_rng(0), scale=min(wl.scale, _budget.SMALL_SCALE))
+    return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+
+
+def _unit(row: dict, float64: bool) -> str:
+    p = row["recipe"].get("precision")
+    return "tf32" if p == "tf32" else "fp64" if float64 and p != "float32" else "fp32"
+
+
 def project(run: OptimizeRun, target_gpu: str) -> dict:
-    """The primary's time on the target card: its measured time scaled by the datasheet memory roofs (the
-    same fraction of roof as here), with the FP64 cliff when it computes in float64. A projection."""
+    """The primary's time on the target card from its roofline placement: its FLOPs (the original's
+    counted intensity) and least traffic give its intensity; it keeps the fraction of the roof it reaches
+    here, under the target's datasheet roof at that intensity (bandwidth, or the compute peak of its
+    precision: FP64's cliff on consumer cards). Without counted FLOPs: the bandwidth ratio. A projection."""
     name = run.choice.get("primary")
     sheet_t = _device.datasheet_for(target_gpu)
     out = {"target": sheet_t.name if sheet_t else target_gpu, "label": "projection, not a measurement"}
@@ -306,16 +342,29 @@ def project(run: OptimizeRun, target_gpu: str) -> dict:
     bw_ratio = sheet_h.mem_GBps / sheet_t.mem_GBps
     out["memory_bound_s"] = t * bw_ratio
     out["bandwidth_ratio"] = bw_ratio
-    f64 = run.hot.get("float64") and row["recipe"].get("precision") != "float32"
-    if f64 and sheet_t.fp64_TFLOPs:
-        out["fp64_compute_bound_s"] = t * sheet_h.fp64_TFLOPs / sheet_t.fp64_TFLOPs
-        out["note"] = (f"float64 on {sheet_t.name}: {sheet_t.fp64_TFLOPs:g} TFLOP/s against {sheet_h.fp64_TFLOPs:g} "
-                       "here -- if the kernel is compute-bound in FP64 the upper figure applies; the float32 "
-                       "candidate avoids the cliff")
-    nbytes = row.get("resident_input_bytes") or 0
-    if nbytes and t:
-        out["achieved_input_GBps"] = nbytes / t / 1e9
-        out["pct_of_datasheet_bw_here"] = 100 * nbytes / t / 1e9 / sheet_h.mem_GBps
+    unit = _unit(row, run.hot.get("float64", False))
+    out["unit"] = unit
+    flops = (run.hot.get("intensity") or {}).get("flops_full")
+    traffic = row.get("traffic_bytes")
+    if not flops or not traffic or not t:
+        out["note"] = "FLOPs not counted: scaled by the bandwidth ratio (a memory-bound projection)"
+        return out
+    ai = flops / traffic
+    peak_h, peak_t = (sheet_h.peak(unit) or sheet_h.fp32_TFLOPs) * 1e12, (sheet_t.peak(unit) or sheet_t.fp32_TFLOPs) * 1e12
+    roof_h = min(ai * sheet_h.mem_GBps * 1e9, peak_h)
+    roof_t = min(ai * sheet_t.mem_GBps * 1e9, peak_t)
+    achieved = flops / t
+    frac = achieved / roof_h
+    out |= {"ai": ai, "flops": flops, "achieved_TFLOPs": achieved / 1e12, "roof_here_TFLOPs": roof_h / 1e12,
+            "pct_of_roof_here": 100 * frac, "roof_target_TFLOPs": roof_t / 1e12,
+            "bound_here": "memory" if ai * sheet_h.mem_GBps * 1e9 < peak_h else "compute",
+            "bound_target": "memory" if ai * sheet_t.mem_GBps * 1e9 < peak_t else "compute",
+            "projected_s": flops / (frac * roof_t) if frac > 0 else None}
+    out["note"] = (f"{unit} at {ai:.2f} FLOP/B: {out['bound_here']}-bound here at {100 * frac:.0f} % of the datasheet "
+                   f"roof, {out['bound_target']}-bound on the target; FLOPs: "
+                   f"{(run.hot.get('intensity') or {}).get('source', '?')}")
+    if unit == "fp64" and out["bound_target"] == "compute":
+        out["note"] += f"; FP64 runs at {sheet_t.fp64_TFLOPs:g} TFLOP/s there: the float32 candidate avoids the cliff"
     return out
 
 

@@ -90,8 +90,8 @@ def markdown(run) -> str:
                  f"{ch.get('fastest_route') or 'the original'}.")
     pr = run.projection
     if pr.get("memory_bound_s"):
-        extra = f", up to {_fmt_t(pr['fp64_compute_bound_s'])} if FP64 compute-bound" if pr.get("fp64_compute_bound_s") else ""
-        L.append(f"- On {pr['target']} (projection): ~{_fmt_t(pr['memory_bound_s'])}{extra}.")
+        L.append(f"- On {pr['target']} (projection from the roofline, not measured): "
+                 f"~{_fmt_t(pr.get('projected_s') or pr['memory_bound_s'])} per call.")
     L += ["", "## B — Primary code", ""]
     L += ["```python", _code_of(run, p) if p else "# the original stays: nothing passed", "```", ""]
     L.append(f"The standalone script `{Path(run.paths.get('script', 'optimized_' + wl.name + '.py')).name}` holds it with "
@@ -161,10 +161,14 @@ def _tol(run):
 def _projection_text(pr) -> str:
     if not pr.get("memory_bound_s"):
         return f"{pr.get('target')}: {pr.get('note', 'no projection')}."
-    s = (f"{pr['target']} ({pr['label']}): ~{format_time(pr['memory_bound_s'])} at the same fraction of its memory roof "
-         f"({pr['bandwidth_ratio']:.1f}x less bandwidth than here).")
-    if pr.get("fp64_compute_bound_s"):
-        s += f" If FP64 compute-bound: ~{format_time(pr['fp64_compute_bound_s'])}. {pr.get('note', '')}"
+    if pr.get("projected_s"):
+        s = (f"{pr['target']} ({pr['label']}): ~{format_time(pr['projected_s'])} per call. The primary runs "
+             f"{pr['achieved_TFLOPs']:.3g} TFLOP/s here, {pr['pct_of_roof_here']:.0f} % of the roof at its intensity "
+             f"({pr['ai']:.2f} FLOP/B, {pr['unit']}); the target's roof there is {pr['roof_target_TFLOPs']:.3g} "
+             f"TFLOP/s ({pr['bound_target']}-bound). {pr.get('note', '')}.")
+    else:
+        s = (f"{pr['target']} ({pr['label']}): ~{format_time(pr['memory_bound_s'])} at the same fraction of its memory "
+             f"roof ({pr['bandwidth_ratio']:.1f}x less bandwidth than here). {pr.get('note', '')}.")
     if pr.get("fits_target_memory") is False:
         s += " Its peak memory exceeds 8 GB less 15 % headroom: it needs the chunked path there."
     return s
@@ -241,19 +245,24 @@ def plot(run, path: Path) -> Path | None:
     target = _device.datasheet_for(run.params["target_gpu"])
     import numpy as np
 
+    unit = pr.get("unit", "fp32")
     ai = np.logspace(-2, 3, 100)
     for sheet, style in ((here, "-"), (target, "--")):
         if sheet:
-            peak = (sheet.fp32_TFLOPs or 0) * 1e3  # GFLOP/s
-            ax2.plot(ai, np.minimum(ai * sheet.mem_GBps, peak), style, label=f"{sheet.name} roof (fp32, datasheet)")
-    if pr.get("achieved_input_GBps"):
-        ax2.axhline(pr["achieved_input_GBps"], color="tab:green", lw=1)
-        ax2.text(ai[1], pr["achieved_input_GBps"] * 1.1, "primary: input GB/s (AI not counted)", fontsize=8)
+            peak = (sheet.peak(unit) or sheet.fp32_TFLOPs) * 1e3  # GFLOP/s
+            ax2.plot(ai, np.minimum(ai * sheet.mem_GBps, peak), style, label=f"{sheet.name} ({unit}, datasheet)")
+    if pr.get("ai"):
+        ax2.plot([pr["ai"]], [pr["achieved_TFLOPs"] * 1e3], "o", color="tab:green", label="primary, measured here")
+        if pr.get("projected_s"):
+            ax2.plot([pr["ai"]], [pr["flops"] / pr["projected_s"] / 1e9], "s", color="tab:orange",
+                     label="primary on the target (projection)")
+    else:
+        ax2.text(0.05, 0.9, "FLOPs not counted: no point placed", transform=ax2.transAxes, fontsize=8)
     ax2.set_xscale("log")
     ax2.set_yscale("log")
-    ax2.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax2.set_ylabel("GFLOP/s (roof) / GB/s (primary)")
-    ax2.set_title("roofline: this GPU and the target (projection)")
+    ax2.set_xlabel("arithmetic intensity (FLOP/byte of least traffic)")
+    ax2.set_ylabel("GFLOP/s")
+    ax2.set_title("the primary on the roofline")
     ax2.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -280,7 +289,8 @@ def results_doc(run) -> dict:
         "max_rel_err": prim.get("max_rel_err") if prim else None,
         "candidates": len(run.results) - 1,
         "candidates_correct": sum(1 for n, r in run.results.items() if n != "original" and r.get("status") == "ok"),
-        "minutes": run.elapsed_s / 60, "projected_target_s": run.projection.get("memory_bound_s"),
+        "minutes": run.elapsed_s / 60,
+        "projected_target_s": run.projection.get("projected_s") or run.projection.get("memory_bound_s"),
     }
     rows = table_rows(run)
     return make_results(f"optimize_{run.wl.name}", params=run.params, summary=summary, rows=rows,
