@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# gpuspeed optimize on the device, in parts that each fit one 10-minute call on nvidia-h200-x2 (two examples
+# at once, one per GPU):  GPUSPEED_GIT=<sha> OUT=/some/dir bash benchmarks/optimize_device.sh A   (then B; T: GPU tests)
+# Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/. Part B merges the
+# optimize.json of part A when results/nvidia-h200/optimize.json (unpacked from A) travels with the tree.
+set -u
+part=${1:?part A, B or T}
+: "${GPUSPEED_GIT:?set GPUSPEED_GIT=<sha of the commit being run>}"
+export GPUSPEED_GIT PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
+R=/tmp/optimize_r
+mkdir -p "$R"
+gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+run() { timeout 560 python3 benchmarks/optimize.py --out "$R" --gpus "$gpus" --time-budget "${TB:-180}" \
+  --bench-budget 0.5 --examples "$1" 2>&1 | tee "$R/bench_$part.log"; }
+case $part in
+  A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats ;;
+  B) cp results/nvidia-h200/optimize.json "$R/" 2>/dev/null
+     run histogram,mandelbrot,ema_filter,row_normalize_loop,torch_mlp ;;
+  T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
+  *) echo "part A, B or T"; exit 2 ;;
+esac
+rm -f "$R"/optimize/*/refs.pkl
+tar czf "$OUT/optimize_$part.tar.gz" -C "$R" .
+ls -la "$OUT"
