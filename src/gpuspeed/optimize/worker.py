@@ -201,6 +201,7 @@ def _check(spec, wl, impl, refs, result, stage, result_path):
     """Chunk the candidate if its recipe says so, then check it on every seed: the (chunked) Impl, or
     None when it is rejected."""
     from gpuspeed.optimize import workload as W
+    from gpuspeed.optimize.backends.common import to_numpy, tree_map
     from gpuspeed.verify import check
 
     r = spec["recipe"]
@@ -229,7 +230,9 @@ def _check(spec, wl, impl, refs, result, stage, result_path):
         compiled = r["backend"] == "torch_compile" or r.get("mode") not in (None, "eager")
         with _Poison(torch_fill=not compiled):
             dev = args if chunk else impl.prepare(args)
-            dev_before = W._snapshot(dev) if not chunk else None
+            # a host copy: a device copy could push a candidate near the budget into a false out-of-memory
+            dev_before = tree_map(lambda x: np.array(to_numpy(x), copy=True) if hasattr(x, "shape") else x, dev) \
+                if not chunk else None
             out = impl.run(*dev)
             host = impl.fetch(out)  # before any synchronize: work left on another stream shows here
             impl.sync()
