@@ -169,6 +169,8 @@ def rebind(module, xp, scipy_prefix=None, demote=False) -> list:
                                  "left on SciPy")
             continue
         origin = getattr(val, "__module__", None)
+        if not isinstance(origin, str) and isinstance(val, np.ufunc) and scipy_prefix:
+            origin = "scipy.special"  # a SciPy ufunc (erf, expit, ...) may not say where it comes from
         if not isinstance(origin, str) or not callable(val) or isinstance(val, types.FunctionType) and \
                 origin == module.__name__:
             continue
