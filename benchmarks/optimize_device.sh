@@ -13,7 +13,7 @@ gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
 run() { timeout 560 python3 benchmarks/optimize.py --out "$R" --gpus "$gpus" --time-budget "${TB:-180}" \
   --bench-budget 0.5 --examples "$1" 2>&1 | tee "$R/bench_$part.log"; }
 case $part in
-  A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats ;;
+  A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats,image_filter ;;
   B) cp results/nvidia-h200/optimize.json "$R/" 2>/dev/null
      run histogram,mandelbrot,ema_filter,row_normalize_loop,torch_mlp ;;
   T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
