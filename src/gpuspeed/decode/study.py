@@ -289,7 +289,8 @@ def _agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
             "logit_err_steps": k}
 
 
-HF_KINDS = {"HF static": {"cache_implementation": "static"}, "HF dynamic": {}}
+HF_KINDS = {"HF static": {"cache_implementation": "static"}, "HF dynamic": {}, "HF no-cache": {"use_cache": False}}
+HF_NOCACHE_MAX_PARAMS = 5e8  # the no-cache row re-runs the prefix every step: small models only
 
 
 def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> dict:
@@ -298,7 +299,8 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
 
     t = spec.new_tokens
     kw = HF_KINDS[label]
-    row = {"variant": label, "what": f"transformers {label.split()[1]} cache generate", "batch": prompt.shape[0],
+    row = {"variant": label, "what": f"transformers generate, {label.split()[1]}{'' if 'no-' in label else ' cache'}",
+           "batch": prompt.shape[0],
            "prompt_len": prompt.shape[1], "new_tokens": t}
 
     def run(n):
@@ -448,6 +450,9 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     tasks += [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in later]
     if spec.hf:
         tasks.append((f"{label} transformers dynamic", "hf", "HF dynamic", lambda: transformers_row("HF dynamic")))
+        if m.args.param_count() < HF_NOCACHE_MAX_PARAMS:
+            tasks.append((f"{label} transformers no-cache", "hf", "HF no-cache",
+                          lambda: transformers_row("HF no-cache")))
     tasks += [(f"{label} batch {b}", "batch", b, lambda b=b: extra("batch", b)) for b in spec.batches if b != spec.batch]
 
     for what, kind, key, task in tasks:
@@ -536,6 +541,9 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     hd = next((r for r in hf if r.get("variant") == "HF dynamic" and "ms_per_token" in r), None)
     if hd:
         s[f"{label}_hf_dynamic_ms_per_token"] = hd["ms_per_token"]
+    hn = next((r for r in hf if r.get("variant") == "HF no-cache" and "ms_per_token" in r), None)
+    if hn:
+        s[f"{label}_hf_nocache_ms_per_token"] = hn["ms_per_token"]
     if hs:
         s[f"{label}_hf_static_ms_per_token"] = hs["ms_per_token"]
         s[f"{label}_best_over_hf_static"] = hs["ms_per_token"] / best["ms_per_token"]
