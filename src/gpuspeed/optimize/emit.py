@@ -22,7 +22,7 @@ _IMPORT = re.compile(r"^from gpuspeed\.optimize\.backends\.\w+ import .*$", re.M
 
 
 def _module_source(mod) -> str:
-    return _IMPORT.sub("", inspect.getsource(mod)).strip() + "\n"
+    return re.sub(r"\n{3,}", "\n\n\n", _IMPORT.sub("", inspect.getsource(mod))).strip() + "\n"
 
 
 def backend_module(backend: str):
@@ -38,7 +38,7 @@ def backend_source(backend: str) -> str:
     from gpuspeed.optimize.worker import BACKEND_MODULES
 
     path = Path(common.__file__).with_name(BACKEND_MODULES[backend] + ".py")
-    return _IMPORT.sub("", path.read_text()).strip() + "\n"
+    return re.sub(r"\n{3,}", "\n\n\n", _IMPORT.sub("", path.read_text())).strip() + "\n"
 
 
 def implementation_source(run, name: str | None) -> str:
@@ -62,7 +62,18 @@ def implementation_source(run, name: str | None) -> str:
         return "\n".join(head) + "\n\n" + src
     if rec["backend"] == "original":
         return "\n".join(head) + "\n\n" + inspect.getsource(run.wl.original)
-    return "\n".join(head) + "\n\n" + backend_source(rec["backend"])
+    how = {"cupy": "with `np` bound to CuPy (SciPy to cupyx.scipy)", "numpy": "in NumPy on the CPU",
+           "torch_compile": "traced by torch.compile through torch.compiler.wrap_numpy on CUDA tensors",
+           "torch": "on CUDA tensors (new tensors default to the GPU)", "numba": "compiled by numba.njit(parallel=True)",
+           "jax": "with `np` bound to jax.numpy, under jax.jit"}.get(rec["backend"], "")
+    try:
+        orig = inspect.getsource(run.wl.original)
+    except (OSError, TypeError):
+        orig = ""
+    precision = f" ({rec['precision']})" if rec.get("precision") not in (None, "as-written") else ""
+    body = f"# your {run.wl.func}, unchanged, runs {how}{precision}:\n{orig}\n" if orig else ""
+    return "\n".join(head) + "\n\n" + body + "\n# the backend that runs it (gpuspeed.optimize.backends):\n" + \
+        backend_source(rec["backend"])
 
 
 TEMPLATE = '''#!/usr/bin/env python3

@@ -25,7 +25,8 @@ def _fmt_t(v):
 def _fmt_x(d):
     if not d:
         return "-"
-    return f"{d['speedup']:.2f}x [{d['ci_low']:.2f}, {d['ci_high']:.2f}]"
+    same = " (same within noise)" if d.get("verdict") == "same" else ""
+    return f"{d['speedup']:.2f}x [{d['ci_low']:.2f}, {d['ci_high']:.2f}]{same}"
 
 
 def _pct(v):
@@ -81,7 +82,7 @@ def markdown(run) -> str:
         if ch.get("over_best_dropin"):
             L.append(f"- Against the best plain drop-in ({ch['best_dropin']}): {ch['over_best_dropin']:.2f}x.")
         L.append(f"- Correct on {len(run.params['seeds'])} fresh seeds: max abs error {prim.get('max_abs_err'):.3g}, "
-                 f"max rel error {prim.get('max_rel_err'):.3g} (tolerance: {_tol(run)}); peak memory "
+                 f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); peak memory "
                  f"{_gib(prim.get('peak_bytes'))} against a budget of {run.params['budget']} with 15 % headroom.")
     else:
         L.append("- No candidate passed the correctness check within the budget: keep the original.")
@@ -104,11 +105,12 @@ def markdown(run) -> str:
              f"host arrays in and out, transfers included). Speedups against the original with a 95 % bootstrap CI "
              f"(gpuspeed.compare). Tolerance: {_tol(run)}. Budget {run.params['budget']}, 15 % headroom. "
              "% of bw roof: the least traffic of a call (inputs read once, outputs written once) over its time, "
-             "against this GPU's datasheet bandwidth: a lower bound.")
+             "against this GPU's datasheet bandwidth: a lower bound. Max rel err is per element (values near zero "
+             "inflate it; atol covers them); rel L2 err is the whole output's.")
     L.append("")
     L.append("| candidate | status | device-resident | end to end | speedup | e2e speedup | max abs err | max rel err "
-             "| peak memory | % of bw roof | note |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+             "| rel L2 err | peak memory | % of bw roof | note |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in sorted(run.results.items(), key=lambda kv: (_t(kv[1]) is None, _t(kv[1]) or 0)):
         note = r.get("reason") or (f"chunk {r['chunk_size']}" if r.get("chunk_size") else "")
         if name == p:
@@ -119,6 +121,7 @@ def markdown(run) -> str:
         L.append(f"| {name} | {STATUS_WORDS.get(r.get('status'), r.get('status'))} | {_fmt_t(_t(r))} | "
                  f"{_fmt_t(_t(r, 'e2e_time'))} | {_fmt_x(r.get('speedup'))} | {_fmt_x(r.get('speedup_e2e'))} | "
                  f"{'-' if errs[0] is None else f'{errs[0]:.2g}'} | {'-' if errs[1] is None else f'{errs[1]:.2g}'} | "
+                 f"{'-' if r.get('rel_l2_err') is None else format(r['rel_l2_err'], '.2g')} | "
                  f"{_gib(r.get('peak_bytes'))} | {_pct(r.get('pct_of_bw_roof'))} | {(note or '').replace('|', '/')[:160]} |")
     if pr.get("pct_of_datasheet_bw_here") is not None:
         L.append("")
