@@ -68,6 +68,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     where = _device.resolve_device(device)
     requested = _backends(backends)
     budget_bytes = parse_budget(budget)
+    if where == "cuda":
+        total = _device.get_device("cuda").mem_bytes or 0
+        if total and budget_bytes > total:
+            raise UserError(f"--budget {budget} is more than this GPU's {total / 2**30:.1f} GiB")
     if _device.datasheet_for(target_gpu) is None:
         raise UserError(f"no datasheet entry for --target-gpu {target_gpu!r} (see `gpuspeed doctor` for the table)")
     if time_budget <= 0:
