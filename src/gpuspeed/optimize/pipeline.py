@@ -67,9 +67,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     t_start = time.perf_counter()  # the pipeline's own wall clock, for --time-budget (not a benchmark)
     where = _device.resolve_device(device)
     requested = _backends(backends)
-    budget_bytes = parse_budget(budget)
+    total = (_device.get_device("cuda").mem_bytes or 0) if where == "cuda" else 0
+    budget_bytes = parse_budget(budget, total or None)  # "80%" is of the GPU's memory
     if where == "cuda":
-        total = _device.get_device("cuda").mem_bytes or 0
         if total and budget_bytes > total:
             raise UserError(f"--budget {budget} is more than this GPU's {total / 2**30:.1f} GiB")
     if _device.datasheet_for(target_gpu) is None:
