@@ -248,19 +248,20 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     return ok
 
 
-def benchmark(fn, args, runs=20):
+def benchmark(fn, args, runs=20, on_gpu=True):
     """Median time of fn(*args): gpuspeed.bench when installed, else CUDA events (torch) around each call
     after a warm-up, else the host clock on the CPU."""
+    on_gpu = on_gpu and gpu_available()
     try:
         from gpuspeed import bench
 
-        m = bench(fn, *args, name=FUNC, device="cuda" if gpu_available() else "cpu")
+        m = bench(fn, *args, name=FUNC, device="cuda" if on_gpu else "cpu")
         return m.median, f"gpuspeed.bench ({{m.n}} samples, {{m.mode}})"
     except ImportError:
         pass
     for _ in range(3):
         fn(*args)
-    if gpu_available():
+    if on_gpu:
         import torch
 
         times = []
@@ -291,8 +292,8 @@ def main(argv=None):
     if a.bench:
         module = load_workload("_bench")
         args = make_args(module, 0)
-        t_opt, method = benchmark(fn, args)
-        t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5)
+        t_opt, method = benchmark(fn, args, on_gpu=not a.cpu and "CPU" not in how)
+        t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, on_gpu=False)
         print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
     return 0 if ok else 1
 
