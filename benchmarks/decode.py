@@ -39,6 +39,9 @@ def main() -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--merge", nargs="+", default=None, help="Merge the runs/*/decode.json of these earlier "
                                                                   "outputs into one decode.json instead of running.")
+    ap.add_argument("--bundle", default=None, help="Also pack the results into DIR/decode_results.tar.gz and the "
+                                                   "traces into DIR/decode_traces_<model>.tar.gz (one per model: "
+                                                   "few files, each small, for a device machine's $OUT).")
     ap.add_argument("--cli-args", default="", help="Extra arguments for every `gpuspeed decode` (CPU smoke runs: "
                                                     "'--layers 2 --compile-backend eager').")
     args = ap.parse_args()
@@ -101,7 +104,28 @@ def main() -> int:
         print("no model produced results", file=sys.stderr)
         return 1
     finish(docs, failures, out, study, write_results)
+    if args.bundle:
+        bundle(out, Path(args.bundle))
     return 0
+
+
+def bundle(out: Path, dest: Path) -> None:
+    """decode_results.tar.gz (JSON, plots, logs) and one decode_traces_<model>.tar.gz per model."""
+    import tarfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(dest / "decode_results.tar.gz", "w:gz") as tar:
+        for f in sorted(out.rglob("*")):
+            if f.is_file() and "traces" not in f.relative_to(out).parts:
+                tar.add(f, arcname=str(f.relative_to(out)))
+    traces = sorted((out / "traces").glob("*.json.gz")) if (out / "traces").is_dir() else []
+    for model in sorted({t.name.split("_")[0] for t in traces}):
+        with tarfile.open(dest / f"decode_traces_{model}.tar.gz", "w") as tar:  # the traces are gzipped already
+            for t in traces:
+                if t.name.split("_")[0] == model:
+                    tar.add(t, arcname=f"traces/{t.name}")
+    for f in sorted(dest.glob("decode_*.tar.gz")):
+        print(f"bundled {f} ({f.stat().st_size / 2**20:.1f} MiB)")
 
 
 def finish(docs, failures, out, study, write_results) -> None:

@@ -244,7 +244,9 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     if device == "cuda":
         row["peak_vram_bytes"] = torch.cuda.max_memory_allocated()
     if spec.profile:
-        n = min(steps, 16)
+        # a few tokens give kernels and syncs per token exactly; the trace of an eager 32-layer model grows
+        # by ~2 MB a token (Python stacks on every op), so deep models profile fewer
+        n = min(steps, 8 if m.args.n_layers <= 16 else 4)
         path = (trace_dir / f"{spec.label()}_{name}.trace.json.gz") if trace_dir else None
         try:
             # profile()'s trace pass alone: its source-line pass runs the call under a TorchFunctionMode,
