@@ -221,7 +221,7 @@ def test_projection_from_the_roofline(monkeypatch):
     def run_with(precision, flops, traffic, t):
         row = {"recipe": {"backend": "cupy", "precision": precision}, "device_time": {"median": t},
                "traffic_bytes": traffic, "peak_bytes": 2**30}
-        return types.SimpleNamespace(choice={"primary": "c"}, results={"c": row}, where="cuda",
+        return types.SimpleNamespace(choice={"primary": "c"}, results={"c": row}, where="cuda", params={"budget_bytes": 2**33},
                                      hot={"float64": True, "intensity": {"flops_full": flops, "source": "test"}})
 
     # 1 GB at 50 % of the H200's bandwidth, 0.25 FLOP/B: memory-bound on both cards

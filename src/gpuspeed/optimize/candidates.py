@@ -12,7 +12,6 @@ import importlib.util
 import inspect
 import re
 
-from gpuspeed.optimize.backends.common import leaves
 
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 FP32_MIN_RTOL = 1e-6  # float32 keeps ~7 digits: below this rtol a float32 candidate cannot pass
@@ -200,13 +199,3 @@ def derived(results: dict, wl, where: str, requested=None, graph_below_s: float 
         best = min(cupys, key=t)
         out.append(recipe(f"{best}-fuse", "cupy", results[best]["recipe"]["precision"], fuse=True))
     return out
-
-
-def dropin_names(results: dict) -> list[str]:
-    """The plain drop-ins the targets compare against (CuPy as written, torch.compile default)."""
-    return [n for n in ("cupy", "torch-compile", "cupy-fp32", "torch-compile-fp32") if n in results
-            and n in ("cupy", "torch-compile")]
-
-
-def output_leaves(ref) -> int:
-    return len(leaves(ref))

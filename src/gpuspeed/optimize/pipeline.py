@@ -14,7 +14,7 @@ from typing import Callable
 
 from gpuspeed import device as _device
 from gpuspeed.errors import UserError
-from gpuspeed.memory import parse_budget
+from gpuspeed.memory import HEADROOM, parse_budget
 from gpuspeed.optimize import analysis, budget as _budget, candidates as C, workload as W
 from gpuspeed.optimize.runner import Runner
 
@@ -338,7 +338,7 @@ def project(run: OptimizeRun, target_gpu: str) -> dict:
     here = _device.get_device(run.where)
     sheet_h = here.datasheet
     peak = row.get("peak_bytes")
-    out["fits_target_memory"] = None if peak is None else bool(peak <= 8 * 2**30 * (1 - 0.15))
+    out["fits_target_memory"] = None if peak is None else bool(peak <= run.params["budget_bytes"] * (1 - HEADROOM))
     if run.where != "cuda" or row["recipe"]["backend"] in ("numba", "numpy", "original") or not sheet_h:
         out["note"] = ("the primary runs on the CPU: the target GPU would run it the same" if run.where == "cuda"
                        else "measured without a GPU: no device time to scale")

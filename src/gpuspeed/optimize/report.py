@@ -123,11 +123,6 @@ def markdown(run) -> str:
                  f"{'-' if errs[0] is None else f'{errs[0]:.2g}'} | {'-' if errs[1] is None else f'{errs[1]:.2g}'} | "
                  f"{'-' if r.get('rel_l2_err') is None else format(r['rel_l2_err'], '.2g')} | "
                  f"{_gib(r.get('peak_bytes'))} | {_pct(r.get('pct_of_bw_roof'))} | {(note or '').replace('|', '/')[:160]} |")
-    if pr.get("pct_of_datasheet_bw_here") is not None:
-        L.append("")
-        L.append(f"The primary reads its inputs at {pr['achieved_input_GBps']:.0f} GB/s, "
-                 f"{pr['pct_of_datasheet_bw_here']:.0f} % of this GPU's datasheet bandwidth (inputs only: a lower "
-                 "bound on its traffic).")
     if run.chunking:
         L += ["", f"Chunking: {run.chunking.get('note')}."]
     L += ["", "### Plan", "", "| backend | decision | why |", "|---|---|---|"]
@@ -173,7 +168,7 @@ def _projection_text(pr) -> str:
         s = (f"{pr['target']} ({pr['label']}): ~{format_time(pr['memory_bound_s'])} at the same fraction of its memory "
              f"roof ({pr['bandwidth_ratio']:.1f}x less bandwidth than here). {pr.get('note', '')}.")
     if pr.get("fits_target_memory") is False:
-        s += " Its peak memory exceeds 8 GB less 15 % headroom: it needs the chunked path there."
+        s += " Its peak memory exceeds the budget less 15 % headroom: it needs the chunked path there."
     return s
 
 
