@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
-# gpuspeed optimize on the device, in parts that each fit one 10-minute call on nvidia-h200-x2 (two examples
-# at once, one per GPU):  GPUSPEED_GIT=<sha> OUT=/some/dir bash benchmarks/optimize_device.sh A   (then B; T: GPU tests)
-# Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/. Part B merges the
-# optimize.json of part A when results/nvidia-h200/optimize.json (unpacked from A) travels with the tree.
+# gpuspeed optimize on the device: GPUSPEED_GIT=<sha> OUT=/some/dir bash benchmarks/optimize_device.sh PART
+#   ALL  every example in one call (~8 min on nvidia-h200: 3 examples at once, measurements one at a time)
+#   A, B the examples in two halves (if ALL does not fit a call); B merges the optimize.json of A when
+#        results/nvidia-h200/optimize.json (unpacked from A) travels with the tree
+#   T    the optimize GPU tests
+# Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/.
 set -u
-part=${1:?part A, B or T}
+part=${1:?part ALL, A, B or T}
 : "${GPUSPEED_GIT:?set GPUSPEED_GIT=<sha of the commit being run>}"
 export GPUSPEED_GIT PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=/tmp/optimize_r
 mkdir -p "$R"
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-run() { timeout 560 python3 benchmarks/optimize.py --out "$R" --gpus "$gpus" --time-budget "${TB:-180}" \
-  --bench-budget 0.5 --examples "$1" 2>&1 | tee "$R/bench_$part.log"; }
+run() { timeout "${LIMIT:-570}" python3 benchmarks/optimize.py --out "$R" --gpus "$gpus" --parallel "${PAR:-3}" \
+  --time-budget "${TB:-420}" --bench-budget "${BB:-0.3}" ${1:+--examples "$1"} 2>&1 | tee "$R/bench_$part.log"; }
 case $part in
+  ALL) run "" ;;
   A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats,image_filter ;;
   B) cp results/nvidia-h200/optimize.json "$R/" 2>/dev/null
      run histogram,mandelbrot,ema_filter,row_normalize_loop,torch_mlp ;;
   T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
-  *) echo "part A, B or T"; exit 2 ;;
+  *) echo "part ALL, A, B or T"; exit 2 ;;
 esac
 rm -f "$R"/optimize/*/refs.pkl
 tar czf "$OUT/optimize_$part.tar.gz" -C "$R" .
