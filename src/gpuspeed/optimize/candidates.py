@@ -90,21 +90,25 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         return True
 
     loop_note = " (loop-bound: expect one launch per iteration; given a short time limit)" if loop_bound else ""
+    seq_why = ("not applicable: a sequential recurrence over elements (each step needs the previous one), so an "
+               "array backend would run it one GPU launch per step")
     if not torch_wl:
-        if gate("cupy", module="cupy"):
+        cupy_ok = gate("cupy", module="cupy", applicable=not sequential, why_not=seq_why)
+        if cupy_ok:
             row("cupy", "tried", "np rebound to CuPy, SciPy to cupyx.scipy; inputs moved once" + loop_note)
             recipes.append(recipe("cupy", "cupy"))
-        if gate("torch_compile", applicable=not uses_scipy,
-                why_not="the code calls SciPy, which torch.compile does not trace"):
+        compile_ok = gate("torch_compile", applicable=not uses_scipy and not sequential,
+                          why_not=seq_why if sequential else "the code calls SciPy, which torch.compile does not trace")
+        if compile_ok:
             row("torch_compile", "tried", "torch.compiler.wrap_numpy + torch.compile on CUDA tensors, modes "
                 f"{', '.join(COMPILE_MODES)}" + loop_note)
             recipes.append(recipe("torch-compile", "torch_compile", mode="default"))
         if fp32_ok:
-            if "cupy" in requested and gpu and installed("cupy"):
+            if cupy_ok:
                 recipes.append(recipe("cupy-fp32", "cupy", "float32"))
-            if "torch_compile" in requested and gpu and not uses_scipy:
+            if compile_ok:
                 recipes.append(recipe("torch-compile-fp32", "torch_compile", "float32", mode="default"))
-        if tf32_ok and "torch_compile" in requested and gpu and not uses_scipy:
+        if tf32_ok and compile_ok:
             recipes.append(recipe("torch-compile-tf32", "torch_compile", "tf32", mode="default"))
         row("torch", "skipped", "the original is NumPy code (the torch.compile row covers PyTorch)")
     else:
@@ -135,7 +139,7 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         recipes.append(recipe("numba", "numba"))
         if loop_bound and not sequential:
             recipes.append(recipe("numba-prange", "numba", prange=True))
-    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound,
+    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound and not sequential,
             why_not="loop-bound code: jit would unroll the Python loops" if not torch_wl else "PyTorch code"):
         row("jax", "tried", "np rebound to jax.numpy, jax.jit" + ("" if gpu else " on the CPU"))
         recipes.append(recipe("jax", "jax"))
