@@ -243,3 +243,34 @@ def test_flop_count_of_numpy_code():
     r = flops.intensity(lambda x, y: (x @ y).sum() + np.sin(x).max(), (a, b))
     # matmul, its sum, sin, max; the final add of two NumPy scalars is not followed (a lower bound)
     assert r["flops"] == 2 * 4 * 8 * 3 + 24 + 32 + 32
+
+
+def test_plan_on_a_gpu_machine():
+    """The plan's GPU rows and recipes (planned here, run on the device): drop-ins, float32 within the
+    tolerance, TF32 for float32 matmul code, sequential recurrences kept off the array backends."""
+    from gpuspeed.optimize import candidates as C
+
+    def names(name, hot):
+        wl = workload.load(name, gpu=True, scale=0.01)
+        rows, recs = C.plan(wl, "cuda", hot)
+        return {r["name"] for r in recs}, {r["key"]: r for r in rows}
+
+    recs, rows = names("black_scholes", {"float64": True})
+    assert {"torch-compile", "torch-compile-fp32"} <= recs and "numpy-fp32" in recs
+    assert rows["torch_compile"]["decision"] == "tried"
+    recs, rows = names("ema_filter", {"float64": True, "loop_bound": True, "sequential": True})
+    assert "torch-compile" not in recs and "sequential" in rows["torch_compile"]["why"]
+    recs, rows = names("torch_mlp", {"float64": False})
+    assert {"torch-cuda", "torch-compile", "torch-compile-tf32"} <= recs and "torch-cuda-fp32" not in recs
+    recs, rows = names("histogram", {"float64": True})
+    assert "torch-compile-fp32" not in recs and "rtol 1e-12" in rows["precision"]["why"]  # no TOLERANCE: no float32
+
+    def ok(t, backend="torch_compile", precision="as-written"):
+        return {"status": "ok", "device_time": {"median": t}, "recipe": {"backend": backend, "precision": precision}}
+
+    res = {"torch-compile": ok(2e-3), "torch-compile-fp32": ok(1e-3, precision="float32"),
+           "torch-cuda": ok(5e-4, "torch"), "cupy": ok(3e-3, "cupy")}
+    more = {r["name"]: r for r in C.derived(res, None, "cuda")}
+    assert more["torch-compile-fp32-reduce-overhead"]["precision"] == "float32"  # modes on the faster precision
+    assert more["torch-cuda-graph"]["graph"] is True and more["cupy-fuse"]["fuse"] is True
+    assert C.derived(res, None, "cpu") == []
