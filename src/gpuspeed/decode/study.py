@@ -102,6 +102,13 @@ def check_spec(spec: Spec) -> None:
     for b in spec.batches:
         if b < 1:
             raise UserError(f"batch sizes must be >= 1, got {b}")
+    unknown = [v for v in spec.variants if v not in V.ORDER]
+    if unknown or not spec.variants:
+        raise UserError(f"unknown variant(s) {unknown}: use {', '.join(V.ORDER)}")
+    if spec.max_layers is not None and spec.max_layers < 1:
+        raise UserError(f"--layers must be >= 1, got {spec.max_layers}")
+    if spec.long_prompt is not None and spec.long_prompt < 1:
+        raise UserError(f"--long-prompt must be >= 1, got {spec.long_prompt}")
 
 
 def load_model(spec: Spec, device: str) -> tuple[checkpoints.Checkpoint, M.Transformer | None]:
@@ -278,7 +285,26 @@ def _reference(ref_model: M.Transformer, spec: Spec, prompt, eos_ids):
     return tokens, rec.steps
 
 
-def _agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
+def _same_length(a: torch.Tensor, b: torch.Tensor, eos_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """With EOS ids, runs stop at different steps (V0/V1 at once, V2+ at the next check): after a row's
+    first EOS every token counts as EOS, and the shorter run is padded with EOS."""
+    if not eos_ids:
+        return a, b
+    n = max(a.shape[1], b.shape[1])
+    eos = int(eos_ids[0])
+    out = []
+    for t in (a, b):
+        t = torch.cat([t, torch.full((t.shape[0], n - t.shape[1]), eos, dtype=t.dtype)], dim=1)
+        hit = torch.zeros_like(t, dtype=torch.bool)
+        for e in eos_ids:
+            hit |= t == int(e)
+        after = hit.cumsum(1) > 0
+        out.append(torch.where(after, torch.full_like(t, eos), t))
+    return out[0], out[1]
+
+
+def _agreement(tokens, ref_tokens, logits, ref_logits, eos_ids=None) -> dict:
+    tokens, ref_tokens = _same_length(tokens, ref_tokens, eos_ids)
     n = min(tokens.shape[1], ref_tokens.shape[1])
     same = (tokens[:, :n] == ref_tokens[:, :n])
     diverged = (~same).any(0).nonzero()
@@ -407,13 +433,16 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         if state["v0_tokens"] is None:
             state["v0_tokens"], state["v0_logits"], row["reference"] = tokens, logits, True
         v0_tokens, v0_logits = state["v0_tokens"], state["v0_logits"]
-        row["tokens_identical_to_V0"] = bool(tokens.shape == v0_tokens.shape and (tokens == v0_tokens).all())
+        a, b = _same_length(tokens, v0_tokens, eos_ids)
+        row["tokens_identical_to_V0"] = bool(a.shape == b.shape and (a == b).all())
         if logits and v0_logits:
-            row["max_logit_diff_vs_V0"] = _agreement(tokens, v0_tokens, logits, v0_logits)["max_logit_err"]
+            row["max_logit_diff_vs_V0"] = _agreement(tokens, v0_tokens, logits, v0_logits, eos_ids)["max_logit_err"]
         if ref_tokens is not None:
-            row |= {f"{k}_vs_fp32": v for k, v in _agreement(tokens, ref_tokens, logits, ref_logits).items()}
+            row |= {f"{k}_vs_fp32": v for k, v in _agreement(tokens, ref_tokens, logits, ref_logits, eos_ids).items()}
         if tok is not None:
-            texts[name] = tok.decode(tokens[0])
+            ids = tokens[0].tolist()
+            stop = next((i for i, t in enumerate(ids) if t in (eos_ids or [])), len(ids) - 1)
+            texts[name] = tok.decode(ids[:stop + 1])  # up to the first EOS
             row["text"] = texts[name]
         rows.append(row)
 
