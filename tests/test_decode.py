@@ -207,3 +207,15 @@ def test_cli_runs_on_the_cpu_and_writes_results(tmp_path, capsys):
     assert rows["V2"]["host_syncs_per_token"] < 1  # one copy at the end, not one per token
     written = json.loads((tmp_path / "decode.json").read_text())
     assert written["study"] == "decode" and (tmp_path / "decode_ladder.png").is_file()
+
+
+def test_runs_stopped_at_different_steps_compare_eos_padded():
+    from gpuspeed.decode.study import _same_length
+
+    v0, v2 = torch.tensor([[5, 6, 2]]), torch.tensor([[5, 6, 2, 2, 9, 2]])  # V2 ran on to its next check
+    a, b = _same_length(v0, v2, [2])
+    assert torch.equal(a, b) and a.shape == (1, 6)
+    a, b = _same_length(torch.tensor([[5, 7, 2]]), v2, [2])
+    assert not torch.equal(a, b)
+    same = torch.tensor([[1, 2, 3]])
+    assert _same_length(same, same, None)[0] is same
