@@ -98,7 +98,10 @@ def choose_gemv(n: int, k: int, dtype, uses: set, notes: list) -> tuple | None:
     for t_cfg, cfg in sorted(timed):
         if t_cfg > base.median:
             break
-        ok, why = check_fused(n, k, cfg, uses, dtype, "cuda")
+        try:
+            ok, why = check_fused(n, k, cfg, uses, dtype, "cuda")
+        except Exception as exc:  # a fused form that fails to compile or run: this config is out
+            ok, why = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60] if str(exc) else ''}"
         if ok:
             best, best_t = cfg, t_cfg
             break
