@@ -274,3 +274,22 @@ def test_plan_on_a_gpu_machine():
     assert more["torch-compile-fp32-reduce-overhead"]["precision"] == "float32"  # modes on the faster precision
     assert more["torch-cuda-graph"]["graph"] is True and more["cupy-fuse"]["fuse"] is True
     assert C.derived(res, None, "cpu") == []
+
+
+def test_emitted_script_passes_spec_inputs_in_parameter_order(tmp_path):
+    import types
+
+    from gpuspeed.optimize import emit
+
+    p = _write(tmp_path, "import numpy as np\ndef original(x, n):\n    return np.tanh(x) * n\n")
+    wl = workload.load(p, input_specs=["n=int:3", "x=float32[64,8]"], gpu=False)
+    row = {"name": "original", "recipe": {"name": "original", "backend": "original"}, "status": "ok",
+           "device_time": {"median": 1e-3}}
+    run = types.SimpleNamespace(wl=wl, where="cpu", out_dir=tmp_path, params={"seeds": [1, 2, 3]},
+                                choice={"primary": "original"}, results={"original": row})
+    text = emit.script_text(run)
+    assert "ARG_ORDER = ['x', 'n']" in text
+    ns = {"__file__": str(tmp_path / "optimized_wl.py"), "__name__": "optimized"}
+    exec(compile(text, "optimized_wl.py", "exec"), ns)
+    args = ns["make_args"](ns["load_workload"]("_t"), 5)
+    assert args[1] == 3 and np.array_equal(args[0], wl.make_args(5)[0])  # the same values gpuspeed made

@@ -108,7 +108,8 @@ RECIPE = {recipe}
 OUT_DTYPES = {out_dtypes!r}
 RTOL, ATOL = {rtol!r}, {atol!r}
 SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
-INPUT_SPECS = {input_specs!r}
+INPUT_SPECS = {input_specs!r}  # --input specs, made in this order
+ARG_ORDER = {arg_order!r}  # and passed in this one (the function's parameters)
 CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
 
 
@@ -150,22 +151,22 @@ def make_args(module, seed):
 
     rng = np.random.default_rng(seed)
     if INPUT_SPECS:
-        out = []
+        values = {{}}
         for text in INPUT_SPECS:
-            _, rhs = text.split("=", 1)
+            name, rhs = text.split("=", 1)
             if rhs.startswith(("int:", "float:")):
                 kind, val = rhs.split(":", 1)
-                out.append(int(val) if kind == "int" else float(val))
+                values[name] = int(val) if kind == "int" else float(val)
                 continue
             dtype, shape = rhs[:-1].split("[")
             shape = tuple(int(s) for s in shape.split(",") if s)
             if dtype.startswith("float"):
-                out.append(rng.standard_normal(shape, dtype=np.float64 if dtype == "float64" else np.float32).astype(dtype))
+                values[name] = rng.standard_normal(shape, dtype=np.float64 if dtype == "float64" else np.float32).astype(dtype)
             elif dtype == "bool":
-                out.append(rng.integers(0, 2, shape).astype(bool))
+                values[name] = rng.integers(0, 2, shape).astype(bool)
             else:
-                out.append(rng.integers(0, 16, shape).astype(dtype))
-        return tuple(out)
+                values[name] = rng.integers(0, 16, shape).astype(dtype)
+        return tuple(values[name] for name in ARG_ORDER)
     takes_scale = "scale" in _inspect.signature(module.inputs).parameters
     out = module.inputs(rng, scale=SCALE) if takes_scale else module.inputs(rng)
     return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
@@ -327,7 +328,7 @@ def script_text(run) -> str:
         fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS else "the original",
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
-        scale=run.wl.scale, input_specs=list(run.wl.input_specs), chunk=repr(chunk),
+        scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
     return text
@@ -341,6 +342,13 @@ def W_out_dtypes(run):  # noqa: N802 - mirrors the worker's spec key
         return None
     refs = load_refs(path)
     return out_dtypes(refs[run.params["seeds"][0]])
+
+
+def _arg_order(wl) -> list:
+    from gpuspeed.optimize.workload import _spec_order
+
+    names = [spec.split("=", 1)[0] for spec in wl.input_specs]
+    return _spec_order(wl.original, names) if names else []
 
 
 def _dev_name(run) -> str:
