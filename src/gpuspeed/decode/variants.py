@@ -405,7 +405,11 @@ class Fast(Graphed):
         from gpuspeed.decode.kernels import choose
 
         t0 = time.perf_counter()
-        fields, notes = choose(self.model, self.batch, self.max_len)
+        try:
+            fields, notes = choose(self.model, self.batch, self.max_len)
+        except Exception as exc:  # measuring the candidates failed: torch's ops, said in the notes
+            fields, notes = {}, [f"kernel choice failed ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); torch's ops"]
         self.info["kernel_choice_s"] = time.perf_counter() - t0  # measuring the candidates, apart from decoding
         self.info["notes"] += notes
         self.info["triton_gemv_shapes"] = [f"{n}x{k}" for n, k in fields.get("gemv", {})]
