@@ -106,7 +106,9 @@ def markdown(run) -> str:
              f"(gpuspeed.compare). Tolerance: {_tol(run)}. Budget {run.params['budget']}, 15 % headroom. "
              "% of bw roof: the least traffic of a call (inputs read once, outputs written once) over its time, "
              "against this GPU's datasheet bandwidth: a lower bound. Max rel err is per element (values near zero "
-             "inflate it; atol covers them); rel L2 err is the whole output's.")
+             "inflate it; atol covers them); rel L2 err is the whole output's. A float32 or TF32 candidate keeps its "
+             "resident data in that precision (cast once, when moved); its outputs are cast back to the original's "
+             "dtypes on the way out.")
     L.append("")
     L.append("| candidate | status | device-resident | end to end | speedup | e2e speedup | max abs err | max rel err "
              "| rel L2 err | peak memory | % of bw roof | note |")
