@@ -100,6 +100,8 @@ class Runner:
         src = str(Path(gpuspeed.__file__).resolve().parents[1])  # the worker imports this same gpuspeed
         env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH")] if p)
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        # several workers compile at once: a few Inductor compile processes each, not one per core each
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "4")
         log = open(log_path, "w")
         proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
