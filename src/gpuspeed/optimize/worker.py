@@ -185,7 +185,7 @@ def run(spec: dict, result: dict, result_path: str) -> None:
         with _slot(spec, False, stage, "compile slot"):  # released before the timing slot is taken
             stage("build")
             impl = build(spec, wl, module)
-            if device == "cuda" and spec.get("budget_bytes"):
+            if device == "cuda" and spec.get("budget_bytes") and impl.device != "cpu":  # CPU candidates: no VRAM
                 from gpuspeed.memory import cap
 
                 budget.enter_context(cap(spec["budget_bytes"]))  # past the budget is an out-of-memory error
