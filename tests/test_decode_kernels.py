@@ -87,3 +87,70 @@ def test_flash_decoding_matches_sdpa(b, h, hkv, d, cap, pos, dtype):
     ref = sdpa(q.double(), k[:, :, :pos + 1].double(), v[:, :, :pos + 1].double(), None)
     res = check(decode_attention(q, k, v, mask, ip), ref)
     assert res.passed, res.summary
+
+
+def _torch_stand_ins():
+    """Pure-torch custom ops with the Triton ops' signatures (registered once per process)."""
+    import functools
+
+    @functools.cache
+    def make():
+        import torch.nn.functional as F
+
+        from gpuspeed.decode.model import attention, rms_norm
+
+        @torch.library.custom_op("gpuspeed_test::gemv", mutates_args=())
+        def gemv_ref(x: torch.Tensor, w: torch.Tensor, nw: "torch.Tensor | None", res: "torch.Tensor | None",
+                     eps: float, prologue: int, block_n: int, block_k: int, split: int, num_warps: int) -> torch.Tensor:
+            k = w.shape[1]
+            h = rms_norm(x, nw, eps) if prologue == 1 else F.silu(x[:k]) * x[k:] if prologue == 2 else x
+            y = F.linear(h, w)
+            return y + res if res is not None else y
+
+        @gemv_ref.register_fake
+        def _(x, w, nw, res, eps, prologue, block_n, block_k, split, num_warps):
+            return x.new_empty(w.shape[0])
+
+        @torch.library.custom_op("gpuspeed_test::attention", mutates_args=())
+        def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            n = int(pos[0]) + 1
+            return attention(q, k[:, :, :n], v[:, :, :n], None)
+
+        @attention_ref.register_fake
+        def _(q, k, v, pos):
+            return torch.empty_like(q)
+
+        return gemv_ref, attention_ref
+
+    return make()
+
+
+def test_fused_decode_step_compiles_whole(monkeypatch):
+    """fullgraph=True through the fused GEMV wrappers and flash-decoding's, with torch stand-ins for the two
+    Triton ops (the interpreter's kernels cannot run under fake tensors; on a GPU the real ops are used)."""
+    from gpuspeed.decode import model as M
+    from gpuspeed.decode.cache import StaticCache
+    from gpuspeed.decode.kernels import attention as A, gemv as G, gemv_uses
+
+    gemv_ref, attention_ref = _torch_stand_ins()
+    monkeypatch.setattr(G, "GEMV_OP", gemv_ref)
+    monkeypatch.setattr(A, "ATTENTION_OP", attention_ref)
+    args = M.named_config("smollm2-135m", vocab_size=256, dim=64, n_layers=2, n_heads=6, n_kv_heads=2, ffn_dim=96)
+    m = M.build(args, seed=4)
+    m.setup_rope(64)
+    fused = M.Options(fused_qkv=True, fused_gate_up=True, gemv={s: (8, 64, 2, 4) for s in gemv_uses(args)},
+                      attention=A.decode_attention)
+    caches = [StaticCache(2, 1, 2, 64, args.head_dim, device="cpu", dtype=torch.float32) for _ in range(2)]
+    prompt = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(2))
+    for c in caches:
+        m(prompt, torch.arange(5), c)  # the prefill (torch path) fills both caches alike
+    torch._dynamo.reset()
+    step = torch.compile(lambda tok, pos: m(tok, pos, caches[0], fused), fullgraph=True, backend="eager")
+    tok = prompt[:, -1:]
+    for p in range(5, 8):
+        pos = torch.tensor([p])
+        got, ref = step(tok, pos), m(tok, pos, caches[1])
+        res = check(got, ref.double())
+        assert res.passed, (p, res.summary)
+        tok = ref[:, -1:].argmax(-1)
+    torch._dynamo.reset()

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpuspeed.decode.kernels.gemv import gemv
 from gpuspeed.errors import UserError
 
 
@@ -188,8 +189,6 @@ def norm_linear(x, norm_w, eps, w, opts: Options):
     cfg = _gemv_cfg(opts, x, w)
     if cfg is None:
         return opts.linear(rms_norm(x, norm_w, eps), w)
-    from gpuspeed.decode.kernels.gemv import gemv
-
     return gemv(x, w, *cfg, norm=norm_w, eps=eps)
 
 
@@ -198,8 +197,6 @@ def linear_residual(y, w, residual, opts: Options):
     cfg = _gemv_cfg(opts, y, w)
     if cfg is None:
         return residual + opts.linear(y, w)
-    from gpuspeed.decode.kernels.gemv import gemv
-
     return gemv(y, w, *cfg, residual=residual)
 
 
@@ -209,8 +206,6 @@ def silu_mul_linear_residual(gate_up, w, residual, opts: Options):
     if cfg is None:
         gate, up = gate_up.chunk(2, dim=-1)
         return residual + opts.linear(F.silu(gate) * up, w)
-    from gpuspeed.decode.kernels.gemv import gemv
-
     return gemv(gate_up, w, *cfg, silu_mul=True, residual=residual)
 
 

@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gpuspeed.decode.model import attention as sdpa_attention, rms_norm
+# gpuspeed.decode.model imports this package's gemv module: names from model are imported inside functions
 
 _decisions: dict = {}  # (kind, shape..., dtype, device name) -> (choice, details)
 
@@ -35,6 +35,7 @@ def _bench(fn, *args, rotate: int):
 def check_fused(n: int, k: int, cfg: tuple, uses: set, dtype, device) -> tuple[bool, str]:
     """Every fused form `uses` names ("plain", "norm", "residual", "silu_residual") against float64."""
     from gpuspeed.decode.kernels.gemv import gemv
+    from gpuspeed.decode.model import rms_norm
     from gpuspeed.verify import check
 
     g = torch.Generator(device=device).manual_seed(n + k)
@@ -121,6 +122,7 @@ def choose_gemv(n: int, k: int, dtype, uses: set, notes: list) -> tuple | None:
 def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, dtype, notes: list) -> bool:
     """True when flash-decoding beats SDPA on a full cache of max_len (and matches it)."""
     from gpuspeed.decode.kernels.attention import decode_attention
+    from gpuspeed.decode.model import attention as sdpa_attention
     from gpuspeed.verify import check
 
     key = ("attn", batch, n_heads, n_kv, head_dim, max_len, dtype, torch.cuda.get_device_name())

@@ -99,8 +99,8 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
     return out.reshape(b, h, 1, d).to(q.dtype)
 
 
-@functools.cache
-def _op():
+def _registered():
+    """The triton_op torch.compile keeps in its graph, or the plain launcher where torch has none."""
     try:
         from torch.library import triton_op
     except ImportError:
@@ -113,10 +113,21 @@ def _op():
     return decode_attention_op
 
 
+ATTENTION_OP = None  # registered at the first eager call, as gemv.GEMV_OP
+
+
+def registered():
+    global ATTENTION_OP
+    if ATTENTION_OP is None:
+        ATTENTION_OP = _registered()
+    return ATTENTION_OP
+
+
 def decode_attention(q, k, v, mask, input_pos):
     """The Options.attention signature: split-K flash-decoding for one query token, SDPA otherwise."""
     if q.shape[2] != 1:
-        from gpuspeed.decode.model import attention
+        from gpuspeed.decode.model import attention  # model imports kernels.gemv, not this module: no cycle
 
         return attention(q, k, v, mask, input_pos)
-    return _op()(q.contiguous(), k, v, input_pos)
+    op = ATTENTION_OP if ATTENTION_OP is not None else registered()
+    return op(q.contiguous(), k, v, input_pos)

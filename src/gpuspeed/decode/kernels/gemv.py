@@ -109,9 +109,8 @@ def _launch(x: torch.Tensor, w: torch.Tensor, nw: torch.Tensor | None, res: torc
     return y + res if res is not None else y
 
 
-@functools.cache
-def _op():
-    """The triton_op (torch >= 2.6) that torch.compile traces into; the plain launcher where it is absent."""
+def _registered():
+    """The triton_op (torch >= 2.6) that torch.compile keeps in its graph; the plain launcher where it is absent."""
     try:
         from torch.library import triton_op
     except ImportError:
@@ -125,6 +124,18 @@ def _op():
     return gemv_op
 
 
+GEMV_OP = None  # registered at the first eager call (importing torch.library's triton support costs ~1 s)
+
+
+def registered():
+    """The op, registered now if needed. Dynamo will not trace the registration, so the first call must be
+    eager: kernels.choose() calls every kernel it selects before any compile."""
+    global GEMV_OP
+    if GEMV_OP is None:
+        GEMV_OP = _registered()
+    return GEMV_OP
+
+
 def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int = 8, block_k: int = 512, split: int = 1,
          num_warps: int = 4, *, norm: torch.Tensor | None = None, eps: float = 1e-5, silu_mul: bool = False,
          residual: torch.Tensor | None = None) -> torch.Tensor:
@@ -133,5 +144,6 @@ def gemv(x: torch.Tensor, w: torch.Tensor, block_n: int = 8, block_k: int = 512,
     lead = x.shape[:-1]
     pro = PROLOGUES["norm"] if norm is not None else PROLOGUES["silu_mul"] if silu_mul else PROLOGUES["none"]
     res = residual.reshape(-1).contiguous() if residual is not None else None
-    y = _op()(x.reshape(-1).contiguous(), w, norm, res, float(eps), pro, block_n, block_k, split, num_warps)
+    op = GEMV_OP if GEMV_OP is not None else registered()
+    y = op(x.reshape(-1).contiguous(), w, norm, res, float(eps), pro, block_n, block_k, split, num_warps)
     return y.reshape(*lead, w.shape[0])
