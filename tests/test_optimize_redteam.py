@@ -107,7 +107,7 @@ def test_redteam_zero_false_passes(tmp_path):
     assert run.results["original"]["status"] == "ok"
     got = {name.split(":", 1)[1]: r["status"] for name, r in run.results.items() if name.startswith("variant:")}
     assert got == EXPECTED, {k: (v, run.results["variant:" + k].get("reason")) for k, v in got.items()}
-    assert run.choice["primary"] == "variant:honest"
+    assert run.choice["primary"] in ("variant:honest", "original")  # the same work: either may time faster
     assert "another stream" not in (run.results["variant:cached"].get("reason") or "")
     md = (tmp_path / "out" / "report.md").read_text()
     for name in EXPECTED:
