@@ -698,10 +698,11 @@ def plots(doc: dict, out) -> list[Path]:
                     ax.axhline(roofs[key], color="tab:red", linestyle="--", label=f"read roof {roofs[key]:.0f} GB/s")
                     ax.legend(fontsize=7)
                 ax.set_ylabel("weight GB/s")
-            ax.set_title(key, fontsize=9)
+            ax.set_title(f"{key}, batch {rows[0].get('batch', '?')}, P={rows[0].get('prompt_len', '?')}", fontsize=9)
             ax.tick_params(axis="x", labelrotation=45, labelsize=7)
         dev = doc.get("device", {}).get("name", "?")
-        fig.suptitle(f"decode, batch 1, {dev}", fontsize=10)
+        fig.suptitle(f"decode ({'ms per token' if kind == 'ladder' else 'weight bytes per token / time'}), {dev}",
+                     fontsize=10)
         fig.tight_layout()
         p = out / f"decode_{kind}.png"
         fig.savefig(p, dpi=110)
