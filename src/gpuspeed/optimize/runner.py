@@ -2,9 +2,9 @@
 
 A worker that crashes (segfault, illegal address), runs out of memory, hangs or overruns its limit is
 recorded against its candidate and the run goes on. Up to `jobs` workers run at once: they build,
-compile and check concurrently under a shared lock, and take it exclusively to measure memory and
-time, so no two candidates are ever timed together (time spent waiting for the lock does not count
-against a worker's limit). `resume=True` keeps the lines already written and skips their candidates,
+compile and check concurrently; a measurement (memory, timing) has the machine to itself: nothing else
+is timed, compiled or checked meanwhile (worker._slot has the lock; time spent waiting for it does not
+count against a worker's limit). `resume=True` keeps the lines already written and skips their candidates,
 so an interrupted run loses nothing.
 """
 

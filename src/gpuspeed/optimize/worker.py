@@ -181,8 +181,10 @@ def run(spec: dict, result: dict, result_path: str) -> None:
                 rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=device == "cuda")
     module = W.import_workload(wl.path, unique=True)  # the candidate's own copy: rebinding leaves wl's alone
     refs = W.load_refs(Path(spec["refs"]))
+    chunked = bool(r.get("chunk"))
     with contextlib.ExitStack() as budget:
-        with _slot(spec, False, stage, "compile slot"):  # released before the timing slot is taken
+        # a chunked re-run plans its chunk from measured peaks: it holds the measure slot throughout
+        with _slot(spec, "measure" if chunked else "compile", stage):  # released before the measure slot
             stage("build")
             impl = build(spec, wl, module)
             if device == "cuda" and spec.get("budget_bytes") and impl.device != "cpu":  # CPU candidates: no VRAM
@@ -190,10 +192,13 @@ def run(spec: dict, result: dict, result_path: str) -> None:
 
                 budget.enter_context(cap(spec["budget_bytes"]))  # past the budget is an out-of-memory error
             impl = _check(spec, wl, impl, refs, result, stage, result_path)
+            if impl is not None and chunked:
+                _measure(spec, wl, impl, result, stage, True)
         if impl is None:
             return
-        with _slot(spec, True, stage, "timing slot"):
-            _measure(spec, wl, impl, result, stage, bool(r.get("chunk")))
+        if not chunked:
+            with _slot(spec, "measure", stage):
+                _measure(spec, wl, impl, result, stage, False)
     stage("done")
 
 
@@ -262,22 +267,38 @@ def _check(spec, wl, impl, refs, result, stage, result_path):
 
 
 @contextlib.contextmanager
-def _slot(spec: dict, exclusive: bool, stage, label: str):
-    """The run's device lock: shared while building and checking, exclusive while measuring, so no two
-    candidates are timed at once and nothing compiles while one is timed."""
-    path = spec.get("lock")
-    if not path:
-        yield
-        return
+def _flock(path: str, exclusive: bool):
     import fcntl
 
-    stage(f"waiting ({label})")
     with open(path, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _slot(spec: dict, kind: str, stage):
+    """The run's lock (shared by every worker of a run, or of a whole benchmark): "compile" (building and
+    checking) is shared, many at once; "measure" (memory and timing) is exclusive, so a measurement has
+    the GPU and the host to itself: no other candidate is timed, compiled (max-autotune benchmarks on the
+    GPU), checked, or allocating (NVML's device-level peak would count it). The measure side goes through
+    a turnstile, so a stream of new compiles cannot keep it waiting."""
+    path = spec.get("lock")
+    if not path:
+        yield
+        return
+    turnstile = path + ".turnstile"
+    stage(f"waiting ({kind} slot)")
+    with contextlib.ExitStack() as held:
+        if kind == "compile":
+            with _flock(turnstile, False):
+                held.enter_context(_flock(path, False))
+        else:
+            held.enter_context(_flock(turnstile, True))
+            held.enter_context(_flock(path, True))
+        yield
 
 
 def _reject(result, status, reason, path):
