@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpuspeed optimize on the device: GPUSPEED_GIT=<sha> OUT=/some/dir bash benchmarks/optimize_device.sh PART
-#   ALL  every example in one call (~8 min on nvidia-h200: 3 examples at once, measurements one at a time)
-#   A, B the examples in two halves (if ALL does not fit a call); B merges the optimize.json of A when
+#   A, B the examples in two halves, each ~7 min on nvidia-h200-x2 (one example per GPU, default settings:
+#        300 s per example; every measurement alone under one lock); B merges the optimize.json of A when
 #        results/nvidia-h200/optimize.json (unpacked from A) travels with the tree
+#   ALL  every example in one call (needs ~13 min on x2: cut at LIMIT, the finished examples are kept)
 #   T    the optimize GPU tests
 # Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/.
 set -u
@@ -12,8 +13,8 @@ export GPUSPEED_GIT PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=/tmp/optimize_r
 mkdir -p "$R"
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-run() { timeout "${LIMIT:-570}" python3 benchmarks/optimize.py --out "$R" --gpus "$gpus" --parallel "${PAR:-3}" \
-  --time-budget "${TB:-420}" --bench-budget "${BB:-0.3}" ${1:+--examples "$1"} 2>&1 | tee "$R/bench_$part.log"; }
+run() { timeout "${LIMIT:-570}" python3 benchmarks/optimize.py --out "$R" --gpus "$gpus" --parallel "${PAR:-$gpus}" \
+  --time-budget "${TB:-300}" --bench-budget "${BB:-0.5}" ${1:+--examples "$1"} 2>&1 | tee "$R/bench_$part.log"; }
 case $part in
   ALL) run "" ;;
   A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats,image_filter ;;
