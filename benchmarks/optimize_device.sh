@@ -23,6 +23,6 @@ case $part in
   T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
   *) echo "part ALL, A, B or T"; exit 2 ;;
 esac
-rm -f "$R"/optimize/*/refs.pkl
+rm -f "$R"/optimize/*/refs.pkl "$R"/optimize/.device.lock*
 tar czf "$OUT/optimize_$part.tar.gz" -C "$R" .
 ls -la "$OUT"
