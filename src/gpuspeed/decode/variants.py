@@ -411,6 +411,10 @@ class Fast(Graphed):
             fields, notes = {}, [f"kernel choice failed ({type(exc).__name__}: "
                                  f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); torch's ops"]
         self.info["kernel_choice_s"] = time.perf_counter() - t0  # measuring the candidates, apart from decoding
+        if self.device.type == "cuda":
+            from gpuspeed.decode.kernels import choices
+
+            self.info["kernel_choices"] = choices()  # per shape: cuBLAS and each Triton config, us and GB/s
         self.info["notes"] += notes
         self.info["triton_gemv_shapes"] = [f"{n}x{k}" for n, k in fields.get("gemv", {})]
         self.info["attention"] = getattr(fields.get("attention", sdpa_attention), "__name__", "?")

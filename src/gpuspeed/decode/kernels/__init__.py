@@ -112,6 +112,8 @@ def choose_gemv(n: int, k: int, dtype, uses: set, notes: list) -> tuple | None:
     use = best if best_t is not None and best_t <= base.median else None
     t = best_t if use else base.median
     gbps = w.numel() * w.element_size() / t / 1e9
+    tried["cublas_GBps"] = w.numel() * w.element_size() / base.median / 1e9
+    tried["choice"] = str(use) if use else "cublas"
     notes.append(f"GEMV {n}x{k} ({', '.join(sorted(uses))}): {'Triton ' + str(use) if use else 'cuBLAS'} "
                  f"{t * 1e6:.1f} us, {gbps:.0f} GB/s (cuBLAS {base.median * 1e6:.1f} us, best Triton with "
                  f"{form} fused {best_t * 1e6 if best_t else float('nan'):.1f} us)")
@@ -159,6 +161,20 @@ def gemv_uses(args) -> dict:
                         ((a.vocab_size, a.dim), "norm")]:
         uses.setdefault(shape, set()).add(form)
     return uses
+
+
+def choices() -> dict:
+    """Every decision made so far in this process, as plain data (the results record it)."""
+    out = {}
+    for key, (choice, details) in _decisions.items():
+        if key[0] == "gemv":
+            _, n, k, dtype, uses, _dev = key
+            name = f"gemv {n}x{k} {str(dtype).replace('torch.', '')} ({', '.join(uses)})"
+        else:
+            _, b, h, hkv, d, length, dtype, _dev = key
+            name = f"attention batch {b} heads {h}/{hkv} dim {d} keys {length} {str(dtype).replace('torch.', '')}"
+        out[name] = {"choice": str(choice), **{k: v for k, v in details.items() if k != "choice"}}
+    return out
 
 
 def choose(model, batch: int, max_len: int) -> tuple[dict, list]:
