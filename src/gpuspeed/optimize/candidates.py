@@ -141,7 +141,8 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
             recipes.append(recipe("numba-prange", "numba", prange=True))
     if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound and not sequential,
             why_not="loop-bound code: jit would unroll the Python loops" if not torch_wl else "PyTorch code"):
-        row("jax", "tried", "np rebound to jax.numpy, jax.jit" + ("" if gpu else " on the CPU"))
+        row("jax", "tried", "np rebound to jax.numpy, jax.jit" + ("" if gpu else " on the CPU") +
+            " (XLA's platform allocator, so its peak memory is seen)")
         recipes.append(recipe("jax", "jax"))
         if fp32_ok:
             recipes.append(recipe("jax-fp32", "jax", "float32"))

@@ -102,6 +102,8 @@ class Runner:
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         # several workers compile at once: a few Inductor compile processes each, not one per core each
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "4")
+        if recipe.get("backend") == "jax":  # JAX's own pool hides its arrays from peak_memory; cudaMalloc shows them
+            env.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
         log = open(log_path, "w")
         proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
