@@ -530,6 +530,9 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     for r in rows + extra_rows + hf:
         if roof_GBps and "weight_GBps" in r:
             r["pct_of_read_roof"] = 100 * r["weight_GBps"] / roof_GBps
+        for choice in (r.get("kernel_choices") or {}).values():  # how far cuBLAS's GEMV sits from the roof
+            if roof_GBps and choice.get("cublas_GBps"):
+                choice["cublas_pct_of_read_roof"] = 100 * choice["cublas_GBps"] / roof_GBps
     for r in rows + extra_rows + hf:
         r.setdefault("study", "ladder" if not r.get("variant", "").startswith("HF") else "transformers")
         r["model"], r["dtype"] = model_key(spec.model), spec.dtype
