@@ -105,6 +105,9 @@ def register(app: typer.Typer) -> None:
             console.print(f"  {key}: {study._fmt(val, '.4g')}", highlight=False)
         for name, text in (doc["params"].get("texts") or {}).items():
             console.print(f"  {name}: {text!r}", highlight=False, markup=False)
+        for r in doc["rows"]:
+            for note in r.get("notes") or []:
+                console.print(f"  {r['variant']}: {note}", style="dim", highlight=False, markup=False)
         for note in doc["notes"]:
             console.print(f"[dim]{note}[/]")
         for p in paths:
