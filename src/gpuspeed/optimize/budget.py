@@ -86,8 +86,29 @@ def propose_axes(wl, max_original_s: float = 5.0, original_s: float | None = Non
     return {"axes": None, "note": f"no axis along which the original is independent (checked on {where})"}
 
 
-def chunk_size_for(impl, wl, spec: dict, chunk: dict) -> tuple[int, str]:
-    """The chunk size for a candidate: the spec's, or the planner's for the budget (GPU), or a quarter."""
+def plan_for_pipeline(size_a: int, peak_a: int, size_b: int, peak_b: int, budget_bytes: int, in_flight: int = 1,
+                      max_size: int | None = None):
+    """The chunk plan (gpuspeed.memory.ChunkPlan) for a run that holds `in_flight` chunks at once.
+
+    Two peaks of one chunk give peak = fixed + per_item * size. The two-stream pipeline has two chunks in
+    flight, and each stream's allocator (CuPy's per-stream arenas, torch's per-stream blocks) keeps its
+    chunk's blocks cached for that stream alone, so its peak is fixed + in_flight * per_item * size: a chunk
+    sized for one in flight ran the pipeline to twice its working set and out of memory under cap()."""
+    from gpuspeed.memory import plan_chunks
+
+    slope = (peak_b - peak_a) / (size_b - size_a)
+    fixed = peak_a - slope * size_a
+
+    def pipeline_peak(size):
+        return int(round(fixed + in_flight * slope * size))
+
+    return plan_chunks(size_a, pipeline_peak(size_a), size_b, pipeline_peak(size_b), int(budget_bytes),
+                       max_size=max_size)
+
+
+def chunk_size_for(impl, wl, spec: dict, chunk: dict, in_flight: int = 1) -> tuple[int, str]:
+    """The chunk size for a candidate: the spec's, or the planner's for the budget (GPU), or a quarter.
+    in_flight: how many chunks the chunked run holds on the device at once (2 for the two-stream pipeline)."""
     from gpuspeed.optimize.worker import host_inputs
 
     axes = {int(k): int(v) for k, v in chunk["axes"].items()}
@@ -99,18 +120,21 @@ def chunk_size_for(impl, wl, spec: dict, chunk: dict) -> tuple[int, str]:
     if spec["device"] != "cuda" or not spec.get("budget_bytes"):
         size = max(1, n // 4)
         return size, f"no GPU budget to plan against: {size} items per chunk (a quarter)"
-    from gpuspeed.memory import measure_chunk_plan
+    from gpuspeed.memory import peak_memory
 
     def run_chunk(size):
         sub = tuple(take(a, axes[i], 0, size) if i in axes else a for i, a in enumerate(args))
         return impl(*sub)
 
     a, b = max(1, n // 32), max(2, n // 16)
-    plan = measure_chunk_plan(run_chunk, a, b, spec["budget_bytes"], device="cuda", max_size=n)
+    pa = peak_memory(run_chunk, a, device="cuda").peak_bytes
+    pb = peak_memory(run_chunk, b, device="cuda").peak_bytes
+    plan = plan_for_pipeline(a, pa, b, pb, spec["budget_bytes"], in_flight=in_flight, max_size=n)
     if not plan.max_chunk:
         raise UserError(f"no chunk fits the budget: {plan.note}")
     size = int(min(plan.max_chunk, n))
     pred = f"{plan.predicted_peak_bytes / 2**30:.2f} GiB" if plan.predicted_peak_bytes else "?"
-    return size, (f"chunk planner: peak = {plan.fixed_bytes / 2**20:.0f} MiB + {plan.bytes_per_item / 2**20:.3f} MiB "
-                  f"per item (measured at {a} and {b} items); {size} items per chunk, predicted peak {pred}, "
-                  f"{plan.note}")
+    per_item = (pb - pa) / (b - a)
+    return size, (f"chunk planner: peak = {(pa - per_item * a) / 2**20:.0f} MiB + {per_item / 2**20:.3f} MiB per "
+                  f"item per chunk (measured at {a} and {b} items), {in_flight} chunk(s) in flight; {size} items per "
+                  f"chunk, predicted peak {pred}, {plan.note}")

@@ -216,11 +216,12 @@ def _check(spec, wl, impl, refs, result, stage, result_path):
         from gpuspeed.optimize.budget import chunk_size_for
         from gpuspeed.optimize.backends.chunking import chunked
 
-        size, plan_note = chunk_size_for(impl, wl, spec, chunk)
-        result["chunk_size"] = size
-        result.setdefault("notes", []).append(plan_note)
         library = {"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}.get(r["backend"]) \
             if device == "cuda" else None
+        # the two-stream pipeline holds two chunks on the device at once; the serial loop one
+        size, plan_note = chunk_size_for(impl, wl, spec, chunk, in_flight=2 if library else 1)
+        result["chunk_size"] = size
+        result.setdefault("notes", []).append(plan_note)
         impl = chunked(impl, chunk["axes"], chunk["out_axes"], size, library)
     result["label"] = impl.label
     result.setdefault("notes", []).extend(impl.notes)

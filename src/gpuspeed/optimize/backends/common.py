@@ -5,6 +5,8 @@ file in verbatim, so the script gpuspeed writes runs without gpuspeed installed.
 """
 
 import importlib
+import os
+import sys
 import types
 
 import numpy as np
@@ -187,6 +189,24 @@ def rebind(module, xp, scipy_prefix=None, demote=False) -> list:
         else:
             notes.append(f"{origin}.{short} has no counterpart: left as is")
     return notes
+
+
+def importable(module):
+    """Make `module` importable by its name (and its folder by path) for the life of the process:
+    torch.compile (dynamo) imports a traced function's module by name to read its globals, so a module
+    built with types.ModuleType or loaded under a synthetic name would fail there. A name already taken
+    by another module gets a unique suffix."""
+    name = module.__name__
+    if sys.modules.get(name) is not module:
+        if name in sys.modules:
+            name = f"{name}_{id(module):x}"
+            module.__name__ = name
+        sys.modules[name] = module
+    path = getattr(module, "__file__", None)
+    folder = os.path.dirname(os.path.abspath(path)) if path else None
+    if folder and folder not in sys.path:
+        sys.path.insert(0, folder)  # the module's sibling imports resolve wherever dynamo re-imports them
+    return module
 
 
 def take(x, axis, start, stop):

@@ -4,18 +4,21 @@ on CUDA tensors, and Inductor fuses them (modes: default, max-autotune-no-cudagr
 import numpy as np
 import torch
 
-from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, tree_map
+from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, importable, tree_map
 
 
-def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda", **_):
+def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda",
+          compile_backend=None, **_):
     demote = precision == "float32"
     # arrays the code creates itself (np.zeros(n)) follow this default
     torch._dynamo.config.numpy_default_float = "float32" if demote else "float64"
     if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    importable(module)  # dynamo imports the traced function's module by name
     fn = getattr(module, func)
-    compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode)
+    kw = {"backend": compile_backend} if compile_backend else {}  # "eager": tracing without Inductor (CPU tests)
+    compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode, **kw)
 
     def prepare(args):
         def move(x):

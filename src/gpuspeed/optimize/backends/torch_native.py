@@ -3,7 +3,7 @@ device), eager or compiled."""
 
 import torch
 
-from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, tree_map
+from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, importable, tree_map
 
 
 def build(module, func="original", precision="as-written", out_dtypes=None, mode="eager", device="cuda", **_):
@@ -14,6 +14,8 @@ def build(module, func="original", precision="as-written", out_dtypes=None, mode
     if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    if mode != "eager":
+        importable(module)  # dynamo imports the traced function's module by name
     fn = getattr(module, func)
     run = fn if mode == "eager" else torch.compile(fn, mode=None if mode == "default" else mode)
 

@@ -1,0 +1,85 @@
+"""CPU tests for what the first H200 run of `gpuspeed optimize` showed: the chunk plan of the two-stream
+pipeline (two chunks in flight) and torch.compile over a workload module loaded under a synthetic name."""
+
+import importlib.util
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from gpuspeed.memory import HEADROOM
+from gpuspeed.optimize import budget
+
+MiB = 2**20
+# pairwise_distance at scale 0.1 (n = m = 3794 points in 3-d, float64) under a 256 MiB budget: per row of `a`
+# one chunk holds the (m, 3) difference and its square (91,056 B each) and the (m,) sum (30,352 B)
+PER_ITEM = 2 * 91_056 + 30_352
+FIXED = 120_000
+BUDGET = 256 * MiB
+
+
+def _peak(size):
+    return FIXED + PER_ITEM * size
+
+
+def test_one_in_flight_plan_overflows_the_two_stream_pipeline():
+    # what the H200 run did: a chunk sized for one chunk at a time, run two at a time, needs more than the cap
+    one = budget.plan_for_pipeline(118, _peak(118), 237, _peak(237), BUDGET, in_flight=1, max_size=3794)
+    assert one.max_chunk and FIXED + 2 * PER_ITEM * one.max_chunk > BUDGET
+
+
+def test_two_in_flight_plan_fits_the_budget_with_headroom():
+    two = budget.plan_for_pipeline(118, _peak(118), 237, _peak(237), BUDGET, in_flight=2, max_size=3794)
+    one = budget.plan_for_pipeline(118, _peak(118), 237, _peak(237), BUDGET, in_flight=1, max_size=3794)
+    assert two.max_chunk >= 1
+    usable = BUDGET * (1 - HEADROOM)
+    assert FIXED + 2 * PER_ITEM * two.max_chunk <= usable
+    assert FIXED + 2 * PER_ITEM * (two.max_chunk + 1) > usable  # the largest such chunk, not a timid one
+    assert two.predicted_peak_bytes == pytest.approx(FIXED + 2 * PER_ITEM * two.max_chunk, rel=1e-6)
+    assert 0.45 < two.max_chunk / one.max_chunk < 0.55
+
+
+def test_pipeline_plan_when_peak_does_not_grow_and_when_nothing_fits():
+    flat = budget.plan_for_pipeline(10, 5 * MiB, 20, 5 * MiB, BUDGET, in_flight=2, max_size=500)
+    assert flat.max_chunk == 500
+    huge = budget.plan_for_pipeline(10, BUDGET, 20, BUDGET + 10 * MiB, BUDGET, in_flight=2, max_size=500)
+    assert not huge.max_chunk
+
+
+PAIRWISE = """
+import numpy as np
+
+def original(a, b):
+    d = a[:, None, :] - b[None, :, :]
+    return np.sqrt((d * d).sum(-1)), a.sum(axis=1)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_torch_compile_of_a_module_not_in_sys_modules():
+    # dynamo imports the traced function's module by name: a module made with types.ModuleType (or loaded
+    # under a synthetic name) failed with ModuleNotFoundError on the H200
+    from gpuspeed.optimize.backends import torch_compile
+
+    name = "gpuspeed_test_pw_unregistered"
+    sys.modules.pop(name, None)
+    mod = types.ModuleType(name)
+    exec(PAIRWISE, mod.__dict__)
+    impl = torch_compile.build(mod, device="cpu", compile_backend="eager")
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((40, 3)), rng.standard_normal((7, 3)))
+    got = impl(*args)
+    want = mod.original(*args)
+    assert sys.modules[mod.__name__] is mod
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_importable_renames_a_clash_instead_of_replacing():
+    from gpuspeed.optimize.backends.common import importable
+
+    mod = types.ModuleType("json")  # a name another module holds
+    importable(mod)
+    assert sys.modules["json"] is not mod and mod.__name__ != "json" and sys.modules[mod.__name__] is mod
+    del sys.modules[mod.__name__]
