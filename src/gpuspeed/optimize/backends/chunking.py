@@ -67,11 +67,17 @@ def _pipeline_cupy(impl, batch_axes, out_axes, chunk):
     import cupy as cp
     import cupyx
 
+    # the same two streams on every call: CuPy caches freed blocks per stream, so new streams each call
+    # would strand the old streams' blocks and cudaMalloc afresh
+    kept = []
+
     def run(*args):
         n = _length(args, batch_axes)
         static = impl.prepare(tuple(a for i, a in enumerate(args) if i not in batch_axes))
         cp.cuda.get_current_stream().synchronize()  # static arguments are in place before the side streams read them
-        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        if not kept:
+            kept.extend(cp.cuda.Stream(non_blocking=True) for _ in range(2))
+        streams = kept
         stage_in = [[cupyx.empty_pinned(take(args[i], ax, 0, chunk).shape, args[i].dtype) for i, ax in
                      batch_axes.items()] for _ in range(2)]
         stage_out = [None, None]
@@ -118,10 +124,14 @@ def _pipeline_cupy(impl, batch_axes, out_axes, chunk):
 def _pipeline_torch(impl, batch_axes, out_axes, chunk):
     import torch
 
+    kept = []  # the same two streams on every call: torch's allocator caches freed blocks per stream
+
     def run(*args):
         n = _length(args, batch_axes)
         static = impl.prepare(tuple(a for i, a in enumerate(args) if i not in batch_axes))
-        streams = [torch.cuda.Stream() for _ in range(2)]
+        if not kept:
+            kept.extend(torch.cuda.Stream() for _ in range(2))
+        streams = kept
         stage_in = [[torch.from_numpy(np.ascontiguousarray(take(args[i], ax, 0, chunk))).pin_memory()
                      for i, ax in batch_axes.items()] for _ in range(2)]
         stage_out = [None, None]
