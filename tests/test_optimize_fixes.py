@@ -83,3 +83,33 @@ def test_importable_renames_a_clash_instead_of_replacing():
     importable(mod)
     assert sys.modules["json"] is not mod and mod.__name__ != "json" and sys.modules[mod.__name__] is mod
     del sys.modules[mod.__name__]
+
+
+EXPLICIT_F64 = """
+import numpy as np
+
+def original(grid, alpha):
+    u = np.array(grid, dtype=np.float64)  # an explicit float64 working copy, as users write it
+    u[1:-1] = u[1:-1] + alpha * (u[:-2] + u[2:] - 2.0 * u[1:-1])
+    return u, np.zeros(3, dtype=np.float64)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_torch_compile_fp32_demotes_explicit_float64():
+    # on the H200 the fp32 torch.compile candidate of heat_stencil ran as fast as the float64 one: the code's
+    # own dtype=np.float64 kept it in double precision
+    from gpuspeed.optimize.backends import torch_compile
+
+    mod = types.ModuleType("gpuspeed_test_explicit_f64")
+    exec(EXPLICIT_F64, mod.__dict__)
+    rng = np.random.default_rng(1)
+    args = (rng.random(50), 0.2)
+    impl = torch_compile.build(mod, device="cpu", precision="float32", compile_backend="eager")
+    got = impl(*args)
+    assert [g.dtype for g in got] == [np.float32, np.float32]
+    want = types.ModuleType("gpuspeed_test_explicit_f64_ref")
+    exec(EXPLICIT_F64, want.__dict__)
+    np.testing.assert_allclose(got[0], want.original(*args)[0], rtol=1e-5, atol=1e-6)
+    whole = torch_compile.build(want, device="cpu", compile_backend="eager")(*args)  # as written: float64 stays
+    assert whole[0].dtype == np.float64
