@@ -82,6 +82,8 @@ def test_v5_kernels_inside_compile_and_a_graph():
                 decode_attention(q, k, v, mask, pos))
 
     eager = f(x, q, pos)  # the first call is eager: it registers the two ops the compiled graph then calls
+    # inductor passes the attention's scale and the GEMV's eps as fp64 scalars: the kernels cast them to fp32
+    # (the first H200 run failed here with "tl.dot: fp64 and fp32"; tests/test_decode_kernels_ir.py has it on the CPU)
     cf = torch.compile(f, fullgraph=True)
     comp = tuple(t.clone() for t in cf(x, q, pos))  # compiled here, before the capture's warm-up
     g = capture(cf, x, q, pos)

@@ -28,6 +28,9 @@ def _kernel():
                            sq_b, sq_h, sk_b, sk_h, sk_l, sv_b, sv_h, sv_l, n_splits,
                            D: tl.constexpr, G_PAD: tl.constexpr, CHUNK: tl.constexpr, BLOCK_L: tl.constexpr,
                            IEEE: tl.constexpr):
+        # inductor passes a Python float argument as fp64 (its signature keeps a float's precision): one
+        # fp64 score would make p fp64 and tl.dot(p, v) refuse mixed operands, so the math runs in fp32
+        scale = tl.cast(scale, tl.float32)
         bh = tl.program_id(0)
         sp = tl.program_id(1)
         b = bh // HKV

@@ -42,6 +42,7 @@ def _kernel():
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         dt = x_ptr.dtype.element_ty
         r = 1.0
+        eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as fp64: the norm stays in fp32, as eager's
         if PRO == 1:  # RMSNorm statistics over the whole row (every program: x is small and in L2)
             ss = tl.zeros([BLOCK_K], dtype=tl.float32)
             for k0 in range(0, K, BLOCK_K):

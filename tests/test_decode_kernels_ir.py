@@ -1,0 +1,62 @@
+"""V5's Triton kernels build for the signature torch.compile gives them: inductor types a Python float argument
+as fp64 (the attention's scale, the GEMV's eps). Triton's front end (source to IR) runs here without a GPU, in a
+fresh process so TRITON_INTERPRET (which test_decode_kernels sets) does not swap in the interpreter."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ.pop("TRITON_INTERPRET", None)
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+    from gpuspeed.decode.kernels import attention, gemv
+
+    target = GPUTarget("cuda", 90, 32)
+    try:
+        backend = make_backend(target)
+    except Exception as exc:
+        print("SKIP", type(exc).__name__, exc)
+        sys.exit(0)
+    options = backend.parse_options({})
+
+    def front_end(kernel, sig, constexprs):
+        ctx = ir.context()
+        ir.load_dialects(ctx)
+        backend.load_dialects(ctx)
+        src = ASTSource(kernel, sig, constexprs=constexprs)
+        src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), ctx)
+
+    flt = sys.argv[1]
+    for ieee in (0, 1):
+        dt = "fp32" if ieee else "bf16"
+        front_end(attention._kernel(), {
+            "q_ptr": "*" + dt, "k_ptr": "*" + dt, "v_ptr": "*" + dt, "pos_ptr": "*i64", "o_ptr": "*fp32",
+            "lse_ptr": "*fp32", "G": "i32", "HKV": "i32", "scale": flt, "sq_b": "i32", "sq_h": "i32",
+            "sk_b": "i32", "sk_h": "i32", "sk_l": "i32", "sv_b": "i32", "sv_h": "i32", "sv_l": "i32",
+            "n_splits": "i32", "D": "constexpr", "G_PAD": "constexpr", "CHUNK": "constexpr", "BLOCK_L": "constexpr",
+            "IEEE": "constexpr"}, {"D": 64, "G_PAD": 16, "CHUNK": 256, "BLOCK_L": 64, "IEEE": ieee})
+    for pro in (0, 1, 2):
+        front_end(gemv._kernel(), {
+            "x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "nw_ptr": "*bf16", "res_ptr": "*bf16",
+            "N": "i32", "K": "i32", "stride_wn": "i32", "K_PER_SPLIT": "i32", "eps": flt, "BLOCK_N": "constexpr",
+            "BLOCK_K": "constexpr", "PRO": "constexpr", "DIRECT": "constexpr", "RES": "constexpr"},
+            {"BLOCK_N": 8, "BLOCK_K": 512, "PRO": pro, "DIRECT": 1, "RES": 1})
+    print("OK")
+""")
+
+
+@pytest.mark.parametrize("flt", ["fp64", "fp32"])
+def test_kernels_build_with_inductors_float_arguments(flt):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, flt], capture_output=True, text=True, timeout=120)
+    out = proc.stdout.strip()
+    if out.startswith("SKIP"):
+        pytest.skip(f"Triton's CUDA back end is not usable here: {out}")
+    assert proc.returncode == 0 and out.endswith("OK"), proc.stderr[-1500:]
