@@ -154,19 +154,20 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         lim = _limit(rec, run.hot.get("loop_bound", False), left)
         return min(lim, candidate_limit_s or lim)
 
-    def try_all(recs):
+    def try_all(recs, extra_jobs=0):
         recs = [r for r in recs if r["name"] not in run.results]
         for rec in recs:
             if rec["name"] in runner.done:
                 tick(f"candidate {rec['name']} (resumed)")
-        rows = runner.run_many(recs, limit, jobs=n_jobs, on_start=lambda rec: tick(f"candidate {rec['name']}"))
+        rows = runner.run_many(recs, limit, jobs=n_jobs + extra_jobs, on_start=lambda rec: tick(f"candidate {rec['name']}"))
         for rec in recs:
             row = rows.get(rec["name"])
             if row is not None and row.get("status") == "skipped":
                 row["reason"] = f"time budget of {time_budget:g} s spent"
             run.results[rec["name"]] = row
 
-    try_all([C.recipe("original", "original")] + recipes)
+    # the original's worker is one more at once: mostly single-threaded NumPy, it would take a builder's place
+    try_all([C.recipe("original", "original")] + recipes, extra_jobs=1 if n_jobs > 1 else 0)
     orig = run.results["original"]
     original_s = (orig.get("device_time") or {}).get("median")
     if orig.get("status") != "ok":
