@@ -219,3 +219,34 @@ def test_runs_stopped_at_different_steps_compare_eos_padded():
     assert not torch.equal(a, b)
     same = torch.tensor([[1, 2, 3]])
     assert _same_length(same, same, None)[0] is same
+
+
+def test_static_step_does_no_per_layer_mask_work_and_sizes_its_cache_to_the_run():
+    from torch.profiler import profile
+
+    m = micro(n_layers=4)  # llama-3.2-1b's context is 131072: nothing may be sized by it
+    assert m.args.max_seq_len == 131072
+    e = V.make_engine("V2", m, 1, V.max_len_for(5, 8))
+    first = e.prefill(prompt_for(m, b=1))
+    assert e.cache.k[0].shape[2] == V.max_len_for(5, 8) <= 48 and m.rope_cos.shape[0] <= 48
+    steps = 3
+    with profile() as p:
+        e.decode(first, steps)
+    calls = {k.key: k.count for k in p.key_averages()}
+    # the first run's V2 was slower than V0: the bool mask was repeated and converted in every layer; now the
+    # additive bias is made once per step and broadcast over the folded heads
+    assert calls.get("aten::repeat", 0) == 0, calls.get("aten::repeat")
+    assert calls.get("aten::masked_fill_", 0) == steps, calls.get("aten::masked_fill_")
+
+
+def test_float_bias_and_bool_mask_give_the_same_attention():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 8, s, 16, generator=g) for s in (1, 40, 40))
+    mask = torch.arange(40)[None, :] <= torch.tensor([17])[:, None]
+    ref = M.attention(q.double(), k[:, :2].double(), v[:, :2].double(), mask)
+    for m in (mask, M.attn_bias(mask, torch.float32)):
+        assert check(M.attention(q, k[:, :2], v[:, :2], m), ref).passed
+    q5 = torch.randn(2, 8, 5, 16, generator=g)
+    mask5 = torch.ones(5, 40, dtype=torch.bool).tril(diagonal=35)
+    ref5 = M.attention(q5.double(), k[:, :2].double(), v[:, :2].double(), mask5)
+    assert check(M.attention(q5, k[:, :2], v[:, :2], M.attn_bias(mask5, torch.float32)), ref5).passed

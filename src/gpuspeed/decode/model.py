@@ -134,6 +134,14 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def attn_bias(mask: torch.Tensor | None, dtype) -> torch.Tensor | None:
+    """The bool mask [S, L] as SDPA's additive bias in the model's dtype (0 where attended, -inf elsewhere),
+    made once per forward: SDPA would otherwise convert the bool mask again in every layer."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.full(mask.shape, float("-inf"), dtype=dtype, device=mask.device).masked_fill_(mask, 0.0)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm: normalize in fp32, cast back, then scale."""
     h = x.float()
@@ -143,8 +151,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
               input_pos: torch.Tensor | None = None) -> torch.Tensor:
-    """Grouped-query attention: q [B, H, S, D], k/v [B, Hkv, L, D], mask [S, L] bool (True = attend) or None
-    (input_pos: the queries' positions, for kernels that read the length on the device).
+    """Grouped-query attention: q [B, H, S, D], k/v [B, Hkv, L, D], mask [S, L] bool (True = attend) or the
+    additive bias attn_bias() makes of it (0 / -inf), or None (input_pos: the queries' positions, for kernels
+    that read the length on the device).
 
     The G = H / Hkv query heads of a KV head are folded into the query length, so one SDPA call serves the
     group without repeating K/V (transformers' repeat_kv pairs query head h with KV head h // G: the same)."""
@@ -152,7 +161,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     hkv = k.shape[1]
     g = h // hkv
     qg = q.reshape(b, hkv, g * s, d)
-    m = None if mask is None else mask.repeat(g, 1)
+    # one query row (a decode step) is the same row for all G folded heads: it broadcasts, no copy per layer
+    m = None if mask is None else mask if mask.shape[0] == 1 else mask.repeat(g, 1)
     y = F.scaled_dot_product_attention(qg, k, v, attn_mask=m)
     return y.reshape(b, h, s, d)
 
@@ -265,6 +275,8 @@ class Transformer(nn.Module):
         mask = None if cache is None else cache.mask(input_pos)
         if cache is None and s > 1:
             mask = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
+        if opts.attention is attention:  # other attentions (flash-decoding) take the bool mask or none
+            mask = attn_bias(mask, x.dtype)
         for i, layer in enumerate(self.layers):
             if opts.fused_qkv:
                 qkv = norm_linear(x, layer.attn_norm, a.norm_eps, layer.wqkv, opts)
