@@ -5,9 +5,11 @@
 #        results/nvidia-h200/optimize.json (unpacked from A) travels with the tree
 #   ALL  every example in one call (needs ~13 min on x2: cut at LIMIT, the finished examples are kept)
 #   T    the optimize GPU tests
+#   R2   round 2 (issue 13), ~5 min on one GPU: the chunking GPU tests, then pairwise_distance and heat_stencil
+#        side by side at --time-budget 150
 # Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/.
 set -u
-part=${1:?part ALL, A, B or T}
+part=${1:?part ALL, A, B, T or R2}
 : "${GPUSPEED_GIT:?set GPUSPEED_GIT=<sha of the commit being run>}"
 export GPUSPEED_GIT PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 R=/tmp/optimize_r
@@ -20,8 +22,11 @@ case $part in
   A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats,image_filter ;;
   B) cp results/nvidia-h200/optimize.json "$R/" 2>/dev/null
      run histogram,mandelbrot,ema_filter,row_normalize_loop,torch_mlp ;;
+  R2) timeout 130 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py -k chunk 2>&1 \
+        | tee "$R/gpu_tests_optimize_r2.log"
+      LIMIT=${LIMIT:-160} TB=${TB:-150} PAR=${PAR:-2} run pairwise_distance,heat_stencil ;;
   T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
-  *) echo "part ALL, A, B or T"; exit 2 ;;
+  *) echo "part ALL, A, B, T or R2"; exit 2 ;;
 esac
 rm -f "$R"/optimize/*/refs.pkl "$R"/optimize/.device.lock*
 tar czf "$OUT/optimize_$part.tar.gz" -C "$R" .
