@@ -250,3 +250,23 @@ def test_float_bias_and_bool_mask_give_the_same_attention():
     mask5 = torch.ones(5, 40, dtype=torch.bool).tril(diagonal=35)
     ref5 = M.attention(q5.double(), k[:, :2].double(), v[:, :2].double(), mask5)
     assert check(M.attention(q5, k[:, :2], v[:, :2], M.attn_bias(mask5, torch.float32)), ref5).passed
+
+
+@pytest.mark.parametrize("name", V.ORDER)
+def test_teacher_forced_decode_predicts_from_the_given_prefix(name):
+    m = micro(seed=5)
+    prompt = prompt_for(m, b=2, p=5)
+    t = 7
+    alt = torch.randint(0, m.args.vocab_size, (2, t), generator=torch.Generator().manual_seed(9))
+    e = V.make_engine(name, m, 2, V.max_len_for(5, t), compile_backend="eager")
+    generate(e, prompt, t)  # a free run first: forcing must restart from the prefilled state, as timing does
+    e.prefill(prompt)
+    got = e.decode(alt[:, 0], t - 1, forced=alt[:, 1:])
+    # what a model that saw prompt + alt[:, :i + 1] predicts next, from one forward over the whole sequence
+    seq = torch.cat([prompt, alt[:, :-1]], dim=1)
+    m.setup_rope(seq.shape[1])
+    want = m(seq, torch.arange(seq.shape[1]))[:, 5:].argmax(-1)
+    assert torch.equal(got, want), (name, got, want)
+    free = generate(V.make_engine(name, m, 2, V.max_len_for(5, t), compile_backend="eager"), prompt, t)
+    e.prefill(prompt)
+    assert torch.equal(e.decode(free[:, 0], t - 1, forced=free[:, 1:]), free[:, 1:])  # its own tokens: itself

@@ -31,9 +31,10 @@ VARIANTS = {
     "V5": "fast: fused QKV and gate/up, compiled, K steps per graph replay, faster GEMV/attention where measured",
 }
 ORDER = list(VARIANTS)
-# the order a capped run measures them in: V0 first (every row's tokens are compared with it), then the rungs
-# that carry the summary, so a time cap skips the least informative ones
-PRIORITY = ["V0", "V2", "V5", "V4", "V3", "V4c", "V1"]
+# the order a capped run measures them in: the fast rungs first (seconds each), then the eager ones the summary's
+# ratios need (V2, V0: every row's tokens are compared with V0's once all have run), so a time cap skips the
+# least informative ones
+PRIORITY = ["V5", "V4", "V2", "V0", "V3", "V4c", "V1"]
 STEPS_PER_REPLAY = 4  # V5's K
 
 
@@ -62,6 +63,8 @@ def max_len_for(prompt_len: int, new_tokens: int) -> int:
 
 class Engine:
     name = "?"
+    eager = False  # one Python-driven forward per token (V0, V1, V2): slow enough that the study times fewer steps
+    logits_change_path = False  # asking for every step's logits runs other code (graphed rungs: one step a replay)
 
     def __init__(self, model: Transformer, batch: int, max_len: int, *, sampling: Sampling = GREEDY,
                  eos_ids=None, check_every: int = 16, compile_backend: str = "inductor"):
@@ -88,7 +91,9 @@ class Engine:
     def prefill(self, prompt, on_logits=None) -> torch.Tensor:
         raise NotImplementedError
 
-    def decode(self, first, steps: int, on_logits=None) -> torch.Tensor:
+    def decode(self, first, steps: int, on_logits=None, forced=None) -> torch.Tensor:
+        """The next `steps` tokens after `first` [B]. forced [B, >= steps - 1] (teacher forcing): step i + 1
+        consumes forced[:, i] instead of the token step i chose; the tokens returned are still the chosen ones."""
         raise NotImplementedError
 
 
@@ -99,6 +104,8 @@ class Engine:
 
 class _HostLoop(Engine):
     """V0 / V1: each next token goes through the host (tolist), as a first implementation does."""
+
+    eager = True
 
     def _host_next(self, logits, done: list[bool]) -> list[int]:
         if self.sampling.greedy:  # the logits go to the host and the argmax is taken there, as a first loop does
@@ -128,18 +135,19 @@ class _HostLoop(Engine):
     def _prefill_state(self, prompt):
         pass
 
-    def decode(self, first, steps, on_logits=None):
+    def decode(self, first, steps, on_logits=None, forced=None):
         done = list(self.first_done)
         seq = torch.cat([self.prompt, first[:, None]], dim=1)
         out: list[list[int]] = []
-        for _ in range(steps):
+        for i in range(steps):
             logits = self._step(seq)
             if on_logits:
                 on_logits(logits)
             ids = self._host_next(logits, done)
             out.append(ids)
-            seq = torch.cat([seq, torch.tensor(ids, device=self.device)[:, None]], dim=1)
-            if self.eos is not None and all(done):
+            nxt = torch.tensor(ids, device=self.device) if forced is None else forced[:, i].to(self.device)
+            seq = torch.cat([seq, nxt[:, None]], dim=1)
+            if self.eos is not None and all(done) and forced is None:
                 break
         return torch.tensor(out, dtype=torch.long).T.reshape(self.batch, len(out))
 
@@ -165,9 +173,9 @@ class KVCache(_HostLoop):
         pos = torch.arange(start, start + tokens.shape[1], device=self.device)
         return self.model(tokens, pos, self.cache, last_only=True)
 
-    def decode(self, first, steps, on_logits=None):
+    def decode(self, first, steps, on_logits=None, forced=None):
         self.cache.truncate(self.prompt_len)  # back to the state prefill left
-        return super().decode(first, steps, on_logits)
+        return super().decode(first, steps, on_logits, forced)
 
     def _step(self, seq):
         return self._forward(seq[:, -1:], seq.shape[1] - 1)[:, -1]
@@ -183,6 +191,7 @@ class Static(Engine):
 
     name = "V2"
     opts: Options = PLAIN
+    eager = True
 
     def __init__(self, model, batch, max_len, **kw):
         super().__init__(model, batch, max_len, **kw)
@@ -240,16 +249,22 @@ class Static(Engine):
         if self.eos is not None:
             self.done.copy_(self.first_done)
 
-    def decode(self, first, steps, on_logits=None):
+    def decode(self, first, steps, on_logits=None, forced=None):
         if self.prompt_len + steps + 1 > self.max_len:
             raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
         self._reset(first)
+        if forced is not None:
+            forced = forced.to(self.device)
         done_at = steps
         for i in range(steps):
             logits = self.step()
             self._after_step(logits)
             if on_logits:
                 on_logits(logits)
+            if forced is not None:
+                if i + 1 < steps:
+                    self.tok.copy_(forced[:, i:i + 1])  # the next step reads its token from this buffer
+                continue
             if self.eos is not None and (i + 1) % self.check_every == 0 and bool(self.done.all()):
                 done_at = i + 1  # one host read every check_every steps, never per token
                 break
@@ -271,6 +286,7 @@ class Compiled(Static):
     """V3: the V2 step compiled with fullgraph=True (breaks and recompiles checked by explain())."""
 
     name = "V3"
+    eager = False
 
     def build_step(self):
         from gpuspeed.graphs import explain
@@ -310,6 +326,8 @@ class Graphed(Static):
 
     name = "V4"
     compiled = False
+    eager = False
+    logits_change_path = True
     k = 1  # steps per replay
 
     def build_step(self):
@@ -365,11 +383,11 @@ class Graphed(Static):
     def _replay_one(self):
         return self._graph(1)()
 
-    def decode(self, first, steps, on_logits=None):
-        one_by_one = on_logits is not None or not self.sampling.greedy or self.k == 1
+    def decode(self, first, steps, on_logits=None, forced=None):
+        one_by_one = on_logits is not None or forced is not None or not self.sampling.greedy or self.k == 1
         self.prepare(1 if one_by_one else steps)
-        if one_by_one:
-            return super().decode(first, steps, on_logits)  # one step per replay: every step's logits seen
+        if one_by_one:  # one step per replay: every step's logits seen, a forced token written between replays
+            return super().decode(first, steps, on_logits, forced)
         if self.prompt_len + steps + 1 > self.max_len:
             raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
         self._reset(first)
