@@ -113,3 +113,30 @@ def test_torch_compile_fp32_demotes_explicit_float64():
     np.testing.assert_allclose(got[0], want.original(*args)[0], rtol=1e-5, atol=1e-6)
     whole = torch_compile.build(want, device="cpu", compile_backend="eager")(*args)  # as written: float64 stays
     assert whole[0].dtype == np.float64
+
+
+ALLOCATES = """
+import numpy as np
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+def original(x):
+    big = np.repeat(x[None, :], 64, axis=0)  # 64 x 16,384 float64: 8 MiB held during the call
+    return big.sum(axis=0)
+def inputs(rng):
+    return (rng.standard_normal(16_384),)
+"""
+
+
+def test_original_worker_checks_once_and_measures_memory_on_that_call(tmp_path):
+    # the original is the reference: one check seed, and that call is its memory pass (no extra call)
+    from gpuspeed.optimize.pipeline import optimize
+
+    p = tmp_path / "alloc.py"
+    p.write_text(ALLOCATES)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=120, bench_budget_s=0.2)
+    orig = run.results["original"]
+    assert orig["status"] == "ok" and len(orig["checks"]) == 1
+    assert "memory" not in orig["stage_s"]
+    assert orig["peak_bytes"] >= 8 * 2**20
+    assert orig["device_time"]["n"] >= 3
+    numpy32 = run.results["numpy-fp32"]
+    assert numpy32["status"] == "ok" and len(numpy32["checks"]) == 3  # candidates still check every seed
