@@ -140,3 +140,12 @@ def test_original_worker_checks_once_and_measures_memory_on_that_call(tmp_path):
     assert orig["device_time"]["n"] >= 3
     numpy32 = run.results["numpy-fp32"]
     assert numpy32["status"] == "ok" and len(numpy32["checks"]) == 3  # candidates still check every seed
+
+
+def test_static_positions_are_the_integer_arguments():
+    # JAX traced heat_stencil's `steps` and failed at range(steps): integers become jit constants
+    from gpuspeed.optimize.backends.common import static_positions
+
+    assert static_positions((np.ones(3), 0.2, 40)) == (2,)
+    assert static_positions((np.int64(5), True, "edge", 1.5, np.float64(2.0), np.ones(2))) == (0, 1, 2)
+    assert static_positions(()) == ()

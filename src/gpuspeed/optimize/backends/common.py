@@ -209,6 +209,12 @@ def importable(module):
     return module
 
 
+def static_positions(args) -> tuple:
+    """Positions of the arguments a tracing compiler should treat as constants: Python and NumPy integers,
+    booleans and strings (loop counts like `steps`, sizes, flags). Traced, `range(steps)` cannot unroll."""
+    return tuple(i for i, a in enumerate(args) if isinstance(a, (bool, int, str, np.integer, np.bool_)))
+
+
 def take(x, axis, start, stop):
     """x[start:stop] along `axis` (any array library)."""
     index = [slice(None)] * x.ndim

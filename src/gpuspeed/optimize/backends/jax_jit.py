@@ -8,14 +8,22 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, rebind, tree_map  # noqa: E402
+from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, rebind, static_positions, tree_map  # noqa: E402,E501
 
 
 def build(module, func="original", precision="as-written", out_dtypes=None, device="cuda", **_):
     demote = precision == "float32"
     jax.config.update("jax_enable_x64", not demote)  # float64 code stays float64 unless demoted
     notes = rebind(module, jnp, scipy_prefix="jax.scipy")
-    jitted = jax.jit(getattr(module, func))
+    fn = getattr(module, func)
+    by_static = {}  # one jit per set of constant positions (integer arguments such as a step count)
+
+    def jitted(*args):
+        static = static_positions(args)
+        if static not in by_static:
+            by_static[static] = jax.jit(fn, static_argnums=static)
+        return by_static[static](*args)
+
     target = jax.devices("gpu")[0] if device == "cuda" else jax.devices("cpu")[0]
 
     def prepare(args):
