@@ -270,3 +270,27 @@ def test_teacher_forced_decode_predicts_from_the_given_prefix(name):
     free = generate(V.make_engine(name, m, 2, V.max_len_for(5, t), compile_backend="eager"), prompt, t)
     e.prefill(prompt)
     assert torch.equal(e.decode(free[:, 0], t - 1, forced=free[:, 1:]), free[:, 1:])  # its own tokens: itself
+
+
+def test_study_times_eager_rungs_over_fewer_steps_and_reports_teacher_forced_agreement():
+    from gpuspeed.decode import study
+
+    spec = study.Spec(model="tiny", dtype="bf16", variants=["V0", "V2", "V4"], max_layers=1, prompt_len=4,
+                      new_tokens=study.EAGER_TIMED_STEPS + 6, hf=False, profile=False, bench_budget_s=0.05,
+                      compile_backend="eager", device="cpu")
+    doc = study.run(spec)
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert [r["variant"] for r in doc["rows"]] == ["V0", "V2", "V4"]  # the ladder's order, though V4 ran first
+    t = spec.new_tokens - 1
+    assert rows["V0"]["timed_steps"] == rows["V2"]["timed_steps"] == study.EAGER_TIMED_STEPS < t
+    assert rows["V4"]["timed_steps"] == t
+    assert rows["V0"]["reference"] and rows["V2"]["tokens_identical_to_V0"] is not None
+    for r in rows.values():
+        # the same prefix at every step: bf16 picks fp32's token nearly always, whatever the free run did
+        assert r["teacher_forced_agreement_vs_fp32"] >= 0.9, r
+        assert r["teacher_forced_steps"] == r["timed_steps"] + 1
+        assert 0 < r["teacher_forced_rel_logit_err_vs_fp32"] < 0.1
+        assert r["token_agreement_vs_fp32"] is not None
+    s = doc["summary"]
+    assert s["tiny_bf16_min_teacher_forced_agreement_vs_fp32"] >= 0.9
+    assert s["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"] > 0

@@ -194,8 +194,19 @@ def count_trace(path: str, tokens: int, gpu: bool) -> dict:
     launches = sum(1 for e in inside if e.get("cat") in ("cuda_runtime", "cuda_driver")
                    and e.get("name") in ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                                          "cudaGraphLaunch"))
+    # where a step's time goes: the GPU's kernel time, and the host ops that cost the most (inclusive, under
+    # the profiler) -- an eager rung far above its kernel time is host-bound, and these ops say on what
+    kernel_us = sum(float(e.get("dur", 0)) for e in events if e.get("cat") == "kernel")
+    ops: dict = {}
+    for e in inside:
+        if e.get("cat") == "cpu_op":
+            ops[e["name"]] = ops.get(e["name"], 0.0) + float(e.get("dur", 0))
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:6]
     return {"kernels_per_token": kernels / tokens if gpu else None, "host_syncs_per_token": syncs / tokens,
-            "launch_calls_per_token": launches / tokens if gpu else None, "profiled_tokens": tokens}
+            "launch_calls_per_token": launches / tokens if gpu else None, "profiled_tokens": tokens,
+            "kernel_ms_per_token": kernel_us / tokens / 1e3 if gpu else None,
+            "profiled_ms_per_token": (t1 - t0) / tokens / 1e3 if step else None,
+            "host_top_ops_us_per_token": {k: round(v / tokens, 1) for k, v in top}}
 
 
 class _Logits:
@@ -213,9 +224,42 @@ def _bench_kw(device: str, budget_s: float) -> dict:
     return kw
 
 
+EAGER_TIMED_STEPS = 32  # decode steps timed for the Python-driven rungs (V0, V1, V2; transformers' loops)
+
+
+def timed_steps_for(engine, steps: int) -> int:
+    """Decode steps one timed generation runs: all of them for the compiled and graphed rungs, the first
+    EAGER_TIMED_STEPS for the eager ones. bench runs a generation at least 7 times (2 warm-up, 5 samples): 127
+    eager steps of the 8B at ~30 ms are ~27 s a rung. Their per-token cost hardly moves with the position at
+    these lengths (launch-bound), and for V0 the short run under-states its cost (a shorter prefix to re-run),
+    so the speedups over V0 err low."""
+    return min(steps, EAGER_TIMED_STEPS) if engine.eager else steps
+
+
+def teacher_forced(engine, prompt: torch.Tensor, ref_tokens: torch.Tensor, steps: int) -> tuple[torch.Tensor, list]:
+    """The variant's greedy tokens [B, steps + 1] and logits when every step is fed the reference's previous
+    token (the prefill sees the prompt): what it predicts given the same prefix as the reference."""
+    rec = _Logits()
+    dev = prompt.device
+    first = engine.prefill(prompt, on_logits=rec)
+    rest = engine.decode(ref_tokens[:, 0].to(dev), steps, on_logits=rec, forced=ref_tokens[:, 1:steps + 1].to(dev))
+    return torch.cat([first[:, None].cpu(), rest], dim=1), rec.steps
+
+
+def _forced_agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
+    n = min(tokens.shape[1], ref_tokens.shape[1], len(logits), len(ref_logits))
+    same = tokens[:, :n] == ref_tokens[:, :n]
+    err = max(float((a.cpu() - r.cpu()).abs().max()) for a, r in zip(logits[:n], ref_logits[:n], strict=True))
+    scale = max(float(r.abs().max()) for r in ref_logits[:n])
+    return {"teacher_forced_agreement_vs_fp32": float(same.float().mean()), "teacher_forced_steps": n,
+            "teacher_forced_max_logit_err_vs_fp32": err, "teacher_forced_rel_logit_err_vs_fp32": err / max(scale, 1e-30)}
+
+
 def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tensor, device: str, *, eos_ids=None,
-                    trace_dir: Path | None = None, bench_budget_s: float | None = None) -> tuple[dict, torch.Tensor, list]:
-    """One variant: (row, tokens [B, T], recorded logits per step or [])."""
+                    trace_dir: Path | None = None, bench_budget_s: float | None = None,
+                    ref: tuple | None = None) -> tuple[dict, torch.Tensor, list]:
+    """One variant: (row, tokens [B, T], recorded logits per step or []). ref: the fp32 reference's (tokens,
+    logits), for the teacher-forced agreement columns."""
     from gpuspeed import bench, peak_memory
     from gpuspeed.profiling.run import record_trace
 
@@ -223,8 +267,12 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     row: dict = {"variant": name, "what": V.VARIANTS[name], "batch": b, "prompt_len": p, "new_tokens": t}
     engine = V.make_engine(name, m, b, V.max_len_for(p, t), sampling=spec.sampling, eos_ids=eos_ids,
                            compile_backend=spec.compile_backend)
+    rec = _Logits()
+    want_logits = spec.agreement or spec.dtype == "fp32"
+    # the per-step logits come from the warm generation itself where asking for them runs the same code
+    in_place = want_logits and not engine.logits_change_path
     t0 = time.perf_counter()
-    tokens = generate(engine, prompt, t)  # the warm generation: compiles and captures happen here
+    tokens = generate(engine, prompt, t, on_logits=rec if in_place else None)  # compiles and captures happen here
     _sync(device)
     row["first_generation_s"] = time.perf_counter() - t0
     for key in ("compile_s", "capture_s_k1", f"capture_s_k{V.STEPS_PER_REPLAY}", "explain_s", "graph_breaks",
@@ -234,8 +282,10 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             row[key] = engine.info[key]
     row["notes"] = list(engine.info.get("notes", []))
     budget = bench_budget_s or spec.bench_budget_s
-    first = engine.prefill(prompt)
-    steps = tokens.shape[1] - 1
+    steps = timed_steps_for(engine, tokens.shape[1] - 1)
+    if steps < tokens.shape[1] - 1:
+        row["notes"].append(f"timed over the first {steps} of {tokens.shape[1] - 1} decode steps (an eager rung: "
+                            "each timed generation is repeated >= 7 times)")
     mp = bench(lambda: engine.prefill(prompt), **_bench_kw(device, budget / 2))
     first = engine.prefill(prompt)
     md = bench(lambda: engine.decode(first, steps), **_bench_kw(device, budget))
@@ -268,21 +318,29 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             row["trace"] = str(path) if trace_dir else None
         except Exception as exc:  # the timing stands without the trace
             row["profile_error"] = _err(exc)
-    rec = _Logits()
-    if spec.agreement or spec.dtype == "fp32":
+    if want_logits and not in_place:
         generate(engine, prompt, t, on_logits=rec)
+    if ref is not None and spec.sampling.greedy:
+        ref_tokens, ref_logits = ref
+        n = min(ref_tokens.shape[1] - 1, steps)  # the eager rungs force as many steps as they time
+        try:
+            ftoks, flogits = teacher_forced(engine, prompt, ref_tokens, n)
+            row |= _forced_agreement(ftoks, ref_tokens, flogits, ref_logits)
+        except Exception as exc:  # the row stands without it
+            row["teacher_forced_error"] = _err(exc)
     engine.__dict__.clear()  # drop the cache and graphs now (the closures above still name the engine)
     _free(device)
     return row, tokens, rec.steps
 
 
 def _reference(ref_model: M.Transformer, spec: Spec, prompt, eos_ids):
-    """fp32 tokens and per-step logits of the static-cache rung (eager) for the agreement columns."""
-    engine = V.make_engine("V2", ref_model, prompt.shape[0], V.max_len_for(prompt.shape[1], spec.new_tokens),
+    """fp32 tokens and per-step logits for the agreement columns: the static-cache step captured as a graph
+    (V4, one replay per step: the eager V2 loop took seconds on the 8B), the eager step where capture fails."""
+    engine = V.make_engine("V4", ref_model, prompt.shape[0], V.max_len_for(prompt.shape[1], spec.new_tokens),
                            eos_ids=eos_ids)
     rec = _Logits()
     tokens = generate(engine, prompt, spec.new_tokens, on_logits=rec)
-    del engine
+    engine.__dict__.clear()
     return tokens, rec.steps
 
 
@@ -326,11 +384,12 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     """transformers generate (label: "HF static" or "HF dynamic") on the same weights: one row."""
     from gpuspeed import bench
 
-    t = spec.new_tokens
+    # the static cache is sized by max_new_tokens (another count compiles another shape): it runs them all;
+    # the Python-driven kinds run as many steps as our eager rungs time
+    t = spec.new_tokens if label == "HF static" else min(spec.new_tokens, EAGER_TIMED_STEPS + 1)
     kw = HF_KINDS[label]
     row = {"variant": label, "what": f"transformers generate, {label.split()[1]}{'' if 'no-' in label else ' cache'}",
-           "batch": prompt.shape[0],
-           "prompt_len": prompt.shape[1], "new_tokens": t}
+           "batch": prompt.shape[0], "prompt_len": prompt.shape[1], "new_tokens": t, "timed_steps": t - 1}
 
     def run(n):
         return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
@@ -342,7 +401,8 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     row["first_generation_s"] = time.perf_counter() - t0
     toks = out[:, prompt.shape[1]:].cpu()
     if our_tokens is not None and spec.dtype == "fp32":
-        row["tokens_identical_to_V0"] = bool(toks.shape == our_tokens.shape and (toks == our_tokens).all())
+        ours = our_tokens[:, :t]
+        row["tokens_identical_to_V0"] = bool(toks.shape == ours.shape and (toks == ours).all())
     # decode = generation minus a prefill forward (generate(max_new_tokens=1) would size the static cache
     # differently and make transformers compile a second shape)
     mt = bench(lambda: run(t), **_bench_kw(device, spec.bench_budget_s))
@@ -419,7 +479,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     rows: list[dict] = []  # the ladder
     extra_rows: list = []  # batch sweep and long prompt of the best variant
     hf: list = []  # transformers
-    state: dict = {"v0_tokens": None, "v0_logits": None, "hf_model": None}
+    state: dict = {"v0_tokens": None, "hf_model": None}
+    outputs: dict = {}  # variant -> (tokens, per-step logits)
     texts: dict = {}
 
     def over_cap() -> bool:
@@ -430,14 +491,12 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         return min(ok, key=lambda r: r["ms_per_token"]) if ok else None
 
     def ladder(name):
-        row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir)
-        if state["v0_tokens"] is None:
-            state["v0_tokens"], state["v0_logits"], row["reference"] = tokens, logits, True
-        v0_tokens, v0_logits = state["v0_tokens"], state["v0_logits"]
-        a, b = _same_length(tokens, v0_tokens, eos_ids)
-        row["tokens_identical_to_V0"] = bool(a.shape == b.shape and (a == b).all())
-        if logits and v0_logits:
-            row["max_logit_diff_vs_V0"] = _agreement(tokens, v0_tokens, logits, v0_logits, eos_ids)["max_logit_err"]
+        ref = (ref_tokens, ref_logits) if ref_tokens is not None else None
+        row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir,
+                                              ref=ref)
+        outputs[name] = (tokens, logits)  # compared with V0's once every rung has run (V0 is not first)
+        if name == "V0":
+            state["v0_tokens"] = tokens
         if ref_tokens is not None:
             row |= {f"{k}_vs_fp32": v for k, v in _agreement(tokens, ref_tokens, logits, ref_logits, eos_ids).items()}
         if tok is not None:
@@ -472,7 +531,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
 
     # the order a time cap cuts from the end: the rungs and rows the summary needs first
     names = sorted(spec.variants, key=V.PRIORITY.index)
-    first, later = [n for n in names if n in ("V0", "V2", "V5", "V4")], [n for n in names if n not in ("V0", "V2", "V5", "V4")]
+    first, later = [n for n in names if n in V.PRIORITY[:4]], [n for n in names if n not in V.PRIORITY[:4]]
     tasks = [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in first]
     if spec.long_prompt:
         tasks.append((f"{label} prompt {spec.long_prompt}", "long_prompt", spec.long_prompt,
@@ -518,6 +577,21 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
+    if "V0" in outputs:
+        v0_tokens, v0_logits = outputs["V0"]
+        for r in rows:
+            if r["variant"] not in outputs:
+                continue
+            tokens, logits = outputs[r["variant"]]
+            a, b = _same_length(tokens, v0_tokens, eos_ids)
+            r["tokens_identical_to_V0"] = bool(a.shape == b.shape and (a == b).all())
+            if logits and v0_logits:
+                r["max_logit_diff_vs_V0"] = _agreement(tokens, v0_tokens, logits, v0_logits, eos_ids)["max_logit_err"]
+            if r["variant"] == "V0":
+                r["reference"] = True
+    elif outputs:
+        notes.append("V0 was not measured: no row is compared with V0's tokens")
+    outputs.clear()
     ok = [r for r in rows if "ms_per_token" in r]
     by = {r["variant"]: r for r in ok}
     prev = None
@@ -593,7 +667,12 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     if spec.dtype != "fp32":
         ag = [r.get("token_agreement_vs_fp32") for r in ok if r.get("token_agreement_vs_fp32") is not None]
         if ag:
-            s[f"{label}_min_token_agreement_vs_fp32"] = min(ag)
+            s[f"{label}_min_token_agreement_vs_fp32"] = min(ag)  # free-running: parts at the first near-tie
+        tf = [r["teacher_forced_agreement_vs_fp32"] for r in ok if "teacher_forced_agreement_vs_fp32" in r]
+        if tf:  # the same prefix at every step: the meaningful bf16-vs-fp32 figure
+            s[f"{label}_min_teacher_forced_agreement_vs_fp32"] = min(tf)
+            s[f"{label}_max_teacher_forced_logit_err_vs_fp32"] = max(
+                r["teacher_forced_max_logit_err_vs_fp32"] for r in ok if "teacher_forced_max_logit_err_vs_fp32" in r)
     return s
 
 
