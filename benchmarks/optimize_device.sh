@@ -6,7 +6,7 @@
 #   ALL  every example in one call (needs ~13 min on x2: cut at LIMIT, the finished examples are kept)
 #   T    the optimize GPU tests
 #   R2   round 2 (issue 13), ~5 min on one GPU: the chunking GPU tests, then pairwise_distance and heat_stencil
-#        side by side at --time-budget 140 (under the default 300: pairwise_distance may skip its last candidates)
+#        side by side at --time-budget 135 (under the default 300: pairwise_distance may skip its last candidates)
 # Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/.
 set -u
 part=${1:?part ALL, A, B, T or R2}
@@ -22,9 +22,9 @@ case $part in
   A) run black_scholes,polynomial_features,heat_stencil,pairwise_distance,row_stats,image_filter ;;
   B) cp results/nvidia-h200/optimize.json "$R/" 2>/dev/null
      run histogram,mandelbrot,ema_filter,row_normalize_loop,torch_mlp ;;
-  R2) timeout 130 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py -k chunk 2>&1 \
+  R2) timeout 125 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py -k chunk 2>&1 \
         | tee "$R/gpu_tests_optimize_r2.log"
-      LIMIT=${LIMIT:-160} TB=${TB:-140} PAR=${PAR:-2} run pairwise_distance,heat_stencil ;;
+      LIMIT=${LIMIT:-150} TB=${TB:-135} PAR=${PAR:-2} run pairwise_distance,heat_stencil ;;
   T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
   *) echo "part ALL, A, B, T or R2"; exit 2 ;;
 esac
