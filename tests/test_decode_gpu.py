@@ -111,3 +111,18 @@ def test_study_measures_on_the_gpu(tmp_path):
     assert s["tiny_bf16_best_ms_per_token"] > 0 and s["tiny_bf16_pct_of_read_roof"] > 0
     assert "tiny_bf16_hf_static_ms_per_token" in s and "tiny_bf16_p512_best_ms_per_token" in s
     assert (tmp_path / "traces" / "tiny_bf16_V4.trace.json.gz").is_file()
+
+
+def test_kernel_choices_time_the_gpu_not_the_host():
+    from gpuspeed.decode.kernels import _decisions, choices, choose_gemv
+
+    _decisions.clear()
+    notes = []
+    choose_gemv(2048, 2048, torch.bfloat16, {"residual"}, notes)
+    tried = next(iter(choices().values()))
+    # the 1B's o projection reads 8.4 MB: cuBLAS in a graph reads it at over 1 TB/s (shared/design.md); timed
+    # one eager call at a time (the first H200 run) its host launch made it look ~4x slower than that
+    assert tried["cublas_GBps"] > 700, (tried, notes)
+    # each Triton config too: its events-timed eager call cost 70-290 us of host launch there
+    timed = [v for k, v in tried.items() if k.startswith("(") and isinstance(v, float)]
+    assert timed and all(v < 40 for v in timed), tried

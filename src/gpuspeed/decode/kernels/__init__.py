@@ -1,8 +1,9 @@
 """V5's kernel choices: which weight shapes run as the Triton GEMV (with the layer's norm, SiLU and residual
 fused in) and which decode attention a cache length gets.
 
-choose() returns (Options fields, notes). On a GPU it measures, at the model's own shapes, cuBLAS (F.linear)
-against the Triton split-K GEMV configs, and SDPA against split-sequence flash-decoding. A Triton config is
+choose() returns (Options fields, notes). On a GPU it measures, at the model's own shapes and inside a CUDA
+graph as the V5 step runs, cuBLAS (F.linear) against the Triton split-K GEMV configs, and SDPA against
+split-sequence flash-decoding. A Triton config is
 kept for a shape only if every fused form that shape uses passes gpuspeed.check against float64 and the
 plain kernel is no slower than cuBLAS (the fusion's saved kernels come on top); flash-decoding only if it
 passes its check and is faster than SDPA. On the CPU torch's ops stay. Decisions are kept per shape, so
@@ -27,9 +28,12 @@ def _rotate_for(nbytes: int, l2: int) -> int:
 
 
 def _bench(fn, *args, rotate: int):
+    """GPU time per call inside a CUDA graph, where V5's step runs: timed with events, one eager call is its
+    host launch cost (the first H200 run timed every Triton GEMV at 70-80 us and SDPA at ~200 us that way, a
+    few us of kernel each), which a replay does not pay, so the host decided every choice."""
     from gpuspeed import bench
 
-    return bench(fn, *args, rotate=rotate, budget_s=0.3, warmup_s=0.1, max_noise=0.02)
+    return bench(fn, *args, rotate=rotate, budget_s=0.3, warmup_s=0.1, max_noise=0.02, mode="graph")
 
 
 def check_fused(n: int, k: int, cfg: tuple, uses: set, dtype, device) -> tuple[bool, str]:
