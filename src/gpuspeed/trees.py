@@ -32,6 +32,17 @@ def leaves(obj) -> Iterator[Any]:
         yield obj
 
 
+def nbytes(obj) -> int:
+    """Bytes held by the arrays of a tree (torch, NumPy, CuPy, JAX); scalars count nothing."""
+    total = 0
+    for x in leaves(obj):
+        if hasattr(x, "nbytes"):
+            total += int(x.nbytes)
+        elif hasattr(x, "element_size") and hasattr(x, "numel"):
+            total += int(x.element_size() * x.numel())
+    return total
+
+
 def flatten(obj) -> tuple[list, Any]:
     """(leaves, spec): the leaves in order and a spec that `unflatten` rebuilds the structure from."""
     out: list = []

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpuspeed.errors import UserError
-from gpuspeed.optimize.backends.common import leaves, take
+from gpuspeed.optimize.backends.common import take
+from gpuspeed.trees import leaves
 from gpuspeed.verify import check
 
 SMALL_SCALE = 0.02  # inputs for the independence test, when the workload takes `scale`

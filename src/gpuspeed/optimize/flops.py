@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuspeed.optimize.backends.common import kind_of, leaves
+from gpuspeed.optimize.backends.common import kind_of
+from gpuspeed.trees import leaves, nbytes
 
 
 class _Counted(np.ndarray):
@@ -55,16 +56,6 @@ class _CountingNumPy:
         return call
 
 
-def _nbytes(obj) -> int:
-    total = 0
-    for x in leaves(obj):
-        if hasattr(x, "nbytes"):
-            total += int(x.nbytes)
-        elif hasattr(x, "element_size"):
-            total += int(x.element_size() * x.numel())
-    return total
-
-
 def intensity(fn, args, module=None) -> dict:
     """{"flops", "bytes", "ai", "source"} for one call of fn(*args); ai None when nothing was counted.
     module: a private copy of fn's module whose NumPy names may be rebound for the count."""
@@ -85,6 +76,6 @@ def intensity(fn, args, module=None) -> dict:
         flops = _Counted.flops
         out = tuple(o.view(np.ndarray) if isinstance(o, _Counted) else o for o in leaves(out))
         source = "NumPy ufunc calls counted (1 FLOP per element, 2MNK per matmul; a lower bound)"
-    nbytes = _nbytes(args) + _nbytes(out)
-    ai = flops / nbytes if flops and nbytes else None
-    return {"flops": int(flops), "bytes": int(nbytes), "ai": ai, "source": source}
+    n_bytes = nbytes(args) + nbytes(out)
+    ai = flops / n_bytes if flops and n_bytes else None
+    return {"flops": int(flops), "bytes": int(n_bytes), "ai": ai, "source": source}

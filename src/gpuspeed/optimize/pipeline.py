@@ -17,6 +17,7 @@ from gpuspeed.errors import UserError
 from gpuspeed.memory import HEADROOM, parse_budget
 from gpuspeed.optimize import analysis, budget as _budget, candidates as C, workload as W
 from gpuspeed.optimize.runner import Runner
+from gpuspeed.trees import nbytes
 
 DEFAULT_TARGET = "RTX 4070 Laptop"  # the brief's 8 GB RTX 4070
 DEFAULT_BUDGET = "8GiB"
@@ -310,7 +311,7 @@ def _intensity(wl, ref, original_s) -> dict:
         res = F.intensity(wl.original, small, W.import_workload(wl.path, unique=True))
     except Exception as exc:  # advice only: no intensity leaves the projection memory-bound
         return {"ai": None, "note": f"FLOPs not counted: {type(exc).__name__}: {exc}"}
-    full_bytes = F._nbytes(wl.make_args(TIMING_SEED)) + F._nbytes(ref)
+    full_bytes = nbytes(wl.make_args(TIMING_SEED)) + nbytes(ref)
     if res.get("ai"):
         res["flops_full"] = res["ai"] * full_bytes
     res["bytes_full"] = full_bytes

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuspeed.trees import nbytes
+
 BACKEND_MODULES = {"numpy": "numpy_cpu", "cupy": "cupy_dropin", "torch_compile": "torch_compile",
                    "torch": "torch_native", "numba": "numba_cpu", "jax": "jax_jit", "variant": "variant"}
 
@@ -103,9 +105,9 @@ def _fill(a):
 
 def _structure_problem(out, ref) -> str | None:
     """Wrong shape, dtype or structure against the original's output (None when they agree)."""
-    from gpuspeed.optimize.backends.common import leaves
+    from gpuspeed.trees import leaves
 
-    lo, lr = leaves(out), leaves(ref)
+    lo, lr = list(leaves(out)), list(leaves(ref))
     if len(lo) != len(lr):
         return f"returns {len(lo)} values, the original {len(lr)}"
     for j, (o, r) in enumerate(zip(lo, lr, strict=False)):
@@ -124,18 +126,6 @@ def host_inputs(wl, seed: int) -> tuple:
         return wl.make_args(seed)
     with torch.device("cpu"):
         return wl.make_args(seed)
-
-
-def _nbytes(obj) -> int:
-    from gpuspeed.optimize.backends.common import leaves
-
-    total = 0
-    for x in leaves(obj):
-        if hasattr(x, "nbytes"):
-            total += int(x.nbytes)
-        elif hasattr(x, "element_size") and hasattr(x, "numel"):
-            total += int(x.element_size() * x.numel())
-    return total
 
 
 def build(spec: dict, wl, module):
@@ -350,14 +340,14 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
     if mem is None:
         stage("memory")
     dev = args if is_chunked else impl.prepare(args)
-    resident = 0 if is_chunked or kind != "cuda" else _nbytes(dev)
+    resident = 0 if is_chunked or kind != "cuda" else nbytes(dev)
     if mem is None:
         mem = peak_memory(impl.run, *dev, device=bench_device, warmup=0 if plain else 1)
     peak = mem.peak_bytes + resident
     if kind == "cuda" and not is_chunked:  # the least traffic of one call: inputs read once, outputs written once
         out = impl.run(*dev)
         impl.sync()
-        result["traffic_bytes"] = int(resident + _nbytes(out))
+        result["traffic_bytes"] = int(resident + nbytes(out))
         del out
     result["peak_bytes"] = int(peak)
     result["resident_input_bytes"] = int(resident)
