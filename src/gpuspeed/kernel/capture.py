@@ -1,0 +1,221 @@
+"""Intercept the Triton and Numba CUDA kernel launches a Python launcher makes, with what each one ran with.
+
+While a `Capture` is open it wraps, at class level, the methods every launch goes through:
+- Triton: `JITFunction.run` (compiled; it returns the CompiledKernel, with registers, spills and shared
+  memory) and, under TRITON_INTERPRET=1, `InterpretedFunction.run`; the grid callable is wrapped so the grid
+  it returns is the grid recorded. `Autotuner.run` marks which autotuner a launch came through, and
+  `Autotuner._bench` marks its benchmarking launches so they are not counted as the launcher's.
+- Numba: `_Kernel.launch` (the compiled kernel: registers, static shared memory, local memory per
+  thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__`.
+Under the Triton interpreter there is no device to time the autotuner's configs on, so its benchmark runs
+each config once (a correctness run) and calls them all equal: the first config is chosen.
+Only modules already imported are patched: a launcher's kernels are defined before it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
+
+
+@dataclass
+class Launch:
+    """One kernel launch as captured; `compiled` is the backend's kernel object (None when interpreted)."""
+
+    kernel: str
+    backend: str  # "triton" or "numba"
+    grid: list
+    block: list | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    shared_dynamic: int = 0
+    interpreted: bool = False
+    compiled: Any = None
+    autotuner: Any = None
+    meta: dict = field(default_factory=dict)  # constexpr / config kwargs of a Triton launch (BLOCK sizes...)
+
+
+def _dims(d) -> list[int]:
+    """A grid or block given as an int or a 1-3 tuple -> [x, y, z]."""
+    if isinstance(d, int):
+        return [int(d), 1, 1]
+    t = [int(v) for v in tuple(d)]
+    return (t + [1, 1, 1])[:3]
+
+
+def _plain(v) -> bool:
+    return isinstance(v, (bool, int, float, str)) or v is None
+
+
+class Capture:
+    """Context manager: `with Capture() as cap: fn(*args)`; then `cap.launches`. `cap.recording = False`
+    lets calls run through the patches (autotuning, compiling) without recording them."""
+
+    def __init__(self):
+        self.launches: list[Launch] = []
+        self.recording = True
+        self._undo: list = []
+        self._local = threading.local()
+
+    # --- state kept per thread while a launch is under way
+    def _get(self, key, default=None):
+        return getattr(self._local, key, default)
+
+    def _set(self, key, value):
+        setattr(self._local, key, value)
+
+    def _patch(self, owner, name, make):
+        original = owner.__dict__[name]
+        setattr(owner, name, make(original))
+        self._undo.append((owner, name, original))
+
+    def __enter__(self) -> "Capture":
+        try:
+            if "triton" in sys.modules:
+                self._patch_triton()
+            if "numba.cuda" in sys.modules or "numba_cuda" in sys.modules:
+                self._patch_numba()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        while self._undo:
+            owner, name, original = self._undo.pop()
+            setattr(owner, name, original)
+
+    # --- Triton
+    def _patch_triton(self) -> None:
+        from triton.runtime import autotuner, jit
+
+        cap = self
+        self._patch(jit.JITFunction, "run", lambda orig: cap._triton_run(orig, interpreted=False))
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            self._patch(InterpretedFunction, "run", lambda orig: cap._triton_run(orig, interpreted=True))
+        except (ImportError, KeyError):  # no interpreter in this triton
+            pass
+        at = autotuner.Autotuner
+
+        def wrap_run(orig):
+            def run(tuner, *args, **kwargs):
+                outer = cap._get("autotuner")
+                cap._set("autotuner", tuner)
+                try:
+                    return orig(tuner, *args, **kwargs)
+                finally:
+                    cap._set("autotuner", outer)
+            return run
+
+        def wrap_bench(orig):
+            def _bench(tuner, *args, **kwargs):
+                cap._set("benchmarking", cap._get("benchmarking", 0) + 1)
+                try:
+                    return orig(tuner, *args, **kwargs)
+                finally:
+                    cap._set("benchmarking", cap._get("benchmarking") - 1)
+            return _bench
+
+        self._patch(at, "run", wrap_run)
+        if "_bench" in at.__dict__:
+            self._patch(at, "_bench", wrap_bench)
+        if interpreting_triton() and "do_bench" in at.__dict__:
+            # no device to time configs on: run each once (a correctness run) and call them equal
+            self._patch(at, "do_bench", lambda orig: property(lambda tuner: _run_once))
+
+    def _triton_run(self, orig, interpreted: bool):
+        cap = self
+
+        def run(jitfn, *args, grid, warmup, **kwargs):
+            record = cap.recording and not warmup and not cap._get("benchmarking", 0)
+            if not record:
+                return orig(jitfn, *args, grid=grid, warmup=warmup, **kwargs)
+            seen = {}
+            if callable(grid):
+                user_grid = grid
+
+                def grid(meta):  # noqa: F811 - the same grid, remembered as it is resolved
+                    seen["grid"] = user_grid(meta)
+                    return seen["grid"]
+            else:
+                seen["grid"] = grid
+            kernel = orig(jitfn, *args, grid=grid, warmup=warmup, **kwargs)
+            compiled = None if interpreted else kernel
+            md = getattr(compiled, "metadata", None)
+            name = getattr(getattr(jitfn, "fn", None), "__name__", None) or getattr(jitfn, "__name__", "kernel")
+            cap.launches.append(Launch(
+                kernel=name, backend="triton", grid=_dims(seen.get("grid", (1,))),
+                num_warps=getattr(md, "num_warps", None) or kwargs.get("num_warps", TRITON_DEFAULT_WARPS),
+                num_stages=getattr(md, "num_stages", None) or kwargs.get("num_stages", TRITON_DEFAULT_STAGES),
+                shared_dynamic=int(getattr(md, "shared", 0) or 0), interpreted=interpreted, compiled=compiled,
+                autotuner=cap._get("autotuner"),
+                meta={k: v for k, v in kwargs.items() if _plain(v) and k not in ("debug",)}))
+            return kernel
+        return run
+
+    # --- Numba
+    def _patch_numba(self) -> None:
+        cap = self
+        try:
+            from numba.cuda import dispatcher
+
+            kernel_cls = getattr(dispatcher, "_Kernel", None)
+        except Exception:  # the simulator has no dispatcher module
+            kernel_cls = None
+        if kernel_cls is not None and "launch" in kernel_cls.__dict__:
+            def wrap_launch(orig):
+                def launch(kern, args, griddim, blockdim, stream=0, sharedmem=0):
+                    if cap.recording:
+                        name = getattr(getattr(kern, "py_func", None), "__name__", None) or getattr(kern, "entry_name", "kernel")
+                        cap.launches.append(Launch(kernel=name, backend="numba", grid=_dims(griddim),
+                                                   block=_dims(blockdim), shared_dynamic=int(sharedmem or 0),
+                                                   compiled=kern))
+                    return orig(kern, args, griddim, blockdim, stream, sharedmem)
+                return launch
+            self._patch(kernel_cls, "launch", wrap_launch)
+        sim = sys.modules.get("numba.cuda.simulator.kernel")
+        if sim is not None and "__call__" in sim.FakeCUDAKernel.__dict__:
+            def wrap_call(orig):
+                def __call__(kern, *args):
+                    top = not kern._device and not getattr(sim, "_kernel_context", None)
+                    if top and cap.recording:
+                        cap.launches.append(Launch(kernel=getattr(kern.fn, "__name__", "kernel"), backend="numba",
+                                                   grid=_dims(kern.grid_dim), block=_dims(kern.block_dim),
+                                                   shared_dynamic=int(kern.dynshared_size or 0), interpreted=True))
+                    return orig(kern, *args)
+                return __call__
+            self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
+
+
+def _run_once(fn, quantiles=None, **_):
+    """The interpreter's stand-in for the autotuner's benchmark: one correctness run, no time."""
+    fn()
+    return [0.0] * len(quantiles) if quantiles else 0.0
+
+
+def interpreting_triton() -> bool:
+    """Whether @triton.jit makes interpreted kernels now (TRITON_INTERPRET=1)."""
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except Exception:  # an older triton without knobs reads the environment
+        import os
+
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def simulating_numba() -> bool:
+    """Whether numba.cuda is the CUDA simulator in this process."""
+    mod = sys.modules.get("numba.cuda")
+    if mod is not None:
+        return bool(getattr(mod, "simulator", None)) and "simulator" in getattr(mod.jit, "__module__", "")
+    import os
+
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")

@@ -1,0 +1,264 @@
+"""kernel_report(): tuning notes for a Triton or Numba CUDA kernel launcher, measured, not guessed.
+
+Calls the launcher once to compile and autotune, once more under a Capture to record every launch (grid,
+block / num_warps and num_stages, registers, spills, shared memory, the autotuner's choice), computes each
+launch's theoretical occupancy from the device's limits, times the launcher with gpuspeed.bench, places it
+on the roofline with roofline.place's locate() (memory-bound kernels against the measured copy bandwidth),
+and names a verdict and the next lever (see verdict.py). Without a GPU the kernels run under the
+interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1, set before the kernels are defined): the report
+then says the launcher ran and returned, with its launches, and no timing or occupancy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gpuspeed import trees
+from gpuspeed.errors import UserError
+from gpuspeed.kernel import numba_info, triton_info, verdict
+from gpuspeed.kernel.capture import Capture, interpreting_triton, simulating_numba
+from gpuspeed.kernel.occupancy import Limits, device_limits, occupancy
+
+NO_GPU_NOTE = ("no GPU: ran under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1) for correctness "
+               "only; no timing, registers or occupancy are possible here")
+
+
+@dataclass
+class KernelReport:
+    name: str
+    backend: str  # "triton", "numba", "mixed" or "none"
+    gpu: bool
+    note: str | None
+    time_s: float | None
+    time_rel_iqr: float | None
+    launches: list[dict]
+    placement: dict | None
+    pct_of_roof: float | None
+    occupancy_pct: float | None
+    limiter: str | None
+    verdict: str
+    next_lever: str
+    rule: str = ""
+    main_kernel: str | None = None
+    limits: dict | None = None
+    ceilings_source: str | None = None
+    output: Any = field(default=None, repr=False)  # what the launcher returned (not in to_dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "output"}
+        return json.loads(json.dumps(d, default=_jsonable))
+
+    def lines(self) -> list[str]:
+        """The report for people: one line per fact."""
+        out = [f"{self.name}: {self.backend} kernel launcher" + ("" if self.gpu else " (interpreted, no GPU)")]
+        if self.time_s is not None:
+            out.append(f"time {self.time_s * 1e6:.1f} us (IQR/median {100 * (self.time_rel_iqr or 0):.1f} %)")
+        for la in self.launches:
+            geo = f"grid {tuple(la['grid'])}"
+            geo += f" block {tuple(la['block'])}" if la.get("block") else f" num_warps={la['num_warps']} num_stages={la['num_stages']}"
+            res = ""
+            if la.get("registers") is not None:
+                res = (f"; {la['registers']} regs, spills {la['spills']} B, smem {la['shared_static']} static + "
+                       f"{la['shared_dynamic']} dynamic B")
+            occ = la.get("occupancy")
+            if occ:
+                res += f"; occupancy {occ['pct']:.0f} % ({occ['blocks_per_sm']} blocks/SM, {occ['limiter']}-limited)"
+            out.append(f"  {la['kernel']} [{la['backend']}] {geo}{res}")
+            at = la.get("autotune")
+            if at:
+                out.append(f"    autotune chose {at['chosen']}; tried {len(at['tried'])}:")
+                for t in at["tried"][:8]:
+                    ms = "-" if t["time_ms"] is None else f"{t['time_ms'] * 1e3:.1f} us"
+                    out.append(f"      {ms:>10}  {t['config']}")
+        p = self.placement
+        if p and p.get("pct_of_roof") is not None:
+            out.append(f"roofline: {p['GBps']:.0f} GB/s, {p['TFLOPs']:.3g} TFLOP/s at {p['intensity']:.3g} FLOP/B: "
+                       f"{p['pct_of_roof']:.0f} % of the {p['roof']} roof ({p['bound']}-bound)")
+        out.append(f"verdict: {self.verdict}")
+        out.append(f"next lever: {self.next_lever}")
+        out += [f"note: {n}" for n in ([self.note] if self.note else []) + self.notes]
+        return out
+
+
+def _jsonable(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def _sync(gpu: bool) -> None:
+    if gpu:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _threads(launch) -> int:
+    if launch.block:
+        return launch.block[0] * launch.block[1] * launch.block[2]
+    return (launch.num_warps or 4) * 32
+
+
+def describe(launch, limits: Limits | None) -> dict:
+    """A captured Launch as the report's dict, with its resources, occupancy and autotune record."""
+    res = triton_info.resources(launch.compiled) if launch.backend == "triton" else numba_info.resources(launch.compiled)
+    d = {"kernel": launch.kernel, "backend": launch.backend, "grid": list(launch.grid),
+         "block": list(launch.block) if launch.block else None,
+         "num_warps": launch.num_warps if launch.backend == "triton" else None,
+         "num_stages": launch.num_stages if launch.backend == "triton" else None,
+         "threads_per_block": _threads(launch), "registers": res["registers"], "spills": res["spills"],
+         "shared_static": res["shared_static"],
+         "shared_dynamic": res.get("shared_dynamic", launch.shared_dynamic) if launch.backend == "triton"
+         else launch.shared_dynamic,
+         "occupancy": None, "autotune": None, "meta": launch.meta, "interpreted": launch.interpreted}
+    if launch.backend == "triton":
+        d["autotune"] = triton_info.autotune_info(launch.autotuner)
+        if d["autotune"] and launch.interpreted:
+            for t in d["autotune"]["tried"]:
+                t["time_ms"] = None  # the interpreter's stand-in benchmark timed nothing
+    if limits is not None and d["registers"] is not None:
+        smem = (d["shared_static"] or 0) + (d["shared_dynamic"] or 0)
+        occ = occupancy(d["threads_per_block"], d["registers"], smem, limits)
+        d["occupancy"] = {k: occ[k] for k in ("pct", "active_warps_per_sm", "max_warps_per_sm", "blocks_per_sm",
+                                              "limiter", "blocks_by")}
+    return d
+
+
+def _ceilings(ceilings):
+    """(Ceilings, where they came from): given; a roofline results document or its path; this GPU's committed
+    results/<gpu>/roofline.json when there is one; else measured now (quick)."""
+    from gpuspeed.roofline.ceilings import Ceilings
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    if isinstance(ceilings, Ceilings):
+        return ceilings, "given"
+    if isinstance(ceilings, dict):
+        return ceilings_from_results(ceilings), "given results document"
+    if isinstance(ceilings, (str, Path)):
+        p = Path(ceilings)
+        if not p.is_file():
+            raise UserError(f"ceilings file {p} does not exist")
+        return ceilings_from_results(json.loads(p.read_text())), str(p)
+    from gpuspeed import device as _device
+
+    slug = _device.get_device("cuda").slug
+    import gpuspeed
+
+    for root in (Path.cwd(), Path(gpuspeed.__file__).resolve().parents[2]):
+        p = root / "results" / slug / "roofline.json"
+        if p.is_file():
+            return ceilings_from_results(json.loads(p.read_text())), str(p)
+    from gpuspeed.roofline.place import cached_ceilings
+
+    return cached_ceilings("cuda"), "measured now (quick)"
+
+
+def copy_roof_view(ceil):
+    """The same ceilings with the copy stream as the only device-memory roof (when copy was measured), so a
+    memory-bound kernel that reads and writes is held to the copy bandwidth, not the read-only one."""
+    from gpuspeed.roofline.ceilings import MEMORY, Ceilings
+
+    if not ceil.value("copy"):
+        return ceil
+    return Ceilings(ceil.device_kind, ceil.device_name, [c for c in ceil.rows if c.name not in MEMORY or c.name == "copy"])
+
+
+def placement(name: str, flops: float | None, nbytes: int, time_s: float, ceil, unit: str) -> dict:
+    """roofline.place's locate() for this kernel, with the contract's names (intensity, roof, bound). Without
+    a FLOP count the kernel is held to the memory roof alone (bound 'memory')."""
+    from gpuspeed.roofline.place import locate
+
+    d = locate(name, float(flops or 0.0), nbytes, time_s, ceil, unit)
+    bw = ceil.mem_roof_GBps()
+    if not flops and bw:
+        d |= {"bound": "memory", "pct_of_mem_roof": 100 * d["GBps"] / bw, "pct_of_roof": 100 * d["GBps"] / bw}
+    d["intensity"] = d.pop("ai")
+    d["roof"] = (("copy" if ceil.value("copy") else "memory") if d["bound"] == "memory"
+                 else d["compute_ceiling"]) if d["bound"] else None
+    d["roof_GBps"] = bw
+    d["flops_source"] = "given" if flops else "none: memory roof only"
+    return d
+
+
+def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
+                  name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
+                  kwargs: dict | None = None, unit: str | None = None) -> KernelReport:
+    """Tuning notes for `fn(*args, **kwargs)`, a launcher of Triton and/or Numba CUDA kernels.
+
+    flops / bytes: per call (default: torch's FlopCounterMode count, usually none for hand kernels, and the
+    minimum traffic, every input read once and every output written once). ceilings: a Ceilings, a roofline
+    results document or its path (default: this GPU's results/<gpu>/roofline.json, else measured now).
+    bench_kw go to gpuspeed.bench. unit: the compute ceiling (default from the dtypes, as place() does).
+    """
+    from gpuspeed.device import resolve_device
+
+    kwargs = kwargs or {}
+    name = name or getattr(fn, "__name__", "kernel")
+    gpu = resolve_device(device) == "cuda"
+    notes: list[str] = []
+    with Capture() as cap:
+        cap.recording = False
+        try:
+            fn(*args, **kwargs)  # compile and autotune outside the record
+        except Exception as exc:
+            if not gpu and not (interpreting_triton() or simulating_numba()):
+                raise UserError(f"{name} cannot run here: there is no GPU, and its kernels were not defined under "
+                                "TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 (set them before importing the kernels; "
+                                f"`gpuspeed kernel` does) ({type(exc).__name__})") from exc
+            raise
+        _sync(gpu)
+        cap.recording = True
+        out = fn(*args, **kwargs)
+        _sync(gpu)
+    limits = device_limits() if gpu else None
+    launches = [describe(la, limits) for la in cap.launches]
+    kinds = {la["backend"] for la in launches}
+    backend = "none" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
+    main = verdict.main_launch(launches)
+    time_s = rel_iqr = place = None
+    source = None
+    if gpu and launches:
+        from gpuspeed.roofline.place import count_flops, default_unit, min_bytes
+        from gpuspeed.timing import bench
+
+        kw = dict(bench_kw or {})
+        if "numba" in {la["backend"] for la in launches}:
+            kw.setdefault("mode", "events")  # Numba launches on its own stream: not capturable in torch's graphs
+        m = bench(fn, *args, kwargs=kwargs, name=name, **kw)
+        time_s, rel_iqr = m.median, m.rel_iqr
+        notes += list(m.notes)
+        counted = False
+        if flops is None:
+            try:
+                flops, _ = count_flops(fn, *args, kwargs=kwargs)
+                counted = bool(flops)
+            except Exception:  # not a torch launcher: no count
+                flops = 0
+        nbytes = int(bytes) if bytes is not None else (min_bytes((args, kwargs), out) or
+                                                      trees.nbytes((args, kwargs)) + trees.nbytes(out))
+        if nbytes > 0:
+            ceil, source = _ceilings(ceilings)
+            place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil),
+                              unit or default_unit((args, kwargs), counted))
+            if counted:
+                place["flops_source"] = "counted by FlopCounterMode"
+        else:
+            notes.append("no array bytes found in the arguments or the output: pass bytes= to place it on the roofline")
+    occ = (main or {}).get("occupancy")
+    facts = {"gpu": gpu, "launches": launches, "main": main, "sms": limits.sms if limits else None,
+             "pct_of_roof": place["pct_of_roof"] if place else None, "bound": place["bound"] if place else None,
+             "roof": place["roof"] if place else None, "time_s": time_s,
+             "occupancy_pct": occ["pct"] if occ else None, "limiter": occ["limiter"] if occ else None}
+    rule, said, lever = verdict.judge(facts)
+    return KernelReport(
+        name=name, backend=backend, gpu=gpu, note=None if gpu else NO_GPU_NOTE, time_s=time_s, time_rel_iqr=rel_iqr,
+        launches=launches, placement=place, pct_of_roof=place["pct_of_roof"] if place else None,
+        occupancy_pct=occ["pct"] if occ else None, limiter=occ["limiter"] if occ else None, verdict=said,
+        next_lever=lever, rule=rule, main_kernel=main["kernel"] if main else None,
+        limits=limits.to_dict() if limits else None, ceilings_source=source, output=out, notes=notes)

@@ -1,0 +1,62 @@
+"""What a captured Triton launch ran with: registers, spills and shared memory from the compiled kernel,
+and the autotuner's choice with the configs it tried and their times.
+
+Triton puts all of a kernel's shared memory in the launch's dynamic shared memory (`metadata.shared`), so
+a Triton kernel's static shared memory is 0. `n_spills` counts 4-byte words of local memory per thread
+(Triton divides CUDA's local size in bytes by 4); the report gives bytes. Autotuner timings are
+triton's own `do_bench` medians in milliseconds, kept on the Autotuner after it tuned
+(`configs_timings`, `best_config`); None where it did not time them (one config, or the interpreter).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def resources(compiled) -> dict:
+    """{"registers", "spills" (bytes per thread), "shared_static", "shared_dynamic"} of a CompiledKernel."""
+    if compiled is None:
+        return {"registers": None, "spills": None, "shared_static": None, "shared_dynamic": None}
+    if getattr(compiled, "n_regs", None) is None and hasattr(compiled, "_init_handles"):
+        compiled._init_handles()  # loads the binary: registers and spills are read then
+    md = getattr(compiled, "metadata", None)
+    regs = getattr(compiled, "n_regs", None)
+    spills = getattr(compiled, "n_spills", None)
+    return {"registers": None if regs is None else int(regs), "spills": None if spills is None else 4 * int(spills),
+            "shared_static": 0, "shared_dynamic": int(getattr(md, "shared", 0) or 0)}
+
+
+def config_dict(config) -> dict:
+    """A triton.Config as a JSON-safe dict: its kwargs (BLOCK sizes...) and its launch options."""
+    if config is None:
+        return {}
+    d = {k: v for k, v in dict(getattr(config, "kwargs", {}) or {}).items() if isinstance(v, (bool, int, float, str))}
+    for key in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+        v = getattr(config, key, None)
+        if v is not None and not (key == "num_ctas" and v == 1):
+            d[key] = v
+    return d
+
+
+def _ms(t) -> float | None:
+    """A do_bench result (a float, or [median, p20, p80]) -> the median in ms; None when not a real time."""
+    if isinstance(t, (list, tuple)):
+        t = t[0] if t else None
+    try:
+        t = float(t)
+    except (TypeError, ValueError):
+        return None
+    return t if math.isfinite(t) and t > 0 else None
+
+
+def autotune_info(tuner) -> dict | None:
+    """{"chosen": config, "tried": [{"config", "time_ms"}]} for the autotuner a launch came through."""
+    if tuner is None:
+        return None
+    best = getattr(tuner, "best_config", None)
+    timings = getattr(tuner, "configs_timings", None) or {}
+    tried = [{"config": config_dict(c), "time_ms": _ms(t)} for c, t in timings.items()]
+    if not tried:  # it did not benchmark (one config, or a cached choice): list what it could choose from
+        tried = [{"config": config_dict(c), "time_ms": None} for c in getattr(tuner, "configs", [])]
+    tried.sort(key=lambda r: (r["time_ms"] is None, r["time_ms"] or 0.0))
+    return {"chosen": config_dict(best), "tried": tried}

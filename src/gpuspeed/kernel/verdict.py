@@ -1,0 +1,133 @@
+"""The verdict on a kernel and the next lever to pull: explicit rules, tried in order, the first that fits wins.
+
+  1. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
+  2. no_launch    no Triton or Numba CUDA launch was seen
+  3. at_roof      >= DONE_PCT % of its roof: done
+  4. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
+  5. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
+  6. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
+  7. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
+  8. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
+  9. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages
+ 10. unplaced     no roof position (no ceilings): the occupancy alone
+The main launch is the one that starts the most threads. `facts` is a plain dict (see `facts_of`), so the
+rules are testable on synthetic inputs.
+"""
+
+from __future__ import annotations
+
+DONE_PCT = 80.0  # at or above this % of its roof a kernel is done: what is left is noise and tails
+LOW_ROOF_PCT = 50.0
+LOW_OCCUPANCY_PCT = 50.0
+LAUNCH_BOUND_S = 10e-6  # a few eager launches' worth: below this a call is mostly launch cost
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0f} %"
+
+
+def _roof_name(f: dict) -> str:
+    return "copy" if f.get("bound") == "memory" else (f.get("roof") or "compute")
+
+
+def no_gpu(f):
+    if not f.get("gpu"):
+        return ("ran under the interpreters (no GPU): the launcher runs and returns; no timing or occupancy here",
+                "run it on a GPU for registers, occupancy and the roof")
+
+
+def no_launch(f):
+    if not f.get("launches"):
+        return ("no Triton or Numba CUDA kernel launch seen", "make the launcher call a @triton.jit or @cuda.jit kernel")
+
+
+def at_roof(f):
+    p = f.get("pct_of_roof")
+    if p is not None and p >= DONE_PCT:
+        return f"at {_pct(p)} of the {_roof_name(f)} roof: done", "none: it is at its roof"
+
+
+def spills(f):
+    worst = max(f.get("launches") or [], key=lambda la: la.get("spills") or 0, default=None)
+    if worst and (worst.get("spills") or 0) > 0:
+        lever = ("lower BLOCK / num_warps" if worst.get("backend") == "triton"
+                 else "fewer live values or smaller local arrays per thread")
+        return f"{worst['kernel']} spills {worst['spills']} bytes per thread: {lever}", lever
+
+
+def small_grid(f):
+    m, sms = f.get("main"), f.get("sms")
+    if m and sms:
+        n = m["grid"][0] * m["grid"][1] * m["grid"][2]
+        if n < sms:
+            word = "programs" if m.get("backend") == "triton" else "blocks"
+            return (f"grid of {n} {word} on {sms} SMs: split the work",
+                    "more, smaller programs (smaller BLOCK, split the reduction or the rows)")
+
+
+def occupancy(f):
+    m = f.get("main")
+    occ = (m or {}).get("occupancy")
+    if not occ or occ["pct"] > LOW_OCCUPANCY_PCT:
+        return None
+    lim, pct, tri = occ["limiter"], _pct(occ["pct"]), m.get("backend") == "triton"
+    nw = m.get("num_warps") or 4
+    if lim == "registers":
+        lever = (f"try num_warps={max(1, nw // 2)}" if tri and nw > 1 else
+                 "fewer registers per thread (less per-thread state, or max_registers= in @cuda.jit)")
+    elif lim == "shared_memory":
+        lever = "fewer num_stages or smaller tiles" if tri else "smaller shared-memory tiles per block"
+    elif lim == "blocks":
+        lever = "bigger blocks: more threads per block (num_warps up)" if tri else "bigger blocks (128-256 threads)"
+    else:
+        lever = "a block size that divides the SM's warps (128-256 threads)"
+    return f"{lim.replace('_', '-')}-limited to {pct} occupancy: {lever}", lever
+
+
+def launch_bound(f):
+    t, p = f.get("time_s"), f.get("pct_of_roof")
+    if t is not None and t < LAUNCH_BOUND_S and (p is None or p < LOW_ROOF_PCT):
+        return (f"launch-bound: {t * 1e6:.1f} us per call" + (f" at {_pct(p)} of the roof" if p is not None else ""),
+                "fuse launches / more work per launch / a CUDA graph")
+
+
+def latency(f):
+    p = f.get("pct_of_roof")
+    occ = f.get("occupancy_pct")
+    if p is not None and p < LOW_ROOF_PCT and (occ is None or occ > LOW_OCCUPANCY_PCT):
+        return (f"latency-bound at {_pct(p)} of the {_roof_name(f)} roof" +
+                (f" with {_pct(occ)} occupancy" if occ is not None else ""),
+                "more work per program / fuse (more loads in flight per thread)")
+
+
+def tune(f):
+    p = f.get("pct_of_roof")
+    if p is not None:
+        return (f"at {_pct(p)} of the {_roof_name(f)} roof",
+                "tune BLOCK sizes, num_warps and num_stages (autotune over them)")
+
+
+def unplaced(f):
+    occ = f.get("occupancy_pct")
+    text = f"occupancy {_pct(occ)} ({f.get('limiter')}-limited)" if occ is not None else "no occupancy figures"
+    return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
+
+
+RULES = [no_gpu, no_launch, at_roof, spills, small_grid, occupancy, launch_bound, latency, tune, unplaced]
+
+
+def judge(facts: dict) -> tuple[str, str, str]:
+    """(rule name, verdict, next lever): the first rule in RULES that fits the facts."""
+    for rule in RULES:
+        got = rule(facts)
+        if got:
+            return rule.__name__, got[0], got[1]
+    raise AssertionError("the last rule always fits")
+
+
+def main_launch(launches: list[dict]) -> dict | None:
+    """The launch that starts the most threads (grid x threads per block)."""
+    def threads(la):
+        g = la["grid"][0] * la["grid"][1] * la["grid"][2]
+        return g * (la.get("threads_per_block") or 1)
+    return max(launches, key=threads, default=None)
