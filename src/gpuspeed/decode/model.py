@@ -82,6 +82,11 @@ CONFIGS: dict[str, ModelArgs] = {
                               name="llama-3.2-1b"),
     "llama-3-8b": ModelArgs(vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336,
                             rope_theta=500000.0, norm_eps=1e-5, max_seq_len=8192, name="llama-3-8b"),
+    # 141 GB in bf16: more than one H200 holds, so tensor parallel only (tp.py makes each rank's shard alone)
+    "llama-3-70b": ModelArgs(vocab_size=128256, dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_dim=28672,
+                             rope_theta=500000.0, norm_eps=1e-5, max_seq_len=8192, name="llama-3-70b",
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
 }
 
 
@@ -189,33 +194,48 @@ PLAIN = Options()
 
 
 def _gemv_cfg(opts: Options, x: torch.Tensor, w: torch.Tensor):
-    if not opts.gemv or x.numel() != x.shape[-1]:
+    if not opts.gemv or x.numel() != x.shape[-1] or not isinstance(w, torch.Tensor):
         return None
     return opts.gemv.get((w.shape[0], w.shape[1]))
+
+
+def _linear(opts: Options, x, w):
+    """opts.linear(x, w), or an int8 weight's own dequantizing GEMV (quant.Int8Weight is not a tensor)."""
+    return opts.linear(x, w) if isinstance(w, torch.Tensor) else w.linear(x)
+
+
+def tp_reduce(y, tp):
+    """The all-reduce after a row-parallel projection (tensor parallel: tp.TP); nothing on one GPU."""
+    return y if tp is None else tp.all_reduce(y)
 
 
 def norm_linear(x, norm_w, eps, w, opts: Options):
     """linear(rms_norm(x)), the norm inside the GEMV where opts.gemv has the shape."""
     cfg = _gemv_cfg(opts, x, w)
     if cfg is None:
-        return opts.linear(rms_norm(x, norm_w, eps), w)
+        return _linear(opts, rms_norm(x, norm_w, eps), w)
     return gemv(x, w, *cfg, norm=norm_w, eps=eps)
 
 
-def linear_residual(y, w, residual, opts: Options):
-    """residual + linear(y), the add inside the GEMV where opts.gemv has the shape."""
+def linear_residual(y, w, residual, opts: Options, tp=None):
+    """residual + linear(y), the add inside the GEMV where opts.gemv has the shape (tensor parallel: the
+    partial product all-reduced first, the residual added once)."""
     cfg = _gemv_cfg(opts, y, w)
     if cfg is None:
-        return residual + opts.linear(y, w)
+        return residual + tp_reduce(_linear(opts, y, w), tp)
+    if tp is not None:
+        return residual + tp.all_reduce(gemv(y, w, *cfg))
     return gemv(y, w, *cfg, residual=residual)
 
 
-def silu_mul_linear_residual(gate_up, w, residual, opts: Options):
-    """residual + linear(silu(gate) * up) from the fused [gate; up] projection."""
+def silu_mul_linear_residual(gate_up, w, residual, opts: Options, tp=None):
+    """residual + linear(silu(gate) * up) from the fused [gate; up] projection (all-reduced as above)."""
     cfg = None if gate_up.numel() != gate_up.shape[-1] else _gemv_cfg(opts, gate_up[..., :w.shape[1]], w)
     if cfg is None:
         gate, up = gate_up.chunk(2, dim=-1)
-        return residual + opts.linear(F.silu(gate) * up, w)
+        return residual + tp_reduce(_linear(opts, F.silu(gate) * up, w), tp)
+    if tp is not None:
+        return residual + tp.all_reduce(gemv(gate_up, w, *cfg, silu_mul=True))
     return gemv(gate_up, w, *cfg, silu_mul=True, residual=residual)
 
 
@@ -243,6 +263,7 @@ class Transformer(nn.Module):
         self.lm_head = None if args.tie_embeddings else nn.Parameter(torch.empty(args.vocab_size, args.dim))
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
+        self.tp = None  # tp.TP on a rank's shard: vocab-sharded embedding / head, all-reduces (tp.py)
 
     @property
     def head_weight(self) -> torch.Tensor:
@@ -269,9 +290,10 @@ class Transformer(nn.Module):
         """Logits [B, S, V], or [B, 1, V] for the last position only (a prefill needs no more)."""
         a = self.args
         b, s = tokens.shape
-        x = F.embedding(tokens, self.tok_emb)
+        x = F.embedding(tokens, self.tok_emb) if self.tp is None else self.tp.embed(tokens, self.tok_emb)
         cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        lin = opts.linear
+        def lin(h, w):
+            return _linear(opts, h, w)
         mask = None if cache is None else cache.mask(input_pos)
         if cache is None and s > 1:
             mask = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
@@ -295,17 +317,18 @@ class Transformer(nn.Module):
                 k, v = cache.update(i, input_pos, k, v)
             y = opts.attention(q, k, v, mask, input_pos)
             y = y.transpose(1, 2).reshape(b, s, a.q_rows)
-            x = linear_residual(y, layer.wo, x, opts)
+            x = linear_residual(y, layer.wo, x, opts, self.tp)
             if opts.fused_gate_up:
                 gate_up = norm_linear(x, layer.ffn_norm, a.norm_eps, layer.w_gate_up, opts)
-                x = silu_mul_linear_residual(gate_up, layer.w_down, x, opts)
+                x = silu_mul_linear_residual(gate_up, layer.w_down, x, opts, self.tp)
             else:
                 h = rms_norm(x, layer.ffn_norm, a.norm_eps)
                 gate, up = lin(h, layer.w_gate_up[:a.ffn_dim]), lin(h, layer.w_gate_up[a.ffn_dim:])
-                x = x + lin(F.silu(gate) * up, layer.w_down)
+                x = x + tp_reduce(lin(F.silu(gate) * up, layer.w_down), self.tp)
         if last_only:
             x = x[:, -1:]
-        return norm_linear(x, self.norm, a.norm_eps, self.head_weight, opts)
+        logits = norm_linear(x, self.norm, a.norm_eps, self.head_weight, opts)
+        return logits if self.tp is None else self.tp.gather_vocab(logits)  # each rank holds a vocab shard
 
 
 def build(args: ModelArgs, *, device="cpu", dtype=torch.float32, seed: int | None = 0) -> Transformer:
