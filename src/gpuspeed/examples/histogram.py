@@ -5,6 +5,8 @@ Integer counts compare exactly, so a candidate must bin every value as NumPy doe
 
 import numpy as np
 
+from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+
 
 def original(samples, bins, lo, hi):
     counts, _ = np.histogram(samples, bins=bins, range=(lo, hi))
@@ -14,3 +16,10 @@ def original(samples, bins, lo, hi):
 def inputs(rng, scale=1.0):
     n = max(10_000, int(50_000_000 * scale))
     return rng.standard_normal(n), 256, -4.0, 4.0
+
+
+# hand-written kernels (gpuspeed/examples/kernels/histogram.py), given torch tensors on the GPU
+variants = {
+    "triton": lazy("histogram", "histogram_triton"),
+    "numba_cuda": lazy("histogram", "histogram_numba"),
+}

@@ -6,6 +6,8 @@ Numba compiles the loops; array drop-ins would launch GPU work for every pixel.
 
 import numpy as np
 
+from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+
 
 def original(xs, ys, max_iter):
     counts = np.zeros((len(ys), len(xs)), dtype=np.int64)
@@ -29,3 +31,10 @@ def inputs(rng, scale=1.0):
     xs = np.linspace(cx - 0.6, cx + 0.6, width)
     ys = np.linspace(cy - 0.4, cy + 0.4, height)
     return xs, ys, 64
+
+
+# hand-written kernels (gpuspeed/examples/kernels/mandelbrot.py), given torch tensors on the GPU
+variants = {
+    "triton": lazy("mandelbrot", "mandelbrot_triton"),
+    "numba_cuda": lazy("mandelbrot", "mandelbrot_numba"),
+}

@@ -1,0 +1,122 @@
+"""The 5-point Jacobi heat stencil, one launch per time step between two ping-pong buffers, as a Triton
+kernel and a Numba CUDA kernel with a shared-memory tile and halo (heat_stencil).
+
+Both buffers start as copies of the grid, and the kernels write interior points only, so the fixed
+boundary is in place whichever buffer a step writes. Precision: float64, the example's own dtype (the
+kernel is memory-bound: 16 bytes moved per point per step against 6 flops). The 40 steps of the default
+example are 40 launches; temporal blocking (several steps per launch with a wider halo) is the next
+lever and is not done here.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+
+try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
+    from numba import cuda, float64
+except ImportError:  # the Triton kernel works without Numba
+    cuda = float64 = None
+
+CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+           for m, n, w, s in ((8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 8, 1), (16, 256, 8, 1),
+                              (32, 128, 8, 1), (4, 256, 4, 1), (32, 64, 4, 2), (16, 64, 4, 2))]
+
+
+@triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
+@triton.jit
+def heat_step_kernel(src_ptr, dst_ptr, n_rows, n_cols, alpha,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """One Jacobi step on a BLOCK_M x BLOCK_N tile of interior points. The four neighbour loads overlap
+    the centre load of the adjacent tiles and rows: they hit L1/L2, so DRAM sees about one read and one
+    write per point.
+
+    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    """
+    rows = 1 + tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = 1 + tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = (rows[:, None] < n_rows - 1) & (cols[None, :] < n_cols - 1)
+    p = src_ptr + rows[:, None] * n_cols + cols[None, :]
+    c = tl.load(p, mask=m, other=0.0)
+    up = tl.load(p - n_cols, mask=m, other=0.0)
+    down = tl.load(p + n_cols, mask=m, other=0.0)
+    left = tl.load(p - 1, mask=m, other=0.0)
+    right = tl.load(p + 1, mask=m, other=0.0)
+    lap = up + down + left + right - 4.0 * c  # the original's order of operations
+    tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], c + alpha * lap, mask=m)
+
+
+def _buffers(grid, sim):
+    u = device_tensor(grid, sim).to(torch.float64)
+    return u.clone(), u.clone()  # never the caller's array: the original works on a copy too
+
+
+def heat_triton(grid, alpha, steps, config=None):
+    """The example's `original(grid, alpha, steps)` on the GPU: the grid after `steps` Jacobi steps."""
+    src, dst = _buffers(grid, interpreting())
+    n_rows, n_cols = src.shape
+    for _ in range(int(steps)):
+        launch(heat_step_kernel, lambda meta: (triton.cdiv(n_rows - 2, meta["BLOCK_M"]),
+                                               triton.cdiv(n_cols - 2, meta["BLOCK_N"])),
+               src, dst, n_rows, n_cols, float(alpha), config=config)
+        src, dst = dst, src
+    return src
+
+
+# Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range), each thread updating TILE_Y / 8 = 2
+# points of a 16 x 32 tile: the block stages the tile plus a one-point halo, (16 + 2) x (32 + 2) float64 =
+# 4.9 KiB of shared memory, so shared memory does not limit occupancy. A warp reads 32 consecutive float64.
+THREADS_X, THREADS_Y = 32, 8
+TILE_X, TILE_Y = 32, 16
+
+
+def _numba_kernel():
+    @cuda.jit
+    def heat_step_numba_kernel(src, dst, alpha):
+        """One Jacobi step: the block's tile and halo are read from global memory once into shared memory,
+        then every point's five values come from shared memory.
+
+        Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+        """
+        tile = cuda.shared.array((TILE_Y + 2, TILE_X + 2), float64)
+        n_rows, n_cols = src.shape
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row0 = cuda.blockIdx.y * TILE_Y  # tile row 0 is the halo row above the first interior row
+        col0 = cuda.blockIdx.x * TILE_X
+        t = ty * THREADS_X + tx
+        for idx in range(t, (TILE_Y + 2) * (TILE_X + 2), THREADS_X * THREADS_Y):
+            r, c = idx // (TILE_X + 2), idx % (TILE_X + 2)
+            gr, gc = row0 + r, col0 + c
+            tile[r, c] = src[gr, gc] if gr < n_rows and gc < n_cols else 0.0
+        cuda.syncthreads()
+        for i in range(TILE_Y // THREADS_Y):
+            r, c = 1 + ty + i * THREADS_Y, 1 + tx
+            gr, gc = row0 + r, col0 + c
+            if gr < n_rows - 1 and gc < n_cols - 1:
+                centre = tile[r, c]
+                lap = tile[r - 1, c] + tile[r + 1, c] + tile[r, c - 1] + tile[r, c + 1] - 4.0 * centre
+                dst[gr, gc] = centre + alpha * lap
+
+    return heat_step_numba_kernel
+
+
+_NUMBA = []
+
+
+def heat_numba(grid, alpha, steps):
+    """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA."""
+    if not _NUMBA:
+        _NUMBA.append(_numba_kernel())
+    sim = cudasim()
+    src, dst = _buffers(grid, sim)
+    n_rows, n_cols = src.shape
+    blocks = (triton.cdiv(n_cols - 2, TILE_X), triton.cdiv(n_rows - 2, TILE_Y))
+    stream = numba_stream()
+    a, b = numba_array(src), numba_array(dst)
+    for _ in range(int(steps)):
+        _NUMBA[0][blocks, (THREADS_X, THREADS_Y), stream](a, b, float(alpha))
+        a, b = b, a
+    return src if int(steps) % 2 == 0 else dst

@@ -1,0 +1,107 @@
+"""Escape-time Mandelbrot counts, as a Triton kernel (the iteration in registers over a tile of pixels,
+finished pixels masked) and a Numba CUDA kernel (one thread per pixel, each leaving its loop on escape).
+
+The counts must equal the original's exactly (integers), so the iteration is float64, as Python's
+complex arithmetic is: z = z * z + c while |z| <= 2 (tested as zr^2 + zi^2 <= 4, the same set of points
+but for rounding at the circle itself). Compute-bound: a few bytes per pixel against up to 8 * max_iter
+float64 operations.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+
+try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
+    from numba import cuda
+except ImportError:  # the Triton kernel works without Numba
+    cuda = None
+
+CONFIGS = [triton.Config({"BLOCK_Y": y, "BLOCK_X": x}, num_warps=w, num_stages=s)
+           for y, x, w, s in ((4, 32, 4, 1), (8, 32, 8, 1), (2, 64, 4, 1), (4, 64, 8, 1), (1, 128, 4, 1),
+                              (2, 32, 2, 1), (8, 16, 4, 1), (1, 64, 2, 1))]
+
+
+@triton.autotune(configs=CONFIGS, key=["width", "height", "max_iter"])
+@triton.jit
+def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
+                      BLOCK_Y: tl.constexpr, BLOCK_X: tl.constexpr):
+    """A BLOCK_Y x BLOCK_X tile of pixels iterates together: an escaped pixel keeps its z (already past
+    the circle, so it stays escaped) and stops counting; the tile runs until max_iter. Small tiles keep
+    a tile's pixels alike (neighbours escape at similar counts), so little work is masked off.
+
+    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    """
+    rows = tl.program_id(0) * BLOCK_Y + tl.arange(0, BLOCK_Y)
+    cols = tl.program_id(1) * BLOCK_X + tl.arange(0, BLOCK_X)
+    rm, cm = rows < height, cols < width
+    ci = tl.load(ys_ptr + rows, mask=rm, other=0.0)[:, None] + tl.zeros((BLOCK_Y, BLOCK_X), dtype=tl.float64)
+    cr = tl.load(xs_ptr + cols, mask=cm, other=0.0)[None, :] + tl.zeros((BLOCK_Y, BLOCK_X), dtype=tl.float64)
+    zr = tl.zeros((BLOCK_Y, BLOCK_X), dtype=tl.float64)
+    zi = tl.zeros((BLOCK_Y, BLOCK_X), dtype=tl.float64)
+    count = tl.zeros((BLOCK_Y, BLOCK_X), dtype=tl.int64)
+    for _ in range(max_iter):
+        alive = zr * zr + zi * zi <= 4.0
+        new_r = zr * zr - zi * zi + cr  # Python's complex product: (zr zr - zi zi) + i (zr zi + zi zr)
+        new_i = zr * zi + zi * zr + ci
+        zr = tl.where(alive, new_r, zr)
+        zi = tl.where(alive, new_i, zi)
+        count += alive.to(tl.int64)
+    m = rm[:, None] & cm[None, :]
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * width + cols[None, :], count, mask=m)
+
+
+def mandelbrot_triton(xs, ys, max_iter, config=None):
+    """The example's `original(xs, ys, max_iter)` on the GPU: int64 counts, (len(ys), len(xs))."""
+    interp = interpreting()
+    xs, ys = device_tensor(xs, interp).to(torch.float64), device_tensor(ys, interp).to(torch.float64)
+    width, height = xs.numel(), ys.numel()
+    out = torch.empty((height, width), dtype=torch.int64, device=xs.device)
+    launch(mandelbrot_kernel, lambda meta: (triton.cdiv(height, meta["BLOCK_Y"]), triton.cdiv(width, meta["BLOCK_X"])),
+           xs, ys, out, width, height, int(max_iter), config=config)
+    return out
+
+
+# Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range); a warp is 32 neighbouring pixels
+# of one row, which escape at similar counts, so the warp's threads leave their loops at similar times.
+THREADS_X, THREADS_Y = 32, 8
+
+
+def _numba_kernel():
+    @cuda.jit
+    def mandelbrot_numba_kernel(xs, ys, max_iter, out):
+        """One pixel per thread; the loop ends at escape (a warp runs until its slowest pixel ends).
+
+        Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+        """
+        i, j = cuda.grid(2)  # i: column (x), j: row (y)
+        if j < out.shape[0] and i < out.shape[1]:
+            cr, ci = xs[i], ys[j]
+            zr = 0.0
+            zi = 0.0
+            n = 0
+            while n < max_iter and zr * zr + zi * zi <= 4.0:
+                zr, zi = zr * zr - zi * zi + cr, zr * zi + zi * zr + ci
+                n += 1
+            out[j, i] = n
+
+    return mandelbrot_numba_kernel
+
+
+_NUMBA = []
+
+
+def mandelbrot_numba(xs, ys, max_iter):
+    """The example's `original(xs, ys, max_iter)` on the GPU through Numba CUDA."""
+    if not _NUMBA:
+        _NUMBA.append(_numba_kernel())
+    sim = cudasim()
+    xs, ys = device_tensor(xs, sim).to(torch.float64), device_tensor(ys, sim).to(torch.float64)
+    out = torch.empty((ys.numel(), xs.numel()), dtype=torch.int64, device=xs.device)
+    blocks = (triton.cdiv(xs.numel(), THREADS_X), triton.cdiv(ys.numel(), THREADS_Y))
+    _NUMBA[0][blocks, (THREADS_X, THREADS_Y), numba_stream()](numba_array(xs), numba_array(ys), int(max_iter),
+                                                             numba_array(out))
+    return out

@@ -1,0 +1,72 @@
+"""Row standardization, (row - mean) / (std + 1e-8) per row, as one Triton kernel (row_normalize_loop).
+
+Precision: float64 throughout. The example's TOLERANCE (rtol 1e-5) would allow float32, but the data
+arrive as float64 and the kernel is memory-bound: float64 arithmetic in registers costs nothing here,
+and reading float64 while computing in float32 would save no bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gpuspeed.examples.kernels import device_tensor, interpreting, launch
+
+MAX_BLOCK = 4096  # columns held in registers at once; a longer row is read in chunks (three passes)
+
+CONFIGS = [triton.Config({"ROWS": r}, num_warps=w, num_stages=s)
+           for r, w, s in ((1, 4, 1), (1, 8, 1), (2, 4, 1), (2, 8, 2), (4, 8, 2), (1, 2, 2), (4, 4, 1), (8, 8, 1))]
+
+
+@triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
+@triton.jit
+def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, eps,
+                          ROWS: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr):
+    """ROWS rows per program, each standardized with the population std (NumPy's ddof=0).
+
+    SINGLE (the row fits BLOCK): one read, mean and variance two-pass in registers, one write: the
+    least traffic there is. Otherwise three passes over the row in BLOCK chunks (the row is re-read
+    from L2).
+
+    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    """
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    cols = tl.arange(0, BLOCK)
+    x_row = x_ptr + rows[:, None] * stride_x
+    o_row = out_ptr + rows[:, None] * stride_out
+    if SINGLE:
+        m = row_ok[:, None] & (cols[None, :] < n_cols)
+        x = tl.load(x_row + cols[None, :], mask=m, other=0.0)
+        mean = tl.sum(x, axis=1) / n_cols
+        c = tl.where(m, x - mean[:, None], 0.0)
+        std = tl.sqrt(tl.sum(c * c, axis=1) / n_cols)
+        tl.store(o_row + cols[None, :], c / (std[:, None] + eps), mask=m)
+    else:
+        acc = tl.zeros((ROWS, BLOCK), dtype=tl.float64)
+        for start in range(0, n_cols, BLOCK):
+            m = row_ok[:, None] & (start + cols[None, :] < n_cols)
+            acc += tl.load(x_row + start + cols[None, :], mask=m, other=0.0)
+        mean = tl.sum(acc, axis=1) / n_cols
+        acc = tl.zeros((ROWS, BLOCK), dtype=tl.float64)
+        for start in range(0, n_cols, BLOCK):
+            m = row_ok[:, None] & (start + cols[None, :] < n_cols)
+            c = tl.where(m, tl.load(x_row + start + cols[None, :], mask=m, other=0.0) - mean[:, None], 0.0)
+            acc += c * c
+        inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=1) / n_cols) + eps)
+        for start in range(0, n_cols, BLOCK):
+            m = row_ok[:, None] & (start + cols[None, :] < n_cols)
+            x = tl.load(x_row + start + cols[None, :], mask=m, other=0.0)
+            tl.store(o_row + start + cols[None, :], (x - mean[:, None]) * inv[:, None], mask=m)
+
+
+def normalize_rows_triton(x, config=None):
+    """The example's `original(x)` on the GPU: a float64 (rows, cols) matrix, standardized row by row."""
+    x = device_tensor(x, interpreting())
+    n_rows, n_cols = x.shape
+    out = torch.empty_like(x)
+    block = min(triton.next_power_of_2(n_cols), MAX_BLOCK)
+    launch(normalize_rows_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, out, n_rows, n_cols,
+           x.stride(0), out.stride(0), 1e-8, config=config, BLOCK=block, SINGLE=n_cols <= block)
+    return out
