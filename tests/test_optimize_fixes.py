@@ -1,5 +1,6 @@
-"""CPU tests for what the first H200 run of `gpuspeed optimize` showed: the chunk plan of the two-stream
-pipeline (two chunks in flight) and torch.compile over a workload module loaded under a synthetic name."""
+"""CPU tests for what the H200 runs of `gpuspeed optimize` showed: the chunk plan of the two-stream pipeline
+(two chunks in flight, re-planned from the pipeline's measured peak), torch.compile over a workload module
+loaded under a synthetic name, Numba's unsupported constructs and cupy.fuse's reach."""
 
 import importlib.util
 import sys
@@ -45,6 +46,32 @@ def test_pipeline_plan_when_peak_does_not_grow_and_when_nothing_fits():
     assert flat.max_chunk == 500
     huge = budget.plan_for_pipeline(10, BUDGET, 20, BUDGET + 10 * MiB, BUDGET, in_flight=2, max_size=500)
     assert not huge.max_chunk
+
+
+def test_replan_from_the_h200_pipeline_peak():
+    # the H200 run: the planned chunk's two-stream pipeline measured 254 MiB against the 218 MiB limit (256 MiB,
+    # 15 % headroom); 254 MiB is at the cap, where CuPy's pool frees its cache to stay under, so the demand was
+    # higher. Re-planned from that peak, the chunk's predicted peak must sit under the limit with room to spare,
+    # even if the true per-item cost were what the peak shows at the cap.
+    limit = BUDGET * (1 - HEADROOM)
+    two = budget.plan_for_pipeline(118, _peak(118), 237, _peak(237), BUDGET, in_flight=2, max_size=3794)
+    size = two.max_chunk
+    new, why = budget.replan_from_measured(size, 254 * MiB, FIXED, BUDGET, max_size=3794)
+    assert 1 <= new < size and "re-planned" in why and "at the cap" in why
+    per_item_seen = (254 * MiB - FIXED) / size
+    assert FIXED + per_item_seen * new <= limit * budget.REPLAN_TARGET * budget.CAPPED_TARGET + 1
+    # what the pipeline really holds per item, two chunks in flight, each the (m, 3) difference, its square and
+    # the sum: the new chunk fits that too, with 15 % headroom
+    assert FIXED + 2 * PER_ITEM * new <= limit
+    # a peak under the limit keeps the chunk; one over it but below the cap aims at REPLAN_TARGET of the limit
+    assert budget.replan_from_measured(size, 200 * MiB, FIXED, BUDGET)[0] == size
+    mid, why = budget.replan_from_measured(size, 230 * MiB, FIXED, BUDGET)
+    assert "at the cap" not in why
+    assert FIXED + (230 * MiB - FIXED) / size * mid <= limit * budget.REPLAN_TARGET + 1
+    assert FIXED + (230 * MiB - FIXED) / size * (mid + 1) > limit * budget.REPLAN_TARGET  # the largest such
+    # a fixed part from a noisy fit (negative, or above the peak) is clamped; the chunk never grows or hits 0
+    assert 1 <= budget.replan_from_measured(size, 250 * MiB, -5 * MiB, BUDGET)[0] < size
+    assert budget.replan_from_measured(2, 250 * MiB, 300 * MiB, BUDGET)[0] == 1
 
 
 PAIRWISE = """
@@ -149,3 +176,91 @@ def test_static_positions_are_the_integer_arguments():
     assert static_positions((np.ones(3), 0.2, 40)) == (2,)
     assert static_positions((np.int64(5), True, "edge", 1.5, np.float64(2.0), np.ones(2))) == (0, 1, 2)
     assert static_positions(()) == ()
+
+
+def _module(name, src):
+    mod = types.ModuleType(name)
+    exec(src, mod.__dict__)
+    return mod
+
+
+STENCIL = """
+import numpy as np
+
+def original(grid, alpha, steps):
+    u = np.array(grid, dtype=np.float64)  # heat_stencil's working copy: np.array of an array, with a dtype
+    for _ in range(steps):
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1]
+        u[1:-1, 1:-1] = u[1:-1, 1:-1] + alpha * lap
+    return u
+"""
+
+BROADCAST = """
+import numpy as np
+
+def original(x, w):
+    mean = (x * w).sum(axis=1) / w.sum()
+    return ((x - mean[:, None]) ** 2).sum(axis=1)  # a length-1 axis broadcast: parallel=True rejects it
+"""
+
+UNSUPPORTED = """
+import numpy as np
+
+def original(x):
+    return np.apply_along_axis(np.sort, 1, x)
+"""
+
+
+def test_numba_candidate_compiles_an_array_copy_and_falls_back_on_a_broadcast():
+    pytest.importorskip("numba")
+    from gpuspeed.optimize.backends import numba_cpu
+
+    rng = np.random.default_rng(3)
+    grid = rng.random((37, 29))  # odd sizes
+    ref = _module("st_ref", STENCIL).original(grid, 0.2, 5)
+    impl = numba_cpu.build(_module("st_nb", STENCIL))
+    out = impl(grid, 0.2, 5)
+    assert not np.shares_memory(out, grid) and np.allclose(out, ref, rtol=1e-12, atol=0)
+    assert "parallel=True" in impl.label
+
+    x, w = rng.standard_normal((33, 17)), rng.uniform(0.5, 1.5, 17)
+    impl = numba_cpu.build(_module("bc_nb", BROADCAST))
+    out = impl(x, w)
+    assert np.allclose(out, _module("bc_ref", BROADCAST).original(x, w), rtol=1e-12, atol=0)
+    assert "serial" in impl.label and any("rejected a broadcast" in n for n in impl.notes)
+    out2 = impl(x[:5], w)  # the serial version serves later calls (new shapes too)
+    assert np.allclose(out2, _module("bc_ref2", BROADCAST).original(x[:5], w), rtol=1e-12, atol=0)
+
+
+def test_numba_unsupported_construct_is_unavailable_with_its_reason():
+    pytest.importorskip("numba")
+    from gpuspeed.optimize import worker
+    from gpuspeed.optimize.backends import numba_cpu
+
+    impl = numba_cpu.build(_module("un_nb", UNSUPPORTED))
+    with pytest.raises(ImportError) as info:
+        impl(np.random.default_rng(0).standard_normal((5, 4)))
+    assert worker.classify(info.value) == "unavailable"
+    assert "Numba nopython mode cannot compile original" in str(info.value)
+    assert "apply_along_axis" in str(info.value)
+
+
+def _from_file(tmp_path, name, src):
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cupy_fuse_is_planned_only_for_whole_array_code(tmp_path):
+    from gpuspeed.optimize.candidates import fuse_applies
+
+    assert fuse_applies(_from_file(tmp_path, "f1", "def original(x, y):\n    return (x * y + 1.0).sum()\n").original)[0]
+    assert not fuse_applies(_from_file(tmp_path, "f2", STENCIL).original)[0]  # heat_stencil's trace failure
+    ok, why = fuse_applies(_from_file(tmp_path, "f4", "def original(x):\n    return x[1:] - x[:-1]\n").original)
+    assert not ok and "slices" in why
+    ok, why = fuse_applies(_from_file(tmp_path, "f3", "def original(x):\n    s = 0.0\n    for v in x:\n"
+                                                      "        s += v\n    return s\n").original)
+    assert not ok and "loops" in why

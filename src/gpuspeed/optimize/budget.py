@@ -8,9 +8,12 @@ the budget's 15 % headroom (gpuspeed.memory.measure_chunk_plan).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from gpuspeed.errors import UserError
+from gpuspeed.memory import HEADROOM
 from gpuspeed.optimize.backends.common import take
 from gpuspeed.trees import leaves
 from gpuspeed.verify import check
@@ -19,6 +22,9 @@ SMALL_SCALE = 0.02  # inputs for the independence test, when the workload takes 
 # share of the budget a pipelined run leaves for what one chunk's peak does not show: blocks cached per
 # stream and split by the short last chunk, allocation rounding
 PIPELINE_SLACK = 0.05
+REPLAN_TARGET = 0.9  # a re-plan from a measured pipeline peak aims this far under the limit
+CAP_NEAR = 0.97  # a measured peak this close to the cap may be the allocator holding itself under it
+CAPPED_TARGET = 0.75  # ... then the re-plan aims lower still: the demand above the cap was not seen
 
 
 def _split_check(fn, args, axes: dict, rtol, atol):
@@ -110,12 +116,72 @@ def plan_for_pipeline(size_a: int, peak_a: int, size_b: int, peak_b: int, budget
     return plan_chunks(size_a, pipeline_peak(size_a), size_b, pipeline_peak(size_b), planned, max_size=max_size)
 
 
-def chunk_size_for(impl, wl, spec: dict, chunk: dict, in_flight: int = 1) -> tuple[int, str]:
+def replan_from_measured(size: int, measured_peak: int, fixed: float, budget_bytes: int,
+                         headroom: float = HEADROOM, max_size: int | None = None) -> tuple[int, str]:
+    """The chunk size after a chunked run measured `measured_peak` at `size` items per chunk: unchanged when
+    it fits budget x (1 - headroom), else re-planned once from that peak (the pipeline's own bytes per item,
+    every buffer and cached block included, times items) to REPLAN_TARGET of the limit. A peak within
+    CAP_NEAR of the budget may have been held down by the allocator under cap(), which frees its cached
+    blocks to stay under the limit: the real demand is unknown above it, so the aim is lower still."""
+    usable = budget_bytes * (1 - headroom)
+    if measured_peak <= usable:
+        return size, f"measured {measured_peak / 2**20:.0f} MiB at {size} items per chunk: fits"
+    fixed = max(0.0, min(float(fixed), measured_peak - 1.0))
+    per_item = (measured_peak - fixed) / size
+    target = usable * REPLAN_TARGET
+    capped = measured_peak >= CAP_NEAR * budget_bytes
+    if capped:
+        target *= CAPPED_TARGET
+    new = int(math.floor((target - fixed) / per_item))
+    new = max(1, min(new, size - 1, max_size or new))
+    why = (f"measured {measured_peak / 2**20:.0f} MiB at {size} items per chunk, over the {usable / 2**20:.0f} MiB "
+           f"limit{' (at the cap: the allocator freed its cache to stay under, the demand is higher)' if capped else ''}"
+           f": re-planned from that peak ({per_item / 2**20:.3f} MiB per item in flight) to {new} items, predicted "
+           f"{(fixed + per_item * new) / 2**20:.0f} MiB")
+    return new, why
+
+
+def _pipeline_peak(impl, args, axes: dict, out_axes, size: int, library: str, budget_bytes: int) -> tuple[int, str]:
+    """The measured peak of the chunked pipeline itself at `size` items per chunk, on its first three chunks
+    (both streams have held a chunk and one has reused its cached blocks: the steady state). An
+    out-of-memory error under cap() counts as the whole budget."""
+    from gpuspeed.memory import peak_memory
+    from gpuspeed.optimize.backends.chunking import chunked
+
+    i0, ax0 = next(iter(axes.items()))
+    stop = min(args[i0].shape[ax0], 3 * size)
+    sub = tuple(take(a, axes[i], 0, stop) if i in axes else a for i, a in enumerate(args))
+    run = chunked(impl, axes, out_axes, size, library)
+    try:
+        rep = peak_memory(run, *sub, device="cuda")
+    except Exception as exc:  # noqa: BLE001 - only running out of memory is an answer here
+        text = f"{type(exc).__name__}: {exc}".lower()
+        if "out of memory" not in text and "outofmemory" not in text:
+            raise
+        _release(library)
+        return int(budget_bytes), "out of memory under the cap"
+    return int(rep.peak_bytes), f"peak from {rep.peak_source}"
+
+
+def _release(library):
+    """Cached blocks back to the device after an out-of-memory error, so the next measurement starts clean."""
+    import sys
+
+    if library == "cupy" and "cupy" in sys.modules:
+        sys.modules["cupy"].get_default_memory_pool().free_all_blocks()
+    if "torch" in sys.modules:
+        sys.modules["torch"].cuda.empty_cache()
+
+
+def chunk_size_for(impl, wl, spec: dict, chunk: dict, library: str | None = None) -> tuple[int, str]:
     """The chunk size for a candidate: the spec's, or the planner's for the budget (GPU), or a quarter.
-    in_flight: how many chunks the chunked run holds on the device at once (2 for the two-stream pipeline)."""
+    library: 'cupy' or 'torch' for the two-stream pipeline (two chunks in flight), None for chunks one
+    after another. The pipeline's plan is then checked by measuring the pipeline itself and re-planned
+    once from its measured peak if that is over the limit."""
     from gpuspeed.optimize.worker import host_inputs
 
     axes = {int(k): int(v) for k, v in chunk["axes"].items()}
+    in_flight = 2 if library else 1
     args = host_inputs(wl, spec["timing_seed"])
     i0, ax0 = next(iter(axes.items()))
     n = args[i0].shape[ax0]
@@ -130,15 +196,27 @@ def chunk_size_for(impl, wl, spec: dict, chunk: dict, in_flight: int = 1) -> tup
         sub = tuple(take(a, axes[i], 0, size) if i in axes else a for i, a in enumerate(args))
         return impl(*sub)
 
+    budget_bytes = spec["budget_bytes"]
     a, b = max(1, n // 32), max(2, n // 16)
     pa = peak_memory(run_chunk, a, device="cuda").peak_bytes
     pb = peak_memory(run_chunk, b, device="cuda").peak_bytes
-    plan = plan_for_pipeline(a, pa, b, pb, spec["budget_bytes"], in_flight=in_flight, max_size=n)
+    plan = plan_for_pipeline(a, pa, b, pb, budget_bytes, in_flight=in_flight, max_size=n)
     if not plan.max_chunk:
         raise UserError(f"no chunk fits the budget: {plan.note}")
     size = int(min(plan.max_chunk, n))
     pred = f"{plan.predicted_peak_bytes / 2**30:.2f} GiB" if plan.predicted_peak_bytes else "?"
     per_item = (pb - pa) / (b - a)
-    return size, (f"chunk planner: peak = {(pa - per_item * a) / 2**20:.0f} MiB + {per_item / 2**20:.3f} MiB per "
-                  f"item per chunk (measured at {a} and {b} items), {in_flight} chunk(s) in flight; {size} items per "
-                  f"chunk, predicted peak {pred}, {plan.note}")
+    fixed = pa - per_item * a
+    note = (f"chunk planner: peak = {fixed / 2**20:.0f} MiB + {per_item / 2**20:.3f} MiB per item per chunk "
+            f"(measured at {a} and {b} items), {in_flight} chunk(s) in flight; {size} items per chunk, predicted "
+            f"peak {pred}, {plan.note}")
+    if not library or size >= n:
+        return size, note
+    measured, how = _pipeline_peak(impl, args, axes, chunk["out_axes"], size, library, budget_bytes)
+    new, why = replan_from_measured(size, measured, fixed, budget_bytes, max_size=n)
+    note += f"; the pipeline itself on its first chunks: {why} ({how})"
+    if new != size:
+        again, how = _pipeline_peak(impl, args, axes, chunk["out_axes"], new, library, budget_bytes)
+        note += f"; at {new} items measured {again / 2**20:.0f} MiB ({how})"
+        size = new
+    return size, note

@@ -57,6 +57,24 @@ def tf32_allowed(wl, float64: bool) -> bool:
     return bool(_MATMUL.search(src))
 
 
+def fuse_applies(fn) -> tuple[bool, str]:
+    """Whether cupy.fuse can trace fn, read from its source: it fuses elementwise operations and reductions
+    over whole arrays, not indexing or slicing, nor Python loops over array values."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return False, "its source is not available to read"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            return False, f"it indexes or slices arrays (line {node.lineno}), which cupy.fuse does not trace"
+        if isinstance(node, (ast.For, ast.While, ast.comprehension)):
+            return False, f"it loops in Python (line {getattr(node, 'lineno', '?')}), which cupy.fuse would unroll"
+    return True, "elementwise operations and reductions only"
+
+
 def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[dict]]:
     """(rows: one per backend with decision and why, base recipes in priority order)."""
     requested = set(requested or ALL_BACKENDS)
@@ -97,6 +115,9 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         if cupy_ok:
             row("cupy", "tried", "np rebound to CuPy, SciPy to cupyx.scipy; inputs moved once" + loop_note)
             recipes.append(recipe("cupy", "cupy"))
+            fusable, fuse_why = fuse_applies(wl.original)
+            rows.append({"backend": "cupy.fuse", "key": "fuse", "decision": "tried" if fusable else "skipped",
+                         "why": ("on the faster CuPy precision: " if fusable else "") + fuse_why})
         compile_ok = gate("torch_compile", applicable=not uses_scipy and not sequential,
                           why_not=seq_why if sequential else "the code calls SciPy, which torch.compile does not trace")
         if compile_ok:
@@ -200,7 +221,8 @@ def derived(results: dict, wl, where: str, requested=None, graph_below_s: float 
             r = results[base]["recipe"]
             out.append(recipe(f"{base}-graph", "torch", r["precision"], mode="eager", graph=True))
     cupys = [n for n in ("cupy", "cupy-fp32") if ok(n)]
-    if cupys and "cupy" in requested:  # one fused kernel for elementwise code (cupy.fuse traces the function)
+    if cupys and "cupy" in requested and fuse_applies(wl.original)[0]:
+        # one fused kernel for elementwise code (cupy.fuse traces the function)
         best = min(cupys, key=t)
         out.append(recipe(f"{best}-fuse", "cupy", results[best]["recipe"]["precision"], fuse=True))
     return out

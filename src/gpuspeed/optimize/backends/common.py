@@ -222,6 +222,11 @@ def take(x, axis, start, stop):
     return x[tuple(index)]
 
 
+class NotApplicable(ImportError):
+    """A backend cannot take this code (a construct its compiler or tracer rejects): the candidate is
+    recorded as unavailable with the reason, like a library that is not installed, not as a failure."""
+
+
 class Impl:
     """A candidate, built: prepare(host args) -> device args (moved and cast once), run(*device args)
     -> device output, fetch(output) -> host NumPy output, sync() waits for the device."""

@@ -4,7 +4,29 @@ optionally the function traced by cupy.fuse into one kernel."""
 import cupy as cp
 import numpy as np
 
-from gpuspeed.optimize.backends.common import Impl, demote_dtype, demote_scalar, host_tree, rebind, tree_map
+from gpuspeed.optimize.backends.common import (Impl, NotApplicable, demote_dtype, demote_scalar, host_tree, rebind,
+                                               tree_map)
+
+
+def _fused(fn, name):
+    """cupy.fuse(fn), whose first call (the trace) failing is NotApplicable with the reason: cupy.fuse takes
+    elementwise operations and reductions on whole arrays, not indexing, slices, loops over array values or
+    array constructors (the original ran on NumPy, so a failing trace is the tracer's limit)."""
+    fused = cp.fuse(fn)
+    traced = []
+
+    def run(*args):
+        if traced:
+            return fused(*args)
+        try:
+            out = fused(*args)
+        except Exception as exc:  # noqa: BLE001 - any trace failure means fuse does not apply
+            text = str(exc).strip().splitlines()
+            raise NotApplicable(f"cupy.fuse cannot trace {name}: {type(exc).__name__}: "
+                                f"{text[0][:200] if text else ''}") from exc
+        traced.append(True)
+        return out
+    return run
 
 
 def build(module, func="original", precision="as-written", out_dtypes=None, fuse=False, **_):
@@ -12,7 +34,7 @@ def build(module, func="original", precision="as-written", out_dtypes=None, fuse
     notes = rebind(module, cp, scipy_prefix="cupyx.scipy", demote=demote)
     fn = getattr(module, func)
     if fuse:  # cupy.fuse traces the function once per input signature into one elementwise(+reduction) kernel
-        fn = cp.fuse(fn)
+        fn = _fused(fn, func)
 
     def prepare(args):
         def move(x):

@@ -9,7 +9,81 @@ import types
 import numba
 import numpy as np
 
-from gpuspeed.optimize.backends.common import Impl, demote_dtype, demote_scalar, host_tree, tree_map
+from gpuspeed.optimize.backends.common import (Impl, NotApplicable, demote_dtype, demote_scalar, host_tree,
+                                               tree_map)
+
+_shims = []
+
+
+def _install_shims() -> None:
+    """NumPy idioms nopython mode lacks, registered once as overloads beside Numba's own. Each answers only
+    the argument types Numba rejects (Numba tries every implementation in turn), so code that compiled
+    before compiles the same. Kept in this file: the emitted script pastes it whole."""
+    if _shims:
+        return
+    _shims.append(True)
+    from numba.core import types
+    from numba.extending import overload
+
+    @overload(np.array)
+    def _array_of_array(obj, dtype=None):
+        # np.array(an_array, dtype=...), the usual "working copy" line: Numba takes only sequences there
+        if not isinstance(obj, types.Array):
+            return None
+        if dtype is None or isinstance(dtype, (types.NoneType, types.Omitted)):
+            return lambda obj, dtype=None: obj.copy()
+        return lambda obj, dtype=None: obj.astype(dtype)
+
+
+class NumbaUnsupported(NotApplicable):
+    """The code uses a construct Numba's nopython mode cannot compile: the candidate does not apply."""
+
+
+def _what_failed(exc) -> str:
+    """The line of a Numba typing error that names the construct, and where it is in the user's code."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    what = next((ln for ln in lines if ln.startswith((">>>", "Unknown attribute", "Use of unsupported",
+                                                      "Cannot determine", "Untyped global", "Invalid use",
+                                                      "No implementation", "Cannot unify", "NameError"))), None)
+    what = (what or (lines[1] if len(lines) > 1 else lines[0] if lines else type(exc).__name__)).lstrip("> ")
+    where = [ln for ln in lines if ln.startswith("File ") and "site-packages" not in ln]
+    return what + (f" ({where[-1]})" if where else "")
+
+
+class _Compiled:
+    """The jitted function, called as the original: Numba's compile errors (raised at the first call) become
+    NumbaUnsupported with the construct named; parallel=True's array analysis, which rejects broadcasting a
+    length-1 axis ("Sizes of ... do not match"), falls back once to a serial njit of the same code."""
+
+    def __init__(self, fn, name):
+        self.fn, self.name = fn, name
+        self.jitted = numba.njit(parallel=True)(fn)
+        self.serial = False
+        self.impl = None  # the Impl it runs in: its label and notes say when it fell back
+
+    def __call__(self, *args):
+        from numba.core import errors
+
+        compile_errors = tuple(getattr(errors, n) for n in ("TypingError", "UnsupportedError", "LoweringError",
+                                                            "NumbaNotImplementedError", "UnsupportedRewriteError")
+                               if hasattr(errors, n))
+        first = not self.jitted.signatures
+        try:
+            return self.jitted(*args)
+        except compile_errors as exc:
+            if not first:  # compiled before: an error of the code itself on these inputs
+                raise
+            raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
+        except AssertionError as exc:
+            if self.serial or "do not match" not in str(exc):
+                raise
+            self.serial = True
+            if self.impl is not None:
+                self.impl.notes.append(f"Numba parallel=True rejected a broadcast ({_what_failed(exc)}): compiled "
+                                       "without parallel=True (serial njit)")
+                self.impl.label = self.impl.label.replace("parallel=True", "serial, parallel=True rejected")
+            self.jitted = numba.njit(self.fn)
+            return self(*args)
 
 
 def _with_prange(fn, module):
@@ -30,6 +104,7 @@ def _with_prange(fn, module):
 
 def build(module, func="original", precision="as-written", out_dtypes=None, prange=False, **_):
     demote = precision == "float32"
+    _install_shims()
     for key, val in list(vars(module).items()):  # helpers the original calls must be compiled too
         if isinstance(val, types.FunctionType) and val.__module__ == module.__name__ and key != func and \
                 not key.startswith("inputs") and key != "variants":
@@ -37,7 +112,7 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
     fn = getattr(module, func)
     if prange:
         fn = _with_prange(fn, module)
-    jitted = numba.njit(parallel=True)(fn)
+    jitted = _Compiled(fn, func)
 
     def prepare(args):
         def move(x):
@@ -46,5 +121,6 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
             return demote_scalar(x) if demote else x
         return tree_map(move, args)
 
-    return Impl(jitted, prepare, lambda out: host_tree(out, out_dtypes), device="cpu",
-                label=f"Numba njit(parallel=True{', prange' if prange else ''}) on the CPU ({precision})")
+    jitted.impl = Impl(jitted, prepare, lambda out: host_tree(out, out_dtypes), device="cpu",
+                       label=f"Numba njit(parallel=True{', prange' if prange else ''}) on the CPU ({precision})")
+    return jitted.impl
