@@ -1,8 +1,9 @@
 """The 5-point Jacobi heat stencil, one launch per time step between two ping-pong buffers, as a Triton
 kernel and a Numba CUDA kernel with a shared-memory tile and halo (heat_stencil).
 
-Both buffers start as copies of the grid, and the kernels write interior points only, so the fixed
-boundary is in place whichever buffer a step writes. Precision: float64, the example's own dtype (the
+The first step reads the caller's grid (never written) and every step writes the whole grid, the fixed
+boundary copied through, so neither buffer needs a copy of the grid first: steps x (one read + one
+write) of the grid is all the traffic. Precision: float64, the example's own dtype (the
 kernel is memory-bound: 16 bytes moved per point per step against 6 flops). The 40 steps of the default
 example are 40 launches; temporal blocking (several steps per launch with a wider halo) is the next
 lever and is not done here.
@@ -30,39 +31,43 @@ CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s
 @triton.jit
 def heat_step_kernel(src_ptr, dst_ptr, n_rows, n_cols, alpha,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """One Jacobi step on a BLOCK_M x BLOCK_N tile of interior points. The four neighbour loads overlap
-    the centre load of the adjacent tiles and rows: they hit L1/L2, so DRAM sees about one read and one
+    """One Jacobi step on a BLOCK_M x BLOCK_N tile (boundary points copied). The four neighbour loads overlap
+    the centre loads of the adjacent rows and tiles: they hit L1/L2, so DRAM sees about one read and one
     write per point.
 
     Tuning note (gpuspeed kernel, H200, commit <sha>): pending
     """
-    rows = 1 + tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = 1 + tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
-    m = (rows[:, None] < n_rows - 1) & (cols[None, :] < n_cols - 1)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    interior = inside & (rows[:, None] > 0) & (rows[:, None] < n_rows - 1) & (cols[None, :] > 0) & \
+        (cols[None, :] < n_cols - 1)
     p = src_ptr + rows[:, None] * n_cols + cols[None, :]
-    c = tl.load(p, mask=m, other=0.0)
-    up = tl.load(p - n_cols, mask=m, other=0.0)
-    down = tl.load(p + n_cols, mask=m, other=0.0)
-    left = tl.load(p - 1, mask=m, other=0.0)
-    right = tl.load(p + 1, mask=m, other=0.0)
+    c = tl.load(p, mask=inside, other=0.0)
+    up = tl.load(p - n_cols, mask=interior, other=0.0)
+    down = tl.load(p + n_cols, mask=interior, other=0.0)
+    left = tl.load(p - 1, mask=interior, other=0.0)
+    right = tl.load(p + 1, mask=interior, other=0.0)
     lap = up + down + left + right - 4.0 * c  # the original's order of operations
-    tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], c + alpha * lap, mask=m)
+    tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], tl.where(interior, c + alpha * lap, c), mask=inside)
 
 
 def _buffers(grid, sim):
-    u = device_tensor(grid, sim).to(torch.float64)
-    return u.clone(), u.clone()  # never the caller's array: the original works on a copy too
+    u = device_tensor(grid, sim).to(torch.float64)  # .to() keeps a float64 tensor itself: it is only read
+    return u, torch.empty_like(u), torch.empty_like(u)
 
 
 def heat_triton(grid, alpha, steps, config=None):
     """The example's `original(grid, alpha, steps)` on the GPU: the grid after `steps` Jacobi steps."""
-    src, dst = _buffers(grid, interpreting())
-    n_rows, n_cols = src.shape
+    u, a, b = _buffers(grid, interpreting())
+    if int(steps) <= 0:
+        return u.clone()
+    n_rows, n_cols = u.shape
+    src, dst = u, a
     for _ in range(int(steps)):
-        launch(heat_step_kernel, lambda meta: (triton.cdiv(n_rows - 2, meta["BLOCK_M"]),
-                                               triton.cdiv(n_cols - 2, meta["BLOCK_N"])),
+        launch(heat_step_kernel, lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])),
                src, dst, n_rows, n_cols, float(alpha), config=config)
-        src, dst = dst, src
+        src, dst = dst, (b if dst is a else a)
     return src
 
 
@@ -77,28 +82,31 @@ def _numba_kernel():
     @cuda.jit
     def heat_step_numba_kernel(src, dst, alpha):
         """One Jacobi step: the block's tile and halo are read from global memory once into shared memory,
-        then every point's five values come from shared memory.
+        then every point's five values come from shared memory (boundary points copied through).
 
         Tuning note (gpuspeed kernel, H200, commit <sha>): pending
         """
         tile = cuda.shared.array((TILE_Y + 2, TILE_X + 2), float64)
         n_rows, n_cols = src.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        row0 = cuda.blockIdx.y * TILE_Y  # tile row 0 is the halo row above the first interior row
-        col0 = cuda.blockIdx.x * TILE_X
+        row0 = cuda.blockIdx.y * TILE_Y - 1  # tile row 0 is the halo row above the block's first row
+        col0 = cuda.blockIdx.x * TILE_X - 1
         t = ty * THREADS_X + tx
         for idx in range(t, (TILE_Y + 2) * (TILE_X + 2), THREADS_X * THREADS_Y):
             r, c = idx // (TILE_X + 2), idx % (TILE_X + 2)
             gr, gc = row0 + r, col0 + c
-            tile[r, c] = src[gr, gc] if gr < n_rows and gc < n_cols else 0.0
+            tile[r, c] = src[gr, gc] if 0 <= gr < n_rows and 0 <= gc < n_cols else 0.0
         cuda.syncthreads()
         for i in range(TILE_Y // THREADS_Y):
             r, c = 1 + ty + i * THREADS_Y, 1 + tx
             gr, gc = row0 + r, col0 + c
-            if gr < n_rows - 1 and gc < n_cols - 1:
+            if gr < n_rows and gc < n_cols:
                 centre = tile[r, c]
-                lap = tile[r - 1, c] + tile[r + 1, c] + tile[r, c - 1] + tile[r, c + 1] - 4.0 * centre
-                dst[gr, gc] = centre + alpha * lap
+                if 0 < gr < n_rows - 1 and 0 < gc < n_cols - 1:
+                    lap = tile[r - 1, c] + tile[r + 1, c] + tile[r, c - 1] + tile[r, c + 1] - 4.0 * centre
+                    dst[gr, gc] = centre + alpha * lap
+                else:
+                    dst[gr, gc] = centre
 
     return heat_step_numba_kernel
 
@@ -110,13 +118,15 @@ def heat_numba(grid, alpha, steps):
     """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA."""
     if not _NUMBA:
         _NUMBA.append(_numba_kernel())
-    sim = cudasim()
-    src, dst = _buffers(grid, sim)
-    n_rows, n_cols = src.shape
-    blocks = (triton.cdiv(n_cols - 2, TILE_X), triton.cdiv(n_rows - 2, TILE_Y))
+    u, a, b = _buffers(grid, cudasim())
+    if int(steps) <= 0:
+        return u.clone()
+    n_rows, n_cols = u.shape
+    blocks = (triton.cdiv(n_cols, TILE_X), triton.cdiv(n_rows, TILE_Y))
     stream = numba_stream()
-    a, b = numba_array(src), numba_array(dst)
+    views = {id(t): numba_array(t) for t in (u, a, b)}
+    src, dst = u, a
     for _ in range(int(steps)):
-        _NUMBA[0][blocks, (THREADS_X, THREADS_Y), stream](a, b, float(alpha))
-        a, b = b, a
-    return src if int(steps) % 2 == 0 else dst
+        _NUMBA[0][blocks, (THREADS_X, THREADS_Y), stream](views[id(src)], views[id(dst)], float(alpha))
+        src, dst = dst, (b if dst is a else a)
+    return src

@@ -54,12 +54,13 @@ def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
     tl.store(out_ptr + rows[:, None].to(tl.int64) * width + cols[None, :], count, mask=m)
 
 
-def mandelbrot_triton(xs, ys, max_iter, config=None):
-    """The example's `original(xs, ys, max_iter)` on the GPU: int64 counts, (len(ys), len(xs))."""
+def mandelbrot_triton(xs, ys, max_iter, config=None, out=None):
+    """The example's `original(xs, ys, max_iter)` on the GPU: int64 counts, (len(ys), len(xs)) (into `out`
+    when given: a test passes a poisoned buffer)."""
     interp = interpreting()
     xs, ys = device_tensor(xs, interp).to(torch.float64), device_tensor(ys, interp).to(torch.float64)
     width, height = xs.numel(), ys.numel()
-    out = torch.empty((height, width), dtype=torch.int64, device=xs.device)
+    out = torch.empty((height, width), dtype=torch.int64, device=xs.device) if out is None else out
     launch(mandelbrot_kernel, lambda meta: (triton.cdiv(height, meta["BLOCK_Y"]), triton.cdiv(width, meta["BLOCK_X"])),
            xs, ys, out, width, height, int(max_iter), config=config)
     return out
@@ -94,13 +95,13 @@ def _numba_kernel():
 _NUMBA = []
 
 
-def mandelbrot_numba(xs, ys, max_iter):
+def mandelbrot_numba(xs, ys, max_iter, out=None):
     """The example's `original(xs, ys, max_iter)` on the GPU through Numba CUDA."""
     if not _NUMBA:
         _NUMBA.append(_numba_kernel())
     sim = cudasim()
     xs, ys = device_tensor(xs, sim).to(torch.float64), device_tensor(ys, sim).to(torch.float64)
-    out = torch.empty((ys.numel(), xs.numel()), dtype=torch.int64, device=xs.device)
+    out = torch.empty((ys.numel(), xs.numel()), dtype=torch.int64, device=xs.device) if out is None else out
     blocks = (triton.cdiv(xs.numel(), THREADS_X), triton.cdiv(ys.numel(), THREADS_Y))
     _NUMBA[0][blocks, (THREADS_X, THREADS_Y), numba_stream()](numba_array(xs), numba_array(ys), int(max_iter),
                                                              numba_array(out))

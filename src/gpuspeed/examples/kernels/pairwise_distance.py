@@ -47,13 +47,14 @@ def pairwise_kernel(a_ptr, b_ptr, out_ptr, n, m, D: tl.constexpr, BLOCK_M: tl.co
     tl.store(out_ptr + rows[:, None] * m + cols[None, :], tl.sqrt(acc), mask=rm[:, None] & cm[None, :])
 
 
-def pairwise_triton(a, b, config=None):
-    """The example's `original(a, b)` on the GPU: the (n, m) float64 distances between rows of a and b."""
+def pairwise_triton(a, b, config=None, out=None):
+    """The example's `original(a, b)` on the GPU: the (n, m) float64 distances between rows of a and b (into
+    `out` when given: a test passes a poisoned buffer)."""
     interp = interpreting()
     a, b = device_tensor(a, interp), device_tensor(b, interp)
     n, d = a.shape
     m = b.shape[0]
-    out = torch.empty((n, m), dtype=torch.float64, device=a.device)
+    out = torch.empty((n, m), dtype=torch.float64, device=a.device) if out is None else out
     launch(pairwise_kernel, lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(m, meta["BLOCK_N"])),
            a, b, out, n, m, config=config, D=d)
     return out
@@ -105,13 +106,13 @@ def numba_kernel(d: int):
     return pairwise_numba_kernel
 
 
-def pairwise_numba(a, b):
+def pairwise_numba(a, b, out=None):
     """The example's `original(a, b)` on the GPU through Numba CUDA."""
     sim = cudasim()
     a, b = device_tensor(a, sim), device_tensor(b, sim)
     n, d = a.shape
     m = b.shape[0]
-    out = torch.empty((n, m), dtype=torch.float64, device=a.device)
+    out = torch.empty((n, m), dtype=torch.float64, device=a.device) if out is None else out
     grid = (triton.cdiv(m, TILE_N), triton.cdiv(n, TILE_M))
     numba_kernel(d)[grid, (THREADS_X, THREADS_Y), numba_stream()](numba_array(a), numba_array(b), numba_array(out))
     return out

@@ -61,11 +61,12 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, 
             tl.store(o_row + start + cols[None, :], (x - mean[:, None]) * inv[:, None], mask=m)
 
 
-def normalize_rows_triton(x, config=None):
-    """The example's `original(x)` on the GPU: a float64 (rows, cols) matrix, standardized row by row."""
+def normalize_rows_triton(x, config=None, out=None):
+    """The example's `original(x)` on the GPU: a float64 (rows, cols) matrix, standardized row by row
+    (into `out` when given: a test passes a poisoned buffer)."""
     x = device_tensor(x, interpreting())
     n_rows, n_cols = x.shape
-    out = torch.empty_like(x)
+    out = torch.empty_like(x) if out is None else out
     block = min(triton.next_power_of_2(n_cols), MAX_BLOCK)
     launch(normalize_rows_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, out, n_rows, n_cols,
            x.stride(0), out.stride(0), 1e-8, config=config, BLOCK=block, SINGLE=n_cols <= block)

@@ -72,12 +72,14 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
     tl.store(skew_ptr + rows, m3 / tl.where(row_ok, std * std * std, 1.0), mask=row_ok)  # padding rows: no 0/0
 
 
-def row_stats_triton(x, w, config=None):
-    """The example's `original(x, w)` on the GPU: (mean, std, skew) of each row of x, weighted by w."""
+def row_stats_triton(x, w, config=None, out=None):
+    """The example's `original(x, w)` on the GPU: (mean, std, skew) of each row of x, weighted by w (into
+    `out`, three float64 vectors, when given: a test passes poisoned buffers)."""
     interp = interpreting()
     x, w = device_tensor(x, interp), device_tensor(w, interp)
     n_rows, n_cols = x.shape
-    mean, std, skew = (torch.empty(n_rows, dtype=torch.float64, device=x.device) for _ in range(3))
+    mean, std, skew = out if out is not None else (torch.empty(n_rows, dtype=torch.float64, device=x.device)
+                                                    for _ in range(3))
     block = min(triton.next_power_of_2(n_cols), MAX_BLOCK)
     launch(row_stats_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, w, mean, std, skew,
            n_rows, n_cols, x.stride(0), config=config, BLOCK=block, SINGLE=n_cols <= block)

@@ -1,0 +1,249 @@
+"""The bundled examples' hand kernels (gpuspeed/examples/kernels) on the CPU: every Triton kernel under
+TRITON_INTERPRET=1 (each autotune config), every Numba CUDA kernel under NUMBA_ENABLE_CUDASIM=1, on small
+and odd shapes that do not divide the blocks, against the example's own float64 `original` through
+gpuspeed.check under the example's TOLERANCE (exact for the integer outputs), outputs poisoned first.
+
+The interpreters must be on before Triton and Numba define the kernels, and other tests may already have
+imported them, so the checks run in one child process (this file run as a script) that prints one JSON
+line per case; the tests read those lines.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
+
+# (case id, example, kernel module, launcher, "triton" | "numba")
+CASES = [
+    ("row_normalize-triton", "row_normalize_loop", "row_normalize", "normalize_rows_triton", "triton"),
+    ("row_stats-triton", "row_stats", "row_stats", "row_stats_triton", "triton"),
+    ("pairwise-triton", "pairwise_distance", "pairwise_distance", "pairwise_triton", "triton"),
+    ("pairwise-numba", "pairwise_distance", "pairwise_distance", "pairwise_numba", "numba"),
+    ("heat-triton", "heat_stencil", "heat_stencil", "heat_triton", "triton"),
+    ("heat-numba", "heat_stencil", "heat_stencil", "heat_numba", "numba"),
+    ("histogram-triton", "histogram", "histogram", "histogram_triton", "triton"),
+    ("histogram-numba", "histogram", "histogram", "histogram_numba", "numba"),
+    ("mandelbrot-triton", "mandelbrot", "mandelbrot", "mandelbrot_triton", "triton"),
+    ("mandelbrot-numba", "mandelbrot", "mandelbrot", "mandelbrot_numba", "numba"),
+]
+
+
+# ---- the child process ------------------------------------------------------------------------------
+
+def _args(example: str, shape_id: int, seed: int, numba: bool) -> tuple:
+    """Small inputs in the example's own style; shape_id picks a second shape (a long row, a tiny grid)."""
+    rng = np.random.default_rng(seed)
+    if example == "row_normalize_loop":
+        rows, cols = ((37, 53), (3, 4500))[shape_id]  # 4500 > MAX_BLOCK: the chunked three-pass path
+        return (rng.standard_normal((rows, cols)) * rng.uniform(0.5, 2.0, (rows, 1)) + rng.uniform(-1, 1),)
+    if example == "row_stats":
+        rows, cols = ((37, 53), (3, 4500))[shape_id]
+        return rng.standard_normal((rows, cols)) + rng.uniform(-1, 1, (rows, 1)), rng.uniform(0.5, 1.5, cols)
+    if example == "pairwise_distance":
+        n, m = ((37, 53), (1, 130))[shape_id] if not numba else ((37, 71), (5, 3))[shape_id]
+        a = rng.standard_normal((n, 3))
+        b = np.concatenate([a[:2], rng.standard_normal((m - 2, 3))]) if m > 2 else rng.standard_normal((m, 3))
+        return a, b  # b repeats two points of a: distance exactly 0 must come out 0
+    if example == "heat_stencil":
+        rows, cols = ((37, 53), (3, 3))[shape_id] if not numba else ((11, 35), (3, 3))[shape_id]
+        return rng.random((rows, cols)), 0.2, (3 if not numba else 2) + shape_id
+    if example == "histogram":
+        n = 10_007 if not numba else 509
+        x = rng.standard_normal(n) * 1.5
+        bins, lo, hi = ((256, -4.0, 4.0), (37, -2.5, 3.1), (7, 1.0, 1.0))[shape_id]
+        edges = np.linspace(lo, hi, bins + 1) if lo < hi else np.linspace(lo - 0.5, hi + 0.5, bins + 1)
+        x[: min(len(edges), 200)] = edges[:200]  # values exactly on the edges, hi included
+        x[200:205] = [np.nan, lo - 1e-9, hi + 1e-9, np.inf, -np.inf]  # dropped, as NumPy drops them
+        return x, bins, lo, hi
+    if example == "mandelbrot":
+        from gpuspeed.examples import mandelbrot as ex
+
+        xs, ys, it = ex.inputs(rng, scale=0.02)
+        return (xs[:37], ys[:13], it // 2 - 5) if shape_id == 0 else (xs[:5], ys[:3], 17)  # fewer steps: interpreted
+    raise KeyError(example)
+
+
+def _out_buffers(example: str, args: tuple):
+    """Poisoned output buffers for the launchers that take `out` (gpuspeed.poison: NaN / the int max)."""
+    import torch
+
+    from gpuspeed import poison
+
+    if example == "row_normalize_loop":
+        return poison(torch.empty(args[0].shape, dtype=torch.float64))
+    if example == "row_stats":
+        return tuple(poison(torch.empty(args[0].shape[0], dtype=torch.float64)) for _ in range(3))
+    if example == "pairwise_distance":
+        return poison(torch.empty((args[0].shape[0], args[1].shape[0]), dtype=torch.float64))
+    if example == "mandelbrot":
+        return poison(torch.empty((len(args[1]), len(args[0])), dtype=torch.int64))
+    return None  # heat_stencil (its own ping-pong buffers), histogram (counts start at zero)
+
+
+def _check_case(case) -> dict:
+    import importlib
+
+    from gpuspeed import check
+
+    cid, example, module, launcher, kind = case
+    if kind == "numba" and not HAS_NUMBA_CUDA:
+        return {"id": cid, "skipped": "numba-cuda is not installed (its simulator runs these kernels)"}
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    fn = getattr(importlib.import_module(f"gpuspeed.examples.kernels.{module}"), launcher)
+    tol = getattr(ex, "TOLERANCE", {})
+    mod = importlib.import_module(f"gpuspeed.examples.kernels.{module}")
+    configs = [None] if kind == "numba" else mod.CONFIGS
+    runs = []
+    # every config once on the first shape; the first config on three seeds and on the second shape
+    for cfg_i, cfg in enumerate(configs):
+        for seed in ((0, 1, 2) if cfg_i == 0 else (0,)):
+            runs.append((cfg, 0, seed))
+    runs.append((configs[0], 1, 3))
+    if kind == "numba":
+        runs = [(None, 0, 0), (None, 0, 1), (None, 1, 2)]  # the simulator is slow: three runs
+    results = []
+    for cfg, shape_id, seed in runs:
+        args = _args(example, shape_id, seed, kind == "numba")
+        before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+        ref = ex.original(*[np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args])
+        kw = {} if kind == "numba" else {"config": cfg}
+        out = _out_buffers(example, args)
+        if out is not None:
+            kw["out"] = out
+        got = fn(*args, **kw)
+        leaves = got if isinstance(got, tuple) else (got,)
+        host = tuple(t.cpu().numpy() for t in leaves)
+        host = host if isinstance(ref, tuple) else host[0]
+        res = check(host, ref, **tol)
+        pairs = zip(host if isinstance(ref, tuple) else (host,), ref if isinstance(ref, tuple) else (ref,), strict=True)
+        dtypes_ok = all(h.dtype == np.asarray(r).dtype for h, r in pairs)
+        same_in = all(np.array_equal(a, b, equal_nan=True) if isinstance(a, np.ndarray) else a == b
+                      for a, b in zip(args, before, strict=True))
+        label = f"{cfg.kwargs} warps {cfg.num_warps} stages {cfg.num_stages}" if cfg else None
+        results.append({"config": label, "shape": shape_id, "seed": seed,
+                        "passed": bool(res.passed and dtypes_ok and same_in), "summary": res.summary,
+                        "dtypes_ok": dtypes_ok, "inputs_unchanged": same_in})
+    # the example's variants dict reaches the same launcher lazily, from host NumPy arrays
+    name = "triton" if kind == "triton" else "numba_cuda"
+    args = _args(example, 0, 7, kind == "numba")
+    via = ex.variants[name](*args)
+    via = via if isinstance(via, tuple) else (via,)
+    ref = ex.original(*args)
+    host = tuple(t.cpu().numpy() for t in via)
+    res = check(host if isinstance(ref, tuple) else host[0], ref, **tol)
+    results.append({"config": "variants dict", "shape": 0, "seed": 7, "passed": bool(res.passed),
+                    "summary": res.summary})
+    return {"id": cid, "runs": results, "configs": len(configs)}
+
+
+def _refuses_without_device() -> dict:
+    """Without a GPU and without the interpreters, a launcher says so in one line (an ImportError, so the
+    optimize worker records the variant as unavailable)."""
+    from gpuspeed.examples import row_stats as ex
+    from gpuspeed.examples.kernels import KernelUnavailable
+
+    saved = os.environ.pop("TRITON_INTERPRET")
+    try:
+        ex.variants["triton"](*_args("row_stats", 0, 0, False))
+    except KernelUnavailable as exc:
+        return {"id": "refuses", "passed": isinstance(exc, ImportError) and "\n" not in str(exc), "summary": str(exc)}
+    finally:
+        os.environ["TRITON_INTERPRET"] = saved
+    return {"id": "refuses", "passed": False, "summary": "ran on host tensors without an interpreter"}
+
+
+def child_main() -> int:
+    sys.path.insert(0, str(ROOT / "src"))
+    import torch
+
+    wanted = set(sys.argv[1:])
+    for case in CASES:
+        if wanted and case[0] not in wanted:
+            continue
+        try:
+            t0 = time.perf_counter()  # the child's own cost per case, to keep the file fast (not a benchmark)
+            line = _check_case(case)
+            line["wall_s"] = round(time.perf_counter() - t0, 2)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as this case's failure
+            import traceback
+
+            line = {"id": case[0], "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        print(json.dumps(line), flush=True)
+    if not torch.cuda.is_available() and (not wanted or "refuses" in wanted):
+        print(json.dumps(_refuses_without_device()), flush=True)
+    return 0
+
+
+# ---- the tests --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def child_results():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    lines = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            lines[d["id"]] = d
+    assert lines, f"the child printed nothing (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return lines
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_kernel_matches_the_original_under_the_interpreter(child_results, case):
+    d = child_results.get(case[0])
+    assert d is not None, f"{case[0]}: no result from the child"
+    if "skipped" in d:
+        pytest.skip(d["skipped"])
+    assert "error" not in d, d.get("traceback", d.get("error"))
+    failed = [r for r in d["runs"] if not r["passed"]]
+    assert not failed, failed
+    if case[4] == "triton":
+        mod_configs = {r["config"] for r in d["runs"]} - {"variants dict"}
+        assert len(mod_configs) == d["configs"] >= 2  # every autotune config ran
+    assert any(r["shape"] == 1 for r in d["runs"])  # and the second, odd shape
+
+
+def test_launcher_without_a_device_is_unavailable_in_one_line(child_results):
+    d = child_results.get("refuses")
+    if d is None:
+        pytest.skip("a GPU is present: the launcher runs")
+    assert d["passed"], d["summary"]
+
+
+def test_examples_import_without_triton_or_numba():
+    code = ("import sys\nimport gpuspeed.examples.heat_stencil, gpuspeed.examples.histogram, gpuspeed.examples.mandelbrot, "
+            "gpuspeed.examples.pairwise_distance, gpuspeed.examples.row_stats, gpuspeed.examples.row_normalize_loop\n"
+            "bad = [m for m in ('triton', 'numba') if m in sys.modules]\n"
+            "assert not bad, bad\n"
+            "v = gpuspeed.examples.heat_stencil.variants\n"
+            "assert set(v) == {'triton', 'numba_cuda'} and v['triton'].gpuspeed_inputs == 'torch', v\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_kernel_docstring_holds_a_tuning_note():
+    for path in (ROOT / "src/gpuspeed/examples/kernels").glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        text = path.read_text()
+        kernels = text.count("@triton.jit") + text.count("@cuda.jit")
+        assert text.count("Tuning note (gpuspeed kernel, H200, commit ") >= kernels, path.name
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())
