@@ -1,0 +1,113 @@
+"""The bundled examples' hand kernels on the GPU, at the examples' default `inputs(rng)` shapes: every variant
+(autotuned) and every Triton config, against the example's float64 `original` through gpuspeed.check on
+three fresh seeds, outputs poisoned first; Numba kernels launched on torch's current stream."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from gpuspeed import check, poison  # noqa: E402
+
+EXAMPLES = ["row_normalize_loop", "pairwise_distance", "heat_stencil", "histogram", "mandelbrot", "row_stats"]
+SEEDS = (11, 22, 33)
+VARIANTS = [(ex, v) for ex in EXAMPLES for v in importlib.import_module(f"gpuspeed.examples.{ex}").variants]
+
+
+@functools.lru_cache(maxsize=None)
+def _case(example: str, seed: int):
+    """(host args, the original's output): the original is slow, so each seed's is computed once."""
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    args = ex.inputs(np.random.default_rng(seed))
+    ref = ex.original(*[np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args])
+    return args, ref
+
+
+def _device(args):
+    return tuple(torch.from_numpy(a).cuda() if isinstance(a, np.ndarray) else a for a in args)
+
+
+def _host(out):
+    if isinstance(out, tuple):
+        return tuple(o.cpu().numpy() for o in out)
+    return out.cpu().numpy()
+
+
+def _launcher(example: str, variant: str):
+    fn = importlib.import_module(f"gpuspeed.examples.{example}").variants[variant]
+    module, name = fn.target
+    return importlib.import_module(module), getattr(importlib.import_module(module), name)
+
+
+def _poisoned_out(example: str, dev_args):
+    if example == "row_normalize_loop":
+        return poison(torch.empty_like(dev_args[0]))
+    if example == "row_stats":
+        return tuple(poison(torch.empty(dev_args[0].shape[0], dtype=torch.float64, device="cuda")) for _ in range(3))
+    if example == "pairwise_distance":
+        return poison(torch.empty((dev_args[0].shape[0], dev_args[1].shape[0]), dtype=torch.float64, device="cuda"))
+    if example == "mandelbrot":
+        return poison(torch.empty((len(dev_args[1]), len(dev_args[0])), dtype=torch.int64, device="cuda"))
+    return None
+
+
+@pytest.mark.parametrize("example,variant", VARIANTS, ids=[f"{e}-{v}" for e, v in VARIANTS])
+def test_variant_matches_the_original_at_default_shapes(example, variant):
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    tol = getattr(ex, "TOLERANCE", {})
+    _, launcher = _launcher(example, variant)
+    for seed in SEEDS:
+        args, ref = _case(example, seed)
+        dev = _device(args)
+        before = [d.clone() if torch.is_tensor(d) else d for d in dev]
+        out = _poisoned_out(example, dev)
+        got = launcher(*dev, **({"out": out} if out is not None else {}))
+        res = check(_host(got), ref, **tol)
+        assert res.passed, (seed, res.summary)
+        assert all(torch.equal(a, b) if torch.is_tensor(a) else a == b for a, b in zip(dev, before, strict=True))
+    # and through the variants dict from host arrays, as a user would call it
+    args, ref = _case(example, SEEDS[0])
+    assert check(_host(ex.variants[variant](*args)), ref, **tol).passed
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_triton_config_is_correct_on_the_gpu(example):
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    module, launcher = _launcher(example, "triton")
+    args, ref = _case(example, SEEDS[0])
+    dev = _device(args)
+    for cfg in module.CONFIGS:
+        out = _poisoned_out(example, dev)
+        got = launcher(*dev, config=cfg, **({"out": out} if out is not None else {}))
+        res = check(_host(got), ref, **getattr(ex, "TOLERANCE", {}))
+        assert res.passed, (str(cfg), res.summary)
+
+
+@pytest.mark.parametrize("example", [e for e, v in VARIANTS if v == "numba_cuda"])
+def test_numba_kernels_run_on_torchs_current_stream(example):
+    pytest.importorskip("numba_cuda")
+    _, launcher = _launcher(example, "numba_cuda")
+    args, ref = _case(example, SEEDS[1])
+    dev = _device(args)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        # the inputs are poisoned, then written only after a long sleep on this stream: a kernel launched on
+        # any other stream would run during the sleep and read the poison
+        src = tuple(poison(torch.empty_like(d)) if torch.is_tensor(d) else d for d in dev)
+        torch.cuda._sleep(100_000_000)
+        for s, d in zip(src, dev, strict=True):
+            if torch.is_tensor(s):
+                s.copy_(d)
+        host = _host(launcher(*src))  # the copy back is ordered on this stream too
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    assert check(host, ref, **getattr(ex, "TOLERANCE", {})).passed
