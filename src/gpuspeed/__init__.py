@@ -5,6 +5,7 @@ in gpuspeed times, checks and budgets through these.
 """
 
 from gpuspeed.errors import UserError
+from gpuspeed.kernel import KernelReport, kernel_report
 from gpuspeed.memory import MemoryReport, cap, peak_memory
 from gpuspeed.profiling import ProfileResult, profile
 from gpuspeed.timing import Measurement, bench, compare
@@ -13,4 +14,4 @@ from gpuspeed.verify import CheckResult, check, poison
 __version__ = "0.1.0"
 
 __all__ = ["bench", "compare", "Measurement", "check", "CheckResult", "poison", "peak_memory", "MemoryReport",
-           "cap", "profile", "ProfileResult", "UserError", "__version__"]
+           "cap", "profile", "ProfileResult", "UserError", "kernel_report", "KernelReport", "__version__"]

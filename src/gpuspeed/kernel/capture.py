@@ -7,7 +7,7 @@ While a `Capture` is open it wraps, at class level, the methods every launch goe
   `Autotuner._bench` marks its benchmarking launches so they are not counted as the launcher's.
 - Numba: `_Kernel.launch` (the compiled kernel: registers, static shared memory, local memory per
   thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__`.
-Under the Triton interpreter there is no device to time the autotuner's configs on, so its benchmark runs
+Without a GPU an interpreted kernel's autotuner has no device to time its configs on, so its benchmark runs
 each config once (a correctness run) and calls them all equal: the first config is chosen.
 Only modules already imported are patched: a launcher's kernels are defined before it runs.
 """
@@ -125,9 +125,15 @@ class Capture:
         self._patch(at, "run", wrap_run)
         if "_bench" in at.__dict__:
             self._patch(at, "_bench", wrap_bench)
-        if interpreting_triton() and "do_bench" in at.__dict__:
-            # no device to time configs on: run each once (a correctness run) and call them equal
-            self._patch(at, "do_bench", lambda orig: property(lambda tuner: _run_once))
+        if "do_bench" in at.__dict__ and not _cuda_here():
+            # no device to time an interpreted kernel's configs on: run each once (a correctness run), call them equal
+            def wrap_do_bench(orig):
+                def do_bench(tuner):
+                    if _interpreted(tuner):
+                        return _run_once
+                    return orig.__get__(tuner, type(tuner)) if hasattr(orig, "__get__") else orig
+                return property(do_bench)
+            self._patch(at, "do_bench", wrap_do_bench)
 
     def _triton_run(self, orig, interpreted: bool):
         cap = self
@@ -197,6 +203,25 @@ def _run_once(fn, quantiles=None, **_):
     """The interpreter's stand-in for the autotuner's benchmark: one correctness run, no time."""
     fn()
     return [0.0] * len(quantiles) if quantiles else 0.0
+
+
+def _cuda_here() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # no torch: no CUDA through it either
+        return False
+
+
+def _interpreted(tuner) -> bool:
+    """Whether an autotuner's kernel (under any heuristics wrappers) is an interpreted one."""
+    fn, depth = getattr(tuner, "fn", None), 0
+    while fn is not None and depth < 8:
+        if type(fn).__name__ == "InterpretedFunction":
+            return True
+        fn, depth = getattr(fn, "fn", None), depth + 1
+    return False
 
 
 def interpreting_triton() -> bool:

@@ -133,7 +133,8 @@ def occupancy(threads_per_block: int, regs_per_thread: int | None, smem_per_bloc
     if regs > 0:
         per_warp = _round_up(regs * WARP, limits.reg_alloc_unit)
         assumed = per_warp * _round_up(warps_per_block, limits.sub_partitions)  # the hardware's per-block check
-        if regs > limits.max_regs_per_thread or assumed > limits.regs_per_block or per_warp * warps_per_block > limits.regs_per_block:
+        too_many = per_warp * warps_per_block > limits.regs_per_block or assumed > limits.regs_per_block
+        if regs > limits.max_regs_per_thread or too_many:
             by["registers"] = 0
         else:
             warps_per_part = (limits.regs_per_sm // limits.sub_partitions) // per_warp

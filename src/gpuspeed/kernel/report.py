@@ -59,7 +59,8 @@ class KernelReport:
             out.append(f"time {self.time_s * 1e6:.1f} us (IQR/median {100 * (self.time_rel_iqr or 0):.1f} %)")
         for la in self.launches:
             geo = f"grid {tuple(la['grid'])}"
-            geo += f" block {tuple(la['block'])}" if la.get("block") else f" num_warps={la['num_warps']} num_stages={la['num_stages']}"
+            geo += (f" block {tuple(la['block'])}" if la.get("block")
+                    else f" num_warps={la['num_warps']} num_stages={la['num_stages']}")
             res = ""
             if la.get("registers") is not None:
                 res = (f"; {la['registers']} regs, spills {la['spills']} B, smem {la['shared_static']} static + "
@@ -207,7 +208,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         try:
             fn(*args, **kwargs)  # compile and autotune outside the record
         except Exception as exc:
-            if not gpu and not (interpreting_triton() or simulating_numba()):
+            text = f"{type(exc).__name__} {exc}".lower()
+            if not gpu and ("driver" in text or "cuda" in text) and not (interpreting_triton() or simulating_numba()):
                 raise UserError(f"{name} cannot run here: there is no GPU, and its kernels were not defined under "
                                 "TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 (set them before importing the kernels; "
                                 f"`gpuspeed kernel` does) ({type(exc).__name__})") from exc

@@ -81,7 +81,8 @@ def occupancy(f):
         lever = "bigger blocks: more threads per block (num_warps up)" if tri else "bigger blocks (128-256 threads)"
     else:
         lever = "a block size that divides the SM's warps (128-256 threads)"
-    return f"{lim.replace('_', '-')}-limited to {pct} occupancy: {lever}", lever
+    word = {"registers": "register", "shared_memory": "shared-memory", "blocks": "block-count", "warps": "warp"}[lim]
+    return f"{word}-limited to {pct} occupancy: {lever}", lever
 
 
 def launch_bound(f):

@@ -1,0 +1,82 @@
+"""`gpuspeed kernel FILE.py:NAME`: tuning notes for a Triton or Numba CUDA kernel launcher (gpuspeed.kernel_report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def kernel(
+        ctx: typer.Context,
+        target: str = typer.Argument(..., help="path/to/file.py:launcher (dotted names reach into dicts: "
+                                               "file.py:variants.triton)."),
+        inputs: List[str] = typer.Option([], "--input", "-i", help="NAME=DTYPE[SHAPE] or NAME=int:VALUE / "
+                                                                   "NAME=float:VALUE (default: the file's inputs(rng))."),
+        seed: int = typer.Option(0, help="Seed of the generated inputs."),
+        backend: str = typer.Option("auto", help="Array library of --input arrays: torch, numpy, cupy or auto (read "
+                                                 "from the launcher's module)."),
+        device: str = typer.Option("auto", help="cpu, cuda or auto (cpu: run the kernels under the interpreters)."),
+        flops: Optional[float] = typer.Option(None, help="FLOPs per call (default: none counted; the kernel is then "
+                                                         "held to the memory roof)."),
+        nbytes: Optional[int] = typer.Option(None, "--bytes", help="Bytes moved per call (default: inputs read once "
+                                                                   "+ outputs written once)."),
+        out: Optional[Path] = typer.Option(None, "--out", help="Write kernel_report.json into this folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    ):
+        """Launch geometry, registers, spills, shared memory, occupancy, autotuning, roof position and a verdict."""
+        from rich.console import Console
+
+        from gpuspeed.device import resolve_device
+        from gpuspeed.errors import UserError
+        from gpuspeed.kernel import kernel_report
+        from gpuspeed.kernel.target import load_target, make_args, use_interpreters
+        from gpuspeed.results import check_out_dir, make_results, write_results
+
+        if device not in ("auto", "cpu", "cuda"):
+            raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
+        if backend not in ("auto", "torch", "numpy", "cupy"):
+            raise UserError(f"unknown backend {backend!r}: use auto, torch, numpy or cupy")
+        if flops is not None and not flops > 0:
+            raise UserError(f"--flops must be positive, got {flops:g}")
+        if nbytes is not None and nbytes <= 0:
+            raise UserError(f"--bytes must be positive, got {nbytes}")
+        check_out_dir(out)
+        where = resolve_device(device)
+        console = Console(stderr=as_json)
+        if where != "cuda":
+            use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
+            console.print("[yellow]note:[/] no GPU: running the kernels under the interpreters (correctness only; "
+                          "no timing, registers or occupancy)")
+        fn, module, name = load_target(target)
+        args, notes = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
+        try:
+            rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where)
+        except UserError:
+            raise
+        except Exception as exc:  # the user's launcher failed: one line, the traceback under --debug
+            if ctx.find_root().params.get("debug"):
+                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
+        rep.notes[:0] = notes
+        if out:
+            s = {"time_s": rep.time_s, "pct_of_roof": rep.pct_of_roof, "occupancy_pct": rep.occupancy_pct,
+                 "limiter": rep.limiter, "launches": len(rep.launches), "gpu": rep.gpu, "verdict": rep.verdict,
+                 "next_lever": rep.next_lever}
+            doc = make_results("kernel_report", params={"target": target, "inputs": list(inputs), "seed": seed,
+                                                        "flops": flops, "bytes": nbytes},
+                               summary=s, rows=rep.to_dict()["launches"],
+                               notes=([rep.note] if rep.note else []) + rep.notes, device=where)
+            doc["report"] = rep.to_dict()
+            path = write_results(doc, out)
+            console.print(f"wrote {path}")
+        if as_json:
+            print(json.dumps(rep.to_dict(), indent=1))
+            return
+        for line in rep.lines():
+            console.print(line, highlight=False, markup=False)

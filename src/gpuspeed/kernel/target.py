@@ -1,0 +1,129 @@
+"""Load `FILE.py:NAME` and its example arguments for `gpuspeed kernel`.
+
+NAME may be a dotted path through attributes or dict keys (`variants.triton_softmax` reaches into a
+workload's `variants` dict). Arguments come from `--input` specs (made in the array library the launcher's
+module uses, as `profile --function` does), else from the file's `inputs(rng)` / `inputs(rng, scale)`
+(the optimize workload format; moved to the GPU as torch or CuPy arrays when the launcher says
+`fn.gpuspeed_inputs = "torch"` / `"cupy"`, as optimize's variant backend does), else none when the launcher
+takes none. Without a GPU, TRITON_INTERPRET=1 and NUMBA_ENABLE_CUDASIM=1 are set before the file is
+imported, so its kernels are defined under the interpreters (the command imports neither triton nor numba
+before that).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import Callable
+
+from gpuspeed.errors import UserError
+
+INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "NUMBA_ENABLE_CUDASIM": "1"}
+
+
+def use_interpreters() -> None:
+    """Make kernels defined from now on run on the CPU: Triton reads its variable when a kernel is decorated
+    (its own library functions, tl.sum and the like, are decorated when triton is imported), Numba when
+    numba.cuda is first imported; so neither may be imported yet without it."""
+    os.environ.update(INTERPRETER_ENV)
+    lang = sys.modules.get("triton.language")
+    if lang is not None and type(getattr(lang, "sum", None)).__name__ == "JITFunction":
+        raise UserError("triton was imported before its interpreter could be switched on: run `gpuspeed kernel` in a "
+                        "fresh process (or set TRITON_INTERPRET=1 first)")
+    cuda = sys.modules.get("numba.cuda")
+    if cuda is not None and "simulator" not in getattr(getattr(cuda, "jit", None), "__module__", "simulator"):
+        raise UserError("numba.cuda was imported before the CUDA simulator could be switched on: run `gpuspeed kernel` "
+                        "in a fresh process (or set NUMBA_ENABLE_CUDASIM=1 first)")
+
+
+def load_target(target: str) -> tuple[Callable, object, str]:
+    """'file.py:name' (name may be dotted through attributes and dict keys) -> (callable, module, name)."""
+    from gpuspeed.loading import load_module
+
+    if ":" not in target:
+        raise UserError(f"expected path/to/file.py:function, got {target!r}")
+    path, _, attr = target.rpartition(":")
+    if not attr:
+        raise UserError(f"no function name after ':' in {target!r}")
+    module = load_module(path)
+    obj = module
+    for part in attr.split("."):
+        if isinstance(obj, dict) and part in obj:
+            obj = obj[part]
+        elif hasattr(obj, part):
+            obj = getattr(obj, part)
+        else:
+            raise UserError(f"{path} has no {attr!r}")
+    if not callable(obj):
+        raise UserError(f"{target} is not callable")
+    return obj, module, attr
+
+
+def _required_params(fn) -> list[str]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _move(args: tuple, where: str, device: str) -> tuple:
+    """Host arrays -> torch tensors on `device` or CuPy arrays, as a variant's `gpuspeed_inputs` asks."""
+    import numpy as np
+
+    from gpuspeed.optimize.backends.common import tree_map
+
+    if where == "torch":
+        import torch
+
+        return tree_map(lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(device)
+                        if isinstance(x, np.ndarray) else x, args)
+    if where == "cupy":
+        if device != "cuda":
+            raise UserError("the launcher wants CuPy inputs (gpuspeed_inputs = 'cupy') and there is no GPU here")
+        import cupy
+
+        return tree_map(lambda x: cupy.asarray(x) if isinstance(x, np.ndarray) else x, args)
+    return args
+
+
+def make_args(fn, module, specs: list[str], *, seed: int, backend: str, device: str) -> tuple[tuple, list[str]]:
+    """(positional arguments, notes) for the launcher: see the module docstring."""
+    import numpy as np
+
+    from gpuspeed.inputs import parse_specs
+    from gpuspeed.optimize.workload import CPU_SCALE, _spec_order, _takes_scale
+    from gpuspeed.profiling.backend import infer_backend, make_backend_inputs
+
+    notes: list[str] = []
+    if specs:
+        parsed = parse_specs(specs)
+        if backend == "auto":
+            backend, why = infer_backend(fn)
+            notes.append(f"inputs as {backend} arrays: {why} (--backend to choose)")
+        values = make_backend_inputs(parsed, backend, seed=seed, device=device)
+        return tuple(values[n] for n in _spec_order(fn, [s.name for s in parsed])), notes
+    maker = getattr(module, "inputs", None)
+    if callable(maker):
+        scale = 1.0 if device == "cuda" else CPU_SCALE
+        try:
+            rng = np.random.default_rng(seed)
+            out = maker(rng, scale=scale) if _takes_scale(maker) else maker(rng)
+        except UserError:
+            raise
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise UserError(f"inputs(rng) raised {type(exc).__name__}: {first}") from exc
+        args = out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+        if _takes_scale(maker) and device != "cuda":
+            notes.append(f"no GPU: inputs(rng, scale={scale:g}), a tenth of their typical size")
+        where = getattr(fn, "gpuspeed_inputs", "numpy")
+        if where not in ("numpy", "torch", "cupy"):
+            raise UserError(f"gpuspeed_inputs must be 'numpy', 'torch' or 'cupy', got {where!r}")
+        return _move(args, where, device), notes + [f"inputs from the file's inputs(rng) (seed {seed})"]
+    needed = _required_params(fn)
+    if needed:
+        raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs arguments ({', '.join(needed)}): pass --input "
+                        "NAME=DTYPE[SHAPE] or define inputs(rng) in its file")
+    return (), notes

@@ -1,0 +1,346 @@
+"""gpuspeed.kernel on the CPU: the occupancy formula against hand-computed cases, the ordered verdict rules on
+synthetic facts, launch capture under the Triton interpreter (in this process) and the Numba CUDA simulator
+(in a fresh process: the simulator must be chosen before numba.cuda is imported), and `gpuspeed kernel`.
+
+Without CUDA, TRITON_INTERPRET=1 is set before triton is imported (as test_decode_kernels does); on a GPU the
+in-process interpreter test is skipped and the command-line tests (fresh processes, --device cpu) cover it.
+The Triton kernels below also serve `gpuspeed kernel tests/test_kernel_report.py:add_launcher`, with
+`inputs(rng)` giving its arguments.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpuspeed import check, poison
+from gpuspeed.kernel import verdict
+from gpuspeed.kernel.occupancy import KNOWN, known_limits, occupancy
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 1000  # divides none of the block sizes below
+
+torch = pytest.importorskip("torch")
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: it decorates tl.sum & co. then
+triton = pytest.importorskip("triton")
+tl = triton.language
+INTERPRETED = type(tl.sum).__name__ == "InterpretedFunction"
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4, num_stages=2),
+                          triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"])
+@triton.jit
+def add_kernel(x, y, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+@triton.jit
+def rowsum_kernel(x, o, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x + row * cols + offs, mask=offs < cols, other=0.0)
+    tl.store(o + row, tl.sum(v, axis=0))
+
+
+def add_launcher(x, y):
+    """Two launches: the autotuned add, then a row sum of the result seen as 8 rows (a 1-D grid of 8)."""
+    o = poison(torch.empty_like(x))
+    add_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, o, x.numel())
+    rows = poison(torch.empty(8, dtype=x.dtype))
+    cols = o.numel() // 8
+    rowsum_kernel[(8,)](o, rows, cols, BLOCK=triton.next_power_of_2(cols), num_warps=1)
+    return o, rows
+
+
+def inputs(rng):
+    """Example arguments for `gpuspeed kernel` (the optimize workload format)."""
+    return tuple(torch.from_numpy(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
+
+
+# --- occupancy: hand-computed cases on sm_90 (64 warps, 32 blocks, 64K registers in 4 sub-partitions,
+# 228 KB shared per SM, 1 KB reserved per block)
+H200 = KNOWN["9.0"]
+
+
+@pytest.mark.parametrize("threads,regs,smem,blocks,pct,limiter", [
+    (256, 255, 0, 1, 12.5, "registers"),        # 255*32 -> 8192 regs/warp, 2 warps per sub-partition: 8 warps
+    (128, 32, 48 * 1024, 4, 25.0, "shared_memory"),  # (48K + 1K) per block: 233472 // 50176 = 4 blocks
+    (1024, 32, 0, 2, 100.0, "warps"),           # 64 warps // 32 per block = 2; registers allow 2 too
+    (1024, 64, 0, 1, 50.0, "registers"),        # 2048 regs/warp: 8 per sub-partition, 32 warps, 1 block
+    (1024, 65, 0, 0, 0.0, "registers"),         # 65*32 -> 2304/warp x 32 warps > 65536 per block: cannot launch
+    (32, 16, 0, 32, 50.0, "blocks"),            # 32 one-warp blocks: the block cap
+    (32, 200, 0, 8, 12.5, "registers"),         # 6400 regs/warp: 2 per sub-partition (10 if the SM were one pool)
+    (256, 33, 0, 6, 75.0, "registers"),         # 33*32=1056 rounds to 1280: 12 per sub-partition (15 unrounded)
+    (128, 32, 232449, 0, 0.0, "shared_memory"),  # over the 227 KB per-block opt-in limit
+    (2048, 16, 0, 0, 0.0, "warps"),             # over 1024 threads per block
+])
+def test_occupancy_hand_cases(threads, regs, smem, blocks, pct, limiter):
+    occ = occupancy(threads, regs, smem, H200)
+    assert occ["blocks_per_sm"] == blocks
+    assert occ["pct"] == pytest.approx(pct)
+    assert occ["limiter"] == limiter
+    assert occ["active_warps_per_sm"] == blocks * -(-threads // 32)
+
+
+def test_occupancy_other_ccs_and_lookup():
+    ada = known_limits("sm_89")
+    assert ada is KNOWN["8.9"] and known_limits((8, 6)) is KNOWN["8.6"] and known_limits("7.5") is None
+    occ = occupancy(256, 32, 0, KNOWN["8.6"])  # 48 warps per SM: 6 blocks of 8 warps fill it
+    assert (occ["blocks_per_sm"], occ["pct"], occ["limiter"]) == (6, 100.0, "warps")
+    occ = occupancy(64, 32, 0, KNOWN["8.6"])  # 16 blocks of 2 warps: 32 of 48 warps
+    assert (occ["blocks_per_sm"], occ["limiter"]) == (16, "blocks") and occ["pct"] == pytest.approx(200 / 3)
+    # A100: 164 KB per SM, 40 KB blocks (+1 KB) -> 4 blocks
+    assert occupancy(128, 32, 40 * 1024, KNOWN["8.0"])["blocks_per_sm"] == 4
+    with pytest.raises(ValueError):
+        occupancy(0, 32, 0, H200)
+
+
+# --- verdict rules on synthetic facts
+def _launch(grid=(1000, 1, 1), regs=32, spills=0, pct=100.0, limiter="warps", backend="triton", num_warps=4):
+    return {"kernel": "k", "backend": backend, "grid": list(grid), "num_warps": num_warps, "threads_per_block": 128,
+            "registers": regs, "spills": spills,
+            "occupancy": {"pct": pct, "limiter": limiter, "blocks_per_sm": 1, "active_warps_per_sm": 1,
+                          "max_warps_per_sm": 64}}
+
+
+def _facts(pct_of_roof=None, time_s=1e-3, **launch):
+    la = _launch(**launch)
+    return {"gpu": True, "launches": [la], "main": la, "sms": 132, "pct_of_roof": pct_of_roof, "bound": "memory",
+            "roof": "copy", "time_s": time_s, "occupancy_pct": la["occupancy"]["pct"],
+            "limiter": la["occupancy"]["limiter"]}
+
+
+@pytest.mark.parametrize("facts,rule,words", [
+    ({"gpu": False, "launches": []}, "no_gpu", "interpreters"),
+    ({"gpu": True, "launches": []}, "no_launch", "no Triton"),
+    (_facts(92.0, spills=64, pct=25.0, limiter="registers"), "at_roof", "at 92 % of the copy roof: done"),
+    (_facts(40.0, spills=64, pct=25.0, limiter="registers"), "spills", "spills 64 bytes per thread: lower BLOCK / num_warps"),
+    (_facts(40.0, grid=(40, 1, 1), pct=25.0, limiter="registers"), "small_grid",
+     "grid of 40 programs on 132 SMs: split the work"),
+    (_facts(40.0, pct=50.0, limiter="registers", num_warps=8), "occupancy",
+     "register-limited to 50 % occupancy: try num_warps=4"),
+    (_facts(60.0, pct=25.0, limiter="shared_memory"), "occupancy", "shared-memory-limited to 25 %"),
+    (_facts(20.0, time_s=4e-6), "launch_bound", "launch-bound"),
+    (_facts(20.0), "latency", "latency-bound at 20 % of the copy roof with 100 % occupancy"),
+    (_facts(65.0), "tune", "at 65 % of the copy roof"),
+    (_facts(None), "unplaced", "no roof position"),
+])
+def test_verdict_rules_in_order(facts, rule, words):
+    got, said, lever = verdict.judge(facts)
+    assert got == rule
+    assert words in said and lever
+
+
+def test_verdict_numba_levers_and_main_launch():
+    f = _facts(30.0, spills=16, backend="numba")
+    assert "fewer live values" in verdict.judge(f)[2]
+    small = dict(_launch(grid=(1, 1, 1)), threads_per_block=32)
+    big = _launch(grid=(4, 100, 1))
+    assert verdict.main_launch([small, big]) is big
+    assert verdict.judge({**_facts(30.0), "launches": [small, big], "main": big})[0] == "latency"
+
+
+# --- capture under the Triton interpreter (this process)
+@pytest.mark.skipif(not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU): "
+                                            "the command-line tests cover the interpreter in fresh processes")
+def test_triton_launcher_interpreted():
+    from gpuspeed import kernel_report
+
+    rng = np.random.default_rng(1)
+    x, y = (torch.from_numpy(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
+    rep = kernel_report(add_launcher, x, y, device="cpu")
+    o, rows = rep.output
+    ref = x.double() + y.double()
+    assert check(o, ref).passed
+    assert check(rows, ref[: 8 * (N // 8)].reshape(8, -1).sum(1)).passed
+    d = rep.to_dict()
+    assert d["backend"] == "triton" and d["gpu"] is False and d["time_s"] is None and "interpreters" in d["note"]
+    assert d["rule"] == "no_gpu" and d["occupancy_pct"] is None and d["placement"] is None
+    add, rowsum = d["launches"]
+    chosen = add["autotune"]["chosen"]
+    assert chosen["BLOCK"] == 128 and chosen["num_warps"] == 4  # the first config: the interpreter times nothing
+    assert add["grid"] == [-(-N // 128), 1, 1] and add["num_warps"] == 4 and add["num_stages"] == 2
+    assert sorted(t["config"]["BLOCK"] for t in add["autotune"]["tried"]) == [64, 128]
+    assert all(t["time_ms"] is None for t in add["autotune"]["tried"])
+    assert rowsum["kernel"] == "rowsum_kernel" and rowsum["grid"] == [8, 1, 1] and rowsum["num_warps"] == 1
+    assert rowsum["autotune"] is None and rowsum["meta"]["BLOCK"] == 128
+    json.dumps(d)  # JSON-safe
+
+
+@pytest.mark.skipif(CUDA, reason="the kernel would compile and run on the GPU")
+def test_compiled_kernel_without_gpu_is_a_user_error(tmp_path):
+    script = tmp_path / "compiled.py"  # @triton.jit reads its source from a file
+    script.write_text(textwrap.dedent('''
+        import torch, triton, triton.language as tl
+        from gpuspeed import UserError, kernel_report
+
+        @triton.jit
+        def copy(x, o, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(o + offs, tl.load(x + offs, mask=offs < n), mask=offs < n)
+
+        def launcher(x):
+            o = torch.empty_like(x)
+            copy[(1,)](x, o, x.numel(), BLOCK=16)
+            return o
+
+        try:
+            kernel_report(launcher, torch.randn(10), device="cpu")
+        except UserError as exc:
+            print("USERERROR", exc)
+    '''))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert "USERERROR launcher cannot run here: there is no GPU" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+# --- the Numba CUDA simulator (a fresh process)
+def _numba_available() -> bool:
+    probe = "import numba, numba.cuda"
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0
+
+
+NUMBA_FILE = textwrap.dedent('''
+    import numpy as np
+    from numba import cuda, float32
+    from gpuspeed import poison
+
+    @cuda.jit
+    def tile_scale(x, o, a):
+        tile = cuda.shared.array((64,), float32)
+        i = cuda.grid(1)
+        t = cuda.threadIdx.x
+        if i < x.size:
+            tile[t] = x[i]
+        cuda.syncthreads()
+        if i < x.size:
+            o[i] = a * tile[t]
+
+    @cuda.jit
+    def add2d(x, o):
+        r, c = cuda.grid(2)
+        if r < x.shape[0] and c < x.shape[1]:
+            o[r, c] = x[r, c] + 1.0
+
+    def launcher(x, m):
+        o = poison(np.empty_like(x))
+        tile_scale[(x.size + 63) // 64, 64](x, o, np.float32(3.0))
+        o2 = poison(np.empty_like(m))
+        add2d[((m.shape[0] + 7) // 8, (m.shape[1] + 15) // 16), (8, 16), 0, 256](m, o2)
+        return o, o2
+
+    def inputs(rng):
+        return rng.standard_normal(77).astype(np.float32), rng.standard_normal((13, 21)).astype(np.float32)
+''')
+
+
+@pytest.fixture
+def numba_file(tmp_path):
+    if not _numba_available():
+        pytest.skip("numba / numba-cuda not installed")
+    p = tmp_path / "numba_launcher.py"
+    p.write_text(NUMBA_FILE)
+    return p
+
+
+def _cli(*args, env=None, cwd=ROOT):
+    env = {**os.environ, **(env or {})}
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)  # the command sets both itself when there is no GPU
+    return subprocess.run([sys.executable, "-m", "gpuspeed", *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=300)
+
+
+def test_numba_launcher_simulated(numba_file):
+    script = textwrap.dedent(f'''
+        import json, sys
+        import numpy as np
+        sys.path.insert(0, {str(numba_file.parent)!r})
+        import numba_launcher as nl
+        from gpuspeed import kernel_report, check
+        x, m = nl.inputs(np.random.default_rng(3))
+        rep = kernel_report(nl.launcher, x, m, device="cpu")
+        o, o2 = rep.output
+        d = rep.to_dict()
+        d["ok"] = [check(o, 3.0 * x.astype(np.float64)).passed, check(o2, m.astype(np.float64) + 1).passed]
+        print(json.dumps(d))
+    ''')
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["ok"] == [True, True]
+    assert d["backend"] == "numba" and d["gpu"] is False and d["time_s"] is None
+    one, two = d["launches"]
+    assert (one["kernel"], one["grid"], one["block"], one["shared_dynamic"]) == ("tile_scale", [2, 1, 1], [64, 1, 1], 0)
+    assert (two["kernel"], two["grid"], two["block"], two["shared_dynamic"]) == ("add2d", [2, 2, 1], [8, 16, 1], 256)
+    assert one["num_warps"] is None and one["threads_per_block"] == 64 and two["threads_per_block"] == 128
+    assert d["main_kernel"] == "add2d"  # 4 blocks x 128 threads start more threads than 2 x 64
+
+
+# --- the command line
+def test_cli_triton_json_from_inputs_rng():
+    r = _cli("kernel", "tests/test_kernel_report.py:add_launcher", "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["backend"] == "triton" and d["gpu"] is False and "interpreters" in d["note"]
+    assert [la["kernel"] for la in d["launches"]] == ["add_kernel", "rowsum_kernel"]
+    assert d["launches"][0]["grid"] == [-(-N // 128), 1, 1]
+    assert any("inputs(rng)" in n for n in d["notes"])
+
+
+def test_cli_input_specs_and_out(tmp_path):
+    r = _cli("kernel", "tests/test_kernel_report.py:add_launcher", "--input", "x=float32[515]",
+             "--input", "y=float32[515]", "--out", str(tmp_path), "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "grid (5, 1, 1)" in r.stdout and "verdict:" in r.stdout and "next lever:" in r.stdout
+    doc = json.loads((tmp_path / "kernel_report.json").read_text())
+    assert doc["study"] == "kernel_report" and doc["summary"]["launches"] == 2 and doc["summary"]["gpu"] is False
+    assert doc["rows"][0]["grid"] == [5, 1, 1] and doc["report"]["backend"] == "triton"
+
+
+def test_cli_numba_file(numba_file):
+    r = _cli("kernel", f"{numba_file}:launcher", "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["backend"] == "numba" and [la["block"] for la in d["launches"]] == [[64, 1, 1], [8, 16, 1]]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["tests/no_such_file.py:f"], "no such file"),
+    (["tests/test_kernel_report.py"], "expected path/to/file.py:function"),
+    (["tests/test_kernel_report.py:nope"], "has no 'nope'"),
+    (["tests/test_kernel_report.py:add_launcher", "--input", "x=float32[abc]"], "bad input spec"),
+    (["tests/test_kernel_report.py:add_launcher", "--input", "x=float32[8]"], "add_launcher raised TypeError"),
+    (["tests/test_kernel_report.py:add_launcher", "--device", "tpu"], "unknown device"),
+])
+def test_cli_bad_input_one_line_exit_2(args, words, monkeypatch, capsys):
+    from gpuspeed.cli import main
+
+    # in this process: keep the interpreter switches out of the environment the other tests share
+    monkeypatch.setattr("gpuspeed.kernel.target.use_interpreters", lambda: None)
+    rc = main(["kernel", *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(lines) == 1 and words in lines[0], err
+
+
+def test_cli_launcher_without_arguments_is_exit_2(tmp_path, monkeypatch, capsys):
+    from gpuspeed.cli import main
+
+    monkeypatch.setattr("gpuspeed.kernel.target.use_interpreters", lambda: None)
+    p = tmp_path / "bare.py"
+    p.write_text("def needs_args(x, n=3):\n    return x\n")
+    assert main(["kernel", f"{p}:needs_args"]) == 2
+    assert "gpuspeed: error: needs_args needs arguments (x)" in capsys.readouterr().err
