@@ -45,6 +45,10 @@ def register(app: typer.Typer) -> None:
         read_roof: float = typer.Option(None, "--read-roof", help="GB/s: a read ceiling measured earlier in the "
                                                                   "same session (default: measured now)."),
         device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+        tp_ranks: int = typer.Option(1, "--tp", help="Tensor parallel over N ranks (torchrun's launcher; one GPU "
+                                                     "each, NCCL; gloo on the CPU); rank 0 writes the results."),
+        quant: str = typer.Option(None, "--quant", help="int8: weight-only int8 (per-row scales), compared with "
+                                                        "the unquantized model in --dtype."),
         out: str = typer.Option(None, "--out", help="Write decode.json, decode_ladder.png, decode_bandwidth.png "
                                                     "and traces/ here."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
@@ -69,9 +73,16 @@ def register(app: typer.Typer) -> None:
                           profile=not no_profile, batches=_ints(batches, "batches"), long_prompt=long_prompt,
                           time_cap_s=time_cap, bench_budget_s=budget or (0.5 if small else 2.0), max_layers=layers,
                           out=out, read_roof_GBps=read_roof,
-                          sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed))
+                          sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+                          tp=tp_ranks, quant=quant)
         study.check_spec(spec)
-        study.check_fits(spec, where)
+        if tp_ranks > 1:
+            from gpuspeed.decode import tp as tensor_parallel
+
+            tensor_parallel.check_launch(tp_ranks, where)
+            tensor_parallel.check_fits(spec, where)
+        else:
+            study.check_fits(spec, where)
         console = Console(stderr=as_json)
         if small and not as_json:
             console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "
@@ -84,7 +95,11 @@ def register(app: typer.Typer) -> None:
             def progress(what: str) -> None:
                 bar.update(task, advance=1, description=what)
 
-            doc = study.run(spec, progress=progress)
+            if tp_ranks > 1:  # the ranks run in their own processes: no per-variant progress from them
+                bar.update(task, description=f"{tp_ranks} ranks (tensor parallel)")
+                doc = tensor_parallel.launch(spec, tp_ranks)
+            else:
+                doc = study.run(spec, progress=progress)
             bar.update(task, completed=total, description="done")
         paths = []
         if out:

@@ -23,6 +23,7 @@ import torch
 from gpuspeed import device as _device
 from gpuspeed.decode import checkpoints, model as M, variants as V
 from gpuspeed.decode.generate import Sampling, generate
+from gpuspeed.decode.quant import weight_bytes_per_token
 from gpuspeed.errors import UserError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -53,9 +54,11 @@ class Spec:
     max_layers: int | None = None  # shrink a named config (CPU demos and tests)
     out: str | None = None  # traces go to <out>/traces/
     sampling: Sampling = field(default_factory=Sampling)
+    tp: int = 1  # ranks (tensor parallel, tp.py); the study runs once per rank
+    quant: str | None = None  # "int8": weight-only int8 (quant.py), compared with the unquantized model
 
     def label(self) -> str:
-        return f"{model_key(self.model)}_{self.dtype}"
+        return f"{model_key(self.model)}_{self.quant or self.dtype}" + (f"_tp{self.tp}" if self.tp > 1 else "")
 
 
 def model_key(model: str) -> str:
@@ -105,6 +108,10 @@ def check_spec(spec: Spec) -> None:
     unknown = [v for v in spec.variants if v not in V.ORDER]
     if unknown or not spec.variants:
         raise UserError(f"unknown variant(s) {unknown}: use {', '.join(V.ORDER)}")
+    if spec.tp < 1:
+        raise UserError(f"--tp must be >= 1, got {spec.tp}")
+    if spec.quant not in (None, "int8"):
+        raise UserError(f"unknown --quant {spec.quant!r}: use int8")
     if spec.max_layers is not None and spec.max_layers < 1:
         raise UserError(f"--layers must be >= 1, got {spec.max_layers}")
     if spec.long_prompt is not None and spec.long_prompt < 1:
@@ -142,7 +149,7 @@ def _cast(model: M.Transformer, dtype) -> M.Transformer:
 
 
 def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[torch.Tensor, object]:
-    a = ck.model.args
+    a = ck.model.args if getattr(ck.model, "tp", None) is None else ck.model.tp.args  # a TP shard: the whole model's
     tok = None
     if spec.prompt is not None:
         tok = ck.tokenizer()
@@ -197,6 +204,9 @@ def count_trace(path: str, tokens: int, gpu: bool) -> dict:
     # where a step's time goes: the GPU's kernel time, and the host ops that cost the most (inclusive, under
     # the profiler) -- an eager rung far above its kernel time is host-bound, and these ops say on what
     kernel_us = sum(float(e.get("dur", 0)) for e in events if e.get("cat") == "kernel")
+    # tensor parallel: the collectives' kernels (NCCL's names), for the all-reduce's share of the step
+    comm_us = sum(float(e.get("dur", 0)) for e in events if e.get("cat") == "kernel"
+                  and re.search(r"nccl|all_?reduce|all_?gather", e.get("name", ""), re.I))
     ops: dict = {}
     for e in inside:
         if e.get("cat") == "cpu_op":
@@ -205,6 +215,7 @@ def count_trace(path: str, tokens: int, gpu: bool) -> dict:
     return {"kernels_per_token": kernels / tokens if gpu else None, "host_syncs_per_token": syncs / tokens,
             "launch_calls_per_token": launches / tokens if gpu else None, "profiled_tokens": tokens,
             "kernel_ms_per_token": kernel_us / tokens / 1e3 if gpu else None,
+            "comm_kernel_ms_per_token": comm_us / tokens / 1e3 if gpu else None,
             "profiled_ms_per_token": (t1 - t0) / tokens / 1e3 if step else None,
             "host_top_ops_us_per_token": {k: round(v / tokens, 1) for k, v in top}}
 
@@ -261,7 +272,10 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     """One variant: (row, tokens [B, T], recorded logits per step or []). ref: the fp32 reference's (tokens,
     logits), for the teacher-forced agreement columns."""
     from gpuspeed import bench, peak_memory
+    from gpuspeed.decode.tp import lockstep
     from gpuspeed.profiling.run import record_trace
+
+    bench = lockstep(bench, getattr(m, "tp", None))  # TP ranks make the same calls (collectives) as rank 0
 
     b, p, t = prompt.shape[0], prompt.shape[1], spec.new_tokens
     row: dict = {"variant": name, "what": V.VARIANTS[name], "batch": b, "prompt_len": p, "new_tokens": t}
@@ -292,7 +306,7 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     row |= {"prefill_ms": mp.median * 1e3, "prefill_rel_iqr": mp.rel_iqr, "decode_ms": md.median * 1e3,
             "ms_per_token": md.median * 1e3 / steps, "decode_rel_iqr": md.rel_iqr, "decode_samples": md.n,
             "decode_throttled": md.throttled, "timed_steps": steps, "tokens_per_s": b * steps / md.median}
-    wb = m.args.weight_bytes_per_token(m.tok_emb.element_size())
+    wb = weight_bytes_per_token(m)  # as stored: int8 + scales under --quant, a rank's shard under --tp
     row["weight_bytes_per_token"] = wb
     row["weight_GBps"] = wb / (md.median / steps) / 1e9
     if hasattr(engine, "cache") and hasattr(engine.cache, "nbytes"):
@@ -411,7 +425,7 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     row |= {"prefill_ms": m1.median * 1e3, "generate_ms": mt.median * 1e3, "decode_ms": dec * 1e3,
             "ms_per_token": dec * 1e3 / (t - 1), "ms_per_token_incl_prefill": mt.median * 1e3 / t,
             "decode_rel_iqr": mt.rel_iqr, "decode_samples": mt.n, "tokens_per_s": prompt.shape[0] * (t - 1) / dec}
-    wb = m.args.weight_bytes_per_token(m.tok_emb.element_size())
+    wb = weight_bytes_per_token(m)
     row["weight_GBps"] = wb / (row["ms_per_token"] * 1e-3) / 1e9
     return row
 
@@ -438,8 +452,8 @@ def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> N
         pass
 
 
-def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
-    """The whole study for one model and dtype; returns the results document."""
+def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> dict:
+    """The whole study for one model and dtype; returns the results document (tp: this rank, tp.worker)."""
     from gpuspeed.results import make_results
 
     check_spec(spec)
@@ -451,7 +465,16 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
         notes.append("no CUDA device: the CPU runs the ladder (graphs run eagerly, GB/s against the CPU's read "
                      "ceiling); numbers are not GPU numbers")
     say("loading model")
-    ck, ref_model = load_model(spec, device)
+    if tp is not None:
+        from gpuspeed.decode import tp as _tp
+
+        ck, ref_model = _tp.load_model(spec, device, tp)
+    else:
+        ck, ref_model = load_model(spec, device)
+    if spec.quant:
+        from gpuspeed.decode import quant
+
+        ck, ref_model = quant.prepare(ck, ref_model, spec, notes)  # the reference: the unquantized model
     m = ck.model
     prompt, tok = make_prompt(spec, ck, device)
     eos_ids = ck.eos_ids if spec.prompt is not None else None
@@ -610,15 +633,23 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None) -> dict:
     for r in rows + extra_rows + hf:
         r.setdefault("study", "ladder" if not r.get("variant", "").startswith("HF") else "transformers")
         r["model"], r["dtype"] = model_key(spec.model), spec.dtype
+        if spec.quant:
+            r["quant"] = spec.quant
     all_rows = rows + extra_rows + hf
     summary = summarize(label, rows, extra_rows, hf, spec)
     params = {k: v for k, v in spec.__dict__.items() if k != "sampling"} | {
         "sampling": spec.sampling.__dict__, "model_args": m.args.__dict__, "source": ck.source,
         "checkpoint": ck.path, "read_ceiling": roof, "prompt_tokens": int(prompt.shape[1]),
-        "weight_bytes_per_token": m.args.weight_bytes_per_token(m.tok_emb.element_size())}
+        "weight_bytes_per_token": weight_bytes_per_token(m)}
     if texts:
         params["texts"] = texts
-    return make_results("decode", params=params, summary=summary, rows=all_rows, notes=notes, device=spec.device)
+    doc = make_results("decode", params=params, summary=summary, rows=all_rows, notes=notes, device=spec.device)
+    if spec.quant:
+        from gpuspeed.decode import quant
+
+        params["int8_gemv_choices"] = getattr(m, "int8_choices", {})
+        quant.relabel(doc, label)
+    return doc
 
 
 def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:

@@ -1,0 +1,106 @@
+"""A split-K int8 weight-only GEMV in Triton for batch-1 decode: y[n] = scale[n] * sum_k x[k] q[n, k].
+
+q is int8 [N, K] row-major (one symmetric scale per output row, quant.py), x one row in the model's dtype.
+Each program loads a BLOCK_N x K/SPLIT tile of q as int8 (half the bytes of bf16: decode is a weight
+stream, so the bytes are the time), converts to fp32 in registers and accumulates in fp32; the scale is
+applied once per row in the epilogue. SPLIT > 1 writes fp32 partials that a torch sum adds (fused by
+inductor under compile). Registered as a torch.library triton_op so torch.compile(fullgraph=True) keeps it
+in its graph. quant.choose() uses it per shape only where it measures faster than the compiled
+dequantize-then-linear and passes its check.
+"""
+
+import functools
+from typing import Optional  # noqa: F401  (the op's schema is read from the annotations)
+
+import torch
+
+CONFIGS = [  # (BLOCK_N, BLOCK_K, SPLIT, num_warps): int8 rows want longer K tiles than bf16 for 16-byte loads
+    (8, 1024, 1, 4), (16, 512, 1, 4), (32, 512, 1, 8), (8, 1024, 2, 4), (16, 1024, 4, 8), (4, 2048, 8, 4),
+]
+
+
+@functools.cache
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def int8_gemv_kernel(x_ptr, q_ptr, s_ptr, out_ptr, N, K, stride_qn, K_PER_SPLIT,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr):
+        pid_n = tl.program_id(0)
+        pid_k = tl.program_id(1)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        kbase = pid_k * K_PER_SPLIT
+        for kk in range(0, K_PER_SPLIT, BLOCK_K):
+            rk = kbase + kk + tl.arange(0, BLOCK_K)
+            km = rk < K
+            xk = tl.load(x_ptr + rk, mask=km, other=0.0).to(tl.float32)
+            w = tl.load(q_ptr + rn[:, None] * stride_qn + rk[None, :], mask=(rn[:, None] < N) & km[None, :],
+                        other=0, eviction_policy="evict_first")
+            acc += w.to(tl.float32) * xk[None, :]
+        y = tl.sum(acc, axis=1)
+        if DIRECT:  # one split: the scale and the rounding to the model dtype here
+            s = tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+            tl.store(out_ptr + rn, (y * s).to(out_ptr.dtype.element_ty), mask=rn < N)
+        else:
+            tl.store(out_ptr + pid_k * N + rn, y, mask=rn < N)
+
+    return int8_gemv_kernel
+
+
+def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int, split: int,
+            num_warps: int) -> torch.Tensor:
+    """x [K], q [N, K] int8, scale [N] fp32 -> y [N] in x's dtype."""
+    n, k = q.shape
+    per = -(-k // split)
+    per = -(-per // block_k) * block_k  # whole BLOCK_K tiles per split
+    split = -(-k // per)
+    direct = split == 1
+    out = torch.empty(n, device=x.device, dtype=x.dtype) if direct else \
+        torch.empty(split, n, device=x.device, dtype=torch.float32)
+    kern = _kernel()
+    try:
+        from torch.library import wrap_triton
+
+        kern = wrap_triton(kern)
+    except ImportError:  # older torch: plain launch (eager only)
+        pass
+    kern[(-(-n // block_n), split)](x, q, scale, out, n, k, q.stride(0), per, BLOCK_N=block_n, BLOCK_K=block_k,
+                                    DIRECT=int(direct), num_warps=num_warps)
+    if direct:
+        return out
+    return (out.sum(0) * scale.float()).to(x.dtype)
+
+
+def _registered():
+    try:
+        from torch.library import triton_op
+    except ImportError:
+        return _launch
+
+    @triton_op("gpuspeed::int8_gemv", mutates_args=())
+    def int8_gemv_op(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int, split: int,
+                     num_warps: int) -> torch.Tensor:
+        return _launch(x, q, scale, block_n, block_k, split, num_warps)
+
+    return int8_gemv_op
+
+
+OP = None  # registered at the first eager call (dynamo does not trace the registration)
+
+
+def registered():
+    global OP
+    if OP is None:
+        OP = _registered()
+    return OP
+
+
+def int8_gemv(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int = 8, block_k: int = 1024,
+              split: int = 1, num_warps: int = 4) -> torch.Tensor:
+    """(x @ q.T) * scale for x [..., K] holding one row; the result has x's leading shape and dtype."""
+    lead = x.shape[:-1]
+    op = OP if OP is not None else registered()
+    y = op(x.reshape(-1).contiguous(), q, scale, block_n, block_k, split, num_warps)
+    return y.reshape(*lead, q.shape[0])

@@ -1,0 +1,224 @@
+"""Int8 weight-only quantization for decode: per-output-channel symmetric int8 weights, activations in the
+model's dtype (bf16), dequantized inside the GEMV.
+
+quantize(w) -> Int8Weight(q int8 [N, K], scale fp32 [N]) with scale = max|w_row| / 127 and q = round(w / scale).
+An Int8Weight stands where the model had a weight tensor: model._linear calls its .linear(x), which is
+either the Triton int8 GEMV (kernels/int8_gemv.py: int8 loads, fp32 sums, the scale in the epilogue) or the
+torch form F.linear(x, q.to(dtype)) * scale, which torch.compile fuses into one reduction kernel that reads
+int8 (inductor's batch-1 mm decomposition: coordinate_descent_tuning on). choose() measures both per shape on
+the GPU, as kernels.choose does for the bf16 GEMV (graph mode, weights out of L2), and keeps the faster one
+that passes its check. The embedding stays in the model's dtype (a lookup reads B rows); the LM head is
+quantized (a tied head gets its own int8 copy).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gpuspeed.errors import UserError
+
+LINEARS = ("wqkv", "wo", "w_gate_up", "w_down")
+
+
+class Int8Weight:
+    """An int8 weight with per-row scales; slicing rows keeps the pairing (the ladder's unfused rungs
+    multiply by row slices of wqkv and w_gate_up)."""
+
+    __slots__ = ("q", "scale", "cfg")
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, cfg: tuple | None = None):
+        self.q, self.scale, self.cfg = q, scale, cfg
+
+    @property
+    def shape(self):
+        return self.q.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.q.numel() * self.q.element_size() + self.scale.numel() * self.scale.element_size()
+
+    def __getitem__(self, rows) -> Int8Weight:
+        return Int8Weight(self.q[rows], self.scale[rows], self.cfg)
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        return (self.q.to(torch.float32) * self.scale[:, None].float()).to(dtype)
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        if self.cfg is not None and x.numel() == x.shape[-1]:
+            from gpuspeed.decode.kernels.int8_gemv import int8_gemv
+
+            return int8_gemv(x, self.q, self.scale, *self.cfg)
+        return dequant_linear(x, self.q, self.scale)
+
+
+def dequant_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x @ (q * scale).T as gpt-fast writes it: the int8 -> dtype cast is exact (|q| <= 127), the scale is
+    applied to the product (fp32), then the result is rounded to x's dtype once."""
+    return (F.linear(x, q.to(x.dtype)) * scale).to(x.dtype)
+
+
+@torch.no_grad()
+def quantize(w: torch.Tensor, rows_per_chunk: int = 8192) -> Int8Weight:
+    """Symmetric per-row int8 (chunked over rows: an 8B LM head in fp32 at once would be 2 GB of temporaries)."""
+    n = w.shape[0]
+    q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    scale = torch.empty(n, dtype=torch.float32, device=w.device)
+    for i in range(0, n, rows_per_chunk):
+        wf = w[i:i + rows_per_chunk].float()
+        s = (wf.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)  # an all-zero row: q = 0
+        q[i:i + rows_per_chunk] = torch.round(wf / s[:, None]).clamp_(-127, 127).to(torch.int8)
+        scale[i:i + rows_per_chunk] = s
+    return Int8Weight(q, scale)
+
+
+@torch.no_grad()
+def quantize_model(model) -> None:
+    """Every projection and the LM head to Int8Weight, in place (the bf16 tensors are released)."""
+    for layer in model.layers:
+        for name in LINEARS:
+            w = getattr(layer, name)
+            if not isinstance(w, torch.Tensor):
+                continue
+            qw = quantize(w)
+            delattr(layer, name)
+            object.__setattr__(layer, name, qw)
+    head = model.head_weight
+    if isinstance(head, torch.Tensor):
+        qh = quantize(head)
+        if model.lm_head is not None:
+            delattr(model, "lm_head")
+        object.__setattr__(model, "lm_head", qh)  # tied: the embedding keeps its rows for the lookup
+    model.quant = "int8"
+
+
+def int8_weights(model) -> list[Int8Weight]:
+    out = [getattr(layer, n) for layer in model.layers for n in LINEARS]
+    out.append(model.head_weight)
+    return [w for w in out if isinstance(w, Int8Weight)]
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes one decode step reads from the weights as they are stored (int8 + scales, norms, the head; the
+    embedding lookup reads B rows only). Equals ModelArgs.weight_bytes_per_token for an unquantized model."""
+    def nb(w):
+        return w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
+
+    total = nb(model.norm) + nb(model.head_weight)
+    for layer in model.layers:
+        total += nb(layer.attn_norm) + nb(layer.ffn_norm) + sum(nb(getattr(layer, n)) for n in LINEARS)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------
+# Choosing the GEMV per shape (GPU)
+# ---------------------------------------------------------------------------------------------------
+
+_decisions: dict = {}  # (n, k, dtype, device name) -> (cfg or None, details)
+
+
+def choose_shape(n: int, k: int, dtype, notes: list) -> tuple | None:
+    """The Triton config for an int8 [n, k] weight at batch 1, or None where the compiled torch form wins."""
+    from gpuspeed import device as _device
+    from gpuspeed.decode.kernels import _bench, _rotate_for
+    from gpuspeed.decode.kernels.int8_gemv import CONFIGS, int8_gemv
+    from gpuspeed.verify import check
+
+    key = (n, k, dtype, torch.cuda.get_device_name())
+    if key in _decisions:
+        return _decisions[key][0]
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    w = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02)
+    x = torch.randn(1, 1, k, device="cuda", generator=g).to(dtype)
+    ref = F.linear(x.double(), w.dequantize(torch.float64))
+    rot = _rotate_for(w.nbytes, _device.l2_bytes())
+    compiled = torch.compile(dequant_linear, fullgraph=True, dynamic=False)
+    details: dict = {}
+    try:
+        base = _bench(compiled, x, w.q, w.scale, rotate=rot).median
+        details["compiled_torch_us"] = base * 1e6
+    except Exception as exc:  # compile unavailable: eager torch is the baseline
+        base = _bench(dequant_linear, x, w.q, w.scale, rotate=rot).median
+        details["eager_torch_us"] = base * 1e6
+        details["compile_error"] = f"{type(exc).__name__}"
+    best, best_t = None, base
+    for cfg in CONFIGS:
+        try:
+            if not check(int8_gemv(x, w.q, w.scale, *cfg), ref).passed:
+                details[str(cfg)] = "wrong"
+                continue
+            t = _bench(lambda x, q, s, cfg=cfg: int8_gemv(x, q, s, *cfg), x, w.q, w.scale, rotate=rot).median
+        except Exception as exc:
+            details[str(cfg)] = type(exc).__name__
+            continue
+        details[str(cfg)] = t * 1e6
+        if t < best_t:
+            best, best_t = cfg, t
+    details["choice"] = str(best) if best else "compiled torch"
+    details["GBps"] = w.nbytes / best_t / 1e9
+    notes.append(f"int8 GEMV {n}x{k}: {'Triton ' + str(best) if best else 'compiled dequant-matmul'} "
+                 f"{best_t * 1e6:.1f} us, {w.nbytes / best_t / 1e9:.0f} GB/s (compiled torch {base * 1e6:.1f} us)")
+    _decisions[key] = (best, details)
+    return best
+
+
+def choose(model, notes: list) -> dict:
+    """Set each Int8Weight's kernel (GPU only); returns the decisions per shape (the results record them)."""
+    if model.device.type != "cuda":
+        notes.append("int8 on the CPU: the torch form (F.linear of the int8 weight cast, times the scales)")
+        return {}
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        notes.append("Triton is not installed: int8 runs as the compiled torch form")
+        return {}
+    out = {}
+    for w in int8_weights(model):
+        n, k = w.shape
+        w.cfg = choose_shape(n, k, model.dtype, notes)
+        out[f"{n}x{k}"] = _decisions[(n, k, model.dtype, torch.cuda.get_device_name())][1]
+    return out
+
+
+def prepare(ck, ref_model, spec, notes: list):
+    """study.run's --quant step: (checkpoint with the int8 model, the unquantized model as the reference).
+    The reference is the model in the run's dtype (bf16): agreement and logit error are against it."""
+    from gpuspeed.decode.study import _cast
+
+    if spec.quant != "int8":
+        raise UserError(f"unknown --quant {spec.quant!r}: use int8")
+    m = ck.model
+    ref = _cast(m, m.dtype)
+    ref.tp = getattr(m, "tp", None)
+    del ref_model  # the fp32 copy: int8 is compared with the dtype it replaces
+    quantize_model(m)
+    if m.device.type == "cuda":
+        import torch._inductor.config as icfg
+
+        # inductor turns a batch-1 mm into a reduction it can fuse the int8 -> bf16 cast into (gpt-fast's setting)
+        icfg.coordinate_descent_tuning = True
+        notes.append("int8: inductor's coordinate_descent_tuning on (fuses the dequantize into the batch-1 GEMV)")
+    m.int8_choices = choose(m, notes)
+    spec.hf = False  # transformers cannot run the int8 weights
+    return ck, ref
+
+
+def relabel(doc: dict, label: str) -> None:
+    """A quantized run's reference is the unquantized model: the study's *_vs_fp32 columns are vs bf16 (the
+    run's dtype); the summary gets the issue's names."""
+    dt = doc["params"].get("dtype", "bf16")
+    for r in doc["rows"]:
+        for key in [k for k in r if k.endswith("_vs_fp32")]:
+            r[key[:-len("_vs_fp32")] + f"_vs_{dt}"] = r.pop(key)
+    s = doc["summary"]
+    for key in [k for k in s if k.endswith("_vs_fp32")]:
+        s[key[:-len("_vs_fp32")] + f"_vs_{dt}"] = s.pop(key)
+    ok = [r for r in doc["rows"] if "ms_per_token" in r and r.get("study") == "ladder"]
+    tf = [r[f"teacher_forced_agreement_vs_{dt}"] for r in ok if f"teacher_forced_agreement_vs_{dt}" in r]
+    if tf:
+        s[f"{label}_token_agreement_vs_{dt}"] = min(tf)
+        s[f"{label}_max_logit_err_vs_{dt}"] = max(r[f"teacher_forced_max_logit_err_vs_{dt}"] for r in ok
+                                                  if f"teacher_forced_max_logit_err_vs_{dt}" in r)
+    free = [r[f"token_agreement_vs_{dt}"] for r in ok if f"token_agreement_vs_{dt}" in r]
+    if free:
+        s[f"{label}_free_running_token_agreement_vs_{dt}"] = min(free)

@@ -1,0 +1,502 @@
+"""Tensor-parallel decode on torch.distributed (NCCL on GPUs, gloo on the CPU), Megatron-style.
+
+Each of N ranks holds a shard and runs the same decode study on its own device:
+- wqkv by heads (the rank's query heads and the KV heads they read: n_kv_heads % N == 0), w_gate_up by its
+  gate and up halves then by columns of the FFN, both column-parallel: no communication;
+- wo and w_down row-parallel: the partial products are all-reduced, then the residual is added once
+  (model.linear_residual / silu_mul_linear_residual with tp=...);
+- the embedding and the LM head by vocabulary rows (padded to N equal shards): the embedding is a masked
+  lookup plus an all-reduce; the LM head's local logits are all-gathered. We gather the logits rather than
+  (max, index) pairs because the engines, sampling (top-k / top-p) and the teacher-forced logit checks all
+  consume full logits, so every rung runs unchanged; at batch 1 the gather moves V x 2 bytes (250 KB for a
+  128k vocabulary, well under a microsecond on NVLink): it costs one collective's latency, as the pair
+  gather would.
+
+Collectives are torch.distributed's: in eager code (and so inside an eagerly captured CUDA graph: NCCL is
+graph-capturable) the in-place dist.all_reduce; under torch.compile the functional collectives
+(torch.distributed._functional_collectives), which trace with no graph break. `launch()` starts the ranks
+with torchrun's launcher (torch.distributed.launcher.api.elastic_launch): a rank that fails ends the others
+(the agent kills them) and the failure comes back as one UserError line naming the rank and the cause.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+import torch
+import torch.nn.functional as F
+
+# record: torchrun's error file, so a failing rank's exception reaches the launcher as its message
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from gpuspeed.errors import UserError
+
+FAIL_ENV = "GPUSPEED_TP_FAIL"  # test hook: "RANK:exit" (the rank dies) or "RANK:raise" (it raises)
+PORT_ENV = "GPUSPEED_TP_PORT"  # the rendezvous port (default: a free one)
+TIMEOUT_ENV = "GPUSPEED_TP_TIMEOUT_S"  # the process group's timeout: a rank stuck in a collective fails
+DEFAULT_TIMEOUT_S = 600.0  # compiles and kernel choices differ per rank; a 70B shard compiles for minutes
+FULL_MODEL_MAX_PARAMS = 2e9  # random weights up to this size are made whole and sliced (same weights as --tp 1)
+
+
+@dataclass(eq=False)
+class TP:
+    """One rank's view of the tensor-parallel group (held by the sharded model as model.tp)."""
+
+    group: object
+    rank: int
+    world: int
+    vocab_size: int  # the full vocabulary
+    vocab_local: int  # rows per shard (the last one zero-padded)
+    ctl: object = None  # a gloo group for host-side control (lockstep timing)
+    args: object = None  # the whole model's ModelArgs
+    notes: list = field(default_factory=list)
+
+    @property
+    def vocab_start(self) -> int:
+        return self.rank * self.vocab_local
+
+    def all_reduce(self, y: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            from torch.distributed import _functional_collectives as funcol
+
+            return funcol.all_reduce(y, "sum", self.group)
+        import torch.distributed as dist
+
+        y = y.contiguous()
+        dist.all_reduce(y, group=self.group)
+        return y
+
+    def embed(self, tokens: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """The rows of this rank's vocabulary shard, zeros for the others', summed over ranks."""
+        local = tokens - self.vocab_start
+        outside = (local < 0) | (local >= self.vocab_local)
+        x = F.embedding(local.masked_fill(outside, 0), w).masked_fill(outside[..., None], 0.0)
+        return self.all_reduce(x)
+
+    def gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """[B, S, V/N] local logits -> [B, S, V] on every rank (the same bits everywhere)."""
+        b, s, v = logits.shape
+        flat = logits.reshape(b * s, v).contiguous()
+        if torch.compiler.is_compiling():
+            from torch.distributed import _functional_collectives as funcol
+
+            g = funcol.all_gather_tensor(flat, 0, self.group)
+        else:
+            import torch.distributed as dist
+
+            g = flat.new_empty(self.world * b * s, v)
+            if flat.device.type == "cpu":  # gloo: the list form
+                parts = list(g.chunk(self.world))
+                dist.all_gather(parts, flat, group=self.group)
+            else:
+                dist.all_gather_into_tensor(g, flat, group=self.group)
+        full = g.view(self.world, b, s, v).permute(1, 2, 0, 3).reshape(b, s, self.world * v)
+        return full[..., :self.vocab_size]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sharding
+# ---------------------------------------------------------------------------------------------------
+
+
+def local_args(args, world: int):
+    """The shapes of one rank's shard (head_dim kept; vocabulary rows rounded up to N equal shards)."""
+    if world < 1:
+        raise UserError(f"--tp must be >= 1, got {world}")
+    if args.n_kv_heads % world:
+        raise UserError(f"--tp {world}: {args.name} has {args.n_kv_heads} KV heads, not a multiple of {world}")
+    if args.ffn_dim % world:
+        raise UserError(f"--tp {world}: {args.name}'s FFN width {args.ffn_dim} is not a multiple of {world}")
+    return replace(args, n_heads=args.n_heads // world, n_kv_heads=args.n_kv_heads // world,
+                   ffn_dim=args.ffn_dim // world, vocab_size=math.ceil(args.vocab_size / world),
+                   head_dim=args.head_dim)
+
+
+def shard_tensor(role: str, t: torch.Tensor, args, rank: int, world: int) -> torch.Tensor:
+    """This rank's slice of a full tensor (any device; a view where it can be). role: q, k, v (rows by heads),
+    gate, up (rows), o, down (columns), vocab (rows, zero-padded), replicated."""
+    if role == "replicated":
+        return t
+    if role in ("q", "k", "v", "gate", "up"):
+        n = t.shape[0] // world
+        return t[rank * n:(rank + 1) * n]
+    if role in ("o", "down"):
+        n = t.shape[1] // world
+        return t[:, rank * n:(rank + 1) * n]
+    if role == "vocab":
+        vl = math.ceil(args.vocab_size / world)
+        part = t[rank * vl:(rank + 1) * vl]
+        if part.shape[0] < vl:
+            part = torch.cat([part, part.new_zeros(vl - part.shape[0], *part.shape[1:])])
+        return part
+    raise ValueError(role)
+
+
+def set_vocab(tp: TP, args) -> None:
+    tp.args, tp.vocab_size, tp.vocab_local = args, args.vocab_size, math.ceil(args.vocab_size / tp.world)
+
+
+@torch.no_grad()
+def shard_model(full, tp: TP, device, dtype=None):
+    """A rank's shard of a whole model (slices taken where the full model lives, then moved: only the shard
+    reaches `device`)."""
+    from gpuspeed.decode import model as M
+
+    a, r, n = full.args, tp.rank, tp.world
+    la = local_args(a, n)
+    set_vocab(tp, a)
+    m = M.build(la, device=device, dtype=dtype or full.dtype, seed=None)
+
+    def put(dst, src):
+        dst.copy_(src.to(device=dst.device, dtype=dst.dtype))
+
+    put(m.tok_emb, shard_tensor("vocab", full.tok_emb, a, r, n))
+    put(m.norm, full.norm)
+    if full.lm_head is not None:
+        put(m.lm_head, shard_tensor("vocab", full.lm_head, a, r, n))
+    for src, dst in zip(full.layers, m.layers, strict=True):
+        put(dst.attn_norm, src.attn_norm)
+        put(dst.ffn_norm, src.ffn_norm)
+        q, k, v = src.wqkv.split([a.q_rows, a.kv_rows, a.kv_rows])
+        put(dst.wqkv, torch.cat([shard_tensor(role, w, a, r, n) for role, w in (("q", q), ("k", k), ("v", v))]))
+        put(dst.wo, shard_tensor("o", src.wo, a, r, n))
+        gate, up = src.w_gate_up.split([a.ffn_dim, a.ffn_dim])
+        put(dst.w_gate_up, torch.cat([shard_tensor("gate", gate, a, r, n), shard_tensor("up", up, a, r, n)]))
+        put(dst.w_down, shard_tensor("down", src.w_down, a, r, n))
+    m.tp = tp
+    return m
+
+
+def load_model(spec, device: str, tp: TP):
+    """study.load_model for one rank: (Checkpoint holding the rank's shard, its fp32 reference shard or None).
+
+    Random weights: up to FULL_MODEL_MAX_PARAMS the whole model is made from the seed (as --tp 1 makes it)
+    and sliced, so the tokens compare with --tp 1; larger ones (the 70B never fits one GPU) are generated per
+    shard on the device. A checkpoint is read on the host and only the rank's slices go to the device."""
+    from gpuspeed.decode import checkpoints, model as M
+    from gpuspeed.decode.study import DTYPES, _cast
+
+    dtype = DTYPES[spec.dtype]
+    want_ref = spec.agreement and spec.dtype != "fp32"
+    if spec.model in M.CONFIGS:
+        over = {"n_layers": spec.max_layers} if spec.max_layers else {}
+        args = M.named_config(spec.model, **over)
+        la = local_args(args, tp.world)
+        set_vocab(tp, args)
+        if want_ref and la.param_count() * 4 > 0.4 * _mem_bytes(device):
+            want_ref = False
+            tp.notes.append(f"no fp32 reference: an fp32 shard of {spec.model} would not fit beside the {spec.dtype} one")
+        first = torch.float32 if want_ref else dtype
+        if args.param_count() <= FULL_MODEL_MAX_PARAMS:
+            full = M.build(args, device=device, dtype=first, seed=spec.seed)
+            m = shard_model(full, tp, device)
+            del full
+        else:
+            m = M.build(la, device=device, dtype=first, seed=spec.seed + 1009 * (tp.rank + 1))
+            m.tp = tp
+            tp.notes.append(f"random weights generated per rank shard ({args.param_count() / 1e9:.0f}B parameters): "
+                            "tokens are not comparable with --tp 1")
+        ck = checkpoints.Checkpoint(model=m, source="random")
+    else:
+        full = checkpoints.load(spec.model, device="cpu", dtype=torch.float32 if want_ref else dtype)
+        local_args(full.model.args, tp.world)  # a clear error before any copy
+        ck = full
+        ck.model = shard_model(full.model, tp, device)
+        m = ck.model
+    ref = None
+    if want_ref:
+        ref, m = m, _cast(m, dtype)
+        m.tp = tp
+        ck.model = m
+    return ck, ref
+
+
+def _mem_bytes(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return 1 << 62  # the host: no check here
+
+
+def check_fits(spec, device: str) -> None:
+    """Refuse a named model whose shard would not fit one device (the --tp form of study.check_fits)."""
+    from gpuspeed.decode import model as M
+
+    if spec.model not in M.CONFIGS or device != "cuda" or not torch.cuda.is_available():
+        return
+    over = {"n_layers": spec.max_layers} if spec.max_layers else {}
+    la = local_args(M.named_config(spec.model, **over), spec.tp)
+    need = la.param_count() * (4 if spec.dtype == "fp32" else 2)
+    have = torch.cuda.get_device_properties(0).total_memory
+    if need > 0.8 * have:
+        raise UserError(f"{spec.model} in {spec.dtype} over {spec.tp} GPUs needs about {need / 2**30:.1f} GiB per GPU; "
+                        f"each has {have / 2**30:.1f} GiB: use a larger --tp")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Lockstep timing: every rank must make the same number of collective calls
+# ---------------------------------------------------------------------------------------------------
+
+
+def _signal(tp: TP, value: int) -> int:
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.broadcast(t, 0, group=tp.ctl)
+    return int(t.item())
+
+
+def lockstep(bench_fn, tp: TP | None):
+    """gpuspeed.bench for a TP rank. bench decides the number of calls by time (warm-up, noise, budget),
+    which differs per rank, and a call that runs collectives must run on every rank: rank 0 runs bench and,
+    before each call, tells the others (a one-integer gloo broadcast, host side) to make the same call; at the
+    end it sends stop and its Measurement, which every rank returns."""
+    if tp is None or tp.world == 1:
+        return bench_fn
+
+    def run(fn, *args, **kw):
+        import torch.distributed as dist
+
+        if tp.rank == 0:
+            def call(*a, **k):
+                _signal(tp, 1)
+                return fn(*a, **k)
+            call.__name__ = getattr(fn, "__name__", "fn")
+            m = None
+            try:
+                m = bench_fn(call, *args, **kw)
+            finally:
+                _signal(tp, 0)
+                box = [m]
+                dist.broadcast_object_list(box, 0, group=tp.ctl)
+            return m
+        while _signal(tp, 0):
+            fn(*args, **(kw.get("kwargs") or {}))
+        box = [None]
+        dist.broadcast_object_list(box, 0, group=tp.ctl)
+        if box[0] is None:
+            raise RuntimeError("rank 0's timing failed")
+        return box[0]
+
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ranks and the launcher
+# ---------------------------------------------------------------------------------------------------
+
+
+def _inject_failure(rank: int) -> None:
+    what = os.environ.get(FAIL_ENV, "")
+    if not what:
+        return
+    r, _, how = what.partition(":")
+    if r.strip() == str(rank):
+        if how == "exit":
+            os._exit(17)  # dies as a killed process would: no exception, no cleanup
+        raise RuntimeError(f"failure injected by {FAIL_ENV}={what}")
+
+
+def init(device: str) -> TP:
+    """This process's rank (torchrun's environment): the process group, its device, the control group."""
+    import torch.distributed as dist
+
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+    timeout = timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
+    if device == "cuda":
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", timeout=timeout, device_id=torch.device("cuda", local))
+        ctl = dist.new_group(backend="gloo", timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
+        ctl = dist.new_group(backend="gloo", timeout=timeout)
+    return TP(group=dist.group.WORLD, rank=rank, world=world, vocab_size=0, vocab_local=0, ctl=ctl)
+
+
+@record
+def worker(spec) -> dict | None:
+    """One rank: the decode study on its shard; rank 0 returns the results document."""
+    import torch.distributed as dist
+
+    from gpuspeed import device as _device
+    from gpuspeed.decode import study
+
+    rank = int(os.environ["RANK"])
+    _inject_failure(rank)
+    device = _device.resolve_device(spec.device)
+    tp = init(device)
+    try:
+        spec = replace(spec, hf=False, time_cap_s=None, out=spec.out if rank == 0 else None)
+        doc = study.run(spec, tp=tp)
+        # every rank's all-reduce share, for the profile findings per rank
+        mine = {r.get("variant"): {k: r.get(k) for k in ("comm_kernel_ms_per_token", "kernel_ms_per_token")}
+                for r in doc["rows"] if r.get("variant")}
+        everyone = [None] * tp.world
+        dist.all_gather_object(everyone, mine, group=tp.ctl)
+        if rank != 0:
+            return None
+        add_tp_figures(doc, everyone, tp, spec.label())
+        return doc
+    finally:
+        dist.destroy_process_group()
+
+
+def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
+    """tp, per-rank all-reduce shares and the aggregate weight GB/s on every row; TP summary keys."""
+    doc["notes"] += [n for n in tp.notes if n not in doc["notes"]]
+    roof = (doc["params"].get("read_ceiling") or {}).get("GBps")
+    for r in doc["rows"]:
+        r["tp"] = tp.world
+        name = r.get("variant")
+        shares = []
+        for k, ranks in enumerate(per_rank):
+            fig = (ranks or {}).get(name) or {}
+            comm = fig.get("comm_kernel_ms_per_token")
+            if comm is not None and r.get("ms_per_token"):
+                shares.append(comm / r["ms_per_token"])
+                r.setdefault("allreduce_ms_per_token_per_rank", {})[str(k)] = comm
+        if shares:
+            r["allreduce_share_of_step_per_rank"] = shares
+            r["allreduce_share_of_step"] = max(shares)
+        if "weight_GBps" in r:
+            r["weight_GBps_per_rank"] = r["weight_GBps"]
+            r["aggregate_weight_GBps"] = r["weight_GBps"] * tp.world
+            if roof:
+                r["aggregate_pct_of_read_roof"] = 100 * r["aggregate_weight_GBps"] / (tp.world * roof)
+    ok = [r for r in doc["rows"] if r.get("study") == "ladder" and "ms_per_token" in r]
+    if ok:
+        best = min(ok, key=lambda r: r["ms_per_token"])
+        s = doc["summary"]
+        s[f"{label}_tokens_per_s"] = best.get("tokens_per_s")
+        s[f"{label}_aggregate_weight_GBps"] = best.get("aggregate_weight_GBps")
+        if best.get("aggregate_pct_of_read_roof") is not None:
+            s[f"{label}_aggregate_pct_of_read_roof"] = best["aggregate_pct_of_read_roof"]
+        if best.get("allreduce_share_of_step") is not None:
+            s[f"{label}_allreduce_share"] = best["allreduce_share_of_step"]
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_launch(n: int, device: str) -> None:
+    """N ranks need N GPUs on a GPU run (NCCL does not share one GPU between ranks)."""
+    if n < 1:
+        raise UserError(f"--tp must be >= 1, got {n}")
+    if device == "cuda":
+        have = torch.cuda.device_count()
+        if n > have:
+            raise UserError(f"--tp {n} needs {n} GPUs; this machine has {have}")
+
+
+def _failure_line(exc) -> str:
+    """'rank R: cause' from torchrun's ChildFailedError (the worker's exception, or how the process ended)."""
+    import signal
+
+    rank, f = exc.get_first_failure()
+    msg = f.message
+    if isinstance(msg, dict):
+        msg = msg.get("message") or ""
+    msg = str(msg or "").strip()
+    if not msg or msg.startswith("To enable traceback") or msg.startswith("Signal"):
+        if f.exitcode is not None and f.exitcode < 0:
+            try:
+                msg = f"killed by {signal.Signals(-f.exitcode).name}"
+            except ValueError:
+                msg = f"killed by signal {-f.exitcode}"
+        else:
+            msg = f"exited with code {f.exitcode}"
+    lines = [ln for ln in msg.splitlines() if ln.strip()]
+    return f"rank {rank} failed: {lines[-1] if lines else msg}"[:400]
+
+
+def run_variants(spec, tp: TP | None = None) -> dict:
+    """Greedy tokens and per-step logits of each of spec.variants (no timing): the --tp N vs --tp 1 identity
+    check. With tp=None the whole model in this process (study.load_model), else this rank's shard."""
+    from gpuspeed import device as _device
+    from gpuspeed.decode import study, variants as V
+    from gpuspeed.decode.generate import generate
+
+    device = _device.resolve_device(spec.device)
+    spec = replace(spec, agreement=False)
+    ck, _ = study.load_model(spec, device) if tp is None else load_model(spec, device, tp)
+    prompt, _ = study.make_prompt(spec, ck, device)
+    out = {}
+    for name in spec.variants:
+        e = V.make_engine(name, ck.model, prompt.shape[0], V.max_len_for(prompt.shape[1], spec.new_tokens),
+                          compile_backend=spec.compile_backend)
+        rec = study._Logits()
+        toks = generate(e, prompt, spec.new_tokens, on_logits=rec)
+        out[name] = {"tokens": toks.tolist(), "logits": torch.stack([x.cpu() for x in rec.steps])}
+        e.__dict__.clear()
+    return out
+
+
+@record
+def tokens_worker(spec) -> dict | None:
+    """One rank of run_variants; rank 0 returns the tokens and logits."""
+    import torch.distributed as dist
+
+    from gpuspeed import device as _device
+
+    rank = int(os.environ["RANK"])
+    _inject_failure(rank)
+    tp = init(_device.resolve_device(spec.device))
+    try:
+        out = run_variants(spec, tp)
+        return out if rank == 0 else None
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(spec, n: int, target=None) -> dict:
+    """Run the study (or target: a module-level function of spec) on N ranks with torchrun's launcher, from
+    Python; rank 0's return value."""
+    import logging
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from gpuspeed import device as _device
+
+    device = _device.resolve_device(spec.device)
+    check_launch(n, device)
+    port = os.environ.get(PORT_ENV)
+    if port:
+        try:
+            port = int(port)
+        except ValueError:
+            raise UserError(f"{PORT_ENV} must be a port number, got {port!r}") from None
+        if not port_free(port):
+            raise UserError(f"--tp {n}: the rendezvous port {port} ({PORT_ENV}) is in use")
+    else:
+        port = free_port()
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # the one-line error below says what failed
+    cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=f"gpuspeed-{uuid.uuid4().hex[:8]}",
+                       rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=0,
+                       monitor_interval=0.1, start_method="spawn", local_addr="127.0.0.1")
+    try:
+        out = elastic_launch(cfg, target or worker)(spec)
+    except ChildFailedError as exc:
+        raise UserError(_failure_line(exc)) from None
+    except Exception as exc:  # the rendezvous itself (a port taken meanwhile, a store that did not start)
+        text = str(exc).strip().splitlines()
+        raise UserError(f"--tp {n}: the launcher failed: {type(exc).__name__}: {text[0][:200] if text else ''}") from None
+    return out[0]
+
