@@ -55,15 +55,18 @@ def add_launcher(x, y):
     """Two launches: the autotuned add, then a row sum of the result seen as 8 rows (a 1-D grid of 8)."""
     o = poison(torch.empty_like(x))
     add_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, o, x.numel())
-    rows = poison(torch.empty(8, dtype=x.dtype))
+    rows = poison(torch.empty(8, dtype=x.dtype, device=x.device))
     cols = o.numel() // 8
     rowsum_kernel[(8,)](o, rows, cols, BLOCK=triton.next_power_of_2(cols), num_warps=1)
     return o, rows
 
 
+add_launcher.gpuspeed_inputs = "torch"  # `gpuspeed kernel` moves inputs(rng)'s arrays to torch on the device
+
+
 def inputs(rng):
-    """Example arguments for `gpuspeed kernel` (the optimize workload format)."""
-    return tuple(torch.from_numpy(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
+    """Example arguments for `gpuspeed kernel` (the optimize workload format: host arrays)."""
+    return tuple(rng.standard_normal(N).astype(np.float32) for _ in range(2))
 
 
 # --- occupancy: hand-computed cases on sm_90 (64 warps, 32 blocks, 64K registers in 4 sub-partitions,
@@ -147,6 +150,29 @@ def test_verdict_numba_levers_and_main_launch():
     big = _launch(grid=(4, 100, 1))
     assert verdict.main_launch([small, big]) is big
     assert verdict.judge({**_facts(30.0), "launches": [small, big], "main": big})[0] == "latency"
+
+
+# --- the roof position, on the H200's committed ceilings
+def test_placement_on_the_copy_roof():
+    from gpuspeed.kernel.report import copy_roof_view, placement
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    ceil = ceilings_from_results(json.loads((ROOT / "results/nvidia-h200/roofline.json").read_text()))
+    copy = ceil.value("copy")
+    assert ceil.mem_roof_GBps() > copy  # the read stream is faster: a read+write kernel is held to copy
+    view = copy_roof_view(ceil)
+    assert view.mem_roof_GBps() == copy and view.value("fp32") == ceil.value("fp32")
+    nbytes = 3 * 2**27  # two inputs read, one output written
+    p = placement("add", None, nbytes, nbytes / (0.9 * copy * 1e9), view, "fp32")  # no FLOP count: memory roof
+    assert p["bound"] == "memory" and p["roof"] == "copy" and p["pct_of_roof"] == pytest.approx(90.0)
+    assert p["intensity"] == 0 and p["flops_source"].startswith("none")
+    peak = ceil.value("fp32")
+    flops = 1e12  # 1 TFLOP over 1 MiB: far right of the ridge
+    p = placement("fma", flops, 2**20, flops / (0.5 * peak * 1e12), view, "fp32")
+    assert p["bound"] == "compute" and p["roof"] == "fp32" and p["pct_of_roof"] == pytest.approx(50.0)
+    ai = 2.0  # left of the fp32 ridge (about 15 FLOP/B): memory-bound with a FLOP count too
+    p = placement("axpy", ai * nbytes, nbytes, nbytes / (0.75 * copy * 1e9), view, "fp32")
+    assert p["bound"] == "memory" and p["roof"] == "copy" and p["pct_of_roof"] == pytest.approx(75.0)
 
 
 # --- capture under the Triton interpreter (this process)

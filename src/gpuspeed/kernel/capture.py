@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+_INHERITED = object()  # marks a patched method that the class inherited rather than defined
 TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
 
 
@@ -69,9 +70,10 @@ class Capture:
         setattr(self._local, key, value)
 
     def _patch(self, owner, name, make):
-        original = owner.__dict__[name]
+        own = name in owner.__dict__  # else inherited: wrap what is inherited, and remove the wrapper after
+        original = owner.__dict__[name] if own else getattr(owner, name)
         setattr(owner, name, make(original))
-        self._undo.append((owner, name, original))
+        self._undo.append((owner, name, original if own else _INHERITED))
 
     def __enter__(self) -> "Capture":
         try:
@@ -87,7 +89,10 @@ class Capture:
     def __exit__(self, *exc) -> None:
         while self._undo:
             owner, name, original = self._undo.pop()
-            setattr(owner, name, original)
+            if original is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
     # --- Triton
     def _patch_triton(self) -> None:
@@ -123,7 +128,7 @@ class Capture:
             return _bench
 
         self._patch(at, "run", wrap_run)
-        if "_bench" in at.__dict__:
+        if hasattr(at, "_bench"):
             self._patch(at, "_bench", wrap_bench)
         if "do_bench" in at.__dict__ and not _cuda_here():
             # no device to time an interpreted kernel's configs on: run each once (a correctness run), call them equal
@@ -174,7 +179,7 @@ class Capture:
             kernel_cls = getattr(dispatcher, "_Kernel", None)
         except Exception:  # the simulator has no dispatcher module
             kernel_cls = None
-        if kernel_cls is not None and "launch" in kernel_cls.__dict__:
+        if kernel_cls is not None and hasattr(kernel_cls, "launch"):
             def wrap_launch(orig):
                 def launch(kern, args, griddim, blockdim, stream=0, sharedmem=0):
                     if cap.recording:
@@ -186,7 +191,7 @@ class Capture:
                 return launch
             self._patch(kernel_cls, "launch", wrap_launch)
         sim = sys.modules.get("numba.cuda.simulator.kernel")
-        if sim is not None and "__call__" in sim.FakeCUDAKernel.__dict__:
+        if sim is not None and hasattr(sim, "FakeCUDAKernel"):
             def wrap_call(orig):
                 def __call__(kern, *args):
                     top = not kern._device and not getattr(sim, "_kernel_context", None)

@@ -22,3 +22,15 @@ def resources(compiled) -> dict:
 
     return {"registers": get("regs_per_thread"), "spills": get("local_mem_per_thread"),
             "shared_static": get("shared_mem_per_block"), "max_threads_per_block": get("max_threads_per_block")}
+
+
+def driver_blocks_per_sm(compiled, threads: int, dynamic_smem: int) -> int | None:
+    """The CUDA driver's own occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor, through Numba's
+    context) for a compiled kernel: a cross-check of the formula; None where it cannot be asked."""
+    try:
+        from numba import cuda
+
+        func = compiled._codelibrary.get_cufunc()
+        return int(cuda.current_context().get_active_blocks_per_multiprocessor(func, int(threads), int(dynamic_smem)))
+    except Exception:  # the simulator, or an API this numba-cuda lacks: the formula stands alone
+        return None

@@ -128,6 +128,10 @@ def describe(launch, limits: Limits | None) -> dict:
         occ = occupancy(d["threads_per_block"], d["registers"], smem, limits)
         d["occupancy"] = {k: occ[k] for k in ("pct", "active_warps_per_sm", "max_warps_per_sm", "blocks_per_sm",
                                               "limiter", "blocks_by")}
+        # the driver's answer beside the formula's, where it can be asked: they should agree
+        d["occupancy"]["driver_blocks_per_sm"] = (
+            triton_info.driver_blocks_per_sm(launch.compiled, d["threads_per_block"]) if launch.backend == "triton"
+            else numba_info.driver_blocks_per_sm(launch.compiled, d["threads_per_block"], d["shared_dynamic"] or 0))
     return d
 
 
@@ -178,7 +182,8 @@ def placement(name: str, flops: float | None, nbytes: int, time_s: float, ceil, 
     d = locate(name, float(flops or 0.0), nbytes, time_s, ceil, unit)
     bw = ceil.mem_roof_GBps()
     if not flops and bw:
-        d |= {"bound": "memory", "pct_of_mem_roof": 100 * d["GBps"] / bw, "pct_of_roof": 100 * d["GBps"] / bw}
+        d |= {"bound": "memory", "pct_of_mem_roof": 100 * d["GBps"] / bw, "pct_of_roof": 100 * d["GBps"] / bw,
+              "above_roof": d["GBps"] > bw}
     d["intensity"] = d.pop("ai")
     d["roof"] = (("copy" if ceil.value("copy") else "memory") if d["bound"] == "memory"
                  else d["compute_ceiling"]) if d["bound"] else None

@@ -60,3 +60,18 @@ def autotune_info(tuner) -> dict | None:
         tried = [{"config": config_dict(c), "time_ms": None} for c in getattr(tuner, "configs", [])]
     tried.sort(key=lambda r: (r["time_ms"] is None, r["time_ms"] or 0.0))
     return {"chosen": config_dict(best), "tried": tried}
+
+
+def driver_blocks_per_sm(compiled, threads: int) -> int | None:
+    """The CUDA driver's own occupancy answer (cuOccupancyMaxActiveBlocksPerMultiprocessor, through CuPy) for
+    a compiled kernel: a cross-check of the formula; None without CuPy or a loaded kernel."""
+    func = getattr(compiled, "function", None)
+    if not func:
+        return None
+    try:
+        from cupy.cuda import driver
+
+        smem = int(getattr(getattr(compiled, "metadata", None), "shared", 0) or 0)
+        return int(driver.occupancyMaxActiveBlocksPerMultiprocessor(int(func), int(threads), smem))
+    except Exception:  # no CuPy, or a driver that will not say: the formula stands alone
+        return None
