@@ -153,8 +153,13 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
             row("variant", "skipped", "not in --backends")
     else:
         row("variant", "skipped", "the workload defines no variants")
-    if gate("numba", needs_gpu=False, module="numba", applicable=not torch_wl,
-            why_not="the original is PyTorch code"):
+    # on a GPU the array backends take array code; the CPU compilers are timed (slowly, holding the machine)
+    # only where they can win: Python loops (loop-bound or sequential code)
+    cpu_wins = loop_bound or sequential or not any(r["backend"] in ("cupy", "torch_compile", "torch") for r in recipes)
+    if gate("numba", needs_gpu=False, module="numba", applicable=not torch_wl and (not gpu or cpu_wins),
+            why_not="the original is PyTorch code" if torch_wl else
+            "array code on a GPU run: the GPU array backends take it (Numba's CPU compile is tried for loop-bound "
+            "code, or without a GPU)"):
         why = "loop-bound: compiles the Python loops" if loop_bound else "array code: parallel array expressions"
         row("numba", "tried", why)
         recipes.append(recipe("numba", "numba"))
@@ -168,7 +173,10 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         if fp32_ok:
             recipes.append(recipe("jax-fp32", "jax", "float32"))
     if not torch_wl and "numpy" in requested:
-        if fp32_ok:
+        if fp32_ok and gpu and not cpu_wins:
+            row("numpy", "skipped", "a GPU run: float32 is tried on the GPU backends (the CPU float32 run is tried "
+                "for loop-bound code, or without a GPU)")
+        elif fp32_ok:
             row("numpy", "tried", "the original's NumPy in float32 on the CPU: " + fp32_why)
             recipes.append(recipe("numpy-fp32", "numpy", "float32"))
         else:
@@ -221,7 +229,7 @@ def derived(results: dict, wl, where: str, requested=None, graph_below_s: float 
             r = results[base]["recipe"]
             out.append(recipe(f"{base}-graph", "torch", r["precision"], mode="eager", graph=True))
     cupys = [n for n in ("cupy", "cupy-fp32") if ok(n)]
-    if cupys and "cupy" in requested and fuse_applies(wl.original)[0]:
+    if cupys and "cupy" in requested and (wl is None or fuse_applies(wl.original)[0]):
         # one fused kernel for elementwise code (cupy.fuse traces the function)
         best = min(cupys, key=t)
         out.append(recipe(f"{best}-fuse", "cupy", results[best]["recipe"]["precision"], fuse=True))

@@ -4,8 +4,8 @@ optionally the function traced by cupy.fuse into one kernel."""
 import cupy as cp
 import numpy as np
 
-from gpuspeed.optimize.backends.common import (Impl, NotApplicable, demote_dtype, demote_scalar, host_tree, rebind,
-                                               tree_map)
+from gpuspeed.optimize.backends.common import Impl, NotApplicable, demote_dtype, demote_scalar, host_tree
+from gpuspeed.optimize.backends.common import rebind, tree_map
 
 
 def _fused(fn, name):

@@ -9,8 +9,8 @@ import types
 import numba
 import numpy as np
 
-from gpuspeed.optimize.backends.common import (Impl, NotApplicable, demote_dtype, demote_scalar, host_tree,
-                                               tree_map)
+from gpuspeed.optimize.backends.common import Impl, NotApplicable, demote_dtype, demote_scalar, host_tree
+from gpuspeed.optimize.backends.common import tree_map
 
 _shims = []
 
