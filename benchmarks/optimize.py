@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +28,24 @@ from gpuspeed.optimize.runner import LOCK_ENV  # noqa: E402
 from gpuspeed.optimize.workload import bundled_examples  # noqa: E402
 from gpuspeed.results import check_out_dir, default_dir, make_results, write_results  # noqa: E402
 
+MIN_EXAMPLE_S = 60.0  # an example is not started with less time than this left in a --limit call
+REPORT_S = 20.0  # time an example needs after its budget to write its report and script
 SCRATCH = ("refs.pkl",)  # large and rebuilt by any run: not kept with the results
+
+
+def _stop(proc) -> None:
+    """An example stopped now: SIGTERM lets its pipeline stop the workers it started (each in its own
+    process group), then its own group is killed."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def _row(name: str, folder: Path, rc: int, minutes: float, log: str) -> dict:
@@ -80,6 +98,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bench-budget", type=float, default=None, help="seconds bench() spends per candidate")
     ap.add_argument("--scale", type=float, default=None, help="input scale (default: typical sizes on a GPU)")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--limit", type=float, default=None, help="seconds for the whole call: an example started late "
+                    "gets only what is left as its time budget (it skips its last candidates and still writes its "
+                    "report), none starts in the last minute, and at the limit running ones are stopped")
     a = ap.parse_args(argv)
     out = check_out_dir(a.out) or default_dir(a.device)
     names = a.examples.split(",") if a.examples else bundled_examples()
@@ -94,17 +115,28 @@ def main(argv=None) -> int:
             kept = [r for r in json.loads(previous.read_text()).get("rows", []) if r.get("example") not in names]
         except (json.JSONDecodeError, OSError):
             kept = []
+    kept_minutes = 0.0
+    if kept:
+        try:
+            kept_minutes = float(json.loads(previous.read_text())["summary"].get("wall_minutes") or 0.0)
+        except (json.JSONDecodeError, OSError, KeyError, TypeError, ValueError):
+            kept_minutes = 0.0
     pending = list(names)
+    cut: dict = {}  # examples given less than --time-budget (started late in a --limit call)
     running: list[tuple] = []
     rows: list[dict] = []
     n_gpus = max(1, a.gpus)
     free = [i % n_gpus for i in range(max(1, a.parallel or n_gpus))]  # one slot per example at once
     t_all = time.perf_counter()  # wall clock of the whole benchmark, for the minutes per example
 
+    def left():
+        return None if a.limit is None else a.limit - (time.perf_counter() - t_all)
+
     def launch(name, gpu):
         folder = out / "optimize" / name
+        budget = a.time_budget if left() is None else max(MIN_EXAMPLE_S, min(a.time_budget, left() - REPORT_S))
         cmd = [sys.executable, "-m", "gpuspeed", "optimize", name, "--out", str(folder), "--json",
-               "--time-budget", str(a.time_budget), "--device", a.device]
+               "--time-budget", f"{budget:.0f}", "--device", a.device]
         if a.jobs:
             cmd += ["--jobs", str(a.jobs)]
         if a.scale:
@@ -115,8 +147,12 @@ def main(argv=None) -> int:
         if n_gpus > 1:
             e["CUDA_VISIBLE_DEVICES"] = str(gpu)
         log = open(out / "optimize" / f"{name}.log", "w")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=e)
-        print(f"{name}: started on GPU {gpu}", flush=True)
+        # its own process group: stopped at the limit with every worker it started
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+        print(f"{name}: started on GPU {gpu}" + (f", time budget {budget:.0f} s" if budget != a.time_budget else ""),
+              flush=True)
+        if budget != a.time_budget:
+            cut[name] = budget
         return (name, gpu, proc, log, folder, time.perf_counter())
 
     def write():
@@ -129,20 +165,37 @@ def main(argv=None) -> int:
                          "host-side steps (references, hotspots) excepted")
         if kept:
             notes.append(f"rows kept from an earlier call: {', '.join(r['example'] for r in kept)}")
+        if cut:
+            notes.append("started late in a call of --limit {:g} s, so given less than the default time budget: {}".format(
+                a.limit, ", ".join(f"{k} ({v:.0f} s)" for k, v in cut.items())))
+        if len(free) + len(running) > 1:
+            notes.append("minutes are each example's wall time beside the others (waiting its turn for the lock "
+                         "included); wall_minutes is the wall time of the call(s) that made this file")
         all_rows = kept + rows
+        summary = summarize(all_rows) | {"wall_minutes": (time.perf_counter() - t_all) / 60 + kept_minutes}
         doc = make_results("optimize", params={"examples": [r["example"] for r in all_rows], "gpus": a.gpus,
                                                "parallel": a.parallel,
                                                "time_budget_s": a.time_budget, "jobs": a.jobs, "scale": a.scale,
-                                               "bench_budget_s": a.bench_budget},
-                           summary=summarize(all_rows), rows=all_rows, notes=notes, device=a.device)
+                                               "bench_budget_s": a.bench_budget, "limit_s": a.limit},
+                           summary=summary, rows=all_rows, notes=notes, device=a.device)
         return write_results(doc, out)
 
     while pending or running:
-        while pending and free:
+        while pending and free and (left() is None or left() > MIN_EXAMPLE_S + REPORT_S):
             running.append(launch(pending.pop(0), free.pop(0)))
+        if pending and not running:  # too little time left to start another
+            for name in pending:
+                rows.append({"example": name, "ok": False, "rc": None, "minutes": 0.0,
+                             "error": [f"not started: the call's --limit of {a.limit:g} s was nearly spent"]})
+            pending.clear()
+            break
         time.sleep(1.0)
+        over = left() is not None and left() <= 0
         for item in list(running):
             name, gpu, proc, log, folder, t0 = item
+            if over and proc.poll() is None:
+                _stop(proc)
+                print(f"{name}: stopped at the call's --limit of {a.limit:g} s", flush=True)
             if proc.poll() is None:
                 continue
             log.close()

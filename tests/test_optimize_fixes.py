@@ -264,3 +264,77 @@ def test_cupy_fuse_is_planned_only_for_whole_array_code(tmp_path):
     ok, why = fuse_applies(_from_file(tmp_path, "f3", "def original(x):\n    s = 0.0\n    for v in x:\n"
                                                       "        s += v\n    return s\n").original)
     assert not ok and "loops" in why
+
+
+SLOW = """
+import time
+import numpy as np
+
+def original(x):
+    time.sleep(0.4)  # slow enough that its worker is still running when the run is stopped
+    return x * 2.0
+
+def inputs(rng):
+    return (rng.standard_normal(17),)
+"""
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_stopped_optimize_run_stops_its_workers(tmp_path):
+    # benchmarks/optimize.py --limit (or `timeout`) stops an example with SIGTERM: its workers, each in its own
+    # process group, must not outlive it holding the device
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    wl = tmp_path / "slow.py"
+    wl.write_text(SLOW)
+    out = tmp_path / "o"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in ["src", os.environ.get("PYTHONPATH")] if p))
+    proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", str(wl), "--device", "cpu", "--out",
+                             str(out), "--time-budget", "120"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    pids, t0 = [], time.monotonic()
+    while not pids and time.monotonic() - t0 < 60 and proc.poll() is None:
+        time.sleep(0.2)
+        for f in (out / "work").glob("*.result.json") if (out / "work").is_dir() else []:
+            try:
+                pid = json.loads(f.read_text()).get("pid")
+            except (json.JSONDecodeError, OSError):
+                continue
+            if pid and _alive(pid):
+                pids.append(pid)
+    assert pids, "no worker started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    time.sleep(0.5)
+    assert not [p for p in pids if _alive(p)]
+
+
+def test_benchmark_limit_starts_nothing_it_cannot_finish(tmp_path):
+    import json
+    import subprocess
+
+    r = subprocess.run([sys.executable, "benchmarks/optimize.py", "--out", str(tmp_path), "--device", "cpu",
+                        "--examples", "row_normalize_loop,histogram", "--limit", "5"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "optimize.json").read_text())
+    assert [row["example"] for row in doc["rows"]] == ["row_normalize_loop", "histogram"]
+    assert all(not row["ok"] and "limit" in row["error"][0] for row in doc["rows"])
+    assert doc["params"]["limit_s"] == 5 and doc["summary"]["examples"] == 2

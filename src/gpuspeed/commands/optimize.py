@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import List, Optional
 
@@ -47,6 +48,8 @@ def register(app: typer.Typer) -> None:
 
         console = Console(stderr=True)
         check_out_dir(out)
+        # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
+        signal.signal(signal.SIGTERM, _terminate)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                       TimeElapsedColumn(), console=console, transient=True) as bar:
             task = bar.add_task("loading", total=3)
@@ -67,6 +70,10 @@ def register(app: typer.Typer) -> None:
         _print(run, console=Console())
 
     return optimize
+
+
+def _terminate(signum, _frame):
+    raise SystemExit(128 + signum)
 
 
 def _print(run, console) -> None:

@@ -4,8 +4,10 @@ target-card projection, the report and the standalone script."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from gpuspeed import device as _device
 from gpuspeed.errors import UserError
 from gpuspeed.memory import HEADROOM, parse_budget
 from gpuspeed.optimize import analysis, budget as _budget, candidates as C, workload as W
-from gpuspeed.optimize.runner import Runner
+from gpuspeed.optimize.runner import LOCK_ENV, Runner
 from gpuspeed.trees import nbytes
 
 DEFAULT_TARGET = "RTX 4070 Laptop"  # the brief's 8 GB RTX 4070
@@ -97,7 +99,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     else:
         seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
         t_ref = time.perf_counter()  # a rough time per call (inputs made too) for planning, not a benchmark
-        refs, mutates = W.reference(wl, seeds)  # a failing original stops here, before anything is written
+        with _host_work():
+            refs, mutates = W.reference(wl, seeds)  # a failing original stops here, before anything is written
         reference_s = (time.perf_counter() - t_ref) / len(seeds)
     check_out_dir(out_dir)
     if not resume:
@@ -141,8 +144,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     # worker then runs alongside the first candidates instead of before them (its timing still holds the
     # measure slot alone)
     tick("hotspots")
-    run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
-    run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
+    with _host_work():
+        run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
+        run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 
@@ -176,7 +180,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     # budget: a candidate that ran out of memory or over the budget is re-run chunked
     over = [r for r in run.results.values() if r.get("status") in ("oom", "over_budget")]
     if over:
-        run.chunking = _budget.propose_axes(wl, original_s=original_s)
+        with _host_work():
+            run.chunking = _budget.propose_axes(wl, original_s=original_s)
         chunk_recs = []
         for r in over:
             if run.chunking.get("axes") is not None:
@@ -200,6 +205,18 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.paths = report.write(run)
     run.paths["script"] = str(emit.write(run))
     return run
+
+
+def _host_work():
+    """The compile side of a lock shared by several runs (benchmarks/optimize.py sets LOCK_ENV) while this
+    run works on the host outside its workers (references, hotspots, the axis check): another run's
+    measurement never has it running beside it. Alone, a run needs no lock for that (its workers wait)."""
+    path = os.environ.get(LOCK_ENV)
+    if not path:
+        return contextlib.nullcontext()
+    from gpuspeed.optimize.worker import _slot
+
+    return _slot({"lock": path}, "compile", lambda _stage: None)
 
 
 def _roof_shares(run: OptimizeRun) -> None:
