@@ -1,7 +1,8 @@
 """Tensor-parallel decode on torch.distributed (NCCL on GPUs, gloo on the CPU), Megatron-style.
 
 Each of N ranks holds a shard and runs the same decode study on its own device:
-- wqkv by heads (the rank's query heads and the KV heads they read: n_kv_heads % N == 0), w_gate_up by its
+- wqkv by heads (the rank's KV heads and the query heads that read them; uneven where N does not divide
+  them, e.g. SmolLM2's 3 KV heads over 2 ranks as 2 + 1), w_gate_up by its
   gate and up halves then by columns of the FFN, both column-parallel: no communication;
 - wo and w_down row-parallel: the partial products are all-reduced, then the residual is added once
   (model.linear_residual / silu_mul_linear_residual with tp=...);
@@ -104,17 +105,27 @@ class TP:
 # ---------------------------------------------------------------------------------------------------
 
 
-def local_args(args, world: int):
-    """The shapes of one rank's shard (head_dim kept; vocabulary rows rounded up to N equal shards)."""
+def split(total: int, world: int, rank: int) -> tuple[int, int]:
+    """(start, count) of rank's share of `total` items: equal shares, the first total % world ranks one more."""
+    base, extra = divmod(total, world)
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
+def local_args(args, world: int, rank: int = 0):
+    """The shapes of one rank's shard: its KV heads (and their query heads), its FFN columns, V/N vocabulary
+    rows (rounded up). Heads that do not divide by N split unevenly (SmolLM2's 3 KV heads over 2 ranks: 2 + 1):
+    the all-reduced tensors are [B, S, dim] on every rank all the same."""
     if world < 1:
         raise UserError(f"--tp must be >= 1, got {world}")
-    if args.n_kv_heads % world:
-        raise UserError(f"--tp {world}: {args.name} has {args.n_kv_heads} KV heads, not a multiple of {world}")
-    if args.ffn_dim % world:
-        raise UserError(f"--tp {world}: {args.name}'s FFN width {args.ffn_dim} is not a multiple of {world}")
-    return replace(args, n_heads=args.n_heads // world, n_kv_heads=args.n_kv_heads // world,
-                   ffn_dim=args.ffn_dim // world, vocab_size=math.ceil(args.vocab_size / world),
-                   head_dim=args.head_dim)
+    if args.n_kv_heads < world:
+        raise UserError(f"--tp {world}: {args.name} has {args.n_kv_heads} KV heads, fewer than {world} ranks "
+                        "(each rank needs at least one)")
+    if args.ffn_dim < world:
+        raise UserError(f"--tp {world}: {args.name}'s FFN width {args.ffn_dim} is smaller than {world}")
+    g = args.n_heads // args.n_kv_heads
+    kv = split(args.n_kv_heads, world, rank)[1]
+    return replace(args, n_heads=kv * g, n_kv_heads=kv, ffn_dim=split(args.ffn_dim, world, rank)[1],
+                   vocab_size=math.ceil(args.vocab_size / world), head_dim=args.head_dim)
 
 
 def shard_tensor(role: str, t: torch.Tensor, args, rank: int, world: int) -> torch.Tensor:
@@ -122,12 +133,19 @@ def shard_tensor(role: str, t: torch.Tensor, args, rank: int, world: int) -> tor
     gate, up (rows), o, down (columns), vocab (rows, zero-padded), replicated."""
     if role == "replicated":
         return t
-    if role in ("q", "k", "v", "gate", "up"):
-        n = t.shape[0] // world
-        return t[rank * n:(rank + 1) * n]
-    if role in ("o", "down"):
-        n = t.shape[1] // world
-        return t[:, rank * n:(rank + 1) * n]
+    kv0, kvn = split(args.n_kv_heads, world, rank)
+    g, d = args.n_heads // args.n_kv_heads, args.head_dim
+    f0, fn = split(args.ffn_dim, world, rank)
+    if role == "q":
+        return t[kv0 * g * d:(kv0 + kvn) * g * d]
+    if role in ("k", "v"):
+        return t[kv0 * d:(kv0 + kvn) * d]
+    if role == "o":
+        return t[:, kv0 * g * d:(kv0 + kvn) * g * d]
+    if role in ("gate", "up"):
+        return t[f0:f0 + fn]
+    if role == "down":
+        return t[:, f0:f0 + fn]
     if role == "vocab":
         vl = math.ceil(args.vocab_size / world)
         part = t[rank * vl:(rank + 1) * vl]
@@ -148,7 +166,7 @@ def shard_model(full, tp: TP, device, dtype=None):
     from gpuspeed.decode import model as M
 
     a, r, n = full.args, tp.rank, tp.world
-    la = local_args(a, n)
+    la = local_args(a, n, r)
     set_vocab(tp, a)
     m = M.build(la, device=device, dtype=dtype or full.dtype, seed=None)
 
@@ -186,7 +204,7 @@ def load_model(spec, device: str, tp: TP):
     if spec.model in M.CONFIGS:
         over = {"n_layers": spec.max_layers} if spec.max_layers else {}
         args = M.named_config(spec.model, **over)
-        la = local_args(args, tp.world)
+        la = local_args(args, tp.world, tp.rank)
         set_vocab(tp, args)
         if want_ref and la.param_count() * 4 > 0.4 * _mem_bytes(device):
             want_ref = False
@@ -229,7 +247,7 @@ def check_fits(spec, device: str) -> None:
     if spec.model not in M.CONFIGS or device != "cuda" or not torch.cuda.is_available():
         return
     over = {"n_layers": spec.max_layers} if spec.max_layers else {}
-    la = local_args(M.named_config(spec.model, **over), spec.tp)
+    la = local_args(M.named_config(spec.model, **over), spec.tp)  # rank 0 holds the largest share
     need = la.param_count() * (4 if spec.dtype == "fp32" else 2)
     have = torch.cuda.get_device_properties(0).total_memory
     if need > 0.8 * have:
