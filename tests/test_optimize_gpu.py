@@ -48,6 +48,32 @@ def test_pairwise_over_budget_is_chunked(tmp_path):
     assert good.get("status") == "ok", (good.get("status"), good.get("reason"), run.chunking)
     assert good.get("fits_budget") is True and good["chunk_size"] >= 1
     assert run.chunking["axes"] == {0: 0}
+    # the plan was checked on the two-stream pipeline itself (and re-planned from its peak if over)
+    assert any("the pipeline itself" in n for n in good.get("notes", [])), good.get("notes")
+    assert good["peak_bytes"] <= 256 * 2**20 * 0.85
+
+
+@pytest.mark.skipif(not HAS_CUPY, reason="needs CuPy")
+def test_cupy_fuse_trace_failure_is_unavailable_with_its_reason():
+    import types
+
+    import numpy as np
+
+    from gpuspeed.optimize import worker
+    from gpuspeed.optimize.backends import cupy_dropin
+
+    mod = types.ModuleType("fuse_slices")
+    exec("import numpy as np\ndef original(u, alpha):\n    u = np.array(u, dtype=np.float64)\n"
+         "    u[1:-1] = u[1:-1] + alpha * (u[:-2] + u[2:] - 2.0 * u[1:-1])\n    return u\n", mod.__dict__)
+    impl = cupy_dropin.build(mod, fuse=True)
+    with pytest.raises(ImportError) as info:
+        impl(np.random.default_rng(0).random(101), 0.2)
+    assert worker.classify(info.value) == "unavailable" and "cupy.fuse cannot trace original" in str(info.value)
+    ok = types.ModuleType("fuse_ok")
+    exec("import numpy as np\ndef original(x, y):\n    return np.exp(-x * x) * y + 1.0\n", ok.__dict__)
+    x, y = np.random.default_rng(1).standard_normal((2, 1001))
+    got = cupy_dropin.build(ok, fuse=True)(x, y)
+    np.testing.assert_allclose(got, np.exp(-x * x) * y + 1.0, rtol=1e-12, atol=0)
 
 
 PAIRWISE = """
