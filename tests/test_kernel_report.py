@@ -267,6 +267,28 @@ NUMBA_FILE = textwrap.dedent('''
 
     def inputs(rng):
         return rng.standard_normal(77).astype(np.float32), rng.standard_normal((13, 21)).astype(np.float32)
+
+    def mixed(x):
+        """A Numba launch, then a Triton one: backend 'mixed'."""
+        import torch
+
+        o = poison(np.empty_like(x))
+        tile_scale[(x.size + 63) // 64, 64](x, o, np.float32(3.0))
+        t = torch.from_numpy(o)
+        out = poison(torch.empty_like(t))
+        neg[(triton.cdiv(t.numel(), 32),)](t, out, t.numel(), BLOCK=32)
+        return out
+
+    try:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def neg(x, o, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(o + offs, -tl.load(x + offs, mask=offs < n), mask=offs < n)
+    except ImportError:
+        pass
 ''')
 
 
@@ -299,13 +321,17 @@ def test_numba_launcher_simulated(numba_file):
         o, o2 = rep.output
         d = rep.to_dict()
         d["ok"] = [check(o, 3.0 * x.astype(np.float64)).passed, check(o2, m.astype(np.float64) + 1).passed]
+        mixed = kernel_report(nl.mixed, x, device="cpu")
+        d["mixed"] = [mixed.backend, [la["backend"] for la in mixed.launches],
+                      check(mixed.output, -3.0 * x.astype(np.float64)).passed]
         print(json.dumps(d))
     ''')
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "TRITON_INTERPRET": "1"}
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["ok"] == [True, True]
+    assert d["mixed"] == ["mixed", ["numba", "triton"], True]
     assert d["backend"] == "numba" and d["gpu"] is False and d["time_s"] is None
     one, two = d["launches"]
     assert (one["kernel"], one["grid"], one["block"], one["shared_dynamic"]) == ("tile_scale", [2, 1, 1], [64, 1, 1], 0)
