@@ -73,8 +73,10 @@ def occupancy(f):
     lim, pct, tri = occ["limiter"], _pct(occ["pct"]), m.get("backend") == "triton"
     nw = m.get("num_warps") or 4
     if lim == "registers":
-        lever = (f"try num_warps={max(1, nw // 2)}" if tri and nw > 1 else
-                 "fewer registers per thread (less per-thread state, or max_registers= in @cuda.jit)")
+        if tri:
+            lever = f"try num_warps={nw // 2}" if nw > 1 else "a smaller BLOCK (fewer registers per thread)"
+        else:
+            lever = "fewer registers per thread (less per-thread state, or max_registers= in @cuda.jit)"
     elif lim == "shared_memory":
         lever = "fewer num_stages or smaller tiles" if tri else "smaller shared-memory tiles per block"
     elif lim == "blocks":
