@@ -245,5 +245,29 @@ def test_every_kernel_docstring_holds_a_tuning_note():
         assert text.count("Tuning note (gpuspeed kernel, H200, commit ") >= kernels, path.name
 
 
+def test_kernels_benchmark_runs_on_the_cpu_with_a_note(tmp_path):
+    pytest.importorskip("triton")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "row_stats", "--quick",
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "kernels.json").read_text())
+    assert doc["study"] == "kernels"
+    assert {"kernels", "kernels_at_70pct_roof", "kernels_faster_than_auto"} <= set(doc["summary"])
+    (row,) = doc["rows"]
+    assert row["example"] == "row_stats" and row["variant"] == "triton" and row["correct"] is True
+    assert row["time_s"] is None and any("no GPU" in n for n in doc["notes"])
+    assert doc["summary"]["kernels"] == 1 and doc["summary"]["kernels_correct"] == 1
+
+
+def test_kernels_benchmark_refuses_an_unknown_example_in_one_line(tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "softmax", "--out",
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("gpuspeed: error: no hand kernels for softmax")
+    assert "Traceback" not in proc.stderr
+
+
 if __name__ == "__main__":
     sys.exit(child_main())

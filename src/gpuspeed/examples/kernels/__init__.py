@@ -84,7 +84,9 @@ def numba_array(t):
         return t.numpy()
     from numba import cuda
 
-    return cuda.as_cuda_array(t.detach())
+    # sync=False: the kernel runs on the tensor's own stream (numba_stream), so the interface's stream
+    # synchronize (a host wait on every call) is not needed
+    return cuda.as_cuda_array(t.detach(), sync=False)
 
 
 def numba_stream():

@@ -29,7 +29,7 @@ CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s
 
 @triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
-def heat_step_kernel(src_ptr, dst_ptr, n_rows, n_cols, alpha,
+def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One Jacobi step on a BLOCK_M x BLOCK_N tile (boundary points copied). The four neighbour loads overlap
     the centre loads of the adjacent rows and tiles: they hit L1/L2, so DRAM sees about one read and one
@@ -37,6 +37,7 @@ def heat_step_kernel(src_ptr, dst_ptr, n_rows, n_cols, alpha,
 
     Tuning note (gpuspeed kernel, H200, commit <sha>): pending
     """
+    alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
@@ -52,6 +53,17 @@ def heat_step_kernel(src_ptr, dst_ptr, n_rows, n_cols, alpha,
     tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], tl.where(interior, c + alpha * lap, c), mask=inside)
 
 
+_ALPHA: dict = {}
+
+
+def _alpha(alpha: float, device):
+    """alpha as a one-element float64 tensor on the device, made once per value (no copy on every call)."""
+    key = (alpha, str(device))
+    if key not in _ALPHA:
+        _ALPHA[key] = torch.tensor([alpha], dtype=torch.float64, device=device)
+    return _ALPHA[key]
+
+
 def _buffers(grid, sim):
     u = device_tensor(grid, sim).to(torch.float64)  # .to() keeps a float64 tensor itself: it is only read
     return u, torch.empty_like(u), torch.empty_like(u)
@@ -63,10 +75,11 @@ def heat_triton(grid, alpha, steps, config=None):
     if int(steps) <= 0:
         return u.clone()
     n_rows, n_cols = u.shape
+    coeff = _alpha(float(alpha), u.device)
     src, dst = u, a
     for _ in range(int(steps)):
         launch(heat_step_kernel, lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])),
-               src, dst, n_rows, n_cols, float(alpha), config=config)
+               src, dst, coeff, n_rows, n_cols, config=config)
         src, dst = dst, (b if dst is a else a)
     return src
 

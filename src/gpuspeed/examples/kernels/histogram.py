@@ -32,7 +32,7 @@ CONFIGS = [triton.Config({"BLOCK": b, "PER_SM": p}, num_warps=w, num_stages=s)
 
 @triton.autotune(configs=CONFIGS, key=["n", "bins"], reset_to_zero=["out_ptr"])
 @triton.jit
-def histogram_kernel(x_ptr, edges_ptr, out_ptr, n, bins, lo, hi,
+def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
                      BINS: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):
     """A persistent grid: each program bins its BLOCK-sized tiles into a private histogram in registers
     (tl.histogram), then adds it to the global counts with one atomic per bin, so the atomics do not
@@ -42,6 +42,8 @@ def histogram_kernel(x_ptr, edges_ptr, out_ptr, n, bins, lo, hi,
     Tuning note (gpuspeed kernel, H200, commit <sha>): pending
     """
     pid = tl.program_id(0)
+    lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
+    hi = tl.load(range_ptr + 1)
     step = tl.num_programs(0) * BLOCK
     offs0 = tl.arange(0, BLOCK)
     hist = tl.zeros((BINS,), dtype=tl.int32)
@@ -86,18 +88,18 @@ def _setup(samples, bins, lo, hi, sim):
     lo, hi, edges = _edges_host(bins, float(lo), float(hi))
     key = (bins, lo, hi, str(x.device))
     if key not in _EDGES:  # copied to the device once, not on every call
-        _EDGES[key] = torch.from_numpy(edges).to(x.device)
+        _EDGES[key] = (torch.from_numpy(edges).to(x.device), torch.tensor([lo, hi], dtype=torch.float64, device=x.device))
     out = torch.zeros(bins, dtype=torch.int64, device=x.device)
     return x, bins, lo, hi, _EDGES[key], out
 
 
 def histogram_triton(samples, bins, lo, hi, config=None):
     """The example's `original(samples, bins, lo, hi)` on the GPU: int64 counts per bin."""
-    x, bins, lo, hi, edges, out = _setup(samples, bins, lo, hi, interpreting())
+    x, bins, lo, hi, (edges, bounds), out = _setup(samples, bins, lo, hi, interpreting())
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
     launch(histogram_kernel, lambda meta: (max(1, min(triton.cdiv(n, meta["BLOCK"]), sms * meta["PER_SM"])),),
-           x, edges, out, n, bins, lo, hi, config=config, BINS=triton.next_power_of_2(bins))
+           x, edges, bounds, out, n, bins, config=config, BINS=triton.next_power_of_2(bins))
     return out
 
 
@@ -151,7 +153,7 @@ def numba_kernel(bins: int):
 def histogram_numba(samples, bins, lo, hi):
     """The example's `original(samples, bins, lo, hi)` on the GPU through Numba CUDA."""
     sim = cudasim()
-    x, bins, lo, hi, edges, out = _setup(samples, bins, lo, hi, sim)
+    x, bins, lo, hi, (edges, _), out = _setup(samples, bins, lo, hi, sim)
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
     blocks = max(1, min(triton.cdiv(n, THREADS), sms * BLOCKS_PER_SM))

@@ -21,10 +21,11 @@ CONFIGS = [triton.Config({"ROWS": r}, num_warps=w, num_stages=s)
 
 @triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
-def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, eps,
-                          ROWS: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr):
+def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
+                          EPS: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr):
     """ROWS rows per program, each standardized with the population std (NumPy's ddof=0).
 
+    EPS is a constant, so it stays float64 (a Python float argument would arrive as float32).
     SINGLE (the row fits BLOCK): one read, mean and variance two-pass in registers, one write: the
     least traffic there is. Otherwise three passes over the row in BLOCK chunks (the row is re-read
     from L2).
@@ -42,7 +43,7 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, 
         mean = tl.sum(x, axis=1) / n_cols
         c = tl.where(m, x - mean[:, None], 0.0)
         std = tl.sqrt(tl.sum(c * c, axis=1) / n_cols)
-        tl.store(o_row + cols[None, :], c / (std[:, None] + eps), mask=m)
+        tl.store(o_row + cols[None, :], c / (std[:, None] + EPS), mask=m)
     else:
         acc = tl.zeros((ROWS, BLOCK), dtype=tl.float64)
         for start in range(0, n_cols, BLOCK):
@@ -54,7 +55,7 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, 
             m = row_ok[:, None] & (start + cols[None, :] < n_cols)
             c = tl.where(m, tl.load(x_row + start + cols[None, :], mask=m, other=0.0) - mean[:, None], 0.0)
             acc += c * c
-        inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=1) / n_cols) + eps)
+        inv = 1.0 / (tl.sqrt(tl.sum(acc, axis=1) / n_cols) + EPS)
         for start in range(0, n_cols, BLOCK):
             m = row_ok[:, None] & (start + cols[None, :] < n_cols)
             x = tl.load(x_row + start + cols[None, :], mask=m, other=0.0)
@@ -69,5 +70,5 @@ def normalize_rows_triton(x, config=None, out=None):
     out = torch.empty_like(x) if out is None else out
     block = min(triton.next_power_of_2(n_cols), MAX_BLOCK)
     launch(normalize_rows_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, out, n_rows, n_cols,
-           x.stride(0), out.stride(0), 1e-8, config=config, BLOCK=block, SINGLE=n_cols <= block)
+           x.stride(0), out.stride(0), config=config, EPS=1e-8, BLOCK=block, SINGLE=n_cols <= block)
     return out

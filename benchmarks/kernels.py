@@ -1,0 +1,255 @@
+"""The bundled examples' hand kernels (gpuspeed/examples/kernels): each one's time on device-resident inputs, its
+position on the roofline, occupancy and limiting resource (gpuspeed.kernel_report), and its speedup over the best
+automatic candidate of `gpuspeed optimize` on the same example; writes results/<gpu>/kernels.json.
+
+    python benchmarks/kernels.py [--out DIR] [--examples a,b] [--quick] [--optimize-json PATH] [--time-budget S]
+
+The comparison with optimize: by default each example gets one `gpuspeed optimize` run (its hand kernels are
+among the candidates, as the example's `variants`), and a kernel's speedup is the best non-variant candidate's
+device time over the kernel's device time, both from that run (same measurement, same shapes, same seeds).
+--optimize-json reads an existing run instead: one optimize_<example>.json, or a folder holding
+<example>/optimize_<example>.json (results/<gpu>/optimize); a run without the variant rows is compared with the
+kernel's time from kernel_report (noted per row). Without a GPU the kernels run under the interpreters at a
+small scale, for correctness only: no timings (a note says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+EXAMPLES = ["row_normalize_loop", "pairwise_distance", "heat_stencil", "histogram", "mandelbrot", "row_stats"]
+ROOF_TARGET = 70.0  # % of the roof a hand kernel should reach (issue 11)
+CPU_SCALE = 0.002  # interpreted kernels: tiny inputs
+
+
+def work(example: str, args: tuple, out=None) -> tuple[float | None, int]:
+    """(useful FLOPs, least DRAM bytes) of one call: every input read once and every output written once, except
+    the stencil, whose steps each read and write the grid (no temporal blocking), and the escape-time loop,
+    whose FLOPs are the iterations the pixels actually ran (8 per iteration). None: FLOPs not meaningful (the
+    histogram's index arithmetic); the kernel is held to the memory roof."""
+    if example == "row_normalize_loop":
+        r, c = args[0].shape
+        return 6.0 * r * c, 16 * r * c
+    if example == "row_stats":
+        r, c = args[0].shape
+        return 10.0 * r * c, 8 * r * c + 8 * c + 24 * r
+    if example == "pairwise_distance":
+        (n, d), m = args[0].shape, args[1].shape[0]
+        return float(n * m * (3 * d + 1)), 8 * n * m + 8 * (n + m) * d
+    if example == "heat_stencil":
+        g, steps = args[0], int(args[2])
+        r, c = g.shape
+        return 7.0 * (r - 2) * (c - 2) * steps, 16 * r * c * steps
+    if example == "histogram":
+        return None, 8 * int(np.asarray(args[0]).size) + 8 * int(args[1])
+    if example == "mandelbrot":
+        w, h = len(args[0]), len(args[1])
+        iters = float(np.asarray(out).sum()) if out is not None else float(w * h * int(args[2]))
+        return 8.0 * iters, 8 * (w + h) + 8 * w * h
+    raise KeyError(example)
+
+
+def to_device(args, gpu: bool):
+    import torch
+
+    return tuple(torch.from_numpy(np.ascontiguousarray(a)).to("cuda" if gpu else "cpu") if isinstance(a, np.ndarray)
+                 else a for a in args)
+
+
+def host(out):
+    if isinstance(out, tuple):
+        return tuple(o.cpu().numpy() for o in out)
+    return out.cpu().numpy()
+
+
+def optimize_doc(example: str, a, out_dir: Path) -> tuple[dict | None, str]:
+    """The optimize results document for the example: read from --optimize-json, or made by one run now."""
+    if a.optimize_json:
+        p = Path(a.optimize_json)
+        if p.is_dir():
+            p = p / example / f"optimize_{example}.json"
+        if not p.is_file():
+            return None, f"no optimize results at {p}"
+        doc = json.loads(p.read_text())
+        if Path(doc.get("params", {}).get("workload", "")).stem != example:
+            return None, f"{p} is not a run of {example}"
+        return doc, f"read from {p}"
+    folder = out_dir / "kernels_optimize" / example
+    cmd = [sys.executable, "-m", "gpuspeed", "optimize", example, "--out", str(folder), "--json",
+           "--time-budget", str(a.time_budget)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{example}.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    path = folder / f"optimize_{example}.json"
+    if rc != 0 or not path.is_file():
+        return None, f"`gpuspeed optimize {example}` failed (rc {rc}): see {folder.parent / (example + '.log')}"
+    (folder / "refs.pkl").unlink(missing_ok=True)  # large, rebuilt by any run
+    return json.loads(path.read_text()), f"`gpuspeed optimize {example} --time-budget {a.time_budget:g}` run now"
+
+
+def candidates(doc: dict) -> tuple[dict, tuple[str, float] | None]:
+    """({variant name: device seconds}, (best automatic candidate, device seconds)) from an optimize document:
+    candidates that passed their checks, the original and the hand variants excluded from 'automatic'."""
+    variants, best = {}, None
+    for r in doc.get("rows", []):
+        t = r.get("device_s")
+        if r.get("status") != "ok" or not t:
+            continue
+        if r.get("backend") == "variant" or str(r.get("name", "")).startswith("variant:"):
+            variants[str(r["name"]).split(":", 1)[-1]] = t
+        elif r.get("backend") != "original" and (best is None or t < best[1]):
+            best = (r["name"], t)
+    return variants, best
+
+
+def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
+    """One hand kernel through kernel_report on device-resident inputs, checked against the original."""
+    from gpuspeed import check, kernel_report
+
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    module, name = fn.target
+    launcher = getattr(importlib.import_module(module), name)
+    dev = to_device(args, gpu)
+    ref = ex.original(*[np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args])
+    flops, nbytes = work(example, args, ref if example == "mandelbrot" else None)
+    bench_kw = {"budget_s": 0.3 if a.quick else 2.0}
+    rep = kernel_report(launcher, *dev, flops=flops, bytes=nbytes, name=f"{example}:{variant}",
+                        device="cuda" if gpu else "cpu", bench_kw=bench_kw)
+    res = check(host(rep.output), ref, **getattr(ex, "TOLERANCE", {}))
+    d = rep.to_dict()
+    main = next((la for la in d["launches"] if la["kernel"] == d.get("main_kernel")), d["launches"][0] if d["launches"]
+                else {})
+    place = d.get("placement") or {}
+    return {"example": example, "variant": variant, "launcher": f"{module}.{name}", "backend": d["backend"],
+            "correct": bool(res.passed), "check": res.summary, "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],
+            "flops": flops, "bytes": nbytes, "GBps": place.get("GBps"), "TFLOPs": place.get("TFLOPs"),
+            "intensity": place.get("intensity"), "bound": place.get("bound"), "roof": place.get("roof"),
+            "pct_of_roof": d["pct_of_roof"], "at_70pct_roof": (d["pct_of_roof"] or 0) >= ROOF_TARGET,
+            "occupancy_pct": d["occupancy_pct"], "limiter": d["limiter"], "launches": len(d["launches"]),
+            "main_kernel": d.get("main_kernel"), "grid": main.get("grid"), "block": main.get("block"),
+            "num_warps": main.get("num_warps"), "num_stages": main.get("num_stages"),
+            "registers": main.get("registers"), "spills": main.get("spills"),
+            "shared_bytes": (main.get("shared_static") or 0) + (main.get("shared_dynamic") or 0)
+            if main.get("registers") is not None else None,
+            "autotune_chosen": (main.get("autotune") or {}).get("chosen"), "verdict": d["verdict"],
+            "next_lever": d["next_lever"], "note": d.get("note")}
+
+
+def summarize(rows: list[dict]) -> dict:
+    timed = [r for r in rows if r.get("time_s")]
+    faster = [r for r in rows if (r.get("speedup_vs_auto") or 0) > 1]
+    by_example: dict[str, float] = {}
+    for r in rows:
+        if r.get("speedup_vs_auto"):
+            by_example[r["example"]] = max(by_example.get(r["example"], 0.0), r["speedup_vs_auto"])
+    speedups = [r["speedup_vs_auto"] for r in rows if r.get("speedup_vs_auto")]
+    return {"kernels": len(rows), "kernels_correct": sum(1 for r in rows if r.get("correct")),
+            "kernels_timed": len(timed), "kernels_at_70pct_roof": sum(1 for r in timed if r["at_70pct_roof"]),
+            "kernels_faster_than_auto": len(faster),
+            "examples": len({r["example"] for r in rows}),
+            "examples_faster_than_auto": sum(1 for s in by_example.values() if s > 1),
+            "geomean_speedup_vs_auto": math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups
+            else None}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="folder for kernels.json (default results/<gpu>)")
+    ap.add_argument("--examples", default=None, help=f"comma-separated (default: {','.join(EXAMPLES)})")
+    ap.add_argument("--quick", action="store_true", help="short timings; no optimize run (unless --optimize-json)")
+    ap.add_argument("--optimize-json", default=None, help="an optimize_<example>.json, or a folder of "
+                    "<example>/optimize_<example>.json, to compare with instead of running optimize")
+    ap.add_argument("--time-budget", type=float, default=120.0, help="seconds per example for its optimize run")
+    ap.add_argument("--scale", type=float, default=None, help="input scale (default 1 on a GPU, tiny without one)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    import torch
+
+    gpu = torch.cuda.is_available()
+    if not gpu:  # before any kernel module is imported: the interpreters replace the compilers
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    from gpuspeed.errors import UserError
+    from gpuspeed.results import check_out_dir, default_dir, make_results, write_results
+
+    names = a.examples.split(",") if a.examples else EXAMPLES
+    bad = [n for n in names if n not in EXAMPLES]
+    if bad:
+        raise UserError(f"no hand kernels for {', '.join(bad)} (these have them: {', '.join(EXAMPLES)})")
+    out = check_out_dir(a.out) or default_dir("cuda" if gpu else "cpu")
+    scale = a.scale if a.scale is not None else (1.0 if gpu else CPU_SCALE)
+    notes = ["time_s: kernel_report's gpuspeed.bench median on device-resident inputs (outputs allocated inside the "
+             "call); pct_of_roof: against the measured copy bandwidth for memory-bound kernels, the FP64 ceiling "
+             "otherwise (roofline.place)",
+             "speedup_vs_auto: the best automatic (non-variant) optimize candidate's device time over the kernel's, "
+             "both from the same optimize run where it holds the kernel's row (speedup_basis says which)"]
+    if not gpu:
+        notes.append("no GPU: the kernels ran under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 at a tiny scale, for "
+                     "correctness only; no timings, occupancy or speedups")
+    have_numba = importlib.util.find_spec("numba_cuda") is not None or (gpu and importlib.util.find_spec("numba"))
+    rows = []
+    for example in names:
+        ex = importlib.import_module(f"gpuspeed.examples.{example}")
+        args = ex.inputs(np.random.default_rng(a.seed), scale=scale)
+        doc, source = (None, "no GPU") if not gpu else (None, "--quick: no optimize run") \
+            if a.quick and not a.optimize_json else optimize_doc(example, a, out)
+        variant_s, best = candidates(doc) if doc else ({}, None)
+        for vname, fn in ex.variants.items():
+            if vname == "numba_cuda" and not have_numba:
+                rows.append({"example": example, "variant": vname, "skipped": "numba-cuda is not installed"})
+                continue
+            print(f"{example}:{vname} ...", flush=True)
+            try:
+                row = measure(example, vname, fn, args, gpu, a)
+            except Exception as exc:  # noqa: BLE001 - one failing kernel does not stop the others
+                rows.append({"example": example, "variant": vname, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                print(f"  failed: {rows[-1]['error']}", flush=True)
+                continue
+            row["optimize_source"] = source
+            row["best_auto"], row["best_auto_s"] = best if best else (None, None)
+            row["variant_device_s"] = variant_s.get(vname)
+            mine = row["variant_device_s"] or row["time_s"]
+            row["speedup_basis"] = ("optimize run: both times" if row["variant_device_s"] else
+                                    "kernel_report time against the optimize run's best" if best and mine else None)
+            row["speedup_vs_auto"] = best[1] / mine if best and mine else None
+            rows.append(row)
+            t = row["time_s"]
+            print(f"  {'ok' if row['correct'] else 'WRONG'}  " + (f"{t * 1e6:.1f} us, {row['pct_of_roof']:.0f} % of roof, "
+                  f"occupancy {row['occupancy_pct']}, {row['limiter']}-limited, x{row['speedup_vs_auto'] or 0:.2f} vs "
+                  f"{row['best_auto']}" if t else row.get("note") or ""), flush=True)
+        doc_out = make_results("kernels", params={"examples": names, "scale": scale, "seed": a.seed, "quick": a.quick,
+                                                  "optimize_json": a.optimize_json, "time_budget_s": a.time_budget,
+                                                  "roof_target_pct": ROOF_TARGET},
+                               summary=summarize([r for r in rows if "error" not in r and "skipped" not in r]),
+                               rows=rows, notes=notes, device="cuda" if gpu else "cpu")
+        path = write_results(doc_out, out)  # rewritten after each example: a run cut short keeps what it did
+    print(f"wrote {path}")
+    print(json.dumps(doc_out["summary"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as exc:  # a UserError is one line and exit 2, as the CLI does
+        from gpuspeed.errors import UserError
+
+        if isinstance(exc, UserError):
+            print(f"gpuspeed: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        raise
