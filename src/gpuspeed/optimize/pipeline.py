@@ -68,6 +68,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     from gpuspeed.results import check_out_dir, default_dir
 
     t_start = time.perf_counter()  # the pipeline's own wall clock, for --time-budget (not a benchmark)
+    # the run's own start-up (device queries that may create a CUDA context, references, hotspots) never runs
+    # beside another run's measurement; released before its first worker starts (or at exit, on an error)
+    host = contextlib.ExitStack()
+    host.enter_context(_host_work())
     where = _device.resolve_device(device)
     requested = _backends(backends)
     total = (_device.get_device("cuda").mem_bytes or 0) if where == "cuda" else 0
@@ -99,8 +103,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     else:
         seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
         t_ref = time.perf_counter()  # a rough time per call (inputs made too) for planning, not a benchmark
-        with _host_work():
-            refs, mutates = W.reference(wl, seeds)  # a failing original stops here, before anything is written
+        refs, mutates = W.reference(wl, seeds)  # a failing original stops here, before anything is written
         reference_s = (time.perf_counter() - t_ref) / len(seeds)
     check_out_dir(out_dir)
     if not resume:
@@ -144,9 +147,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     # worker then runs alongside the first candidates instead of before them (its timing still holds the
     # measure slot alone)
     tick("hotspots")
-    with _host_work():
-        run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
-        run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
+    run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
+    run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 
@@ -172,6 +174,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             run.results[rec["name"]] = row
 
     # the original's worker is one more at once: mostly single-threaded NumPy, it would take a builder's place
+    host.close()
     try_all([C.recipe("original", "original")] + recipes, extra_jobs=1 if n_jobs > 1 else 0)
     orig = run.results["original"]
     original_s = (orig.get("device_time") or {}).get("median")
