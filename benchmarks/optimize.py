@@ -2,11 +2,14 @@
 issue lists) plus one report folder per example under results/<gpu>/optimize/<name>/.
 
     python benchmarks/optimize.py [--out DIR] [--examples a,b] [--gpus N] [--parallel P] [--time-budget S] [--jobs J]
+                                  [--limit S]
 
 Each example runs as its own `python -m gpuspeed optimize` process (one failing example does not stop the
 others); with --gpus N / --parallel P, P examples run at once spread over N GPUs (CUDA_VISIBLE_DEVICES). Every run
 shares one lock, so no two candidates are ever measured at once, across examples too, and nothing
-compiles while something is timed. The summary is rewritten after each example, so a run cut short keeps what it did.
+compiles (nor computes an example's references and hotspots) while something is timed. --limit S bounds the
+whole call (one device call of 10 minutes): late examples get what is left, stopped ones stop their workers.
+The summary is rewritten after each example, so a run cut short keeps what it did.
 """
 
 from __future__ import annotations
@@ -161,8 +164,8 @@ def main(argv=None) -> int:
                  "gpuspeed.bench; *_e2e include the transfers"]
         if len(free) + len(running) > 1:
             notes.append(f"{max(1, a.parallel or n_gpus)} examples ran at once on {n_gpus} GPU(s); one shared lock kept "
-                         "every measurement alone (nothing compiled or measured beside it), the examples' own "
-                         "host-side steps (references, hotspots) excepted")
+                         "every measurement alone (nothing compiled, measured or computed on the host for "
+                         "references and hotspots beside it)")
         if kept:
             notes.append(f"rows kept from an earlier call: {', '.join(r['example'] for r in kept)}")
         if cut:
