@@ -396,3 +396,14 @@ def test_cli_launcher_without_arguments_is_exit_2(tmp_path, monkeypatch, capsys)
     p.write_text("def needs_args(x, n=3):\n    return x\n")
     assert main(["kernel", f"{p}:needs_args"]) == 2
     assert "gpuspeed: error: needs_args needs arguments (x)" in capsys.readouterr().err
+
+
+def test_cli_bad_out_fails_before_any_work(tmp_path, monkeypatch, capsys):
+    from gpuspeed.cli import main
+
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a folder")
+    monkeypatch.setattr("gpuspeed.kernel.target.use_interpreters", lambda: None)
+    monkeypatch.setattr("gpuspeed.kernel.target.load_target", lambda *_: pytest.fail("work started before --out"))
+    assert main(["kernel", "tests/test_kernel_report.py:add_launcher", "--out", str(taken)]) == 2
+    assert "gpuspeed: error: --out" in capsys.readouterr().err
