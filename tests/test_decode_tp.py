@@ -106,6 +106,18 @@ def test_a_failing_rank_ends_the_run_with_one_line_naming_it(how, cause):
     assert took < 90  # the launcher ended rank 0 (blocked in the rendezvous or a collective): nothing hung
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--tp", "0"], "--tp must be >= 1"),
+    (["--tp", "4", "--model", "smollm2-135m"], "3 KV heads, fewer than 4 ranks"),
+])
+def test_cli_bad_tp_is_one_line_before_any_rank_starts(args, needle, capsys):
+    from gpuspeed.cli import main
+
+    assert main(["decode", "--device", "cpu", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpuspeed: error:") and needle in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_port_in_use_is_one_line():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -647,7 +647,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
     if spec.quant:
         from gpuspeed.decode import quant
 
-        params["int8_gemv_choices"] = getattr(m, "int8_choices", {})
+        doc["params"]["int8_gemv_choices"] = getattr(m, "int8_choices", {})
         quant.relabel(doc, label)
     return doc
 

@@ -244,10 +244,12 @@ def check_fits(spec, device: str) -> None:
     """Refuse a named model whose shard would not fit one device (the --tp form of study.check_fits)."""
     from gpuspeed.decode import model as M
 
-    if spec.model not in M.CONFIGS or device != "cuda" or not torch.cuda.is_available():
+    if spec.model not in M.CONFIGS:
         return
     over = {"n_layers": spec.max_layers} if spec.max_layers else {}
     la = local_args(M.named_config(spec.model, **over), spec.tp)  # rank 0 holds the largest share
+    if device != "cuda" or not torch.cuda.is_available():
+        return
     need = la.param_count() * (4 if spec.dtype == "fp32" else 2)
     have = torch.cuda.get_device_properties(0).total_memory
     if need > 0.8 * have:
