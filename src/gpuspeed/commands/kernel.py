@@ -50,8 +50,6 @@ def register(app: typer.Typer) -> None:
         console = Console(stderr=as_json)
         if where != "cuda":
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
-            console.print("[yellow]note:[/] no GPU: running the kernels under the interpreters (correctness only; "
-                          "no timing, registers or occupancy)")
         fn, module, name = load_target(target)
         args, notes = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
         try:
@@ -79,4 +77,4 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(rep.to_dict(), indent=1))
             return
         for line in rep.lines():
-            console.print(line, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
