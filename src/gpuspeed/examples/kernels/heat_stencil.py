@@ -94,6 +94,7 @@ def heat_triton(grid, alpha, steps, config=None):
 # Python dispatch per step, more than a step's GPU time at the default size.
 THREADS_X, THREADS_Y = 32, 8
 TILE_X, TILE_Y = 32, 16
+HALO_X, HALO_Y = TILE_X + 2, TILE_Y + 2  # plain constants: Numba needs a shared array's shape as literals
 
 
 def _numba_kernel():
@@ -106,7 +107,7 @@ def _numba_kernel():
 
         Tuning note (gpuspeed kernel, H200, commit <sha>): pending
         """
-        tile = cuda.shared.array((TILE_Y + 2, TILE_X + 2), float64)
+        tile = cuda.shared.array((HALO_Y, HALO_X), float64)
         grid = cuda.cg.this_grid()
         n_rows, n_cols = u.shape
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y

@@ -13,7 +13,8 @@ import triton.language as tl
 
 from gpuspeed.examples.kernels import device_tensor, interpreting, launch
 
-MAX_BLOCK = 4096  # columns held in registers at once; a longer row is read in chunks (three passes)
+MAX_SINGLE = 2048  # rows up to this long are held in registers whole (one read)
+CHUNK = 1024  # a longer row is read in chunks of this many columns (three passes): 4096 spilled (ptxas, sm_90)
 
 CONFIGS = [triton.Config({"ROWS": r}, num_warps=w, num_stages=s)
            for r, w, s in ((1, 4, 1), (1, 8, 1), (2, 4, 1), (2, 8, 2), (4, 8, 2), (1, 2, 2), (4, 4, 1), (8, 8, 1))]
@@ -68,7 +69,8 @@ def normalize_rows_triton(x, config=None, out=None):
     x = device_tensor(x, interpreting())
     n_rows, n_cols = x.shape
     out = torch.empty_like(x) if out is None else out
-    block = min(triton.next_power_of_2(n_cols), MAX_BLOCK)
+    single = n_cols <= MAX_SINGLE
+    block = triton.next_power_of_2(n_cols) if single else CHUNK
     launch(normalize_rows_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, out, n_rows, n_cols,
-           x.stride(0), out.stride(0), config=config, EPS=1e-8, BLOCK=block, SINGLE=n_cols <= block)
+           x.stride(0), out.stride(0), config=config, EPS=1e-8, BLOCK=block, SINGLE=single)
     return out

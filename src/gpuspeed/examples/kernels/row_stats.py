@@ -14,7 +14,8 @@ import triton.language as tl
 
 from gpuspeed.examples.kernels import device_tensor, interpreting, launch
 
-MAX_BLOCK = 4096  # columns held in registers at once; a longer row is read in chunks (two passes)
+MAX_SINGLE = 2048  # rows up to this long are held in registers whole (one read)
+CHUNK = 1024  # a longer row is read in chunks of this many columns (two passes): 4096 spilled (ptxas, sm_90)
 
 CONFIGS = [triton.Config({"ROWS": r}, num_warps=w, num_stages=s)
            for r, w, s in ((1, 4, 1), (1, 8, 1), (2, 8, 1), (2, 4, 2), (4, 8, 1), (1, 16, 1), (4, 16, 2))]
@@ -80,7 +81,8 @@ def row_stats_triton(x, w, config=None, out=None):
     n_rows, n_cols = x.shape
     mean, std, skew = out if out is not None else (torch.empty(n_rows, dtype=torch.float64, device=x.device)
                                                     for _ in range(3))
-    block = min(triton.next_power_of_2(n_cols), MAX_BLOCK)
+    single = n_cols <= MAX_SINGLE
+    block = triton.next_power_of_2(n_cols) if single else CHUNK
     launch(row_stats_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, w, mean, std, skew,
-           n_rows, n_cols, x.stride(0), config=config, BLOCK=block, SINGLE=n_cols <= block)
+           n_rows, n_cols, x.stride(0), config=config, BLOCK=block, SINGLE=single)
     return mean, std, skew
