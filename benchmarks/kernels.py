@@ -202,6 +202,15 @@ def main(argv=None) -> int:
         notes.append("no GPU: the kernels ran under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 at a tiny scale, for "
                      "correctness only; no timings, occupancy or speedups")
     have_numba = importlib.util.find_spec("numba_cuda") is not None or (gpu and importlib.util.find_spec("numba"))
+    kept = []  # rows of examples an earlier call measured and this one does not: several calls make one file
+    previous = out / "kernels.json"
+    if previous.is_file():
+        try:
+            kept = [r for r in json.loads(previous.read_text()).get("rows", []) if r.get("example") not in names]
+        except (json.JSONDecodeError, OSError):
+            kept = []
+    if kept:
+        notes.append(f"rows kept from an earlier call: {', '.join(sorted({r['example'] for r in kept}))}")
     rows = []
     for example in names:
         ex = importlib.import_module(f"gpuspeed.examples.{example}")
@@ -232,11 +241,11 @@ def main(argv=None) -> int:
             print(f"  {'ok' if row['correct'] else 'WRONG'}  " + (f"{t * 1e6:.1f} us, {row['pct_of_roof']:.0f} % of roof, "
                   f"occupancy {row['occupancy_pct']}, {row['limiter']}-limited, x{row['speedup_vs_auto'] or 0:.2f} vs "
                   f"{row['best_auto']}" if t else row.get("note") or ""), flush=True)
-        doc_out = make_results("kernels", params={"examples": names, "scale": scale, "seed": a.seed, "quick": a.quick,
-                                                  "optimize_json": a.optimize_json, "time_budget_s": a.time_budget,
-                                                  "roof_target_pct": ROOF_TARGET},
-                               summary=summarize([r for r in rows if "error" not in r and "skipped" not in r]),
-                               rows=rows, notes=notes, device="cuda" if gpu else "cpu")
+        all_rows = kept + rows
+        params = {"examples": sorted({r["example"] for r in all_rows}), "scale": scale, "seed": a.seed, "quick": a.quick,
+                  "optimize_json": a.optimize_json, "time_budget_s": a.time_budget, "roof_target_pct": ROOF_TARGET}
+        doc_out = make_results("kernels", params=params, rows=all_rows, notes=notes, device="cuda" if gpu else "cpu",
+                               summary=summarize([r for r in all_rows if "error" not in r and "skipped" not in r]))
         path = write_results(doc_out, out)  # rewritten after each example: a run cut short keeps what it did
     print(f"wrote {path}")
     print(json.dumps(doc_out["summary"], indent=1))

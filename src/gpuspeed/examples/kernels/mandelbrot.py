@@ -4,7 +4,8 @@ finished pixels masked) and a Numba CUDA kernel (one thread per pixel, each leav
 The counts must equal the original's exactly (integers), so the iteration is float64, as Python's
 complex arithmetic is: z = z * z + c while |z| <= 2 (tested as zr^2 + zi^2 <= 4, the same set of points
 but for rounding at the circle itself). Compute-bound: a few bytes per pixel against up to 8 * max_iter
-float64 operations.
+float64 operations. The compilers contract a * b + c into an FMA (one rounding instead of two); simulated in
+NumPy over six seeds of the example's inputs, that changed no count, and the GPU tests compare exactly.
 """
 
 from __future__ import annotations
