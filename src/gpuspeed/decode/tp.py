@@ -462,7 +462,8 @@ def run_variants(spec, tp: TP | None = None) -> dict:
                           compile_backend=spec.compile_backend)
         rec = study._Logits()
         toks = generate(e, prompt, spec.new_tokens, on_logits=rec)
-        out[name] = {"tokens": toks.tolist(), "logits": torch.stack([x.cpu() for x in rec.steps])}
+        out[name] = {"tokens": toks.tolist(), "logits": torch.stack([x.cpu() for x in rec.steps]),
+                     "info": {k: e.info[k] for k in ("graph_mode", "graph_breaks", "triton_gemv_shapes") if k in e.info}}
         e.__dict__.clear()
     return out
 
