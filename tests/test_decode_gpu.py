@@ -97,6 +97,47 @@ def test_v5_kernels_inside_compile_and_a_graph():
         assert res.passed, res.summary
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_attention_inside_compile_and_a_graph_writes_the_cache(dtype):
+    # the fused step kernel mutates the caches: compiled (auto-functionalized, re-inplaced) and replayed in a graph,
+    # the writes must land in the caller's cache tensors, step after step
+    from gpuspeed.decode.cache import StaticCache
+    from gpuspeed.decode.kernels.step_attention import step_attention
+    from gpuspeed.graphs import capture
+
+    args = M.named_config("smollm2-135m", vocab_size=512, n_layers=3)
+    m = M.build(args, device="cuda", dtype=dtype, seed=5)
+    m.setup_rope(96)
+    plain = M.Options(fused_qkv=True, fused_gate_up=True)
+    fused = M.Options(fused_qkv=True, fused_gate_up=True, step_attention=step_attention)
+    prompt = torch.randint(0, 512, (1, 40), device="cuda")
+    caches = [StaticCache(args.n_layers, 1, args.n_kv_heads, 96, args.head_dim, device="cuda", dtype=dtype)
+              for _ in range(2)]
+    for c in caches:
+        m(prompt, torch.arange(40, device="cuda"), c, plain)
+    tok = prompt[:, -1:].clone()
+    pos = torch.tensor([40], device="cuda")
+
+    def step(tok, pos):
+        return m(tok, pos, caches[1], fused)
+
+    step(tok, pos)  # eager first: registers the op
+    caches[1].k[0][:, :, 40:].fill_(7.0)  # poison what the eager call wrote: the replays must rewrite it
+    caches[1].v[0][:, :, 40:].fill_(7.0)
+    g = capture(torch.compile(step, fullgraph=True), tok, pos)
+    for p in range(40, 44):
+        pos.fill_(p)
+        want = m(tok, pos, caches[0], plain)
+        got = g(tok, pos)
+        tol = {} if dtype == torch.float32 else dict(rtol=5e-2, atol=5e-2)
+        res = check(got, want.double(), **tol)
+        assert res.passed, (p, res.summary)
+        for layer in range(args.n_layers):
+            assert check(caches[1].k[layer][:, :, p], caches[0].k[layer][:, :, p].double(), **tol).passed, (p, layer)
+            assert check(caches[1].v[layer][:, :, p], caches[0].v[layer][:, :, p].double(), **tol).passed, (p, layer)
+        tok = want.argmax(-1)
+
+
 def test_study_measures_on_the_gpu(tmp_path):
     spec = study.Spec(model="tiny", dtype="bf16", max_layers=2, new_tokens=16, prompt_len=32, bench_budget_s=0.3,
                       out=str(tmp_path), batches=[4], long_prompt=512)

@@ -188,6 +188,9 @@ class Options:
     linear: Callable = F.linear
     attention: Callable = attention
     gemv: dict = field(default_factory=dict)
+    # one kernel for RoPE + cache write + attention of a one-token step on a static cache (fused_qkv only):
+    # step_attention(qkv, cos_table, sin_table, input_pos, k_cache, v_cache) -> [B, 1, q_rows]
+    step_attention: Callable | None = None
 
 
 PLAIN = Options()
@@ -285,6 +288,16 @@ class Transformer(nn.Module):
                 or self.rope_cos.device != self.device:
             self.rope_cos, self.rope_sin = rope_tables(self.args, length, self.device, self.dtype)
 
+    def _ffn(self, x, layer, opts: Options):
+        """x + down(silu(gate(norm(x))) * up(norm(x))), all-reduced under tensor parallel."""
+        a = self.args
+        if opts.fused_gate_up:
+            gate_up = norm_linear(x, layer.ffn_norm, a.norm_eps, layer.w_gate_up, opts)
+            return silu_mul_linear_residual(gate_up, layer.w_down, x, opts, self.tp)
+        h = rms_norm(x, layer.ffn_norm, a.norm_eps)
+        gate, up = _linear(opts, h, layer.w_gate_up[:a.ffn_dim]), _linear(opts, h, layer.w_gate_up[a.ffn_dim:])
+        return x + tp_reduce(_linear(opts, F.silu(gate) * up, layer.w_down), self.tp)
+
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, cache=None, opts: Options = PLAIN,
                 last_only: bool = False) -> torch.Tensor:
         """Logits [B, S, V], or [B, 1, V] for the last position only (a prefill needs no more)."""
@@ -303,6 +316,11 @@ class Transformer(nn.Module):
             if opts.fused_qkv:
                 qkv = norm_linear(x, layer.attn_norm, a.norm_eps, layer.wqkv, opts)
                 q, k, v = qkv.split([a.q_rows, a.kv_rows, a.kv_rows], dim=-1)
+                if opts.step_attention is not None and s == 1 and cache is not None:
+                    y = opts.step_attention(qkv, self.rope_cos, self.rope_sin, input_pos, cache.k[i], cache.v[i])
+                    x = linear_residual(y, layer.wo, x, opts, self.tp)
+                    x = self._ffn(x, layer, opts)
+                    continue
             else:
                 h = rms_norm(x, layer.attn_norm, a.norm_eps)
                 w = layer.wqkv
@@ -318,13 +336,7 @@ class Transformer(nn.Module):
             y = opts.attention(q, k, v, mask, input_pos)
             y = y.transpose(1, 2).reshape(b, s, a.q_rows)
             x = linear_residual(y, layer.wo, x, opts, self.tp)
-            if opts.fused_gate_up:
-                gate_up = norm_linear(x, layer.ffn_norm, a.norm_eps, layer.w_gate_up, opts)
-                x = silu_mul_linear_residual(gate_up, layer.w_down, x, opts, self.tp)
-            else:
-                h = rms_norm(x, layer.ffn_norm, a.norm_eps)
-                gate, up = lin(h, layer.w_gate_up[:a.ffn_dim]), lin(h, layer.w_gate_up[a.ffn_dim:])
-                x = x + tp_reduce(lin(F.silu(gate) * up, layer.w_down), self.tp)
+            x = self._ffn(x, layer, opts)
         if last_only:
             x = x[:, -1:]
         logits = norm_linear(x, self.norm, a.norm_eps, self.head_weight, opts)

@@ -436,6 +436,7 @@ class Fast(Graphed):
         self.info["notes"] += notes
         self.info["triton_gemv_shapes"] = [f"{n}x{k}" for n, k in fields.get("gemv", {})]
         self.info["attention"] = getattr(fields.get("attention", sdpa_attention), "__name__", "?")
+        self.info["fused_step_attention"] = "step_attention" in fields  # RoPE + cache write + attention, one kernel
         return Options(fused_qkv=True, fused_gate_up=True, **fields)
 
     def prepare(self, steps: int) -> None:
@@ -444,11 +445,12 @@ class Fast(Graphed):
         try:
             super().prepare(steps)
         except Exception as exc:
-            if not self.opts.gemv and self.opts.attention is sdpa_attention:
+            if not self.opts.gemv and self.opts.attention is sdpa_attention and self.opts.step_attention is None:
                 raise
             self.info["notes"].append(f"the Triton kernels failed inside compile/capture ({type(exc).__name__}: "
                                       f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); V5 uses torch's ops")
             self.info["triton_gemv_shapes"], self.info["attention"] = [], "attention"
+            self.info["fused_step_attention"] = False
             self.opts = Options(fused_qkv=True, fused_gate_up=True)
             self.info.pop("compile_s", None)
             self.step = self.build_step()

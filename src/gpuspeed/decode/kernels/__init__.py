@@ -156,6 +156,52 @@ def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len
     return use
 
 
+def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, dtype, flash: bool,
+                          notes: list) -> bool:
+    """True when the fused step kernel (RoPE + cache write + attention, kernels/step_attention.py) beats the same
+    step compiled from torch's ops (inductor's RoPE/cache-write kernels and the attention chosen so far) on a full
+    cache of max_len, and matches float64."""
+    from gpuspeed.decode.kernels import step_attention as SA
+    from gpuspeed.decode.model import named_config, rope_tables
+    from gpuspeed.verify import check
+
+    key = ("step_attn", batch, n_heads, n_kv, head_dim, max_len, dtype, torch.cuda.get_device_name())
+    if key in _decisions:
+        return _decisions[key][0]
+    use, details = False, {}
+    try:
+        args = named_config("tiny", n_heads=n_heads, n_kv_heads=n_kv, dim=n_heads * head_dim, head_dim=head_dim)
+        cos, sin = rope_tables(args, max_len, "cuda", dtype)
+        qkv = torch.randn(batch, 1, (n_heads + 2 * n_kv) * head_dim, device="cuda", dtype=dtype)
+        kc = torch.randn(batch, n_kv, max_len, head_dim, device="cuda", dtype=dtype)
+        vc = torch.randn_like(kc)
+        pos = torch.tensor([max_len - 1], device="cuda")
+        want = SA.reference(qkv.double(), cos.double(), sin.double(), pos, kc.double(), vc.double())
+        ok = check(SA.step_attention(qkv, cos, sin, pos, kc.clone(), vc.clone()), want,
+                   **({} if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)))
+        attn = None
+        if flash:
+            from gpuspeed.decode.kernels.attention import decode_attention as attn
+
+        def torch_step(qkv, cos, sin, pos, kc, vc):
+            return SA.reference(qkv, cos, sin, pos, kc, vc, attention_fn=attn)
+
+        compiled = torch.compile(torch_step, fullgraph=True, dynamic=False)
+        compiled(qkv, cos, sin, pos, kc, vc)
+        base = _bench(compiled, qkv, cos, sin, pos, kc, vc, rotate=2)
+        mine = _bench(SA.step_attention, qkv, cos, sin, pos, kc, vc, rotate=2)
+        use = ok.passed and mine.median < base.median
+        details = {"compiled_torch_us": base.median * 1e6, "fused_us": mine.median * 1e6, "check": ok.summary}
+        notes.append(f"decode step attention over {max_len} keys: {'one fused kernel' if use else 'compiled torch ops'}"
+                     f" (compiled RoPE + cache write + {'flash-decoding' if flash else 'SDPA'} {base.median * 1e6:.1f} us,"
+                     f" fused {mine.median * 1e6:.1f} us{'' if ok.passed else ', the fused kernel FAILED its check'})")
+    except Exception as exc:
+        notes.append(f"fused step attention unavailable: {type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0][:120] if str(exc) else ''}")
+    _decisions[key] = (use, details)
+    return use
+
+
 def gemv_uses(args) -> dict:
     """The weight shapes of a decode step and the fused forms each runs in (fused QKV and gate/up)."""
     a = args
@@ -174,6 +220,9 @@ def choices() -> dict:
         if key[0] == "gemv":
             _, n, k, dtype, uses, _dev = key
             name = f"gemv {n}x{k} {str(dtype).replace('torch.', '')} ({', '.join(uses)})"
+        elif key[0] == "step_attn":
+            _, b, h, hkv, d, length, dtype, _dev = key
+            name = f"step attention batch {b} heads {h}/{hkv} dim {d} keys {length} {str(dtype).replace('torch.', '')}"
         else:
             _, b, h, hkv, d, length, dtype, _dev = key
             name = f"attention batch {b} heads {h}/{hkv} dim {d} keys {length} {str(dtype).replace('torch.', '')}"
@@ -202,8 +251,14 @@ def choose(model, batch: int, max_len: int) -> tuple[dict, list]:
                 table[(n, k)] = cfg
         if table:
             fields["gemv"] = table
-    if choose_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len, model.dtype, notes):
+    flash = choose_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len, model.dtype, notes)
+    if flash:
         from gpuspeed.decode.kernels.attention import decode_attention
 
         fields["attention"] = decode_attention
+    if model.tp is None and choose_step_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len, model.dtype,
+                                                  flash, notes):
+        from gpuspeed.decode.kernels.step_attention import step_attention
+
+        fields["step_attention"] = step_attention
     return fields, notes

@@ -1,0 +1,171 @@
+"""The attention half of a decode step as one Triton kernel: RoPE on the new query and key, the key and value
+written into the static cache at the device position, and attention of the G query heads of each KV head over
+the cache, for one new token per sequence.
+
+Compiled V5 otherwise spends four to five kernels of a layer here (RoPE + cache write, the value's cache write,
+the attention bias, SDPA, on smollm2 ~10 us of a ~30 us layer, each a few us of mostly latency); this one reads
+the QKV GEMV's output as it lies ([B, 1, q_rows + 2 kv_rows]) and writes the output projection's input
+([B, 1, q_rows]). One program per (sequence, KV head) walks the cached keys before the position in tiles with
+an online softmax; the new key and value enter from registers, so the program never reads what it has just
+written. Short caches only: a long one (thousands of keys) belongs to flash-decoding, split over the keys
+(kernels/attention.py); choose() measures which, per cache length.
+
+Rounding follows the compiled step it replaces: RoPE in fp32 from the model-dtype inputs, rounded once to the
+model dtype (as inductor's fused RoPE kernel does); scores and P.V as tensor-core dots with fp32 accumulation
+(exact fp32 "ieee" dots for fp32 models), softmax in fp32.
+"""
+
+import functools
+import math
+
+import torch
+
+BLOCK_L = 64  # cached keys per tile
+
+
+@functools.cache
+def _kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def step_attn_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr, out_ptr, G, HKV, Q_ROWS, KV_ROWS,
+                         s_qkv_b, s_c_b, s_c_h, s_c_l, s_out_b, scale,
+                         D: tl.constexpr, G_PAD: tl.constexpr, BLOCK_L: tl.constexpr, IEEE: tl.constexpr):
+        scale = tl.cast(scale, tl.float32)  # inductor passes Python floats as fp64: keep the math in fp32
+        bh = tl.program_id(0)
+        b = bh // HKV
+        h = bh % HKV
+        dt = kc_ptr.dtype.element_ty
+        pos = tl.load(pos_ptr)
+        rd = tl.arange(0, D)
+        partner = tl.where(rd < D // 2, rd + D // 2, rd - D // 2)  # rotate-half: [-x2, x1]
+        sign = tl.where(rd < D // 2, -1.0, 1.0)
+        cos = tl.load(cos_ptr + pos * D + rd).to(tl.float32)
+        sin = tl.load(sin_ptr + pos * D + rd).to(tl.float32)
+        src = qkv_ptr + b * s_qkv_b
+        # the new key (RoPE) and value, written into the cache at pos
+        kx = tl.load(src + Q_ROWS + h * D + rd).to(tl.float32)
+        kp = tl.load(src + Q_ROWS + h * D + partner).to(tl.float32)
+        k_new = (kx * cos + sign * kp * sin).to(dt)
+        v_new = tl.load(src + Q_ROWS + KV_ROWS + h * D + rd)
+        dst = b * s_c_b + h * s_c_h + pos * s_c_l
+        tl.store(kc_ptr + dst + rd, k_new)
+        tl.store(vc_ptr + dst + rd, v_new)
+        # the G query heads of this KV head (RoPE), padded to G_PAD rows for tl.dot
+        rg = tl.arange(0, G_PAD)
+        gm = rg < G
+        qrow = (h * G + rg)[:, None] * D
+        qx = tl.load(src + qrow + rd[None, :], mask=gm[:, None], other=0.0).to(tl.float32)
+        qp = tl.load(src + qrow + partner[None, :], mask=gm[:, None], other=0.0).to(tl.float32)
+        q = (qx * cos[None, :] + sign[None, :] * qp * sin[None, :]).to(dt)
+        m_i = tl.full([G_PAD], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([G_PAD], dtype=tl.float32)
+        acc = tl.zeros([G_PAD, D], dtype=tl.float32)
+        base = b * s_c_b + h * s_c_h
+        for l0 in range(0, pos, BLOCK_L):  # the keys before pos, from the cache
+            rl = l0 + tl.arange(0, BLOCK_L)
+            valid = rl < pos
+            k = tl.load(kc_ptr + base + rl[:, None] * s_c_l + rd[None, :], mask=valid[:, None], other=0.0)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            else:
+                s = tl.dot(q, tl.trans(k)) * scale
+            s = tl.where(valid[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(vc_ptr + base + rl[:, None] * s_c_l + rd[None, :], mask=valid[:, None], other=0.0)
+            if IEEE:
+                acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(p.to(dt), v)
+            m_i = m_new
+        # the new key, from registers
+        s_new = tl.sum(q.to(tl.float32) * k_new.to(tl.float32)[None, :], axis=1) * scale
+        m_new = tl.maximum(m_i, s_new)
+        alpha = tl.exp(m_i - m_new)
+        p_new = tl.exp(s_new - m_new)
+        l_i = l_i * alpha + p_new
+        acc = acc * alpha[:, None] + p_new[:, None] * v_new.to(tl.float32)[None, :]
+        out = acc / l_i[:, None]
+        tl.store(out_ptr + b * s_out_b + qrow + rd[None, :], out.to(dt), mask=gm[:, None])
+
+    return step_attn_kernel
+
+
+def _launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
+            v_cache: torch.Tensor) -> torch.Tensor:
+    """qkv [B, 1, q_rows + 2 kv_rows]; cos/sin [L, D]; pos [1] (device); caches [B, Hkv, L, D] -> [B, 1, q_rows]."""
+    b, hkv, _, d = k_cache.shape
+    kv_rows = hkv * d
+    q_rows = qkv.shape[-1] - 2 * kv_rows
+    g = q_rows // d // hkv
+    out = torch.empty(b, 1, q_rows, device=qkv.device, dtype=qkv.dtype)
+    kern = _kernel()
+    try:
+        from torch.library import wrap_triton
+
+        kern = wrap_triton(kern)
+    except ImportError:
+        pass
+    kern[(b * hkv,)](qkv, cos, sin, pos, k_cache, v_cache, out, g, hkv, q_rows, kv_rows, qkv.stride(0),
+                     k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), 1.0 / math.sqrt(d),
+                     D=d, G_PAD=max(16, 1 << (g - 1).bit_length()), BLOCK_L=BLOCK_L,
+                     IEEE=int(qkv.dtype == torch.float32), num_warps=4)
+    return out
+
+
+def _registered():
+    """The triton_op torch.compile keeps in its graph (mutating the caches), or the plain launcher."""
+    try:
+        from torch.library import triton_op
+    except ImportError:
+        return _launch
+
+    @triton_op("gpuspeed::step_attention", mutates_args={"k_cache", "v_cache"})
+    def step_attention_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
+                          k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        return _launch(qkv, cos, sin, pos, k_cache, v_cache)
+
+    return step_attention_op
+
+
+STEP_ATTENTION_OP = None  # registered at the first eager call, as gemv.GEMV_OP
+
+
+def registered():
+    global STEP_ATTENTION_OP
+    if STEP_ATTENTION_OP is None:
+        STEP_ATTENTION_OP = _registered()
+    return STEP_ATTENTION_OP
+
+
+def step_attention(qkv, cos, sin, pos, k_cache, v_cache):
+    """The Options.step_attention signature: [B, 1, q_rows] for one new token, the caches written at pos."""
+    op = STEP_ATTENTION_OP if STEP_ATTENTION_OP is not None else registered()
+    return op(qkv.contiguous(), cos, sin, pos, k_cache, v_cache)
+
+
+def reference(qkv, cos, sin, pos, k_cache, v_cache, attention_fn=None):
+    """The same step in torch ops (the model's own RoPE, cache update and attention, or `attention_fn` with the
+    model's attention signature), for checks and timing."""
+    from gpuspeed.decode.model import apply_rope, attention, attn_bias
+
+    b, hkv, cap, d = k_cache.shape
+    q_rows = qkv.shape[-1] - 2 * hkv * d
+    h = q_rows // d
+    q, k, v = qkv.split([q_rows, hkv * d, hkv * d], dim=-1)
+    q = q.view(b, 1, h, d).transpose(1, 2)
+    k = k.view(b, 1, hkv, d).transpose(1, 2)
+    v = v.view(b, 1, hkv, d).transpose(1, 2)
+    c, s = cos[pos], sin[pos]
+    q, k = apply_rope(q, c, s), apply_rope(k, c, s)
+    k_cache.index_copy_(2, pos, k)
+    v_cache.index_copy_(2, pos, v)
+    mask = torch.arange(cap, device=qkv.device)[None, :] <= pos[:, None]
+    if attention_fn is None:  # as the model's forward: SDPA gets the additive bias, made once per step
+        attention_fn, mask = attention, attn_bias(mask, q.dtype)
+    y = attention_fn(q, k_cache, v_cache, mask, pos)
+    return y.transpose(1, 2).reshape(b, 1, q_rows)
