@@ -93,8 +93,9 @@ def test_int8_kernel_choice_times_both_candidates_on_the_gpu():
 
 @pytest.mark.parametrize("force", ["triton", "torch"])
 def test_int8_smollm2_bf16_inside_compile_and_a_graph_agrees_with_bf16(force):
-    from gpuspeed.decode.kernels.int8_gemv import CONFIGS
+    from gpuspeed.decode.kernels.int8_gemv import CONFIGS, registered
 
+    registered()  # as quant.choose() does before any compile
     base = M.build(M.named_config("smollm2-135m"), device="cuda", dtype=torch.bfloat16, seed=0)
     m = study._cast(base, torch.bfloat16)
     Q.quantize_model(m)

@@ -172,6 +172,9 @@ def choose(model, notes: list) -> dict:
     except ImportError:
         notes.append("Triton is not installed: int8 runs as the compiled torch form")
         return {}
+    from gpuspeed.decode.kernels.int8_gemv import registered
+
+    registered()  # the op is registered eagerly: dynamo does not trace the registration
     out = {}
     for w in int8_weights(model):
         n, k = w.shape

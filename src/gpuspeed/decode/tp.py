@@ -41,6 +41,8 @@ FAIL_ENV = "GPUSPEED_TP_FAIL"  # test hook: "RANK:exit" (the rank dies) or "RANK
 PORT_ENV = "GPUSPEED_TP_PORT"  # the rendezvous port (default: a free one)
 TIMEOUT_ENV = "GPUSPEED_TP_TIMEOUT_S"  # the process group's timeout: a rank stuck in a collective fails
 DEFAULT_TIMEOUT_S = 600.0  # compiles and kernel choices differ per rank; a 70B shard compiles for minutes
+# NVLink multicast (NVLS) stays off: on a shared host a program using it can take the GPUs out of service
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 FULL_MODEL_MAX_PARAMS = 2e9  # random weights up to this size are made whole and sliced (same weights as --tp 1)
 
 
@@ -497,6 +499,8 @@ def launch(spec, n: int, target=None) -> dict:
 
     device = _device.resolve_device(spec.device)
     check_launch(n, device)
+    for key, value in NO_MULTICAST.items():  # the ranks inherit this environment
+        os.environ.setdefault(key, value)
     port = os.environ.get(PORT_ENV)
     if port:
         try:
