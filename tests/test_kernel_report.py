@@ -64,6 +64,17 @@ def add_launcher(x, y):
 add_launcher.gpuspeed_inputs = "torch"  # `gpuspeed kernel` moves inputs(rng)'s arrays to torch on the device
 
 
+def repeat_launcher(x):
+    """The same row sum three times, then once over half the rows: two distinct launches."""
+    rows = poison(torch.empty(8, dtype=x.dtype, device=x.device))
+    cols = x.numel() // 8
+    for _ in range(3):
+        rowsum_kernel[(8,)](x, rows, cols, BLOCK=triton.next_power_of_2(cols), num_warps=1)
+    half = poison(torch.empty(4, dtype=x.dtype, device=x.device))
+    rowsum_kernel[(4,)](x, half, cols, BLOCK=triton.next_power_of_2(cols), num_warps=1)
+    return rows, half
+
+
 def inputs(rng):
     """Example arguments for `gpuspeed kernel` (the optimize workload format: host arrays)."""
     return tuple(rng.standard_normal(N).astype(np.float32) for _ in range(2))
@@ -149,6 +160,7 @@ def test_verdict_numba_levers_and_main_launch():
     small = dict(_launch(grid=(1, 1, 1)), threads_per_block=32)
     big = _launch(grid=(4, 100, 1))
     assert verdict.main_launch([small, big]) is big
+    assert verdict.main_launch([dict(small, count=10000), big])["count"] == 10000  # 320000 threads in all
     assert verdict.judge({**_facts(30.0), "launches": [small, big], "main": big})[0] == "latency"
 
 
@@ -200,6 +212,21 @@ def test_triton_launcher_interpreted():
     assert rowsum["kernel"] == "rowsum_kernel" and rowsum["grid"] == [8, 1, 1] and rowsum["num_warps"] == 1
     assert rowsum["autotune"] is None and rowsum["meta"]["BLOCK"] == 128
     json.dumps(d)  # JSON-safe
+    assert add["count"] == 1 and rowsum["count"] == 1
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU)")
+def test_identical_launches_are_counted_once():
+    from gpuspeed import kernel_report
+
+    x = torch.from_numpy(np.random.default_rng(2).standard_normal(8 * 37).astype(np.float32))
+    rep = kernel_report(repeat_launcher, x, device="cpu")
+    rows, half = rep.output
+    ref = x.double().reshape(8, 37).sum(1)
+    assert check(rows, ref).passed and check(half, ref[:4]).passed
+    got = [(la["kernel"], la["grid"], la["count"]) for la in rep.to_dict()["launches"]]
+    assert got == [("rowsum_kernel", [8, 1, 1], 3), ("rowsum_kernel", [4, 1, 1], 1)]
+    assert "rowsum_kernel x3 [triton]" in "\n".join(rep.lines())
 
 
 @pytest.mark.skipif(CUDA, reason="the kernel would compile and run on the GPU")

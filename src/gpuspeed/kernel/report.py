@@ -68,7 +68,8 @@ class KernelReport:
             occ = la.get("occupancy")
             if occ:
                 res += f"; occupancy {occ['pct']:.0f} % ({occ['blocks_per_sm']} blocks/SM, {occ['limiter']}-limited)"
-            out.append(f"  {la['kernel']} [{la['backend']}] {geo}{res}")
+            times = f" x{la['count']}" if la.get("count", 1) > 1 else ""
+            out.append(f"  {la['kernel']}{times} [{la['backend']}] {geo}{res}")
             at = la.get("autotune")
             if at:
                 out.append(f"    autotune chose {at['chosen']}; tried {len(at['tried'])}:")
@@ -133,6 +134,21 @@ def describe(launch, limits: Limits | None) -> dict:
             triton_info.driver_blocks_per_sm(launch.compiled, d["threads_per_block"]) if launch.backend == "triton"
             else numba_info.driver_blocks_per_sm(launch.compiled, d["threads_per_block"], d["shared_dynamic"] or 0))
     return d
+
+
+def group(launches: list) -> list[tuple]:
+    """[(launch, count)]: identical launches (same kernel, compiled binary, geometry and options) merged, in the
+    order each was first seen, so a launcher that runs one kernel a thousand times reports it once."""
+    seen: dict = {}
+    for la in launches:
+        key = (la.kernel, la.backend, tuple(la.grid), tuple(la.block or ()), la.num_warps, la.num_stages,
+               la.shared_dynamic, id(la.compiled) if la.compiled is not None else None, id(la.autotuner),
+               repr(sorted(la.meta.items())))
+        if key in seen:
+            seen[key][1] += 1
+        else:
+            seen[key] = [la, 1]
+    return [tuple(v) for v in seen.values()]
 
 
 def _ceilings(ceilings):
@@ -224,7 +240,9 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         out = fn(*args, **kwargs)
         _sync(gpu)
     limits = device_limits() if gpu else None
-    launches = [describe(la, limits) for la in cap.launches]
+    launches = []
+    for la, count in group(cap.launches):
+        launches.append(describe(la, limits) | {"count": count})
     kinds = {la["backend"] for la in launches}
     backend = "none" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
     main = verdict.main_launch(launches)

@@ -10,8 +10,9 @@
   8. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
   9. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages
  10. unplaced     no roof position (no ceilings): the occupancy alone
-The main launch is the one that starts the most threads. `facts` is a plain dict (see `facts_of`), so the
-rules are testable on synthetic inputs.
+The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
+(built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
+limiter), so the rules are testable on synthetic inputs.
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ def judge(facts: dict) -> tuple[str, str, str]:
 
 
 def main_launch(launches: list[dict]) -> dict | None:
-    """The launch that starts the most threads (grid x threads per block)."""
+    """The launch that starts the most threads (grid x threads per block x times it ran)."""
     def threads(la):
         g = la["grid"][0] * la["grid"][1] * la["grid"][2]
-        return g * (la.get("threads_per_block") or 1)
+        return g * (la.get("threads_per_block") or 1) * la.get("count", 1)
     return max(launches, key=threads, default=None)
