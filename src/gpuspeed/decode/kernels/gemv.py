@@ -22,8 +22,11 @@ import torch
 
 CONFIGS = [  # (BLOCK_N, BLOCK_K, SPLIT, num_warps) tried per shape (K per split is a runtime value: one
     # compile per config and prologue, not per shape)
-    (8, 512, 1, 4), (16, 256, 1, 4), (32, 256, 1, 8), (4, 512, 2, 4), (8, 512, 4, 4), (16, 256, 4, 4),
-    (4, 1024, 8, 4),
+    (8, 512, 1, 4), (16, 256, 1, 4), (4, 512, 2, 4), (4, 1024, 8, 4),
+    # wider K tiles: a bf16 row tile of 512 is 1 KB, half an fp32 one, and the first H200 runs had every bf16 1B
+    # shape at 1.3-2.6 TB/s with 8 KB tiles per program (too few bytes in flight per SM); (32, 256, 1, 8),
+    # (8, 512, 4, 4) and (16, 256, 4, 4) were never within 10 % of the best and made room for these
+    (8, 1024, 1, 4), (4, 2048, 1, 4), (8, 2048, 1, 8), (16, 1024, 1, 8),
 ]
 PROLOGUES = {"none": 0, "norm": 1, "silu_mul": 2}
 
