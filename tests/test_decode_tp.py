@@ -84,6 +84,25 @@ def test_two_gloo_ranks_give_one_process_tokens_and_logits():
         assert res.passed, (name, res.summary)
 
 
+def test_a_checkpoint_over_two_ranks_gives_one_process_tokens(tmp_path):
+    """An HF folder (3 KV heads: split 2 + 1; a vocabulary of 257: padded shards; tied head), read on the host and
+    sliced per rank."""
+    pytest.importorskip("safetensors")
+    from safetensors.torch import save_file
+
+    from gpuspeed.decode import checkpoints as C
+
+    a = M.named_config("smollm2-135m", vocab_size=257, dim=48, n_layers=2, n_heads=6, n_kv_heads=3, ffn_dim=40)
+    m = M.build(a, seed=11)
+    save_file({k: v.contiguous() for k, v in C.hf_state_dict(m).items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(C.hf_config(a)))
+    spec = replace(SPEC, model=str(tmp_path), variants=["V2"], max_layers=None)
+    one = TP.run_variants(spec)
+    two = TP.launch(spec, 2, target=TP.tokens_worker)
+    assert two["V2"]["tokens"] == one["V2"]["tokens"]
+    assert check(two["V2"]["logits"], one["V2"]["logits"].double()).passed
+
+
 def _cli(*args, env=None, timeout=120):
     e = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **(env or {}))
     t = time.perf_counter()
@@ -98,8 +117,17 @@ SMALL = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len"
 
 @pytest.mark.parametrize("how,cause", [("exit", "exited with code 17")])  # "raise": the exception's message
 def test_a_failing_rank_ends_the_run_with_one_line_naming_it(how, cause):
-    p, took = _cli(*SMALL, "--tp", "2", "--variants", "V2", env={TP.FAIL_ENV: f"1:{how}"})
+    tag = f"h3-{os.getpid()}-{time.time_ns()}"  # marks every process of this run, to look for leftovers
+    p, took = _cli(*SMALL, "--tp", "2", "--variants", "V2", env={TP.FAIL_ENV: f"1:{how}", "GPUSPEED_TEST_TAG": tag})
     assert p.returncode == 2, p.stderr[-2000:]
+    left = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"GPUSPEED_TEST_TAG={tag}".encode() in env_file.read_bytes():
+                left.append(env_file.parent.name)
+        except OSError:  # gone, or not ours to read
+            continue
+    assert not left, f"processes of the failed run still alive: {left}"
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith("gpuspeed: error: rank 1 failed:") and cause in lines[-1], p.stderr[-2000:]
     assert "Traceback" not in p.stderr
