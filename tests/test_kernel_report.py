@@ -395,6 +395,24 @@ def test_cli_numba_file(numba_file):
     assert d["backend"] == "numba" and [la["block"] for la in d["launches"]] == [[64, 1, 1], [8, 16, 1]]
 
 
+def test_cli_launcher_that_imports_its_kernels_late(numba_file):
+    # the launcher's module imports numba only inside the call: the capture patches it after the warm-up call
+    (numba_file.parent / "late.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def launcher(x, m):
+            import numba_launcher
+            return numba_launcher.launcher(x, m)
+
+        def inputs(rng):
+            return rng.standard_normal(50).astype(np.float32), rng.standard_normal((9, 17)).astype(np.float32)
+    '''))
+    r = _cli("kernel", f"{numba_file.parent / 'late.py'}:launcher", "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["backend"] == "numba" and [la["grid"] for la in d["launches"]] == [[1, 1, 1], [2, 2, 1]]
+
+
 @pytest.mark.parametrize("args,words", [
     (["tests/no_such_file.py:f"], "no such file"),
     (["tests/test_kernel_report.py"], "expected path/to/file.py:function"),

@@ -9,11 +9,13 @@ While a `Capture` is open it wraps, at class level, the methods every launch goe
   thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__`.
 Without a GPU an interpreted kernel's autotuner has no device to time its configs on, so its benchmark runs
 each config once (a correctness run) and calls them all equal: the first config is chosen.
-Only modules already imported are patched: a launcher's kernels are defined before it runs.
+Backends are patched once imported: at entry, and again at `refresh()` (kernel_report calls it after the
+warm-up call, which may have imported the kernels lazily).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -76,15 +78,27 @@ class Capture:
         self._undo.append((owner, name, original if own else _INHERITED))
 
     def __enter__(self) -> "Capture":
+        self._triton_done = self._numba_done = False
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and "triton" not in sys.modules:
+            try:  # an interpreted autotuner needs its stand-in benchmark even when the launcher imports triton late
+                import triton  # noqa: F401
+            except ImportError:
+                pass
+        self.refresh()
+        return self
+
+    def refresh(self) -> None:
+        """Patch the backends imported since the last look (a launcher may import its kernels on first call)."""
         try:
-            if "triton" in sys.modules:
+            if not self._triton_done and "triton" in sys.modules:
+                self._triton_done = True
                 self._patch_triton()
-            if "numba.cuda" in sys.modules or "numba_cuda" in sys.modules:
+            if not self._numba_done and ("numba.cuda" in sys.modules or "numba_cuda" in sys.modules):
+                self._numba_done = True
                 self._patch_numba()
         except BaseException:
             self.__exit__(None, None, None)
             raise
-        return self
 
     def __exit__(self, *exc) -> None:
         while self._undo:
@@ -236,8 +250,6 @@ def interpreting_triton() -> bool:
 
         return bool(knobs.runtime.interpret)
     except Exception:  # an older triton without knobs reads the environment
-        import os
-
         return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 

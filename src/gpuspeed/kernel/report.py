@@ -236,6 +236,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
                                 f"`gpuspeed kernel` does) ({type(exc).__name__})") from exc
             raise
         _sync(gpu)
+        cap.refresh()  # the warm-up may have imported the kernels (lazy launchers)
         cap.recording = True
         out = fn(*args, **kwargs)
         _sync(gpu)
