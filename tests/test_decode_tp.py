@@ -173,3 +173,20 @@ def test_cli_tp2_runs_the_timed_study_in_lockstep_and_rank0_writes(tmp_path):
     a = M.named_config("tiny", n_layers=1)
     half = replace(a, n_heads=4, n_kv_heads=4, ffn_dim=a.ffn_dim // 2, vocab_size=a.vocab_size // 2)
     assert rows["V2"]["weight_bytes_per_token"] == half.weight_bytes_per_token(4)
+
+
+def test_tp_figures_per_rank_share_and_aggregate_bandwidth():
+    doc = {"params": {"read_ceiling": {"GBps": 4000.0}}, "notes": [], "summary": {"m_bf16_tp2_best_ms_per_token": 2.0},
+           "rows": [{"variant": "V5", "study": "ladder", "ms_per_token": 2.0, "weight_GBps": 3000.0, "tokens_per_s": 500.0},
+                    {"variant": "V4", "study": "ladder", "ms_per_token": 4.0, "weight_GBps": 1500.0}]}
+    per_rank = [{"V5": {"comm_kernel_ms_per_token": 0.5}, "V4": {"comm_kernel_ms_per_token": None}},
+                {"V5": {"comm_kernel_ms_per_token": 0.6}}]
+    t = TP.TP(group=None, rank=0, world=2, vocab_size=0, vocab_local=0, notes=["a note"])
+    TP.add_tp_figures(doc, per_rank, t, "m_bf16_tp2")
+    v5, v4 = doc["rows"]
+    assert v5["allreduce_share_of_step_per_rank"] == [0.25, 0.3] and v5["allreduce_share_of_step"] == 0.3
+    assert v5["aggregate_weight_GBps"] == 6000.0 and v5["aggregate_pct_of_read_roof"] == 75.0
+    assert "allreduce_share_of_step" not in v4 and v4["tp"] == 2
+    s = doc["summary"]
+    assert s["m_bf16_tp2_allreduce_share"] == 0.3 and s["m_bf16_tp2_aggregate_pct_of_read_roof"] == 75.0
+    assert s["m_bf16_tp2_tokens_per_s"] == 500.0 and doc["notes"] == ["a note"]
