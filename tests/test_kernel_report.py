@@ -137,6 +137,7 @@ def _facts(pct_of_roof=None, time_s=1e-3, **launch):
     ({"gpu": False, "launches": []}, "no_gpu", "interpreters"),
     ({"gpu": True, "launches": []}, "no_launch", "no Triton"),
     (_facts(92.0, spills=64, pct=25.0, limiter="registers"), "at_roof", "at 92 % of the copy roof: done"),
+    (_facts(160.0), "at_roof", "above the copy roof (160 %): cache-resident"),
     (_facts(40.0, spills=64, pct=25.0, limiter="registers"), "spills", "spills 64 bytes per thread: lower BLOCK / num_warps"),
     (_facts(40.0, grid=(40, 1, 1), pct=25.0, limiter="registers"), "small_grid",
      "grid of 40 programs on 132 SMs: split the work"),

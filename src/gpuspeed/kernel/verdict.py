@@ -2,7 +2,7 @@
 
   1. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
   2. no_launch    no Triton or Numba CUDA launch was seen
-  3. at_roof      >= DONE_PCT % of its roof: done
+  3. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
   4. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
   5. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
   6. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
@@ -17,6 +17,7 @@ limiter), so the rules are testable on synthetic inputs.
 
 from __future__ import annotations
 
+ABOVE_PCT = 105.0  # a memory-bound point this far over the roof ran from cache (roofline.place's ABOVE_ROOF)
 DONE_PCT = 80.0  # at or above this % of its roof a kernel is done: what is left is noise and tails
 LOW_ROOF_PCT = 50.0
 LOW_OCCUPANCY_PCT = 50.0
@@ -44,6 +45,9 @@ def no_launch(f):
 
 def at_roof(f):
     p = f.get("pct_of_roof")
+    if p is not None and p > ABOVE_PCT and f.get("bound") == "memory":
+        return (f"above the {_roof_name(f)} roof ({_pct(p)}): cache-resident data, the working set sat in L2",
+                "time it on inputs larger than L2 to judge it against device memory")
     if p is not None and p >= DONE_PCT:
         return f"at {_pct(p)} of the {_roof_name(f)} roof: done", "none: it is at its roof"
 
