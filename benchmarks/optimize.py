@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         if kept:
             notes.append(f"rows kept from an earlier call: {', '.join(r['example'] for r in kept)}")
         if cut:
-            notes.append("started late in a call of --limit {:g} s, so given less than the default time budget: {}".format(
+            notes.append("given less than --time-budget to fit the call's --limit of {:g} s: {}".format(
                 a.limit, ", ".join(f"{k} ({v:.0f} s)" for k, v in cut.items())))
         if len(free) + len(running) > 1:
             notes.append("minutes are each example's wall time beside the others (waiting its turn for the lock "

@@ -56,21 +56,21 @@ class _Compiled:
     length-1 axis ("Sizes of ... do not match"), falls back once to a serial njit of the same code."""
 
     def __init__(self, fn, name):
+        from numba.core import errors
+
         self.fn, self.name = fn, name
         self.jitted = numba.njit(parallel=True)(fn)
         self.serial = False
         self.impl = None  # the Impl it runs in: its label and notes say when it fell back
+        self.compile_errors = tuple(getattr(errors, n) for n in ("TypingError", "UnsupportedError", "LoweringError",
+                                                                 "NumbaNotImplementedError", "UnsupportedRewriteError")
+                                    if hasattr(errors, n))
 
     def __call__(self, *args):
-        from numba.core import errors
-
-        compile_errors = tuple(getattr(errors, n) for n in ("TypingError", "UnsupportedError", "LoweringError",
-                                                            "NumbaNotImplementedError", "UnsupportedRewriteError")
-                               if hasattr(errors, n))
         first = not self.jitted.signatures
         try:
             return self.jitted(*args)
-        except compile_errors as exc:
+        except self.compile_errors as exc:
             if not first:  # compiled before: an error of the code itself on these inputs
                 raise
             raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
