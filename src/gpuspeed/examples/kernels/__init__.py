@@ -27,9 +27,17 @@ def cudasim() -> bool:
 
 
 def lazy(module: str, name: str):
-    """A variant callable that imports `gpuspeed.examples.kernels.<module>` on its first call."""
+    """A variant callable that imports `gpuspeed.examples.kernels.<module>` on its first call. Without a CUDA
+    device it refuses in one line (an ImportError: the optimize worker records the candidate 'unavailable'),
+    interpreters or not: interpreted kernels are for tests, and would make a CPU run of optimize crawl."""
 
     def variant(*args):
+        import torch
+
+        if not torch.cuda.is_available():  # even under the interpreters: as a candidate it would time nothing real
+            raise KernelUnavailable("no CUDA device: the hand kernels run on the GPU (their launchers in "
+                                    f"gpuspeed.examples.kernels.{module} run under TRITON_INTERPRET=1 / "
+                                    "NUMBA_ENABLE_CUDASIM=1 for tests)")
         fn = getattr(importlib.import_module(f"gpuspeed.examples.kernels.{module}"), name)
         return fn(*args)
 
