@@ -275,5 +275,26 @@ def test_kernels_benchmark_refuses_an_unknown_example_in_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_kernels_benchmark_picks_the_best_automatic_candidate():
+    # an optimize document: the hand variants and the original are not "automatic"; failed candidates do not count
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks/kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    doc = {"rows": [{"name": "original", "backend": "original", "status": "ok", "device_s": 2.0},
+                    {"name": "cupy", "backend": "cupy", "status": "ok", "device_s": 8e-3},
+                    {"name": "torch-compile-fp32", "backend": "torch_compile", "status": "ok", "device_s": 9e-4},
+                    {"name": "jax", "backend": "jax", "status": "incorrect", "device_s": 1e-5},
+                    {"name": "variant:triton", "backend": "variant", "status": "ok", "device_s": 3e-4},
+                    {"name": "variant:numba_cuda", "backend": "variant", "status": "error", "device_s": None}]}
+    variants, best = bench.candidates(doc)
+    assert variants == {"triton": 3e-4} and best == ("torch-compile-fp32", 9e-4)
+    rows = [{"example": "e", "time_s": 1e-4, "at_70pct_roof": True, "correct": True, "speedup_vs_auto": 3.0},
+            {"example": "e", "time_s": 2e-4, "at_70pct_roof": False, "correct": True, "speedup_vs_auto": 0.5},
+            {"example": "f", "time_s": 1e-3, "at_70pct_roof": False, "correct": True, "speedup_vs_auto": 0.9}]
+    s = bench.summarize(rows)
+    assert (s["kernels"], s["kernels_at_70pct_roof"], s["kernels_faster_than_auto"]) == (3, 1, 1)
+    assert s["examples_faster_than_auto"] == 1 and s["examples"] == 2
+
+
 if __name__ == "__main__":
     sys.exit(child_main())
