@@ -3,7 +3,9 @@
 The axis is the workload's BATCH_AXIS, or one proposed here after checking on small inputs that the
 original is independent along it (outputs of two uneven pieces, concatenated, equal the output of the
 whole). The chunk size comes from the planner: the candidate's peak measured at two chunk sizes under
-the budget's 15 % headroom (gpuspeed.memory.measure_chunk_plan).
+the budget's 15 % headroom (gpuspeed.memory.plan_chunks), two chunks in flight for the two-stream pipeline;
+then the pipeline itself is measured on its first chunks (both streams' cached blocks, staging, rounding:
+everything alive at once) and the chunk re-planned once from that peak when it is over the limit.
 """
 
 from __future__ import annotations
