@@ -9,7 +9,8 @@
 #           results/nvidia-h200/optimize.json's rows only when they are exactly O1's examples).
 #   ALL     every example in one call (~13 min on one GPU: cut at LIMIT, the finished examples are kept)
 #   T       the optimize GPU tests (~3.5 min)
-#   TC      only the chunking GPU tests (~1.5 min): the pipeline re-planned from its measured peak (issue 13)
+#   TC      only the chunking and cupy.fuse GPU tests (~1.5 min): the pipeline re-planned from its measured peak,
+#           a fuse trace failure recorded as unavailable (issue 13)
 # Everything lands in $OUT/optimize_<part>.tar.gz; unpack it into results/nvidia-h200/.
 set -u
 part=${1:?part O1, O2, ALL, T or TC}
@@ -37,7 +38,7 @@ EOF
       run "$O2" ;;
   ALL) lim=${LIMIT:-550}; run "" ;;
   T) timeout 560 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py 2>&1 | tee "$R/gpu_tests_optimize.log" ;;
-  TC) timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py -k chunk 2>&1 \
+  TC) timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_optimize_gpu.py -k "chunk or fuse" 2>&1 \
         | tee "$R/gpu_tests_optimize_chunk.log" ;;
   *) echo "part O1, O2, ALL, T or TC"; exit 2 ;;
 esac
