@@ -14,6 +14,7 @@ import functools
 import importlib
 import os
 
+
 class KernelUnavailable(ImportError):
     """No device to run the kernel on (an ImportError, so the optimize worker records 'unavailable')."""
 
