@@ -82,6 +82,7 @@ def test_two_gloo_ranks_give_one_process_tokens_and_logits():
         # the row-parallel sums run in another order: fp32 rounding apart, the same logits
         res = check(two[name]["logits"], one[name]["logits"].double())
         assert res.passed, (name, res.summary)
+    assert two["V3"]["info"]["graph_breaks"] == 0  # the functional collectives trace whole (fullgraph=True)
 
 
 def test_a_checkpoint_over_two_ranks_gives_one_process_tokens(tmp_path):
