@@ -101,6 +101,8 @@ def optimize_doc(example: str, a, out_dir: Path) -> tuple[dict | None, str]:
     if rc != 0 or not path.is_file():
         return None, f"`gpuspeed optimize {example}` failed (rc {rc}): see {folder.parent / (example + '.log')}"
     (folder / "refs.pkl").unlink(missing_ok=True)  # large, rebuilt by any run
+    for spec in (folder / "work").glob("*.spec.json"):  # scratch, as benchmarks/optimize.py leaves it
+        spec.unlink()
     return json.loads(path.read_text()), f"`gpuspeed optimize {example} --time-budget {a.time_budget:g}` run now"
 
 
