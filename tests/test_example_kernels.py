@@ -286,8 +286,8 @@ def test_kernels_benchmark_picks_the_best_automatic_candidate():
                     {"name": "jax", "backend": "jax", "status": "incorrect", "device_s": 1e-5},
                     {"name": "variant:triton", "backend": "variant", "status": "ok", "device_s": 3e-4},
                     {"name": "variant:numba_cuda", "backend": "variant", "status": "error", "device_s": None}]}
-    variants, best = bench.candidates(doc)
-    assert variants == {"triton": 3e-4} and best == ("torch-compile-fp32", 9e-4)
+    variants, best, same = bench.candidates(doc)
+    assert variants == {"triton": 3e-4} and best == ("torch-compile-fp32", 9e-4) and same == ("cupy", 8e-3)
     rows = [{"example": "e", "time_s": 1e-4, "at_70pct_roof": True, "correct": True, "speedup_vs_auto": 3.0},
             {"example": "e", "time_s": 2e-4, "at_70pct_roof": False, "correct": True, "speedup_vs_auto": 0.5},
             {"example": "f", "time_s": 1e-3, "at_70pct_roof": False, "correct": True, "speedup_vs_auto": 0.9}]
