@@ -111,3 +111,26 @@ def test_numba_kernels_run_on_torchs_current_stream(example):
         host = _host(launcher(*src))  # the copy back is ordered on this stream too
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
     assert check(host, ref, **getattr(ex, "TOLERANCE", {})).passed
+
+
+def test_heat_single_step_kernel_every_config():
+    # the default 40 steps run only the two-step kernel: the single step (odd counts) is checked here, per config
+    from gpuspeed.examples import heat_stencil as ex
+    from gpuspeed.examples.kernels import heat_stencil as hs, launch
+
+    grid, alpha, _ = ex.inputs(np.random.default_rng(SEEDS[0]), scale=0.3)  # 1121 x 1121: odd, past the tiles
+    ref = ex.original(grid, alpha, 1)
+    src = torch.from_numpy(grid).cuda()
+    coeff = torch.tensor([alpha], dtype=torch.float64, device="cuda")
+    n_rows, n_cols = src.shape
+    for cfg in hs.ONE_STEP_CONFIGS:
+        dst = poison(torch.empty_like(src))
+        launch(hs.heat_step_kernel, lambda meta: (triton_cdiv(n_rows, meta["BLOCK_M"]), triton_cdiv(n_cols, meta["BLOCK_N"])),
+               src, dst, coeff, n_rows, n_cols, config=cfg)
+        res = check(dst.cpu().numpy(), ref, **ex.TOLERANCE)
+        assert res.passed, (str(cfg), res.summary)
+    assert check(_host(hs.heat_triton(src, alpha, 3)), ex.original(grid, alpha, 3), **ex.TOLERANCE).passed
+
+
+def triton_cdiv(a, b):
+    return -(-a // b)
