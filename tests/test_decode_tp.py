@@ -85,17 +85,28 @@ def test_two_gloo_ranks_give_one_process_tokens_and_logits():
     assert two["V3"]["info"]["graph_breaks"] == 0  # the functional collectives trace whole (fullgraph=True)
 
 
-def test_a_checkpoint_over_two_ranks_gives_one_process_tokens(tmp_path):
-    """An HF folder (3 KV heads: split 2 + 1; a vocabulary of 257: padded shards; tied head), read on the host and
-    sliced per rank."""
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_checkpoint_over_two_ranks_gives_one_process_tokens(tmp_path, tied):
+    """An HF folder (3 KV heads: split 2 + 1; a vocabulary of 257: padded shards; a tied head, or an untied one in
+    two files with an index), each rank reading only its slices (tp.load_hf_shard)."""
     pytest.importorskip("safetensors")
     from safetensors.torch import save_file
 
     from gpuspeed.decode import checkpoints as C
 
     a = M.named_config("smollm2-135m", vocab_size=257, dim=48, n_layers=2, n_heads=6, n_kv_heads=3, ffn_dim=40)
+    a = replace(a, tie_embeddings=tied)
     m = M.build(a, seed=11)
-    save_file({k: v.contiguous() for k, v in C.hf_state_dict(m).items()}, str(tmp_path / "model.safetensors"))
+    sd = {k: v.contiguous() for k, v in C.hf_state_dict(m).items()}
+    if tied:
+        save_file(sd, str(tmp_path / "model.safetensors"))
+    else:
+        names = sorted(sd)
+        files = {"model-1.safetensors": names[::2], "model-2.safetensors": names[1::2]}
+        for f, keys in files.items():
+            save_file({k: sd[k] for k in keys}, str(tmp_path / f))
+        index = {"weight_map": {k: f for f, keys in files.items() for k in keys}}
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     (tmp_path / "config.json").write_text(json.dumps(C.hf_config(a)))
     spec = replace(SPEC, model=str(tmp_path), variants=["V2"], max_layers=None)
     one = TP.run_variants(spec)

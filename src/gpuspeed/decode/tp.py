@@ -28,6 +28,7 @@ import socket
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -222,7 +223,10 @@ def load_model(spec, device: str, tp: TP):
             tp.notes.append(f"random weights generated per rank shard ({args.param_count() / 1e9:.0f}B parameters): "
                             "tokens are not comparable with --tp 1")
         ck = checkpoints.Checkpoint(model=m, source="random")
-    else:
+    elif Path(spec.model).is_dir():
+        ck = load_hf_shard(spec.model, tp, device, torch.float32 if want_ref else dtype)
+        m = ck.model
+    else:  # GGUF: quantized blocks are dequantized whole, so the file is read on the host and sliced there
         full = checkpoints.load(spec.model, device="cpu", dtype=torch.float32 if want_ref else dtype)
         local_args(full.model.args, tp.world)  # a clear error before any copy
         ck = full
@@ -234,6 +238,90 @@ def load_model(spec, device: str, tp: TP):
         m.tp = tp
         ck.model = m
     return ck, ref
+
+
+def _role(name: str, names: dict) -> str:
+    """A checkpoint tensor's sharding role, from our name for it (checkpoints.HF_NAMES)."""
+    import re
+
+    template = re.sub(r"\.\d+\.", ".{i}.", name, count=1)
+    ours = next((k for k, v in names["layer"].items() if v == template), None)
+    if ours in ("q", "k", "v", "o", "gate", "up", "down"):
+        return ours
+    return "vocab" if name in (names["tok_emb"], names["lm_head"]) else "replicated"
+
+
+@torch.no_grad()
+def load_hf_shard(folder, tp: TP, device, dtype):
+    """A Hugging Face folder read slice by slice (safetensors' get_slice): each rank reads only its rows or
+    columns of every tensor, and only those reach its device."""
+    import json
+
+    from safetensors import safe_open
+
+    from gpuspeed.decode import checkpoints as C, model as M
+
+    folder = Path(folder)
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"{folder}: no config.json (not a Hugging Face model folder)")
+    cfg = json.loads(cfg_path.read_text())
+    args = C.args_from_hf_config(cfg, name=folder.name)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+    else:
+        weight_map = {}
+        for f in sorted(folder.glob("*.safetensors")):
+            with safe_open(str(f), framework="pt", device="cpu") as h:
+                weight_map |= {k: f.name for k in h.keys()}
+    if not weight_map:
+        raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
+    if not args.tie_embeddings and "lm_head.weight" not in weight_map:
+        args = replace(args, tie_embeddings=True)
+    la = local_args(args, tp.world, tp.rank)
+    set_vocab(tp, args)
+    handles: dict = {}
+
+    def get(name: str) -> torch.Tensor:
+        if name not in weight_map:
+            raise UserError(f"{folder}: checkpoint lacks {name}")
+        fname = weight_map[name]
+        if fname not in handles:
+            handles[fname] = safe_open(str(folder / fname), framework="pt", device="cpu")
+        sl = handles[fname].get_slice(name)
+        role = _role(name, C.HF_NAMES)
+        if role == "replicated":
+            return sl[:]
+        r, n = tp.rank, tp.world
+        kv0, kvn = split(args.n_kv_heads, n, r)
+        g, d = args.n_heads // args.n_kv_heads, args.head_dim
+        f0, fn = split(args.ffn_dim, n, r)
+        if role == "q":
+            return sl[kv0 * g * d:(kv0 + kvn) * g * d]
+        if role in ("k", "v"):
+            return sl[kv0 * d:(kv0 + kvn) * d]
+        if role == "o":
+            return sl[:, kv0 * g * d:(kv0 + kvn) * g * d]
+        if role in ("gate", "up"):
+            return sl[f0:f0 + fn]
+        if role == "down":
+            return sl[:, f0:f0 + fn]
+        vl = tp.vocab_local  # vocab: this rank's rows, zero-padded
+        part = sl[r * vl:min((r + 1) * vl, args.vocab_size)]
+        return torch.cat([part, part.new_zeros(vl - part.shape[0], *part.shape[1:])]) if part.shape[0] < vl else part
+
+    model = M.build(la, device=device, dtype=dtype, seed=None)
+    C._fill(model, get, C.HF_NAMES)
+    model.tp = tp
+    eos = cfg.get("eos_token_id")
+    gen_cfg = folder / "generation_config.json"
+    if gen_cfg.is_file():
+        eos = json.loads(gen_cfg.read_text()).get("eos_token_id", eos)
+    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
+    has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
+    return C.Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
+                        tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
 
 
 def _mem_bytes(device: str) -> int:
