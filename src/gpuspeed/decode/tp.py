@@ -198,7 +198,8 @@ def load_model(spec, device: str, tp: TP):
 
     Random weights: up to FULL_MODEL_MAX_PARAMS the whole model is made from the seed (as --tp 1 makes it)
     and sliced, so the tokens compare with --tp 1; larger ones (the 70B never fits one GPU) are generated per
-    shard on the device. A checkpoint is read on the host and only the rank's slices go to the device."""
+    shard on the device. An HF folder is read slice by slice (load_hf_shard); a GGUF file whole on the host,
+    then sliced: only the rank's slices reach its device."""
     from gpuspeed.decode import checkpoints, model as M
     from gpuspeed.decode.study import DTYPES, _cast
 
