@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""optimized_heat_stencil.py -- written by `gpuspeed optimize` on 2026-11-30 from heat_stencil.py.
+"""optimized_heat_stencil.py -- written by `gpuspeed optimize` on 2026-12-01 from heat_stencil.py.
 
-Primary: torch.compile on the NumPy code (reduce-overhead, float32)
-Measured on NVIDIA H200: 820.608 us device-resident, 35.791 ms end to end, against 2.376 s for the original
+Primary: torch.compile on the NumPy code (default, float32)
+Measured on NVIDIA H200: 483.536 us device-resident, 18.541 ms end to end, against 1.849 s for the original
 Correct against the original within rtol=1e-05, atol=1e-06 on 3 fresh seeds (see report.md).
 
 Install:
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 WORKLOAD_FILE = 'heat_stencil.py'
-WORKLOAD_PATH = '/work/main/src/gpuspeed/examples/heat_stencil.py'  # where it was when this script was written
+WORKLOAD_PATH = '/work/main/.snap/src/gpuspeed/examples/heat_stencil.py'  # where it was when this script was written
 FUNC = 'original'
-RECIPE = {'name': 'torch-compile-fp32-reduce-overhead', 'backend': 'torch_compile', 'precision': 'float32', 'mode': 'reduce-overhead'}
+RECIPE = {'name': 'torch-compile-fp32', 'backend': 'torch_compile', 'precision': 'float32', 'mode': 'default'}
 OUT_DTYPES = ['float64']
 RTOL, ATOL = 1e-05, 1e-06
 SCALE = 1.0  # the inputs' scale when the workload's inputs() takes one
@@ -45,6 +45,8 @@ file in verbatim, so the script gpuspeed writes runs without gpuspeed installed.
 """
 
 import importlib
+import os
+import sys
 import types
 
 import numpy as np
@@ -229,11 +231,40 @@ def rebind(module, xp, scipy_prefix=None, demote=False) -> list:
     return notes
 
 
+def importable(module):
+    """Make `module` importable by its name (and its folder by path) for the life of the process:
+    torch.compile (dynamo) imports a traced function's module by name to read its globals, so a module
+    built with types.ModuleType or loaded under a synthetic name would fail there. A name already taken
+    by another module gets a unique suffix."""
+    name = module.__name__
+    if sys.modules.get(name) is not module:
+        if name in sys.modules:
+            name = f"{name}_{id(module):x}"
+            module.__name__ = name
+        sys.modules[name] = module
+    path = getattr(module, "__file__", None)
+    folder = os.path.dirname(os.path.abspath(path)) if path else None
+    if folder and folder not in sys.path:
+        sys.path.insert(0, folder)  # the module's sibling imports resolve wherever dynamo re-imports them
+    return module
+
+
+def static_positions(args) -> tuple:
+    """Positions of the arguments a tracing compiler should treat as constants: Python and NumPy integers,
+    booleans and strings (loop counts like `steps`, sizes, flags). Traced, `range(steps)` cannot unroll."""
+    return tuple(i for i, a in enumerate(args) if isinstance(a, (bool, int, str, np.integer, np.bool_)))
+
+
 def take(x, axis, start, stop):
     """x[start:stop] along `axis` (any array library)."""
     index = [slice(None)] * x.ndim
     index[axis] = slice(start, stop)
     return x[tuple(index)]
+
+
+class NotApplicable(ImportError):
+    """A backend cannot take this code (a construct its compiler or tracer rejects): the candidate is
+    recorded as unavailable with the reason, like a library that is not installed, not as a failure."""
 
 
 class Impl:
@@ -324,11 +355,17 @@ def _pipeline_cupy(impl, batch_axes, out_axes, chunk):
     import cupy as cp
     import cupyx
 
+    # the same two streams on every call: CuPy caches freed blocks per stream, so new streams each call
+    # would strand the old streams' blocks and cudaMalloc afresh
+    kept = []
+
     def run(*args):
         n = _length(args, batch_axes)
         static = impl.prepare(tuple(a for i, a in enumerate(args) if i not in batch_axes))
         cp.cuda.get_current_stream().synchronize()  # static arguments are in place before the side streams read them
-        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        if not kept:
+            kept.extend(cp.cuda.Stream(non_blocking=True) for _ in range(2))
+        streams = kept
         stage_in = [[cupyx.empty_pinned(take(args[i], ax, 0, chunk).shape, args[i].dtype) for i, ax in
                      batch_axes.items()] for _ in range(2)]
         stage_out = [None, None]
@@ -375,10 +412,14 @@ def _pipeline_cupy(impl, batch_axes, out_axes, chunk):
 def _pipeline_torch(impl, batch_axes, out_axes, chunk):
     import torch
 
+    kept = []  # the same two streams on every call: torch's allocator caches freed blocks per stream
+
     def run(*args):
         n = _length(args, batch_axes)
         static = impl.prepare(tuple(a for i, a in enumerate(args) if i not in batch_axes))
-        streams = [torch.cuda.Stream() for _ in range(2)]
+        if not kept:
+            kept.extend(torch.cuda.Stream() for _ in range(2))
+        streams = kept
         stage_in = [[torch.from_numpy(np.ascontiguousarray(take(args[i], ax, 0, chunk))).pin_memory()
                      for i, ax in batch_axes.items()] for _ in range(2)]
         stage_out = [None, None]
@@ -435,19 +476,25 @@ def _backend_build():
     """torch.compile over the NumPy code: torch.compiler.wrap_numpy traces the NumPy calls into torch ops
     on CUDA tensors, and Inductor fuses them (modes: default, max-autotune-no-cudagraphs, reduce-overhead)."""
 
+    import types
+
     import numpy as np
     import torch
 
 
-    def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda", **_):
+    def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda",
+              compile_backend=None, **_):
         demote = precision == "float32"
         # arrays the code creates itself (np.zeros(n)) follow this default
         torch._dynamo.config.numpy_default_float = "float32" if demote else "float64"
         if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+        importable(module)  # dynamo imports the traced function's module by name
+        notes = rebind(module, _single_numpy(), demote=False) if demote else []  # np.float64 in the code -> float32
         fn = getattr(module, func)
-        compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode)
+        kw = {"backend": compile_backend} if compile_backend else {}  # "eager": tracing without Inductor (CPU tests)
+        compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode, **kw)
 
         def prepare(args):
             def move(x):
@@ -462,7 +509,21 @@ def _backend_build():
                 torch.cuda.synchronize()
 
         return Impl(compiled, prepare, lambda out: host_tree(out, out_dtypes), device=device, sync=sync,
-                    label=f"torch.compile on the NumPy code ({mode}, {precision})")
+                    label=f"torch.compile on the NumPy code ({mode}, {precision})", notes=notes)
+
+
+    def _single_numpy():
+        """NumPy's own namespace (a module, the same function objects, so dynamo still traces them) whose
+        float64 and complex128 names are the single-precision types: `np.array(x, dtype=np.float64)` in the
+        user's code would otherwise keep a demoted candidate computing in float64. Constructors' default
+        float follows torch._dynamo.config.numpy_default_float."""
+        single = types.ModuleType("numpy")
+        single.__dict__.update({k: v for k, v in vars(np).items() if k not in ("__name__", "__spec__", "__loader__")})
+        for name in ("float64", "double", "float_"):
+            single.__dict__[name] = np.float32
+        for name in ("complex128", "cdouble", "complex_"):
+            single.__dict__[name] = np.complex64
+        return single
 
     return build
 
