@@ -4,6 +4,7 @@ The measurement core: `bench` (timing), `check` (correctness), `peak_memory` (VR
 in gpuspeed times, checks and budgets through these.
 """
 
+from gpuspeed import compat  # noqa: F401  (shims for optional backends, before any of them compiles)
 from gpuspeed.errors import UserError
 from gpuspeed.kernel import KernelReport, kernel_report
 from gpuspeed.memory import MemoryReport, cap, peak_memory

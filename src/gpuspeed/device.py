@@ -373,6 +373,29 @@ def _probe(module: str) -> tuple[object | None, str | None]:
         return None, f"import failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
 
 
+def _numba_cuda_runs(ncuda) -> Backend:
+    """numba.cuda usable when one tiny kernel compiles and writes its output; else the first line of why not."""
+    try:
+        import numpy as np
+
+        @ncuda.jit
+        def _probe_kernel(out):
+            out[0] = 7
+
+        host = np.zeros(1, dtype=np.int32)
+        dev = ncuda.to_device(host)
+        _probe_kernel[1, 1](dev)
+        ok = int(dev.copy_to_host()[0]) == 7
+        from gpuspeed import compat
+
+        shim = [k for k, v in compat.RESTORED.items() if v]
+        why = "a kernel compiles and runs" + (f" (with the shim {shim[0]})" if shim else "")
+        return Backend("numba.cuda", ok, why if ok else "a probe kernel ran but did not write its output")
+    except Exception as exc:
+        return Backend("numba.cuda", False, f"a probe kernel failed: {type(exc).__name__}: "
+                                            f"{str(exc).splitlines()[0][:100] if str(exc) else ''}")
+
+
 def backends() -> list[Backend]:
     """Which compute backends work here, and for each that does not, why, in one line."""
     out: list[Backend] = []
@@ -414,8 +437,10 @@ def backends() -> list[Backend]:
         try:
             from numba import cuda as ncuda
 
-            ok = ncuda.is_available()
-            out.append(Backend("numba.cuda", bool(ok), "CUDA driver found" if ok else "driver not found"))
+            if not ncuda.is_available():
+                out.append(Backend("numba.cuda", False, "driver not found"))
+            else:  # a driver is not enough: compile and run one kernel (numba-cuda 0.68 on NumPy 2.5 could not compile)
+                out.append(_numba_cuda_runs(ncuda))
         except Exception as exc:
             out.append(Backend("numba.cuda", False, f"import failed: {str(exc).splitlines()[0][:100]}"))
 
