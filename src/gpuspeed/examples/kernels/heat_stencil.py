@@ -59,7 +59,10 @@ def heat_two_steps_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     """Two Jacobi steps on a BLOCK_M x BLOCK_N tile: the first step recomputed at the point and its four
     neighbours (from the input's radius-2 diamond, L1-resident), then the second step from those.
 
-    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    Tuning note (gpuspeed kernel, H200, commit b919814): grid 512x32, num_warps 2, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=64); 90 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1205.5 us,
+    1113 GB/s = 26 % of the copy roof; 0.40x the best automatic candidate (torch-compile-fp32). Verdict:
+    register-limited to 31 % occupancy: try num_warps=1; next: try num_warps=1.
     """
     alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
     rows = (tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
@@ -158,7 +161,8 @@ def _numba_kernel():
         the grid synchronizes before the next step reads what this one wrote. Step 0 reads u (never written),
         then a and b alternate.
 
-        Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+        Tuning note (gpuspeed kernel, H200, commit b919814): not measured there (AttributeError: module
+        'numpy' has no attribute 'row_stack').
         """
         tile = cuda.shared.array((HALO_Y, HALO_X), float64)
         grid = cuda.cg.this_grid()

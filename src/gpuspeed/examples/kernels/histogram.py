@@ -40,7 +40,10 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     grow with the sample count. Dropped values (and the padding lanes of the last tile) are binned as
     0 and taken off bin 0 at the end.
 
-    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    Tuning note (gpuspeed kernel, H200, commit b919814): grid 2112, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=1024, PER_SM=16); 80 registers, 0 spills, 1024 B shared; occupancy 38 % (registers-limited); 312.6 us,
+    1279 GB/s = 30 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
+    38 % occupancy: try num_warps=2; next: try num_warps=2.
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -122,7 +125,8 @@ def numba_kernel(bins: int):
         """Shared-memory histogram per block (and the edges staged beside it), then one global atomic per
         non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+        Tuning note (gpuspeed kernel, H200, commit b919814): not measured there (AttributeError: module
+        'numpy' has no attribute 'row_stack').
         """
         h = cuda.shared.array(bins, int32)
         e = cuda.shared.array(n_edges, float64)

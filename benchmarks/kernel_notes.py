@@ -1,0 +1,74 @@
+"""Paste each hand kernel's tuning note from a kernels.json (written by benchmarks/kernels.py through
+`gpuspeed.kernel_report` on a GPU) into the kernel's docstring, in place of its "Tuning note ...: pending" line.
+
+    python benchmarks/kernel_notes.py results/nvidia-h200/kernels.json
+
+Nothing is typed by hand: every figure comes from the results file, stamped with its commit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "src" / "gpuspeed" / "examples" / "kernels"
+MODULE = {"row_normalize_loop": "row_normalize"}  # example -> module where the names differ
+PLACEHOLDER = re.compile(r"^(?P<indent>\s*)Tuning note \(gpuspeed kernel, H200, commit [^)]*\):.*$")
+
+
+def note(row: dict, sha: str) -> str:
+    head = f"Tuning note (gpuspeed kernel, H200, commit {sha[:7]}): "
+    if row.get("time_s") is None:
+        return head + f"not measured there ({row.get('error') or row.get('note') or 'no time'})."
+    geo = f"grid {'x'.join(str(g) for g in row['grid'] if g != 1) or 1}"
+    if row.get("block"):
+        geo += f", block {'x'.join(str(b) for b in row['block'] if b != 1)}"
+    else:
+        geo += f", num_warps {row.get('num_warps')}, num_stages {row.get('num_stages')}"
+    tuned = row.get("autotune_chosen") or {}
+    cfg = ", ".join(f"{k}={v}" for k, v in tuned.items() if k not in ("num_warps", "num_stages"))
+    parts = [geo + (f" (autotuned: {cfg})" if cfg else ""),
+             f"{row.get('registers')} registers, {row.get('spills')} spills, {row.get('shared_bytes')} B shared",
+             f"occupancy {row.get('occupancy_pct'):.0f} % ({row.get('limiter')}-limited)",
+             f"{row['time_s'] * 1e6:.1f} us, {row.get('GBps', 0):.0f} GB/s = {row.get('pct_of_roof', 0):.0f} % of the "
+             f"{row.get('roof')} roof"]
+    if row.get("speedup_vs_auto") is not None:
+        parts.append(f"{row['speedup_vs_auto']:.2f}x the best automatic candidate ({row.get('best_auto')})")
+    return head + "; ".join(parts) + f". Verdict: {row.get('verdict')}; next: {row.get('next_lever')}."
+
+
+def paste(path: Path, func: str, text: str) -> bool:
+    lines = path.read_text().splitlines()
+    in_func = False
+    for i, line in enumerate(lines):
+        if re.match(rf"\s*def {re.escape(func)}\(", line):
+            in_func = True
+        elif in_func and PLACEHOLDER.match(line):
+            indent = PLACEHOLDER.match(line)["indent"]
+            lines[i:i + 1] = textwrap.wrap(text, 116 - len(indent), initial_indent=indent, subsequent_indent=indent)
+            path.write_text("\n".join(lines) + "\n")
+            return True
+    return False
+
+
+def main() -> int:
+    doc = json.loads(Path(sys.argv[1]).read_text())
+    sha = doc["git"]
+    for row in doc["rows"]:
+        path = KERNELS / f"{MODULE.get(row['example'], row['example'])}.py"
+        func = row.get("main_kernel")
+        if not func:  # a kernel that did not run: its module's kernel of that backend
+            kind = "numba" if "numba" in row["variant"] else "kernel"
+            names = re.findall(r"^\s*def (\w+)\(", path.read_text(), re.M)
+            func = next((n for n in names if kind in n and n.endswith("kernel") and not n.startswith("_")), None)
+        ok = func is not None and paste(path, func, note(row, sha))
+        print(f"{row['example']}:{row['variant']}: {'pasted into ' + func if ok else 'no placeholder found'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
