@@ -371,3 +371,41 @@ def test_a_run_sharing_the_lock_waits_for_a_measurement_before_its_host_work(tmp
     assert proc.returncode == 0, err
     assert not started  # nothing computed while the measurement held the lock
     assert (out / "report.md").is_file()
+
+
+FLOAT32_VARIANT = """
+import numpy as np
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+def original(x, s):
+    return x * s + 1.0
+def inputs(rng):
+    return rng.standard_normal(1001), 0.5
+def half(x, s):
+    assert x.dtype == np.float32 and type(s) is float, (x.dtype, type(s))  # cast before the call, as demoted ones are
+    return x * np.float32(s) + np.float32(1.0)
+half.precision = "float32"
+def plain(x, s):
+    assert x.dtype == np.float64, x.dtype  # no declaration: the original's float64
+    return x * s + 1.0
+variants = {"half": half, "plain": plain}
+"""
+
+
+def test_a_variant_declaring_float32_takes_the_demoted_candidates_path(tmp_path):
+    # fn.precision = "float32": inputs cast to float32 before the call, outputs cast back to the original's float64
+    # (else the dtype check would reject it), judged under the workload's tolerance, labelled float32
+    from gpuspeed.optimize.pipeline import optimize
+
+    p = tmp_path / "f32v.py"
+    p.write_text(FLOAT32_VARIANT)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=120, bench_budget_s=0.1)
+    half, plain = run.results["variant:half"], run.results["variant:plain"]
+    assert half["status"] == "ok", half.get("reason")
+    assert half["precision"] == "float32" and "float32" in half["label"]
+    assert 0 < half["rel_l2_err"] < 1e-6  # float32 rounding shows, within the tolerance
+    assert plain["status"] == "ok" and plain["precision"] == "as-written" and plain["max_abs_err"] == 0
+    # a tolerance float32 cannot meet: the float32 variant is rejected by its check, as a demoted candidate would be
+    tight = optimize(p, device="cpu", out=tmp_path / "tight", backends=["variant"], rtol=1e-12, atol=0.0,
+                     time_budget=120, bench_budget_s=0.1)
+    assert tight.results["variant:half"]["status"] == "incorrect"
+    assert tight.results["variant:plain"]["status"] == "ok"

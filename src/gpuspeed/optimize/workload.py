@@ -3,7 +3,9 @@
 A workload defines `original(*args)` (the code to speed up) and `inputs(rng)` (or `inputs(rng, scale)`)
 returning the argument tuple; optionally TOLERANCE = dict(rtol=, atol=), BATCH_AXIS = {arg: axis} and
 variants = {"name": callable}. `--input` specs can stand in for `inputs`. Every mistake is a one-line
-UserError (exit 2) before anything is written.
+UserError (exit 2) before anything is written. A variant that computes in float32 says so with
+`fn.precision = "float32"`: it then runs as the float32-demoted candidates do (float64 inputs cast to float32
+before the timing, outputs cast back and kept only within the tolerance, labelled float32 in the report).
 """
 
 from __future__ import annotations
