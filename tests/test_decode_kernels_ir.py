@@ -44,11 +44,21 @@ SCRIPT = textwrap.dedent("""
             "n_splits": "i32", "D": "constexpr", "G_PAD": "constexpr", "CHUNK": "constexpr", "BLOCK_L": "constexpr",
             "IEEE": "constexpr"}, {"D": 64, "G_PAD": 16, "CHUNK": 256, "BLOCK_L": 64, "IEEE": ieee})
     for pro in (0, 1, 2):
-        front_end(gemv._kernel(), {
-            "x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "nw_ptr": "*bf16", "res_ptr": "*bf16",
-            "N": "i32", "K": "i32", "stride_wn": "i32", "K_PER_SPLIT": "i32", "eps": flt, "BLOCK_N": "constexpr",
-            "BLOCK_K": "constexpr", "PRO": "constexpr", "DIRECT": "constexpr", "RES": "constexpr"},
-            {"BLOCK_N": 8, "BLOCK_K": 512, "PRO": pro, "DIRECT": 1, "RES": 1})
+        for one_pass in ((0, 1) if pro == 1 else (0,)):
+            front_end(gemv._kernel(), {
+                "x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "nw_ptr": "*bf16", "res_ptr": "*bf16",
+                "N": "i32", "K": "i32", "stride_wn": "i32", "K_PER_SPLIT": "i32", "eps": flt, "BLOCK_N": "constexpr",
+                "BLOCK_K": "constexpr", "PRO": "constexpr", "DIRECT": "constexpr", "RES": "constexpr",
+                "ONE_PASS": "constexpr"},
+                {"BLOCK_N": 8, "BLOCK_K": 512, "PRO": pro, "DIRECT": 1, "RES": 1, "ONE_PASS": one_pass})
+    from gpuspeed.decode.kernels import step_attention
+    for dt, ieee, dot, g_pad, block_l in (("bf16", 0, 1, 16, 64), ("fp32", 1, 0, 4, 16), ("fp32", 1, 1, 16, 64)):
+        front_end(step_attention._kernel(), {
+            "qkv_ptr": "*" + dt, "cos_ptr": "*" + dt, "sin_ptr": "*" + dt, "pos_ptr": "*i64", "kc_ptr": "*" + dt,
+            "vc_ptr": "*" + dt, "out_ptr": "*" + dt, "G": "i32", "HKV": "i32", "Q_ROWS": "i32", "KV_ROWS": "i32",
+            "s_qkv_b": "i32", "s_c_b": "i32", "s_c_h": "i32", "s_c_l": "i32", "s_out_b": "i32", "scale": flt,
+            "D": "constexpr", "G_PAD": "constexpr", "BLOCK_L": "constexpr", "IEEE": "constexpr", "DOT": "constexpr"},
+            {"D": 64, "G_PAD": g_pad, "BLOCK_L": block_l, "IEEE": ieee, "DOT": dot})
     print("OK")
 """)
 
