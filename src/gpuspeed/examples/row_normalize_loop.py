@@ -28,4 +28,6 @@ def inputs(rng, scale=1.0):
 # hand-written kernels (gpuspeed/examples/kernels/row_normalize.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("row_normalize", "normalize_rows_triton"),
+    # float32 rows (half the bytes), judged under TOLERANCE as optimize's own float32 candidates are
+    "triton_fp32": lazy("row_normalize", "normalize_rows_triton_fp32", precision="float32"),
 }

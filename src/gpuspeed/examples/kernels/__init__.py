@@ -27,10 +27,12 @@ def cudasim() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def lazy(module: str, name: str):
+def lazy(module: str, name: str, precision: str | None = None):
     """A variant callable that imports `gpuspeed.examples.kernels.<module>` on its first call. Without a CUDA
     device it refuses in one line (an ImportError: the optimize worker records the candidate 'unavailable'),
-    interpreters or not: interpreted kernels are for tests, and would make a CPU run of optimize crawl."""
+    interpreters or not: interpreted kernels are for tests, and would make a CPU run of optimize crawl.
+    precision="float32": a kernel computing in float32 (optimize casts its float64 inputs before the timing and
+    judges it under the example's TOLERANCE, as its own float32 candidates)."""
 
     def variant(*args):
         import torch
@@ -46,6 +48,8 @@ def lazy(module: str, name: str):
     variant.__doc__ = f"{name} from gpuspeed.examples.kernels.{module} (imported on first call)."
     variant.target = (f"gpuspeed.examples.kernels.{module}", name)  # where the launcher lives (benchmarks/kernels.py)
     variant.gpuspeed_inputs = "torch"  # the optimize worker moves the inputs to the GPU once, outside the timing
+    if precision:
+        variant.precision = precision
     return variant
 
 

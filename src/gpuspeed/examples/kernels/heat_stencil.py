@@ -3,7 +3,9 @@ temporal blocking) and a Numba CUDA kernel with a shared-memory tile and halo (a
 
 The first launch reads the caller's grid (never written) and every launch writes the whole grid, the
 fixed boundary copied through, so neither buffer needs a copy of the grid first. Precision: float64, the
-example's own dtype (memory-bound: 16 bytes moved per point per step against 6 flops in one step).
+example's own dtype (memory-bound: 16 bytes moved per point per step against 6 flops in one step); the
+float32 variant (heat_triton_fp32, `precision = "float32"`) runs the same code on float32 grids, half the bytes,
+the like-for-like answer to optimize's float32 candidates (kept only within the example's TOLERANCE).
 
 Triton: two steps per launch halve the DRAM traffic (one read + one write of the grid per two steps): each
 output point recomputes the first step at itself and its four neighbours from the radius-2 diamond of the
@@ -30,10 +32,16 @@ ONE_STEP_CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num
                     for m, n, w, s in ((8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 8, 1), (16, 256, 8, 1),
                                        (32, 128, 8, 1), (4, 256, 4, 1), (32, 64, 4, 2), (16, 64, 4, 2))]
 # the two-step kernel holds five shifted first-step tiles: 4-8 points per thread; ptxas (sm_90, Triton 3.9): 80-108
-# registers, no spills (16 per thread took 168)
+# registers, no spills (16 per thread took 168). The H200 (b919814) chose 4x64 at 2 warps, register-limited to 31 %
+# occupancy: the same tiles at 1 warp (the verdict's lever) replace two 8-warp tiles (8x128, 4x256) the autotuner
+# passed over there
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
            for m, n, w, s in ((8, 64, 4, 1), (8, 128, 4, 1), (4, 128, 4, 1), (2, 256, 4, 1),
-                              (8, 128, 8, 1), (4, 64, 2, 1), (4, 256, 8, 1), (8, 256, 8, 1))]
+                              (4, 64, 1, 1), (4, 64, 2, 1), (2, 128, 1, 1), (8, 256, 8, 1))]
+# float32 (the float32 variant): half the registers per point, so larger tiles per warp fit
+CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+               for m, n, w, s in ((4, 64, 1, 1), (4, 64, 2, 1), (8, 64, 2, 1), (4, 128, 2, 1),
+                                  (8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 8, 1), (2, 128, 1, 1))]
 
 
 @triton.jit
@@ -78,6 +86,22 @@ def heat_two_steps_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     tl.store(dst_ptr + rows * n_cols + cols, tl.where(interior, c + alpha * lap, c), mask=inside)
 
 
+_TWO_STEPS = heat_two_steps_kernel.fn  # the plain JIT function: the float32 kernel inlines the same code
+
+
+@triton.autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
+@triton.jit
+def heat_two_steps_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """heat_two_steps_kernel on float32 grids (the `triton_fp32` variant, declared precision = "float32"): the same
+    code, inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point:
+    at 2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
+
+    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    """
+    _TWO_STEPS(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N)
+
+
 @triton.autotune(configs=ONE_STEP_CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
 def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
@@ -107,39 +131,53 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
 _ALPHA: dict = {}
 
 
-def _alpha(alpha: float, device):
-    """alpha as a one-element float64 tensor on the device, made once per value (no copy on every call)."""
-    key = (alpha, str(device))
+def _alpha(alpha: float, device, dtype=torch.float64):
+    """alpha as a one-element tensor of the grid's dtype on the device, made once per value (no copy on every
+    call)."""
+    key = (alpha, str(device), dtype)
     if key not in _ALPHA:
-        _ALPHA[key] = torch.tensor([alpha], dtype=torch.float64, device=device)
+        _ALPHA[key] = torch.tensor([alpha], dtype=dtype, device=device)
     return _ALPHA[key]
 
 
-def _buffers(grid, sim):
-    u = device_tensor(grid, sim).to(torch.float64)  # .to() keeps a float64 tensor itself: it is only read
+def _buffers(grid, sim, dtype=torch.float64):
+    u = device_tensor(grid, sim).to(dtype)  # .to() keeps a tensor of that dtype itself: it is only read
     return u, torch.empty_like(u), torch.empty_like(u)
 
 
-def heat_triton(grid, alpha, steps, config=None):
-    """The example's `original(grid, alpha, steps)` on the GPU: the grid after `steps` Jacobi steps."""
-    u, a, b = _buffers(grid, interpreting())
+def _heat(grid, alpha, steps, config, dtype, two_steps):
+    u, a, b = _buffers(grid, interpreting(), dtype)
     if int(steps) <= 0:
         return u.clone()
     n_rows, n_cols = u.shape
-    coeff = _alpha(float(alpha), u.device)
+    coeff = _alpha(float(alpha), u.device, dtype)
     def grid(meta):
         return triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])
 
     src, dst = u, a
     for _ in range(int(steps) // 2):
-        launch(heat_two_steps_kernel, grid, src, dst, coeff, n_rows, n_cols, config=config)
+        launch(two_steps, grid, src, dst, coeff, n_rows, n_cols, config=config)
         if config is None and not interpreting():
-            config = heat_two_steps_kernel.best_config  # chosen at the first launch: the rest skip the autotuner
+            config = two_steps.best_config  # chosen at the first launch: the rest skip the autotuner
         src, dst = dst, (b if dst is a else a)
     if int(steps) % 2:
         launch(heat_step_kernel, grid, src, dst, coeff, n_rows, n_cols)
         src = dst
     return src
+
+
+def heat_triton(grid, alpha, steps, config=None):
+    """The example's `original(grid, alpha, steps)` on the GPU: the grid after `steps` Jacobi steps."""
+    return _heat(grid, alpha, steps, config, torch.float64, heat_two_steps_kernel)
+
+
+def heat_triton_fp32(grid, alpha, steps, config=None):
+    """The same in float32 (optimize casts the grid before the timing, as it does for its float32 candidates; a
+    float64 grid given here is cast in the call): a float32 grid after `steps` steps."""
+    return _heat(grid, alpha, steps, config, torch.float32, heat_two_steps_f32_kernel)
+
+
+heat_triton_fp32.precision = "float32"
 
 
 # Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range), each thread updating TILE_Y / 8 = 2
