@@ -22,4 +22,6 @@ def inputs(rng, scale=1.0):
 variants = {
     "triton": lazy("histogram", "histogram_triton"),
     "numba_cuda": lazy("histogram", "histogram_numba"),
+    # no float32 variant: NumPy bins the float64 values against float64 edges, a float32 cast moves values near an
+    # edge into the next bin, and the integer counts compare exactly (no TOLERANCE)
 }

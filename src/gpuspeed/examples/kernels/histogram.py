@@ -5,7 +5,8 @@ histogram per block, merged with global atomics).
 Exact binning: a bin index from (x - lo) / (hi - lo) * bins, then corrected against the bin edges
 NumPy itself uses (np.linspace(lo, hi, bins + 1), computed once on the host and cached on the device),
 as np.histogram does; values outside [lo, hi] and NaN are dropped, hi falls in the last bin. Counts
-are int64 (NumPy's dtype). Precision: float64 (the index arithmetic must match NumPy's bit for bit).
+are int64 (NumPy's dtype). Precision: float64 (the index arithmetic must match NumPy's bit for bit), so no
+float32 variant: samples cast to float32 land in the neighbouring bin near an edge, and counts compare exactly.
 """
 
 from __future__ import annotations
