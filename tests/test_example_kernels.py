@@ -36,7 +36,12 @@ CASES = [
     ("histogram-numba", "histogram", "histogram", "histogram_numba", "numba"),
     ("mandelbrot-triton", "mandelbrot", "mandelbrot", "mandelbrot_triton", "triton"),
     ("mandelbrot-numba", "mandelbrot", "mandelbrot", "mandelbrot_numba", "numba"),
+    # float32 variants (precision = "float32"): given float32 inputs as optimize gives them, judged against the
+    # float64 original under the example's TOLERANCE
+    ("row_normalize-triton-fp32", "row_normalize_loop", "row_normalize", "normalize_rows_triton_fp32", "triton"),
+    ("heat-triton-fp32", "heat_stencil", "heat_stencil", "heat_triton_fp32", "triton"),
 ]
+FP32 = {"normalize_rows_triton_fp32": ("CONFIGS_F32", "triton_fp32"), "heat_triton_fp32": ("CONFIGS_F32", "triton_fp32")}
 
 
 # ---- the child process ------------------------------------------------------------------------------
@@ -74,14 +79,14 @@ def _args(example: str, shape_id: int, seed: int, numba: bool) -> tuple:
     raise KeyError(example)
 
 
-def _out_buffers(example: str, args: tuple):
+def _out_buffers(example: str, args: tuple, fp32: bool = False):
     """Poisoned output buffers for the launchers that take `out` (gpuspeed.poison: NaN / the int max)."""
     import torch
 
     from gpuspeed import poison
 
     if example == "row_normalize_loop":
-        return poison(torch.empty(args[0].shape, dtype=torch.float64))
+        return poison(torch.empty(args[0].shape, dtype=torch.float32 if fp32 else torch.float64))
     if example == "row_stats":
         return tuple(poison(torch.empty(args[0].shape[0], dtype=torch.float64)) for _ in range(3))
     if example == "pairwise_distance":
@@ -103,7 +108,8 @@ def _check_case(case) -> dict:
     fn = getattr(importlib.import_module(f"gpuspeed.examples.kernels.{module}"), launcher)
     tol = getattr(ex, "TOLERANCE", {})
     mod = importlib.import_module(f"gpuspeed.examples.kernels.{module}")
-    configs = [None] if kind == "numba" else mod.CONFIGS
+    fp32 = launcher in FP32
+    configs = [None] if kind == "numba" else getattr(mod, FP32[launcher][0]) if fp32 else mod.CONFIGS
     runs = []
     # every config once on the first shape; the first config on three seeds and on the second shape
     for cfg_i, cfg in enumerate(configs):
@@ -118,16 +124,21 @@ def _check_case(case) -> dict:
         before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
         ref = ex.original(*[np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args])
         kw = {} if kind == "numba" else {"config": cfg}
-        out = _out_buffers(example, args)
+        out = _out_buffers(example, args, fp32)
         if out is not None:
             kw["out"] = out
-        got = fn(*args, **kw)
+        # a float32 variant gets float32 inputs, as the optimize worker casts them before the timing
+        call_args = tuple(a.astype(np.float32) if fp32 and isinstance(a, np.ndarray) and a.dtype == np.float64 else a
+                          for a in args)
+        got = fn(*call_args, **kw)
         leaves = got if isinstance(got, tuple) else (got,)
         host = tuple(t.cpu().numpy() for t in leaves)
+        want_dtypes = [np.dtype(np.float32) if fp32 else np.asarray(r).dtype
+                       for r in (ref if isinstance(ref, tuple) else (ref,))]
+        dtypes_ok = all(h.dtype == w for h, w in zip(host, want_dtypes, strict=True))
+        host = tuple(h.astype(np.float64) for h in host) if fp32 else host  # cast back, as the worker's fetch does
         host = host if isinstance(ref, tuple) else host[0]
         res = check(host, ref, **tol)
-        pairs = zip(host if isinstance(ref, tuple) else (host,), ref if isinstance(ref, tuple) else (ref,), strict=True)
-        dtypes_ok = all(h.dtype == np.asarray(r).dtype for h, r in pairs)
         same_in = all(np.array_equal(a, b, equal_nan=True) if isinstance(a, np.ndarray) else a == b
                       for a, b in zip(args, before, strict=True))
         label = f"{cfg.kwargs} warps {cfg.num_warps} stages {cfg.num_stages}" if cfg else None
@@ -135,10 +146,12 @@ def _check_case(case) -> dict:
                         "passed": bool(res.passed and dtypes_ok and same_in), "summary": res.summary,
                         "dtypes_ok": dtypes_ok, "inputs_unchanged": same_in})
     # the example's variants dict points at this launcher (called through it on the GPU tests)
-    name = "triton" if kind == "triton" else "numba_cuda"
+    name = FP32[launcher][1] if fp32 else "triton" if kind == "triton" else "numba_cuda"
     target = ex.variants[name].target
-    results.append({"config": "variants dict", "shape": 0, "seed": None, "passed": target == (mod.__name__, launcher),
-                    "summary": f"variants[{name!r}] -> {target}"})
+    precision = getattr(ex.variants[name], "precision", None)
+    results.append({"config": "variants dict", "shape": 0, "seed": None,
+                    "passed": target == (mod.__name__, launcher) and precision == ("float32" if fp32 else None),
+                    "summary": f"variants[{name!r}] -> {target}, precision {precision}"})
     return {"id": cid, "runs": results, "configs": len(configs)}
 
 
@@ -236,9 +249,31 @@ def test_examples_import_without_triton_or_numba():
             "bad = [m for m in ('triton', 'numba') if m in sys.modules]\n"
             "assert not bad, bad\n"
             "v = gpuspeed.examples.heat_stencil.variants\n"
-            "assert set(v) == {'triton', 'numba_cuda'} and v['triton'].gpuspeed_inputs == 'torch', v\n")
+            "assert set(v) == {'triton', 'numba_cuda', 'triton_fp32'} and v['triton'].gpuspeed_inputs == 'torch', v\n"
+            "assert v['triton_fp32'].precision == 'float32' and not hasattr(v['triton'], 'precision')\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("entry", ["gpuspeed.optimize.worker", "gpuspeed.examples.kernels.heat_stencil",
+                                   "gpuspeed.examples.heat_stencil", "gpuspeed.cli", "benchmarks/kernels.py"])
+def test_every_path_to_a_numba_kernel_applies_the_numpy_shim_first(entry):
+    # numba-cuda 0.68 on NumPy 2.5 (the H200 machine) needs np.row_stack, restored by `import gpuspeed` (compat.py):
+    # the optimize worker, the kernel modules, the examples' lazy variants, `gpuspeed kernel` and the benchmark each
+    # import gpuspeed before a kernel can compile. Here NumPy loses the alias and numba-cuda is made to look present.
+    load = (f"import runpy; m = runpy.run_path({str(ROOT / entry)!r}, run_name='bench'); "
+            "import importlib; importlib.import_module('gpuspeed.examples.kernels.histogram')"
+            if entry.endswith(".py") else f"import {entry}")
+    code = ("import importlib.util, numpy as np\n"
+            "real = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda name, *a: object() if name == 'numba_cuda' else real(name, *a)\n"
+            "if hasattr(np, 'row_stack'):\n    del np.row_stack\n"
+            "assert not hasattr(np, 'row_stack')\n"
+            f"{load}\n"
+            "assert np.row_stack is np.vstack, 'not restored'\n")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "src"), TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
