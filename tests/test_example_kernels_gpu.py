@@ -48,9 +48,24 @@ def _launcher(example: str, variant: str):
     return importlib.import_module(module), getattr(importlib.import_module(module), name)
 
 
+def _fp32(example: str, variant: str) -> bool:
+    """A variant declared precision = "float32": given float32 inputs (as optimize casts them), float32 out."""
+    return getattr(importlib.import_module(f"gpuspeed.examples.{example}").variants[variant], "precision", None) == "float32"
+
+
+def _demote(dev):
+    return tuple(d.float() if torch.is_tensor(d) and d.dtype == torch.float64 else d for d in dev)
+
+
+def _host64(out):
+    """Host arrays cast back to float64, as the optimize worker's fetch does for a float32 candidate."""
+    host = _host(out)
+    return tuple(h.astype(np.float64) for h in host) if isinstance(host, tuple) else host.astype(np.float64)
+
+
 def _poisoned_out(example: str, dev_args):
     if example == "row_normalize_loop":
-        return poison(torch.empty_like(dev_args[0]))
+        return poison(torch.empty_like(dev_args[0]))  # the inputs' dtype: float32 for the float32 variant
     if example == "row_stats":
         return tuple(poison(torch.empty(dev_args[0].shape[0], dtype=torch.float64, device="cuda")) for _ in range(3))
     if example == "pairwise_distance":
@@ -65,30 +80,37 @@ def test_variant_matches_the_original_at_default_shapes(example, variant):
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
     tol = getattr(ex, "TOLERANCE", {})
     _, launcher = _launcher(example, variant)
+    fp32 = _fp32(example, variant)
     for seed in SEEDS:
         args, ref = _case(example, seed)
-        dev = _device(args)
+        dev = _demote(_device(args)) if fp32 else _device(args)
         before = [d.clone() if torch.is_tensor(d) else d for d in dev]
         out = _poisoned_out(example, dev)
         got = launcher(*dev, **({"out": out} if out is not None else {}))
-        res = check(_host(got), ref, **tol)
+        if fp32:
+            assert all(g.dtype == torch.float32 for g in (got if isinstance(got, tuple) else (got,)))
+        res = check(_host64(got) if fp32 else _host(got), ref, **tol)
         assert res.passed, (seed, res.summary)
         assert all(torch.equal(a, b) if torch.is_tensor(a) else a == b for a, b in zip(dev, before, strict=True))
-    # and through the variants dict from host arrays, as a user would call it
+    # and through the variants dict from host arrays, as a user would call it (a float32 variant casts them itself)
     args, ref = _case(example, SEEDS[0])
-    assert check(_host(ex.variants[variant](*args)), ref, **tol).passed
+    assert check((_host64 if fp32 else _host)(ex.variants[variant](*args)), ref, **tol).passed
 
 
-@pytest.mark.parametrize("example", EXAMPLES)
-def test_every_triton_config_is_correct_on_the_gpu(example):
+TRITON = [(e, v) for e, v in VARIANTS if v.startswith("triton")]
+
+
+@pytest.mark.parametrize("example,variant", TRITON, ids=[f"{e}-{v}" for e, v in TRITON])
+def test_every_triton_config_is_correct_on_the_gpu(example, variant):
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
-    module, launcher = _launcher(example, "triton")
+    module, launcher = _launcher(example, variant)
+    fp32 = _fp32(example, variant)
     args, ref = _case(example, SEEDS[0])
-    dev = _device(args)
-    for cfg in module.CONFIGS:
+    dev = _demote(_device(args)) if fp32 else _device(args)
+    for cfg in module.CONFIGS_F32 if fp32 else module.CONFIGS:
         out = _poisoned_out(example, dev)
         got = launcher(*dev, config=cfg, **({"out": out} if out is not None else {}))
-        res = check(_host(got), ref, **getattr(ex, "TOLERANCE", {}))
+        res = check(_host64(got) if fp32 else _host(got), ref, **getattr(ex, "TOLERANCE", {}))
         assert res.passed, (str(cfg), res.summary)
 
 
@@ -130,6 +152,7 @@ def test_heat_single_step_kernel_every_config():
         res = check(dst.cpu().numpy(), ref, **ex.TOLERANCE)
         assert res.passed, (str(cfg), res.summary)
     assert check(_host(hs.heat_triton(src, alpha, 3)), ex.original(grid, alpha, 3), **ex.TOLERANCE).passed
+    assert check(_host64(hs.heat_triton_fp32(src.float(), alpha, 3)), ex.original(grid, alpha, 3), **ex.TOLERANCE).passed
 
 
 def triton_cdiv(a, b):
