@@ -10,7 +10,9 @@ device time over the kernel's device time, both from that run (same measurement,
 --optimize-json reads an existing run instead: one optimize_<example>.json, or a folder holding
 <example>/optimize_<example>.json (results/<gpu>/optimize); a run without the variant rows is compared with the
 kernel's time from kernel_report (noted per row). Without a GPU the kernels run under the interpreters at a
-small scale, for correctness only: no timings (a note says so).
+small scale, for correctness only: no timings (a note says so). A float32 variant (`precision = "float32"`) gets
+float32 inputs, as optimize gives them, is checked against the float64 original under the example's TOLERANCE, its
+bytes counted at 4 an element, and compared with the float32-demoted candidates (column `precision`).
 """
 
 from __future__ import annotations
@@ -35,15 +37,19 @@ ROOF_TARGET = 70.0  # % of the roof a hand kernel should reach (issue 11)
 CPU_SCALE = 0.002  # interpreted kernels: tiny inputs
 
 
-def work(example: str, variant: str, args: tuple, out=None) -> tuple[float | None, int]:
+def work(example: str, variant: str, args: tuple, out=None, fp32: bool = False) -> tuple[float | None, int]:
     """(useful FLOPs, least DRAM bytes) of one call: every input read once and every output written once, except
     the stencil, which reads and writes the grid once per launch's pass (Triton: two steps per pass, Numba: one
     step per pass), and the escape-time loop,
     whose FLOPs are the iterations the pixels actually ran (8 per iteration). None: FLOPs not meaningful (the
-    histogram's index arithmetic); the kernel is held to the memory roof."""
+    histogram's index arithmetic); the kernel is held to the memory roof. fp32: a float32 variant (only the
+    row normalization and the stencil have one), whose data are 4 bytes an element."""
+    if fp32 and example not in ("row_normalize_loop", "heat_stencil"):
+        raise KeyError(f"{example}: no float32 byte count")
+    w = 4 if fp32 else 8
     if example == "row_normalize_loop":
         r, c = args[0].shape
-        return 6.0 * r * c, 16 * r * c
+        return 6.0 * r * c, 2 * w * r * c
     if example == "row_stats":
         r, c = args[0].shape
         return 10.0 * r * c, 8 * r * c + 8 * c + 24 * r
@@ -53,8 +59,8 @@ def work(example: str, variant: str, args: tuple, out=None) -> tuple[float | Non
     if example == "heat_stencil":
         g, steps = args[0], int(args[2])
         r, c = g.shape
-        passes = steps // 2 + steps % 2 if variant == "triton" else steps
-        return 7.0 * (r - 2) * (c - 2) * steps, 16 * r * c * passes
+        passes = steps // 2 + steps % 2 if variant.startswith("triton") else steps
+        return 7.0 * (r - 2) * (c - 2) * steps, 2 * w * r * c * passes
     if example == "histogram":
         return None, 8 * int(np.asarray(args[0]).size) + 8 * int(args[1])
     if example == "mandelbrot":
@@ -64,17 +70,29 @@ def work(example: str, variant: str, args: tuple, out=None) -> tuple[float | Non
     raise KeyError(example)
 
 
-def to_device(args, gpu: bool):
+def to_device(args, gpu: bool, fp32: bool = False):
+    """The arguments as torch tensors on the device; fp32: float64 arrays cast to float32 first (as the optimize
+    worker casts a float32 variant's inputs, before its timing)."""
     import torch
 
-    return tuple(torch.from_numpy(np.ascontiguousarray(a)).to("cuda" if gpu else "cpu") if isinstance(a, np.ndarray)
-                 else a for a in args)
+    def one(a):
+        if not isinstance(a, np.ndarray):
+            return a
+        a = a.astype(np.float32) if fp32 and a.dtype == np.float64 else a
+        return torch.from_numpy(np.ascontiguousarray(a)).to("cuda" if gpu else "cpu")
+
+    return tuple(one(a) for a in args)
 
 
-def host(out):
-    if isinstance(out, tuple):
-        return tuple(o.cpu().numpy() for o in out)
-    return out.cpu().numpy()
+def host(out, like=None):
+    """Host NumPy arrays; with `like` (the original's output) float leaves cast back to its dtypes, as the
+    optimize worker's fetch does for a float32 variant."""
+    got = tuple(o.cpu().numpy() for o in out) if isinstance(out, tuple) else out.cpu().numpy()
+    if like is None:
+        return got
+    if isinstance(got, tuple):
+        return tuple(g.astype(np.asarray(r).dtype) if g.dtype.kind == "f" else g for g, r in zip(got, like, strict=True))
+    return got.astype(np.asarray(like).dtype) if got.dtype.kind == "f" else got
 
 
 def optimize_doc(example: str, a, out_dir: Path) -> tuple[dict | None, str]:
@@ -112,10 +130,10 @@ def reduced_precision(name: str) -> bool:
     return "fp32" in name or "tf32" in name
 
 
-def candidates(doc: dict) -> tuple[dict, tuple[str, float] | None, tuple[str, float] | None]:
+def candidates(doc: dict, fp32: bool = False) -> tuple[dict, tuple[str, float] | None, tuple[str, float] | None]:
     """({variant name: device seconds}, (best automatic candidate, device seconds), the same among the candidates
-    in the original's precision) from an optimize document: candidates that passed their checks, the original
-    and the hand variants excluded from 'automatic'."""
+    in the kernel's precision: the original's, or with fp32 the float32-demoted ones) from an optimize document:
+    candidates that passed their checks, the original and the hand variants excluded from 'automatic'."""
     variants, best, best_same = {}, None, None
     for r in doc.get("rows", []):
         t = r.get("device_s")
@@ -127,7 +145,7 @@ def candidates(doc: dict) -> tuple[dict, tuple[str, float] | None, tuple[str, fl
         elif r.get("backend") != "original":
             if best is None or t < best[1]:
                 best = (name, t)
-            if not reduced_precision(name) and (best_same is None or t < best_same[1]):
+            if reduced_precision(name) == fp32 and (best_same is None or t < best_same[1]):
                 best_same = (name, t)
     return variants, best, best_same
 
@@ -139,19 +157,21 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
     module, name = fn.target
     launcher = getattr(importlib.import_module(module), name)
-    dev = to_device(args, gpu)
+    fp32 = getattr(fn, "precision", None) == "float32"
+    dev = to_device(args, gpu, fp32)
     ref = ex.original(*[np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args])
-    flops, nbytes = work(example, variant, args, ref if example == "mandelbrot" else None)
+    flops, nbytes = work(example, variant, args, ref if example == "mandelbrot" else None, fp32)
     bench_kw = {"budget_s": 0.3 if a.quick else 2.0}
     rep = kernel_report(launcher, *dev, flops=flops, bytes=nbytes, name=f"{example}:{variant}",
                         device="cuda" if gpu else "cpu", bench_kw=bench_kw)
-    res = check(host(rep.output), ref, **getattr(ex, "TOLERANCE", {}))
+    res = check(host(rep.output, ref if fp32 else None), ref, **getattr(ex, "TOLERANCE", {}))
     d = rep.to_dict()
     main = next((la for la in d["launches"] if la["kernel"] == d.get("main_kernel")), d["launches"][0] if d["launches"]
                 else {})
     place = d.get("placement") or {}
     return {"example": example, "variant": variant, "launcher": f"{module}.{name}", "backend": d["backend"],
-            "correct": bool(res.passed), "check": res.summary, "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],
+            "precision": "float32" if fp32 else "as-written", "correct": bool(res.passed), "check": res.summary,
+            "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],
             "flops": flops, "bytes": nbytes, "GBps": place.get("GBps"), "TFLOPs": place.get("TFLOPs"),
             "intensity": place.get("intensity"), "bound": place.get("bound"), "roof": place.get("roof"),
             "pct_of_roof": d["pct_of_roof"], "at_70pct_roof": (d["pct_of_roof"] or 0) >= ROOF_TARGET,
@@ -215,8 +235,9 @@ def main(argv=None) -> int:
              "otherwise (roofline.place)",
              "speedup_vs_auto: the best automatic (non-variant) optimize candidate's device time over the kernel's, "
              "both from the same optimize run where it holds the kernel's row (speedup_basis says which); "
-             "*_same_precision: against the best candidate left in the original's float64 (a float32 candidate's "
-             "inputs are cast before its timing and its outputs after, so it moves half the bytes)"]
+             "*_same_precision: against the best candidate in the kernel's own precision: the original's float64, or "
+             "for a float32 variant (precision float32) the float32-demoted candidates (a float32 candidate's inputs "
+             "are cast before its timing and its outputs after, so it moves half the bytes)"]
     if not gpu:
         notes.append("no GPU: the kernels ran under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 at a tiny scale, for "
                      "correctness only; no timings, occupancy or speedups")
@@ -243,8 +264,10 @@ def main(argv=None) -> int:
         ex = importlib.import_module(f"gpuspeed.examples.{example}")
         args = ex.inputs(np.random.default_rng(a.seed), scale=scale)
         doc, source = docs[example]
-        variant_s, best, best_same = candidates(doc) if doc else ({}, None, None)
         for vname, fn in ex.variants.items():
+            fp32 = getattr(fn, "precision", None) == "float32"
+            # like for like: a float32 variant against the float32-demoted candidates, the others against float64
+            variant_s, best, best_same = candidates(doc, fp32) if doc else ({}, None, None)
             if vname == "numba_cuda" and not have_numba:
                 rows.append({"example": example, "variant": vname, "skipped": "numba-cuda is not installed"})
                 continue
@@ -262,8 +285,8 @@ def main(argv=None) -> int:
             row["speedup_basis"] = ("optimize run: both times" if row["variant_device_s"] else
                                     "kernel_report time against the optimize run's best" if best and mine else None)
             row["speedup_vs_auto"] = best[1] / mine if best and mine else None
-            # like for like: the hand kernels read and write the original's float64 (a variant's output is judged
-            # in the original's dtype), a demoted candidate half as many bytes
+            # like for like: a float64 hand kernel reads and writes the original's float64, a demoted candidate (and
+            # a float32 variant) half as many bytes
             row["best_auto_same_precision"], row["best_auto_same_precision_s"] = best_same if best_same else (None, None)
             row["speedup_vs_auto_same_precision"] = best_same[1] / mine if best_same and mine else None
             rows.append(row)

@@ -302,6 +302,22 @@ def test_kernels_benchmark_runs_on_the_cpu_with_a_note(tmp_path):
     assert doc["summary"]["kernels"] == 1 and doc["summary"]["kernels_correct"] == 1
 
 
+def test_kernels_benchmark_reports_the_float32_variant_in_the_same_columns(tmp_path):
+    pytest.importorskip("triton")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "row_normalize_loop",
+                           "--quick", "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "kernels.json").read_text())["rows"]}
+    f64, f32 = rows["triton"], rows["triton_fp32"]
+    assert set(f64) == set(f32)  # the same columns
+    assert (f64["precision"], f32["precision"]) == ("as-written", "float32")
+    assert f32["correct"] is True and "PASS" in f32["check"] and "max abs 0," not in f32["check"]  # float32 rounding
+    assert f32["bytes"] * 2 == f64["bytes"]  # 4 bytes an element
+
+
 def test_kernels_benchmark_refuses_an_unknown_example_in_one_line(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "softmax", "--out",
@@ -323,6 +339,8 @@ def test_kernels_benchmark_picks_the_best_automatic_candidate():
                     {"name": "variant:numba_cuda", "backend": "variant", "status": "error", "device_s": None}]}
     variants, best, same = bench.candidates(doc)
     assert variants == {"triton": 3e-4} and best == ("torch-compile-fp32", 9e-4) and same == ("cupy", 8e-3)
+    # a float32 variant's like for like: the float32-demoted candidates
+    assert bench.candidates(doc, fp32=True)[2] == ("torch-compile-fp32", 9e-4)
     rows = [{"example": "e", "time_s": 1e-4, "at_70pct_roof": True, "correct": True, "speedup_vs_auto": 3.0},
             {"example": "e", "time_s": 2e-4, "at_70pct_roof": False, "correct": True, "speedup_vs_auto": 0.5},
             {"example": "f", "time_s": 1e-3, "at_70pct_roof": False, "correct": True, "speedup_vs_auto": 0.9}]
