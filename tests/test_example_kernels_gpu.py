@@ -157,3 +157,20 @@ def test_heat_single_step_kernel_every_config():
 
 def triton_cdiv(a, b):
     return -(-a // b)
+
+
+@pytest.mark.parametrize("example", sorted({e for e, v in VARIANTS if _fp32(e, v)}))
+def test_float32_variant_through_the_optimize_variant_backend(example):
+    # as the optimize worker builds it: float64 host inputs cast to float32 and moved once, the output fetched back
+    # in the original's float64 and checked under the example's TOLERANCE
+    from gpuspeed.optimize.backends import variant as vb
+    from gpuspeed.optimize.workload import out_dtypes
+
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    args, ref = _case(example, SEEDS[1])
+    impl = vb.build(ex, precision="float32", out_dtypes=out_dtypes(ref), variant="triton_fp32", device="cuda")
+    dev = impl.prepare(args)
+    assert all(d.dtype == torch.float32 and d.is_cuda for d in dev if torch.is_tensor(d))
+    out = impl.fetch(impl.run(*dev))
+    assert out.dtype == np.float64
+    assert check(out, ref, **ex.TOLERANCE).passed

@@ -409,3 +409,27 @@ def test_a_variant_declaring_float32_takes_the_demoted_candidates_path(tmp_path)
                      time_budget=120, bench_budget_s=0.1)
     assert tight.results["variant:half"]["status"] == "incorrect"
     assert tight.results["variant:plain"]["status"] == "ok"
+
+
+def test_a_float32_variant_taking_torch_inputs_gets_float32_tensors_and_returns_the_originals_dtype():
+    # the hand kernels' path (gpuspeed_inputs = "torch"): cast on the host, then moved once; fetch casts back
+    torch = pytest.importorskip("torch")
+    from gpuspeed.optimize.backends import variant
+
+    seen = []
+
+    def kernel(x, steps):
+        seen.append((x.dtype, type(steps)))
+        return x * 2.0
+    kernel.gpuspeed_inputs, kernel.precision = "torch", "float32"
+    module = types.SimpleNamespace(variants={"k": kernel})
+    x = np.random.default_rng(5).standard_normal((7, 13))
+    impl = variant.build(module, precision="float32", out_dtypes=["float64"], variant="k", device="cpu")
+    dev = impl.prepare((x, 3))
+    assert dev[0].dtype == torch.float32 and dev[1] == 3
+    out = impl.fetch(impl.run(*dev))
+    assert out.dtype == np.float64 and seen == [(torch.float32, int)]
+    np.testing.assert_allclose(out, x * 2.0, rtol=1e-6)
+    assert "float32" in impl.label
+    plain = variant.build(module, variant="k", device="cpu")  # as written: float64 in and out, as before
+    assert plain.prepare((x, 3))[0].dtype == torch.float64 and plain.fetch(plain.run(*plain.prepare((x, 3)))).dtype == np.float64
