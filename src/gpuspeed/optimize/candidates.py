@@ -148,7 +148,10 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         if "variant" in requested:
             row("variant", "tried", f"{len(wl.variants)} from the workload: {', '.join(wl.variants)}")
             for vname in wl.variants:
-                recipes.append(recipe(f"variant:{vname}", "variant", variant=vname))
+                # a variant declaring float32 (fn.precision) is a demoted candidate: the recipe says so, so the
+                # projection's unit and the emitted script's casts follow it
+                precision = getattr(wl.variants[vname], "precision", "as-written")
+                recipes.append(recipe(f"variant:{vname}", "variant", precision, variant=vname))
         else:
             row("variant", "skipped", "not in --backends")
     else:
