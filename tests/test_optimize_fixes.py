@@ -433,3 +433,16 @@ def test_a_float32_variant_taking_torch_inputs_gets_float32_tensors_and_returns_
     assert "float32" in impl.label
     plain = variant.build(module, variant="k", device="cpu")  # as written: float64 in and out, as before
     assert plain.prepare((x, 3))[0].dtype == torch.float64 and plain.fetch(plain.run(*plain.prepare((x, 3)))).dtype == np.float64
+
+
+def test_a_numpy_scalar_argument_saved_as_a_0d_array_is_unchanged():
+    # the worker saves each argument as a host array: np.float64(0.5) comes back as a 0-d array, which is the
+    # same input (a host-input variant given a NumPy scalar was rejected as mutating its inputs)
+    from gpuspeed.optimize.workload import same_inputs
+
+    x = np.arange(5.0)
+    assert same_inputs((np.array(x, copy=True), np.array(np.float64(0.5))), (x, np.float64(0.5)))
+    assert not same_inputs((np.array(x, copy=True), np.array(np.float64(0.5))), (x, np.float64(0.25)))
+    y = x.copy()
+    y[2] = -1
+    assert not same_inputs((np.array(x, copy=True), np.float64(0.5)), (y, np.float64(0.5)))

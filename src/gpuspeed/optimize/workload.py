@@ -217,6 +217,8 @@ def same_inputs(before, after) -> bool:
 
     for a, b in zip(leaves(before), leaves(after), strict=False):
         a, b = to_numpy(a), to_numpy(b)
+        # a NumPy scalar argument is saved as a 0-d array: compare it as one, not as a changed type
+        a, b = (np.asarray(v) if isinstance(v, np.generic) else v for v in (a, b))
         if isinstance(a, np.ndarray):
             if not isinstance(b, np.ndarray) or a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
                 return False
