@@ -178,7 +178,7 @@ def run(spec: dict, result: dict, result_path: str) -> None:
     chunked = bool(r.get("chunk"))
     with contextlib.ExitStack() as budget:
         # a chunked re-run plans its chunk from measured peaks: it holds the measure slot throughout
-        with _slot(spec, "measure" if chunked else "compile", stage):  # released before the measure slot
+        with _Held(spec, "measure" if chunked else "compile", stage) as held:  # released before the measure slot
             stage("build")
             impl = build(spec, wl, module)
             result["precision"] = r.get("precision", "as-written")  # build sets a float32-declared variant's
@@ -186,7 +186,7 @@ def run(spec: dict, result: dict, result_path: str) -> None:
                 from gpuspeed.memory import cap
 
                 budget.enter_context(cap(spec["budget_bytes"]))  # past the budget is an out-of-memory error
-            impl = _check(spec, wl, impl, refs, result, stage, result_path)
+            impl = _check(spec, wl, impl, refs, result, stage, result_path, between=held.step_aside)
             if impl is not None and chunked:
                 _measure(spec, wl, impl, result, stage, True)
         if impl is None:
@@ -197,9 +197,9 @@ def run(spec: dict, result: dict, result_path: str) -> None:
     stage("done")
 
 
-def _check(spec, wl, impl, refs, result, stage, result_path):
+def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: None):
     """Chunk the candidate if its recipe says so, then check it on every seed: the (chunked) Impl, or
-    None when it is rejected."""
+    None when it is rejected. `between` runs before each seed's call (the lock steps aside there)."""
     from gpuspeed.optimize import workload as W
     from gpuspeed.optimize.backends.common import to_numpy, tree_map
     from gpuspeed.verify import check
@@ -226,6 +226,7 @@ def _check(spec, wl, impl, refs, result, stage, result_path):
     # the original against its own reference outputs only shows whether it is deterministic: one seed does
     seeds = spec["seeds"][:1] if r["backend"] == "original" else spec["seeds"]
     for n, seed in enumerate(seeds):
+        between()
         stage("first call (compile)" if n == 0 else f"correctness seed {n + 1}")
         args = host_inputs(wl, seed)
         host_before = W._snapshot(args)
@@ -314,6 +315,29 @@ def _slot(spec: dict, kind: str, stage):
             held.enter_context(_flock(turnstile, True))
             held.enter_context(_flock(path, True))
         yield
+
+
+class _Held:
+    """The run's lock held across a candidate's build and checks. On the compile side it steps aside between
+    stages (after the build, between seeds): a waiting measurement then waits for the stage in flight, not for
+    all of a candidate's checks. On the H200 (4 examples at once) candidates waited 100-130 s for the measure slot
+    against a few seconds of timing, each measurement draining compile holders that kept it for 20-60 s."""
+
+    def __init__(self, spec: dict, kind: str, stage):
+        self.spec, self.kind, self.stage = spec, kind, stage
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        self.stack.enter_context(_slot(self.spec, self.kind, self.stage))
+        return self
+
+    def step_aside(self) -> None:
+        if self.kind == "compile" and self.spec.get("lock"):
+            self.stack.close()  # a measurement waiting at the turnstile goes first
+            self.stack.enter_context(_slot(self.spec, self.kind, self.stage))
+
+    def __exit__(self, *exc) -> None:
+        self.stack.close()
 
 
 def _reject(result, status, reason, path):
