@@ -61,3 +61,15 @@ def test_bad_out_is_one_line_exit_2_before_any_work(command, kind, tmp_path, mon
     assert rc == 2, err
     assert err.startswith(f"gpuspeed: error: --out {out}") and err.count("\n") == 1, err
     assert not marker.exists()
+
+
+def test_a_command_that_fails_leaves_no_empty_out_folder(tmp_path, capsys):
+    # --out is created at startup (to check it): an error after that takes back what it made, and only that
+    new = tmp_path / "new" / "results"
+    assert main(["decode", "--model", "tiny", "--tp", "0", "--out", str(new)]) == 2
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert main(["decode", "--model", "tiny", "--tp", "0", "--out", str(kept)]) == 2
+    assert kept.is_dir()
+    assert capsys.readouterr().err.count("gpuspeed: error:") == 2

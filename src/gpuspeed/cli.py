@@ -142,7 +142,21 @@ def _is(exc: BaseException, name: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the app, turning user mistakes into one line and exit code 2."""
+    """Entry point: run the app, turning user mistakes into one line and exit code 2; a command that fails leaves
+    no empty --out folder behind."""
+    from gpuspeed.results import CREATED, remove_created
+
+    CREATED.clear()  # this command's folders only
+    rv = None
+    try:
+        rv = _main(argv)
+        return rv
+    finally:
+        if rv != 0:
+            remove_created()
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     try:

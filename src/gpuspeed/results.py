@@ -101,12 +101,28 @@ def check_out_dir(out: str | os.PathLike | None) -> Path | None:
     if path.exists() and not path.is_dir():
         raise UserError(f"--out {path}: exists and is not a directory")
     try:
+        missing = [p for p in (path, *path.parents) if not p.exists()]
         path.mkdir(parents=True, exist_ok=True)
+        CREATED.extend(missing)  # deepest first: remove_created() takes back what an error left empty
         probe = tempfile.NamedTemporaryFile(dir=path, prefix=".gpuspeed-write-probe.", delete=True)
         probe.close()
     except OSError as exc:
         raise UserError(f"--out {path}: cannot write there ({exc.strerror or exc})") from exc
     return path
+
+
+CREATED: list[Path] = []  # folders check_out_dir made in this process
+
+
+def remove_created() -> None:
+    """Remove the folders check_out_dir made that are still empty (a command that ended in an error leaves no
+    empty --out behind)."""
+    while CREATED:
+        path = CREATED.pop(0)
+        try:
+            path.rmdir()  # only an empty folder goes
+        except OSError:
+            pass
 
 
 def _umask() -> int:
