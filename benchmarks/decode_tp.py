@@ -116,7 +116,9 @@ def combine(docs: list[dict], extra_summary: dict, extra_rows: list, notes: list
             many = summary.get(f"{model}_{dtype}_tp{tp}_best_ms_per_token")
             if one and many:
                 summary[f"{model}_{dtype}_tp{tp}_speedup_over_tp1"] = one / many
-    doc = make_results("decode_tp", params=params, summary=summary, rows=rows, notes=notes)
+    from gpuspeed.decode.study import stamp_from_runs
+
+    doc = stamp_from_runs(make_results("decode_tp", params=params, summary=summary, rows=rows, notes=notes), docs)
     doc["command"] = ["python3", "benchmarks/decode_tp.py", *argv]
     return doc
 

@@ -80,9 +80,7 @@ def register(app: typer.Typer) -> None:
             from gpuspeed.decode import tp as tensor_parallel
 
             tensor_parallel.check_launch(tp_ranks, where)
-            tensor_parallel.check_fits(spec, where)
-        else:
-            study.check_fits(spec, where)
+        study.check_fits(spec, where)
         console = Console(stderr=as_json)
         if small and not as_json:
             console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "

@@ -175,8 +175,11 @@ def load(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
     raise UserError(f"{p}: not a .gguf file or a folder with config.json and safetensors")
 
 
-def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
-    """config.json + model.safetensors or model.safetensors.index.json shards."""
+def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args=None, read=None) -> Checkpoint:
+    """config.json + model.safetensors or model.safetensors.index.json shards.
+
+    Tensor parallel (decode/tp.py) passes `shape_args(args) -> the shapes of the model to build` (a rank's
+    shard) and `read(handle, name, args) -> tensor` (a slice through safetensors' get_slice)."""
     folder = Path(folder)
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
@@ -216,9 +219,10 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
     def get(name: str) -> torch.Tensor:
         if name not in weight_map:
             raise UserError(f"{folder}: checkpoint lacks {name}")
-        return opened(weight_map[name]).get_tensor(name)
+        handle = opened(weight_map[name])
+        return handle.get_tensor(name) if read is None else read(handle, name, args)
 
-    model = build(args, device=device, dtype=dtype, seed=None)
+    model = build(args if shape_args is None else shape_args(args), device=device, dtype=dtype, seed=None)
     _fill(model, get, HF_NAMES)
     eos = cfg.get("eos_token_id")
     gen_cfg = folder / "generation_config.json"

@@ -707,6 +707,16 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     return s
 
 
+def stamp_from_runs(doc: dict, docs: list[dict]) -> dict:
+    """doc with the runs' device, versions and commit, not those of the process merging them (which may be a
+    CPU machine after the fact); a note when the runs come from several commits."""
+    for key in ("device", "versions", "git"):
+        doc[key] = docs[0].get(key, doc[key]) if docs else doc[key]
+    if len({d.get("git") for d in docs}) > 1:
+        doc["notes"].append(f"the runs come from several commits: {sorted({str(d.get('git')) for d in docs})}")
+    return doc
+
+
 def merge(docs: list[dict], command=None) -> dict:
     """One decode.json from several runs (one per model and dtype): rows concatenated, summaries merged."""
     from gpuspeed.results import make_results
@@ -720,26 +730,32 @@ def merge(docs: list[dict], command=None) -> dict:
         rows += d["rows"]
         notes += [n for n in d["notes"] if n not in notes]
         params["runs"].append(d["params"] | {"git": d.get("git"), "created": d.get("created")})
-    doc = make_results("decode", params=params, summary=summary, rows=rows, notes=notes)
-    # the stamp of the runs, not of the process merging them (which may be a CPU machine after the fact)
-    for key in ("device", "versions", "git"):
-        doc[key] = docs[0].get(key, doc[key])
-    if len({d.get("git") for d in docs}) > 1:
-        doc["notes"].append(f"the runs come from several commits: {sorted({str(d.get('git')) for d in docs})}")
+    doc = stamp_from_runs(make_results("decode", params=params, summary=summary, rows=rows, notes=notes), docs)
     if command is not None:
         doc["command"] = command
     return doc
 
 
 def check_fits(spec: Spec, device: str) -> None:
-    """Refuse a named model whose weights would not fit this device's memory (before making them)."""
+    """Refuse a named model whose weights would not fit this device's memory (before making them); under
+    tensor parallel, rank 0's shard (the largest) on one GPU."""
     if spec.model not in M.CONFIGS:
         return
     over = {"n_layers": spec.max_layers} if spec.max_layers else {}
     args = M.named_config(spec.model, **over)
-    need = args.param_count() * (4 if (spec.dtype == "fp32" or spec.agreement) else 2)
+    world = spec.tp or 1
+    if world > 1:
+        from gpuspeed.decode.tp import local_args
+
+        args = local_args(args, world)  # rank 0's shard, the largest (too few KV heads for N ranks: an error)
+        if device != "cuda":  # the CPU's gloo ranks share the host: no per-rank check
+            return
+    need = args.param_count() * (4 if (spec.dtype == "fp32" or (spec.agreement and world == 1)) else 2)
     have = _device.get_device(device).mem_bytes
     if have and need > 0.8 * have:
+        if world > 1:
+            raise UserError(f"{spec.model} in {spec.dtype} over {world} GPUs needs about {need / 2**30:.1f} GiB per "
+                            f"GPU; each has {have / 2**30:.1f} GiB: use a larger --tp")
         raise UserError(f"{spec.model} in {spec.dtype} needs about {need / 2**30:.1f} GiB (fp32 copy for the "
                         f"agreement check included); this {device} has {have / 2**30:.1f} GiB: try --layers 2")
 

@@ -256,41 +256,14 @@ def _role(name: str, names: dict) -> str:
 def load_hf_shard(folder, tp: TP, device, dtype):
     """A Hugging Face folder read slice by slice (safetensors' get_slice): each rank reads only its rows or
     columns of every tensor, and only those reach its device."""
-    import json
+    from gpuspeed.decode import checkpoints as C
 
-    from safetensors import safe_open
+    def shape_args(args):
+        set_vocab(tp, args)
+        return local_args(args, tp.world, tp.rank)
 
-    from gpuspeed.decode import checkpoints as C, model as M
-
-    folder = Path(folder)
-    cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
-        raise UserError(f"{folder}: no config.json (not a Hugging Face model folder)")
-    cfg = json.loads(cfg_path.read_text())
-    args = C.args_from_hf_config(cfg, name=folder.name)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-    else:
-        weight_map = {}
-        for f in sorted(folder.glob("*.safetensors")):
-            with safe_open(str(f), framework="pt", device="cpu") as h:
-                weight_map |= {k: f.name for k in h.keys()}
-    if not weight_map:
-        raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
-    if not args.tie_embeddings and "lm_head.weight" not in weight_map:
-        args = replace(args, tie_embeddings=True)
-    la = local_args(args, tp.world, tp.rank)
-    set_vocab(tp, args)
-    handles: dict = {}
-
-    def get(name: str) -> torch.Tensor:
-        if name not in weight_map:
-            raise UserError(f"{folder}: checkpoint lacks {name}")
-        fname = weight_map[name]
-        if fname not in handles:
-            handles[fname] = safe_open(str(folder / fname), framework="pt", device="cpu")
-        sl = handles[fname].get_slice(name)
+    def read(handle, name: str, args) -> torch.Tensor:
+        sl = handle.get_slice(name)
         role = _role(name, C.HF_NAMES)
         if role == "replicated":
             return sl[:]
@@ -312,40 +285,17 @@ def load_hf_shard(folder, tp: TP, device, dtype):
         part = sl[r * vl:min((r + 1) * vl, args.vocab_size)]
         return torch.cat([part, part.new_zeros(vl - part.shape[0], *part.shape[1:])]) if part.shape[0] < vl else part
 
-    model = M.build(la, device=device, dtype=dtype, seed=None)
-    C._fill(model, get, C.HF_NAMES)
-    model.tp = tp
-    eos = cfg.get("eos_token_id")
-    gen_cfg = folder / "generation_config.json"
-    if gen_cfg.is_file():
-        eos = json.loads(gen_cfg.read_text()).get("eos_token_id", eos)
-    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
-    has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
-    return C.Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
-                        tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
+    ck = C.load_hf(folder, device=device, dtype=dtype, shape_args=shape_args, read=read)
+    ck.model.tp = tp
+    return ck
 
 
 def _mem_bytes(device: str) -> int:
     if device == "cuda":
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        from gpuspeed import device as _device
+
+        return _device.get_device("cuda").mem_bytes
     return 1 << 62  # the host: no check here
-
-
-def check_fits(spec, device: str) -> None:
-    """Refuse a named model whose shard would not fit one device (the --tp form of study.check_fits)."""
-    from gpuspeed.decode import model as M
-
-    if spec.model not in M.CONFIGS:
-        return
-    over = {"n_layers": spec.max_layers} if spec.max_layers else {}
-    la = local_args(M.named_config(spec.model, **over), spec.tp)  # rank 0 holds the largest share
-    if device != "cuda" or not torch.cuda.is_available():
-        return
-    need = la.param_count() * (4 if spec.dtype == "fp32" else 2)
-    have = torch.cuda.get_device_properties(0).total_memory
-    if need > 0.8 * have:
-        raise UserError(f"{spec.model} in {spec.dtype} over {spec.tp} GPUs needs about {need / 2**30:.1f} GiB per GPU; "
-                        f"each has {have / 2**30:.1f} GiB: use a larger --tp")
 
 
 # ---------------------------------------------------------------------------------------------------
