@@ -162,10 +162,12 @@ def _ceilings(ceilings):
     if isinstance(ceilings, dict):
         return ceilings_from_results(ceilings), "given results document"
     if isinstance(ceilings, (str, Path)):
+        from gpuspeed.results import read_results
+
         p = Path(ceilings)
         if not p.is_file():
             raise UserError(f"ceilings file {p} does not exist")
-        return ceilings_from_results(json.loads(p.read_text())), str(p)
+        return ceilings_from_results(read_results(p)), str(p)
     from gpuspeed import device as _device
 
     slug = _device.get_device("cuda").slug
@@ -174,7 +176,9 @@ def _ceilings(ceilings):
     for root in (Path.cwd(), Path(gpuspeed.__file__).resolve().parents[2]):
         p = root / "results" / slug / "roofline.json"
         if p.is_file():
-            return ceilings_from_results(json.loads(p.read_text())), str(p)
+            from gpuspeed.results import read_results
+
+            return ceilings_from_results(read_results(p)), str(p)
     from gpuspeed.roofline.place import cached_ceilings
 
     return cached_ceilings("cuda"), "measured now (quick)"

@@ -84,11 +84,11 @@ def launch(kernel, grid, *args, config=None, **kw):
 @functools.lru_cache(maxsize=None)
 def sm_count(index: int = 0) -> int:
     """Streaming multiprocessors of the GPU (4 without one: the interpreters' stand-in)."""
-    import torch
+    from gpuspeed import device
 
-    if not torch.cuda.is_available():
+    if not device.cuda_available():
         return 4
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    return device.get_device("cuda", index).sms
 
 
 def numba_array(t):

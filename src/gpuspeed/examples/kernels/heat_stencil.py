@@ -17,6 +17,8 @@ step's GPU time).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -191,6 +193,7 @@ TILE_X, TILE_Y = 32, 16
 HALO_X, HALO_Y = TILE_X + 2, TILE_Y + 2  # plain constants: Numba needs a shared array's shape as literals
 
 
+@functools.lru_cache(maxsize=None)
 def _numba_kernel():
     @cuda.jit
     def heat_steps_numba_kernel(u, a, b, alpha, steps):
@@ -236,13 +239,10 @@ def _numba_kernel():
     return heat_steps_numba_kernel
 
 
-_NUMBA = []
 
 
 def heat_numba(grid, alpha, steps):
     """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA, in one cooperative launch."""
-    if not _NUMBA:
-        _NUMBA.append(_numba_kernel())
     sim = cudasim()
     u, a, b = _buffers(grid, sim)
     steps = int(steps)
@@ -251,7 +251,7 @@ def heat_numba(grid, alpha, steps):
     n_rows, n_cols = u.shape
     tiles = triton.cdiv(n_cols, TILE_X) * triton.cdiv(n_rows, TILE_Y)
     args = (numba_array(u), numba_array(a), numba_array(b), float(alpha), steps)
-    kernel = _NUMBA[0]
+    kernel = _numba_kernel()
     if sim:
         blocks = 1  # the simulator's grid barrier works within one block only
     else:

@@ -10,6 +10,8 @@ NumPy over six seeds of the example's inputs, that changed no count, and the GPU
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -76,6 +78,7 @@ def mandelbrot_triton(xs, ys, max_iter, config=None, out=None):
 THREADS_X, THREADS_Y = 32, 8
 
 
+@functools.lru_cache(maxsize=None)
 def _numba_kernel():
     @cuda.jit
     def mandelbrot_numba_kernel(xs, ys, max_iter, out):
@@ -98,17 +101,14 @@ def _numba_kernel():
     return mandelbrot_numba_kernel
 
 
-_NUMBA = []
 
 
 def mandelbrot_numba(xs, ys, max_iter, out=None):
     """The example's `original(xs, ys, max_iter)` on the GPU through Numba CUDA."""
-    if not _NUMBA:
-        _NUMBA.append(_numba_kernel())
     sim = cudasim()
     xs, ys = device_tensor(xs, sim).to(torch.float64), device_tensor(ys, sim).to(torch.float64)
     out = torch.empty((ys.numel(), xs.numel()), dtype=torch.int64, device=xs.device) if out is None else out
     blocks = (triton.cdiv(xs.numel(), THREADS_X), triton.cdiv(ys.numel(), THREADS_Y))
-    _NUMBA[0][blocks, (THREADS_X, THREADS_Y), numba_stream()](numba_array(xs), numba_array(ys), int(max_iter),
+    _numba_kernel()[blocks, (THREADS_X, THREADS_Y), numba_stream()](numba_array(xs), numba_array(ys), int(max_iter),
                                                              numba_array(out))
     return out
