@@ -446,3 +446,39 @@ def test_a_numpy_scalar_argument_saved_as_a_0d_array_is_unchanged():
     y = x.copy()
     y[2] = -1
     assert not same_inputs((np.array(x, copy=True), np.float64(0.5)), (y, np.float64(0.5)))
+
+
+SLOW_VARIANT = """
+import time
+import numpy as np
+def original(x):
+    return x * 2.0
+def inputs(rng):
+    return (rng.standard_normal(1000),)
+def slow(x):
+    time.sleep(120)  # never finishes within the run's time budget
+    return x * 2.0
+def fast(x):
+    return x + x
+variants = {"fast": fast, "slow": slow}  # one job at a time on the CPU: fast first
+"""
+
+
+def test_the_time_budget_bounds_the_whole_run_and_stops_a_candidate_still_running_at_its_end(tmp_path):
+    # --time-budget is the whole run (H200: examples took 6.1 min under the default 300 s, lock waits uncounted):
+    # a candidate still running at the deadline is stopped and recorded, the others and the report are kept
+    import time
+
+    from gpuspeed.optimize.pipeline import REPORT_RESERVE_S, optimize
+
+    p = tmp_path / "slow.py"
+    p.write_text(SLOW_VARIANT)
+    t0 = time.perf_counter()
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=40, bench_budget_s=0.1)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 40, elapsed
+    slow = run.results["variant:slow"]
+    assert slow["status"] == "timeout" and "time budget" in slow["reason"]
+    assert run.results["variant:fast"]["status"] == "ok"
+    assert run.results["original"]["status"] == "ok"
+    assert (tmp_path / "out" / "report.md").is_file() and elapsed > 40 - REPORT_RESERVE_S - 10

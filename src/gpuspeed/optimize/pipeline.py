@@ -30,6 +30,7 @@ COMPILE_LIMIT_S = 180.0
 PLAIN_LIMIT_S = 90.0
 LOOP_DROPIN_LIMIT_S = 40.0  # a drop-in over Python loops launches per iteration: it gets less time
 MIN_LIMIT_S = 8.0
+REPORT_RESERVE_S = 15.0  # of --time-budget, kept for the choice, the report, its plot and the emitted script
 DEFAULT_GPU_JOBS = 3  # candidates built and checked at once (timing is still one at a time)
 
 
@@ -130,7 +131,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     if n_jobs < 1:
         raise UserError("--jobs must be at least 1")
     params["jobs"] = n_jobs
-    deadline = t_start + time_budget
+    # the whole run, report included, ends within --time-budget: candidates start only while time is left and
+    # one still running at the deadline is stopped, however long it waited for the lock
+    deadline = t_start + max(time_budget - REPORT_RESERVE_S, 0.5 * time_budget)
+    runner.deadline = deadline
 
     def remaining():
         return deadline - time.perf_counter()

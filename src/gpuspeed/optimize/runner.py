@@ -77,6 +77,9 @@ class Runner:
         self.path = self.dir / "candidates.jsonl"
         self.base = base_spec | {"lock": os.environ.get(LOCK_ENV) or str(self.work / "device.lock")}
         self.done: dict[str, dict] = {}
+        # the run's end (perf_counter): a candidate still running then is stopped, lock waits included, so
+        # --time-budget bounds the whole run; None for no end. The "original" baseline is never stopped by it.
+        self.deadline: float | None = None
         if resume:
             for row in read_jsonl(self.path):
                 self.done[row["name"]] = row
@@ -110,7 +113,7 @@ class Runner:
         now = time.perf_counter()  # wall clock of the worker, for its time limit (not a benchmark)
         return _Job(recipe, proc, log, result_path, log_path, max(1.0, limit_s), now, now)
 
-    def _finish(self, job: _Job, timed_out: bool) -> dict:
+    def _finish(self, job: _Job, timed_out: bool, at_deadline: bool = False) -> dict:
         if timed_out:
             _kill_group(job.proc.pid)
         rc = job.proc.wait()
@@ -122,7 +125,8 @@ class Runner:
             stage = row.get("stage", job.stage)
             if timed_out:
                 row["status"] = "timeout"
-                row["reason"] = f"killed after {job.limit_s:.0f} s (time limit) during {stage}"
+                row["reason"] = (f"stopped at the run's time budget during {stage}" if at_deadline else
+                                 f"killed after {job.limit_s:.0f} s (time limit) during {stage}")
             else:
                 how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
                 row["status"] = "crashed"
@@ -185,9 +189,12 @@ class Runner:
                 job.last = now
                 rc = job.proc.poll()
                 busy = now - job.started - job.waited
-                if rc is not None or busy > job.limit_s or now - job.started > job.limit_s + MAX_WAIT_S:
+                at_deadline = (self.deadline is not None and now > self.deadline
+                               and job.recipe["name"] != "original")
+                if (rc is not None or busy > job.limit_s or now - job.started > job.limit_s + MAX_WAIT_S
+                        or at_deadline):
                     active.remove(job)
-                    out[job.recipe["name"]] = self._finish(job, timed_out=rc is None)
+                    out[job.recipe["name"]] = self._finish(job, timed_out=rc is None, at_deadline=at_deadline)
 
     def run(self, recipe: dict, timeout_s: float) -> dict:
         """One candidate's result (from an earlier run when resuming)."""
