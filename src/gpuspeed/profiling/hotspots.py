@@ -60,7 +60,7 @@ def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
     """One call under cProfile: top functions and the interpreter/library/allocation split of the time."""
     prof = cProfile.Profile()
     prof.runcall(fn, *args, **(kwargs or {}))
-    stats = pstats.Stats(prof).stats  # key -> (cc, nc, tottime, cumtime, callers)
+    stats = _call_tree(pstats.Stats(prof).stats, fn)  # key -> (cc, nc, tottime, cumtime, callers)
     total = sum(v[2] for v in stats.values()) or 1e-12
     split = defaultdict(float)
     alloc_calls = 0
@@ -89,6 +89,26 @@ def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
             "hot_user": [(r["file"], r["line"], r["name"]) for r in rows if r["user"]][:3]}
 
 
+def _call_tree(stats: dict, fn) -> dict:
+    """The entries of `fn`'s own call tree: from Python 3.12 cProfile sees every thread, and what another
+    thread ran while the call had released the GIL is not the call's."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    root = (code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
+    if root not in stats:
+        return stats  # a builtin or a callable object: nothing to anchor the tree on
+    children = defaultdict(set)
+    for key, entry in stats.items():
+        for caller in entry[4]:
+            children[caller].add(key)
+    keep, todo = {root}, [root]
+    while todo:
+        for child in children.pop(todo.pop(), ()):
+            if child not in keep:
+                keep.add(child)
+                todo.append(child)
+    return {k: v for k, v in stats.items() if k in keep}
+
+
 def _code_objects(targets, roots=()) -> list:
     """(function or None, code) for the user code named (file, firstlineno) by cProfile: code objects under
     `roots` first (a script's module code and everything defined in it), then live functions."""
@@ -97,8 +117,17 @@ def _code_objects(targets, roots=()) -> list:
         if f:
             want[(str(Path(f).resolve()), line)].add(name)
 
+    lines = {line for _, line in want}
+    bases = {os.path.basename(f) for f, _ in want}
+    resolved: dict = {}
+
     def wanted(code):
-        names = want.get((str(Path(code.co_filename).resolve()), code.co_firstlineno), ())
+        # the cheap tests first: gc holds tens of thousands of functions once torch is imported
+        if code.co_firstlineno not in lines or os.path.basename(code.co_filename) not in bases:
+            return None
+        if code.co_filename not in resolved:
+            resolved[code.co_filename] = str(Path(code.co_filename).resolve())
+        names = want.get((resolved[code.co_filename], code.co_firstlineno), ())
         if any(n == code.co_name or n.endswith("." + code.co_name) for n in names):
             return (code.co_filename, code.co_firstlineno, code.co_name)
         return None
@@ -297,10 +326,15 @@ def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
     lt = line_times(cp["hot_user"], fn, args, kwargs, backend=line_backend)
     total = cp["total_s"]
     cum = {(str(Path(r["file"]).resolve()), r["line"]): r["cumtime_s"] for r in cp["top"] if r["file"]}
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    root = (str(Path(code.co_filename).resolve()), code.co_firstlineno) if code is not None else None
+    if root in cum:  # the called function is the whole call; the others' shares are of its cProfile time
+        total = cum[root]
     loops = []
     for f in lt["functions"]:
         # line timers inflate times: scale the loop's share of its function by the function's cProfile share
-        f_share = min(cum.get((f["file"], f["line"]), 0.0) / total, 1.0) if total > 0 else 0.0
+        key = (f["file"], f["line"])
+        f_share = 1.0 if key == root else min(cum.get(key, 0.0) / total, 1.0) if total > 0 else 0.0
         for loop in f["loops"]:
             share = (loop["share_of_function"] or 0.0) * f_share
             if share >= HOT_SHARE:
