@@ -58,7 +58,8 @@ def _row(name: str, folder: Path, rc: int, minutes: float, log: str) -> dict:
     doc = json.loads(path.read_text())
     s = doc["summary"]
     ch = doc.get("choice", {})
-    return {"example": name, "ok": True, "minutes": minutes, "primary": s.get("primary"),
+    return {"example": name, "ok": True, "minutes": minutes, "git": doc.get("git"),
+            "time_budget_s": doc.get("params", {}).get("time_budget_s"), "primary": s.get("primary"),
             "alternative": s.get("alternative"), "best_dropin": s.get("best_dropin"), "original_s": s.get("original_s"),
             "primary_s": s.get("primary_s"), "primary_e2e_s": s.get("primary_e2e_s"), "speedup": s.get("speedup"),
             "speedup_ci": [s.get("speedup_ci_low"), s.get("speedup_ci_high")], "speedup_e2e": s.get("speedup_e2e"),
@@ -104,9 +105,11 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=float, default=None, help="seconds for the whole call: an example started late "
                     "gets only what is left as its time budget (it skips its last candidates and still writes its "
                     "report), none starts in the last minute, and at the limit running ones are stopped")
+    ap.add_argument("--restamp", action="store_true", help="run nothing: rewrite optimize.json from its rows, each "
+                    "stamped with the commit of its example's own optimize_<name>.json")
     a = ap.parse_args(argv)
     out = check_out_dir(a.out) or default_dir(a.device)
-    names = a.examples.split(",") if a.examples else bundled_examples()
+    names = [] if a.restamp else a.examples.split(",") if a.examples else bundled_examples()
     lock = out / "optimize" / ".device.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **{LOCK_ENV: str(lock)})
@@ -118,6 +121,20 @@ def main(argv=None) -> int:
             kept = [r for r in json.loads(previous.read_text()).get("rows", []) if r.get("example") not in names]
         except (json.JSONDecodeError, OSError):
             kept = []
+    for r in kept:  # rows from before rows carried their commit: their example's own results file has it
+        own = out / "optimize" / r["example"] / f"optimize_{r['example']}.json"
+        if r.get("ok") and "git" not in r and own.is_file():
+            doc = json.loads(own.read_text())
+            r["git"], r["time_budget_s"] = doc.get("git"), doc.get("params", {}).get("time_budget_s")
+    if a.restamp:  # the file keeps the device, versions, commit and command of the call that wrote it
+        doc = json.loads(previous.read_text())
+        doc["rows"] = kept
+        commits = sorted({r["git"] for r in kept if r.get("git")})
+        doc["notes"] = [n for n in doc["notes"] if not n.startswith("the rows come from several commits")]
+        if len(commits) > 1:
+            doc["notes"].append(f"the rows come from several commits (each row's git): {commits}")
+        print(f"restamped {write_results(doc, previous)}")
+        return 0
     kept_minutes = 0.0
     if kept:
         try:
@@ -168,6 +185,9 @@ def main(argv=None) -> int:
                          "references and hotspots beside it)")
         if kept:
             notes.append(f"rows kept from an earlier call: {', '.join(r['example'] for r in kept)}")
+        commits = sorted({r["git"] for r in kept + rows if r.get("git")})
+        if len(commits) > 1:
+            notes.append(f"the rows come from several commits (each row's git): {commits}")
         if cut:
             notes.append("given less than --time-budget to fit the call's --limit of {:g} s: {}".format(
                 a.limit, ", ".join(f"{k} ({v:.0f} s)" for k, v in cut.items())))
