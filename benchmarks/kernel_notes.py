@@ -1,5 +1,6 @@
 """Paste each hand kernel's tuning note from a kernels.json (written by benchmarks/kernels.py through
-`gpuspeed.kernel_report` on a GPU) into the kernel's docstring, in place of its "Tuning note ...: pending" line.
+`gpuspeed.kernel_report` on a GPU) into the kernel's docstring, in place of its "Tuning note ...: pending" line
+or of an earlier note.
 
     python benchmarks/kernel_notes.py results/nvidia-h200/kernels.json
 
@@ -49,7 +50,11 @@ def paste(path: Path, func: str, text: str) -> bool:
             in_func = True
         elif in_func and PLACEHOLDER.match(line):
             indent = PLACEHOLDER.match(line)["indent"]
-            lines[i:i + 1] = textwrap.wrap(text, 116 - len(indent), initial_indent=indent, subsequent_indent=indent)
+            end = i + 1  # an earlier note's wrapped lines go too: the paragraph ends at a blank line or the quotes
+            while end < len(lines) and lines[end].strip() and lines[end].startswith(indent) \
+                    and '"""' not in lines[end]:
+                end += 1
+            lines[i:end] = textwrap.wrap(text, 116 - len(indent), initial_indent=indent, subsequent_indent=indent)
             path.write_text("\n".join(lines) + "\n")
             return True
     return False
