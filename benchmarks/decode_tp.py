@@ -134,13 +134,27 @@ def merge_int8(run_dir: Path, into: Path) -> int:
     doc = json.loads(into.read_text())
     for path in src:
         run = json.loads(path.read_text())
+        if run["params"].get("quant") != "int8" and "int8" in path.parent.name and run["params"].get("partial") \
+                and any("_int8_" in k for k in run["summary"]):
+            # a run cut by its time cap before 382357a wrote its partial file without the int8 naming: given it
+            # now by the code a finished run goes through (its reference was the unquantized bf16 model)
+            from gpuspeed.decode import quant
+
+            label = next(k for k in run["summary"] if "_int8_" in k).split("_int8_")[0] + "_int8"
+            run["params"]["quant"] = "int8"
+            for r in run["rows"]:
+                r["quant"] = "int8"
+            quant.relabel(run, label)
+            run["notes"].append("partial int8 run: relabelled on merge (*_vs_bf16: its reference was the bf16 model)")
         if run["params"].get("quant") != "int8":
             continue
         doc["rows"] = [r for r in doc["rows"] if not (r.get("quant") == "int8" and r.get("model") == run["params"]["model"])]
         doc["rows"] += run["rows"]
         doc["summary"] |= run["summary"]
         doc["notes"] += [n for n in run["notes"] if n not in doc["notes"]]
-        doc["params"].setdefault("runs", []).append(run["params"] | {"git": run.get("git"), "created": run.get("created")})
+        doc["params"]["runs"] = [p for p in doc["params"].get("runs", [])  # a second merge replaces the first
+                                 if not (p.get("quant") == "int8" and p.get("model") == run["params"]["model"])]
+        doc["params"]["runs"].append(run["params"] | {"git": run.get("git"), "created": run.get("created")})
         print(f"merged {path} into {into}")
     write_results(doc, into)
     return 0

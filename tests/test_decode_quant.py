@@ -158,3 +158,19 @@ def test_real_smollm2_int8_text_beside_the_unquantized_text():
     assert "Paris" in texts[PROMPTS[0]][1], texts[PROMPTS[0]]
     assert "Armstrong" in texts[PROMPTS[1]][1], texts[PROMPTS[1]]
     assert min(same) >= 0.5, (same, texts)
+
+
+def test_a_capped_int8_run_leaves_a_partial_file_named_like_a_finished_one(tmp_path):
+    # H200: the 8B int8 run hit its time cap during V4c; its partial decode.json had no quant and *_vs_fp32 names
+    from gpuspeed.decode import study
+
+    spec = study.Spec(model="tiny", dtype="bf16", quant="int8", out=str(tmp_path), device="cpu")
+    row = {"variant": "V5", "ms_per_token": 1.0, "tokens_per_s": 1e3, "weight_GBps": 1.0,
+           "teacher_forced_agreement_vs_fp32": 0.75,
+           "teacher_forced_max_logit_err_vs_fp32": 0.5, "token_agreement_vs_fp32": 0.5}
+    study._partial(spec, [row], [], None)
+    doc = json.loads((tmp_path / "decode.json").read_text())
+    assert doc["params"]["quant"] == "int8" and doc["params"]["partial"]
+    assert doc["rows"][0]["quant"] == "int8" and doc["rows"][0]["teacher_forced_agreement_vs_bf16"] == 0.75
+    assert doc["summary"]["tiny_int8_token_agreement_vs_bf16"] == 0.75
+    assert not any(k.endswith("_vs_fp32") for k in doc["summary"])

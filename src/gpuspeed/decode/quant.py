@@ -216,7 +216,9 @@ def relabel(doc: dict, label: str) -> None:
     s = doc["summary"]
     for key in [k for k in s if k.endswith("_vs_fp32")]:
         s[key[:-len("_vs_fp32")] + f"_vs_{dt}"] = s.pop(key)
-    ok = [r for r in doc["rows"] if "ms_per_token" in r and r.get("study") == "ladder"]
+    # a partial file's ladder rows carry no study yet
+    ok = [r for r in doc["rows"] if "ms_per_token" in r and r.get("study", "ladder") == "ladder"
+          and not str(r.get("variant", "")).startswith("HF")]
     tf = [r[f"teacher_forced_agreement_vs_{dt}"] for r in ok if f"teacher_forced_agreement_vs_{dt}" in r]
     if tf:
         s[f"{label}_token_agreement_vs_{dt}"] = min(tf)

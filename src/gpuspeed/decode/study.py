@@ -442,11 +442,17 @@ def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> N
         extra = [r for r in rows if r.get("study") in ("batch", "long_prompt")]
         ladder = [r for r in rows if r not in hf and r not in extra]
         summary = summarize(spec.label(), ladder, extra, hf, spec)
+        tags = {"quant": spec.quant} if spec.quant else {}
         doc = make_results("decode", params={"model": spec.model, "dtype": spec.dtype, "partial": True,
-                                             "read_ceiling": roof},
-                           summary=summary, rows=[dict(r, model=model_key(spec.model), dtype=spec.dtype) for r in rows],
+                                             "read_ceiling": roof, "quant": spec.quant, "tp": spec.tp},
+                           summary=summary,
+                           rows=[dict(r, model=model_key(spec.model), dtype=spec.dtype, **tags) for r in rows],
                            notes=notes + ["partial: the run had not finished when this was written"],
                            device=spec.device)
+        if spec.quant:  # named as the finished run's are: its reference is the unquantized model
+            from gpuspeed.decode import quant
+
+            quant.relabel(doc, spec.label())
         write_results(doc, spec.out)
     except Exception:  # never lose the run over a partial write
         pass
