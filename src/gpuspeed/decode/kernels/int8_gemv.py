@@ -14,9 +14,12 @@ from typing import Optional  # noqa: F401  (the op's schema is read from the ann
 
 import torch
 
-CONFIGS = [  # (BLOCK_N, BLOCK_K, SPLIT, num_warps): int8 rows want longer K tiles than bf16 for 16-byte loads
-    (8, 1024, 1, 4), (16, 512, 1, 4), (32, 512, 1, 8), (8, 1024, 2, 4), (16, 1024, 4, 8), (4, 2048, 8, 4),
-]
+# (BLOCK_N, BLOCK_K, SPLIT, num_warps, MAGIC): int8 rows want longer K tiles than bf16 for 16-byte loads.
+# MAGIC=1 turns each weight into fp32 with an integer add and a bitcast instead of a conversion instruction: per
+# the CUDA guide's throughput table an SM retires int -> float conversions at 16 a clock (a quarter of its FMA
+# rate), which caps the 8B's 7.5 G weights per token at ~1.8 ms on an H200 (the plain form measured 4.04 ms/token)
+_PLAIN = [(8, 1024, 1, 4), (16, 512, 1, 4), (32, 512, 1, 8), (8, 1024, 2, 4), (16, 1024, 4, 8), (4, 2048, 8, 4)]
+CONFIGS = [c + (0,) for c in _PLAIN] + [c + (1,) for c in _PLAIN] + [(8, 2048, 1, 8, 1), (16, 2048, 2, 8, 1)]
 
 
 @functools.cache
@@ -26,7 +29,7 @@ def _kernel():
 
     @triton.jit
     def int8_gemv_kernel(x_ptr, q_ptr, s_ptr, out_ptr, N, K, stride_qn, K_PER_SPLIT,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr):
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr, MAGIC: tl.constexpr):
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -38,7 +41,11 @@ def _kernel():
             xk = tl.load(x_ptr + rk, mask=km, other=0.0).to(tl.float32)
             w = tl.load(q_ptr + rn[:, None] * stride_qn + rk[None, :], mask=(rn[:, None] < N) & km[None, :],
                         other=0, eviction_policy="evict_first")
-            acc += w.to(tl.float32) * xk[None, :]
+            if MAGIC:  # 0x4B000080 is 2**23 + 128: w + 128 lands in its mantissa exactly, then 2**23 + 128 goes
+                wf = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+            else:
+                wf = w.to(tl.float32)
+            acc += wf * xk[None, :]
         y = tl.sum(acc, axis=1)
         if DIRECT:  # one split: the scale and the rounding to the model dtype here
             s = tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
@@ -50,7 +57,7 @@ def _kernel():
 
 
 def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int, split: int,
-            num_warps: int) -> torch.Tensor:
+            num_warps: int, magic: int = 0) -> torch.Tensor:
     """x [K], q [N, K] int8, scale [N] fp32 -> y [N] in x's dtype."""
     n, k = q.shape
     per = -(-k // split)
@@ -67,7 +74,7 @@ def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int,
     except ImportError:  # older torch: plain launch (eager only)
         pass
     kern[(-(-n // block_n), split)](x, q, scale, out, n, k, q.stride(0), per, BLOCK_N=block_n, BLOCK_K=block_k,
-                                    DIRECT=int(direct), num_warps=num_warps)
+                                    DIRECT=int(direct), MAGIC=int(magic), num_warps=num_warps)
     if direct:
         return out
     return (out.sum(0) * scale.float()).to(x.dtype)
@@ -81,8 +88,8 @@ def _registered():
 
     @triton_op("gpuspeed::int8_gemv", mutates_args=())
     def int8_gemv_op(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int, split: int,
-                     num_warps: int) -> torch.Tensor:
-        return _launch(x, q, scale, block_n, block_k, split, num_warps)
+                     num_warps: int, magic: int) -> torch.Tensor:
+        return _launch(x, q, scale, block_n, block_k, split, num_warps, magic)
 
     return int8_gemv_op
 
@@ -98,9 +105,9 @@ def registered():
 
 
 def int8_gemv(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int = 8, block_k: int = 1024,
-              split: int = 1, num_warps: int = 4) -> torch.Tensor:
+              split: int = 1, num_warps: int = 4, magic: int = 0) -> torch.Tensor:
     """(x @ q.T) * scale for x [..., K] holding one row; the result has x's leading shape and dtype."""
     lead = x.shape[:-1]
     op = OP if OP is not None else registered()
-    y = op(x.reshape(-1).contiguous(), q, scale, block_n, block_k, split, num_warps)
+    y = op(x.reshape(-1).contiguous(), q, scale, block_n, block_k, split, num_warps, magic)
     return y.reshape(*lead, q.shape[0])
