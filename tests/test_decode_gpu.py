@@ -1,6 +1,8 @@
 """gpuspeed.decode on a GPU: the ladder compiled with inductor and captured for real, V5's kernels inside
 torch.compile and a CUDA graph, and the study's measurements. Run with `make gpu-test` on a GPU machine."""
 
+import functools
+
 import pytest
 import torch
 
@@ -97,8 +99,9 @@ def test_v5_kernels_inside_compile_and_a_graph():
         assert res.passed, res.summary
 
 
+@pytest.mark.parametrize("cfg", [(1, 4), (2, 8)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_step_attention_inside_compile_and_a_graph_writes_the_cache(dtype):
+def test_step_attention_inside_compile_and_a_graph_writes_the_cache(dtype, cfg):
     # the fused step kernel mutates the caches: compiled (auto-functionalized, re-inplaced) and replayed in a graph,
     # the writes must land in the caller's cache tensors, step after step
     from gpuspeed.decode.cache import StaticCache
@@ -109,7 +112,9 @@ def test_step_attention_inside_compile_and_a_graph_writes_the_cache(dtype):
     m = M.build(args, device="cuda", dtype=dtype, seed=5)
     m.setup_rope(96)
     plain = M.Options(fused_qkv=True, fused_gate_up=True)
-    fused = M.Options(fused_qkv=True, fused_gate_up=True, step_attention=step_attention)
+    # bound to a config as choose() does (functools.partial inside the compiled step)
+    fused = M.Options(fused_qkv=True, fused_gate_up=True,
+                      step_attention=functools.partial(step_attention, block_scale=cfg[0], num_warps=cfg[1]))
     prompt = torch.randint(0, 512, (1, 40), device="cuda")
     caches = [StaticCache(args.n_layers, 1, args.n_kv_heads, 96, args.head_dim, device="cuda", dtype=dtype)
               for _ in range(2)]

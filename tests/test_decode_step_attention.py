@@ -1,6 +1,7 @@
 """The fused decode-step attention (RoPE + cache write + attention) against the model's torch ops in float64:
 under TRITON_INTERPRET=1 on the CPU, compiled on a GPU."""
 
+import functools
 import os
 
 import pytest
@@ -12,7 +13,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from gpuspeed.decode import model as M  # noqa: E402
-from gpuspeed.decode.kernels.step_attention import reference, step_attention  # noqa: E402
+from gpuspeed.decode.kernels.step_attention import CONFIGS, reference, step_attention  # noqa: E402
 from gpuspeed.verify import check  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -40,16 +41,18 @@ def test_step_attention_matches_torch(b, h, hkv, d, cap, pos, dtype):
     # the float64 reference sees the same (rounded) cos/sin and inputs
     want = reference(qkv.double(), cos.double(), sin.double(), p, kc_ref, vc_ref)
     sentinel = kc[:, :, pos + 1:].clone() if pos + 1 < cap else None
-    got = step_attention(qkv, cos, sin, p, kc, vc)
-    assert got.shape == (b, 1, h * d) and got.dtype == dtype
     tol = {} if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    res = check(got, want, **tol)
-    assert res.passed, res.summary
-    # the new key and value landed at pos (rounded to the cache's dtype), nothing else was written
-    assert check(kc[:, :, pos], kc_ref[:, :, pos], **tol).passed
-    assert torch.equal(vc[:, :, pos], qkv[..., (h + hkv) * d:].reshape(b, hkv, d))
-    if sentinel is not None:
-        assert torch.equal(kc[:, :, pos + 1:], sentinel)
+    for cfg in CONFIGS:  # every tile scale and warp count the decode may choose
+        k_c, v_c = kc.clone(), vc.clone()
+        got = step_attention(qkv, cos, sin, p, k_c, v_c, *cfg)
+        assert got.shape == (b, 1, h * d) and got.dtype == dtype
+        res = check(got, want, **tol)
+        assert res.passed, (cfg, res.summary)
+        # the new key and value landed at pos (rounded to the cache's dtype), nothing else was written
+        assert check(k_c[:, :, pos], kc_ref[:, :, pos], **tol).passed
+        assert torch.equal(v_c[:, :, pos], qkv[..., (h + hkv) * d:].reshape(b, hkv, d))
+        if sentinel is not None:
+            assert torch.equal(k_c[:, :, pos + 1:], sentinel)
 
 
 def test_model_step_with_fused_attention_gives_the_same_logits():
@@ -59,7 +62,9 @@ def test_model_step_with_fused_attention_gives_the_same_logits():
     m = M.build(args, device=DEV, seed=3)
     m.setup_rope(64)
     plain = M.Options(fused_qkv=True, fused_gate_up=True)
-    fused = M.Options(fused_qkv=True, fused_gate_up=True, step_attention=step_attention)
+    # as choose() binds a config
+    fused = M.Options(fused_qkv=True, fused_gate_up=True,
+                      step_attention=functools.partial(step_attention, block_scale=2, num_warps=8))
     prompt = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(2)).to(DEV)
     outs = []
     for opts in (plain, fused):

@@ -12,6 +12,7 @@ later engines of the same model reuse them.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -140,7 +141,7 @@ def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len
     pos = torch.tensor([max_len - 1], device="cuda")
     mask = torch.arange(max_len, device="cuda")[None, :] <= pos[:, None]
     ref = sdpa_attention(q.double(), k.double(), v.double(), mask)
-    use, details = False, {}
+    use, details = None, {}
     try:
         ok = check(decode_attention(q, k, v, mask, pos), ref)
         base = _bench(sdpa_attention, q, k, v, mask, rotate=2)
@@ -157,10 +158,10 @@ def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len
 
 
 def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len: int, dtype, flash: bool,
-                          notes: list) -> bool:
-    """True when the fused step kernel (RoPE + cache write + attention, kernels/step_attention.py) beats the same
-    step compiled from torch's ops (inductor's RoPE/cache-write kernels and the attention chosen so far) on a full
-    cache of max_len, and matches float64."""
+                          notes: list) -> tuple | None:
+    """The fused step kernel's config (RoPE + cache write + attention, kernels/step_attention.py: the fastest of its
+    CONFIGS that matches float64) when it beats the same step compiled from torch's ops (inductor's RoPE/cache-write
+    kernels and the attention chosen so far) on a full cache of max_len; else None."""
     from gpuspeed.decode.kernels import step_attention as SA
     from gpuspeed.decode.model import named_config, rope_tables
     from gpuspeed.verify import check
@@ -168,7 +169,7 @@ def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, ma
     key = ("step_attn", batch, n_heads, n_kv, head_dim, max_len, dtype, torch.cuda.get_device_name())
     if key in _decisions:
         return _decisions[key][0]
-    use, details = False, {}
+    use, details = None, {}
     try:
         args = named_config("tiny", n_heads=n_heads, n_kv_heads=n_kv, dim=n_heads * head_dim, head_dim=head_dim)
         cos, sin = rope_tables(args, max_len, "cuda", dtype)
@@ -177,8 +178,7 @@ def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, ma
         vc = torch.randn_like(kc)
         pos = torch.tensor([max_len - 1], device="cuda")
         want = SA.reference(qkv.double(), cos.double(), sin.double(), pos, kc.double(), vc.double())
-        ok = check(SA.step_attention(qkv, cos, sin, pos, kc.clone(), vc.clone()), want,
-                   **({} if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)))
+        tol = {} if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
         attn = None
         if flash:
             from gpuspeed.decode.kernels.attention import decode_attention as attn
@@ -189,12 +189,30 @@ def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, ma
         compiled = torch.compile(torch_step, fullgraph=True, dynamic=False)
         compiled(qkv, cos, sin, pos, kc, vc)
         base = _bench(compiled, qkv, cos, sin, pos, kc, vc, rotate=2)
-        mine = _bench(SA.step_attention, qkv, cos, sin, pos, kc, vc, rotate=2)
-        use = ok.passed and mine.median < base.median
-        details = {"compiled_torch_us": base.median * 1e6, "fused_us": mine.median * 1e6, "check": ok.summary}
+        details = {"compiled_torch_us": base.median * 1e6}
+        best, best_t, failed = None, None, []
+        for cfg in SA.CONFIGS:
+            try:
+                ok = check(SA.step_attention(qkv, cos, sin, pos, kc.clone(), vc.clone(), *cfg), want, **tol)
+                if not ok.passed:
+                    details[str(cfg)], details[f"{cfg} check"] = "wrong", ok.summary
+                    failed.append(str(cfg))
+                    continue
+                t = _bench(lambda *a, cfg=cfg: SA.step_attention(*a, *cfg), qkv, cos, sin, pos, kc, vc,
+                           rotate=2).median
+            except Exception as exc:  # a config that does not build (registers, shared memory) is skipped
+                details[str(cfg)] = type(exc).__name__
+                continue
+            details[str(cfg)] = t * 1e6
+            if best_t is None or t < best_t:
+                best, best_t, details["check"] = cfg, t, ok.summary
+        use = best if best_t is not None and best_t < base.median else None
+        if best_t is not None:
+            details["fused_us"] = best_t * 1e6
+        fused = f"fused {best_t * 1e6:.1f} us {best}" if best_t is not None else "no fused config ran"
         notes.append(f"decode step attention over {max_len} keys: {'one fused kernel' if use else 'compiled torch ops'}"
                      f" (compiled RoPE + cache write + {'flash-decoding' if flash else 'SDPA'} {base.median * 1e6:.1f} us,"
-                     f" fused {mine.median * 1e6:.1f} us{'' if ok.passed else ', the fused kernel FAILED its check'})")
+                     f" {fused}{'; FAILED its check: ' + ', '.join(failed) if failed else ''})")
     except Exception as exc:
         notes.append(f"fused step attention unavailable: {type(exc).__name__}: "
                      f"{str(exc).splitlines()[0][:120] if str(exc) else ''}")
@@ -256,9 +274,10 @@ def choose(model, batch: int, max_len: int) -> tuple[dict, list]:
         from gpuspeed.decode.kernels.attention import decode_attention
 
         fields["attention"] = decode_attention
-    if model.tp is None and choose_step_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len, model.dtype,
-                                                  flash, notes):
+    cfg = choose_step_attention(batch, a.n_heads, a.n_kv_heads, a.head_dim, max_len, model.dtype, flash, notes) \
+        if model.tp is None else None
+    if cfg is not None:
         from gpuspeed.decode.kernels.step_attention import step_attention
 
-        fields["step_attention"] = step_attention
+        fields["step_attention"] = functools.partial(step_attention, block_scale=cfg[0], num_warps=cfg[1])
     return fields, notes

@@ -22,7 +22,10 @@ import math
 
 import torch
 
-BLOCK_L = 64  # cached keys per tile
+BLOCK_L = 64  # cached keys per tile (before a config's scale)
+# (tile scale, num_warps) that choose_step_attention times: a short cache walked by one program per KV head is
+# latency-bound (tiny fp32 took 10.5 us for 3 tiles of 64 keys), so larger tiles put more loads in flight each
+CONFIGS = [(1, 4), (2, 4), (2, 8), (4, 8)]
 
 
 @functools.cache
@@ -103,7 +106,7 @@ def _kernel():
 
 
 def _launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor, k_cache: torch.Tensor,
-            v_cache: torch.Tensor) -> torch.Tensor:
+            v_cache: torch.Tensor, block_scale: int = 1, num_warps: int = 4) -> torch.Tensor:
     """qkv [B, 1, q_rows + 2 kv_rows]; cos/sin [L, D]; pos [1] (device); caches [B, Hkv, L, D] -> [B, 1, q_rows]."""
     b, hkv, _, d = k_cache.shape
     kv_rows = hkv * d
@@ -123,10 +126,10 @@ def _launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.
     # else tensor-core dots, whose rows pad to 16
     dot = not (ieee and g_pow2 <= 8)
     g_pad = max(16, g_pow2) if dot else g_pow2
-    block_l = BLOCK_L if dot else max(16, BLOCK_L // g_pow2)
+    block_l = (BLOCK_L if dot else max(16, BLOCK_L // g_pow2)) * block_scale
     kern[(b * hkv,)](qkv, cos, sin, pos, k_cache, v_cache, out, g, hkv, q_rows, kv_rows, qkv.stride(0),
                      k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0), 1.0 / math.sqrt(d),
-                     D=d, G_PAD=g_pad, BLOCK_L=block_l, IEEE=int(ieee), DOT=int(dot), num_warps=4)
+                     D=d, G_PAD=g_pad, BLOCK_L=block_l, IEEE=int(ieee), DOT=int(dot), num_warps=num_warps)
     return out
 
 
@@ -139,8 +142,9 @@ def _registered():
 
     @triton_op("gpuspeed::step_attention", mutates_args={"k_cache", "v_cache"})
     def step_attention_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
-                          k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        return _launch(qkv, cos, sin, pos, k_cache, v_cache)
+                          k_cache: torch.Tensor, v_cache: torch.Tensor, block_scale: int,
+                          num_warps: int) -> torch.Tensor:
+        return _launch(qkv, cos, sin, pos, k_cache, v_cache, block_scale, num_warps)
 
     return step_attention_op
 
@@ -155,10 +159,11 @@ def registered():
     return STEP_ATTENTION_OP
 
 
-def step_attention(qkv, cos, sin, pos, k_cache, v_cache):
-    """The Options.step_attention signature: [B, 1, q_rows] for one new token, the caches written at pos."""
+def step_attention(qkv, cos, sin, pos, k_cache, v_cache, block_scale: int = 1, num_warps: int = 4):
+    """The Options.step_attention signature: [B, 1, q_rows] for one new token, the caches written at pos
+    (block_scale and num_warps: one of CONFIGS, bound by functools.partial where chosen)."""
     op = STEP_ATTENTION_OP if STEP_ATTENTION_OP is not None else registered()
-    return op(qkv.contiguous(), cos, sin, pos, k_cache, v_cache)
+    return op(qkv.contiguous(), cos, sin, pos, k_cache, v_cache, block_scale, num_warps)
 
 
 def reference(qkv, cos, sin, pos, k_cache, v_cache, attention_fn=None):
