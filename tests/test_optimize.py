@@ -109,6 +109,12 @@ def test_emitted_script_runs_green_without_gpu(tmp_path):
                        cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "correctness: PASS" in r.stdout and "optimized" in r.stdout
+    # a machine without one of the workload's own imports (SciPy, say): one line naming it, no traceback
+    p.write_text("import not_installed_anywhere_xyz\n" + p.read_text())
+    r = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ""})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "not_installed_anywhere_xyz, which is not installed here" in r.stderr.strip().splitlines()[-1]
 
 
 def test_demoted_namespace_and_rebind():

@@ -141,7 +141,10 @@ def load_workload(unique=""):
     spec = importlib.util.spec_from_file_location(f"workload_{{path.stem}}{{unique}}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
+        sys.exit(f"{{WORKLOAD_FILE}} imports {{exc.name}}, which is not installed here (pip install {{exc.name}})")
     return module
 
 
