@@ -39,7 +39,9 @@ def note(row: dict, sha: str) -> str:
              f"{row.get('roof')} roof"]
     if row.get("speedup_vs_auto") is not None:
         parts.append(f"{row['speedup_vs_auto']:.2f}x the best automatic candidate ({row.get('best_auto')})")
-    return head + "; ".join(parts) + f". Verdict: {row.get('verdict')}; next: {row.get('next_lever')}."
+    verdict, lever = row.get("verdict") or "", row.get("next_lever")
+    nxt = f"; next: {lever}" if lever and lever not in verdict else ""  # a verdict that names its lever already
+    return head + "; ".join(parts) + f". Verdict: {verdict}{nxt}."
 
 
 def paste(path: Path, func: str, text: str) -> bool:

@@ -72,7 +72,7 @@ def heat_two_steps_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 512x16, num_warps 4, num_stages 1 (autotuned:
     BLOCK_M=4, BLOCK_N=128); 90 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1217.0 us,
     1103 GB/s = 26 % of the copy roof; 0.40x the best automatic candidate (torch-compile-fp32). Verdict:
-    register-limited to 31 % occupancy: try num_warps=2; next: try num_warps=2.
+    register-limited to 31 % occupancy: try num_warps=2.
     """
     alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
     rows = (tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
@@ -209,8 +209,7 @@ def _numba_kernel():
         Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 264, block 32x8; 128 registers, 16 spills,
         4896 B shared; occupancy 25 % (registers-limited); 2775.6 us, 967 GB/s = 22 % of the copy roof;
         0.17x the best automatic candidate (torch-compile-fp32). Verdict: heat_steps_numba_kernel spills 16
-        bytes per thread: fewer live values or smaller local arrays per thread; next: fewer live values or
-        smaller local arrays per thread.
+        bytes per thread: fewer live values or smaller local arrays per thread.
         """
         tile = cuda.shared.array((HALO_Y, HALO_X), float64)
         grid = cuda.cg.this_grid()

@@ -46,7 +46,7 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 2112, num_warps 4, num_stages 2 (autotuned:
     BLOCK=1024, PER_SM=16); 80 registers, 0 spills, 1024 B shared; occupancy 38 % (registers-limited); 312.5 us,
     1280 GB/s = 30 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
-    38 % occupancy: try num_warps=2; next: try num_warps=2.
+    38 % occupancy: try num_warps=2.
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32

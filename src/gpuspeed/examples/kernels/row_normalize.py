@@ -41,7 +41,7 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
     Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 4096, num_warps 2, num_stages 2 (autotuned:
     ROWS=1); 80 registers, 0 spills, 16 B shared; occupancy 38 % (registers-limited); 24.4 us, 2752 GB/s = 64 %
     of the copy roof; 19036.32x the best automatic candidate (cupy-fp32). Verdict: register-limited to 38 %
-    occupancy: try num_warps=1; next: try num_warps=1.
+    occupancy: try num_warps=1.
     """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
