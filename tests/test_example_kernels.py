@@ -40,8 +40,14 @@ CASES = [
     # float64 original under the example's TOLERANCE
     ("row_normalize-triton-fp32", "row_normalize_loop", "row_normalize", "normalize_rows_triton_fp32", "triton"),
     ("heat-triton-fp32", "heat_stencil", "heat_stencil", "heat_triton_fp32", "triton"),
+    # one step per launch, beside the two-step kernels
+    ("heat-triton-one-step", "heat_stencil", "heat_stencil", "heat_triton_one_step", "triton"),
+    ("heat-triton-one-step-fp32", "heat_stencil", "heat_stencil", "heat_triton_one_step_fp32", "triton"),
 ]
-FP32 = {"normalize_rows_triton_fp32": ("CONFIGS_F32", "triton_fp32"), "heat_triton_fp32": ("CONFIGS_F32", "triton_fp32")}
+FP32 = {"normalize_rows_triton_fp32": ("CONFIGS_F32", "triton_fp32"), "heat_triton_fp32": ("CONFIGS_F32", "triton_fp32"),
+        "heat_triton_one_step_fp32": ("ONE_STEP_CONFIGS_F32", "triton_one_step_fp32")}
+# a launcher whose kernel is not the module's CONFIGS' (configs attribute, variant name)
+OTHER = {"heat_triton_one_step": ("ONE_STEP_CONFIGS", "triton_one_step")}
 
 
 # ---- the child process ------------------------------------------------------------------------------
@@ -109,7 +115,8 @@ def _check_case(case) -> dict:
     tol = getattr(ex, "TOLERANCE", {})
     mod = importlib.import_module(f"gpuspeed.examples.kernels.{module}")
     fp32 = launcher in FP32
-    configs = [None] if kind == "numba" else getattr(mod, FP32[launcher][0]) if fp32 else mod.CONFIGS
+    configs = [None] if kind == "numba" else getattr(mod, FP32[launcher][0]) if fp32 else \
+        getattr(mod, OTHER[launcher][0] if launcher in OTHER else "CONFIGS")
     runs = []
     # every config once on the first shape; the first config on three seeds and on the second shape
     for cfg_i, cfg in enumerate(configs):
@@ -146,7 +153,8 @@ def _check_case(case) -> dict:
                         "passed": bool(res.passed and dtypes_ok and same_in), "summary": res.summary,
                         "dtypes_ok": dtypes_ok, "inputs_unchanged": same_in})
     # the example's variants dict points at this launcher (called through it on the GPU tests)
-    name = FP32[launcher][1] if fp32 else "triton" if kind == "triton" else "numba_cuda"
+    name = FP32[launcher][1] if fp32 else OTHER[launcher][1] if launcher in OTHER else \
+        "triton" if kind == "triton" else "numba_cuda"
     target = ex.variants[name].target
     precision = getattr(ex.variants[name], "precision", None)
     results.append({"config": "variants dict", "shape": 0, "seed": None,
@@ -249,8 +257,10 @@ def test_examples_import_without_triton_or_numba():
             "bad = [m for m in ('triton', 'numba') if m in sys.modules]\n"
             "assert not bad, bad\n"
             "v = gpuspeed.examples.heat_stencil.variants\n"
-            "assert set(v) == {'triton', 'numba_cuda', 'triton_fp32'} and v['triton'].gpuspeed_inputs == 'torch', v\n"
-            "assert v['triton_fp32'].precision == 'float32' and not hasattr(v['triton'], 'precision')\n")
+            "assert set(v) == {'triton', 'numba_cuda', 'triton_fp32', 'triton_one_step', 'triton_one_step_fp32'}, v\n"
+            "assert v['triton'].gpuspeed_inputs == 'torch', v\n"
+            "assert v['triton_fp32'].precision == 'float32' and not hasattr(v['triton'], 'precision')\n"
+            "assert v['triton_one_step_fp32'].precision == 'float32' and not hasattr(v['triton_one_step'], 'precision')\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -134,6 +134,25 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], tl.where(interior, c + alpha * lap, c), mask=inside)
 
 
+_ONE_STEP = heat_step_kernel.fn  # inlined by the float32 one-step kernel, as the two-step kernels share theirs
+# float32: half the registers per point, so larger tiles per warp fit
+ONE_STEP_CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+                        for m, n, w, s in ((8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 4, 1), (16, 256, 8, 1),
+                                           (32, 128, 8, 1), (32, 256, 8, 1), (16, 64, 2, 1), (8, 512, 8, 1))]
+
+
+@triton.autotune(configs=ONE_STEP_CONFIGS_F32, key=["n_rows", "n_cols"])
+@triton.jit
+def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """heat_step_kernel on float32 grids (the `triton_one_step_fp32` variant): the same code, inlined, with its own
+    kernel name and configs, so its tuning note is its own.
+
+    Tuning note (gpuspeed kernel, H200, commit <sha>): pending
+    """
+    _ONE_STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N)
+
+
 _ALPHA: dict = {}
 
 
@@ -184,6 +203,42 @@ def heat_triton_fp32(grid, alpha, steps, config=None):
 
 
 heat_triton_fp32.precision = "float32"
+
+
+def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
+    """A launch per step: 5 loads per point, 4 of them L1/L2 hits, where the two-step kernel makes 25 (its first
+    step recomputed at 5 points): at 2048 x 2048 float64 the H200 ran the two-step kernel at 1.1 TB/s (26 % of the
+    copy roof) per launch, load-instruction bound rather than DRAM bound."""
+    u, a, b = _buffers(grid, interpreting(), dtype)
+    if int(steps) <= 0:
+        return u.clone()
+    n_rows, n_cols = u.shape
+    coeff = _alpha(float(alpha), u.device, dtype)
+
+    def grid(meta):
+        return triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])
+
+    src, dst = u, a
+    for _ in range(int(steps)):
+        launch(kernel, grid, src, dst, coeff, n_rows, n_cols, config=config)
+        if config is None and not interpreting():
+            config = kernel.best_config  # chosen at the first launch: the rest skip the autotuner
+        src, dst = dst, (b if dst is a else a)
+    return src
+
+
+def heat_triton_one_step(grid, alpha, steps, config=None):
+    """heat_triton with one step per launch (heat_step_kernel): beside the two-step form until the H200 says which
+    is faster."""
+    return _heat_one_step(grid, alpha, steps, config, torch.float64, heat_step_kernel)
+
+
+def heat_triton_one_step_fp32(grid, alpha, steps, config=None):
+    """heat_triton_one_step in float32 (cast as heat_triton_fp32 is)."""
+    return _heat_one_step(grid, alpha, steps, config, torch.float32, heat_step_f32_kernel)
+
+
+heat_triton_one_step_fp32.precision = "float32"
 
 
 # Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range), each thread updating TILE_Y / 8 = 2
