@@ -2,6 +2,8 @@
 
     python3 benchmarks/decode.py --out DIR [--total-s 470] [--models tiny:fp32,smollm2-135m:bf16,...]
     python3 benchmarks/decode.py --out DIR --merge RUN_DIR [RUN_DIR ...]   (runs made in separate calls)
+    python3 benchmarks/decode.py --out DIR --merge RUN_DIR --keep results/nvidia-h200/decode.json
+                                 (the new runs replace their own models; the file's other models stay)
 
 Each model runs in its own process under a time cap (a crash or a hang loses that model only; a model cut
 off by its cap keeps the variants it finished, which the CLI writes as it goes). The runs are merged into
@@ -39,6 +41,8 @@ def main() -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--merge", nargs="+", default=None, help="Merge the runs/*/decode.json of these earlier "
                                                                   "outputs into one decode.json instead of running.")
+    ap.add_argument("--keep", default=None, help="With --merge: an earlier merged decode.json whose models the new "
+                                                 "runs do not cover stay in the output, with their own commits.")
     ap.add_argument("--bundle", default=None, help="Also pack the results into DIR/decode_results.tar.gz and the "
                                                    "traces into DIR/decode_traces_<model>.tar.gz (one per model: "
                                                    "few files, each small, for a device machine's $OUT).")
@@ -149,7 +153,7 @@ def merge_only(args, out, study, write_results) -> int:
     for d in args.merge:
         for path in sorted(Path(d).glob("runs/*/decode.json")):
             doc = json.loads(path.read_text())
-            key = (doc["params"].get("model"), doc["params"].get("dtype"))
+            key = _key(doc)
             if key in seen:
                 continue
             seen.add(key)
@@ -160,8 +164,38 @@ def merge_only(args, out, study, write_results) -> int:
     if not docs:
         print(f"no runs/*/decode.json under {', '.join(args.merge)}", file=sys.stderr)
         return 1
+    if args.keep:
+        docs += [d for d in split(json.loads(Path(args.keep).read_text())) if _key(d) not in seen]
     finish(docs, [], out, study, write_results)
     return 0
+
+
+def _key(doc: dict) -> tuple:
+    p = doc["params"]
+    return p.get("model"), p.get("dtype"), p.get("quant")
+
+
+def split(merged: dict) -> list[dict]:
+    """The per-run docs a merged decode.json was made from: each run's rows (same model, dtype and quant), its
+    summary keys (named <model>_<dtype or int8>_...), its commit and date; the notes that name no run go with
+    every doc (merge() keeps one of each)."""
+    docs = []
+    derived = ("the runs come from several commits", "partial: the run had not finished")
+    for p in merged["params"].get("runs", []):
+        p = dict(p)
+        git, created = p.pop("git", None), p.pop("created", None)
+        prefix = f"{p.get('model')}_{'int8' if p.get('quant') == 'int8' else p.get('dtype')}_"
+        rows = [r for r in merged["rows"] if (r.get("model"), r.get("dtype"), r.get("quant")) ==
+                (p.get("model"), p.get("dtype"), p.get("quant"))]
+        notes = [n for n in merged["notes"] if not n.startswith(derived)
+                 and (("int8" in n) == (p.get("quant") == "int8"))]
+        if p.get("partial"):
+            notes.insert(0, "partial: the run had not finished when this was written")
+        docs.append({"study": merged.get("study"), "schema": merged.get("schema"), "created": created,
+                     "command": merged.get("command"), "git": git, "device": merged.get("device"),
+                     "versions": merged.get("versions"), "params": p, "rows": rows, "notes": notes,
+                     "summary": {k: v for k, v in merged["summary"].items() if k.startswith(prefix)}})
+    return docs
 
 
 if __name__ == "__main__":

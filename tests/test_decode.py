@@ -294,3 +294,46 @@ def test_study_times_eager_rungs_over_fewer_steps_and_reports_teacher_forced_agr
     s = doc["summary"]
     assert s["tiny_bf16_min_teacher_forced_agreement_vs_fp32"] >= 0.9
     assert s["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"] > 0
+
+
+def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
+    """benchmarks/decode.py --merge RUN --keep OLD: the re-run model's rows and keys replace the old ones; the
+    other models keep theirs, each stamped with its own commit in params.runs."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpuspeed.decode import study
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_decode", root / "benchmarks" / "decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def run(model, dtype, ms, git, quant=None):
+        label = f"{model}_{'int8' if quant else dtype}"
+        return {"study": "decode", "git": git, "created": "c-" + git, "device": {"name": git}, "versions": {},
+                "params": {"model": model, "dtype": dtype, "quant": quant},
+                "rows": [{"model": model, "dtype": dtype, "quant": quant, "variant": "V5", "ms_per_token": ms}],
+                "summary": {f"{label}_best_ms_per_token": ms}, "notes": [f"{label} note"]}
+
+    old = study.merge([run("tiny", "fp32", 0.2, "aaa"), run("big", "bf16", 4.0, "aaa"),
+                       run("big", "bf16", 3.0, "aaa", quant="int8")])
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new" / "runs" / "tiny_fp32").mkdir(parents=True)
+    (tmp_path / "new" / "runs" / "tiny_fp32" / "decode.json").write_text(json.dumps(run("tiny", "fp32", 0.1, "bbb")))
+    assert [bench._key(d) for d in bench.split(old)] == [("tiny", "fp32", None), ("big", "bf16", None),
+                                                         ("big", "bf16", "int8")]
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out"),
+                        "--merge", str(tmp_path / "new"), "--keep", str(tmp_path / "old.json")],
+                       capture_output=True, text=True, cwd=root)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode.json").read_text())
+    assert doc["summary"] == {"tiny_fp32_best_ms_per_token": 0.1, "big_bf16_best_ms_per_token": 4.0,
+                              "big_int8_best_ms_per_token": 3.0}
+    assert sorted((r["model"], r.get("quant") or "", r["ms_per_token"]) for r in doc["rows"]) == [
+        ("big", "", 4.0), ("big", "int8", 3.0), ("tiny", "", 0.1)]
+    assert {(r["model"], r["git"]) for r in doc["params"]["runs"]} == {("tiny", "bbb"), ("big", "aaa")}
+    assert doc["git"] == "bbb" and any("several commits" in n for n in doc["notes"])
+    assert "tiny_fp32 note" in doc["notes"] and "big_int8 note" in doc["notes"]
