@@ -540,6 +540,9 @@ def launch(spec, n: int, target=None) -> dict:
     check_launch(n, device)
     for key, value in NO_MULTICAST.items():  # the ranks inherit this environment
         os.environ.setdefault(key, value)
+    # torchrun's own default for several ranks on one host: N ranks each with a pool of one thread a core
+    # oversubscribe the CPU (gloo ranks compute there), and fewer native threads live beside gloo's
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     port = os.environ.get(PORT_ENV)
     if port:
         try:

@@ -10,6 +10,7 @@ dequantize-then-linear and passes its check.
 """
 
 import functools
+import os
 from typing import Optional  # noqa: F401  (the op's schema is read from the annotations)
 
 import torch
@@ -18,14 +19,39 @@ import torch
 # MAGIC=1 turns each weight into fp32 with an integer add and a bitcast instead of a conversion instruction: per
 # the CUDA guide's throughput table an SM retires int -> float conversions at 16 a clock (a quarter of its FMA
 # rate), which caps the 8B's 7.5 G weights per token at ~1.8 ms on an H200 (the plain form measured 4.04 ms/token)
+# MAGIC=2 does the same with one byte permute a weight (PTX prmt, inline assembly): four weights arrive packed in
+# one 32-bit register, one xor flips their sign bits (w + 128 as unsigned bytes) and each prmt places one byte under
+# the exponent bits of 2**23, so a weight costs a prmt, an fp32 subtract and its FMA. MAGIC=1 (measured 3.15
+# ms/token at f6aae25, GEMVs at 2.0-3.0 TB/s) still sign-extends each byte to 32 bits before its integer add.
+# MAGIC=2 has no interpreter form (inline PTX): on the CPU it runs as MAGIC=1.
 _PLAIN = [(8, 1024, 1, 4), (16, 512, 1, 4), (32, 512, 1, 8), (8, 1024, 2, 4), (16, 1024, 4, 8), (4, 2048, 8, 4)]
-CONFIGS = [c + (0,) for c in _PLAIN] + [c + (1,) for c in _PLAIN] + [(8, 2048, 1, 8, 1), (16, 2048, 2, 8, 1)]
+_WIDE = [(8, 2048, 1, 8), (16, 2048, 2, 8)]
+_PRMT = [(8, 1024, 1, 4), (16, 512, 1, 4), (16, 1024, 1, 8), (32, 512, 1, 8), (8, 2048, 1, 8), (32, 1024, 1, 8),
+         (8, 1024, 2, 4), (16, 1024, 2, 8)]
+CONFIGS = [c + (0,) for c in _PLAIN] + [c + (1,) for c in _PLAIN + _WIDE] + [c + (2,) for c in _PRMT]
+
+# four int8 weights in $4 -> four fp32 2**23 + (w + 128): byte i of (q ^ 0x80808080) under the bytes 00 00 4B
+_PRMT_ASM = """{
+.reg .b32 t, m;
+xor.b32 t, $4, 0x80808080;
+mov.b32 m, 0x4B000000;
+prmt.b32 $0, t, m, 0x7540;
+prmt.b32 $1, t, m, 0x7541;
+prmt.b32 $2, t, m, 0x7542;
+prmt.b32 $3, t, m, 0x7543;
+}"""
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @functools.cache
 def _kernel():
     import triton
     import triton.language as tl
+
+    PRMT_ASM: tl.constexpr = tl.constexpr(_PRMT_ASM)
 
     @triton.jit
     def int8_gemv_kernel(x_ptr, q_ptr, s_ptr, out_ptr, N, K, stride_qn, K_PER_SPLIT,
@@ -41,7 +67,10 @@ def _kernel():
             xk = tl.load(x_ptr + rk, mask=km, other=0.0).to(tl.float32)
             w = tl.load(q_ptr + rn[:, None] * stride_qn + rk[None, :], mask=(rn[:, None] < N) & km[None, :],
                         other=0, eviction_policy="evict_first")
-            if MAGIC:  # 0x4B000080 is 2**23 + 128: w + 128 lands in its mantissa exactly, then 2**23 + 128 goes
+            if MAGIC == 2:  # the same value as MAGIC=1's, built by byte permutes from four packed weights
+                wf = tl.inline_asm_elementwise(PRMT_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True,
+                                               pack=4) - 8388736.0
+            elif MAGIC:  # 0x4B000080 is 2**23 + 128: w + 128 lands in its mantissa exactly, then 2**23 + 128 goes
                 wf = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
             else:
                 wf = w.to(tl.float32)
@@ -66,6 +95,8 @@ def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int,
     direct = split == 1
     out = torch.empty(n, device=x.device, dtype=x.dtype) if direct else \
         torch.empty(split, n, device=x.device, dtype=torch.float32)
+    if magic == 2 and _interpreting():
+        magic = 1  # no inline PTX in the interpreter: the same numbers by the integer add
     kern = _kernel()
     try:
         from torch.library import wrap_triton
