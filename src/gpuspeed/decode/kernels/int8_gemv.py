@@ -30,17 +30,8 @@ _PRMT = [(8, 1024, 1, 4), (16, 512, 1, 4), (16, 1024, 1, 8), (32, 512, 1, 8), (8
          (8, 1024, 2, 4), (16, 1024, 2, 8)]
 CONFIGS = [c + (0,) for c in _PLAIN] + [c + (1,) for c in _PLAIN + _WIDE] + [c + (2,) for c in _PRMT]
 
-# four int8 weights in $4 -> four fp32 2**23 + (w + 128): byte i of (q ^ 0x80808080) under the bytes 00 00 4B
-_PRMT_ASM = """{
-.reg .b32 t, m;
-xor.b32 t, $4, 0x80808080;
-mov.b32 m, 0x4B000000;
-prmt.b32 $0, t, m, 0x7540;
-prmt.b32 $1, t, m, 0x7541;
-prmt.b32 $2, t, m, 0x7542;
-prmt.b32 $3, t, m, 0x7543;
-}"""
-
+# MAGIC=2s asm (in the kernel): four int8 weights in $4 -> four fp32 2**23 + (w + 128), byte i of q ^ 0x80808080
+# placed under the bytes 00 00 4B by prmt selector 0x754i
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -50,8 +41,6 @@ def _interpreting() -> bool:
 def _kernel():
     import triton
     import triton.language as tl
-
-    PRMT_ASM: tl.constexpr = tl.constexpr(_PRMT_ASM)
 
     @triton.jit
     def int8_gemv_kernel(x_ptr, q_ptr, s_ptr, out_ptr, N, K, stride_qn, K_PER_SPLIT,
@@ -68,8 +57,12 @@ def _kernel():
             w = tl.load(q_ptr + rn[:, None] * stride_qn + rk[None, :], mask=(rn[:, None] < N) & km[None, :],
                         other=0, eviction_policy="evict_first")
             if MAGIC == 2:  # the same value as MAGIC=1's, built by byte permutes from four packed weights
-                wf = tl.inline_asm_elementwise(PRMT_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True,
-                                               pack=4) - 8388736.0
+                # the asm is a literal here: inductor compiles user kernels from their source in a subprocess,
+                # where a closure constant is not defined (the H200 run at 065c26b failed so)
+                wf = tl.inline_asm_elementwise(
+                    "{.reg .b32 t, m; xor.b32 t, $4, 0x80808080; mov.b32 m, 0x4B000000; prmt.b32 $0, t, m, 0x7540; "
+                    "prmt.b32 $1, t, m, 0x7541; prmt.b32 $2, t, m, 0x7542; prmt.b32 $3, t, m, 0x7543;}",
+                    "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4) - 8388736.0
             elif MAGIC:  # 0x4B000080 is 2**23 + 128: w + 128 lands in its mantissa exactly, then 2**23 + 128 goes
                 wf = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
             else:
