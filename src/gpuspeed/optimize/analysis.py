@@ -15,6 +15,9 @@ MANY_ITERATIONS = 256  # a loop of array calls run this often launches too many 
 LINE_TIMER_MAX_S = 0.5  # a line timer slows Python loops tens of times: only over a quick call
 LINE_BUDGET_S = 0.2  # a workload taking `scale` is profiled at the scale where one call takes about this
 MIN_HOTSPOT_SCALE = 0.01
+# a loop step this quick on the CPU is no quicker on a GPU: one kernel launch and its Python dispatch cost
+# about as much (~7 us per eager launch on the H200), so a sequential loop of such steps cannot gain there
+STEP_LAUNCH_S = 10e-6
 
 
 def hotspot_args(wl, args, original_s: float | None) -> tuple[tuple, str]:
@@ -68,11 +71,25 @@ def analyze(wl, args, original_s: float | None) -> dict:
     def elementwise(lp):
         return (lp.get("depth") or 1) >= 2 or (lp.get("verdict") or "").startswith("move into a GPU kernel")
 
+    for lp in loops:  # the loop's time per iteration (line-timed, at the hotspot pass's inputs)
+        lp["step_s"] = (lp.get("time_s") or 0.0) / lp["iterations"] if lp["iterations"] else None
+
+    def element_steps(lp):
+        """Each step of this loop is element-sized: it works on scalars or array elements (no slices nor
+        array calls), or its array work takes less than a kernel launch; and no inner loop is a parallel
+        map or reduction (that one would be a kernel per step, which a GPU runs well)."""
+        if any(i.get("kind") in ("parallel-map", "reduction") for i in lp.get("inner") or []):
+            return False
+        on_arrays = lp.get("on_arrays", "array work on the GPU" in (lp.get("verdict") or ""))
+        return not on_arrays or (lp["step_s"] is not None and lp["step_s"] < STEP_LAUNCH_S)
+
     hot = [lp for lp in loops if (lp.get("share") or 0) >= 0.3]
     loop_bound = any(elementwise(lp) or many(lp) for lp in hot) or (
         not timed and interp >= 0.5 and _has_loops(wl.original))
-    seq_loops = [lp for lp in hot if "sequential" in (lp.get("verdict") or "")]
-    sequential = any(many(lp) or elementwise(lp) and (lp.get("depth") or 1) == 1 for lp in seq_loops) or (
+    seq_loops = [lp for lp in hot if lp.get("kind") == "sequential-loop" or "sequential" in (lp.get("verdict") or "")]
+    # sequential (a GPU cannot help): a hot loop-carried recurrence walked step by step over many element-sized
+    # steps; one that orders array steps (time steps of a stencil) is stepwise: each step's work runs on the GPU
+    sequential = any(many(lp) and element_steps(lp) for lp in seq_loops) or (
         not timed and loop_bound and _carried(wl.original))
     stepwise = bool(seq_loops) and not sequential
     f64 = _has_float64(args)
@@ -101,8 +118,8 @@ def analyze(wl, args, original_s: float | None) -> dict:
                               "time_s": ln.get("time_s"), "code": ln.get("code", "").strip()})
     return {"verdict": cp.get("verdict"), "shares": cp.get("shares"), "loop_bound": loop_bound,
             "sequential": sequential, "stepwise": stepwise, "float64": f64, "implications": implications, "hot_lines": hot_lines,
-            "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "verdict", "function",
-                                                  "iterations")}
+            "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "kind", "on_arrays", "verdict",
+                                                  "function", "iterations", "step_s")}
                           for lp in loops], "top": cp.get("top", [])[:8], "notes": notes}
 
 

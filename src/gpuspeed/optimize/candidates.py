@@ -92,9 +92,12 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     def row(backend, decision, why):
         rows.append({"backend": BACKEND_NAMES.get(backend, backend), "key": backend, "decision": decision, "why": why})
 
-    def gate(backend, needs_gpu=True, module=None, applicable=True, why_not=""):
+    def gate(backend, needs_gpu=True, module=None, applicable=True, why_not="", seq_why=None):
         if backend not in requested:
             row(backend, "skipped", "not in --backends")
+            return False
+        if sequential and seq_why:  # the reason that holds on any machine comes first (not "no GPU here")
+            row(backend, "skipped", seq_why)
             return False
         if module and not installed(module):
             row(backend, "skipped", f"{module} is not installed")
@@ -108,18 +111,21 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         return True
 
     loop_note = " (loop-bound: expect one launch per iteration; given a short time limit)" if loop_bound else ""
-    seq_why = ("not applicable: a sequential recurrence over elements (each step needs the previous one), so an "
-               "array backend would run it one GPU launch per step")
+    seq_why = ("not useful: the hot loop is a sequential recurrence over elements (each step needs the previous "
+               "one), so an element-by-element drop-in would run it one tiny GPU operation per step, slower than "
+               "the CPU; Numba compiles the loop on the CPU instead")
+    if sequential and "numba" in requested and not torch_wl:
+        _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested)  # the fast route: tried first
     if not torch_wl:
-        cupy_ok = gate("cupy", module="cupy", applicable=not sequential, why_not=seq_why)
+        cupy_ok = gate("cupy", module="cupy", seq_why=seq_why)
         if cupy_ok:
             row("cupy", "tried", "np rebound to CuPy, SciPy to cupyx.scipy; inputs moved once" + loop_note)
             recipes.append(recipe("cupy", "cupy"))
             fusable, fuse_why = fuse_applies(wl.original)
             rows.append({"backend": "cupy.fuse", "key": "fuse", "decision": "tried" if fusable else "skipped",
                          "why": ("on the faster CuPy precision: " if fusable else "") + fuse_why})
-        compile_ok = gate("torch_compile", applicable=not uses_scipy and not sequential,
-                          why_not=seq_why if sequential else "the code calls SciPy, which torch.compile does not trace")
+        compile_ok = gate("torch_compile", applicable=not uses_scipy, seq_why=seq_why,
+                          why_not="the code calls SciPy, which torch.compile does not trace")
         if compile_ok:
             row("torch_compile", "tried", "torch.compiler.wrap_numpy + torch.compile on CUDA tensors, modes "
                 f"{', '.join(COMPILE_MODES)}" + loop_note)
@@ -159,16 +165,11 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     # on a GPU the array backends take array code; the CPU compilers are timed (slowly, holding the machine)
     # only where they can win: Python loops (loop-bound or sequential code)
     cpu_wins = loop_bound or sequential or not any(r["backend"] in ("cupy", "torch_compile", "torch") for r in recipes)
-    if gate("numba", needs_gpu=False, module="numba", applicable=not torch_wl and (not gpu or cpu_wins),
-            why_not="the original is PyTorch code" if torch_wl else
-            "array code on a GPU run: the GPU array backends take it (Numba's CPU compile is tried for loop-bound "
-            "code, or without a GPU)"):
-        why = "loop-bound: compiles the Python loops" if loop_bound else "array code: parallel array expressions"
-        row("numba", "tried", why)
-        recipes.append(recipe("numba", "numba"))
-        if loop_bound and not sequential:
-            recipes.append(recipe("numba-prange", "numba", prange=True))
-    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound and not sequential,
+    if not any(r["key"] == "numba" for r in rows):
+        _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested, cpu_wins)
+    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound,
+            seq_why=None if torch_wl else "not useful: the hot loop is a sequential recurrence over elements: jax.jit "
+            "would unroll every step of the Python loop (a rewrite as lax.scan or associative_scan is the JAX route)",
             why_not="loop-bound code: jit would unroll the Python loops" if not torch_wl else "PyTorch code"):
         row("jax", "tried", "np rebound to jax.numpy, jax.jit" + ("" if gpu else " on the CPU") +
             " (XLA's platform allocator, so its peak memory is seen)")
@@ -202,8 +203,32 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
                  "why": "only for a pure neural-network inference graph"})
     if sequential:
         rows.append({"backend": "any GPU backend", "key": "sequential", "decision": "note",
-                     "why": "a sequential recurrence: the GPU runs it one step at a time"})
+                     "why": "a sequential recurrence: a GPU runs it one step at a time, each step a launch or a "
+                            "single thread, so it cannot beat a compiled CPU loop; only a rewrite as a parallel scan "
+                            "(when the step is associative, e.g. a linear recurrence) would use the GPU"})
     return rows, recipes
+
+
+def _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested, cpu_wins=True) -> None:
+    """Numba's plan row and recipes: for a sequential recurrence first of all (the fast route), else after the
+    GPU backends where CPU code can win (Python loops, or no GPU array backend applies)."""
+    torch_wl = wl.kind == "torch"
+    if not gate("numba", needs_gpu=False, module="numba", applicable=not torch_wl and (not gpu or cpu_wins),
+                why_not="the original is PyTorch code" if torch_wl else
+                "array code on a GPU run: the GPU array backends take it (Numba's CPU compile is tried for "
+                "loop-bound code, or without a GPU)"):
+        return
+    if sequential:
+        why = ("sequential recurrence: the loop compiled as it is, on the CPU: the fast route for code whose "
+               "steps depend on each other (tried first; no prange, the iterations are ordered)")
+    elif loop_bound:
+        why = "loop-bound: compiles the Python loops"
+    else:
+        why = "array code: parallel array expressions"
+    row("numba", "tried", why)
+    recipes.append(recipe("numba", "numba"))
+    if loop_bound and not sequential:
+        recipes.append(recipe("numba-prange", "numba", prange=True))
 
 
 def derived(results: dict, wl, where: str, requested=None, graph_below_s: float = 1e-3) -> list[dict]:

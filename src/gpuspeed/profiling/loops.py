@@ -58,8 +58,8 @@ def analyze_loop(loop, first_line: int = 1, lines: list | None = None) -> dict:
     inner = [{"line": child.lineno + first_line - 1, "kind": _facts(child, first_line, lines)["kind"]}
              for child in _outer_loops(loop)]
     on_arrays = bool(info["lib_calls"]) or any(isinstance(n, ast.Slice) for n in ast.walk(loop))
-    return info | {"inner": inner, "verdict": _verdict(info["kind"], info["dependences"], on_arrays,
-                                                      info["depth"], inner)}
+    return info | {"inner": inner, "on_arrays": on_arrays,
+                   "verdict": _verdict(info["kind"], info["dependences"], on_arrays, info["depth"], inner)}
 
 
 def _facts(loop, first_line: int, lines: list | None) -> dict:

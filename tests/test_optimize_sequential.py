@@ -1,0 +1,100 @@
+"""A sequential recurrence (ema_filter's kind of code) is planned from the hotspot analysis: Numba's compiled
+CPU loop first, the element-by-element GPU drop-ins skipped with the reason, and a report that says why a GPU
+is not the route; a loop of array steps (a stencil's time steps) stays on the GPU backends. And the time
+budget bounds the whole run even while another run holds the shared lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from gpuspeed.optimize import analysis, candidates as C, workload
+
+SEQ_WITH_VARIANT = """
+import numpy as np
+TOLERANCE = dict(rtol=1e-9, atol=1e-12)
+def original(x, dt, tau):
+    y = np.empty_like(x)
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc = acc * np.exp(-dt[i] / tau) + x[i]  # an array call per element: still a scalar recurrence
+        y[i] = acc
+    return y
+def inputs(rng):
+    return rng.standard_normal(20000), rng.random(20000), 3.0
+def same(x, dt, tau):
+    return original(x, dt, tau)
+variants = {"same": same}
+"""
+
+STENCIL_STEPS = """
+import numpy as np
+TOLERANCE = dict(rtol=1e-6, atol=1e-8)
+def original(grid, steps):
+    u = grid.copy()
+    for _ in range(steps):  # ordered time steps, each a whole-grid array update
+        u[1:-1, 1:-1] = u[1:-1, 1:-1] + 0.2 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                                               - 4.0 * u[1:-1, 1:-1])
+    return u
+def inputs(rng):
+    return rng.random((256, 256)), 300
+"""
+
+
+def _hot(wl):
+    args = wl.make_args(0)
+    t = time.perf_counter()
+    wl.original(*args)
+    return analysis.analyze(wl, args, time.perf_counter() - t)
+
+
+def test_a_sequential_recurrence_plans_numba_first_and_skips_the_gpu_drop_ins_with_the_reason(tmp_path, monkeypatch):
+    # every backend installed and a GPU present: the decision comes from the hotspot analysis (a hot loop-carried
+    # recurrence walked element by element), not from what is installed nor the example's name
+    monkeypatch.setattr(C, "installed", lambda name: True)
+    p = tmp_path / "decay.py"
+    p.write_text(SEQ_WITH_VARIANT)
+    wl = workload.load(p, gpu=True)
+    hot = _hot(wl)
+    assert hot["sequential"] and hot["loop_bound"], hot["hot_loops"]
+    for where in ("cuda", "cpu"):
+        rows, recs = C.plan(wl, where, hot)
+        rows = {r["key"]: r for r in rows}
+        names = [r["name"] for r in recs]
+        assert names[0] == "numba", names  # the fast route first, before the user's variants
+        assert "variant:same" in names and "numba-prange" not in names  # ordered iterations: no prange
+        assert not {"cupy", "torch-compile", "jax"} & set(names), names
+        for key in ("cupy", "torch_compile", "jax"):  # the reason that holds on any machine, not "no GPU here"
+            assert rows[key]["decision"] == "skipped" and "sequential" in rows[key]["why"], rows[key]
+        assert "sequential" in rows["numba"]["why"] and rows["sequential"]["decision"] == "note"
+
+
+def test_ema_filter_is_sequential_and_its_plan_keeps_it_off_the_gpu(monkeypatch):
+    monkeypatch.setattr(C, "installed", lambda name: True)
+    wl = workload.load("ema_filter", scale=0.05, gpu=True)
+    hot = _hot(wl)
+    loop = next(lp for lp in hot["hot_loops"] if lp["kind"] == "sequential-loop")
+    assert hot["sequential"] and not loop["on_arrays"] and loop["step_s"] < analysis.STEP_LAUNCH_S, loop
+    rows, recs = C.plan(wl, "cuda", hot)
+    assert [r["name"] for r in recs] == ["numba"]
+
+
+def test_time_steps_over_array_slices_are_stepwise_and_stay_on_the_gpu_backends(tmp_path, monkeypatch):
+    # 300 ordered steps (more than the 256 that made any carried loop "sequential"), each a 256x256 array update:
+    # the GPU runs each step's work in parallel, so the drop-ins are tried (time-capped as loop-bound code)
+    monkeypatch.setattr(C, "installed", lambda name: True)
+    p = tmp_path / "stencil.py"
+    p.write_text(STENCIL_STEPS)
+    wl = workload.load(p, gpu=True)
+    hot = _hot(wl)
+    loop = hot["hot_loops"][0]
+    assert loop["kind"] == "sequential-loop" and loop["on_arrays"] and loop["iterations"] >= 256, loop
+    assert not hot["sequential"] and hot["stepwise"], hot["implications"]
+    rows, recs = C.plan(wl, "cuda", hot)
+    names = [r["name"] for r in recs]
+    assert {"cupy", "torch-compile"} <= set(names), names
+    assert names.index("cupy") < names.index("numba")
