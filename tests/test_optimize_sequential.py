@@ -98,3 +98,23 @@ def test_time_steps_over_array_slices_are_stepwise_and_stay_on_the_gpu_backends(
     names = [r["name"] for r in recs]
     assert {"cupy", "torch-compile"} <= set(names), names
     assert names.index("cupy") < names.index("numba")
+
+
+def test_a_sequential_run_says_why_a_gpu_is_not_the_route_and_names_numba(tmp_path):
+    from gpuspeed.optimize.pipeline import optimize
+
+    run = optimize("ema_filter", device="cpu", scale=0.02, out=tmp_path / "o", time_budget=90, bench_budget_s=0.1)
+    ch = run.choice
+    assert run.hot["sequential"]
+    assert "sequential dependence" in ch["why_not_gpu"] and "line 15" in ch["why_not_gpu"]
+    assert "Numba" in ch["fastest_route"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    rows = {r["key"]: r for r in run.plan_rows}
+    if C.installed("numba"):
+        assert ch["primary"] == "numba" and "Not 2x on the GPU" in report, report[:2000]
+    else:
+        assert rows["numba"]["why"] == "numba is not installed" and "not installed" in ch["fastest_route"]
+        assert any("not installed: numba" in w for w in ch["why_not_2x"]), ch["why_not_2x"]
+        assert any("sequential dependence" in w for w in ch["why_not_2x"]) and "Below 2x because" in report
+    doc = json.loads((tmp_path / "o" / "optimize_ema_filter.json").read_text())
+    assert doc["choice"]["why_not_gpu"] == ch["why_not_gpu"]

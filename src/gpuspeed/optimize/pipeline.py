@@ -297,16 +297,20 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     reasons = []
     sp = out.get("speedup") or 0.0
     tried = [n for n, r in run.results.items() if n != "original" and r.get("status") != "skipped"]
+    missing = [r["why"].split(" is not installed")[0] for r in run.plan_rows if r.get("decision") == "skipped" and
+               "is not installed" in (r.get("why") or "")]
     if not tried:
-        reasons.append("no candidate could run here" + (" (no GPU, and no CPU backend applies)" if run.where != "cuda"
-                                                         else ""))
+        why = ["no GPU here"] if run.where != "cuda" else []
+        why += [f"not installed: {', '.join(missing)}"] if missing else ["no other backend applies"]
+        reasons.append(f"no candidate could run here ({'; '.join(why)})")
     elif not any(r["name"] != "original" for r in ok):
         reasons.append("no candidate passed the correctness check within the budget")
+    if run.hot.get("sequential"):
+        out["why_not_gpu"] = _sequential_why(run.hot)
     if primary and sp < 2:
         if run.hot.get("sequential"):
-            reasons.append("sequential dependence: each iteration needs the previous one, so the GPU cannot run "
-                           "them in parallel")
-        if run.where != "cuda":
+            reasons.append(out["why_not_gpu"])
+        if run.where != "cuda" and tried:
             reasons.append("no GPU here: only CPU candidates ran")
         e2e = out.get("speedup_e2e")
         if e2e is not None and sp > 0 and e2e < 0.5 * sp:
@@ -318,7 +322,32 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
             reasons.append("the original is already efficient array code for this size")
     out["why_not_2x"] = reasons
     out["fastest_route"] = primary["label"] if primary else None
+    if run.hot.get("sequential") and (not primary or primary["name"] == "original"):
+        out["fastest_route"] = _numba_route(run)
     return out
+
+
+def _sequential_why(hot: dict) -> str:
+    loop = next((lp for lp in hot.get("hot_loops") or [] if lp.get("kind") == "sequential-loop" or
+                 "sequential" in (lp.get("verdict") or "")), None)
+    where = f"the loop at line {loop['line']}" if loop and loop.get("line") else "the hot loop"
+    steps = f" ({loop['iterations']:,} steps at the hotspot pass's size)" if loop and loop.get("iterations") else ""
+    return (f"sequential dependence: each iteration of {where}{steps} needs the previous one's result, so a GPU can "
+            "run its steps only one at a time (a launch or a single thread per step) and no GPU candidate can reach "
+            "2x (only a rewrite as a parallel scan would use one, where the step is associative, as a linear "
+            "recurrence's is)")
+
+
+def _numba_route(run) -> str:
+    """The fastest achievable route for a sequential loop when nothing beat the original here: Numba on the CPU,
+    with why it did not run or did not win here."""
+    r = run.results.get("numba")
+    plan = next((p for p in run.plan_rows if p.get("key") == "numba"), {})
+    if r is None:
+        return f"Numba @njit on the CPU (not tried here: {plan.get('why') or 'not planned'})"
+    if r.get("status") != "ok":
+        return f"Numba @njit on the CPU (here: {r.get('status')}: {r.get('reason') or '?'})"
+    return f"Numba @njit on the CPU ({r.get('label')})"
 
 
 def _intensity(wl, ref, original_s) -> dict:

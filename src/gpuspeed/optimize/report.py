@@ -89,6 +89,10 @@ def markdown(run) -> str:
     if ch.get("why_not_2x"):
         L.append(f"- Below 2x because: {'; '.join(ch['why_not_2x'])}. Fastest route: "
                  f"{ch.get('fastest_route') or 'the original'}.")
+    elif ch.get("why_not_gpu"):  # fast, but not through a GPU: say why a GPU is not the route
+        gain = f" ({ch['speedup']:.3g}x)" if ch.get("speedup") else ""
+        L.append(f"- Not 2x on the GPU: {ch['why_not_gpu']}. Fastest route: "
+                 f"{ch.get('fastest_route') or 'the original'}{gain}.")
     pr = run.projection
     if pr.get("memory_bound_s"):
         L.append(f"- On {pr['target']} (projection from the roofline, not measured): "
@@ -295,7 +299,8 @@ def results_doc(run) -> dict:
     rows = table_rows(run)
     return make_results(f"optimize_{run.wl.name}", params=run.params, summary=summary, rows=rows,
                         notes=run.notes + [f"plan: {r['backend']}: {r['decision']} ({r['why']})" for r in run.plan_rows]
-                        + [f"why below 2x: {w}" for w in ch.get("why_not_2x", [])], device=run.where) | {
+                        + [f"why below 2x: {w}" for w in ch.get("why_not_2x", [])]
+                        + ([f"why not on a GPU: {ch['why_not_gpu']}"] if ch.get("why_not_gpu") else []), device=run.where) | {
         "hotspots": run.hot, "plan": run.plan_rows, "choice": ch, "projection": run.projection,
         "chunking": run.chunking}
 
