@@ -118,3 +118,42 @@ def test_a_sequential_run_says_why_a_gpu_is_not_the_route_and_names_numba(tmp_pa
         assert any("sequential dependence" in w for w in ch["why_not_2x"]) and "Below 2x because" in report
     doc = json.loads((tmp_path / "o" / "optimize_ema_filter.json").read_text())
     assert doc["choice"]["why_not_gpu"] == ch["why_not_gpu"]
+
+
+def test_the_whole_run_ends_within_its_time_budget_while_another_run_holds_the_lock(tmp_path):
+    # benchmarks/optimize.py runs examples side by side under one lock: a run whose start (references, hotspots)
+    # and whose original wait for another run's measurement still ends within --time-budget, report written
+    import fcntl
+    import subprocess
+
+    from gpuspeed.optimize.runner import LOCK_ENV
+
+    wl = tmp_path / "w.py"
+    wl.write_text("import numpy as np\nTOLERANCE = dict(rtol=1e-5, atol=1e-6)\ndef original(x):\n"
+                  "    return np.sin(x) * 2.0\ndef inputs(rng):\n    return (rng.standard_normal(101),)\n")
+    lock = tmp_path / "shared.lock"
+    out = tmp_path / "o"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in ["src", os.environ.get("PYTHONPATH")] if p))
+    env[LOCK_ENV] = str(lock)
+    budget = 20
+    with open(str(lock) + ".turnstile", "a+") as turn, open(lock, "a+") as held:
+        fcntl.flock(turn, fcntl.LOCK_EX)  # a measurement of another run that outlasts this whole run
+        fcntl.flock(held, fcntl.LOCK_EX)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", str(wl), "--device", "cpu", "--out",
+                                 str(out), "--time-budget", str(budget), "--backends", "numpy"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate(timeout=budget + 25)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the run did not end within its {budget} s budget (+25 s) while the lock was held")
+        wall = time.perf_counter() - t0
+    assert proc.returncode == 0, err
+    assert wall < budget + 2, wall  # the whole process: interpreter start-up, report and script included
+    doc = json.loads((out / "optimize_w.json").read_text())
+    orig = next(r for r in doc["rows"] if r["name"] == "original")
+    assert orig["status"] == "timeout" and "time budget" in orig["reason"], orig
+    assert doc["summary"]["within_time_budget"] and doc["summary"]["minutes"] * 60 <= wall
+    assert any("without the shared lock" in n for n in doc["notes"]), doc["notes"]
+    assert (out / "report.md").is_file() and (out / "optimized_w.py").is_file()

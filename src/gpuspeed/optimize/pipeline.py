@@ -30,7 +30,11 @@ COMPILE_LIMIT_S = 180.0
 PLAIN_LIMIT_S = 90.0
 LOOP_DROPIN_LIMIT_S = 40.0  # a drop-in over Python loops launches per iteration: it gets less time
 MIN_LIMIT_S = 8.0
-REPORT_RESERVE_S = 15.0  # of --time-budget, kept for the choice, the report, its plot and the emitted script
+# of --time-budget, kept for what follows the deadline: stopping the workers still running, the choice, the report,
+# its plot, the emitted script and the process's exit (a few seconds on the H200), and the interpreter's start-up
+# before optimize() is called (under a second): `gpuspeed optimize` with the default 300 s ends within 5 minutes
+REPORT_RESERVE_S = 15.0
+HOST_WAIT_FRACTION = 0.2  # of --time-budget: the longest the run's start waits for another run's measurement
 DEFAULT_GPU_JOBS = 3  # candidates built and checked at once (timing is still one at a time)
 
 
@@ -70,9 +74,11 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
 
     t_start = time.perf_counter()  # the pipeline's own wall clock, for --time-budget (not a benchmark)
     # the run's own start-up (device queries that may create a CUDA context, references, hotspots) never runs
-    # beside another run's measurement; released before its first worker starts (or at exit, on an error)
+    # beside another run's measurement; released before its first worker starts (or at exit, on an error). The
+    # wait for it is bounded: past a fifth of the budget the run goes on without it (its deadline counts from here)
     host = contextlib.ExitStack()
-    host.enter_context(_host_work())
+    early_notes: list = []
+    host.enter_context(_host_work(until=t_start + HOST_WAIT_FRACTION * max(time_budget, 0.0), notes=early_notes))
     where = _device.resolve_device(device)
     requested = _backends(backends)
     total = (_device.get_device("cuda").mem_bytes or 0) if where == "cuda" else 0
@@ -117,7 +123,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
               "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by}
-    run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes))
+    run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
     if mutates:
         run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
@@ -132,7 +138,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         raise UserError("--jobs must be at least 1")
     params["jobs"] = n_jobs
     # the whole run, report included, ends within --time-budget: candidates start only while time is left and
-    # one still running at the deadline is stopped, however long it waited for the lock
+    # one still running at the deadline is stopped (the original too), however long it waited for the lock; the
+    # references and hotspots before them count against it (t_start is the call's start)
     deadline = t_start + max(time_budget - REPORT_RESERVE_S, 0.5 * time_budget)
     runner.deadline = deadline
 
@@ -157,8 +164,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     total[0] += len(recipes)
 
     def limit(rec):
-        if rec["name"] == "original":  # the baseline every speedup divides: it gets the whole budget
-            return max(remaining(), 60.0)
+        if rec["name"] == "original":  # the baseline every speedup divides: it gets all that is left
+            return max(remaining(), 1.0)
         left = remaining()
         if left < MIN_LIMIT_S:
             return None
@@ -182,12 +189,19 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     try_all([C.recipe("original", "original")] + recipes, extra_jobs=1 if n_jobs > 1 else 0)
     orig = run.results["original"]
     original_s = (orig.get("device_time") or {}).get("median")
-    if orig.get("status") != "ok":
+    if orig.get("status") == "timeout" and remaining() <= 0:
+        run.notes.append(f"the original's own timing did not finish within --time-budget {time_budget:g} s "
+                         f"({orig.get('reason')}): no speedups; raise --time-budget")
+    elif orig.get("status") != "ok":
         run.notes.append(f"the original failed in its worker: {orig.get('reason')}")
     # budget: a candidate that ran out of memory or over the budget is re-run chunked
     over = [r for r in run.results.values() if r.get("status") in ("oom", "over_budget")]
-    if over:
-        with _host_work():
+    if over and remaining() < MIN_LIMIT_S:
+        run.chunking = {"axes": None, "note": f"not tried: the time budget of {time_budget:g} s is spent"}
+        for r in over:
+            r["reason"] = (r.get("reason") or "") + f"; not re-run chunked: {run.chunking['note']}"
+    elif over:
+        with _host_work(until=deadline - MIN_LIMIT_S, notes=run.notes):
             run.chunking = _budget.propose_axes(wl, original_s=original_s)
         chunk_recs = []
         for r in over:
@@ -208,22 +222,61 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.elapsed_s = time.perf_counter() - t_start
     tick("report")
     from gpuspeed.optimize import emit, report
+    from gpuspeed.results import write_results
 
     run.paths = report.write(run)
     run.paths["script"] = str(emit.write(run))
+    # the results' minutes are the whole run's, its report and script included: rewritten once they are written
+    run.elapsed_s = time.perf_counter() - t_start
+    write_results(report.results_doc(run), out_dir)
     return run
 
 
-def _host_work():
+def _host_work(until: float | None = None, notes: list | None = None):
     """The compile side of a lock shared by several runs (benchmarks/optimize.py sets LOCK_ENV) while this
     run works on the host outside its workers (references, hotspots, the axis check): another run's
-    measurement never has it running beside it. Alone, a run needs no lock for that (its workers wait)."""
+    measurement never has it running beside it. Alone, a run needs no lock for that (its workers wait).
+    With `until` (perf_counter), the wait ends then and the work goes on without the lock (said in notes)."""
     path = os.environ.get(LOCK_ENV)
     if not path:
         return contextlib.nullcontext()
-    from gpuspeed.optimize.worker import _slot
+    return _compile_side(path, until, notes if notes is not None else [])
 
-    return _slot({"lock": path}, "compile", lambda _stage: None)
+
+@contextlib.contextmanager
+def _compile_side(path: str, until: float | None, notes: list):
+    """worker._slot's compile side (through the turnstile, then the lock shared), waiting until `until` at most."""
+    import fcntl
+
+    t0 = time.perf_counter()
+    with open(path + ".turnstile", "a+") as turn, open(path, "a+") as lock:
+        got = _flock_until(turn, fcntl.LOCK_SH, until)
+        got = got and _flock_until(lock, fcntl.LOCK_SH, until)
+        fcntl.flock(turn, fcntl.LOCK_UN)  # passed through: a measurement queued behind goes next
+        if not got:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            notes.append(f"host work (references, hotspots or the axis check) waited {time.perf_counter() - t0:.0f} s "
+                         "for another run's measurement and went on without the shared lock (--time-budget)")
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _flock_until(f, mode: int, until: float | None) -> bool:
+    import fcntl
+
+    if until is None:
+        fcntl.flock(f, mode)
+        return True
+    while True:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.perf_counter() >= until:
+                return False
+            time.sleep(0.05)
 
 
 def _roof_shares(run: OptimizeRun) -> None:

@@ -293,7 +293,8 @@ def results_doc(run) -> dict:
         "max_rel_err": prim.get("max_rel_err") if prim else None,
         "candidates": len(run.results) - 1,
         "candidates_correct": sum(1 for n, r in run.results.items() if n != "original" and r.get("status") == "ok"),
-        "minutes": run.elapsed_s / 60,
+        "minutes": run.elapsed_s / 60,  # the whole run, its report and script included
+        "within_time_budget": run.elapsed_s <= run.params.get("time_budget_s", float("inf")),
         "projected_target_s": run.projection.get("projected_s") or run.projection.get("memory_bound_s"),
     }
     rows = table_rows(run)

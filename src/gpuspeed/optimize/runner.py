@@ -77,8 +77,8 @@ class Runner:
         self.path = self.dir / "candidates.jsonl"
         self.base = base_spec | {"lock": os.environ.get(LOCK_ENV) or str(self.work / "device.lock")}
         self.done: dict[str, dict] = {}
-        # the run's end (perf_counter): a candidate still running then is stopped, lock waits included, so
-        # --time-budget bounds the whole run; None for no end. The "original" baseline is never stopped by it.
+        # the run's end (perf_counter): a worker still running then is stopped, lock waits included, the original's
+        # too, so --time-budget bounds the whole run; None for no end
         self.deadline: float | None = None
         if resume:
             for row in read_jsonl(self.path):
@@ -189,8 +189,7 @@ class Runner:
                 job.last = now
                 rc = job.proc.poll()
                 busy = now - job.started - job.waited
-                at_deadline = (self.deadline is not None and now > self.deadline
-                               and job.recipe["name"] != "original")
+                at_deadline = self.deadline is not None and now > self.deadline
                 if (rc is not None or busy > job.limit_s or now - job.started > job.limit_s + MAX_WAIT_S
                         or at_deadline):
                     active.remove(job)
