@@ -9,7 +9,10 @@ others); with --gpus N / --parallel P, P examples run at once spread over N GPUs
 shares one lock, so no two candidates are ever measured at once, across examples too, and nothing
 compiles (nor computes an example's references and hotspots) while something is timed. --limit S bounds the
 whole call (one device call of 10 minutes): late examples get what is left, stopped ones stop their workers.
-The summary is rewritten after each example, so a run cut short keeps what it did.
+The summary is rewritten after each example, so a run cut short keeps what it did. Re-running some examples
+(--examples a,b) into a folder whose optimize.json holds others keeps those others' rows (each with its commit).
+A row's minutes is its process's wall time as seen from here (start-up to exit: what "under 5 minutes" is judged
+on); run_minutes is the run's own, from the call into the pipeline to its script written.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def _row(name: str, folder: Path, rc: int, minutes: float, log: str) -> dict:
     doc = json.loads(path.read_text())
     s = doc["summary"]
     ch = doc.get("choice", {})
-    return {"example": name, "ok": True, "minutes": minutes, "git": doc.get("git"),
+    return {"example": name, "ok": True, "minutes": minutes, "run_minutes": s.get("minutes"),
+            "within_time_budget": s.get("within_time_budget"), "git": doc.get("git"),
             "time_budget_s": doc.get("params", {}).get("time_budget_s"), "primary": s.get("primary"),
             "alternative": s.get("alternative"), "best_dropin": s.get("best_dropin"), "original_s": s.get("original_s"),
             "primary_s": s.get("primary_s"), "primary_e2e_s": s.get("primary_e2e_s"), "speedup": s.get("speedup"),
@@ -66,13 +70,14 @@ def _row(name: str, folder: Path, rc: int, minutes: float, log: str) -> dict:
             "over_best_dropin": s.get("over_best_dropin"), "correct": s.get("correct"),
             "within_budget": s.get("within_budget"), "peak_bytes": s.get("peak_bytes"),
             "sequential": bool(doc.get("hotspots", {}).get("sequential")), "why_not_2x": ch.get("why_not_2x"),
+            "why_not_gpu": ch.get("why_not_gpu"), "fastest_route": ch.get("fastest_route"),
             "candidates": s.get("candidates"), "candidates_correct": s.get("candidates_correct"),
             "statuses": {r["name"]: r["status"] for r in doc.get("rows", [])}}
 
 
 def summarize(rows: list[dict]) -> dict:
     ok = [r for r in rows if r.get("ok")]
-    helpable = [r for r in ok if not r.get("sequential")]
+    helpable = [r for r in ok if not r.get("sequential")]  # a sequential recurrence: the example a GPU cannot help
     over = [r["over_best_dropin"] for r in ok if r.get("over_best_dropin")]
     return {
         "examples": len(rows),
@@ -86,6 +91,7 @@ def summarize(rows: list[dict]) -> dict:
         "geomean_over_best_dropin": geomean(over),
         "min_over_best_dropin": min(over) if over else None,
         "max_minutes_per_example": max((r["minutes"] for r in rows), default=None),
+        "examples_under_5_minutes": sum(1 for r in rows if r.get("ok") and r["minutes"] < 5),
         "geomean_speedup": geomean([r.get("speedup") for r in ok]),
     }
 
@@ -154,7 +160,8 @@ def main(argv=None) -> int:
 
     def launch(name, gpu):
         folder = out / "optimize" / name
-        budget = a.time_budget if left() is None else max(MIN_EXAMPLE_S, min(a.time_budget, left() - REPORT_S))
+        # never more than --time-budget; a late start gets what is left of --limit (at least MIN_EXAMPLE_S)
+        budget = a.time_budget if left() is None else min(a.time_budget, max(MIN_EXAMPLE_S, left() - REPORT_S))
         cmd = [sys.executable, "-m", "gpuspeed", "optimize", name, "--out", str(folder), "--json",
                "--time-budget", f"{budget:.0f}", "--device", a.device]
         if a.jobs:
@@ -212,7 +219,7 @@ def main(argv=None) -> int:
                              "error": [f"not started: the call's --limit of {a.limit:g} s was nearly spent"]})
             pending.clear()
             break
-        time.sleep(1.0)
+        time.sleep(0.2)  # a row's minutes are its process's wall time: read it to a fifth of a second
         over = left() is not None and left() <= 0
         for item in list(running):
             name, gpu, proc, log, folder, t0 = item

@@ -157,3 +157,30 @@ def test_the_whole_run_ends_within_its_time_budget_while_another_run_holds_the_l
     assert doc["summary"]["within_time_budget"] and doc["summary"]["minutes"] * 60 <= wall
     assert any("without the shared lock" in n for n in doc["notes"]), doc["notes"]
     assert (out / "report.md").is_file() and (out / "optimized_w.py").is_file()
+
+
+def test_benchmark_rerun_of_some_examples_keeps_the_other_rows_and_counts_sequential_ones_out(tmp_path):
+    # re-measuring a few examples on the H200 merges into the committed optimize.json: the other rows stay as
+    # they were, and the re-run sequential example (ema_filter) is no longer counted as one a GPU can help
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "results" / "nvidia-h200" / "optimize.json", tmp_path / "optimize.json")
+    before = {r["example"]: r for r in json.loads((tmp_path / "optimize.json").read_text())["rows"]}
+    assert "ema_filter" in before and len(before) > 1
+    r = subprocess.run([sys.executable, "benchmarks/optimize.py", "--out", str(tmp_path), "--device", "cpu",
+                        "--examples", "ema_filter", "--scale", "0.02", "--time-budget", "60", "--bench-budget", "0.1"],
+                       capture_output=True, text=True, timeout=180, cwd=root)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "optimize.json").read_text())
+    rows = {row["example"]: row for row in doc["rows"]}
+    assert set(rows) == set(before)
+    assert all(rows[k] == v for k, v in before.items() if k != "ema_filter")  # kept untouched
+    ema = rows["ema_filter"]
+    assert ema["ok"] and ema["sequential"] and "sequential dependence" in ema["why_not_gpu"]
+    assert ema["minutes"] < 1 and ema["run_minutes"] <= ema["minutes"] and ema["within_time_budget"]
+    helpable = [k for k, v in rows.items() if v.get("ok") and not v.get("sequential")]
+    assert doc["summary"]["examples_gpu_can_help"] == len(helpable) and "ema_filter" not in helpable
+    assert any("kept from an earlier call" in n for n in doc["notes"])
