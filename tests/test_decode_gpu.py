@@ -63,6 +63,23 @@ def test_smollm2_bf16_v5_agrees_with_v2():
     assert cos > 0.99, (float(cos), info["notes"])
 
 
+@pytest.mark.parametrize("model,dtype,need", [("tiny", torch.float32, 1.0), ("smollm2-135m", torch.bfloat16, 0.9)])
+def test_v5_eager_insides_with_pdl_give_the_compiled_graphs_tokens(model, dtype, need):
+    # V5 times its graph with eager insides launched with programmatic dependent launch against the compiled
+    # one; a missing griddepcontrol wait (a kernel reading its input before the producer ends) garbles tokens
+    m = M.build(M.named_config(model), device="cuda", dtype=dtype, seed=0)
+    e = V.make_engine("V5", m, 1, V.max_len_for(32, 33))
+    toks = generate(e, _prompt(m), 33)
+    assert toks.shape == (1, 33)
+    info = e.info
+    assert info["insides"] in ("compiled", "eager+PDL"), info["notes"]
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert info["compiled_replay_us"] > 0 and info["pdl_replay_us"] > 0, info["notes"]
+        assert info["pdl_token_agreement"] >= need, (info["pdl_token_agreement"], info["notes"])
+    ref = generate(V.make_engine("V4", m, 1, V.max_len_for(32, 33)), _prompt(m), 33)
+    assert float((toks == ref).float().mean()) >= need
+
+
 def test_v5_kernels_inside_compile_and_a_graph():
     from gpuspeed.decode.kernels.attention import decode_attention
     from gpuspeed.decode.kernels.gemv import gemv
@@ -99,7 +116,7 @@ def test_v5_kernels_inside_compile_and_a_graph():
         assert res.passed, res.summary
 
 
-@pytest.mark.parametrize("cfg", [(1, 4), (2, 8)])
+@pytest.mark.parametrize("cfg", [(1, 4, 1), (2, 8, 1), (1, 4, 4), (1, 2, 8)])  # splits > 1: tickets in the graph
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_step_attention_inside_compile_and_a_graph_writes_the_cache(dtype, cfg):
     # the fused step kernel mutates the caches: compiled (auto-functionalized, re-inplaced) and replayed in a graph,
@@ -108,13 +125,15 @@ def test_step_attention_inside_compile_and_a_graph_writes_the_cache(dtype, cfg):
     from gpuspeed.decode.kernels.step_attention import step_attention
     from gpuspeed.graphs import capture
 
+    torch._dynamo.reset()  # each config compiles afresh (no guard of an earlier test's step is reused)
     args = M.named_config("smollm2-135m", vocab_size=512, n_layers=3)
     m = M.build(args, device="cuda", dtype=dtype, seed=5)
     m.setup_rope(96)
     plain = M.Options(fused_qkv=True, fused_gate_up=True)
     # bound to a config as choose() does (functools.partial inside the compiled step)
     fused = M.Options(fused_qkv=True, fused_gate_up=True,
-                      step_attention=functools.partial(step_attention, block_scale=cfg[0], num_warps=cfg[1]))
+                      step_attention=functools.partial(step_attention, block_scale=cfg[0], num_warps=cfg[1],
+                                                       splits=cfg[2]))
     prompt = torch.randint(0, 512, (1, 40), device="cuda")
     caches = [StaticCache(args.n_layers, 1, args.n_kv_heads, 96, args.head_dim, device="cuda", dtype=dtype)
               for _ in range(2)]

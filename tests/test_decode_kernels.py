@@ -101,14 +101,15 @@ def _torch_stand_ins():
 
         @torch.library.custom_op("gpuspeed_test::gemv", mutates_args=())
         def gemv_ref(x: torch.Tensor, w: torch.Tensor, nw: "torch.Tensor | None", res: "torch.Tensor | None",
-                     eps: float, prologue: int, block_n: int, block_k: int, split: int, num_warps: int) -> torch.Tensor:
+                     eps: float, prologue: int, block_n: int, block_k: int, split: int, num_warps: int,
+                     pdl: int) -> torch.Tensor:
             k = w.shape[1]
             h = rms_norm(x, nw, eps) if prologue == 1 else F.silu(x[:k]) * x[k:] if prologue == 2 else x
             y = F.linear(h, w)
             return y + res if res is not None else y
 
         @gemv_ref.register_fake
-        def _(x, w, nw, res, eps, prologue, block_n, block_k, split, num_warps):
+        def _(x, w, nw, res, eps, prologue, block_n, block_k, split, num_warps, pdl):
             return x.new_empty(w.shape[0])
 
         @torch.library.custom_op("gpuspeed_test::attention", mutates_args=())

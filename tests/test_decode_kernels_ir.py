@@ -49,16 +49,23 @@ SCRIPT = textwrap.dedent("""
                 "x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "nw_ptr": "*bf16", "res_ptr": "*bf16",
                 "N": "i32", "K": "i32", "stride_wn": "i32", "K_PER_SPLIT": "i32", "eps": flt, "BLOCK_N": "constexpr",
                 "BLOCK_K": "constexpr", "PRO": "constexpr", "DIRECT": "constexpr", "RES": "constexpr",
-                "ONE_PASS": "constexpr"},
-                {"BLOCK_N": 8, "BLOCK_K": 512, "PRO": pro, "DIRECT": 1, "RES": 1, "ONE_PASS": one_pass})
+                "ONE_PASS": "constexpr", "PDL": "constexpr"},
+                {"BLOCK_N": 8, "BLOCK_K": 512, "PRO": pro, "DIRECT": 1, "RES": 1, "ONE_PASS": one_pass,
+                 "PDL": pro % 2})  # griddepcontrol (programmatic dependent launch) in half the forms
     from gpuspeed.decode.kernels import step_attention
-    for dt, ieee, dot, g_pad, block_l in (("bf16", 0, 1, 16, 64), ("fp32", 1, 0, 4, 16), ("fp32", 1, 1, 16, 64)):
+    # (dtype, ieee, dot, g_pad, block_l, splits, pdl): the split form's fence, tickets and merge, and PDL
+    for dt, ieee, dot, g_pad, block_l, splits, pdl in (("bf16", 0, 1, 16, 64, 1, 0), ("fp32", 1, 0, 4, 16, 1, 1),
+                                                       ("fp32", 1, 1, 16, 64, 1, 0), ("bf16", 0, 1, 16, 32, 4, 1),
+                                                       ("fp32", 1, 0, 1, 64, 8, 0)):
         front_end(step_attention._kernel(), {
             "qkv_ptr": "*" + dt, "cos_ptr": "*" + dt, "sin_ptr": "*" + dt, "pos_ptr": "*i64", "kc_ptr": "*" + dt,
-            "vc_ptr": "*" + dt, "out_ptr": "*" + dt, "G": "i32", "HKV": "i32", "Q_ROWS": "i32", "KV_ROWS": "i32",
+            "vc_ptr": "*" + dt, "out_ptr": "*" + dt, "cnt_ptr": "*i32", "part_ptr": "*fp32", "ml_ptr": "*fp32",
+            "G": "i32", "HKV": "i32", "Q_ROWS": "i32", "KV_ROWS": "i32",
             "s_qkv_b": "i32", "s_c_b": "i32", "s_c_h": "i32", "s_c_l": "i32", "s_out_b": "i32", "scale": flt,
-            "D": "constexpr", "G_PAD": "constexpr", "BLOCK_L": "constexpr", "IEEE": "constexpr", "DOT": "constexpr"},
-            {"D": 64, "G_PAD": g_pad, "BLOCK_L": block_l, "IEEE": ieee, "DOT": dot})
+            "D": "constexpr", "G_PAD": "constexpr", "BLOCK_L": "constexpr", "IEEE": "constexpr", "DOT": "constexpr",
+            "SPLITS": "constexpr", "FENCE": "constexpr", "PDL": "constexpr"},
+            {"D": 64, "G_PAD": g_pad, "BLOCK_L": block_l, "IEEE": ieee, "DOT": dot, "SPLITS": splits, "FENCE": 1,
+             "PDL": pdl})
     print("OK")
 """)
 

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from gpuspeed.decode import model as M  # noqa: E402
-from gpuspeed.decode.kernels.step_attention import CONFIGS, reference, step_attention  # noqa: E402
+from gpuspeed.decode.kernels.step_attention import CONFIGS, new_counter, reference, step_attention  # noqa: E402
 from gpuspeed.verify import check  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -42,9 +42,11 @@ def test_step_attention_matches_torch(b, h, hkv, d, cap, pos, dtype):
     want = reference(qkv.double(), cos.double(), sin.double(), p, kc_ref, vc_ref)
     sentinel = kc[:, :, pos + 1:].clone() if pos + 1 < cap else None
     tol = {} if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    for cfg in CONFIGS:  # every tile scale and warp count the decode may choose
+    counter = new_counter(b, hkv, DEV)  # one set of tickets for every config, as the static cache holds it
+    for cfg in CONFIGS:  # every tile scale, warp count and split the decode may choose
         k_c, v_c = kc.clone(), vc.clone()
-        got = step_attention(qkv, cos, sin, p, k_c, v_c, *cfg)
+        got = step_attention(qkv, cos, sin, p, k_c, v_c, *cfg, counter=counter)
+        assert not counter.any(), (cfg, counter)  # the merging program gave the tickets back
         assert got.shape == (b, 1, h * d) and got.dtype == dtype
         res = check(got, want, **tol)
         assert res.passed, (cfg, res.summary)
@@ -62,12 +64,15 @@ def test_model_step_with_fused_attention_gives_the_same_logits():
     m = M.build(args, device=DEV, seed=3)
     m.setup_rope(64)
     plain = M.Options(fused_qkv=True, fused_gate_up=True)
-    # as choose() binds a config
+    # as choose() binds a config: one program per KV head, and the keys split over 4 programs a head (whose
+    # tickets are the static cache's counter, used by both layers and every step)
     fused = M.Options(fused_qkv=True, fused_gate_up=True,
                       step_attention=functools.partial(step_attention, block_scale=2, num_warps=8))
+    split = M.Options(fused_qkv=True, fused_gate_up=True,
+                      step_attention=functools.partial(step_attention, block_scale=1, num_warps=4, splits=4))
     prompt = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(2)).to(DEV)
     outs = []
-    for opts in (plain, fused):
+    for opts in (plain, fused, split):
         cache = StaticCache(args.n_layers, 1, args.n_kv_heads, 64, args.head_dim, device=DEV, dtype=torch.float32)
         m(prompt, torch.arange(6, device=DEV), cache, opts)  # prefill: S > 1 takes the torch path in both
         tok, logits = prompt[:, -1:], []
@@ -77,3 +82,28 @@ def test_model_step_with_fused_attention_gives_the_same_logits():
             tok = out.argmax(-1)
         outs.append(torch.cat(logits, 1))
     assert check(outs[1], outs[0].double(), rtol=1e-4, atol=1e-5).passed
+    assert check(outs[2], outs[0].double(), rtol=1e-4, atol=1e-5).passed
+
+
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_split_keys_more_programs_than_keys_and_a_reused_counter(splits):
+    # pos 0 (no cached key: every split empty), pos 5 with 8 splits (empty chunks beside full ones), and the
+    # same counter across calls: a ticket left unreturned would make the next call merge early or never
+    b, h, hkv, d, cap = 2, 4, 2, 32, 40
+    counter = new_counter(b, hkv, DEV)
+    for pos in (0, 5, 39):
+        qkv, cos, sin, p, kc, vc = _case(b, h, hkv, d, cap, pos, torch.float32, seed=pos + splits)
+        want = reference(qkv.double(), cos.double(), sin.double(), p, kc.double(), vc.double())
+        got = step_attention(qkv, cos, sin, p, kc, vc, 1, 4, splits, counter=counter)
+        res = check(got, want)
+        assert res.passed, (pos, res.summary)
+        assert not counter.any()
+
+
+def test_split_config_poisoned_output_is_fully_written():
+    # the merging program writes the output; a head whose merge never ran would leave the poison
+    b, h, hkv, d, cap, pos = 1, 6, 3, 64, 64, 50
+    qkv, cos, sin, p, kc, vc = _case(b, h, hkv, d, cap, pos, torch.float32, seed=11)
+    want = reference(qkv.double(), cos.double(), sin.double(), p, kc.double(), vc.double())
+    got = step_attention(qkv, cos, sin, p, kc, vc, 1, 4, 4)
+    assert torch.isfinite(got).all() and check(got, want).passed

@@ -55,6 +55,9 @@ class StaticCache:
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.positions = torch.arange(max_len, device=device)
+        # ticket counters of the fused step attention's split form (kernels/step_attention.py): zeros, which
+        # the kernel restores after each use, so one set serves every layer and every graph replay
+        self.counter = torch.zeros(batch * n_kv_heads, device=device, dtype=torch.int32)
 
     @property
     def nbytes(self) -> int:

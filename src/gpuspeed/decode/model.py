@@ -189,8 +189,12 @@ class Options:
     attention: Callable = attention
     gemv: dict = field(default_factory=dict)
     # one kernel for RoPE + cache write + attention of a one-token step on a static cache (fused_qkv only):
-    # step_attention(qkv, cos_table, sin_table, input_pos, k_cache, v_cache) -> [B, 1, q_rows]
+    # step_attention(qkv, cos_table, sin_table, input_pos, k_cache, v_cache, counter=) -> [B, 1, q_rows] (counter:
+    # the static cache's per-(sequence, KV head) int32 zeros, for kernels that merge split partials)
     step_attention: Callable | None = None
+    # Triton kernels launched with programmatic dependent launch (each lets the next launch and prefetch its
+    # weights early): eager insides only, as torch.compile does not pass the launch option (variants.Fast)
+    pdl: bool = False
 
 
 PLAIN = Options()
@@ -217,7 +221,7 @@ def norm_linear(x, norm_w, eps, w, opts: Options):
     cfg = _gemv_cfg(opts, x, w)
     if cfg is None:
         return _linear(opts, rms_norm(x, norm_w, eps), w)
-    return gemv(x, w, *cfg, norm=norm_w, eps=eps)
+    return gemv(x, w, *cfg, norm=norm_w, eps=eps, pdl=opts.pdl)
 
 
 def linear_residual(y, w, residual, opts: Options, tp=None):
@@ -227,8 +231,8 @@ def linear_residual(y, w, residual, opts: Options, tp=None):
     if cfg is None:
         return residual + tp_reduce(_linear(opts, y, w), tp)
     if tp is not None:
-        return residual + tp.all_reduce(gemv(y, w, *cfg))
-    return gemv(y, w, *cfg, residual=residual)
+        return residual + tp.all_reduce(gemv(y, w, *cfg, pdl=opts.pdl))
+    return gemv(y, w, *cfg, residual=residual, pdl=opts.pdl)
 
 
 def silu_mul_linear_residual(gate_up, w, residual, opts: Options, tp=None):
@@ -238,8 +242,8 @@ def silu_mul_linear_residual(gate_up, w, residual, opts: Options, tp=None):
         gate, up = gate_up.chunk(2, dim=-1)
         return residual + tp_reduce(_linear(opts, F.silu(gate) * up, w), tp)
     if tp is not None:
-        return residual + tp.all_reduce(gemv(gate_up, w, *cfg, silu_mul=True))
-    return gemv(gate_up, w, *cfg, silu_mul=True, residual=residual)
+        return residual + tp.all_reduce(gemv(gate_up, w, *cfg, silu_mul=True, pdl=opts.pdl))
+    return gemv(gate_up, w, *cfg, silu_mul=True, residual=residual, pdl=opts.pdl)
 
 
 class Block(nn.Module):
@@ -317,7 +321,8 @@ class Transformer(nn.Module):
                 qkv = norm_linear(x, layer.attn_norm, a.norm_eps, layer.wqkv, opts)
                 q, k, v = qkv.split([a.q_rows, a.kv_rows, a.kv_rows], dim=-1)
                 if opts.step_attention is not None and s == 1 and cache is not None:
-                    y = opts.step_attention(qkv, self.rope_cos, self.rope_sin, input_pos, cache.k[i], cache.v[i])
+                    y = opts.step_attention(qkv, self.rope_cos, self.rope_sin, input_pos, cache.k[i], cache.v[i],
+                                            counter=getattr(cache, "counter", None), pdl=opts.pdl)
                     x = linear_residual(y, layer.wo, x, opts, self.tp)
                     x = self._ffn(x, layer, opts)
                     continue

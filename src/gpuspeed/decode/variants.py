@@ -10,6 +10,7 @@ host reads only the finished tokens, plus one `done` flag every `check_every` st
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 
@@ -441,7 +442,12 @@ class Fast(Graphed):
 
     def prepare(self, steps: int) -> None:
         """As Graphed, but a failure to compile or capture with the Triton kernels falls back to torch's ops
-        (recorded in the notes) instead of losing the rung."""
+        (recorded in the notes) instead of losing the rung; then the eager-insides graph with programmatic
+        dependent launch is measured against the compiled one and the faster kept (choose_insides)."""
+        self._prepare_compiled(steps)
+        self.choose_insides(steps)
+
+    def _prepare_compiled(self, steps: int) -> None:
         try:
             super().prepare(steps)
         except Exception as exc:
@@ -455,6 +461,79 @@ class Fast(Graphed):
             self.info.pop("compile_s", None)
             self.step = self.build_step()
             super().prepare(steps)
+
+    def _replay_us(self, k: int, replays: int) -> float:
+        """GPU time of `replays` replays of the k-step graph from the prefill state (reset in the timed call, a
+        few tiny copies, the same for both insides), through gpuspeed.bench, in us per replay."""
+        from gpuspeed import bench
+
+        run = self._graphs[k]
+        zeros = torch.zeros(self.batch, dtype=torch.long, device=self.device)
+
+        def replays_from_start():
+            self._reset(zeros)
+            for _ in range(replays):
+                run()
+
+        m = bench(replays_from_start, mode="events", flush=False, budget_s=0.6, min_samples=5, max_samples=40)
+        return m.median * 1e6 / replays
+
+    def _tokens_after(self, k: int, replays: int) -> torch.Tensor:
+        self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
+        for _ in range(replays):
+            self._graphs[k]()
+        return self.out[:, :replays * k].clone()
+
+    def choose_insides(self, steps: int) -> None:
+        """The step's kernels launched eagerly with programmatic dependent launch (each Triton GEMV lets the next
+        launch and load its weights before the previous one ends; torch.compile cannot pass that launch option)
+        against the compiled insides, both captured the same way: the faster per replay is kept, if its greedy
+        tokens agree with the compiled graph's. Recorded: insides, both times, the agreement."""
+        from gpuspeed.decode.kernels.gemv import pdl_supported
+
+        if "insides" in self.info or self.device.type != "cuda" or not (self.opts.gemv or self.opts.step_attention):
+            return
+        self.info["insides"] = "compiled"
+        why = pdl_supported()
+        if why:
+            self.info["notes"].append(f"programmatic dependent launch not tried: {why}")
+            return
+        k = self.k if steps >= self.k and self.k in self._graphs else 1
+        replays = max(1, min(8, (self.max_len - self.prompt_len - 1) // k))
+        compiled = (self.opts, self._inner, dict(self._graphs), self.compiled)
+        captures = {key: v for key, v in self.info.items() if key.startswith("capture_s_k")}
+        t_compiled = self._replay_us(k, replays)
+        want = self._tokens_after(k, replays)
+        try:
+            self.opts = dataclasses.replace(self.opts, pdl=True)
+            self._inner, self._graphs, self.compiled = self.body, {}, False
+            t0 = time.perf_counter()
+            for kk in sorted({1, k}):
+                self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
+                self._graph(kk)
+            self.info["pdl_capture_s"] = time.perf_counter() - t0
+            t_pdl = self._replay_us(k, replays)
+            got = self._tokens_after(k, replays)
+            agree = float((got == want).float().mean())
+        except Exception as exc:
+            self.opts, self._inner, self._graphs, self.compiled = compiled
+            self.info.update(captures)
+            self.info["notes"].append(f"eager insides with programmatic dependent launch failed ({type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); compiled insides kept")
+            return
+        self.info.update(compiled_replay_us=t_compiled, pdl_replay_us=t_pdl, pdl_token_agreement=agree,
+                         insides_replay_steps=k)
+        if t_pdl < t_compiled and agree >= 0.9:
+            self.info["insides"] = "eager+PDL"
+            self.compiled = compiled[3]  # the class's flag (compile time was recorded by the compiled build)
+            verdict = "kept"
+        else:
+            self.opts, self._inner, self._graphs, self.compiled = compiled
+            self.info.update(captures)  # the rung's capture times are the compiled graphs'
+            verdict = "not kept" + ("" if agree >= 0.9 else f" (greedy tokens agree {agree:.2f} with compiled)")
+        self.info["notes"].append(
+            f"insides of the {k}-step graph: compiled {t_compiled:.1f} us a replay, eager with programmatic dependent "
+            f"launch {t_pdl:.1f} us: PDL {verdict}")
 
 
 ENGINES = {"V0": Naive, "V1": KVCache, "V2": Static, "V3": Compiled, "V4": Graphed, "V4c": GraphedCompiled,

@@ -191,15 +191,21 @@ def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, ma
         base = _bench(compiled, qkv, cos, sin, pos, kc, vc, rotate=2)
         details = {"compiled_torch_us": base.median * 1e6}
         best, best_t, failed = None, None, []
+        counter = SA.new_counter(batch, n_kv, "cuda")  # split configs' tickets, as the static cache holds them
         for cfg in SA.CONFIGS:
             try:
-                ok = check(SA.step_attention(qkv, cos, sin, pos, kc.clone(), vc.clone(), *cfg), want, **tol)
+                # twice on the same counter: a split config that left it unreset would fail the second check
+                for _ in range(2):
+                    ok = check(SA.step_attention(qkv, cos, sin, pos, kc.clone(), vc.clone(), *cfg, counter=counter),
+                               want, **tol)
+                    if not ok.passed:
+                        break
                 if not ok.passed:
                     details[str(cfg)], details[f"{cfg} check"] = "wrong", ok.summary
                     failed.append(str(cfg))
                     continue
-                t = _bench(lambda *a, cfg=cfg: SA.step_attention(*a, *cfg), qkv, cos, sin, pos, kc, vc,
-                           rotate=2).median
+                t = _bench(lambda *a, cfg=cfg: SA.step_attention(*a, *cfg, counter=counter), qkv, cos, sin, pos,
+                           kc, vc, rotate=2).median
             except Exception as exc:  # a config that does not build (registers, shared memory) is skipped
                 details[str(cfg)] = type(exc).__name__
                 continue
@@ -279,5 +285,6 @@ def choose(model, batch: int, max_len: int) -> tuple[dict, list]:
     if cfg is not None:
         from gpuspeed.decode.kernels.step_attention import step_attention
 
-        fields["step_attention"] = functools.partial(step_attention, block_scale=cfg[0], num_warps=cfg[1])
+        fields["step_attention"] = functools.partial(step_attention, block_scale=cfg[0], num_warps=cfg[1],
+                                                     splits=cfg[2])
     return fields, notes
