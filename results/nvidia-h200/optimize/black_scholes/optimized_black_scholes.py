@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """optimized_black_scholes.py -- written by `gpuspeed optimize` on 2026-12-01 from black_scholes.py.
 
-Primary: torch.compile on the NumPy code (default, float32)
-Measured on NVIDIA H200: 97.440 us device-resident, 183.203 ms end to end, against 2.285 s for the original
+Primary: torch.compile on the NumPy code (default, as-written)
+Measured on NVIDIA H200: 204.000 us device-resident, 151.303 ms end to end, against 2.276 s for the original
 Correct against the original within rtol=1e-05, atol=0.0001 on 3 fresh seeds (see report.md).
 
 Install:
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 WORKLOAD_FILE = 'black_scholes.py'
-WORKLOAD_PATH = '/work/main/.snap/src/gpuspeed/examples/black_scholes.py'  # where it was when this script was written
+WORKLOAD_PATH = '/work/main/src/gpuspeed/examples/black_scholes.py'  # where it was when this script was written
 FUNC = 'original'
-RECIPE = {'name': 'torch-compile-fp32', 'backend': 'torch_compile', 'precision': 'float32', 'mode': 'default'}
+RECIPE = {'name': 'torch-compile', 'backend': 'torch_compile', 'precision': 'as-written', 'mode': 'default'}
 OUT_DTYPES = ['float64', 'float64']
 RTOL, ATOL = 1e-05, 0.0001
 SCALE = 1.0  # the inputs' scale when the workload's inputs() takes one
@@ -538,7 +538,10 @@ def load_workload(unique=""):
     spec = importlib.util.spec_from_file_location(f"workload_{path.stem}{unique}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
+        sys.exit(f"{WORKLOAD_FILE} imports {exc.name}, which is not installed here (pip install {exc.name})")
     return module
 
 

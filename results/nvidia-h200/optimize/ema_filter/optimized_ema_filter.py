@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """optimized_ema_filter.py -- written by `gpuspeed optimize` on 2026-12-01 from ema_filter.py.
 
-Primary: the original (CPU)
-Measured on NVIDIA H200: 293.155 ms device-resident, 293.155 ms end to end, against 293.155 ms for the original
+Primary: Numba njit(parallel=True) on the CPU (as-written)
+Measured on NVIDIA H200: 2.518 ms device-resident, 2.518 ms end to end, against 228.142 ms for the original
 Correct against the original within rtol=1e-09, atol=1e-12 on 3 fresh seeds (see report.md).
 
 Install:
     pip install numpy
-    pip install numpy
+    pip install numba
 Run:
     python optimized_ema_filter.py            # correctness test against the original, then exit 0 / 1
     python optimized_ema_filter.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
     python optimized_ema_filter.py --cpu      # force the CPU fallback
-Without a GPU (or without it) it falls back to the original.
+Without a GPU (or without Numba) it falls back to the original.
 """
 
 import argparse
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 WORKLOAD_FILE = 'ema_filter.py'
-WORKLOAD_PATH = '/work/main/.snap/src/gpuspeed/examples/ema_filter.py'  # where it was when this script was written
+WORKLOAD_PATH = '/work/main/src/gpuspeed/examples/ema_filter.py'  # where it was when this script was written
 FUNC = 'original'
-RECIPE = {'name': 'original', 'backend': 'original', 'precision': 'as-written'}
+RECIPE = {'name': 'numba', 'backend': 'numba', 'precision': 'as-written'}
 OUT_DTYPES = ['float64']
 RTOL, ATOL = 1e-09, 1e-12
 SCALE = 1.0  # the inputs' scale when the workload's inputs() takes one
@@ -470,10 +470,133 @@ def _land(final, staged, span, out_axes):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The chosen implementation (original); its library is imported only when it is used
+# The chosen implementation (numba); its library is imported only when it is used
 # ---------------------------------------------------------------------------------------------------
 def _backend_build():
-    build = None  # the original is kept: nothing faster passed
+    """Numba njit(parallel=True) on the CPU for loop-bound code: the original and the module's own helper
+    functions compiled; with prange=True the outermost loops become prange (checked like any candidate)."""
+
+    import ast
+    import inspect
+    import textwrap
+    import types
+
+    import numba
+    import numpy as np
+
+
+    _shims = []
+
+
+    def _install_shims() -> None:
+        """NumPy idioms nopython mode lacks, registered once as overloads beside Numba's own. Each answers only
+        the argument types Numba rejects (Numba tries every implementation in turn), so code that compiled
+        before compiles the same. Kept in this file: the emitted script pastes it whole."""
+        if _shims:
+            return
+        _shims.append(True)
+        from numba.core import types
+        from numba.extending import overload
+
+        @overload(np.array)
+        def _array_of_array(obj, dtype=None):
+            # np.array(an_array, dtype=...), the usual "working copy" line: Numba takes only sequences there
+            if not isinstance(obj, types.Array):
+                return None
+            if dtype is None or isinstance(dtype, (types.NoneType, types.Omitted)):
+                return lambda obj, dtype=None: obj.copy()
+            return lambda obj, dtype=None: obj.astype(dtype)
+
+
+    class NumbaUnsupported(NotApplicable):
+        """The code uses a construct Numba's nopython mode cannot compile: the candidate does not apply."""
+
+
+    def _what_failed(exc) -> str:
+        """The line of a Numba typing error that names the construct, and where it is in the user's code."""
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        what = next((ln for ln in lines if ln.startswith((">>>", "Unknown attribute", "Use of unsupported",
+                                                          "Cannot determine", "Untyped global", "Invalid use",
+                                                          "No implementation", "Cannot unify", "NameError"))), None)
+        what = (what or (lines[1] if len(lines) > 1 else lines[0] if lines else type(exc).__name__)).lstrip("> ")
+        where = [ln for ln in lines if ln.startswith("File ") and "site-packages" not in ln]
+        return what + (f" ({where[-1]})" if where else "")
+
+
+    class _Compiled:
+        """The jitted function, called as the original: Numba's compile errors (raised at the first call) become
+        NumbaUnsupported with the construct named; parallel=True's array analysis, which rejects broadcasting a
+        length-1 axis ("Sizes of ... do not match"), falls back once to a serial njit of the same code."""
+
+        def __init__(self, fn, name):
+            from numba.core import errors
+
+            self.fn, self.name = fn, name
+            self.jitted = numba.njit(parallel=True)(fn)
+            self.serial = False
+            self.impl = None  # the Impl it runs in: its label and notes say when it fell back
+            self.compile_errors = tuple(getattr(errors, n) for n in ("TypingError", "UnsupportedError", "LoweringError",
+                                                                     "NumbaNotImplementedError", "UnsupportedRewriteError")
+                                        if hasattr(errors, n))
+
+        def __call__(self, *args):
+            first = not self.jitted.signatures
+            try:
+                return self.jitted(*args)
+            except self.compile_errors as exc:
+                if not first:  # compiled before: an error of the code itself on these inputs
+                    raise
+                raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
+            except AssertionError as exc:
+                if self.serial or "do not match" not in str(exc):
+                    raise
+                self.serial = True
+                if self.impl is not None:
+                    self.impl.notes.append(f"Numba parallel=True rejected a broadcast ({_what_failed(exc)}): compiled "
+                                           "without parallel=True (serial njit)")
+                    self.impl.label = self.impl.label.replace("parallel=True", "serial, parallel=True rejected")
+                self.jitted = numba.njit(self.fn)
+                return self(*args)
+
+
+    def _with_prange(fn, module):
+        """fn recompiled from its source with each outermost `for ... in range(...)` as numba.prange."""
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        fdef = tree.body[0]
+        fdef.decorator_list = []
+        for node in fdef.body:
+            if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and \
+                    isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range":
+                node.iter.func = ast.Attribute(value=ast.Name(id="__numba", ctx=ast.Load()), attr="prange",
+                                               ctx=ast.Load())
+        ns = vars(module)
+        ns["__numba"] = numba
+        exec(compile(ast.fix_missing_locations(tree), inspect.getsourcefile(fn) or "<prange>", "exec"), ns)
+        return ns[fn.__name__]
+
+
+    def build(module, func="original", precision="as-written", out_dtypes=None, prange=False, **_):
+        demote = precision == "float32"
+        _install_shims()
+        for key, val in list(vars(module).items()):  # helpers the original calls must be compiled too
+            if isinstance(val, types.FunctionType) and val.__module__ == module.__name__ and key != func and \
+                    not key.startswith("inputs") and key != "variants":
+                setattr(module, key, numba.njit(val))
+        fn = getattr(module, func)
+        if prange:
+            fn = _with_prange(fn, module)
+        jitted = _Compiled(fn, func)
+
+        def prepare(args):
+            def move(x):
+                if isinstance(x, np.ndarray) and demote:
+                    return x.astype(demote_dtype(x.dtype))
+                return demote_scalar(x) if demote else x
+            return tree_map(move, args)
+
+        jitted.impl = Impl(jitted, prepare, lambda out: host_tree(out, out_dtypes), device="cpu",
+                           label=f"Numba njit(parallel=True{', prange' if prange else ''}) on the CPU ({precision})")
+        return jitted.impl
 
     return build
 
@@ -488,7 +611,10 @@ def load_workload(unique=""):
     spec = importlib.util.spec_from_file_location(f"workload_{path.stem}{unique}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
+        sys.exit(f"{WORKLOAD_FILE} imports {exc.name}, which is not installed here (pip install {exc.name})")
     return module
 
 

@@ -2,7 +2,7 @@
 """optimized_heat_stencil.py -- written by `gpuspeed optimize` on 2026-12-01 from heat_stencil.py.
 
 Primary: torch.compile on the NumPy code (default, float32)
-Measured on NVIDIA H200: 483.536 us device-resident, 18.541 ms end to end, against 1.849 s for the original
+Measured on NVIDIA H200: 431.584 us device-resident, 15.713 ms end to end, against 1.848 s for the original
 Correct against the original within rtol=1e-05, atol=1e-06 on 3 fresh seeds (see report.md).
 
 Install:
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 WORKLOAD_FILE = 'heat_stencil.py'
-WORKLOAD_PATH = '/work/main/.snap/src/gpuspeed/examples/heat_stencil.py'  # where it was when this script was written
+WORKLOAD_PATH = '/work/main/src/gpuspeed/examples/heat_stencil.py'  # where it was when this script was written
 FUNC = 'original'
 RECIPE = {'name': 'torch-compile-fp32', 'backend': 'torch_compile', 'precision': 'float32', 'mode': 'default'}
 OUT_DTYPES = ['float64']
@@ -538,7 +538,10 @@ def load_workload(unique=""):
     spec = importlib.util.spec_from_file_location(f"workload_{path.stem}{unique}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
+        sys.exit(f"{WORKLOAD_FILE} imports {exc.name}, which is not installed here (pip install {exc.name})")
     return module
 
 

@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
 """optimized_pairwise_distance.py -- written by `gpuspeed optimize` on 2026-12-01 from pairwise_distance.py.
 
-Primary: user variant 'triton' (torch inputs)
-Measured on NVIDIA H200: 303.808 us device-resident, 1.093 s end to end, against 6.848 s for the original
+Primary: torch.compile on the NumPy code (default, as-written)
+Measured on NVIDIA H200: 3.440 ms device-resident, 970.584 ms end to end, against 6.218 s for the original
 Correct against the original within rtol=1e-06, atol=1e-09 on 3 fresh seeds (see report.md).
 
 Install:
     pip install numpy
-    whatever the variant imports (see the workload file)
+    pip install torch   # a CUDA build: see pytorch.org
 Run:
     python optimized_pairwise_distance.py            # correctness test against the original, then exit 0 / 1
     python optimized_pairwise_distance.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
     python optimized_pairwise_distance.py --cpu      # force the CPU fallback
-Without a GPU (or without it) it falls back to the original.
+Without a GPU (or without torch) it falls back to the original NumPy code on the CPU.
 """
 
 import argparse
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 WORKLOAD_FILE = 'pairwise_distance.py'
-WORKLOAD_PATH = '/work/main/.snap/src/gpuspeed/examples/pairwise_distance.py'  # where it was when this script was written
+WORKLOAD_PATH = '/work/main/src/gpuspeed/examples/pairwise_distance.py'  # where it was when this script was written
 FUNC = 'original'
-RECIPE = {'name': 'variant:triton', 'backend': 'variant', 'precision': 'as-written', 'variant': 'triton'}
+RECIPE = {'name': 'torch-compile', 'backend': 'torch_compile', 'precision': 'as-written', 'mode': 'default'}
 OUT_DTYPES = ['float64']
 RTOL, ATOL = 1e-06, 1e-09
 SCALE = 1.0  # the inputs' scale when the workload's inputs() takes one
@@ -470,44 +470,60 @@ def _land(final, staged, span, out_axes):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The chosen implementation (variant); its library is imported only when it is used
+# The chosen implementation (torch_compile); its library is imported only when it is used
 # ---------------------------------------------------------------------------------------------------
 def _backend_build():
-    """A user's hand-written variant from the workload's `variants` dict, called with the original's
-    arguments; its output is judged as returned (no cast back to the original's dtypes). A variant with
-    `fn.gpuspeed_inputs = "torch"` or `"cupy"` gets them moved to the GPU once (so its device-resident time
-    can be measured), else it gets the host arrays and returns what it likes."""
+    """torch.compile over the NumPy code: torch.compiler.wrap_numpy traces the NumPy calls into torch ops
+    on CUDA tensors, and Inductor fuses them (modes: default, max-autotune-no-cudagraphs, reduce-overhead)."""
+
+    import types
 
     import numpy as np
+    import torch
 
 
-    def build(module, func="original", precision="as-written", out_dtypes=None, variant="", device="cuda", **_):
-        fn = module.variants[variant]
-        where = getattr(fn, "gpuspeed_inputs", "numpy")
-        sync = None
-        if where == "torch":
-            import torch
+    def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda",
+              compile_backend=None, **_):
+        demote = precision == "float32"
+        # arrays the code creates itself (np.zeros(n)) follow this default
+        torch._dynamo.config.numpy_default_float = "float32" if demote else "float64"
+        if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        importable(module)  # dynamo imports the traced function's module by name
+        notes = rebind(module, _single_numpy(), demote=False) if demote else []  # np.float64 in the code -> float32
+        fn = getattr(module, func)
+        kw = {"backend": compile_backend} if compile_backend else {}  # "eager": tracing without Inductor (CPU tests)
+        compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode, **kw)
 
+        def prepare(args):
             def move(x):
-                return torch.from_numpy(np.ascontiguousarray(x)).to(device) if isinstance(x, np.ndarray) else x
+                if isinstance(x, (np.ndarray, torch.Tensor)):  # device tensors too: the chunked pipeline moves them
+                    t = torch.as_tensor(x).to(device)
+                    return t.float() if demote and t.dtype == torch.float64 else t
+                return demote_scalar(x) if demote else x
+            return tree_map(move, args)
 
-            def sync():
-                if device == "cuda":
-                    torch.cuda.synchronize()
-        elif where == "cupy":
-            import cupy as cp
+        def sync():
+            if device == "cuda":
+                torch.cuda.synchronize()
 
-            def move(x):
-                return cp.asarray(x) if isinstance(x, np.ndarray) else x
+        return Impl(compiled, prepare, lambda out: host_tree(out, out_dtypes), device=device, sync=sync,
+                    label=f"torch.compile on the NumPy code ({mode}, {precision})", notes=notes)
 
-            def sync():
-                cp.cuda.Device().synchronize()
-        else:
-            def move(x):
-                return x
-        return Impl(fn, lambda args: tree_map(move, args), host_tree,
-                    device=device if where in ("torch", "cupy") else "host", sync=sync,
-                    label=f"user variant {variant!r} ({where} inputs)")
+
+    def _single_numpy():
+        """NumPy's own namespace (a module, the same function objects, so dynamo still traces them) whose
+        float64 and complex128 names are the single-precision types: `np.array(x, dtype=np.float64)` in the
+        user's code would otherwise keep a demoted candidate computing in float64. Constructors' default
+        float follows torch._dynamo.config.numpy_default_float."""
+        single = types.ModuleType("numpy")
+        single.__dict__.update({k: v for k, v in vars(np).items() if k not in ("__name__", "__spec__", "__loader__")})
+        for name in ("float64", "double", "float_"):
+            single.__dict__[name] = np.float32
+        for name in ("complex128", "cdouble", "complex_"):
+            single.__dict__[name] = np.complex64
+        return single
 
     return build
 
@@ -522,7 +538,10 @@ def load_workload(unique=""):
     spec = importlib.util.spec_from_file_location(f"workload_{path.stem}{unique}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
+        sys.exit(f"{WORKLOAD_FILE} imports {exc.name}, which is not installed here (pip install {exc.name})")
     return module
 
 
