@@ -21,8 +21,9 @@ import torch
 # rate), which caps the 8B's 7.5 G weights per token at ~1.8 ms on an H200 (the plain form measured 4.04 ms/token)
 # MAGIC=2 does the same with one byte permute a weight (PTX prmt, inline assembly): four weights arrive packed in
 # one 32-bit register, one xor flips their sign bits (w + 128 as unsigned bytes) and each prmt places one byte under
-# the exponent bits of 2**23, so a weight costs a prmt, an fp32 subtract and its FMA. MAGIC=1 (measured 3.15
-# ms/token at f6aae25, GEMVs at 2.0-3.0 TB/s) still sign-extends each byte to 32 bits before its integer add.
+# the exponent bits of 2**23, so a weight costs a prmt, an fp32 subtract and its FMA. MAGIC=1 still sign-extends
+# each byte to 32 bits before its integer add. On the H200 at 065c26b (results/nvidia-h200/decode_round5/) the
+# chooser took MAGIC=2 for the 8B's gate/up (38.6 us, 3.05 TB/s) and down (19.5 us, 3.01 TB/s), MAGIC=1 for QKV.
 # MAGIC=2 has no interpreter form (inline PTX): on the CPU it runs as MAGIC=1.
 _PLAIN = [(8, 1024, 1, 4), (16, 512, 1, 4), (32, 512, 1, 8), (8, 1024, 2, 4), (16, 1024, 4, 8), (4, 2048, 8, 4)]
 _WIDE = [(8, 2048, 1, 8), (16, 2048, 2, 8)]
