@@ -165,3 +165,31 @@ def test_a_busy_thread_beside_the_call_does_not_hide_its_hot_loop():
     loop = next(lp for lp in hot["hot_loops"] if lp["line"] == 15)
     assert loop["share"] > 0.5, hot["hot_loops"]
     assert hot["loop_bound"] and hot["sequential"], hot["implications"]
+
+
+def test_line_times_follow_the_profiled_function_when_its_file_was_loaded_twice(tmp_path):
+    # a workload file imported twice leaves two live functions at the same file and line; the line timer must
+    # time the one being called (the other's code sees no hits). The stale copy is made young and the profiled
+    # one old, so a scan of live functions in gc order meets the stale one first
+    import gc
+    import importlib.util
+
+    from gpuspeed.profiling import hotspots
+
+    src = tmp_path / "twice.py"
+    src.write_text("def original(n):\n    acc = 0.0\n    for i in range(n):\n        acc = 0.5 * acc + i\n"
+                   "    return acc\n")
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, src)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    real = load("twice_a")
+    gc.collect()  # the profiled function's module into the oldest generation
+    stale = load("twice_b")  # noqa: F841  (kept alive: the duplicate the scan must skip)
+    res = hotspots.analyze(real.original, (20000,))
+    fns = [f for f in res["lines"]["functions"] if f["function"] == "original"]
+    assert fns and any(ln["hits"] > 1000 for ln in fns[0]["lines"]), res["lines"]
+    assert res["hot_loops"] and res["hot_loops"][0]["share"] > 0.3, res["hot_loops"]
