@@ -72,10 +72,11 @@ def test_v5_eager_insides_with_pdl_give_the_compiled_graphs_tokens(model, dtype,
     toks = generate(e, _prompt(m), 33)
     assert toks.shape == (1, 33)
     info = e.info
-    assert info["insides"] in ("compiled", "eager+PDL"), info["notes"]
+    assert info["insides"] in ("compiled", "eager+PDL", "eager+PDL, all Triton"), info["notes"]
     if torch.cuda.get_device_capability()[0] >= 9:
         assert info["compiled_replay_us"] > 0 and info["pdl_replay_us"] > 0, info["notes"]
-        assert info["pdl_token_agreement"] >= need, (info["pdl_token_agreement"], info["notes"])
+        for name, agree in info["insides_token_agreement"].items():  # every PDL candidate, kept or not
+            assert agree >= need, (name, agree, info["notes"])
     ref = generate(V.make_engine("V4", m, 1, V.max_len_for(32, 33)), _prompt(m), 33)
     assert float((toks == ref).float().mean()) >= need
 

@@ -308,19 +308,25 @@ class Transformer(nn.Module):
         a = self.args
         b, s = tokens.shape
         x = F.embedding(tokens, self.tok_emb) if self.tp is None else self.tp.embed(tokens, self.tok_emb)
-        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        # the fused step kernel reads the RoPE tables and the position itself: no lookups, mask or bias (in eager
+        # insides each was a kernel of its own a token; inductor drops them as dead code anyway)
+        step_kernel = opts.fused_qkv and opts.step_attention is not None and s == 1 and cache is not None
+        cos = sin = mask = None
+        if not step_kernel:
+            cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+            mask = None if cache is None else cache.mask(input_pos)
+            if cache is None and s > 1:
+                mask = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
+            if opts.attention is attention:  # other attentions (flash-decoding) take the bool mask or none
+                mask = attn_bias(mask, x.dtype)
+
         def lin(h, w):
             return _linear(opts, h, w)
-        mask = None if cache is None else cache.mask(input_pos)
-        if cache is None and s > 1:
-            mask = torch.ones(s, s, dtype=torch.bool, device=tokens.device).tril()
-        if opts.attention is attention:  # other attentions (flash-decoding) take the bool mask or none
-            mask = attn_bias(mask, x.dtype)
         for i, layer in enumerate(self.layers):
             if opts.fused_qkv:
                 qkv = norm_linear(x, layer.attn_norm, a.norm_eps, layer.wqkv, opts)
                 q, k, v = qkv.split([a.q_rows, a.kv_rows, a.kv_rows], dim=-1)
-                if opts.step_attention is not None and s == 1 and cache is not None:
+                if step_kernel:
                     y = opts.step_attention(qkv, self.rope_cos, self.rope_sin, input_pos, cache.k[i], cache.v[i],
                                             counter=getattr(cache, "counter", None), pdl=opts.pdl)
                     x = linear_residual(y, layer.wo, x, opts, self.tp)

@@ -292,7 +292,8 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     for key in ("compile_s", "capture_s_k1", f"capture_s_k{V.STEPS_PER_REPLAY}", "explain_s", "graph_breaks",
                 "recompiles", "fullgraph_ok", "graph_mode", "triton_gemv_shapes", "attention", "fused_step_attention",
                 "kernel_choice_s", "kernel_choices", "insides", "compiled_replay_us", "pdl_replay_us",
-                "pdl_token_agreement", "insides_replay_steps", "pdl_capture_s"):
+                "pdl_token_agreement", "insides_replay_steps", "pdl_capture_s", "insides_replay_us",
+                "insides_token_agreement"):
         if key in engine.info:
             row[key] = engine.info[key]
     row["notes"] = list(engine.info.get("notes", []))

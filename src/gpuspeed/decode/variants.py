@@ -487,8 +487,11 @@ class Fast(Graphed):
     def choose_insides(self, steps: int) -> None:
         """The step's kernels launched eagerly with programmatic dependent launch (each Triton GEMV lets the next
         launch and load its weights before the previous one ends; torch.compile cannot pass that launch option)
-        against the compiled insides, both captured the same way: the faster per replay is kept, if its greedy
-        tokens agree with the compiled graph's. Recorded: insides, both times, the agreement."""
+        against the compiled insides, all captured the same way: the fastest per replay is kept, if its greedy
+        tokens agree with the compiled graph's. Two PDL candidates: the GEMV table as chosen, and every shape on
+        Triton (where cuBLAS won alone, its checked Triton runner-up: inside a PDL chain it prefetches its weights
+        and fuses the norm the cuBLAS path runs as eager ops). Recorded: insides, each time, the agreement."""
+        from gpuspeed.decode.kernels import all_triton
         from gpuspeed.decode.kernels.gemv import pdl_supported
 
         if "insides" in self.info or self.device.type != "cuda" or not (self.opts.gemv or self.opts.step_attention):
@@ -504,36 +507,42 @@ class Fast(Graphed):
         captures = {key: v for key, v in self.info.items() if key.startswith("capture_s_k")}
         t_compiled = self._replay_us(k, replays)
         want = self._tokens_after(k, replays)
-        try:
-            self.opts = dataclasses.replace(self.opts, pdl=True)
-            self._inner, self._graphs, self.compiled = self.body, {}, False
-            t0 = time.perf_counter()
-            for kk in sorted({1, k}):
-                self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
-                self._graph(kk)
-            self.info["pdl_capture_s"] = time.perf_counter() - t0
-            t_pdl = self._replay_us(k, replays)
-            got = self._tokens_after(k, replays)
-            agree = float((got == want).float().mean())
-        except Exception as exc:
-            self.opts, self._inner, self._graphs, self.compiled = compiled
-            self.info.update(captures)
-            self.info["notes"].append(f"eager insides with programmatic dependent launch failed ({type(exc).__name__}: "
-                                      f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); compiled insides kept")
-            return
-        self.info.update(compiled_replay_us=t_compiled, pdl_replay_us=t_pdl, pdl_token_agreement=agree,
-                         insides_replay_steps=k)
-        if t_pdl < t_compiled and agree >= 0.9:
-            self.info["insides"] = "eager+PDL"
-            self.compiled = compiled[3]  # the class's flag (compile time was recorded by the compiled build)
-            verdict = "kept"
-        else:
-            self.opts, self._inner, self._graphs, self.compiled = compiled
-            self.info.update(captures)  # the rung's capture times are the compiled graphs'
-            verdict = "not kept" + ("" if agree >= 0.9 else f" (greedy tokens agree {agree:.2f} with compiled)")
+        candidates = {"eager+PDL": dataclasses.replace(self.opts, pdl=True)}
+        every = all_triton(self.model, self.opts.gemv) if self.model.tp is None and self.batch == 1 else self.opts.gemv
+        if every != self.opts.gemv:
+            candidates["eager+PDL, all Triton"] = dataclasses.replace(self.opts, pdl=True, gemv=every)
+        best, best_t, times, agreements = None, t_compiled, {}, {}
+        for name, opts in candidates.items():
+            try:
+                self.opts = opts
+                self._inner, self._graphs, self.compiled = self.body, {}, False
+                t0 = time.perf_counter()
+                for kk in sorted({1, k}):
+                    self._reset(torch.zeros(self.batch, dtype=torch.long, device=self.device))
+                    self._graph(kk)
+                capture_s = time.perf_counter() - t0
+                times[name] = self._replay_us(k, replays)
+                agreements[name] = float((self._tokens_after(k, replays) == want).float().mean())
+            except Exception as exc:
+                self.info["notes"].append(f"{name} insides failed ({type(exc).__name__}: "
+                                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+                continue
+            if times[name] < best_t and agreements[name] >= 0.9:
+                best, best_t = (name, opts, self._graphs, capture_s), times[name]
+        self.opts, self._inner, self._graphs, self.compiled = compiled
+        self.info.update(captures)  # capture_s_k*: the compiled graphs'; a PDL winner's is pdl_capture_s
+        if best is not None:  # the winner's graphs and options back in place
+            name, self.opts, self._graphs, self.info["pdl_capture_s"] = best
+            self._inner = self.body
+            self.info["insides"] = name
+        self.info.update(compiled_replay_us=t_compiled, insides_replay_steps=k,
+                         insides_replay_us=dict(times, compiled=t_compiled), insides_token_agreement=agreements)
+        if "eager+PDL" in times:  # the plain PDL candidate's figures under their own names
+            self.info.update(pdl_replay_us=times["eager+PDL"], pdl_token_agreement=agreements["eager+PDL"])
         self.info["notes"].append(
-            f"insides of the {k}-step graph: compiled {t_compiled:.1f} us a replay, eager with programmatic dependent "
-            f"launch {t_pdl:.1f} us: PDL {verdict}")
+            f"insides of the {k}-step graph, us a replay: compiled {t_compiled:.1f}, "
+            + ", ".join(f"{n} {t:.1f} (tokens agree {agreements[n]:.2f})" for n, t in times.items())
+            + f": {self.info['insides']} kept")
 
 
 ENGINES = {"V0": Naive, "V1": KVCache, "V2": Static, "V3": Compiled, "V4": Graphed, "V4c": GraphedCompiled,
