@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.errors import UserError
         from gpuspeed.kernel import kernel_report
         from gpuspeed.kernel.target import load_target, make_args, use_interpreters
-        from gpuspeed.results import check_out_dir, make_results, write_results
+        from gpuspeed.results import check_out_dir, write_results
 
         if device not in ("auto", "cpu", "cuda"):
             raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
@@ -63,14 +63,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
         rep.notes[:0] = notes
         if out:
-            s = {"time_s": rep.time_s, "pct_of_roof": rep.pct_of_roof, "occupancy_pct": rep.occupancy_pct,
-                 "limiter": rep.limiter, "launches": len(rep.launches), "gpu": rep.gpu, "verdict": rep.verdict,
-                 "next_lever": rep.next_lever}
-            doc = make_results("kernel_report", params={"target": target, "inputs": list(inputs), "seed": seed,
-                                                        "flops": flops, "bytes": nbytes},
-                               summary=s, rows=rep.to_dict()["launches"],
-                               notes=([rep.note] if rep.note else []) + rep.notes, device=where)
-            doc["report"] = rep.to_dict()
+            doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,
+                                         "bytes": nbytes}, device=where)
             path = write_results(doc, out)
             console.print(f"wrote {path}")
         if as_json:

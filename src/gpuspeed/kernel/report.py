@@ -52,6 +52,20 @@ class KernelReport:
         d = {k: v for k, v in self.__dict__.items() if k != "output"}
         return json.loads(json.dumps(d, default=_jsonable))
 
+    def to_results(self, params: dict | None = None, device: str | None = None) -> dict:
+        """The report as a results document (study "kernel_report", the project's schema): the headline figures
+        in the summary, one row per launch, the whole report under "report"."""
+        from gpuspeed.results import make_results
+
+        d = self.to_dict()
+        summary = {"time_s": self.time_s, "pct_of_roof": self.pct_of_roof, "occupancy_pct": self.occupancy_pct,
+                   "limiter": self.limiter, "launches": len(self.launches), "gpu": self.gpu,
+                   "verdict": self.verdict, "next_lever": self.next_lever}
+        doc = make_results("kernel_report", params=params or {}, summary=summary, rows=d["launches"],
+                           notes=([self.note] if self.note else []) + self.notes, device=device)
+        doc["report"] = d
+        return doc
+
     def lines(self) -> list[str]:
         """The report for people: one line per fact."""
         out = [f"{self.name}: {self.backend} kernel launcher" + ("" if self.gpu else " (interpreted, no GPU)")]
