@@ -119,9 +119,9 @@ def pdl_launch(pdl: int) -> dict:
 def pdl_supported() -> str:
     """'' where programmatic dependent launch can run here (a GPU of compute capability >= 9, Triton's
     griddepcontrol intrinsics, no interpreter); else why not, in a few words."""
-    import os
+    from gpuspeed.kernel.capture import interpreting_triton
 
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting_triton():
         return "Triton's interpreter runs no PTX"
     if not torch.cuda.is_available():
         return "no GPU"
@@ -137,9 +137,10 @@ def pdl_supported() -> str:
 
 
 def pdl_usable(pdl: int) -> int:
-    import os
+    """pdl, or 0 under Triton's interpreter (no inline PTX there)."""
+    from gpuspeed.kernel.capture import interpreting_triton
 
-    return int(bool(pdl) and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
+    return int(bool(pdl) and not interpreting_triton())
 
 
 def _launch(x: torch.Tensor, w: torch.Tensor, nw: torch.Tensor | None, res: torch.Tensor | None, eps: float,

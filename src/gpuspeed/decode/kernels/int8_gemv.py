@@ -10,7 +10,6 @@ dequantize-then-linear and passes its check.
 """
 
 import functools
-import os
 from typing import Optional  # noqa: F401  (the op's schema is read from the annotations)
 
 import torch
@@ -31,11 +30,8 @@ _PRMT = [(8, 1024, 1, 4), (16, 512, 1, 4), (16, 1024, 1, 8), (32, 512, 1, 8), (8
          (8, 1024, 2, 4), (16, 1024, 2, 8)]
 CONFIGS = [c + (0,) for c in _PLAIN] + [c + (1,) for c in _PLAIN + _WIDE] + [c + (2,) for c in _PRMT]
 
-# MAGIC=2s asm (in the kernel): four int8 weights in $4 -> four fp32 2**23 + (w + 128), byte i of q ^ 0x80808080
+# MAGIC=2's asm (in the kernel): four int8 weights in $4 -> four fp32 2**23 + (w + 128), byte i of q ^ 0x80808080
 # placed under the bytes 00 00 4B by prmt selector 0x754i
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @functools.cache
@@ -89,7 +85,9 @@ def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int,
     direct = split == 1
     out = torch.empty(n, device=x.device, dtype=x.dtype) if direct else \
         torch.empty(split, n, device=x.device, dtype=torch.float32)
-    if magic == 2 and _interpreting():
+    from gpuspeed.kernel.capture import interpreting_triton
+
+    if magic == 2 and interpreting_triton():
         magic = 1  # no inline PTX in the interpreter: the same numbers by the integer add
     kern = _kernel()
     try:

@@ -32,6 +32,7 @@ from typing import Optional  # noqa: F401  (the op's schema is read from the ann
 import torch
 
 from gpuspeed.decode.kernels.gemv import pdl_launch, pdl_usable
+from gpuspeed.kernel.capture import interpreting_triton
 
 BLOCK_L = 64  # cached keys per tile (before a config's scale)
 # (tile scale, num_warps, splits) that choose_step_attention times. One program per KV head (splits 1) ran
@@ -159,12 +160,6 @@ def _kernel():
     return step_attn_kernel
 
 
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def new_counter(batch: int, n_kv: int, device) -> torch.Tensor:
     """The per-(sequence, KV head) ticket counters a split config needs: zeros, reset by the kernel after use."""
     return torch.zeros(batch * n_kv, device=device, dtype=torch.int32)
@@ -207,7 +202,7 @@ def _launch(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.
     kern[(b * hkv, splits)](qkv, cos, sin, pos, k_cache, v_cache, out, counter, part, ml, g, hkv, q_rows, kv_rows,
                             qkv.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), out.stride(0),
                             1.0 / math.sqrt(d), D=d, G_PAD=g_pad, BLOCK_L=block_l, IEEE=int(ieee), DOT=int(dot),
-                            SPLITS=splits, FENCE=int(not _interpreting()), PDL=pdl_usable(pdl), num_warps=num_warps,
+                            SPLITS=splits, FENCE=int(not interpreting_triton()), PDL=pdl_usable(pdl), num_warps=num_warps,
                             **pdl_launch(pdl_usable(pdl)))
     return out
 
