@@ -10,10 +10,10 @@ with the decode layer's neighbours fused in:
 
 PDL=1 (programmatic dependent launch, Hopper on; launched with launch_pdl): the kernel lets the next one launch at
 once and waits (griddepcontrol.wait) for the previous one only after issuing its first weight tile's loads. The
-weights are never written, so a chain of GEMVs streams each one's weights while the one before finishes: a
-probe on the H200 (30 layers of smollm2's four GEMVs in one graph) ran 4.04 us a kernel plain, 3.36 with PDL
-alone and 1.48 with PDL and the weights loaded before the wait. Nothing else may be read before the wait: a
-kernel launched early can overlap any number of PDL predecessors, so only data no kernel writes is safe there.
+weights are never written, so a chain of GEMVs streams each one's weights while the one before finishes (measured in
+the model: results/nvidia-h200/decode.json, V5's compiled_replay_us against pdl_replay_us). Nothing else may be read
+before the wait: a kernel launched early can overlap any number of PDL predecessors, so only data no kernel writes
+is safe there.
 
 Rounding follows the eager torch code it replaces (transformers' RMSNorm: normalize in fp32, round to the
 model dtype, multiply by the weight in the model dtype; silu rounded before the product; the GEMV rounded
