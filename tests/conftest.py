@@ -1,6 +1,9 @@
-"""Shared test setup: the `gpu` marker skips without CUDA; the gpubench plugin loads from source."""
+"""Shared test setup: the `gpu` marker skips without CUDA; the gpubench plugin loads from source; a held optimize
+lock for the tests of runs that share one."""
 
 import importlib.metadata
+import os
+import sys
 
 import pytest
 
@@ -27,3 +30,45 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+LOCK_WORKLOAD = ("import numpy as np\nTOLERANCE = dict(rtol=1e-5, atol=1e-6)\ndef original(x):\n"
+                 "    return np.sin(x) * 2.0\ndef inputs(rng):\n    return (rng.standard_normal(101),)\n")
+
+
+@pytest.fixture
+def held_lock_run(tmp_path):
+    """Another run's measurement holding the shared optimize lock (benchmarks/optimize.py runs examples side by side
+    under one), and start(budget) to launch `gpuspeed optimize` on a small NumPy workload (w.py) beside it:
+    -> (Popen, out folder). release() frees the lock (teardown does, if the test did not)."""
+    import fcntl
+    import subprocess
+
+    from gpuspeed.optimize.runner import LOCK_ENV
+
+    wl = tmp_path / "w.py"
+    wl.write_text(LOCK_WORKLOAD)
+    lock = tmp_path / "shared.lock"
+    out = tmp_path / "o"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in ["src", os.environ.get("PYTHONPATH")] if p))
+    env[LOCK_ENV] = str(lock)
+    turn, held = open(str(lock) + ".turnstile", "a+"), open(lock, "a+")
+    fcntl.flock(turn, fcntl.LOCK_EX)  # what worker._slot(..., "measure") holds
+    fcntl.flock(held, fcntl.LOCK_EX)
+
+    class Held:
+        def start(self, budget):
+            proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", str(wl), "--device", "cpu",
+                                     "--out", str(out), "--time-budget", str(budget), "--backends", "numpy"],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            return proc, out
+
+        def release(self):
+            for f in (held, turn):
+                if not f.closed:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                    f.close()
+
+    h = Held()
+    yield h
+    h.release()

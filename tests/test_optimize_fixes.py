@@ -340,33 +340,15 @@ def test_benchmark_limit_starts_nothing_it_cannot_finish(tmp_path):
     assert doc["params"]["limit_s"] == 5 and doc["summary"]["examples"] == 2
 
 
-def test_a_run_sharing_the_lock_waits_for_a_measurement_before_its_host_work(tmp_path):
+def test_a_run_sharing_the_lock_waits_for_a_measurement_before_its_host_work(held_lock_run):
     # benchmarks/optimize.py runs examples side by side under one lock: a run's own host work (references,
     # hotspots) must not run while another run's candidate holds the measure slot
-    import fcntl
-    import os
-    import subprocess
     import time
 
-    from gpuspeed.optimize.runner import LOCK_ENV
-
-    wl = tmp_path / "w.py"
-    wl.write_text("import numpy as np\nTOLERANCE = dict(rtol=1e-5, atol=1e-6)\ndef original(x):\n"
-                  "    return np.sin(x) * 2.0\ndef inputs(rng):\n    return (rng.standard_normal(101),)\n")
-    lock = tmp_path / "shared.lock"
-    out = tmp_path / "o"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in ["src", os.environ.get("PYTHONPATH")] if p))
-    env[LOCK_ENV] = str(lock)
-    with open(str(lock) + ".turnstile", "a+") as turn, open(lock, "a+") as held:
-        fcntl.flock(turn, fcntl.LOCK_EX)  # what worker._slot(..., "measure") holds
-        fcntl.flock(held, fcntl.LOCK_EX)
-        proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", str(wl), "--device", "cpu", "--out",
-                                 str(out), "--time-budget", "60", "--backends", "numpy"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(6)
-        started = (out / "run.json").exists()
-        fcntl.flock(held, fcntl.LOCK_UN)
-        fcntl.flock(turn, fcntl.LOCK_UN)
+    proc, out = held_lock_run.start(60)
+    time.sleep(6)
+    started = (out / "run.json").exists()
+    held_lock_run.release()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert not started  # nothing computed while the measurement held the lock

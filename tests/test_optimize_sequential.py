@@ -6,7 +6,6 @@ budget bounds the whole run even while another run holds the shared lock."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -120,35 +119,21 @@ def test_a_sequential_run_says_why_a_gpu_is_not_the_route_and_names_numba(tmp_pa
     assert doc["choice"]["why_not_gpu"] == ch["why_not_gpu"]
 
 
-def test_the_whole_run_ends_within_its_time_budget_while_another_run_holds_the_lock(tmp_path):
+def test_the_whole_run_ends_within_its_time_budget_while_another_run_holds_the_lock(held_lock_run):
     # benchmarks/optimize.py runs examples side by side under one lock: a run whose start (references, hotspots)
     # and whose original wait for another run's measurement still ends within --time-budget, report written
-    import fcntl
     import subprocess
 
-    from gpuspeed.optimize.runner import LOCK_ENV
-
-    wl = tmp_path / "w.py"
-    wl.write_text("import numpy as np\nTOLERANCE = dict(rtol=1e-5, atol=1e-6)\ndef original(x):\n"
-                  "    return np.sin(x) * 2.0\ndef inputs(rng):\n    return (rng.standard_normal(101),)\n")
-    lock = tmp_path / "shared.lock"
-    out = tmp_path / "o"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in ["src", os.environ.get("PYTHONPATH")] if p))
-    env[LOCK_ENV] = str(lock)
-    budget = 20
-    with open(str(lock) + ".turnstile", "a+") as turn, open(lock, "a+") as held:
-        fcntl.flock(turn, fcntl.LOCK_EX)  # a measurement of another run that outlasts this whole run
-        fcntl.flock(held, fcntl.LOCK_EX)
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", str(wl), "--device", "cpu", "--out",
-                                 str(out), "--time-budget", str(budget), "--backends", "numpy"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = proc.communicate(timeout=budget + 25)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail(f"the run did not end within its {budget} s budget (+25 s) while the lock was held")
-        wall = time.perf_counter() - t0
+    budget = 20  # the lock stays held (a measurement of another run that outlasts this whole run)
+    t0 = time.perf_counter()
+    proc, out = held_lock_run.start(budget)
+    try:
+        _, err = proc.communicate(timeout=budget + 25)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the run did not end within its {budget} s budget (+25 s) while the lock was held")
+    wall = time.perf_counter() - t0
+    held_lock_run.release()
     assert proc.returncode == 0, err
     assert wall < budget + 2, wall  # the whole process: interpreter start-up, report and script included
     doc = json.loads((out / "optimize_w.json").read_text())
