@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -175,6 +176,12 @@ def _key(doc: dict) -> tuple:
     return p.get("model"), p.get("dtype"), p.get("quant")
 
 
+def _names_run(note: str, git: str | None) -> bool:
+    """False for a note on a git stamp corrected to another commit than this run's (it went with a replaced run)."""
+    m = re.match(r"git corrected .* to ([0-9a-f]{7,40})\b", note)
+    return not m or bool(git) and git.startswith(m.group(1))
+
+
 def split(merged: dict) -> list[dict]:
     """The per-run docs a merged decode.json was made from: each run's rows (same model, dtype and quant), its
     summary keys (named <model>_<dtype or int8>_...), its commit and date; the notes that name no run go with
@@ -188,7 +195,7 @@ def split(merged: dict) -> list[dict]:
         rows = [r for r in merged["rows"] if (r.get("model"), r.get("dtype"), r.get("quant")) ==
                 (p.get("model"), p.get("dtype"), p.get("quant"))]
         notes = [n for n in merged["notes"] if not n.startswith(derived)
-                 and (("int8" in n) == (p.get("quant") == "int8"))]
+                 and (("int8" in n) == (p.get("quant") == "int8")) and _names_run(n, git)]
         if p.get("partial"):
             notes.insert(0, "partial: the run had not finished when this was written")
         docs.append({"study": merged.get("study"), "schema": merged.get("schema"), "created": created,

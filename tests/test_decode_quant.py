@@ -174,3 +174,16 @@ def test_a_capped_int8_run_leaves_a_partial_file_named_like_a_finished_one(tmp_p
     assert doc["rows"][0]["quant"] == "int8" and doc["rows"][0]["teacher_forced_agreement_vs_bf16"] == 0.75
     assert doc["summary"]["tiny_int8_token_agreement_vs_bf16"] == 0.75
     assert not any(k.endswith("_vs_fp32") for k in doc["summary"])
+
+
+def test_eager_pdl_insides_are_not_tried_while_int8_shapes_are_left_to_the_dequant_matmul():
+    # run eagerly such a shape casts its whole weight on every call: the 8B's eager captures took 3x the compiled
+    # graph's replay on the H200, so V5 skips them and says which shapes are why
+    m = M.build(M.named_config("tiny", **MICRO), seed=3)
+    assert V._eager_dequantize(m) is None  # no int8 weights: nothing to say
+    Q.quantize_model(m)
+    why = V._eager_dequantize(m)
+    assert why and "int8 weights without a Triton GEMV" in why and "257x64" in why  # the LM head's shape named
+    for w in Q.int8_weights(m):
+        w.cfg = (8, 64, 1, 4)  # every shape on the Triton int8 GEMV
+    assert V._eager_dequantize(m) is None

@@ -498,7 +498,7 @@ class Fast(Graphed):
         if "insides" in self.info or self.device.type != "cuda" or not (self.opts.gemv or self.opts.step_attention):
             return
         self.info["insides"] = "compiled"
-        why = pdl_supported()
+        why = pdl_supported() or _eager_dequantize(self.model)
         if why:
             self.info["notes"].append(f"programmatic dependent launch not tried: {why}")
             return
@@ -544,6 +544,19 @@ class Fast(Graphed):
             f"insides of the {k}-step graph, us a replay: compiled {t_compiled:.1f}, "
             + ", ".join(f"{n} {t:.1f} (tokens agree {agreements[n]:.2f})" for n, t in times.items())
             + f": {self.info['insides']} kept")
+
+
+def _eager_dequantize(model: Transformer) -> str | None:
+    """Why eager insides would lose on an int8 model whose GEMV table left shapes to the compiled dequant-matmul:
+    run eagerly, those cast their whole weight to the activations' dtype on every call (the H200's int8 8B at
+    dd6d009: 38.8 ms a 4-step replay against the compiled graph's 12.6)."""
+    from gpuspeed.decode.quant import int8_weights
+
+    left = sorted({tuple(w.shape) for w in int8_weights(model) if w.cfg is None})
+    if left:
+        return ("int8 weights without a Triton GEMV (" + ", ".join(f"{n}x{k}" for n, k in left)
+                + ") would dequantize whole in eager insides")
+    return None
 
 
 ENGINES = {"V0": Naive, "V1": KVCache, "V2": Static, "V3": Compiled, "V4": Graphed, "V4c": GraphedCompiled,
