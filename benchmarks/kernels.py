@@ -222,7 +222,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     from gpuspeed.errors import UserError
-    from gpuspeed.results import check_out_dir, default_dir, make_results, write_results
+    from gpuspeed.results import check_out_dir, default_dir, git_commit, make_results, write_results
 
     names = a.examples.split(",") if a.examples else EXAMPLES
     bad = [n for n in names if n not in EXAMPLES]
@@ -246,11 +246,16 @@ def main(argv=None) -> int:
     previous = out / "kernels.json"
     if previous.is_file():
         try:
-            kept = [r for r in json.loads(previous.read_text()).get("rows", []) if r.get("example") not in names]
+            earlier = json.loads(previous.read_text())
+            # each kept row carries the commit it was measured at (the file's own stamp is this call's)
+            kept = [dict(r, git=r.get("git") or earlier.get("git")) for r in earlier.get("rows", [])
+                    if r.get("example") not in names]
         except (json.JSONDecodeError, OSError):
             kept = []
     if kept:
-        notes.append(f"rows kept from an earlier call: {', '.join(sorted({r['example'] for r in kept}))}")
+        commits = sorted({str(r["git"])[:7] for r in kept})
+        notes.append(f"rows kept from an earlier call: {', '.join(sorted({r['example'] for r in kept}))} "
+                     f"(at {', '.join(commits)}: each row's git)")
     rows = []
     # every optimize run first, before this process touches the GPU: a CUDA context and cached blocks held here
     # would count in the device-level memory peaks those runs measure
@@ -289,6 +294,7 @@ def main(argv=None) -> int:
             # a float32 variant) half as many bytes
             row["best_auto_same_precision"], row["best_auto_same_precision_s"] = best_same if best_same else (None, None)
             row["speedup_vs_auto_same_precision"] = best_same[1] / mine if best_same and mine else None
+            row["git"] = git_commit()
             rows.append(row)
             t = row["time_s"]
             print(f"  {'ok' if row['correct'] else 'WRONG'}  " + (f"{t * 1e6:.1f} us, {row['pct_of_roof']:.0f} % of roof, "

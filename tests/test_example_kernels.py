@@ -76,6 +76,9 @@ def _args(example: str, shape_id: int, seed: int, numba: bool) -> tuple:
         edges = np.linspace(lo, hi, bins + 1) if lo < hi else np.linspace(lo - 0.5, hi + 0.5, bins + 1)
         x[: min(len(edges), 200)] = edges[:200]  # values exactly on the edges, hi included
         x[200:205] = [np.nan, lo - 1e-9, hi + 1e-9, np.inf, -np.inf]  # dropped, as NumPy drops them
+        near = edges[: min(len(edges), 100)]  # an ulp either side of an edge: where the index estimate is off by one
+        x[205:205 + len(near)] = np.nextafter(near, np.inf)
+        x[205 + len(near):205 + 2 * len(near)] = np.nextafter(near, -np.inf)
         return x, bins, lo, hi
     if example == "mandelbrot":
         from gpuspeed.examples import mandelbrot as ex
@@ -310,6 +313,22 @@ def test_kernels_benchmark_runs_on_the_cpu_with_a_note(tmp_path):
     assert row["example"] == "row_stats" and row["variant"] == "triton" and row["correct"] is True
     assert row["time_s"] is None and any("no GPU" in n for n in doc["notes"])
     assert doc["summary"]["kernels"] == 1 and doc["summary"]["kernels_correct"] == 1
+
+
+def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_path):
+    # several calls make one kernels.json: a kept row says which commit measured it, the new rows theirs
+    pytest.importorskip("triton")
+    earlier = {"study": "kernels", "git": "a" * 40, "rows": [{"example": "histogram", "variant": "triton"}]}
+    (tmp_path / "kernels.json").write_text(json.dumps(earlier))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", GPUSPEED_GIT="b" * 40)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "row_stats", "--quick",
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "kernels.json").read_text())
+    rows = {r["example"]: r for r in doc["rows"]}
+    assert rows["histogram"]["git"] == "a" * 40 and rows["row_stats"]["git"] == "b" * 40 and doc["git"] == "b" * 40
+    assert any("rows kept from an earlier call: histogram (at aaaaaaa" in n for n in doc["notes"])
 
 
 def test_kernels_benchmark_reports_the_float32_variant_in_the_same_columns(tmp_path):

@@ -175,3 +175,28 @@ def test_float32_variant_through_the_optimize_variant_backend(example):
     out = impl.fetch(impl.run(*dev))
     assert out.dtype == np.float64
     assert check(out, ref, **ex.TOLERANCE).passed
+
+
+def test_heat_one_step_graph_replays_each_call_on_its_own_input():
+    # the one-step launchers replay a CUDA graph: a second grid must be copied in (not the first one's result
+    # returned again), each call must return its own tensor, and the caller's grid must stay unwritten
+    from gpuspeed.examples.kernels import heat_stencil as H
+
+    ex = importlib.import_module("gpuspeed.examples.heat_stencil")
+    tol = getattr(ex, "TOLERANCE", {})
+    for launcher, fp32 in ((H.heat_triton_one_step, False), (H.heat_triton_one_step_fp32, True)):
+        results = []
+        for seed in SEEDS:
+            args, ref = _case("heat_stencil", seed)
+            dev = _demote(_device(args)) if fp32 else _device(args)
+            before = dev[0].clone()
+            results.append((launcher(*dev), ref))
+            assert torch.equal(dev[0], before)
+        assert len({r.data_ptr() for r, _ in results}) == len(SEEDS)
+        for got, ref in results:  # checked after all calls: a later replay must not overwrite an earlier result
+            assert check(_host64(got) if fp32 else _host(got), ref, **tol).passed
+    assert any(key[0] == "heat_step_kernel" for key in H._GRAPHS)  # the graph path ran, not the eager one
+    # an odd step count, not the default's, is a graph of its own
+    args, _ = _case("heat_stencil", SEEDS[0])
+    ref = ex.original(np.array(args[0], copy=True), args[1], 3)
+    assert check(_host(H.heat_triton_one_step(_device(args)[0], args[1], 3)), ref, **tol).passed

@@ -230,6 +230,22 @@ def test_identical_launches_are_counted_once():
     assert "rowsum_kernel x3 [triton]" in "\n".join(rep.lines())
 
 
+def test_watching_launches_is_true_only_while_a_capture_is_open():
+    # a launcher that replays CUDA graphs asks this to launch eagerly where its kernels must be seen
+    from gpuspeed.kernel.capture import Capture, watching_launches
+
+    assert not watching_launches()
+    with Capture():
+        assert watching_launches()
+        with Capture():
+            assert watching_launches()
+        assert watching_launches()  # the outer one is still open
+    assert not watching_launches()
+    with pytest.raises(ZeroDivisionError), Capture():
+        raise ZeroDivisionError("inside the capture")
+    assert not watching_launches()  # closed by the error too
+
+
 @pytest.mark.skipif(CUDA, reason="the kernel would compile and run on the GPU")
 def test_compiled_kernel_without_gpu_is_a_user_error(tmp_path):
     script = tmp_path / "compiled.py"  # @triton.jit reads its source from a file

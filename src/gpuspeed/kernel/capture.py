@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _INHERITED = object()  # marks a patched method that the class inherited rather than defined
+_OPEN = [0]  # Captures open now (all threads)
+
+
+def watching_launches() -> bool:
+    """Whether a Capture is open: a launcher that replays its launches from a CUDA graph launches them eagerly
+    then, so the kernels it runs are seen (a graph replay goes through no Python launch path)."""
+    return _OPEN[0] > 0
 TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
 
 
@@ -61,6 +68,7 @@ class Capture:
     def __init__(self):
         self.launches: list[Launch] = []
         self.recording = True
+        self._open = False
         self._undo: list = []
         self._local = threading.local()
 
@@ -79,6 +87,8 @@ class Capture:
 
     def __enter__(self) -> "Capture":
         self._triton_done = self._numba_done = False
+        _OPEN[0] += 1
+        self._open = True
         if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and "triton" not in sys.modules:
             try:  # an interpreted autotuner needs its stand-in benchmark even when the launcher imports triton late
                 import triton  # noqa: F401
@@ -101,6 +111,9 @@ class Capture:
             raise
 
     def __exit__(self, *exc) -> None:
+        if self._open:
+            self._open = False
+            _OPEN[0] -= 1
         while self._undo:
             owner, name, original = self._undo.pop()
             if original is _INHERITED:

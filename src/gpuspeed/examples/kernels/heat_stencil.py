@@ -205,26 +205,57 @@ def heat_triton_fp32(grid, alpha, steps, config=None):
 heat_triton_fp32.precision = "float32"
 
 
-def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
-    """A launch per step: 5 loads per point, 4 of them L1/L2 hits, where the two-step kernel makes 25 (its first
-    step recomputed at 5 points): at 2048 x 2048 float64 the H200 ran the two-step kernel at 1.1 TB/s (26 % of the
-    copy roof) per launch, load-instruction bound rather than DRAM bound."""
-    u, a, b = _buffers(grid, interpreting(), dtype)
-    if int(steps) <= 0:
-        return u.clone()
+def _one_step_launches(u, coeff, steps, config, kernel):
+    """`steps` launches of the one-step kernel between two fresh ping-pong buffers; the grid after them."""
     n_rows, n_cols = u.shape
-    coeff = _alpha(float(alpha), u.device, dtype)
+    a, b = torch.empty_like(u), torch.empty_like(u)
 
     def grid(meta):
         return triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])
 
     src, dst = u, a
-    for _ in range(int(steps)):
+    for _ in range(steps):
         launch(kernel, grid, src, dst, coeff, n_rows, n_cols, config=config)
         if config is None and not interpreting():
             config = kernel.best_config  # chosen at the first launch: the rest skip the autotuner
         src, dst = dst, (b if dst is a else a)
     return src
+
+
+_GRAPHS: dict = {}
+
+
+def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
+    """A launch per step: 5 loads per point, 4 of them L1/L2 hits, where the two-step kernel makes 25 (its first
+    step recomputed at 5 points): at 2048 x 2048 float64 the H200 ran the two-step kernel at 1.1 TB/s (26 % of the
+    copy roof) per launch, load-instruction bound rather than DRAM bound. On a GPU the launches are replayed from a
+    CUDA graph (gpuspeed.graphs, one per kernel, step count and shape): a step at 2048 x 2048 moves 64 MB (float64)
+    or 32 MB (float32, both buffers L2-resident), ~4-16 us of GPU time, less than Python's launch of a Triton
+    kernel; the graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s launch capture (and under
+    the interpreter) the launches run eagerly, so their geometry is seen."""
+    from gpuspeed.kernel.capture import watching_launches
+
+    u = device_tensor(grid, interpreting()).to(dtype)
+    steps = int(steps)
+    if steps <= 0:
+        return u.clone()
+    coeff = _alpha(float(alpha), u.device, dtype)
+    if interpreting() or watching_launches() or u.device.type != "cuda":
+        return _one_step_launches(u, coeff, steps, config, kernel)
+    from gpuspeed.graphs import capture
+
+    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config))
+    if key not in _GRAPHS:
+        if config is None:  # autotune once, eagerly: a capture cannot time configs
+            _one_step_launches(u, coeff, steps, None, kernel)
+            config = kernel.best_config
+        # own_inputs: the caller's grid is copied into the graph's buffer, never used as one; clone: each call
+        # returns its own grid, not the buffer the next replay overwrites
+        if len(_GRAPHS) >= 4:  # each graph keeps three grids of its shape: drop the oldest
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        _GRAPHS[key] = capture(lambda x, c: _one_step_launches(x, c, steps, config, kernel), own_inputs=True,
+                               clone=True, max_cache=2)
+    return _GRAPHS[key](u, coeff)
 
 
 def heat_triton_one_step(grid, alpha, steps, config=None):
