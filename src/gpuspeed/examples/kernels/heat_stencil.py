@@ -232,7 +232,7 @@ def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
     CUDA graph (gpuspeed.graphs, one per kernel, step count and shape): a step at 2048 x 2048 moves 64 MB (float64)
     or 32 MB (float32, both buffers L2-resident), ~4-16 us of GPU time, less than Python's launch of a Triton
     kernel; the graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s launch capture (and under
-    the interpreter) the launches run eagerly, so their geometry is seen."""
+    the interpreter) the launches run eagerly, so their geometry is seen, as they do inside a caller's own capture."""
     from gpuspeed.kernel.capture import watching_launches
 
     u = device_tensor(grid, interpreting()).to(dtype)
@@ -240,7 +240,8 @@ def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
     if steps <= 0:
         return u.clone()
     coeff = _alpha(float(alpha), u.device, dtype)
-    if interpreting() or watching_launches() or u.device.type != "cuda":
+    if interpreting() or watching_launches() or u.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        # (a caller capturing its own graph records the launches themselves: a graph is not captured inside one)
         return _one_step_launches(u, coeff, steps, config, kernel)
     from gpuspeed.graphs import capture
 
