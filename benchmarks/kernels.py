@@ -39,8 +39,8 @@ CPU_SCALE = 0.002  # interpreted kernels: tiny inputs
 
 def work(example: str, variant: str, args: tuple, out=None, fp32: bool = False) -> tuple[float | None, int]:
     """(useful FLOPs, least DRAM bytes) of one call: every input read once and every output written once, except
-    the stencil, which reads and writes the grid once per launch's pass (Triton: two steps per pass, Numba: one
-    step per pass), and the escape-time loop,
+    the stencil, which reads and writes the grid once per launch's pass (Triton: two steps per pass, its one-step
+    variants and Numba: one step per pass), and the escape-time loop,
     whose FLOPs are the iterations the pixels actually ran (8 per iteration). None: FLOPs not meaningful (the
     histogram's index arithmetic); the kernel is held to the memory roof. fp32: a float32 variant (only the
     row normalization and the stencil have one), whose data are 4 bytes an element."""
@@ -59,7 +59,8 @@ def work(example: str, variant: str, args: tuple, out=None, fp32: bool = False) 
     if example == "heat_stencil":
         g, steps = args[0], int(args[2])
         r, c = g.shape
-        passes = steps // 2 + steps % 2 if variant.startswith("triton") else steps
+        two_steps = variant.startswith("triton") and "one_step" not in variant  # the one-step kernels: a pass a step
+        passes = steps // 2 + steps % 2 if two_steps else steps
         return 7.0 * (r - 2) * (c - 2) * steps, 2 * w * r * c * passes
     if example == "histogram":
         return None, 8 * int(np.asarray(args[0]).size) + 8 * int(args[1])

@@ -380,3 +380,15 @@ def test_kernels_benchmark_picks_the_best_automatic_candidate():
 
 if __name__ == "__main__":
     sys.exit(child_main())
+
+
+@pytest.mark.parametrize("variant,fp32,passes", [("triton", False, 20), ("triton_fp32", True, 20), ("numba_cuda", False, 40),
+                                                  ("triton_one_step", False, 40), ("triton_one_step_fp32", True, 40)])
+def test_kernels_benchmark_counts_the_stencils_bytes_per_pass(variant, fp32, passes):
+    # a two-step kernel reads and writes the grid once per two steps, a one-step kernel (and Numba's) once per step
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks/kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    grid = np.random.default_rng(0).random((64, 32))  # only its shape counts
+    _, nbytes = bench.work("heat_stencil", variant, (grid, 0.2, 40), fp32=fp32)
+    assert nbytes == 2 * (4 if fp32 else 8) * 64 * 32 * passes

@@ -144,11 +144,13 @@ def numba_kernel(bins: int):
         for i in range(t, n_edges, cuda.blockDim.x):
             e[i] = edges[i]
         cuda.syncthreads()
-        scale = bins / (hi - lo)  # a multiply a sample, not a divide: the edge corrections make it exact
+        # NumPy's divide, kept here: with the Triton kernel's multiply this kernel ran 380 us on the H200 (c68085a),
+        # against 255 us with the divide (7db0f3c)
+        span = hi - lo
         for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
             v = x[i]
             if v >= lo and v <= hi:
-                j = int((v - lo) * scale)
+                j = int((v - lo) / span * bins)
                 if j == bins:
                     j = bins - 1
                 if v < e[j]:
