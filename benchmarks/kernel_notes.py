@@ -72,7 +72,7 @@ def main() -> int:
             kind = "numba" if "numba" in row["variant"] else "kernel"
             names = re.findall(r"^\s*def (\w+)\(", path.read_text(), re.M)
             func = next((n for n in names if kind in n and n.endswith("kernel") and not n.startswith("_")), None)
-        ok = func is not None and paste(path, func, note(row, sha))
+        ok = func is not None and paste(path, func, note(row, row.get("git") or sha))  # a kept row: its own commit
         print(f"{row['example']}:{row['variant']}: {'pasted into ' + func if ok else 'no placeholder found'}")
     return 0
 

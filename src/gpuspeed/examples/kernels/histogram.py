@@ -43,10 +43,10 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     grow with the sample count. Dropped values (and the padding lanes of the last tile) are binned as
     0 and taken off bin 0 at the end.
 
-    Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 2112, num_warps 4, num_stages 2 (autotuned:
-    BLOCK=1024, PER_SM=16); 80 registers, 0 spills, 1024 B shared; occupancy 38 % (registers-limited); 312.5 us,
-    1280 GB/s = 30 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
-    38 % occupancy: try num_warps=2.
+    Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 2112, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=1024, PER_SM=16); 64 registers, 0 spills, 1024 B shared; occupancy 50 % (registers-limited); 283.6 us,
+    1411 GB/s = 33 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
+    50 % occupancy: try num_warps=2.
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -131,8 +131,8 @@ def numba_kernel(bins: int):
         """Shared-memory histogram per block (and the edges staged beside it), then one global atomic per
         non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 1056, block 256; 46 registers, 0 spills,
-        3080 B shared; occupancy 62 % (registers-limited); 254.6 us, 1571 GB/s = 36 % of the copy roof;
+        Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 1056, block 256; 46 registers, 0 spills,
+        3080 B shared; occupancy 62 % (registers-limited); 254.0 us, 1575 GB/s = 36 % of the copy roof;
         2.07x the best automatic candidate (cupy). Verdict: latency-bound at 36 % of the copy roof with 62 %
         occupancy; next: more work per program / fuse (more loads in flight per thread).
         """
@@ -144,8 +144,8 @@ def numba_kernel(bins: int):
         for i in range(t, n_edges, cuda.blockDim.x):
             e[i] = edges[i]
         cuda.syncthreads()
-        # NumPy's divide, kept here: with the Triton kernel's multiply this kernel ran 380 us on the H200 (c68085a),
-        # against 255 us with the divide (7db0f3c)
+        # NumPy's divide, kept here: with the Triton kernel's multiply this kernel ran 380 us on the H200
+        # (results/nvidia-h200/kernels_c68085a.json), 254 us with the divide (kernels.json, efc5c2d)
         span = hi - lo
         for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
             v = x[i]
