@@ -299,12 +299,25 @@ def test_every_kernel_docstring_holds_a_tuning_note():
         assert text.count("Tuning note (gpuspeed kernel, H200, commit ") >= kernels, path.name
 
 
+def _run_kernels_benchmark(tmp_path, *argv, **env):
+    """benchmarks/kernels.py in a fresh process without a GPU, run in tmp_path (env: extra variables)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", **env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), *argv], capture_output=True, text=True,
+                          env=env, timeout=300, cwd=tmp_path)
+
+
+def _kernels_benchmark_module():
+    """benchmarks/kernels.py imported as a module (its helpers, without running it)."""
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks/kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_kernels_benchmark_runs_on_the_cpu_with_a_note(tmp_path):
     pytest.importorskip("triton")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "row_stats", "--quick",
-                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    proc = _run_kernels_benchmark(tmp_path, "--examples", "row_stats", "--quick", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "kernels.json").read_text())
     assert doc["study"] == "kernels"
@@ -320,10 +333,8 @@ def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_p
     pytest.importorskip("triton")
     earlier = {"study": "kernels", "git": "a" * 40, "rows": [{"example": "histogram", "variant": "triton"}]}
     (tmp_path / "kernels.json").write_text(json.dumps(earlier))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", GPUSPEED_GIT="b" * 40)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "row_stats", "--quick",
-                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    proc = _run_kernels_benchmark(tmp_path, "--examples", "row_stats", "--quick", "--out", str(tmp_path),
+                                  GPUSPEED_GIT="b" * 40)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "kernels.json").read_text())
     rows = {r["example"]: r for r in doc["rows"]}
@@ -333,11 +344,7 @@ def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_p
 
 def test_kernels_benchmark_reports_the_float32_variant_in_the_same_columns(tmp_path):
     pytest.importorskip("triton")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "row_normalize_loop",
-                           "--quick", "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=tmp_path)
+    proc = _run_kernels_benchmark(tmp_path, "--examples", "row_normalize_loop", "--quick", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {r["variant"]: r for r in json.loads((tmp_path / "kernels.json").read_text())["rows"]}
     f64, f32 = rows["triton"], rows["triton_fp32"]
@@ -348,18 +355,14 @@ def test_kernels_benchmark_reports_the_float32_variant_in_the_same_columns(tmp_p
 
 
 def test_kernels_benchmark_refuses_an_unknown_example_in_one_line(tmp_path):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT / "src"))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels.py"), "--examples", "softmax", "--out",
-                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    proc = _run_kernels_benchmark(tmp_path, "--examples", "softmax", "--out", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.startswith("gpuspeed: error: no hand kernels for softmax")
     assert "Traceback" not in proc.stderr
 
 
 def test_kernels_benchmark_picks_the_best_automatic_candidate():
     # an optimize document: the hand variants and the original are not "automatic"; failed candidates do not count
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks/kernels.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _kernels_benchmark_module()
     doc = {"rows": [{"name": "original", "backend": "original", "status": "ok", "device_s": 2.0},
                     {"name": "cupy", "backend": "cupy", "status": "ok", "device_s": 8e-3},
                     {"name": "torch-compile-fp32", "backend": "torch_compile", "status": "ok", "device_s": 9e-4},
@@ -386,9 +389,7 @@ if __name__ == "__main__":
                                                   ("triton_one_step", False, 40), ("triton_one_step_fp32", True, 40)])
 def test_kernels_benchmark_counts_the_stencils_bytes_per_pass(variant, fp32, passes):
     # a two-step kernel reads and writes the grid once per two steps, a one-step kernel (and Numba's) once per step
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "benchmarks/kernels.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _kernels_benchmark_module()
     grid = np.random.default_rng(0).random((64, 32))  # only its shape counts
     _, nbytes = bench.work("heat_stencil", variant, (grid, 0.2, 40), fp32=fp32)
     assert nbytes == 2 * (4 if fp32 else 8) * 64 * 32 * passes
