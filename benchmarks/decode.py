@@ -163,8 +163,11 @@ def merge_only(args, out, study, write_results) -> int:
             (out / "traces").mkdir(exist_ok=True)
             shutil.copy2(trace, out / "traces" / trace.name)
     if not docs:
+        from gpuspeed.results import remove_created
+
         print(f"no runs/*/decode.json under {', '.join(args.merge)}", file=sys.stderr)
-        return 1
+        remove_created()  # bad input: no empty --out left behind
+        return 2
     if args.keep:
         docs += [d for d in split(json.loads(Path(args.keep).read_text())) if _key(d) not in seen]
     finish(docs, [], out, study, write_results)

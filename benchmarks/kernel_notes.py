@@ -63,9 +63,17 @@ def paste(path: Path, func: str, text: str) -> bool:
 
 
 def main() -> int:
-    doc = json.loads(Path(sys.argv[1]).read_text())
-    sha = doc["git"]
-    for row in doc["rows"]:
+    if len(sys.argv) != 2:
+        print("usage: python benchmarks/kernel_notes.py results/<gpu>/kernels.json", file=sys.stderr)
+        return 2
+    try:
+        doc = json.loads(Path(sys.argv[1]).read_text())
+        sha, rows = doc["git"], doc["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # nothing pasted from an unreadable file
+        print(f"kernel_notes: {sys.argv[1]} is not a readable kernels.json ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2
+    for row in rows:
         path = KERNELS / f"{MODULE.get(row['example'], row['example'])}.py"
         func = row.get("main_kernel")
         if not func:  # a kernel that did not run: its module's kernel of that backend

@@ -337,3 +337,24 @@ def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
     assert {(r["model"], r["git"]) for r in doc["params"]["runs"]} == {("tiny", "bbb"), ("big", "aaa")}
     assert doc["git"] == "bbb" and any("several commits" in n for n in doc["notes"])
     assert "tiny_fp32 note" in doc["notes"] and "big_int8 note" in doc["notes"]
+
+
+def test_benchmark_merge_drops_replaced_runs_stamp_notes_and_refuses_an_empty_merge(tmp_path):
+    # a note on a git stamp corrected to another run's commit goes with that run; a merge of nothing is bad input:
+    # one line, exit 2, no empty --out left behind
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_decode", root / "benchmarks" / "decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    note = "git corrected after the run from 5830fb9 (a stale copy) to 5b6b30f, the commit whose tree the call ran"
+    assert bench._names_run(note, "5b6b30ffa00c") and not bench._names_run(note, "5d8df7f32a22")
+    assert bench._names_run("any other note", "5d8df7f32a22")
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out"),
+                        "--merge", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=root)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no runs/*/decode.json" in p.stderr
+    assert not (tmp_path / "out").exists()

@@ -393,3 +393,14 @@ def test_kernels_benchmark_counts_the_stencils_bytes_per_pass(variant, fp32, pas
     grid = np.random.default_rng(0).random((64, 32))  # only its shape counts
     _, nbytes = bench.work("heat_stencil", variant, (grid, 0.2, 40), fp32=fp32)
     assert nbytes == 2 * (4 if fp32 else 8) * 64 * 32 * passes
+
+
+def test_kernel_notes_refuses_a_missing_or_foreign_file_in_one_line(tmp_path):
+    # nothing is pasted into the kernels' docstrings from a file that is not a kernels.json
+    foreign = tmp_path / "other.json"
+    foreign.write_text(json.dumps({"study": "decode"}))
+    for argv in ([str(tmp_path / "missing.json")], [str(foreign)], []):
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernel_notes.py"), *argv], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+        assert not proc.stdout  # no kernel was touched
