@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _INHERITED = object()  # marks a patched method that the class inherited rather than defined
-_OPEN = [0]  # Captures open now (all threads)
+TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
+_open_captures = 0  # Captures open now (all threads)
 
 
 def watching_launches() -> bool:
     """Whether a Capture is open: a launcher that replays its launches from a CUDA graph launches them eagerly
     then, so the kernels it runs are seen (a graph replay goes through no Python launch path)."""
-    return _OPEN[0] > 0
-TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
+    return _open_captures > 0
 
 
 @dataclass
@@ -86,8 +86,9 @@ class Capture:
         self._undo.append((owner, name, original if own else _INHERITED))
 
     def __enter__(self) -> "Capture":
+        global _open_captures
         self._triton_done = self._numba_done = False
-        _OPEN[0] += 1
+        _open_captures += 1
         self._open = True
         if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and "triton" not in sys.modules:
             try:  # an interpreted autotuner needs its stand-in benchmark even when the launcher imports triton late
@@ -111,9 +112,10 @@ class Capture:
             raise
 
     def __exit__(self, *exc) -> None:
+        global _open_captures
         if self._open:
             self._open = False
-            _OPEN[0] -= 1
+            _open_captures -= 1
         while self._undo:
             owner, name, original = self._undo.pop()
             if original is _INHERITED:

@@ -261,7 +261,7 @@ def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
         if len(_GRAPHS) >= 4:  # each graph keeps three grids of its shape: drop the oldest
             _GRAPHS.pop(next(iter(_GRAPHS)))
         _GRAPHS[key] = capture(lambda x, c: _one_step_launches(x, c, steps, config, kernel), own_inputs=True,
-                               clone=True, max_cache=2)
+                               clone=True, max_cache=1)  # the key fixes the signature: one graph each
     return _GRAPHS[key](u, coeff)
 
 
