@@ -36,8 +36,9 @@ def test_quantize_is_per_row_symmetric_and_within_half_a_step(seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n,k", [(48, 96), (37, 1030), (130, 2100)])
+@pytest.mark.parametrize("n,k", [(48, 96), (37, 1028), (130, 2100)])
 def test_int8_gemv_matches_float64_of_the_dequantized_weights(n, k, dtype, monkeypatch):
+    # rows and K that divide no tile; each config with and without its prefetch, split or not
     pytest.importorskip("triton")
     from gpuspeed.decode.kernels.int8_gemv import CONFIGS, int8_gemv
     from gpuspeed.verify import poison
@@ -58,6 +59,27 @@ def test_int8_gemv_matches_float64_of_the_dequantized_weights(n, k, dtype, monke
         assert res.passed, (cfg, res.summary)
     # the torch form (the compiled candidate) computes the same thing
     assert check(Q.dequant_linear(x, qw.q, qw.scale), ref).passed
+
+
+@pytest.mark.parametrize("n,k", [(40, 1028), (9, 96)])
+def test_int8_gemv_fused_forms_match_float64(n, k):
+    # the norm prologue (one pass, and two passes when split), SiLU(gate) * up, the residual, as V5 runs them
+    pytest.importorskip("triton")
+    from gpuspeed.decode.kernels import check_fused
+    from gpuspeed.decode.kernels.int8_gemv import CONFIGS
+
+    for cfg in CONFIGS:
+        ok, why = check_fused(n, k, cfg, {"norm", "residual", "silu_residual"}, torch.float32, DEV, quant="int8")
+        assert ok, (cfg, why)
+
+
+def test_int8_gemv_reads_words_only_where_they_align():
+    from gpuspeed.decode.kernels.int8_gemv import supported
+
+    q = torch.zeros(8, 1030, dtype=torch.int8)
+    assert not supported(q)  # K not a multiple of 4: that shape stays on the torch form
+    assert supported(torch.zeros(8, 1028, dtype=torch.int8)) and supported(torch.zeros(8, 1028, dtype=torch.int8)[2:6])
+    assert not supported(torch.zeros(8, 1032, dtype=torch.int8)[:, 2:])  # a column offset breaks the word reads
 
 
 def _dequantized_copy(m):
@@ -178,12 +200,36 @@ def test_a_capped_int8_run_leaves_a_partial_file_named_like_a_finished_one(tmp_p
 
 def test_eager_pdl_insides_are_not_tried_while_int8_shapes_are_left_to_the_dequant_matmul():
     # run eagerly such a shape casts its whole weight on every call: the 8B's eager captures took 3x the compiled
-    # graph's replay on the H200, so V5 skips them and says which shapes are why
+    # graph's replay on the H200, so V5 skips such a candidate and says which shapes are why
+    from gpuspeed.decode.kernels import gemv_uses
+
     m = M.build(M.named_config("tiny", **MICRO), seed=3)
-    assert V._eager_dequantize(m) is None  # no int8 weights: nothing to say
+    assert V._eager_dequantize(m, {}) is None  # no int8 weights: nothing to say
     Q.quantize_model(m)
-    why = V._eager_dequantize(m)
+    table = {shape: (8, 64, 1, 4, 1) for shape in gemv_uses(m.args) if shape != (257, 64)}
+    why = V._eager_dequantize(m, table)
     assert why and "int8 weights without a Triton GEMV" in why and "257x64" in why  # the LM head's shape named
-    for w in Q.int8_weights(m):
-        w.cfg = (8, 64, 1, 4)  # every shape on the Triton int8 GEMV
-    assert V._eager_dequantize(m) is None
+    table[(257, 64)] = (8, 64, 1, 4, 1)  # every shape on the Triton int8 GEMV
+    assert V._eager_dequantize(m, table) is None
+
+
+def test_int8_model_with_fused_triton_gemvs_decodes_its_dequantized_weights():
+    # V5's table on an int8 model: every shape through the int8 kernel with the norm / SiLU / residual fused in
+    pytest.importorskip("triton")
+    from gpuspeed.decode.kernels import gemv_uses
+
+    m = M.build(M.named_config("tiny", **MICRO), seed=5)
+    Q.quantize_model(m)
+    deq = _dequantized_copy(m)
+    prompt = torch.randint(0, 257, (1, 5), generator=torch.Generator().manual_seed(1))
+    table = {shape: (8, 64, 1 if shape != (257, 64) else 2, 4, 1) for shape in gemv_uses(m.args)}
+    fused = M.Options(fused_qkv=True, fused_gate_up=True, gemv=table)
+    plain = M.Options(fused_qkv=True, fused_gate_up=True)
+    pos = torch.arange(5)
+    m.setup_rope(8)
+    deq.setup_rope(8)
+    got = m(prompt, pos, opts=fused)
+    want = deq(prompt, pos, opts=plain)
+    assert check(got, want.double()).passed  # the prompt's rows: more than one row, so the torch form
+    one = prompt[:, -1:]
+    assert check(m(one, pos[-1:], opts=fused), deq(one, pos[-1:], opts=plain).double()).passed

@@ -80,18 +80,21 @@ def test_tp_more_ranks_than_gpus_is_one_line():
 
 
 def test_int8_kernel_choice_times_both_candidates_on_the_gpu():
+    from gpuspeed.decode import kernels
+
     notes: list = []
-    for n, k in [(6144, 4096), (4096, 14336)]:  # the 8B's fused q/k/v and its down projection
-        Q.choose_shape(n, k, torch.bfloat16, notes)
-        d = Q._decisions[(n, k, torch.bfloat16, torch.cuda.get_device_name())][1]
+    for (n, k), uses in [((6144, 4096), {"norm"}), ((4096, 14336), {"silu_residual"})]:  # the 8B's QKV and down
+        kernels.choose_gemv(n, k, torch.bfloat16, uses, notes, quant="int8")
+        key = ("gemv", n, k, torch.bfloat16, tuple(sorted(uses)), torch.cuda.get_device_name(), "int8")
+        d = kernels._decisions[key][1]
         assert d.get("compiled_torch_us", 0) > 0, d
         timed = [v for key, v in d.items() if key.startswith("(") and isinstance(v, float)]
-        assert timed, d  # at least one Triton config ran, passed its check and was timed
+        assert timed, d  # at least one Triton config ran and was timed
         assert 300 < d["GBps"] < 6000, d  # int8 bytes over GPU time: a device time, not a host launch
     assert len(notes) == 2
 
 
-@pytest.mark.parametrize("force", ["triton", "triton_prmt", "torch"])
+@pytest.mark.parametrize("force", ["triton", "triton_prefetch", "torch"])
 def test_int8_smollm2_bf16_inside_compile_and_a_graph_agrees_with_bf16(force):
     from gpuspeed.decode.kernels.int8_gemv import CONFIGS, registered
 
@@ -100,9 +103,8 @@ def test_int8_smollm2_bf16_inside_compile_and_a_graph_agrees_with_bf16(force):
     m = study._cast(base, torch.bfloat16)
     Q.quantize_model(m)
     for w in Q.int8_weights(m):
-        # triton_prmt: the inline-PTX form, which inductor compiles from the kernel's source (065c26b failed there)
-        prmt = next(c for c in CONFIGS if c[-1] == 2)
-        w.cfg = CONFIGS[0] if force == "triton" else prmt if force == "triton_prmt" else None
+        # the inline-PTX form, which inductor compiles from the kernel's source (065c26b failed there)
+        w.cfg = CONFIGS[0] if force == "triton" else CONFIGS[1] if force == "triton_prefetch" else None
     prompt = torch.randint(0, 49152, (1, 32), generator=torch.Generator().manual_seed(0)).cuda()
     ref = generate(V.make_engine("V4", base, 1, V.max_len_for(32, 33)), prompt, 33)
     e = V.make_engine("V5", m, 1, V.max_len_for(32, 33))
@@ -115,3 +117,15 @@ def test_int8_smollm2_bf16_inside_compile_and_a_graph_agrees_with_bf16(force):
     _, logits2 = study.teacher_forced(e2, prompt, ref, 32)
     cos = torch.nn.functional.cosine_similarity(logits[1].flatten().float(), logits2[1].flatten().float(), dim=0)
     assert cos > 0.99, float(cos)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_int8_fused_forms_match_float64_on_the_gpu(dtype):
+    # the inline-PTX byte permutes, the prefetch and the split forms on the device, at a real shape and an odd one
+    from gpuspeed.decode.kernels import check_fused
+    from gpuspeed.decode.kernels.int8_gemv import CONFIGS
+
+    for n, k in [(6144, 4096), (37, 1028)]:
+        for cfg in CONFIGS:
+            ok, why = check_fused(n, k, cfg, {"norm", "residual", "silu_residual"}, dtype, "cuda", quant="int8")
+            assert ok, (n, k, cfg, why)

@@ -2,12 +2,14 @@
 model's dtype (bf16), dequantized inside the GEMV.
 
 quantize(w) -> Int8Weight(q int8 [N, K], scale fp32 [N]) with scale = max|w_row| / 127 and q = round(w / scale).
-An Int8Weight stands where the model had a weight tensor: model._linear calls its .linear(x), which is
-either the Triton int8 GEMV (kernels/int8_gemv.py: int8 loads, fp32 sums, the scale in the epilogue) or the
-torch form F.linear(x, q.to(dtype)) * scale, which torch.compile fuses into one reduction kernel that reads
-int8 (inductor's batch-1 mm decomposition: coordinate_descent_tuning on). choose() measures both per shape on
-the GPU, as kernels.choose does for the bf16 GEMV (graph mode, weights out of L2), and keeps the faster one
-that passes its check. The embedding stays in the model's dtype (a lookup reads B rows); the LM head is
+An Int8Weight stands where the model had a weight tensor: the model's fused calls (norm_linear, linear_residual,
+...) run the Triton int8 GEMV with the layer's norm, SiLU and residual inside (kernels/int8_gemv.py: int8 words,
+fp32 sums, the scale in the epilogue) where V5's table has the shape; model._linear calls its .linear(x) otherwise,
+which is either that kernel unfused or the torch form F.linear(x, q.to(dtype)) * scale, which torch.compile fuses
+into one reduction kernel that reads int8 (inductor's batch-1 mm decomposition: coordinate_descent_tuning on).
+choose() measures both per shape on the GPU through kernels.choose_gemv, as for the bf16 GEMV (graph mode,
+weights out of L2, the costliest fused form), and keeps the faster one that passes its checks.
+The embedding stays in the model's dtype (a lookup reads B rows); the LM head is
 quantized (a tied head gets its own int8 copy).
 """
 
@@ -45,6 +47,7 @@ class Int8Weight:
         return (self.q.to(torch.float32) * self.scale[:, None].float()).to(dtype)
 
     def linear(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ dequantized.T: the chosen Triton int8 GEMV for one row, else the torch form."""
         if self.cfg is not None and x.numel() == x.shape[-1]:
             from gpuspeed.decode.kernels.int8_gemv import int8_gemv
 
@@ -114,56 +117,11 @@ def weight_bytes_per_token(model) -> int:
 # Choosing the GEMV per shape (GPU)
 # ---------------------------------------------------------------------------------------------------
 
-_decisions: dict = {}  # (n, k, dtype, device name) -> (cfg or None, details)
-
-
-def choose_shape(n: int, k: int, dtype, notes: list) -> tuple | None:
-    """The Triton config for an int8 [n, k] weight at batch 1, or None where the compiled torch form wins."""
-    from gpuspeed import device as _device
-    from gpuspeed.decode.kernels import _bench, _rotate_for
-    from gpuspeed.decode.kernels.int8_gemv import CONFIGS, int8_gemv
-    from gpuspeed.verify import check
-
-    key = (n, k, dtype, torch.cuda.get_device_name())
-    if key in _decisions:
-        return _decisions[key][0]
-    g = torch.Generator(device="cuda").manual_seed(n + k)
-    w = quantize(torch.randn(n, k, device="cuda", generator=g) * 0.02)
-    x = torch.randn(1, 1, k, device="cuda", generator=g).to(dtype)
-    ref = F.linear(x.double(), w.dequantize(torch.float64))
-    rot = _rotate_for(w.nbytes, _device.l2_bytes())
-    compiled = torch.compile(dequant_linear, fullgraph=True, dynamic=False)
-    details: dict = {}
-    try:
-        base = _bench(compiled, x, w.q, w.scale, rotate=rot).median
-        details["compiled_torch_us"] = base * 1e6
-    except Exception as exc:  # compile unavailable: eager torch is the baseline
-        base = _bench(dequant_linear, x, w.q, w.scale, rotate=rot).median
-        details["eager_torch_us"] = base * 1e6
-        details["compile_error"] = f"{type(exc).__name__}"
-    best, best_t = None, base
-    for cfg in CONFIGS:
-        try:
-            if not check(int8_gemv(x, w.q, w.scale, *cfg), ref).passed:
-                details[str(cfg)] = "wrong"
-                continue
-            t = _bench(lambda x, q, s, cfg=cfg: int8_gemv(x, q, s, *cfg), x, w.q, w.scale, rotate=rot).median
-        except Exception as exc:
-            details[str(cfg)] = type(exc).__name__
-            continue
-        details[str(cfg)] = t * 1e6
-        if t < best_t:
-            best, best_t = cfg, t
-    details["choice"] = str(best) if best else "compiled torch"
-    details["GBps"] = w.nbytes / best_t / 1e9
-    notes.append(f"int8 GEMV {n}x{k}: {'Triton ' + str(best) if best else 'compiled dequant-matmul'} "
-                 f"{best_t * 1e6:.1f} us, {w.nbytes / best_t / 1e9:.0f} GB/s (compiled torch {base * 1e6:.1f} us)")
-    _decisions[key] = (best, details)
-    return best
-
 
 def choose(model, notes: list) -> dict:
-    """Set each Int8Weight's kernel (GPU only); returns the decisions per shape (the results record them)."""
+    """Set each Int8Weight's kernel (GPU only): kernels.choose_gemv times the int8 GEMV's configs in the fused form
+    each shape runs in against the compiled dequantize-then-linear and checks every form against float64. Returns
+    the decisions per shape (the results record them)."""
     if model.device.type != "cuda":
         notes.append("int8 on the CPU: the torch form (F.linear of the int8 weight cast, times the scales)")
         return {}
@@ -172,14 +130,18 @@ def choose(model, notes: list) -> dict:
     except ImportError:
         notes.append("Triton is not installed: int8 runs as the compiled torch form")
         return {}
+    from gpuspeed.decode import kernels
     from gpuspeed.decode.kernels.int8_gemv import registered
 
     registered()  # the op is registered eagerly: dynamo does not trace the registration
+    uses = kernels.gemv_uses(model.args)
     out = {}
     for w in int8_weights(model):
         n, k = w.shape
-        w.cfg = choose_shape(n, k, model.dtype, notes)
-        out[f"{n}x{k}"] = _decisions[(n, k, model.dtype, torch.cuda.get_device_name())][1]
+        u = uses.get((n, k), {"plain"})
+        w.cfg = kernels.choose_gemv(n, k, model.dtype, u, notes, quant="int8")
+        key = ("gemv", n, k, model.dtype, tuple(sorted(u)), torch.cuda.get_device_name(), "int8")
+        out[f"{n}x{k}"] = kernels._decisions[key][1]
     return out
 
 

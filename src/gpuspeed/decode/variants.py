@@ -498,7 +498,7 @@ class Fast(Graphed):
         if "insides" in self.info or self.device.type != "cuda" or not (self.opts.gemv or self.opts.step_attention):
             return
         self.info["insides"] = "compiled"
-        why = pdl_supported() or _eager_dequantize(self.model)
+        why = pdl_supported()
         if why:
             self.info["notes"].append(f"programmatic dependent launch not tried: {why}")
             return
@@ -512,6 +512,13 @@ class Fast(Graphed):
         every = all_triton(self.model, self.opts.gemv) if self.model.tp is None and self.batch == 1 else self.opts.gemv
         if every != self.opts.gemv:
             candidates["eager+PDL, all Triton"] = dataclasses.replace(self.opts, pdl=True, gemv=every)
+        for name in list(candidates):  # an int8 shape off the table would dequantize its whole weight every call
+            why = _eager_dequantize(self.model, candidates[name].gemv)
+            if why:
+                self.info["notes"].append(f"{name} insides not tried: {why}")
+                del candidates[name]
+        if not candidates:
+            return
         best, best_t, times, agreements = None, t_compiled, {}, {}
         for name, opts in candidates.items():
             try:
@@ -546,13 +553,13 @@ class Fast(Graphed):
             + f": {self.info['insides']} kept")
 
 
-def _eager_dequantize(model: Transformer) -> str | None:
-    """Why eager insides would lose on an int8 model whose GEMV table left shapes to the compiled dequant-matmul:
+def _eager_dequantize(model: Transformer, table: dict) -> str | None:
+    """Why eager insides would lose on an int8 model whose GEMV table leaves shapes to the compiled dequant-matmul:
     run eagerly, those cast their whole weight to the activations' dtype on every call (the H200's int8 8B at
     dd6d009: 38.8 ms a 4-step replay against the compiled graph's 12.6)."""
     from gpuspeed.decode.quant import int8_weights
 
-    left = sorted({tuple(w.shape) for w in int8_weights(model) if w.cfg is None})
+    left = sorted({tuple(w.shape) for w in int8_weights(model) if tuple(w.shape) not in table})
     if left:
         return ("int8 weights without a Triton GEMV (" + ", ".join(f"{n}x{k}" for n, k in left)
                 + ") would dequantize whole in eager insides")

@@ -18,6 +18,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from gpuspeed.decode.kernels import gemv as G, int8_gemv as I8  # the modules (their names stay the modules')
+
 # gpuspeed.decode.model imports this package's gemv module: names from model are imported inside functions
 
 _decisions: dict = {}  # (kind, shape..., dtype, device name) -> (choice, details)
@@ -38,25 +40,48 @@ def _bench(fn, *args, rotate: int):
     return bench(fn, *args, rotate=rotate, budget_s=0.3, warmup_s=0.1, max_noise=0.02, mode="graph")
 
 
-def check_fused(n: int, k: int, cfg: tuple, uses: set, dtype, device) -> tuple[bool, str]:
-    """Every fused form `uses` names ("plain", "norm", "residual", "silu_residual") against float64."""
-    from gpuspeed.decode.kernels.gemv import gemv
+def _weight(n: int, k: int, dtype, device, quant: str | None, seed: int):
+    """A random [n, k] weight as the decode step holds it (a tensor in `dtype`, or quant.Int8Weight) and its
+    float64 value (the dequantized int8 one)."""
+    from gpuspeed.decode.quant import quantize
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    w = torch.randn(n, k, device=device, generator=g) * 0.02
+    if quant == "int8":
+        qw = quantize(w)
+        return qw, qw.dequantize(torch.float64)
+    w = w.to(dtype)
+    return w, w.double()
+
+
+def fused_gemv(x: torch.Tensor, w, cfg: tuple, **fused) -> torch.Tensor:
+    """The Triton GEMV of weight w (a tensor: gemv.py; an int8 quant.Int8Weight: int8_gemv.py) at config cfg, with
+    the fused forms' keywords (norm=, eps=, silu_mul=, residual=, pdl=)."""
+    if isinstance(w, torch.Tensor):
+        return G.gemv(x, w, *cfg, **fused)
+    return I8.int8_gemv(x, w.q, w.scale, *cfg, **fused)
+
+
+def check_fused(n: int, k: int, cfg: tuple, uses: set, dtype, device, quant: str | None = None) -> tuple[bool, str]:
+    """Every fused form `uses` names ("plain", "norm", "residual", "silu_residual") against float64 (quant="int8":
+    the int8 GEMV against the float64 product of its dequantized weights)."""
     from gpuspeed.decode.model import rms_norm
     from gpuspeed.verify import check
 
-    g = torch.Generator(device=device).manual_seed(n + k)
-    w = (torch.randn(n, k, device=device, generator=g) * 0.02).to(dtype)
+    w, wd = _weight(n, k, dtype, device, quant, seed=n + k)
+    g = torch.Generator(device=device).manual_seed(n + k + 1)
     x = torch.randn(1, 1, k, device=device, generator=g).to(dtype)
     nw = (torch.rand(k, device=device, generator=g) + 0.5).to(dtype)
     res = torch.randn(1, 1, n, device=device, generator=g).to(dtype)
     gu = torch.randn(1, 1, 2 * k, device=device, generator=g).to(dtype)
     d = torch.float64
     forms = {
-        "plain": (lambda: gemv(x, w, *cfg), lambda: F.linear(x.to(d), w.to(d))),
-        "norm": (lambda: gemv(x, w, *cfg, norm=nw, eps=1e-5), lambda: F.linear(rms_norm(x.to(d), nw.to(d), 1e-5), w.to(d))),
-        "residual": (lambda: gemv(x, w, *cfg, residual=res), lambda: res.to(d) + F.linear(x.to(d), w.to(d))),
-        "silu_residual": (lambda: gemv(gu, w, *cfg, silu_mul=True, residual=res),
-                          lambda: res.to(d) + F.linear(F.silu(gu[..., :k].to(d)) * gu[..., k:].to(d), w.to(d))),
+        "plain": (lambda: fused_gemv(x, w, cfg), lambda: F.linear(x.to(d), wd)),
+        "norm": (lambda: fused_gemv(x, w, cfg, norm=nw, eps=1e-5),
+                 lambda: F.linear(rms_norm(x.to(d), nw.to(d), 1e-5), wd)),
+        "residual": (lambda: fused_gemv(x, w, cfg, residual=res), lambda: res.to(d) + F.linear(x.to(d), wd)),
+        "silu_residual": (lambda: fused_gemv(gu, w, cfg, silu_mul=True, residual=res),
+                          lambda: res.to(d) + F.linear(F.silu(gu[..., :k].to(d)) * gu[..., k:].to(d), wd)),
     }
     for form in sorted(uses | {"plain"}):
         mine, ref = forms[form]
@@ -66,47 +91,75 @@ def check_fused(n: int, k: int, cfg: tuple, uses: set, dtype, device) -> tuple[b
     return True, ""
 
 
-def choose_gemv(n: int, k: int, dtype, uses: set, notes: list) -> tuple | None:
-    """The fastest correct Triton config for W [n, k] at batch 1, or None when cuBLAS is faster."""
-    from gpuspeed import device as _device
-    from gpuspeed.decode.kernels.gemv import CONFIGS, gemv
+def _baseline(w, x, rot: int, tried: dict):
+    """What the Triton GEMV must beat at batch 1: cuBLAS (F.linear) for a plain weight; for int8, the compiled
+    dequantize-then-linear (inductor fuses the int8 -> dtype cast into its batch-1 reduction), eager where
+    compile is unavailable."""
+    if isinstance(w, torch.Tensor):
+        t = _bench(F.linear, x, w, rotate=rot).median
+        tried["cublas_us"] = t * 1e6
+        return t, "cuBLAS"
+    from gpuspeed.decode.quant import dequant_linear
 
-    key = ("gemv", n, k, dtype, tuple(sorted(uses)), torch.cuda.get_device_name())
+    try:
+        compiled = torch.compile(dequant_linear, fullgraph=True, dynamic=False)
+        t = _bench(compiled, x, w.q, w.scale, rotate=rot).median
+        tried["compiled_torch_us"] = t * 1e6
+        return t, "compiled dequant-matmul"
+    except Exception as exc:  # compile unavailable: eager torch is the baseline
+        t = _bench(dequant_linear, x, w.q, w.scale, rotate=rot).median
+        tried["eager_torch_us"], tried["compile_error"] = t * 1e6, type(exc).__name__
+        return t, "eager dequant-matmul"
+
+
+def choose_gemv(n: int, k: int, dtype, uses: set, notes: list, quant: str | None = None) -> tuple | None:
+    """The fastest correct Triton config for W [n, k] at batch 1 (quant="int8": an int8 weight, the int8 GEMV's
+    configs against the compiled dequantize-then-linear), or None when the library form (cuBLAS) is faster."""
+    from gpuspeed import device as _device
+    from gpuspeed.decode.quant import Int8Weight
+
+    key = ("gemv", n, k, dtype, tuple(sorted(uses)), torch.cuda.get_device_name()) + ((quant,) if quant else ())
     if key in _decisions:
         return _decisions[key][0]
-    w = torch.randn(n, k, device="cuda", dtype=dtype) * 0.02
+    w, _ = _weight(n, k, dtype, "cuda", quant, seed=n + k)
     x = torch.randn(1, 1, k, device="cuda", dtype=dtype)
-    rot = _rotate_for(w.numel() * w.element_size(), _device.l2_bytes())
-    base = _bench(F.linear, x, w, rotate=rot)
-    # the Triton side is timed in the costliest fused form the shape runs in, against cuBLAS alone: a win
-    # here is a win before counting the norm / SiLU / add kernels the fusion removes
+    nbytes = w.nbytes if isinstance(w, Int8Weight) else w.numel() * w.element_size()
+    rot = _rotate_for(nbytes, _device.l2_bytes())
+    tensors = (w,) if isinstance(w, torch.Tensor) else (w.q, w.scale)  # what the timing rotates
+
+    def as_weight(*t):
+        return t[0] if len(t) == 1 else Int8Weight(*t)
+
+    tried: dict = {}
+    base, base_name = _baseline(w, x, rot, tried)
+    # the Triton side is timed in the costliest fused form the shape runs in, against the library form alone: a
+    # win here is a win before counting the norm / SiLU / add kernels the fusion removes
     nw = torch.rand(k, device="cuda", dtype=dtype) + 0.5
     res = torch.randn(1, 1, n, device="cuda", dtype=dtype)
     gu = torch.randn(1, 1, 2 * k, device="cuda", dtype=dtype)
     if "norm" in uses:
-        form, timed_args = "norm", lambda cfg: (lambda x, w: gemv(x, w, *cfg, norm=nw, eps=1e-5), x)
+        form, first, fused = "norm", x, dict(norm=nw, eps=1e-5)
     elif "silu_residual" in uses:
-        form, timed_args = "silu_residual", lambda cfg: (lambda g, w: gemv(g, w, *cfg, silu_mul=True, residual=res), gu)
+        form, first, fused = "silu_residual", gu, dict(silu_mul=True, residual=res)
     elif "residual" in uses:
-        form, timed_args = "residual", lambda cfg: (lambda x, w: gemv(x, w, *cfg, residual=res), x)
+        form, first, fused = "residual", x, dict(residual=res)
     else:
-        form, timed_args = "plain", lambda cfg: (lambda x, w: gemv(x, w, *cfg), x)
-    tried: dict = {"cublas_us": base.median * 1e6}
+        form, first, fused = "plain", x, {}
+    configs = G.CONFIGS if quant is None else I8.CONFIGS if I8.supported(w.q) else []
     timed = []
-    for cfg in CONFIGS:  # time every config in its fused form, then check the fastest ones until one passes
+    for cfg in configs:  # time every config in its fused form, then check the fastest ones until one passes
         try:
-            fn, first = timed_args(cfg)
-            m = _bench(fn, first, w, rotate=rot)
+            m = _bench(lambda h, *t, cfg=cfg: fused_gemv(h, as_weight(*t), cfg, **fused), first, *tensors, rotate=rot)
             tried[str(cfg)] = m.median * 1e6
             timed.append((m.median, cfg))
         except Exception as exc:  # a config that fails to compile or run is skipped
             tried[str(cfg)] = f"{type(exc).__name__}"
     best, best_t = None, None
     for t_cfg, cfg in sorted(timed):
-        if t_cfg > base.median:
+        if t_cfg > base:
             break
         try:
-            ok, why = check_fused(n, k, cfg, uses, dtype, "cuda")
+            ok, why = check_fused(n, k, cfg, uses, dtype, "cuda", quant)
         except Exception as exc:  # a fused form that fails to compile or run: this config is out
             ok, why = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60] if str(exc) else ''}"
         if ok:
@@ -115,25 +168,26 @@ def choose_gemv(n: int, k: int, dtype, uses: set, notes: list) -> tuple | None:
         tried[str(cfg)] = f"wrong ({why[:80]})"
     if best is None and timed:
         best_t = min(timed)[0]
-        # cuBLAS won: the fastest Triton config that passes its checks is still kept apart, for the V5 step
-        # whose Triton kernels all use programmatic dependent launch (variants.Fast.choose_insides), where a
+        # the library form won: the fastest Triton config that passes its checks is still kept apart, for the V5
+        # step whose Triton kernels all use programmatic dependent launch (variants.Fast.choose_insides), where a
         # slightly slower GEMV that prefetches its weights and absorbs the norm can win the whole step
         for _t, cfg in sorted(timed)[:3]:
             try:
-                ok, _why = check_fused(n, k, cfg, uses, dtype, "cuda")
+                ok, _why = check_fused(n, k, cfg, uses, dtype, "cuda", quant)
             except Exception:
                 ok = False
             if ok:
                 _runner_up[key] = cfg
                 tried["runner_up"] = str(cfg)
                 break
-    use = best if best_t is not None and best_t <= base.median else None
-    t = best_t if use else base.median
-    gbps = w.numel() * w.element_size() / t / 1e9
-    tried["cublas_GBps"] = w.numel() * w.element_size() / base.median / 1e9
-    tried["choice"] = str(use) if use else "cublas"
-    notes.append(f"GEMV {n}x{k} ({', '.join(sorted(uses))}): {'Triton ' + str(use) if use else 'cuBLAS'} "
-                 f"{t * 1e6:.1f} us, {gbps:.0f} GB/s (cuBLAS {base.median * 1e6:.1f} us, best Triton with "
+    use = best if best_t is not None and best_t <= base else None
+    t = best_t if use else base
+    tried[("cublas" if quant is None else "library") + "_GBps"] = nbytes / base / 1e9
+    tried["GBps"] = nbytes / t / 1e9
+    tried["choice"] = str(use) if use else base_name
+    what = "GEMV" if quant is None else f"{quant} GEMV"
+    notes.append(f"{what} {n}x{k} ({', '.join(sorted(uses))}): {'Triton ' + str(use) if use else base_name} "
+                 f"{t * 1e6:.1f} us, {nbytes / t / 1e9:.0f} GB/s ({base_name} {base * 1e6:.1f} us, best Triton with "
                  f"{form} fused {best_t * 1e6 if best_t else float('nan'):.1f} us)")
     _decisions[key] = (use, tried)
     return use
@@ -255,8 +309,10 @@ def choices() -> dict:
     out = {}
     for key, (choice, details) in _decisions.items():
         if key[0] == "gemv":
-            _, n, k, dtype, uses, _dev = key
-            name = f"gemv {n}x{k} {str(dtype).replace('torch.', '')} ({', '.join(uses)})"
+            _, n, k, dtype, uses, _dev = key[:6]
+            kind = f"int8 weights, {str(dtype).replace('torch.', '')} inputs" if key[6:] == ("int8",) else \
+                str(dtype).replace('torch.', '')
+            name = f"gemv {n}x{k} {kind} ({', '.join(uses)})"
         elif key[0] == "step_attn":
             _, b, h, hkv, d, length, dtype, _dev = key
             name = f"step attention batch {b} heads {h}/{hkv} dim {d} keys {length} {str(dtype).replace('torch.', '')}"
@@ -268,11 +324,13 @@ def choices() -> dict:
 
 
 def all_triton(model, table: dict) -> dict:
-    """`table` (shape -> Triton config) with every shape cuBLAS won filled in by its checked Triton runner-up:
-    the GEMV table of a step whose kernels all launch with PDL. Shapes without a checked config stay out."""
+    """`table` (shape -> Triton config) with every shape the library form won filled in by its checked Triton
+    runner-up: the GEMV table of a step whose kernels all launch with PDL. Shapes without a checked config stay
+    out."""
     out = dict(table)
+    quant = ("int8",) if getattr(model, "quant", None) == "int8" else ()
     for (n, k), uses in gemv_uses(model.args).items():
-        key = ("gemv", n, k, model.dtype, tuple(sorted(uses)), torch.cuda.get_device_name())
+        key = ("gemv", n, k, model.dtype, tuple(sorted(uses)), torch.cuda.get_device_name()) + quant
         if (n, k) not in out and key in _runner_up:
             out[(n, k)] = _runner_up[key]
     return out
@@ -291,7 +349,14 @@ def choose(model, batch: int, max_len: int) -> tuple[dict, list]:
         return {}, notes
     a = model.args
     fields: dict = {}
-    if batch == 1:
+    if batch == 1 and getattr(model, "quant", None) == "int8":
+        from gpuspeed.decode.quant import int8_weights
+
+        # quant.choose() measured each int8 shape in its fused forms when the weights were quantized
+        table = {tuple(w.shape): w.cfg for w in int8_weights(model) if w.cfg is not None}
+        if table:
+            fields["gemv"] = table
+    elif batch == 1:
         table = {}
         for (n, k), uses in sorted(gemv_uses(a).items()):
             cfg = choose_gemv(n, k, model.dtype, uses, notes)

@@ -1,37 +1,42 @@
-"""A split-K int8 weight-only GEMV in Triton for batch-1 decode: y[n] = scale[n] * sum_k x[k] q[n, k].
+"""A split-K int8 weight-only GEMV in Triton for batch-1 decode, y[n] = scale[n] * sum_k h[k] q[n, k], with the same
+fused forms as the bf16 GEMV (gemv.py): an RMSNorm or SiLU(gate) * up prologue, a residual epilogue, programmatic
+dependent launch.
 
-q is int8 [N, K] row-major (one symmetric scale per output row, quant.py), x one row in the model's dtype.
-Each program loads a BLOCK_N x K/SPLIT tile of q as int8 (half the bytes of bf16: decode is a weight
-stream, so the bytes are the time), converts to fp32 in registers and accumulates in fp32; the scale is
-applied once per row in the epilogue. SPLIT > 1 writes fp32 partials that a torch sum adds (fused by
-inductor under compile). Registered as a torch.library triton_op so torch.compile(fullgraph=True) keeps it
-in its graph. quant.choose() uses it per shape only where it measures faster than the compiled
-dequantize-then-linear and passes its check.
+q is int8 [N, K] row-major (one symmetric scale per output row, quant.py), h one row in the model's dtype. The
+kernel reads q as 32-bit words, four weights a word. The register budget is the point: with an int8 tile and an
+fp32 accumulator of the tile's shape (the first form of this kernel), a thread held one accumulator register per
+weight byte in flight, 178 registers at (8, 1024, 4 warps), two programs an SM, 16 KB of weights in flight an SM
+where an H200 needs ~28 KB (4.6 TB/s x ~0.8 us): that kernel stalled at 2.3-3.05 TB/s. Here the four weights of
+a word meet their four inputs in one accumulator element, so a thread holds one accumulator register per 4 bytes
+(64 registers at the same config: eight programs an SM), and PREFETCH=1 loads the next tile while the current
+one is summed (two tiles in flight a program).
+
+Each weight turns into fp32 without a conversion instruction (an SM retires int -> float conversions at 16 a clock,
+a quarter of its FMA rate): one xor flips the four sign bits of a word (w + 128 as unsigned bytes), and a byte
+permute (PTX prmt) places each byte under the exponent bits of 2**23, so a weight costs a prmt, an fp32 subtract
+of 2**23 + 128 (exact) and its FMA. Triton's interpreter runs no inline PTX: there (ASM=0) the bytes come out by
+shifts and convert, the same numbers.
+
+SPLIT > 1 writes fp32 partials that a torch sum adds (fused by inductor under compile); the scale is applied once
+per row after the sums. Registered as a torch.library triton_op so torch.compile(fullgraph=True) keeps it in its
+graph. quant.choose() (through kernels.choose_gemv) uses it per shape only where it measures faster than the
+compiled dequantize-then-linear and every fused form passes its check against float64.
 """
 
 import functools
-from typing import Optional  # noqa: F401  (the op's schema is read from the annotations)
+from typing import Optional
 
 import torch
 
-# (BLOCK_N, BLOCK_K, SPLIT, num_warps, MAGIC): int8 rows want longer K tiles than bf16 for 16-byte loads.
-# MAGIC=1 turns each weight into fp32 with an integer add and a bitcast instead of a conversion instruction: per
-# the CUDA guide's throughput table an SM retires int -> float conversions at 16 a clock (a quarter of its FMA
-# rate), which caps the 8B's 7.5 G weights per token at ~1.8 ms on an H200 (the plain form measured 4.04 ms/token)
-# MAGIC=2 does the same with one byte permute a weight (PTX prmt, inline assembly): four weights arrive packed in
-# one 32-bit register, one xor flips their sign bits (w + 128 as unsigned bytes) and each prmt places one byte under
-# the exponent bits of 2**23, so a weight costs a prmt, an fp32 subtract and its FMA. MAGIC=1 still sign-extends
-# each byte to 32 bits before its integer add. On the H200 at 065c26b (results/nvidia-h200/decode_round5/) the
-# chooser took MAGIC=2 for the 8B's gate/up (38.6 us, 3.05 TB/s) and down (19.5 us, 3.01 TB/s), MAGIC=1 for QKV.
-# MAGIC=2 has no interpreter form (inline PTX): on the CPU it runs as MAGIC=1.
-_PLAIN = [(8, 1024, 1, 4), (16, 512, 1, 4), (32, 512, 1, 8), (8, 1024, 2, 4), (16, 1024, 4, 8), (4, 2048, 8, 4)]
-_WIDE = [(8, 2048, 1, 8), (16, 2048, 2, 8)]
-_PRMT = [(8, 1024, 1, 4), (16, 512, 1, 4), (16, 1024, 1, 8), (32, 512, 1, 8), (8, 2048, 1, 8), (32, 1024, 1, 8),
-         (8, 1024, 2, 4), (16, 1024, 2, 8)]
-CONFIGS = [c + (0,) for c in _PLAIN] + [c + (1,) for c in _PLAIN + _WIDE] + [c + (2,) for c in _PRMT]
+from gpuspeed.decode.kernels.gemv import PROLOGUES, pdl_launch, pdl_usable
 
-# MAGIC=2's asm (in the kernel): four int8 weights in $4 -> four fp32 2**23 + (w + 128), byte i of q ^ 0x80808080
-# placed under the bytes 00 00 4B by prmt selector 0x754i
+# (BLOCK_N, BLOCK_K, SPLIT, num_warps, PREFETCH): BLOCK_K counts weights (BLOCK_K / 4 words a row a tile).
+# Registers per thread at each, from ptxas for sm_90 (Triton 3.9, the one-pass norm form): see the tests'
+# compile check; every config here stays at or under 128 (four or more programs of 4 warps an SM)
+CONFIGS = [
+    (8, 1024, 1, 4, 0), (8, 1024, 1, 4, 1), (4, 2048, 1, 4, 1), (8, 2048, 1, 8, 1), (4, 4096, 1, 8, 1),
+    (16, 1024, 1, 8, 1), (8, 512, 1, 4, 1), (4, 1024, 2, 4, 1), (8, 1024, 4, 4, 1), (2, 2048, 1, 2, 1),
+]
 
 
 @functools.cache
@@ -40,55 +45,124 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def int8_gemv_kernel(x_ptr, q_ptr, s_ptr, out_ptr, N, K, stride_qn, K_PER_SPLIT,
-                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr, MAGIC: tl.constexpr):
+    def int8_gemv_kernel(x_ptr, q_ptr, s_ptr, out_ptr, nw_ptr, res_ptr, N, K, KW, stride_qn, W_PER_SPLIT, eps,
+                         BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, PRO: tl.constexpr, DIRECT: tl.constexpr,
+                         RES: tl.constexpr, ONE_PASS: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+                         ASM: tl.constexpr):
+        # q_ptr: int32 words, four weights each (byte i of word j is q[n, 4j + i]); KW = K / 4 words a row
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()  # the next kernel may launch and prefetch its own weights
         pid_n = tl.program_id(0)
         pid_k = tl.program_id(1)
         rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-        kbase = pid_k * K_PER_SPLIT
-        for kk in range(0, K_PER_SPLIT, BLOCK_K):
-            rk = kbase + kk + tl.arange(0, BLOCK_K)
-            km = rk < K
-            xk = tl.load(x_ptr + rk, mask=km, other=0.0).to(tl.float32)
-            w = tl.load(q_ptr + rn[:, None] * stride_qn + rk[None, :], mask=(rn[:, None] < N) & km[None, :],
-                        other=0, eviction_policy="evict_first")
-            if MAGIC == 2:  # the same value as MAGIC=1's, built by byte permutes from four packed weights
-                # the asm is a literal here: inductor compiles user kernels from their source in a subprocess,
-                # where a closure constant is not defined (the H200 run at 065c26b failed so)
-                wf = tl.inline_asm_elementwise(
+        nm = (rn < N)[:, None]
+        dt = x_ptr.dtype.element_ty
+        eps = tl.cast(eps, tl.float32)  # inductor passes a Python float as fp64
+        r = 1.0
+        if PRO == 1 and not ONE_PASS:  # RMSNorm statistics over the whole row first (x is small and in L2)
+            if PDL:
+                tl.extra.cuda.gdc_wait()
+            ss = tl.zeros([4 * BLOCK_W], dtype=tl.float32)
+            for k0 in range(0, K, 4 * BLOCK_W):
+                rk = k0 + tl.arange(0, 4 * BLOCK_W)
+                xs = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                ss += xs * xs
+            r = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / K + eps)
+        acc = tl.zeros([BLOCK_N, BLOCK_W], dtype=tl.float32)
+        ss1 = tl.zeros([BLOCK_W], dtype=tl.float32)
+        jbase = pid_k * W_PER_SPLIT
+        jend = tl.minimum(KW, jbase + W_PER_SPLIT)  # the end of this split's words (the last prefetch reads none)
+        if PREFETCH:  # the first tile before the loop (and, with PDL, before the wait: weights are never written)
+            rj0 = jbase + tl.arange(0, BLOCK_W)
+            w_next = tl.load(q_ptr + rn[:, None] * stride_qn + rj0[None, :], mask=nm & (rj0 < KW)[None, :], other=0,
+                             eviction_policy="evict_first")
+        for jj in range(0, W_PER_SPLIT, BLOCK_W):
+            rj = jbase + jj + tl.arange(0, BLOCK_W)
+            jm = rj < KW
+            if PREFETCH:  # this tile arrived during the last one's sums; the next one's loads go out now
+                w = w_next
+                rj2 = rj + BLOCK_W
+                w_next = tl.load(q_ptr + rn[:, None] * stride_qn + rj2[None, :], mask=nm & (rj2 < jend)[None, :],
+                                 other=0, eviction_policy="evict_first")
+            else:
+                w = tl.load(q_ptr + rn[:, None] * stride_qn + rj[None, :], mask=nm & jm[None, :], other=0,
+                            eviction_policy="evict_first")
+            if PDL:
+                tl.extra.cuda.gdc_wait()  # returns at once after the first tile
+            if ASM:  # four fp32 2**23 + (w + 128) from one word: xor the sign bits, then a prmt per byte
+                w0, w1, w2, w3 = tl.inline_asm_elementwise(
                     "{.reg .b32 t, m; xor.b32 t, $4, 0x80808080; mov.b32 m, 0x4B000000; prmt.b32 $0, t, m, 0x7540; "
                     "prmt.b32 $1, t, m, 0x7541; prmt.b32 $2, t, m, 0x7542; prmt.b32 $3, t, m, 0x7543;}",
-                    "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4) - 8388736.0
-            elif MAGIC:  # 0x4B000080 is 2**23 + 128: w + 128 lands in its mantissa exactly, then 2**23 + 128 goes
-                wf = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
-            else:
-                wf = w.to(tl.float32)
-            acc += wf * xk[None, :]
+                    "=r,=r,=r,=r,r", [w], dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True,
+                    pack=1)
+            for i in tl.static_range(4):  # byte i of every word: the inputs at 4j + i
+                rk = rj * 4 + i
+                xk = tl.load(x_ptr + rk, mask=jm, other=0.0)
+                if PRO == 1 and ONE_PASS:  # q (x * nw) with the statistics in the same loop; 1/rms scales y at the end
+                    nw = tl.load(nw_ptr + rk, mask=jm, other=0.0)
+                    xf = xk.to(tl.float32)
+                    ss1 += xf * xf
+                    h = xf * nw.to(tl.float32)
+                elif PRO == 1:
+                    nw = tl.load(nw_ptr + rk, mask=jm, other=0.0)
+                    hn = (xk.to(tl.float32) * r).to(dt)
+                    h = (hn.to(tl.float32) * nw.to(tl.float32)).to(dt).to(tl.float32)
+                elif PRO == 2:
+                    up = tl.load(x_ptr + K + rk, mask=jm, other=0.0)
+                    g = xk.to(tl.float32)
+                    s = (g / (1.0 + tl.exp(-g))).to(dt)
+                    h = (s.to(tl.float32) * up.to(tl.float32)).to(dt).to(tl.float32)
+                else:
+                    h = xk.to(tl.float32)
+                if ASM:
+                    if i == 0:
+                        wf = w0 - 8388736.0
+                    elif i == 1:
+                        wf = w1 - 8388736.0
+                    elif i == 2:
+                        wf = w2 - 8388736.0
+                    else:
+                        wf = w3 - 8388736.0
+                else:  # the interpreter: byte i sign-extended by two shifts
+                    wf = ((w << (24 - 8 * i)) >> 24).to(tl.float32)
+                acc += wf * h[None, :]
         y = tl.sum(acc, axis=1)
-        if DIRECT:  # one split: the scale and the rounding to the model dtype here
+        if ONE_PASS:
+            y = y / tl.sqrt(tl.sum(ss1, axis=0) / K + eps)
+        if DIRECT:  # one split: the scale, the rounding to the model dtype and the residual here
             s = tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
-            tl.store(out_ptr + rn, (y * s).to(out_ptr.dtype.element_ty), mask=rn < N)
+            y = (y * s).to(dt)
+            if RES:
+                res = tl.load(res_ptr + rn, mask=rn < N, other=0.0)
+                y = (y.to(tl.float32) + res.to(tl.float32)).to(dt)
+            tl.store(out_ptr + rn, y, mask=rn < N)
         else:
             tl.store(out_ptr + pid_k * N + rn, y, mask=rn < N)
 
     return int8_gemv_kernel
 
 
-def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int, split: int,
-            num_warps: int, magic: int = 0) -> torch.Tensor:
-    """x [K], q [N, K] int8, scale [N] fp32 -> y [N] in x's dtype."""
+def supported(q: torch.Tensor) -> bool:
+    """Whether q can be read as 32-bit words (K a multiple of 4, rows and base 4-byte aligned)."""
+    return q.dtype == torch.int8 and q.dim() == 2 and q.shape[1] % 4 == 0 and q.stride(1) == 1 \
+        and q.stride(0) % 4 == 0 and q.data_ptr() % 4 == 0
+
+
+def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, nw: torch.Tensor | None, res: torch.Tensor | None,
+            eps: float, prologue: int, block_n: int, block_k: int, split: int, num_warps: int, prefetch: int,
+            pdl: int) -> torch.Tensor:
+    """x [K] (or [2K] for silu_mul), q [N, K] int8, scale [N] fp32, nw [K], res [N] -> y [N] in x's dtype."""
+    from gpuspeed.kernel.capture import interpreting_triton
+
     n, k = q.shape
-    per = -(-k // split)
-    per = -(-per // block_k) * block_k  # whole BLOCK_K tiles per split
-    split = -(-k // per)
+    block_w = block_k // 4
+    kw = k // 4
+    per = -(-kw // split)
+    per = -(-per // block_w) * block_w  # whole tiles per split
+    split = -(-kw // per)
     direct = split == 1
     out = torch.empty(n, device=x.device, dtype=x.dtype) if direct else \
         torch.empty(split, n, device=x.device, dtype=torch.float32)
-    from gpuspeed.kernel.capture import interpreting_triton
-
-    if magic == 2 and interpreting_triton():
-        magic = 1  # no inline PTX in the interpreter: the same numbers by the integer add
     kern = _kernel()
     try:
         from torch.library import wrap_triton
@@ -96,11 +170,16 @@ def _launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int,
         kern = wrap_triton(kern)
     except ImportError:  # older torch: plain launch (eager only)
         pass
-    kern[(-(-n // block_n), split)](x, q, scale, out, n, k, q.stride(0), per, BLOCK_N=block_n, BLOCK_K=block_k,
-                                    DIRECT=int(direct), MAGIC=int(magic), num_warps=num_warps)
+    pdl = pdl_usable(pdl)
+    kern[(-(-n // block_n), split)](
+        x, q.view(torch.int32), scale, out, nw if nw is not None else x, res if res is not None else x, n, k, kw,
+        q.stride(0) // 4, per, eps, BLOCK_N=block_n, BLOCK_W=block_w, PRO=prologue, DIRECT=int(direct),
+        RES=int(res is not None and direct), ONE_PASS=int(prologue == PROLOGUES["norm"] and direct), PDL=pdl,
+        PREFETCH=int(prefetch), ASM=int(not interpreting_triton()), num_warps=num_warps, **pdl_launch(pdl))
     if direct:
         return out
-    return (out.sum(0) * scale.float()).to(x.dtype)
+    y = (out.sum(0) * scale.float()).to(x.dtype)
+    return y + res if res is not None else y
 
 
 def _registered():
@@ -110,9 +189,10 @@ def _registered():
         return _launch
 
     @triton_op("gpuspeed::int8_gemv", mutates_args=())
-    def int8_gemv_op(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int, block_k: int, split: int,
-                     num_warps: int, magic: int) -> torch.Tensor:
-        return _launch(x, q, scale, block_n, block_k, split, num_warps, magic)
+    def int8_gemv_op(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, nw: Optional[torch.Tensor],
+                     res: Optional[torch.Tensor], eps: float, prologue: int, block_n: int, block_k: int, split: int,
+                     num_warps: int, prefetch: int, pdl: int) -> torch.Tensor:
+        return _launch(x, q, scale, nw, res, eps, prologue, block_n, block_k, split, num_warps, prefetch, pdl)
 
     return int8_gemv_op
 
@@ -128,9 +208,15 @@ def registered():
 
 
 def int8_gemv(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, block_n: int = 8, block_k: int = 1024,
-              split: int = 1, num_warps: int = 4, magic: int = 0) -> torch.Tensor:
-    """(x @ q.T) * scale for x [..., K] holding one row; the result has x's leading shape and dtype."""
+              split: int = 1, num_warps: int = 4, prefetch: int = 1, *, norm: torch.Tensor | None = None,
+              eps: float = 1e-5, silu_mul: bool = False, residual: torch.Tensor | None = None,
+              pdl: bool = False) -> torch.Tensor:
+    """(h @ q.T) * scale for x [..., K] holding one row (x [..., 2K] = [gate; up] with silu_mul=True), h = x, or
+    RMSNorm(x) * norm, or silu(gate) * up; plus residual. The result has x's leading shape and dtype."""
     lead = x.shape[:-1]
+    pro = PROLOGUES["norm"] if norm is not None else PROLOGUES["silu_mul"] if silu_mul else PROLOGUES["none"]
+    res = residual.reshape(-1).contiguous() if residual is not None else None
     op = OP if OP is not None else registered()
-    y = op(x.reshape(-1).contiguous(), q, scale, block_n, block_k, split, num_warps, magic)
+    y = op(x.reshape(-1).contiguous(), q, scale, norm, res, float(eps), pro, block_n, block_k, split, num_warps,
+           int(prefetch), int(pdl))
     return y.reshape(*lead, q.shape[0])
