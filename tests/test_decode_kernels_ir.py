@@ -53,15 +53,16 @@ SCRIPT = textwrap.dedent("""
                 {"BLOCK_N": 8, "BLOCK_K": 512, "PRO": pro, "DIRECT": 1, "RES": 1, "ONE_PASS": one_pass,
                  "PDL": pro % 2})  # griddepcontrol (programmatic dependent launch) in half the forms
     from gpuspeed.decode.kernels import int8_gemv
-    for pro, one_pass, direct, prefetch in ((0, 0, 1, 1), (1, 1, 1, 1), (1, 0, 0, 0), (2, 0, 1, 1)):
+    for pro, one_pass, direct, prefetch, x64, affine in ((0, 0, 1, 1, 0, 0), (1, 1, 1, 1, 1, 1), (1, 0, 0, 0, 1, 0),
+                                                         (2, 0, 1, 0, 1, 1), (2, 0, 1, 1, 0, 1)):
         front_end(int8_gemv._kernel(), {
             "x_ptr": "*bf16", "q_ptr": "*i32", "s_ptr": "*fp32", "out_ptr": "*bf16", "nw_ptr": "*bf16",
             "res_ptr": "*bf16", "N": "i32", "K": "i32", "KW": "i32", "stride_qn": "i32", "W_PER_SPLIT": "i32",
             "eps": flt, "BLOCK_N": "constexpr", "BLOCK_W": "constexpr", "PRO": "constexpr", "DIRECT": "constexpr",
             "RES": "constexpr", "ONE_PASS": "constexpr", "PDL": "constexpr", "PREFETCH": "constexpr",
-            "ASM": "constexpr"},
+            "ASM": "constexpr", "X64": "constexpr", "AFFINE": "constexpr"},
             {"BLOCK_N": 8, "BLOCK_W": 256, "PRO": pro, "DIRECT": direct, "RES": direct, "ONE_PASS": one_pass,
-             "PDL": 1 - pro % 2, "PREFETCH": prefetch, "ASM": 1})  # the inline-PTX byte permutes
+             "PDL": 1 - pro % 2, "PREFETCH": prefetch, "ASM": 1, "X64": x64, "AFFINE": affine})  # inline PTX
     from gpuspeed.decode.kernels import step_attention
     # (dtype, ieee, dot, g_pad, block_l, splits, pdl): the split form's fence, tickets and merge, and PDL
     for dt, ieee, dot, g_pad, block_l, splits, pdl in (("bf16", 0, 1, 16, 64, 1, 0), ("fp32", 1, 0, 4, 16, 1, 1),

@@ -61,15 +61,16 @@ def test_int8_gemv_matches_float64_of_the_dequantized_weights(n, k, dtype, monke
     assert check(Q.dequant_linear(x, qw.q, qw.scale), ref).passed
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bf16: the X64 and AFFINE forms too
 @pytest.mark.parametrize("n,k", [(40, 1028), (9, 96)])
-def test_int8_gemv_fused_forms_match_float64(n, k):
+def test_int8_gemv_fused_forms_match_float64(n, k, dtype):
     # the norm prologue (one pass, and two passes when split), SiLU(gate) * up, the residual, as V5 runs them
     pytest.importorskip("triton")
     from gpuspeed.decode.kernels import check_fused
     from gpuspeed.decode.kernels.int8_gemv import CONFIGS
 
     for cfg in CONFIGS:
-        ok, why = check_fused(n, k, cfg, {"norm", "residual", "silu_residual"}, torch.float32, DEV, quant="int8")
+        ok, why = check_fused(n, k, cfg, {"norm", "residual", "silu_residual"}, dtype, DEV, quant="int8")
         assert ok, (cfg, why)
 
 
