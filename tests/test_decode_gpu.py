@@ -77,8 +77,18 @@ def test_v5_eager_insides_with_pdl_give_the_compiled_graphs_tokens(model, dtype,
         assert info["compiled_replay_us"] > 0 and info["pdl_replay_us"] > 0, info["notes"]
         for name, agree in info["insides_token_agreement"].items():  # every PDL candidate, kept or not
             assert agree >= need, (name, agree, info["notes"])
-    ref = generate(V.make_engine("V4", m, 1, V.max_len_for(32, 33)), _prompt(m), 33)
-    assert float((toks == ref).float().mean()) >= need
+    ref_logits: list = []
+    ref = generate(V.make_engine("V4", m, 1, V.max_len_for(32, 33)), _prompt(m), 33,
+                   on_logits=lambda x: ref_logits.append(x.float().clone()))
+    if need == 1.0:
+        assert torch.equal(toks, ref)
+    elif not torch.equal(toks, ref):
+        # bf16 through other kernels sums in another order: greedy tokens may part (and rejoin: the H200 at
+        # 38ca50f parted for 4 of 33 tokens) only where V4's two best logits were within bf16 rounding, never
+        # at a confident step (a wrong kernel parts anywhere)
+        i = int((toks[0] != ref[0]).nonzero()[0])
+        top2 = ref_logits[i][0].topk(2).values
+        assert float(top2[0] - top2[1]) < 2e-2 * float(ref_logits[i][0].abs().max()), (i, top2)
 
 
 def test_v5_kernels_inside_compile_and_a_graph():
