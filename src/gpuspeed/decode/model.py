@@ -207,10 +207,6 @@ def _gemv_cfg(opts: Options, x: torch.Tensor, w):
     return opts.gemv.get((w.shape[0], w.shape[1]))
 
 
-def _fused(x, w, cfg, **fused):
-    """gpuspeed's Triton GEMV with the fused forms (kernels.fused_gemv: the bf16 or the int8 kernel)."""
-    return fused_gemv(x, w, cfg, **fused)
-
 
 def _linear(opts: Options, x, w):
     """opts.linear(x, w), or an int8 weight's own dequantizing GEMV (quant.Int8Weight is not a tensor)."""
@@ -227,7 +223,7 @@ def norm_linear(x, norm_w, eps, w, opts: Options):
     cfg = _gemv_cfg(opts, x, w)
     if cfg is None:
         return _linear(opts, rms_norm(x, norm_w, eps), w)
-    return _fused(x, w, cfg, norm=norm_w, eps=eps, pdl=opts.pdl)
+    return fused_gemv(x, w, cfg, norm=norm_w, eps=eps, pdl=opts.pdl)
 
 
 def linear_residual(y, w, residual, opts: Options, tp=None):
@@ -237,8 +233,8 @@ def linear_residual(y, w, residual, opts: Options, tp=None):
     if cfg is None:
         return residual + tp_reduce(_linear(opts, y, w), tp)
     if tp is not None:
-        return residual + tp.all_reduce(_fused(y, w, cfg, pdl=opts.pdl))
-    return _fused(y, w, cfg, residual=residual, pdl=opts.pdl)
+        return residual + tp.all_reduce(fused_gemv(y, w, cfg, pdl=opts.pdl))
+    return fused_gemv(y, w, cfg, residual=residual, pdl=opts.pdl)
 
 
 def silu_mul_linear_residual(gate_up, w, residual, opts: Options, tp=None):
@@ -248,8 +244,8 @@ def silu_mul_linear_residual(gate_up, w, residual, opts: Options, tp=None):
         gate, up = gate_up.chunk(2, dim=-1)
         return residual + tp_reduce(_linear(opts, F.silu(gate) * up, w), tp)
     if tp is not None:
-        return residual + tp.all_reduce(_fused(gate_up, w, cfg, silu_mul=True, pdl=opts.pdl))
-    return _fused(gate_up, w, cfg, silu_mul=True, residual=residual, pdl=opts.pdl)
+        return residual + tp.all_reduce(fused_gemv(gate_up, w, cfg, silu_mul=True, pdl=opts.pdl))
+    return fused_gemv(gate_up, w, cfg, silu_mul=True, residual=residual, pdl=opts.pdl)
 
 
 class Block(nn.Module):

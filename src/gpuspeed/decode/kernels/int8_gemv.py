@@ -16,8 +16,7 @@ Each weight turns into fp32 without a conversion instruction (an SM retires int 
 a quarter of its FMA rate): one xor flips the four sign bits of a word (w + 128 as unsigned bytes), and a byte
 permute (PTX prmt) places each byte under the exponent bits of 2**23, so a weight costs a prmt, an fp32 subtract
 of 2**23 + 128 (exact) and its FMA; AFFINE drops the subtract (CONFIGS' comment). Triton's interpreter runs no
-inline PTX: there (ASM=0) the bytes come out by
-shifts and convert, the same numbers.
+inline PTX: there (ASM=0) the bytes come out by shifts and convert, the same numbers.
 
 SPLIT > 1 writes fp32 partials that a torch sum adds (fused by inductor under compile); the scale is applied once
 per row after the sums. Registered as a torch.library triton_op so torch.compile(fullgraph=True) keeps it in its
