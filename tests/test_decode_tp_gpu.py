@@ -85,8 +85,7 @@ def test_int8_kernel_choice_times_both_candidates_on_the_gpu():
     notes: list = []
     for (n, k), uses in [((6144, 4096), {"norm"}), ((4096, 14336), {"silu_residual"})]:  # the 8B's QKV and down
         kernels.choose_gemv(n, k, torch.bfloat16, uses, notes, quant="int8")
-        key = ("gemv", n, k, torch.bfloat16, tuple(sorted(uses)), torch.cuda.get_device_name(), "int8")
-        d = kernels._decisions[key][1]
+        d = kernels._decisions[kernels.gemv_key(n, k, torch.bfloat16, uses, "int8")][1]
         assert d.get("compiled_torch_us", 0) > 0, d
         timed = [v for key, v in d.items() if key.startswith("(") and isinstance(v, float)]
         assert timed, d  # at least one Triton config ran and was timed

@@ -140,8 +140,7 @@ def choose(model, notes: list) -> dict:
         n, k = w.shape
         u = uses.get((n, k), {"plain"})
         w.cfg = kernels.choose_gemv(n, k, model.dtype, u, notes, quant="int8")
-        key = ("gemv", n, k, model.dtype, tuple(sorted(u)), torch.cuda.get_device_name(), "int8")
-        out[f"{n}x{k}"] = kernels._decisions[key][1]
+        out[f"{n}x{k}"] = kernels._decisions[kernels.gemv_key(n, k, model.dtype, u, "int8")][1]
     return out
 
 

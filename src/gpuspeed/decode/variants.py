@@ -502,12 +502,6 @@ class Fast(Graphed):
         if why:
             self.info["notes"].append(f"programmatic dependent launch not tried: {why}")
             return
-        k = self.k if steps >= self.k and self.k in self._graphs else 1
-        replays = max(1, min(8, (self.max_len - self.prompt_len - 1) // k))
-        compiled = (self.opts, self._inner, dict(self._graphs), self.compiled)
-        captures = {key: v for key, v in self.info.items() if key.startswith("capture_s_k")}
-        t_compiled = self._replay_us(k, replays)
-        want = self._tokens_after(k, replays)
         candidates = {"eager+PDL": dataclasses.replace(self.opts, pdl=True)}
         every = all_triton(self.model, self.opts.gemv) if self.model.tp is None and self.batch == 1 else self.opts.gemv
         if every != self.opts.gemv:
@@ -519,6 +513,12 @@ class Fast(Graphed):
                 del candidates[name]
         if not candidates:
             return
+        k = self.k if steps >= self.k and self.k in self._graphs else 1
+        replays = max(1, min(8, (self.max_len - self.prompt_len - 1) // k))
+        compiled = (self.opts, self._inner, dict(self._graphs), self.compiled)
+        captures = {key: v for key, v in self.info.items() if key.startswith("capture_s_k")}
+        t_compiled = self._replay_us(k, replays)
+        want = self._tokens_after(k, replays)
         best, best_t, times, agreements = None, t_compiled, {}, {}
         for name, opts in candidates.items():
             try:

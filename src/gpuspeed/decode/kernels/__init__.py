@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from gpuspeed.decode.kernels import gemv as G, int8_gemv as I8  # the modules (their names stay the modules')
 
-# gpuspeed.decode.model imports this package's gemv module: names from model are imported inside functions
+# gpuspeed.decode.model imports this package (fused_gemv): names from model are imported inside functions
 
 _decisions: dict = {}  # (kind, shape..., dtype, device name) -> (choice, details)
 _runner_up: dict = {}  # gemv keys where cuBLAS won -> the fastest Triton config that passed its checks
@@ -112,13 +112,18 @@ def _baseline(w, x, rot: int, tried: dict):
         return t, "eager dequant-matmul"
 
 
+def gemv_key(n: int, k: int, dtype, uses: set, quant: str | None = None) -> tuple:
+    """The key of a GEMV decision in _decisions and _runner_up (this GPU's name in it)."""
+    return ("gemv", n, k, dtype, tuple(sorted(uses)), torch.cuda.get_device_name()) + ((quant,) if quant else ())
+
+
 def choose_gemv(n: int, k: int, dtype, uses: set, notes: list, quant: str | None = None) -> tuple | None:
     """The fastest correct Triton config for W [n, k] at batch 1 (quant="int8": an int8 weight, the int8 GEMV's
     configs against the compiled dequantize-then-linear), or None when the library form (cuBLAS) is faster."""
     from gpuspeed import device as _device
     from gpuspeed.decode.quant import Int8Weight
 
-    key = ("gemv", n, k, dtype, tuple(sorted(uses)), torch.cuda.get_device_name()) + ((quant,) if quant else ())
+    key = gemv_key(n, k, dtype, uses, quant)
     if key in _decisions:
         return _decisions[key][0]
     w, _ = _weight(n, k, dtype, "cuda", quant, seed=n + k)
@@ -328,9 +333,9 @@ def all_triton(model, table: dict) -> dict:
     runner-up: the GEMV table of a step whose kernels all launch with PDL. Shapes without a checked config stay
     out."""
     out = dict(table)
-    quant = ("int8",) if getattr(model, "quant", None) == "int8" else ()
+    quant = "int8" if getattr(model, "quant", None) == "int8" else None
     for (n, k), uses in gemv_uses(model.args).items():
-        key = ("gemv", n, k, model.dtype, tuple(sorted(uses)), torch.cuda.get_device_name()) + quant
+        key = gemv_key(n, k, model.dtype, uses, quant)
         if (n, k) not in out and key in _runner_up:
             out[(n, k)] = _runner_up[key]
     return out
