@@ -88,3 +88,32 @@ def test_rotate_keeps_strides_of_gpu_arguments():
 
     bench(f, view, rotate=3, mode="events", min_samples=5, max_samples=10, budget_s=1)
     assert set(strides) == {view.stride()}
+
+
+def _busy(seconds: float) -> None:
+    t = time.perf_counter() + seconds
+    while time.perf_counter() < t:  # host work (a Python launcher's), not a sleep
+        pass
+
+
+def test_events_time_the_gpu_not_a_slow_launchers_latency():
+    # 300 us of host work before one small kernel (a Python launcher on a slow host), then the same with 5 ms of
+    # host work between two kernels. The flush alone (2x L2 written, ~27 us on an H200) used to be the only work
+    # ahead of the start event: the first call timed the launcher's 300 us, not the kernel's few.
+    x = torch.randn(1 << 20, device="cuda")
+    kernel = bench(lambda: x.add_(1.0), mode="events", budget_s=1)
+
+    def launcher():
+        _busy(300e-6)
+        x.add_(1.0)
+
+    def host_bound():
+        x.add_(1.0)
+        _busy(5e-3)
+        x.add_(1.0)
+
+    slow = bench(launcher, mode="events", budget_s=1)
+    assert slow.median < kernel.median + 50e-6, (slow, kernel)  # the GPU's time, not 300 us
+    bound = bench(host_bound, mode="events", budget_s=1)
+    assert bound.median > 3e-3, bound  # past the hold: what the host issues later still shows as host-bound
+    assert any("host-bound" in n for n in bound.notes)

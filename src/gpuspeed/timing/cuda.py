@@ -2,13 +2,18 @@
 
 Events mode times one call per sample. Graph mode captures K calls in a CUDA graph and times one replay
 per sample, divided by K: a call too short for events' fixed cost per sample is chosen for it in auto
-mode. Between samples the L2 is flushed (or the stream held busy) outside the timed window, so the
-call's first launches are queued by the time the start event fires, as in triton's do_bench.
+mode. Between samples the L2 is flushed outside the timed window, then the stream is held busy for
+longer than the host takes to issue the call (measured in the warm-up, up to MAX_HOLD_S), so the call's
+launches are queued by the time the start event fires, as in triton's do_bench: a sample is the GPU's
+time, not the host's latency in a Python launcher. (The flush alone, 2x L2 written in ~27 us on an H200,
+did not cover a Triton launcher's 30-50 us on a slow host: the samples then timed the launcher.) A call
+whose host work outlasts the hold still shows as host-bound: its later launches are issued while the GPU runs.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -23,7 +28,9 @@ from gpuspeed.timing.stopping import Stopper, sample_batches, settle
 GRAPH_MODE_BELOW_S = 20e-6
 GRAPH_REPLAY_S = 5e-3  # work captured per graph replay: the replay's own start is a small share of it
 EVENTS_FIXED_NOTE_BELOW_S = 300e-6  # under this, events mode's fixed cost per call is worth a note
-PRELAUNCH_HOLD_S = 50e-6  # with the flush off, a spin this long stands in for it before each sample
+PRELAUNCH_HOLD_S = 50e-6  # the least spin before each sample (after the flush, or instead of it)
+HOLD_OVER_HOST = 1.5  # the spin lasts this many times the call's host time, so its launches are queued by then
+MAX_HOLD_S = 1e-3  # at most: a host-bound call (an eager decode loop) is not turned into its GPU time
 BATCH_S = 0.025  # GPU work between two synchronizes while sampling
 SETTLE_BATCH_MAX_S = 0.05  # one unread batch before sampling when a batch is at most this long
 
@@ -50,16 +57,20 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
         position += 1
         return fn(*args, **kwargs)
 
+    hold = [PRELAUNCH_HOLD_S]  # the spin before each sample: set from the host's time to issue a call after warm-up
+    host_times: list[float] = []  # that time per warm-up call (a call that synchronizes includes its wait)
+
     def enqueue(start, end, body) -> None:
         if callable(flush):
             flush()
         elif flush:
             gpu.flush_l2()
-        else:
-            gpu.hold_gpu(PRELAUNCH_HOLD_S)
+        gpu.hold_gpu(hold[0])
         start.record()
+        t0 = time.perf_counter()
         gpu.block_until_ready(body())
         end.record()
+        host_times.append(time.perf_counter() - t0)
 
     pairs = gpu.EventPairs()
 
@@ -81,10 +92,15 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
 
     notes: list[str] = []
     typical, n_warm, settled = settle(one, warmup_s)
+    host_s = float(np.median(host_times[1:]))  # the first call pays for compilation and allocation
+    hold[0] = min(MAX_HOLD_S, max(PRELAUNCH_HOLD_S, HOLD_OVER_HOST * host_s))
     notes.append(f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle"))
-    # the warm-up synchronizes after every call, which makes a tiny call look several times slower than
-    # when samples queue back to back: graph mode and K are chosen on samples taken the real way
+    if HOLD_OVER_HOST * host_s > MAX_HOLD_S:
+        notes.append(f"the host takes {host_s * 1e6:.0f} us to issue a call, longer than the {MAX_HOLD_S * 1e6:.0f} us "
+                     "the stream is held before each sample: what it issues after that runs as it comes (host-bound)")
     if mode == "graph" or (mode == "auto" and typical < 5 * GRAPH_MODE_BELOW_S):
+        # the warm-up synchronizes after every call (and held the stream only briefly), which makes a tiny call look
+        # several times slower than when samples queue back to back: graph mode and K are chosen on real samples
         typical = min(typical, queued_median(10))
 
     graph, calls_per_sample = None, 1
