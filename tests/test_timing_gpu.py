@@ -117,3 +117,15 @@ def test_events_time_the_gpu_not_a_slow_launchers_latency():
     bound = bench(host_bound, mode="events", budget_s=1)
     assert bound.median > 3e-3, bound  # past the hold: what the host issues later still shows as host-bound
     assert any("host-bound" in n for n in bound.notes)
+
+
+def test_warm_timing_keeps_back_to_back_launch_costs():
+    # flush=False (the launch study's eager chains): the 300 us of host work stays in the time
+    x = torch.randn(1 << 20, device="cuda")
+
+    def launcher():
+        _busy(300e-6)
+        x.add_(1.0)
+
+    m = bench(launcher, mode="events", flush=False, budget_s=1)
+    assert m.median > 200e-6, m

@@ -66,7 +66,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     flush: write 2x L2 before each timed call (False: warm-cache timing; a callable: your own cache clear,
         e.g. to match another tool's), outside the timed window. In events mode the stream is then held busy
         for 1.5x the host's time to issue a call (from the warm-up; 50 us to 1 ms), so the call's launches are
-        queued when the start event fires: the sample is the GPU's time, not a slow launcher's latency. Graph
+        queued when the start event fires: the sample is the GPU's time, not a slow launcher's latency (warm,
+        the hold is 50 us, so back-to-back launch costs stay in the time). Graph
         mode flushes once per replay of K calls, so calls 2..K run with a warm L2: Measurement.flush says
         "per-replay" and flush_l2 is False.
     rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.

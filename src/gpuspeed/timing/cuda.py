@@ -8,6 +8,7 @@ launches are queued by the time the start event fires, as in triton's do_bench: 
 time, not the host's latency in a Python launcher. (The flush alone, 2x L2 written in ~27 us on an H200,
 did not cover a Triton launcher's 30-50 us on a slow host: the samples then timed the launcher.) A call
 whose host work outlasts the hold still shows as host-bound: its later launches are issued while the GPU runs.
+Warm timing (flush=False) holds the stream PRELAUNCH_HOLD_S only, so a call's back-to-back launch costs stay in.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gpuspeed.timing.stopping import Stopper, sample_batches, settle
 GRAPH_MODE_BELOW_S = 20e-6
 GRAPH_REPLAY_S = 5e-3  # work captured per graph replay: the replay's own start is a small share of it
 EVENTS_FIXED_NOTE_BELOW_S = 300e-6  # under this, events mode's fixed cost per call is worth a note
-PRELAUNCH_HOLD_S = 50e-6  # the least spin before each sample (after the flush, or instead of it)
+PRELAUNCH_HOLD_S = 50e-6  # the spin before each sample with the flush off (after the flush: the least one)
 HOLD_OVER_HOST = 1.5  # the spin lasts this many times the call's host time, so its launches are queued by then
 MAX_HOLD_S = 1e-3  # at most: a host-bound call (an eager decode loop) is not turned into its GPU time
 BATCH_S = 0.025  # GPU work between two synchronizes while sampling
@@ -93,9 +94,11 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
     notes: list[str] = []
     typical, n_warm, settled = settle(one, warmup_s)
     host_s = float(np.median(host_times[1:]))  # the first call pays for compilation and allocation
-    hold[0] = min(MAX_HOLD_S, max(PRELAUNCH_HOLD_S, HOLD_OVER_HOST * host_s))
+    if flush:  # a cold, isolated call: its GPU time. Warm (flush=False) keeps the short hold, so back-to-back
+        # launch costs stay in the time (the launch study's eager chains)
+        hold[0] = min(MAX_HOLD_S, max(PRELAUNCH_HOLD_S, HOLD_OVER_HOST * host_s))
     notes.append(f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle"))
-    if HOLD_OVER_HOST * host_s > MAX_HOLD_S:
+    if flush and HOLD_OVER_HOST * host_s > MAX_HOLD_S:
         notes.append(f"the host takes {host_s * 1e6:.0f} us to issue a call, longer than the {MAX_HOLD_S * 1e6:.0f} us "
                      "the stream is held before each sample: what it issues after that runs as it comes (host-bound)")
     if mode == "graph" or (mode == "auto" and typical < 5 * GRAPH_MODE_BELOW_S):
