@@ -272,8 +272,11 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         from gpuspeed.timing import bench
 
         kw = dict(bench_kw or {})
-        if "numba" in {la["backend"] for la in launches}:
-            kw.setdefault("mode", "events")  # Numba launches on its own stream: not capturable in torch's graphs
+        # the kernels' GPU time, cold: events around each call after the flush (graph mode would time calls 2..K of
+        # a replay with a warm L2, and Numba launches on its own stream, which torch's graphs cannot capture), the
+        # stream held while the Python launcher issues its launches, so its latency is not the kernel's time
+        kw.setdefault("mode", "events")
+        kw.setdefault("hide_launch_latency", True)
         m = bench(fn, *args, kwargs=kwargs, name=name, **kw)
         time_s, rel_iqr = m.median, m.rel_iqr
         notes += list(m.notes)

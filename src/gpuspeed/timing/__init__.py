@@ -53,7 +53,8 @@ def choose_clock(device: str, mode: str, gpu_present: bool, args, probe: Callabl
 def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
           mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
           min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
-          warmup_s: float | None = None, graph_calls: int | None = None) -> Measurement:
+          warmup_s: float | None = None, graph_calls: int | None = None,
+          hide_launch_latency: bool = False) -> Measurement:
     """Time `fn(*args, **kwargs)`.
 
     device: "auto" (the GPU when there is one), "cuda" or "cpu" (no GPU work: the bare host clock).
@@ -64,10 +65,7 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         "kernel" (the sum of the function's GPU kernel durations from CUPTI (torch.profiler), what Nsight
         reports -- no launch latency, no gaps; events add a fixed cost per call), or "cpu" (host clock).
     flush: write 2x L2 before each timed call (False: warm-cache timing; a callable: your own cache clear,
-        e.g. to match another tool's), outside the timed window. In events mode the stream is then held busy
-        for 1.5x the host's time to issue a call (from the warm-up; 50 us to 1 ms), so the call's launches are
-        queued when the start event fires: the sample is the GPU's time, not a slow launcher's latency (warm,
-        the hold is 50 us, so back-to-back launch costs stay in the time). Graph
+        e.g. to match another tool's), outside the timed window. Graph
         mode flushes once per replay of K calls, so calls 2..K run with a warm L2: Measurement.flush says
         "per-replay" and flush_l2 is False.
     rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.
@@ -78,6 +76,10 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         slow call take longer than budget_s. Batched GPU modes overshoot the budget by at most one batch.
     warmup_s: time the warm-up may take to settle (default: a third of budget_s; always at least 2 calls).
     graph_calls: K calls captured per graph replay in graph mode (default: about 5 ms of work, 10 to 1000).
+    hide_launch_latency: in events mode the GPU is busy ~30-50 us before each sample (the flush, or a spin), so a
+        call whose host takes longer to issue its launches pays for it, as in real use. True holds it for 1.5x the host's time
+        to issue one call (measured in the warm-up; 50 us to 1 ms): the call's launches are queued when the
+        start event fires, and a sample is the GPU's time, not a Python launcher's latency (kernel_report).
     """
     kwargs = kwargs or {}
     if not callable(fn):
@@ -105,4 +107,4 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         return bench_kernels(fn, argsets, name, stopper, warmup_s, flush, rotate)
     from gpuspeed.timing.cuda import bench_cuda
 
-    return bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls)
+    return bench_cuda(fn, argsets, name, stopper, warmup_s, mode, flush, rotate, graph_calls, hide_launch_latency)

@@ -2,13 +2,13 @@
 
 Events mode times one call per sample. Graph mode captures K calls in a CUDA graph and times one replay
 per sample, divided by K: a call too short for events' fixed cost per sample is chosen for it in auto
-mode. Between samples the L2 is flushed outside the timed window, then the stream is held busy for
-longer than the host takes to issue the call (measured in the warm-up, up to MAX_HOLD_S), so the call's
-launches are queued by the time the start event fires, as in triton's do_bench: a sample is the GPU's
-time, not the host's latency in a Python launcher. (The flush alone, 2x L2 written in ~27 us on an H200,
-did not cover a Triton launcher's 30-50 us on a slow host: the samples then timed the launcher.) A call
-whose host work outlasts the hold still shows as host-bound: its later launches are issued while the GPU runs.
-Warm timing (flush=False) holds the stream PRELAUNCH_HOLD_S only, so a call's back-to-back launch costs stay in.
+mode. Between samples the L2 is flushed outside the timed window (or, with the flush off, the stream is held
+busy for PRELAUNCH_HOLD_S), so the call's first launches are queued by the time the start event fires, as in
+triton's do_bench; a call whose host takes longer to issue them is host-bound and pays for it, as in use.
+hide_launch_latency holds it for HOLD_OVER_HOST times the host's time to issue one call (measured in the
+warm-up, at most MAX_HOLD_S): a sample is then the GPU's time, not a Python launcher's latency (a Triton
+launcher took 30-50 us on the H200's host, longer than the 27 us flush: kernel_report timed launchers).
+A call whose host work outlasts even that hold still shows as host-bound.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from gpuspeed.timing.stopping import Stopper, sample_batches, settle
 GRAPH_MODE_BELOW_S = 20e-6
 GRAPH_REPLAY_S = 5e-3  # work captured per graph replay: the replay's own start is a small share of it
 EVENTS_FIXED_NOTE_BELOW_S = 300e-6  # under this, events mode's fixed cost per call is worth a note
-PRELAUNCH_HOLD_S = 50e-6  # the spin before each sample with the flush off (after the flush: the least one)
-HOLD_OVER_HOST = 1.5  # the spin lasts this many times the call's host time, so its launches are queued by then
+PRELAUNCH_HOLD_S = 50e-6  # with the flush off, a spin this long stands in for it before each sample
+HOLD_OVER_HOST = 1.5  # hide_launch_latency: the spin lasts this many times the call's host time
 MAX_HOLD_S = 1e-3  # at most: a host-bound call (an eager decode loop) is not turned into its GPU time
 BATCH_S = 0.025  # GPU work between two synchronizes while sampling
 SETTLE_BATCH_MAX_S = 0.05  # one unread batch before sampling when a batch is at most this long
@@ -47,7 +47,7 @@ def flush_record(flush, graph: bool) -> tuple[bool, str]:
 
 
 def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: str, flush, rotate: int,
-               graph_calls: int | None) -> Measurement:
+               graph_calls: int | None, hide_launch_latency: bool = False) -> Measurement:
     import torch
 
     position = 0
@@ -58,7 +58,9 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
         position += 1
         return fn(*args, **kwargs)
 
-    hold = [PRELAUNCH_HOLD_S]  # the spin before each sample: set from the host's time to issue a call after warm-up
+    # the spin before each sample: none behind the flush (itself ~27 us of GPU work), else PRELAUNCH_HOLD_S; with
+    # hide_launch_latency, from the host's time to issue a call once the warm-up has measured it
+    hold = [0.0 if flush else PRELAUNCH_HOLD_S]
     host_times: list[float] = []  # that time per warm-up call (a call that synchronizes includes its wait)
 
     def enqueue(start, end, body) -> None:
@@ -66,7 +68,8 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
             flush()
         elif flush:
             gpu.flush_l2()
-        gpu.hold_gpu(hold[0])
+        if hold[0]:
+            gpu.hold_gpu(hold[0])
         start.record()
         t0 = time.perf_counter()
         gpu.block_until_ready(body())
@@ -94,11 +97,10 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
     notes: list[str] = []
     typical, n_warm, settled = settle(one, warmup_s)
     host_s = float(np.median(host_times[1:]))  # the first call pays for compilation and allocation
-    if flush:  # a cold, isolated call: its GPU time. Warm (flush=False) keeps the short hold, so back-to-back
-        # launch costs stay in the time (the launch study's eager chains)
+    if hide_launch_latency:
         hold[0] = min(MAX_HOLD_S, max(PRELAUNCH_HOLD_S, HOLD_OVER_HOST * host_s))
     notes.append(f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle"))
-    if flush and HOLD_OVER_HOST * host_s > MAX_HOLD_S:
+    if hide_launch_latency and HOLD_OVER_HOST * host_s > MAX_HOLD_S:
         notes.append(f"the host takes {host_s * 1e6:.0f} us to issue a call, longer than the {MAX_HOLD_S * 1e6:.0f} us "
                      "the stream is held before each sample: what it issues after that runs as it comes (host-bound)")
     if mode == "graph" or (mode == "auto" and typical < 5 * GRAPH_MODE_BELOW_S):
