@@ -69,9 +69,9 @@ def heat_two_steps_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     """Two Jacobi steps on a BLOCK_M x BLOCK_N tile: the first step recomputed at the point and its four
     neighbours (from the input's radius-2 diamond, L1-resident), then the second step from those.
 
-    Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 512x32, num_warps 2, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=64); 90 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1208.1 us,
-    1111 GB/s = 26 % of the copy roof; 0.36x the best automatic candidate (torch-compile-fp32). Verdict:
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 512x32, num_warps 2, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=64); 90 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1213.6 us,
+    1106 GB/s = 26 % of the copy roof; 0.36x the best automatic candidate (torch-compile-fp32). Verdict:
     register-limited to 31 % occupancy: try num_warps=1.
     """
     alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -99,11 +99,10 @@ def heat_two_steps_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     code, inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point:
     at 2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
 
-    Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 512x32, num_warps 2, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=64); 56 registers, 0 spills, 0 B shared; occupancy 56 % (registers-limited); 1035.2 us,
-    648 GB/s = 15 % of the copy roof; 0.42x the best automatic candidate (torch-compile-fp32). Verdict: latency-
-    bound at 15 % of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight
-    per thread).
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 1024x16, num_warps 1, num_stages 1 (autotuned:
+    BLOCK_M=2, BLOCK_N=128); 95 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1033.0 us,
+    650 GB/s = 15 % of the copy roof; 0.42x the best automatic candidate (torch-compile-fp32). Verdict:
+    register-limited to 31 % occupancy: a smaller BLOCK (fewer registers per thread).
     """
     _TWO_STEPS(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N)
 
@@ -116,9 +115,9 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     the centre loads of the adjacent rows and tiles: they hit L1/L2, so DRAM sees about one read and one
     write per point.
 
-    Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 512x8, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 40 registers, 0 spills, 0 B shared; occupancy 75 % (registers-limited); 827.3 us,
-    3245 GB/s = 75 % of the copy roof; 0.52x the best automatic candidate (torch-compile-fp32). Verdict: at 75 %
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 512x8, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=256); 40 registers, 0 spills, 0 B shared; occupancy 75 % (registers-limited); 835.0 us,
+    3215 GB/s = 74 % of the copy roof; 0.52x the best automatic candidate (torch-compile-fp32). Verdict: at 74 %
     of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -151,9 +150,9 @@ def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     """heat_step_kernel on float32 grids (the `triton_one_step_fp32` variant): the same code, inlined, with its own
     kernel name and configs, so its tuning note is its own.
 
-    Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 128x8, num_warps 8, num_stages 1 (autotuned:
-    BLOCK_M=16, BLOCK_N=256); 48 registers, 0 spills, 0 B shared; occupancy 62 % (registers-limited); 513.4 us,
-    2614 GB/s = 60 % of the copy roof; 0.84x the best automatic candidate (torch-compile-fp32). Verdict: at 60 %
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 256x4, num_warps 8, num_stages 1 (autotuned:
+    BLOCK_M=8, BLOCK_N=512); 48 registers, 0 spills, 0 B shared; occupancy 62 % (registers-limited); 515.0 us,
+    2606 GB/s = 60 % of the copy roof; 0.84x the best automatic candidate (torch-compile-fp32). Verdict: at 60 %
     of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     _ONE_STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N)
@@ -299,8 +298,8 @@ def _numba_kernel():
         the grid synchronizes before the next step reads what this one wrote. Step 0 reads u (never written),
         then a and b alternate.
 
-        Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 264, block 32x8; 128 registers, 16 spills,
-        4896 B shared; occupancy 25 % (registers-limited); 2770.4 us, 969 GB/s = 22 % of the copy roof;
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 264, block 32x8; 128 registers, 16 spills,
+        4896 B shared; occupancy 25 % (registers-limited); 2853.8 us, 941 GB/s = 22 % of the copy roof;
         0.15x the best automatic candidate (torch-compile-fp32). Verdict: heat_steps_numba_kernel spills 16
         bytes per thread: fewer live values or smaller local arrays per thread.
         """

@@ -43,9 +43,9 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     grow with the sample count. Dropped values (and the padding lanes of the last tile) are binned as
     0 and taken off bin 0 at the end.
 
-    Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 2112, num_warps 4, num_stages 1 (autotuned:
-    BLOCK=1024, PER_SM=16); 64 registers, 0 spills, 1024 B shared; occupancy 50 % (registers-limited); 283.6 us,
-    1411 GB/s = 33 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 2112, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=1024, PER_SM=16); 64 registers, 0 spills, 1024 B shared; occupancy 50 % (registers-limited); 286.0 us,
+    1398 GB/s = 32 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
     50 % occupancy: try num_warps=2.
     """
     pid = tl.program_id(0)
@@ -131,9 +131,9 @@ def numba_kernel(bins: int):
         """Shared-memory histogram per block (and the edges staged beside it), then one global atomic per
         non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit efc5c2d): grid 1056, block 256; 46 registers, 0 spills,
-        3080 B shared; occupancy 62 % (registers-limited); 254.0 us, 1575 GB/s = 36 % of the copy roof;
-        2.07x the best automatic candidate (cupy). Verdict: latency-bound at 36 % of the copy roof with 62 %
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 1056, block 256; 46 registers, 0 spills,
+        3080 B shared; occupancy 62 % (registers-limited); 261.1 us, 1532 GB/s = 35 % of the copy roof;
+        2.02x the best automatic candidate (cupy). Verdict: latency-bound at 35 % of the copy roof with 62 %
         occupancy; next: more work per program / fuse (more loads in flight per thread).
         """
         h = cuda.shared.array(bins, int32)

@@ -36,10 +36,10 @@ def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
     the circle, so it stays escaped) and stops counting; the tile runs until max_iter. Small tiles keep
     a tile's pixels alike (neighbours escape at similar counts), so little work is masked off.
 
-    Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 160x4, num_warps 2, num_stages 1 (autotuned:
-    BLOCK_Y=1, BLOCK_X=64); 24 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 68.6 us, 5 GB/s
-    = 1 % of the fp64 roof; 4855.77x the best automatic candidate (torch-compile). Verdict: latency-bound at 1 %
-    of the fp64 roof with 100 % occupancy; next: more work per program / fuse (more loads in flight per thread).
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 80x8, num_warps 2, num_stages 1 (autotuned:
+    BLOCK_Y=2, BLOCK_X=32); 26 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 6.8 us, 46 GB/s
+    = 7 % of the fp64 roof; 4855.77x the best automatic candidate (torch-compile). Verdict: launch-bound: 6.8 us
+    per call at 7 % of the roof; next: fuse launches / more work per launch / a CUDA graph.
     """
     rows = tl.program_id(0) * BLOCK_Y + tl.arange(0, BLOCK_Y)
     cols = tl.program_id(1) * BLOCK_X + tl.arange(0, BLOCK_X)
@@ -83,10 +83,10 @@ def _numba_kernel():
     def mandelbrot_numba_kernel(xs, ys, max_iter, out):
         """One pixel per thread; the loop ends at escape (a warp runs until its slowest pixel ends).
 
-        Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 8x20, block 32x8; 26 registers, 0 spills,
-        0 B shared; occupancy 100 % (warps-limited); 417.9 us, 1 GB/s = 0 % of the fp64 roof; 418.14x the
-        best automatic candidate (torch-compile). Verdict: latency-bound at 0 % of the fp64 roof with 100 %
-        occupancy; next: more work per program / fuse (more loads in flight per thread).
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 8x20, block 32x8; 26 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 8.3 us, 37 GB/s = 6 % of the fp64 roof; 21041.67x the
+        best automatic candidate (torch-compile). Verdict: launch-bound: 8.3 us per call at 6 % of the roof;
+        next: fuse launches / more work per launch / a CUDA graph.
         """
         i, j = cuda.grid(2)  # i: column (x), j: row (y)
         if j < out.shape[0] and i < out.shape[1]:

@@ -35,10 +35,10 @@ def pairwise_kernel(a_ptr, b_ptr, out_ptr, n, m, D: tl.constexpr, BLOCK_M: tl.co
     """One BLOCK_M x BLOCK_N output tile per program: BLOCK_M + BLOCK_N points loaded (tiny), the tile
     written once with contiguous rows. The coordinates loop is unrolled (D is a constant).
 
-    Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 3000x47, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 42 registers, 0 spills, 4096 B shared; occupancy 62 % (registers-limited); 303.6
-    us, 3796 GB/s = 88 % of the copy roof; 6.45x the best automatic candidate (jax). Verdict: at 88 % of the
-    copy roof: done; next: none: it is at its roof.
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 3000x47, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=256); 42 registers, 0 spills, 4096 B shared; occupancy 62 % (registers-limited); 302.2
+    us, 3814 GB/s = 88 % of the copy roof; 11.38x the best automatic candidate (torch-compile). Verdict: at 88 %
+    of the copy roof: done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -82,10 +82,10 @@ def numba_kernel(d: int):
         """Both point tiles staged in shared memory once per block (each point then read by 32-64 threads
         from shared instead of L1), then each thread's 4 x 2 outputs from registers.
 
-        Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 188x375, block 32x8; 36 registers, 0
-        spills, 2304 B shared; occupancy 75 % (registers-limited); 445.3 us, 2588 GB/s = 60 % of the copy
-        roof; 4.40x the best automatic candidate (jax). Verdict: at 60 % of the copy roof; next: tune BLOCK
-        sizes, num_warps and num_stages (autotune over them).
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 188x375, block 32x8; 36 registers, 0
+        spills, 2304 B shared; occupancy 75 % (registers-limited); 450.4 us, 2559 GB/s = 59 % of the copy
+        roof; 7.64x the best automatic candidate (torch-compile). Verdict: at 59 % of the copy roof; next:
+        tune BLOCK sizes, num_warps and num_stages (autotune over them).
         """
         sa = cuda.shared.array((TILE_M, d), float64)
         sb = cuda.shared.array((TILE_N, d), float64)

@@ -38,8 +38,8 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
     least traffic there is. Otherwise three passes over the row in BLOCK chunks (the row is re-read
     from L2).
 
-    Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 4096, num_warps 2, num_stages 2 (autotuned:
-    ROWS=1); 80 registers, 0 spills, 16 B shared; occupancy 38 % (registers-limited); 24.4 us, 2752 GB/s = 64 %
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 4096, num_warps 2, num_stages 2 (autotuned:
+    ROWS=1); 80 registers, 0 spills, 16 B shared; occupancy 38 % (registers-limited); 21.6 us, 3112 GB/s = 72 %
     of the copy roof; 19036.32x the best automatic candidate (cupy-fp32). Verdict: register-limited to 38 %
     occupancy: try num_warps=1.
     """
@@ -84,10 +84,10 @@ def normalize_rows_f32_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_o
     code, inlined, with its own kernel name and configs, so its tuning note is its own. A row held whole is
     reduced in float32 (as optimize's float32 candidates do); the chunked path still accumulates in float64.
 
-    Tuning note (gpuspeed kernel, H200, commit 7db0f3c): grid 1024, num_warps 4, num_stages 1 (autotuned:
-    ROWS=4); 55 registers, 0 spills, 64 B shared; occupancy 56 % (registers-limited); 20.2 us, 1659 GB/s = 38 %
-    of the copy roof; 33946.09x the best automatic candidate (cupy-fp32). Verdict: latency-bound at 38 % of the
-    copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 4096, num_warps 2, num_stages 1 (autotuned:
+    ROWS=1); 35 registers, 0 spills, 8 B shared; occupancy 75 % (registers-limited); 12.6 us, 2668 GB/s = 62 %
+    of the copy roof; 54590.15x the best automatic candidate (cupy-fp32). Verdict: at 62 % of the copy roof;
+    next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     _NORMALIZE(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, EPS, ROWS, BLOCK, SINGLE)
 
