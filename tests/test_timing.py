@@ -197,3 +197,13 @@ def test_clock_watch_reports_the_share_of_time_a_cap_acted(monkeypatch):
     assert read["thermal_capped_fraction"] == 0.0
     assert read["sm_mhz_median_during"] == 1980 and read["clock_readings"] >= 1
     assert not watch._thread.is_alive()
+
+
+def test_prelaunch_hold_covers_the_launcher_only_when_asked():
+    from gpuspeed.timing.cuda import MAX_HOLD_S, PRELAUNCH_HOLD_S, prelaunch_hold
+
+    assert prelaunch_hold(True, False, 300e-6) == 0.0  # the flush is the GPU work ahead: a slow launcher pays
+    assert prelaunch_hold(False, False, 300e-6) == PRELAUNCH_HOLD_S
+    assert prelaunch_hold(True, True, 10e-6) == PRELAUNCH_HOLD_S  # never under the plain hold
+    assert prelaunch_hold(True, True, 300e-6) == pytest.approx(450e-6)  # 1.5x the host's time to issue a call
+    assert prelaunch_hold(False, True, 5e-3) == MAX_HOLD_S  # a host-bound loop stays host-bound past 1 ms

@@ -47,6 +47,15 @@ def flush_record(flush, graph: bool) -> tuple[bool, str]:
     return not graph, per
 
 
+def prelaunch_hold(flushed: bool, hide_launch_latency: bool, host_s: float) -> float:
+    """Seconds of spin before each sample's start event: none behind the flush (itself GPU work), else
+    PRELAUNCH_HOLD_S; hiding the launch latency, HOLD_OVER_HOST x the host's time to issue one call, within
+    [PRELAUNCH_HOLD_S, MAX_HOLD_S]."""
+    if hide_launch_latency:
+        return min(MAX_HOLD_S, max(PRELAUNCH_HOLD_S, HOLD_OVER_HOST * host_s))
+    return 0.0 if flushed else PRELAUNCH_HOLD_S
+
+
 def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: str, flush, rotate: int,
                graph_calls: int | None, hide_launch_latency: bool = False) -> Measurement:
     import torch
@@ -59,9 +68,7 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
         position += 1
         return fn(*args, **kwargs)
 
-    # the spin before each sample: none behind the flush (itself ~27 us of GPU work), else PRELAUNCH_HOLD_S; with
-    # hide_launch_latency, from the host's time to issue a call once the warm-up has measured it
-    hold = [0.0 if flush else PRELAUNCH_HOLD_S]
+    hold = [prelaunch_hold(bool(flush), False, 0.0)]  # hide_launch_latency: re-set once the warm-up has timed the host
     host_times: list[float] = []  # that time per warm-up call (a call that synchronizes includes its wait)
 
     def enqueue(start, end, body) -> None:
@@ -98,8 +105,7 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
     notes: list[str] = []
     typical, n_warm, settled = settle(one, warmup_s)
     host_s = float(np.median(host_times[1:]))  # the first call pays for compilation and allocation
-    if hide_launch_latency:
-        hold[0] = min(MAX_HOLD_S, max(PRELAUNCH_HOLD_S, HOLD_OVER_HOST * host_s))
+    hold[0] = prelaunch_hold(bool(flush), hide_launch_latency, host_s)
     notes.append(f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle"))
     if hide_launch_latency and HOLD_OVER_HOST * host_s > MAX_HOLD_S:
         notes.append(f"the host takes {host_s * 1e6:.0f} us to issue a call, longer than the {MAX_HOLD_S * 1e6:.0f} us "
