@@ -296,10 +296,21 @@ def test_study_times_eager_rungs_over_fewer_steps_and_reports_teacher_forced_agr
     assert s["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"] > 0
 
 
+def _decode_benchmark():
+    """benchmarks/decode.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decode.py"
+    spec = importlib.util.spec_from_file_location("bench_decode", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
     """benchmarks/decode.py --merge RUN --keep OLD: the re-run model's rows and keys replace the old ones; the
     other models keep theirs, each stamped with its own commit in params.runs."""
-    import importlib.util
     import subprocess
     import sys
     from pathlib import Path
@@ -307,9 +318,7 @@ def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
     from gpuspeed.decode import study
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_decode", root / "benchmarks" / "decode.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _decode_benchmark()
 
     def run(model, dtype, ms, git, quant=None):
         label = f"{model}_{'int8' if quant else dtype}"
@@ -342,15 +351,12 @@ def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
 def test_benchmark_merge_drops_replaced_runs_stamp_notes_and_refuses_an_empty_merge(tmp_path):
     # a note on a git stamp corrected to another run's commit goes with that run; a merge of nothing is bad input:
     # one line, exit 2, no empty --out left behind
-    import importlib.util
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_decode", root / "benchmarks" / "decode.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _decode_benchmark()
     note = "git corrected after the run from 5830fb9 (a stale copy) to 5b6b30f, the commit whose tree the call ran"
     assert bench._names_run(note, "5b6b30ffa00c") and not bench._names_run(note, "5d8df7f32a22")
     assert bench._names_run("any other note", "5d8df7f32a22")
