@@ -4,15 +4,15 @@ automatic candidate of `gpuspeed optimize` on the same example; writes results/<
 
     python benchmarks/kernels.py [--out DIR] [--examples a,b] [--quick] [--optimize-json PATH] [--time-budget S]
 
-The comparison with optimize: by default each example gets one `gpuspeed optimize` run (its hand kernels are
-among the candidates, as the example's `variants`), and a kernel's speedup is the best non-variant candidate's
-device time over the kernel's device time, both from that run (same measurement, same shapes, same seeds).
+The comparison with optimize: by default each example gets one `gpuspeed optimize` run (its hand kernels are among
+the candidates, as the example's `variants`), and a kernel's speedup is the best non-variant candidate's device time
+there over the kernel's time from kernel_report here (same shapes, same seeds; both with L2 flushed).
 --optimize-json reads an existing run instead: one optimize_<example>.json, or a folder holding
-<example>/optimize_<example>.json (results/<gpu>/optimize); a run without the variant rows is compared with the
-kernel's time from kernel_report (noted per row). Without a GPU the kernels run under the interpreters at a
-small scale, for correctness only: no timings (a note says so). A float32 variant (`precision = "float32"`) gets
-float32 inputs, as optimize gives them, is checked against the float64 original under the example's TOLERANCE, its
-bytes counted at 4 an element, and compared with the float32-demoted candidates (column `precision`).
+<example>/optimize_<example>.json (results/<gpu>/optimize); its own times for the variants are kept beside
+(variant_device_s), not used: the run may predate a kernel's current code. Without a GPU the kernels run under the
+interpreters at a small scale, for correctness only: no timings (a note says so). A float32 variant (`precision =
+"float32"`) gets float32 inputs, as optimize gives them, is checked against the float64 original under the example's
+TOLERANCE, its bytes counted at 4 an element, and compared with the float32-demoted candidates (column `precision`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ CPU_SCALE = 0.002  # interpreted kernels: tiny inputs
 
 def work(example: str, variant: str, args: tuple, out=None, fp32: bool = False) -> tuple[float | None, int]:
     """(useful FLOPs, least DRAM bytes) of one call: every input read once and every output written once, except
-    the stencil, which reads and writes the grid once per launch's pass (Triton: two steps per pass, its one-step
-    variants and Numba: one step per pass), and the escape-time loop,
+    the stencil, which reads and writes the grid once per step (a launch a step), and the escape-time loop,
     whose FLOPs are the iterations the pixels actually ran (8 per iteration). None: FLOPs not meaningful (the
     histogram's index arithmetic); the kernel is held to the memory roof. fp32: a float32 variant (only the
     row normalization and the stencil have one), whose data are 4 bytes an element."""
@@ -59,9 +58,7 @@ def work(example: str, variant: str, args: tuple, out=None, fp32: bool = False) 
     if example == "heat_stencil":
         g, steps = args[0], int(args[2])
         r, c = g.shape
-        two_steps = variant.startswith("triton") and "one_step" not in variant  # the one-step kernels: a pass a step
-        passes = steps // 2 + steps % 2 if two_steps else steps
-        return 7.0 * (r - 2) * (c - 2) * steps, 2 * w * r * c * passes
+        return 7.0 * (r - 2) * (c - 2) * steps, 2 * w * r * c * steps
     if example == "histogram":
         return None, 8 * int(np.asarray(args[0]).size) + 8 * int(args[1])
     if example == "mandelbrot":
@@ -234,8 +231,9 @@ def main(argv=None) -> int:
     notes = ["time_s: kernel_report's gpuspeed.bench median on device-resident inputs (outputs allocated inside the "
              "call); pct_of_roof: against the measured copy bandwidth for memory-bound kernels, the FP64 ceiling "
              "otherwise (roofline.place)",
-             "speedup_vs_auto: the best automatic (non-variant) optimize candidate's device time over the kernel's, "
-             "both from the same optimize run where it holds the kernel's row (speedup_basis says which); "
+             "speedup_vs_auto: the best automatic (non-variant) optimize candidate's device time in the optimize run "
+             "over the kernel's time_s from this run (variant_device_s: that run's own time for the variant, which "
+             "may predate the kernel's current code); "
              "*_same_precision: against the best candidate in the kernel's own precision: the original's float64, or "
              "for a float32 variant (precision float32) the float32-demoted candidates (a float32 candidate's inputs "
              "are cast before its timing and its outputs after, so it moves half the bytes)"]
@@ -286,10 +284,11 @@ def main(argv=None) -> int:
                 continue
             row["optimize_source"] = source
             row["best_auto"], row["best_auto_s"] = best if best else (None, None)
+            # the optimize run's own time for this variant is kept for reference only: that run may predate the
+            # kernel's current code, so the speedup is this run's kernel_report time against that run's best
             row["variant_device_s"] = variant_s.get(vname)
-            mine = row["variant_device_s"] or row["time_s"]
-            row["speedup_basis"] = ("optimize run: both times" if row["variant_device_s"] else
-                                    "kernel_report time against the optimize run's best" if best and mine else None)
+            mine = row["time_s"]
+            row["speedup_basis"] = "kernel_report time against the optimize run's best" if best and mine else None
             row["speedup_vs_auto"] = best[1] / mine if best and mine else None
             # like for like: a float64 hand kernel reads and writes the original's float64, a demoted candidate (and
             # a float32 variant) half as many bytes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 
 import numpy as np
 import pytest
@@ -107,8 +108,7 @@ def test_every_triton_config_is_correct_on_the_gpu(example, variant):
     fp32 = _fp32(example, variant)
     args, ref = _case(example, SEEDS[0])
     dev = _demote(_device(args)) if fp32 else _device(args)
-    one_step = "one_step" in variant  # heat_stencil's launch-per-step kernels have their own config lists
-    for cfg in getattr(module, ("ONE_STEP_" if one_step else "") + ("CONFIGS_F32" if fp32 else "CONFIGS")):
+    for cfg in getattr(module, "CONFIGS_F32" if fp32 else "CONFIGS"):
         out = _poisoned_out(example, dev)
         got = launcher(*dev, config=cfg, **({"out": out} if out is not None else {}))
         res = check(_host64(got) if fp32 else _host(got), ref, **getattr(ex, "TOLERANCE", {}))
@@ -136,8 +136,8 @@ def test_numba_kernels_run_on_torchs_current_stream(example):
     assert check(host, ref, **getattr(ex, "TOLERANCE", {})).passed
 
 
-def test_heat_single_step_kernel_every_config():
-    # the default 40 steps run only the two-step kernel: the single step (odd counts) is checked here, per config
+def test_heat_step_kernel_every_config_on_an_odd_grid():
+    # one launch of each config, PDL on and off, on a grid past the tiles in both directions; then 3 steps
     from gpuspeed.examples import heat_stencil as ex
     from gpuspeed.examples.kernels import heat_stencil as hs, launch
 
@@ -146,14 +146,16 @@ def test_heat_single_step_kernel_every_config():
     src = torch.from_numpy(grid).cuda()
     coeff = torch.tensor([alpha], dtype=torch.float64, device="cuda")
     n_rows, n_cols = src.shape
-    for cfg in hs.ONE_STEP_CONFIGS:
-        dst = poison(torch.empty_like(src))
-        launch(hs.heat_step_kernel, lambda meta: (triton_cdiv(n_rows, meta["BLOCK_M"]), triton_cdiv(n_cols, meta["BLOCK_N"])),
-               src, dst, coeff, n_rows, n_cols, config=cfg)
-        res = check(dst.cpu().numpy(), ref, **ex.TOLERANCE)
-        assert res.passed, (str(cfg), res.summary)
+    for pdl in sorted({False, hs._pdl(0)}):
+        for cfg in hs.CONFIGS:
+            dst = poison(torch.empty_like(src))
+            launch(hs.heat_step_kernel, lambda meta: (triton_cdiv(n_rows, meta["BLOCK_M"]), triton_cdiv(n_cols, meta["BLOCK_N"])),
+                   src, dst, coeff, n_rows, n_cols, config=cfg, PDL=pdl, **({"launch_pdl": True} if pdl else {}))
+            res = check(dst.cpu().numpy(), ref, **ex.TOLERANCE)
+            assert res.passed, (str(cfg), pdl, res.summary)
     assert check(_host(hs.heat_triton(src, alpha, 3)), ex.original(grid, alpha, 3), **ex.TOLERANCE).passed
     assert check(_host64(hs.heat_triton_fp32(src.float(), alpha, 3)), ex.original(grid, alpha, 3), **ex.TOLERANCE).passed
+    assert check(_host(hs.heat_numba(src, alpha, 3)), ex.original(grid, alpha, 3), **ex.TOLERANCE).passed
 
 
 def triton_cdiv(a, b):
@@ -177,14 +179,17 @@ def test_float32_variant_through_the_optimize_variant_backend(example):
     assert check(out, ref, **ex.TOLERANCE).passed
 
 
-def test_heat_one_step_graph_replays_each_call_on_its_own_input():
-    # the one-step launchers replay a CUDA graph: a second grid must be copied in (not the first one's result
+def test_heat_graph_replays_each_call_on_its_own_input():
+    # the stencil launchers replay a CUDA graph: a second grid must be copied in (not the first one's result
     # returned again), each call must return its own tensor, and the caller's grid must stay unwritten
     from gpuspeed.examples.kernels import heat_stencil as H
 
     ex = importlib.import_module("gpuspeed.examples.heat_stencil")
     tol = getattr(ex, "TOLERANCE", {})
-    for launcher, fp32 in ((H.heat_triton_one_step, False), (H.heat_triton_one_step_fp32, True)):
+    launchers = [(H.heat_triton, False), (H.heat_triton_fp32, True)]
+    if importlib.util.find_spec("numba_cuda") is not None:
+        launchers.append((H.heat_numba, False))
+    for launcher, fp32 in launchers:
         results = []
         for seed in SEEDS:
             args, ref = _case("heat_stencil", seed)
@@ -195,8 +200,9 @@ def test_heat_one_step_graph_replays_each_call_on_its_own_input():
         assert len({r.data_ptr() for r, _ in results}) == len(SEEDS)
         for got, ref in results:  # checked after all calls: a later replay must not overwrite an earlier result
             assert check(_host64(got) if fp32 else _host(got), ref, **tol).passed
-    assert any(key[0] == "heat_step_kernel" for key in H._GRAPHS)  # the graph path ran, not the eager one
+    ran = {key[0] for key in H._GRAPHS}  # the graph path ran, not the eager one
+    assert "heat_step_f32_kernel" in ran and (len(launchers) == 2 or "heat_step_numba_kernel" in ran), ran
     # an odd step count, not the default's, is a graph of its own
     args, _ = _case("heat_stencil", SEEDS[0])
     ref = ex.original(np.array(args[0], copy=True), args[1], 3)
-    assert check(_host(H.heat_triton_one_step(_device(args)[0], args[1], 3)), ref, **tol).passed
+    assert check(_host(H.heat_triton(_device(args)[0], args[1], 3)), ref, **tol).passed

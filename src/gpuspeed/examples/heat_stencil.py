@@ -31,7 +31,4 @@ variants = {
     "numba_cuda": lazy("heat_stencil", "heat_numba"),
     # float32 grids (half the bytes), judged under TOLERANCE as optimize's own float32 candidates are
     "triton_fp32": lazy("heat_stencil", "heat_triton_fp32", precision="float32"),
-    # one step per launch (5 loads per point, against the two-step kernel's 25), until the GPU says which wins
-    "triton_one_step": lazy("heat_stencil", "heat_triton_one_step"),
-    "triton_one_step_fp32": lazy("heat_stencil", "heat_triton_one_step_fp32", precision="float32"),
 }

@@ -1,18 +1,25 @@
-"""The 5-point Jacobi heat stencil between two ping-pong buffers, as Triton kernels (two steps per launch:
-temporal blocking) and a Numba CUDA kernel with a shared-memory tile and halo (all steps in one launch).
+"""The 5-point Jacobi heat stencil between two ping-pong buffers, one step per launch, as a Triton kernel
+(float64, and float32 for the float32 variant) and a Numba CUDA kernel; the step launches of one call are
+replayed from a CUDA graph.
 
 The first launch reads the caller's grid (never written) and every launch writes the whole grid, the
 fixed boundary copied through, so neither buffer needs a copy of the grid first. Precision: float64, the
-example's own dtype (memory-bound: 16 bytes moved per point per step against 6 flops in one step); the
-float32 variant (heat_triton_fp32, `precision = "float32"`) runs the same code on float32 grids, half the bytes,
-the like-for-like answer to optimize's float32 candidates (kept only within the example's TOLERANCE).
+example's own dtype (memory-bound: 16 bytes moved per point per step against 7 flops); the float32 variant
+(heat_triton_fp32, `precision = "float32"`) runs the same code on float32 grids, half the bytes, the
+like-for-like answer to optimize's float32 candidates (kept only within the example's TOLERANCE).
 
-Triton: two steps per launch halve the DRAM traffic (one read + one write of the grid per two steps): each
-output point recomputes the first step at itself and its four neighbours from the radius-2 diamond of the
-input (13 points, read through L1), 42 flops instead of 14, which float64 units absorb easily at this
-intensity. An odd step count ends with one single step. Numba: one step per pass over the grid, the grid
-synchronized between steps inside one cooperative launch (Numba's per-launch dispatch costs more than a
-step's GPU time).
+One step a launch, the neighbours read through L1: each point is loaded 5 times, 4 of them cache hits, so DRAM
+sees one read and one write per point per step. What was measured against it on the H200 (1bac8bf,
+results/nvidia-h200/kernels.json at that commit): temporal blocking (two steps a launch, each output recomputing
+the first step at itself and its four neighbours from 13 inputs) ran at 26 % (float64) and 15 % (float32) of the
+copy roof, load-instruction bound, against 74 % and 60 % for one step a launch; and a Numba kernel that staged a
+shared-memory tile with its halo and ran every step in one cooperative launch (grid.sync between steps) reached
+22 %. Both were removed.
+
+A step at 2048 x 2048 is 15-20 us of GPU time (float64), less than Python takes to launch a Triton kernel or,
+worse, a Numba one: the launches are captured once per kernel, shape and step count (gpuspeed.graphs) and
+replayed. The graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s launch capture, under the
+interpreters and inside a caller's own graph capture the launches run eagerly, so their geometry is seen.
 """
 
 from __future__ import annotations
@@ -26,100 +33,35 @@ import triton.language as tl
 from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
-    from numba import cuda, float64
+    from numba import cuda
 except ImportError:  # the Triton kernel works without Numba
-    cuda = float64 = None
+    cuda = None
 
-ONE_STEP_CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-                    for m, n, w, s in ((8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 8, 1), (16, 256, 8, 1),
-                                       (32, 128, 8, 1), (4, 256, 4, 1), (32, 64, 4, 2), (16, 64, 4, 2))]
-# the two-step kernel holds five shifted first-step tiles: 4-8 points per thread; ptxas (sm_90, Triton 3.9): 80-108
-# registers, no spills (16 per thread took 168). The H200 (b919814) chose 4x64 at 2 warps, register-limited to 31 %
-# occupancy: the same tiles at 1 warp (the verdict's lever) replace two 8-warp tiles (8x128, 4x256) the autotuner
-# passed over there
+# the H200 (sweep at 1bac8bf, 40 steps replayed from a graph): 8x256 at 4 warps 790 us, 2x128 at 1 warp 805 us,
+# 4x256 at 2 warps 821 us; 16- and 32-row tiles 995-1050 us (a tile's rows share few neighbour loads in L1)
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-           for m, n, w, s in ((8, 64, 4, 1), (8, 128, 4, 1), (4, 128, 4, 1), (2, 256, 4, 1),
-                              (4, 64, 1, 1), (4, 64, 2, 1), (2, 128, 1, 1), (8, 256, 8, 1))]
-# float32 (the float32 variant): half the registers per point, so larger tiles per warp fit
+           for m, n, w, s in ((8, 256, 4, 1), (2, 128, 1, 1), (4, 256, 2, 1), (4, 256, 4, 1), (2, 512, 4, 1),
+                              (1, 256, 2, 1), (8, 128, 4, 1), (4, 512, 4, 1))]
+# float32: every tile from 1x256 to 16x256 ran 496-543 us there (a step's fixed cost, not the tile, dominates)
 CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-               for m, n, w, s in ((4, 64, 1, 1), (4, 64, 2, 1), (8, 64, 2, 1), (4, 128, 2, 1),
-                                  (8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 8, 1), (2, 128, 1, 1))]
-
-
-@triton.jit
-def _one_step(src_ptr, rows, cols, n_rows, n_cols, alpha):
-    """One step's new value at (rows, cols) (broadcasting index tensors) from src: the stencil at interior
-    points, the point itself on the boundary, 0 outside the grid."""
-    inside = (rows >= 0) & (rows < n_rows) & (cols >= 0) & (cols < n_cols)
-    interior = (rows > 0) & (rows < n_rows - 1) & (cols > 0) & (cols < n_cols - 1)
-    p = src_ptr + rows * n_cols + cols
-    c = tl.load(p, mask=inside, other=0.0)
-    up = tl.load(p - n_cols, mask=interior, other=0.0)
-    down = tl.load(p + n_cols, mask=interior, other=0.0)
-    left = tl.load(p - 1, mask=interior, other=0.0)
-    right = tl.load(p + 1, mask=interior, other=0.0)
-    lap = up + down + left + right - 4.0 * c  # the original's order of operations
-    return tl.where(interior, c + alpha * lap, c)
+               for m, n, w, s in ((1, 1024, 4, 1), (1, 2048, 8, 1), (1, 512, 4, 1), (4, 512, 4, 1), (2, 512, 4, 1),
+                                  (4, 256, 4, 1), (8, 256, 8, 1), (4, 128, 2, 1))]
 
 
 @triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
-def heat_two_steps_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Two Jacobi steps on a BLOCK_M x BLOCK_N tile: the first step recomputed at the point and its four
-    neighbours (from the input's radius-2 diamond, L1-resident), then the second step from those.
-
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 512x32, num_warps 2, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=64); 90 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1213.6 us,
-    1106 GB/s = 26 % of the copy roof; 0.36x the best automatic candidate (torch-compile-fp32). Verdict:
-    register-limited to 31 % occupancy: try num_warps=1.
-    """
-    alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
-    rows = (tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M))[:, None]
-    cols = (tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N))[None, :]
-    inside = (rows < n_rows) & (cols < n_cols)
-    interior = inside & (rows > 0) & (rows < n_rows - 1) & (cols > 0) & (cols < n_cols - 1)
-    c = _one_step(src_ptr, rows, cols, n_rows, n_cols, alpha)
-    up = _one_step(src_ptr, rows - 1, cols, n_rows, n_cols, alpha)
-    down = _one_step(src_ptr, rows + 1, cols, n_rows, n_cols, alpha)
-    left = _one_step(src_ptr, rows, cols - 1, n_rows, n_cols, alpha)
-    right = _one_step(src_ptr, rows, cols + 1, n_rows, n_cols, alpha)
-    lap = up + down + left + right - 4.0 * c
-    tl.store(dst_ptr + rows * n_cols + cols, tl.where(interior, c + alpha * lap, c), mask=inside)
-
-
-_TWO_STEPS = heat_two_steps_kernel.fn  # the plain JIT function: the float32 kernel inlines the same code
-
-
-@triton.autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
-@triton.jit
-def heat_two_steps_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """heat_two_steps_kernel on float32 grids (the `triton_fp32` variant, declared precision = "float32"): the same
-    code, inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point:
-    at 2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
-
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 1024x16, num_warps 1, num_stages 1 (autotuned:
-    BLOCK_M=2, BLOCK_N=128); 95 registers, 0 spills, 0 B shared; occupancy 31 % (registers-limited); 1033.0 us,
-    650 GB/s = 15 % of the copy roof; 0.42x the best automatic candidate (torch-compile-fp32). Verdict:
-    register-limited to 31 % occupancy: a smaller BLOCK (fewer registers per thread).
-    """
-    _TWO_STEPS(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N)
-
-
-@triton.autotune(configs=ONE_STEP_CONFIGS, key=["n_rows", "n_cols"])
-@triton.jit
 def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
     """One Jacobi step on a BLOCK_M x BLOCK_N tile (boundary points copied). The four neighbour loads overlap
     the centre loads of the adjacent rows and tiles: they hit L1/L2, so DRAM sees about one read and one
-    write per point.
+    write per point. PDL (programmatic dependent launch, sm_90): the next step's programs are launched while
+    this step's last ones run, and wait (griddepcontrol.wait) for all of it before their first load.
 
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 512x8, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 40 registers, 0 spills, 0 B shared; occupancy 75 % (registers-limited); 835.0 us,
-    3215 GB/s = 74 % of the copy roof; 0.52x the best automatic candidate (torch-compile-fp32). Verdict: at 74 %
-    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
     """
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()  # every write of the previous step is visible after this
     alpha = tl.load(alpha_ptr)  # float64 from memory: a Python float argument would arrive as float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -136,26 +78,32 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], tl.where(interior, c + alpha * lap, c), mask=inside)
 
 
-_ONE_STEP = heat_step_kernel.fn  # inlined by the float32 one-step kernel, as the two-step kernels share theirs
-# float32: half the registers per point, so larger tiles per warp fit
-ONE_STEP_CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-                        for m, n, w, s in ((8, 128, 4, 1), (16, 128, 4, 1), (8, 256, 4, 1), (16, 256, 8, 1),
-                                           (32, 128, 8, 1), (32, 256, 8, 1), (16, 64, 2, 1), (8, 512, 8, 1))]
+_STEP = heat_step_kernel.fn  # the plain JIT function: the float32 kernel inlines the same code
 
 
-@triton.autotune(configs=ONE_STEP_CONFIGS_F32, key=["n_rows", "n_cols"])
+@triton.autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
 @triton.jit
 def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """heat_step_kernel on float32 grids (the `triton_one_step_fp32` variant): the same code, inlined, with its own
-    kernel name and configs, so its tuning note is its own.
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """heat_step_kernel on float32 grids (the `triton_fp32` variant, declared precision = "float32"): the same code,
+    inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point: at
+    2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
 
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 256x4, num_warps 8, num_stages 1 (autotuned:
-    BLOCK_M=8, BLOCK_N=512); 48 registers, 0 spills, 0 B shared; occupancy 62 % (registers-limited); 515.0 us,
-    2606 GB/s = 60 % of the copy roof; 0.84x the best automatic candidate (torch-compile-fp32). Verdict: at 60 %
-    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
+    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
     """
-    _ONE_STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N)
+    _STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
+
+
+USE_PDL = True  # programmatic dependent launch where the GPU and Triton have it (sm_90+)
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl(index: int) -> bool:
+    """Whether the step kernels launch with PDL on this device: sm_90 or later, a Triton with
+    tl.extra.cuda.gdc_wait, and not under the interpreter."""
+    if interpreting() or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(index) >= (9, 0) and hasattr(tl.extra.cuda, "gdc_wait")
 
 
 _ALPHA: dict = {}
@@ -170,57 +118,19 @@ def _alpha(alpha: float, device, dtype=torch.float64):
     return _ALPHA[key]
 
 
-def _buffers(grid, sim, dtype=torch.float64):
-    u = device_tensor(grid, sim).to(dtype)  # .to() keeps a tensor of that dtype itself: it is only read
-    return u, torch.empty_like(u), torch.empty_like(u)
-
-
-def _heat(grid, alpha, steps, config, dtype, two_steps):
-    u, a, b = _buffers(grid, interpreting(), dtype)
-    if int(steps) <= 0:
-        return u.clone()
-    n_rows, n_cols = u.shape
-    coeff = _alpha(float(alpha), u.device, dtype)
-    def grid(meta):
-        return triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])
-
-    src, dst = u, a
-    for _ in range(int(steps) // 2):
-        launch(two_steps, grid, src, dst, coeff, n_rows, n_cols, config=config)
-        if config is None and not interpreting():
-            config = two_steps.best_config  # chosen at the first launch: the rest skip the autotuner
-        src, dst = dst, (b if dst is a else a)
-    if int(steps) % 2:
-        launch(heat_step_kernel, grid, src, dst, coeff, n_rows, n_cols)
-        src = dst
-    return src
-
-
-def heat_triton(grid, alpha, steps, config=None):
-    """The example's `original(grid, alpha, steps)` on the GPU: the grid after `steps` Jacobi steps."""
-    return _heat(grid, alpha, steps, config, torch.float64, heat_two_steps_kernel)
-
-
-def heat_triton_fp32(grid, alpha, steps, config=None):
-    """The same in float32 (optimize casts the grid before the timing, as it does for its float32 candidates; a
-    float64 grid given here is cast in the call): a float32 grid after `steps` steps."""
-    return _heat(grid, alpha, steps, config, torch.float32, heat_two_steps_f32_kernel)
-
-
-heat_triton_fp32.precision = "float32"
-
-
-def _one_step_launches(u, coeff, steps, config, kernel):
+def _triton_steps(u, coeff, steps, config, kernel):
     """`steps` launches of the one-step kernel between two fresh ping-pong buffers; the grid after them."""
     n_rows, n_cols = u.shape
     a, b = torch.empty_like(u), torch.empty_like(u)
+    pdl = USE_PDL and _pdl(u.device.index or 0) if u.device.type == "cuda" else False
+    extra = {"launch_pdl": True} if pdl else {}
 
     def grid(meta):
         return triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])
 
     src, dst = u, a
     for _ in range(steps):
-        launch(kernel, grid, src, dst, coeff, n_rows, n_cols, config=config)
+        launch(kernel, grid, src, dst, coeff, n_rows, n_cols, config=config, PDL=pdl, **extra)
         if config is None and not interpreting():
             config = kernel.best_config  # chosen at the first launch: the rest skip the autotuner
         src, dst = dst, (b if dst is a else a)
@@ -230,130 +140,114 @@ def _one_step_launches(u, coeff, steps, config, kernel):
 _GRAPHS: dict = {}
 
 
-def _heat_one_step(grid, alpha, steps, config, dtype, kernel):
-    """A launch per step: 5 loads per point, 4 of them L1/L2 hits, where the two-step kernel makes 25 (its first
-    step recomputed at 5 points): at 2048 x 2048 float64 the H200 ran the two-step kernel at 1.1 TB/s (26 % of the
-    copy roof) per launch, load-instruction bound rather than DRAM bound. On a GPU the launches are replayed from a
-    CUDA graph (gpuspeed.graphs, one per kernel, step count and shape): a step at 2048 x 2048 moves 64 MB (float64)
-    or 32 MB (float32, both buffers L2-resident), ~4-16 us of GPU time, less than Python's launch of a Triton
-    kernel; the graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s launch capture (and under
-    the interpreter) the launches run eagerly, so their geometry is seen, as they do inside a caller's own capture."""
+def _eager(u) -> bool:
+    """Launch the steps one by one (no graph): under the interpreters, under `gpuspeed kernel`'s launch capture (a
+    graph replay goes through no Python launch path), off the GPU, and inside a caller's own capture (which records
+    the launches themselves: a graph is not captured inside one)."""
     from gpuspeed.kernel.capture import watching_launches
 
-    u = device_tensor(grid, interpreting()).to(dtype)
+    return (interpreting() or cudasim() or watching_launches() or u.device.type != "cuda"
+            or torch.cuda.is_current_stream_capturing())
+
+
+def _replay(key, steps_fn, *args):
+    """steps_fn(*args) replayed from the CUDA graph kept under `key` (captured on first use)."""
+    from gpuspeed.graphs import capture
+
+    if key not in _GRAPHS:
+        if len(_GRAPHS) >= 4:  # each graph keeps three grids of its shape: drop the oldest
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        # own_inputs: the caller's grid is copied into the graph's buffer, never used as one; clone: each call
+        # returns its own grid, not the buffer the next replay overwrites; the key fixes the signature: one graph
+        _GRAPHS[key] = capture(steps_fn, own_inputs=True, clone=True, max_cache=1)
+    return _GRAPHS[key](*args)
+
+
+def _heat(grid, alpha, steps, config, dtype, kernel):
+    u = device_tensor(grid, interpreting()).to(dtype)  # .to() keeps a tensor of that dtype itself: it is only read
     steps = int(steps)
     if steps <= 0:
         return u.clone()
     coeff = _alpha(float(alpha), u.device, dtype)
-    if interpreting() or watching_launches() or u.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        # (a caller capturing its own graph records the launches themselves: a graph is not captured inside one)
-        return _one_step_launches(u, coeff, steps, config, kernel)
-    from gpuspeed.graphs import capture
-
-    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config))
-    if key not in _GRAPHS:
-        if config is None:  # autotune once, eagerly: a capture cannot time configs
-            _one_step_launches(u, coeff, steps, None, kernel)
-            config = kernel.best_config
-        # own_inputs: the caller's grid is copied into the graph's buffer, never used as one; clone: each call
-        # returns its own grid, not the buffer the next replay overwrites
-        if len(_GRAPHS) >= 4:  # each graph keeps three grids of its shape: drop the oldest
-            _GRAPHS.pop(next(iter(_GRAPHS)))
-        _GRAPHS[key] = capture(lambda x, c: _one_step_launches(x, c, steps, config, kernel), own_inputs=True,
-                               clone=True, max_cache=1)  # the key fixes the signature: one graph each
-    return _GRAPHS[key](u, coeff)
+    if _eager(u):
+        return _triton_steps(u, coeff, steps, config, kernel)
+    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config), USE_PDL)
+    if key not in _GRAPHS and config is None:  # autotune once, eagerly: a capture cannot time configs
+        _triton_steps(u, coeff, steps, None, kernel)
+        config = kernel.best_config
+    return _replay(key, lambda x, c: _triton_steps(x, c, steps, config, kernel), u, coeff)
 
 
-def heat_triton_one_step(grid, alpha, steps, config=None):
-    """heat_triton with one step per launch (heat_step_kernel): beside the two-step form until the H200 says which
-    is faster."""
-    return _heat_one_step(grid, alpha, steps, config, torch.float64, heat_step_kernel)
+def heat_triton(grid, alpha, steps, config=None):
+    """The example's `original(grid, alpha, steps)` on the GPU: the grid after `steps` Jacobi steps."""
+    return _heat(grid, alpha, steps, config, torch.float64, heat_step_kernel)
 
 
-def heat_triton_one_step_fp32(grid, alpha, steps, config=None):
-    """heat_triton_one_step in float32 (cast as heat_triton_fp32 is)."""
-    return _heat_one_step(grid, alpha, steps, config, torch.float32, heat_step_f32_kernel)
+def heat_triton_fp32(grid, alpha, steps, config=None):
+    """The same in float32 (optimize casts the grid before the timing, as it does for its float32 candidates; a
+    float64 grid given here is cast in the call): a float32 grid after `steps` steps."""
+    return _heat(grid, alpha, steps, config, torch.float32, heat_step_f32_kernel)
 
 
-heat_triton_one_step_fp32.precision = "float32"
+heat_triton_fp32.precision = "float32"
 
 
-# Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range), each thread updating TILE_Y / 8 = 2
-# points of a 16 x 32 tile: the block stages the tile plus a one-point halo, (16 + 2) x (32 + 2) float64 =
-# 4.9 KiB of shared memory, so shared memory does not limit occupancy. A warp reads 32 consecutive float64.
-# All steps run in ONE cooperative launch: as many blocks as can be resident at once loop over the tiles, and
-# a grid-wide barrier separates the steps. A launch per step would cost Numba's ~tens of microseconds of
-# Python dispatch per step, more than a step's GPU time at the default size.
-THREADS_X, THREADS_Y = 32, 8
-TILE_X, TILE_Y = 32, 16
-HALO_X, HALO_Y = TILE_X + 2, TILE_Y + 2  # plain constants: Numba needs a shared array's shape as literals
+# Numba CUDA: blocks of 256 threads along a row (the brief's 128-256 range; a warp reads 32 consecutive float64),
+# each thread stepping ROWS_PER_THREAD = 8 points down its column, whose up and down neighbours are the column's
+# own points (L1 hits). The H200 (sweep at 1bac8bf, 40 steps replayed from a graph): 8 rows a thread 835 us, 4 rows
+# 907 us, 1 row 940 us. No shared-memory tile: L1 already serves the neighbours, and a tile costs a barrier.
+THREADS = 256
+ROWS_PER_THREAD = 8
 
 
 @functools.lru_cache(maxsize=None)
 def _numba_kernel():
     @cuda.jit
-    def heat_steps_numba_kernel(u, a, b, alpha, steps):
-        """Every step: each block takes tiles in turn, stages the tile and its halo in shared memory (one global
-        read per point), updates the tile's points from shared memory (boundary points copied through), and
-        the grid synchronizes before the next step reads what this one wrote. Step 0 reads u (never written),
-        then a and b alternate.
+    def heat_step_numba_kernel(src, dst, alpha):
+        """One Jacobi step: ROWS_PER_THREAD points of one column per thread, boundary points copied through.
 
-        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 264, block 32x8; 128 registers, 16 spills,
-        4896 B shared; occupancy 25 % (registers-limited); 2853.8 us, 941 GB/s = 22 % of the copy roof;
-        0.15x the best automatic candidate (torch-compile-fp32). Verdict: heat_steps_numba_kernel spills 16
-        bytes per thread: fewer live values or smaller local arrays per thread.
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
         """
-        tile = cuda.shared.array((HALO_Y, HALO_X), float64)
-        grid = cuda.cg.this_grid()
-        n_rows, n_cols = u.shape
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        t = ty * THREADS_X + tx
-        tiles_x = (n_cols + TILE_X - 1) // TILE_X
-        tiles = tiles_x * ((n_rows + TILE_Y - 1) // TILE_Y)
-        for step in range(steps):
-            src = u if step == 0 else (a if step % 2 == 1 else b)
-            dst = a if step % 2 == 0 else b
-            for k in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
-                row0 = (k // tiles_x) * TILE_Y - 1  # tile row 0 is the halo row above the tile's first row
-                col0 = (k % tiles_x) * TILE_X - 1
-                for idx in range(t, (TILE_Y + 2) * (TILE_X + 2), THREADS_X * THREADS_Y):
-                    r, c = idx // (TILE_X + 2), idx % (TILE_X + 2)
-                    gr, gc = row0 + r, col0 + c
-                    tile[r, c] = src[gr, gc] if 0 <= gr < n_rows and 0 <= gc < n_cols else 0.0
-                cuda.syncthreads()
-                for i in range(TILE_Y // THREADS_Y):
-                    r, c = 1 + ty + i * THREADS_Y, 1 + tx
-                    gr, gc = row0 + r, col0 + c
-                    if gr < n_rows and gc < n_cols:
-                        centre = tile[r, c]
-                        if 0 < gr < n_rows - 1 and 0 < gc < n_cols - 1:
-                            lap = tile[r - 1, c] + tile[r + 1, c] + tile[r, c - 1] + tile[r, c + 1] - 4.0 * centre
-                            dst[gr, gc] = centre + alpha * lap
-                        else:
-                            dst[gr, gc] = centre
-                cuda.syncthreads()  # the next tile overwrites the shared tile
-            grid.sync()
+        n_rows, n_cols = src.shape
+        c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if c >= n_cols:
+            return
+        r0 = cuda.blockIdx.y * ROWS_PER_THREAD
+        for i in range(ROWS_PER_THREAD):
+            r = r0 + i
+            if r < n_rows:
+                centre = src[r, c]
+                if 0 < r < n_rows - 1 and 0 < c < n_cols - 1:
+                    lap = src[r - 1, c] + src[r + 1, c] + src[r, c - 1] + src[r, c + 1] - 4.0 * centre
+                    dst[r, c] = centre + alpha * lap
+                else:
+                    dst[r, c] = centre
 
-    return heat_steps_numba_kernel
+    return heat_step_numba_kernel
 
 
+def _numba_steps(u, alpha: float, steps: int):
+    """`steps` launches of the Numba step kernel between two fresh ping-pong buffers; the grid after them."""
+    a, b = torch.empty_like(u), torch.empty_like(u)
+    n_rows, n_cols = u.shape
+    kernel = _numba_kernel()
+    blocks = (triton.cdiv(n_cols, THREADS), triton.cdiv(n_rows, ROWS_PER_THREAD))
+    views = {id(t): numba_array(t) for t in (u, a, b)}  # one view each, not one per launch
+    stream = numba_stream()
+    src, dst = u, a
+    for _ in range(steps):
+        kernel[blocks, THREADS, stream](views[id(src)], views[id(dst)], alpha)
+        src, dst = dst, (b if dst is a else a)
+    return src
 
 
 def heat_numba(grid, alpha, steps):
-    """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA, in one cooperative launch."""
-    sim = cudasim()
-    u, a, b = _buffers(grid, sim)
-    steps = int(steps)
+    """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA."""
+    u = device_tensor(grid, cudasim()).to(torch.float64)
+    steps, alpha = int(steps), float(alpha)
     if steps <= 0:
         return u.clone()
-    n_rows, n_cols = u.shape
-    tiles = triton.cdiv(n_cols, TILE_X) * triton.cdiv(n_rows, TILE_Y)
-    args = (numba_array(u), numba_array(a), numba_array(b), float(alpha), steps)
-    kernel = _numba_kernel()
-    if sim:
-        blocks = 1  # the simulator's grid barrier works within one block only
-    else:
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(x) for x in args))  # cached after the first call
-        blocks = min(tiles, compiled.max_cooperative_grid_blocks((THREADS_X, THREADS_Y)))  # all resident at once
-    kernel[blocks, (THREADS_X, THREADS_Y), numba_stream()](*args)
-    return a if steps % 2 == 1 else b
+    if _eager(u):
+        return _numba_steps(u, alpha, steps)
+    key = ("heat_step_numba_kernel", steps, tuple(u.shape), str(u.device), alpha)  # alpha is baked into the graph
+    return _replay(key, lambda x: _numba_steps(x, alpha, steps), u)

@@ -2,16 +2,21 @@
 per-program histograms merged with one atomic per bin) and a Numba CUDA kernel (a shared-memory
 histogram per block, merged with global atomics).
 
-Exact binning: a bin index from (x - lo) / (hi - lo) * bins, then corrected against the bin edges
-NumPy itself uses (np.linspace(lo, hi, bins + 1), computed once on the host and cached on the device),
-as np.histogram does; values outside [lo, hi] and NaN are dropped, hi falls in the last bin. Counts
-are int64 (NumPy's dtype). Precision: float64 (the index arithmetic must match NumPy's bit for bit), so no
+Exact binning: a bin index estimated as (x - lo) * (bins / (hi - lo)), then, only for a value whose estimate
+lies within 1e-9 of a bin's width of an edge, corrected against the bin edges NumPy itself uses
+(np.linspace(lo, hi, bins + 1), computed once on the host and cached on the device), as np.histogram does.
+Farther from an edge the estimate is NumPy's bin: it and NumPy's own estimate differ from the exact position
+by a few ulps (~1e-13 of a bin at 256 bins), and the edges from linspace by as little, so neither crosses an
+edge. The two edge loads a sample cost the kernels more than the sample's own load (gathered loads, a few
+cache lines a warp). Values outside [lo, hi] and NaN are dropped, hi falls in the last bin. Counts are int64
+(NumPy's dtype). Precision: float64 (the index arithmetic must match NumPy's bit for bit), so no
 float32 variant: samples cast to float32 land in the neighbouring bin near an edge, and counts compare exactly.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
@@ -25,13 +30,16 @@ try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the ke
 except ImportError:  # the Triton kernel works without Numba
     cuda = float64 = int32 = None
 
+NEAR_EDGE = 1e-9  # a bin-position fraction this close to 0 or 1 is checked against NumPy's edges
+_NEAR_EDGE = tl.constexpr(NEAR_EDGE)  # the same, as Triton reads a global
+
 # PER_SM: programs per SM of the persistent grid (each loops over BLOCK-sized tiles, then merges once)
-# 8 values per thread per tile kept ~74 registers (ptxas, sm_90); 16 per thread took 128-133. The H200 (b919814)
-# chose 1024 x 16 per SM at 4 warps, register-limited to 38 % occupancy: the verdict's 2 warps on that tile, and 512
-# at 2 warps with twice the programs, replace the 16-warp 4096 tile and the 2-stage 2048 one
+# 8 values per thread per tile kept ~64-74 registers (ptxas, sm_90); 16 per thread took 128-133. The H200 (sweep at
+# 1bac8bf, edge loads gated): 1024 x 32 per SM at 4 warps 251 us, 2048 x 16 at 8 warps 256 us, 1024 x 16 at 4 warps
+# 260 us; 2 warps on 1024 (348 us) and 4096 at 8 warps (352 us) were the slowest
 CONFIGS = [triton.Config({"BLOCK": b, "PER_SM": p}, num_warps=w, num_stages=s)
-           for b, p, w, s in ((2048, 4, 8, 1), (1024, 8, 4, 1), (2048, 8, 8, 1), (1024, 16, 2, 1),
-                              (1024, 16, 4, 1), (1024, 16, 4, 2), (512, 32, 2, 1), (512, 16, 2, 1))]
+           for b, p, w, s in ((1024, 32, 4, 1), (2048, 16, 8, 1), (1024, 16, 4, 1), (2048, 8, 8, 1),
+                              (512, 32, 2, 1), (1024, 8, 4, 1), (512, 64, 4, 1), (1024, 64, 8, 1))]
 
 
 @triton.autotune(configs=CONFIGS, key=["n", "bins"], reset_to_zero=["out_ptr"])
@@ -56,20 +64,23 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     hist = tl.zeros((BINS,), dtype=tl.int32)
     dropped = tl.zeros((BLOCK,), dtype=tl.int32)  # lanes binned as 0 but not counted: summed once, at the end
     # a multiply, not NumPy's divide: float64 division is a ~20-instruction sequence a sample; the estimate differs
-    # from NumPy's by an ulp at most, so it is off by at most one bin, and the edge corrections below (NumPy's own)
-    # land both on the same bin
+    # from NumPy's by an ulp at most, so it is off by at most one bin, and only near an edge, where the corrections
+    # below (NumPy's own) land both on the same bin
     scale = bins / (hi - lo)
     for start in range(pid * BLOCK, n, step):
         offs = start + offs0
         m = offs < n
         x = tl.load(x_ptr + offs, mask=m, other=0.0)
         keep = m & (x >= lo) & (x <= hi)
-        idx = ((tl.where(keep, x, lo) - lo) * scale).to(tl.int32)  # dropped lanes (NaN too): bin 0
-        idx = tl.where(idx == bins, bins - 1, idx)  # x == hi lands in the last bin
-        lower = tl.load(edges_ptr + idx)
-        idx = tl.where(keep & (x < lower), idx - 1, idx)  # NumPy's correction within ~1 ulp of an edge
-        upper = tl.load(edges_ptr + idx + 1)
-        idx = tl.where(keep & (x >= upper) & (idx != bins - 1), idx + 1, idx)
+        pos = (tl.where(keep, x, lo) - lo) * scale  # dropped lanes (NaN too): bin 0
+        idx = pos.to(tl.int32)
+        frac = pos - idx.to(tl.float64)
+        near = keep & ((frac < _NEAR_EDGE) | (frac > 1.0 - _NEAR_EDGE))  # x == hi too (frac 0)
+        idx = tl.where(idx >= bins, bins - 1, idx)  # x == hi lands in the last bin
+        lower = tl.load(edges_ptr + idx, mask=near, other=0.0)  # the masked-off lanes load nothing
+        idx = tl.where(near & (x < lower), idx - 1, idx)  # NumPy's correction within ~1 ulp of an edge
+        upper = tl.load(edges_ptr + idx + 1, mask=near, other=0.0)
+        idx = tl.where(near & (x >= upper) & (idx != bins - 1), idx + 1, idx)
         hist += tl.histogram(idx, BINS)
         dropped += (~keep).to(tl.int32)
     b = tl.arange(0, BINS)
@@ -113,55 +124,75 @@ def histogram_triton(samples, bins, lo, hi, config=None):
     return out
 
 
-# Numba CUDA: 256 threads per block (the brief's 128-256 range) and 8 blocks per SM in a grid-stride loop:
-# 2048 resident threads per SM, full occupancy, since a block needs only bins * 4 + (bins + 1) * 8 bytes of
-# shared memory (3 KiB for 256 bins). Warp aggregation (one atomic per distinct bin per warp) does not pay
-# here: 256 bins over spread data give few same-bin collisions in a warp, and shared-memory atomics are cheap.
+# Numba CUDA: 256 threads per block (the brief's 128-256 range) and 8 blocks per SM in a grid-stride loop, each
+# thread loading UNROLL samples before binning them (loads in flight), into one of COPIES shared-memory histograms
+# (warp w adds to copy w % COPIES: fewer same-address atomics where the data pile up, a normal's central bins) and
+# the edges staged beside them: 4 KiB + 2 KiB for 256 bins. The H200 (sweep at 1bac8bf, 50 M normal samples): one
+# sample a loop and one histogram 164 us, 4 samples 140 us, 4 samples into 4 copies 127 us (8 copies: the same);
+# NumPy's divide in place of the multiply 158 us.
 THREADS = 256
 BLOCKS_PER_SM = 8
+UNROLL = 4  # the loop below loads v0..v3
+COPIES = 4
 
 
 @functools.lru_cache(maxsize=None)
 def numba_kernel(bins: int):
     """The Numba CUDA kernel for `bins` bins (shared-array sizes must be constants)."""
-    n_edges = bins + 1  # a literal for Numba: an expression in the shape would not be one
+    n_edges = bins + 1  # literals for Numba: an expression in the shape would not be one
+    n_counts = bins * COPIES
+
+    @cuda.jit(device=True)
+    def bin_of(v, lo, hi, scale, e):
+        """v's bin as np.histogram gives it, -1 for a dropped value (outside [lo, hi], NaN)."""
+        if not (v >= lo and v <= hi):
+            return -1
+        pos = (v - lo) * scale
+        j = int(pos)
+        frac = pos - j
+        if frac < NEAR_EDGE or frac > 1.0 - NEAR_EDGE or j >= bins:  # near an edge: NumPy's corrections
+            if j >= bins:
+                j = bins - 1
+            if v < e[j]:
+                j -= 1
+            if v >= e[j + 1] and j != bins - 1:
+                j += 1
+        return j
 
     @cuda.jit
     def histogram_numba_kernel(x, edges, lo, hi, out):
-        """Shared-memory histogram per block (and the edges staged beside it), then one global atomic per
-        non-empty bin per block.
+        """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
+        atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 1056, block 256; 46 registers, 0 spills,
-        3080 B shared; occupancy 62 % (registers-limited); 261.1 us, 1532 GB/s = 35 % of the copy roof;
-        2.02x the best automatic candidate (cupy). Verdict: latency-bound at 35 % of the copy roof with 62 %
-        occupancy; next: more work per program / fuse (more loads in flight per thread).
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
         """
-        h = cuda.shared.array(bins, int32)
+        h = cuda.shared.array(n_counts, int32)
         e = cuda.shared.array(n_edges, float64)
         t = cuda.threadIdx.x
-        for i in range(t, bins, cuda.blockDim.x):
+        for i in range(t, n_counts, cuda.blockDim.x):
             h[i] = 0
         for i in range(t, n_edges, cuda.blockDim.x):
             e[i] = edges[i]
         cuda.syncthreads()
-        # NumPy's divide, kept here: with the Triton kernel's multiply this kernel ran 380 us on the H200
-        # (results/nvidia-h200/kernels_c68085a.json), 254 us with the divide (kernels.json, efc5c2d)
-        span = hi - lo
-        for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
-            v = x[i]
-            if v >= lo and v <= hi:
-                j = int((v - lo) / span * bins)
-                if j == bins:
-                    j = bins - 1
-                if v < e[j]:
-                    j -= 1
-                if v >= e[j + 1] and j != bins - 1:
-                    j += 1
-                cuda.atomic.add(h, j, 1)
+        scale = bins / (hi - lo)
+        mine = ((t // 32) % COPIES) * bins  # this warp's histogram
+        n, g = x.shape[0], cuda.gridsize(1)
+        for i in range(cuda.grid(1), n, g * UNROLL):
+            v0 = x[i]  # the UNROLL loads first, then the binning: four loads in flight
+            v1 = x[i + g] if i + g < n else math.nan
+            v2 = x[i + 2 * g] if i + 2 * g < n else math.nan
+            v3 = x[i + 3 * g] if i + 3 * g < n else math.nan
+            for v in (v0, v1, v2, v3):
+                j = bin_of(v, lo, hi, scale, e)
+                if j >= 0:
+                    cuda.atomic.add(h, mine + j, 1)
         cuda.syncthreads()
         for i in range(t, bins, cuda.blockDim.x):
-            if h[i] != 0:
-                cuda.atomic.add(out, i, h[i])
+            total = 0
+            for c in range(COPIES):
+                total += h[c * bins + i]
+            if total != 0:
+                cuda.atomic.add(out, i, total)
 
     return histogram_numba_kernel
 

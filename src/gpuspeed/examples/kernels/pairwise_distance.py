@@ -65,11 +65,15 @@ def pairwise_triton(a, b, config=None, out=None):
     return out
 
 
-# Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range: 8 warps hide the store latency),
-# each thread computing TILE_M / 8 = 4 rows x TILE_N / 32 = 2 columns of a 32 x 64 output tile, so a
-# warp writes 32 consecutive float64 (256 B) per store.
+# Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range), each thread computing ROWS_PER_THREAD = 16
+# rows x COLS_PER_THREAD = 4 columns of a 128 x 128 output tile, so a warp writes 32 consecutive float64 (256 B) per
+# store. Each thread copies its rows' and columns' coordinates from the shared tiles into registers once, not once
+# per output: with 2 x 3 shared loads an output, the old 32 x 64 tile (4 x 2 a thread) ran 449 us on the H200,
+# shared-load bound. Hoisted (sweeps at 1bac8bf): 4 x 2 a thread 458 us, 8 x 4 357 us, 8 x 8 385 us, 16 x 2 378 us,
+# 16 x 4 329 us: more outputs per staged point, until the registers run short.
 THREADS_X, THREADS_Y = 32, 8
-TILE_M, TILE_N = 32, 64
+ROWS_PER_THREAD, COLS_PER_THREAD = 16, 4
+TILE_M, TILE_N = THREADS_Y * ROWS_PER_THREAD, THREADS_X * COLS_PER_THREAD
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,13 +83,10 @@ def numba_kernel(d: int):
 
     @cuda.jit
     def pairwise_numba_kernel(a, b, out):
-        """Both point tiles staged in shared memory once per block (each point then read by 32-64 threads
-        from shared instead of L1), then each thread's 4 x 2 outputs from registers.
+        """Both point tiles staged in shared memory once per block, each thread's coordinates then copied into
+        registers (local arrays indexed by constants after unrolling), then its 16 x 4 outputs.
 
-        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 188x375, block 32x8; 36 registers, 0
-        spills, 2304 B shared; occupancy 75 % (registers-limited); 450.4 us, 2559 GB/s = 59 % of the copy
-        roof; 7.64x the best automatic candidate (torch-compile). Verdict: at 59 % of the copy roof; next:
-        tune BLOCK sizes, num_warps and num_stages (autotune over them).
+        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
         """
         sa = cuda.shared.array((TILE_M, d), float64)
         sb = cuda.shared.array((TILE_N, d), float64)
@@ -100,16 +101,24 @@ def numba_kernel(d: int):
             c, k = idx // d, idx % d
             sb[c, k] = b[col0 + c, k] if col0 + c < m else 0.0
         cuda.syncthreads()
-        for i in range(TILE_M // THREADS_Y):
+        bv = cuda.local.array((COLS_PER_THREAD, d), float64)  # this thread's columns' points
+        for j in range(COLS_PER_THREAD):
+            for k in range(d):
+                bv[j, k] = sb[tx + j * THREADS_X, k]
+        av = cuda.local.array(d, float64)
+        for i in range(ROWS_PER_THREAD):
             r = ty + i * THREADS_Y
-            for j in range(TILE_N // THREADS_X):
-                c = tx + j * THREADS_X
-                if row0 + r < n and col0 + c < m:
-                    acc = 0.0
-                    for k in range(d):
-                        diff = sa[r, k] - sb[c, k]
-                        acc += diff * diff
-                    out[row0 + r, col0 + c] = math.sqrt(acc)
+            if row0 + r < n:
+                for k in range(d):
+                    av[k] = sa[r, k]
+                for j in range(COLS_PER_THREAD):
+                    c = tx + j * THREADS_X
+                    if col0 + c < m:
+                        acc = 0.0
+                        for k in range(d):
+                            diff = av[k] - bv[j, k]
+                            acc += diff * diff
+                        out[row0 + r, col0 + c] = math.sqrt(acc)
 
     return pairwise_numba_kernel
 
