@@ -148,6 +148,31 @@ def candidates(doc: dict, fp32: bool = False) -> tuple[dict, tuple[str, float] |
     return variants, best, best_same
 
 
+def copy_reference(nbytes: int, launches: int, budget_s: float) -> float:
+    """Seconds for `launches` device copies moving `nbytes` in all (each reads and writes nbytes / launches / 2
+    bytes: a ping-pong between two buffers, several launches replayed from one CUDA graph), timed as kernel_report
+    times the kernels (events, L2 flushed, launch latency hidden). What a copy of this launch size reaches is the
+    practical roof at that size: a launch's fixed cost (its ramp and tail, ~3 us) weighs on a small one."""
+    import torch
+
+    from gpuspeed import bench
+    from gpuspeed.graphs import capture
+
+    half = max(1, int(nbytes // max(1, launches) // 2))
+    a = torch.randint(0, 256, (half,), dtype=torch.uint8, device="cuda")  # random bytes, not zeros
+    b = torch.empty_like(a)
+
+    def copies():
+        src, dst = a, b
+        for _ in range(launches):
+            dst.copy_(src)
+            src, dst = dst, src
+        return src
+
+    fn = capture(copies) if launches > 1 else copies
+    return bench(fn, mode="events", hide_launch_latency=True, budget_s=budget_s).median
+
+
 def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     """One hand kernel through kernel_report on device-resident inputs, checked against the original."""
     from gpuspeed import check, kernel_report
@@ -167,12 +192,17 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     main = next((la for la in d["launches"] if la["kernel"] == d.get("main_kernel")), d["launches"][0] if d["launches"]
                 else {})
     place = d.get("placement") or {}
+    copy_pct = None
+    if gpu and place.get("bound") == "memory" and d.get("pct_of_roof") and d.get("time_s"):
+        roof_bps = nbytes / d["time_s"] / (d["pct_of_roof"] / 100)  # the copy roof the placement used
+        copy_pct = 100 * nbytes / copy_reference(nbytes, max(1, len(d["launches"])), bench_kw["budget_s"]) / roof_bps
     return {"example": example, "variant": variant, "launcher": f"{module}.{name}", "backend": d["backend"],
             "precision": "float32" if fp32 else "as-written", "correct": bool(res.passed), "check": res.summary,
             "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],
             "flops": flops, "bytes": nbytes, "GBps": place.get("GBps"), "TFLOPs": place.get("TFLOPs"),
             "intensity": place.get("intensity"), "bound": place.get("bound"), "roof": place.get("roof"),
             "pct_of_roof": d["pct_of_roof"], "at_70pct_roof": (d["pct_of_roof"] or 0) >= ROOF_TARGET,
+            "copy_same_launches_pct_of_roof": copy_pct,
             "occupancy_pct": d["occupancy_pct"], "limiter": d["limiter"], "launches": len(d["launches"]),
             "main_kernel": d.get("main_kernel"), "grid": main.get("grid"), "block": main.get("block"),
             "num_warps": main.get("num_warps"), "num_stages": main.get("num_stages"),
@@ -195,6 +225,9 @@ def summarize(rows: list[dict]) -> dict:
     return {"kernels": len(rows), "kernels_correct": sum(1 for r in rows if r.get("correct")),
             "kernels_timed": len(timed), "kernels_at_70pct_roof": sum(1 for r in timed if r["at_70pct_roof"]),
             "kernels_faster_than_auto": len(faster),
+            # under the target where a plain copy with the same bytes per launch is under it too (the size's floor)
+            "kernels_short_where_a_copy_is_too": sum(1 for r in timed if not r["at_70pct_roof"] and
+                                                     (r.get("copy_same_launches_pct_of_roof") or 100) < ROOF_TARGET),
             "kernels_faster_than_auto_same_precision": len(same),
             "examples": len({r["example"] for r in rows}),
             "examples_faster_than_auto": sum(1 for s in by_example.values() if s > 1),
@@ -231,6 +264,9 @@ def main(argv=None) -> int:
     notes = ["time_s: kernel_report's gpuspeed.bench median on device-resident inputs (outputs allocated inside the "
              "call); pct_of_roof: against the measured copy bandwidth for memory-bound kernels, the FP64 ceiling "
              "otherwise (roofline.place)",
+             "copy_same_launches_pct_of_roof (memory-bound kernels): the % of the same roof reached by as many device "
+             "copies as the kernel has launches, moving the same bytes (replayed from one CUDA graph when several), "
+             "timed the same way: the practical roof at the kernel's launch size",
              "speedup_vs_auto: the best automatic (non-variant) optimize candidate's device time in the optimize run "
              "over the kernel's time_s from this run (variant_device_s: that run's own time for the variant, which "
              "may predate the kernel's current code); "

@@ -163,6 +163,9 @@ def test_verdict_numba_levers_and_main_launch():
     assert verdict.main_launch([small, big]) is big
     assert verdict.main_launch([dict(small, count=10000), big])["count"] == 10000  # 320000 threads in all
     assert verdict.judge({**_facts(30.0), "launches": [small, big], "main": big})[0] == "latency"
+    # a Numba kernel has no num_warps or num_stages to tune: its lever names what it has
+    assert "num_warps" in verdict.judge(_facts(65.0))[2]
+    assert "num_warps" not in verdict.judge(_facts(65.0, backend="numba"))[2]
 
 
 # --- the roof position, on the H200's committed ceilings

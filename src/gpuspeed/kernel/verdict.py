@@ -8,7 +8,8 @@
   6. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
   7. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
   8. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
-  9. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages
+  9. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
+                 the block shape and work per thread (Numba)
  10. unplaced     no roof position (no ceilings): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
@@ -113,8 +114,10 @@ def latency(f):
 def tune(f):
     p = f.get("pct_of_roof")
     if p is not None:
+        triton = (f.get("main") or {}).get("backend", "triton") == "triton"
         return (f"at {_pct(p)} of the {_roof_name(f)} roof",
-                "tune BLOCK sizes, num_warps and num_stages (autotune over them)")
+                "tune BLOCK sizes, num_warps and num_stages (autotune over them)" if triton else
+                "tune the block shape and the work per thread (time a few)")
 
 
 def unplaced(f):

@@ -9,17 +9,18 @@ example's own dtype (memory-bound: 16 bytes moved per point per step against 7 f
 like-for-like answer to optimize's float32 candidates (kept only within the example's TOLERANCE).
 
 One step a launch, the neighbours read through L1: each point is loaded 5 times, 4 of them cache hits, so DRAM
-sees one read and one write per point per step. What was measured against it on the H200 (1bac8bf,
-results/nvidia-h200/kernels.json at that commit): temporal blocking (two steps a launch, each output recomputing
+sees one read and one write per point per step. What was measured against it on the H200
+(results/nvidia-h200/kernels_1bac8bf.json): temporal blocking (two steps a launch, each output recomputing
 the first step at itself and its four neighbours from 13 inputs) ran at 26 % (float64) and 15 % (float32) of the
 copy roof, load-instruction bound, against 74 % and 60 % for one step a launch; and a Numba kernel that staged a
 shared-memory tile with its halo and ran every step in one cooperative launch (grid.sync between steps) reached
 22 %. Both were removed.
 
-A step at 2048 x 2048 is 15-20 us of GPU time (float64), less than Python takes to launch a Triton kernel or,
-worse, a Numba one: the launches are captured once per kernel, shape and step count (gpuspeed.graphs) and
-replayed. The graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s launch capture, under the
-interpreters and inside a caller's own graph capture the launches run eagerly, so their geometry is seen.
+A step at 2048 x 2048 moves 64 MiB (float64), tens of microseconds of GPU time, about what Python takes to launch
+a Triton kernel and less than a Numba launch: the launches are captured once per kernel, shape and step count
+(gpuspeed.graphs) and replayed. The graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s
+launch capture, under the interpreters and inside a caller's own graph capture the launches run eagerly, so their
+geometry is seen.
 """
 
 from __future__ import annotations
@@ -37,12 +38,11 @@ try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the ke
 except ImportError:  # the Triton kernel works without Numba
     cuda = None
 
-# the H200 (sweep at 1bac8bf, 40 steps replayed from a graph): 8x256 at 4 warps 790 us, 2x128 at 1 warp 805 us,
-# 4x256 at 2 warps 821 us; 16- and 32-row tiles 995-1050 us (a tile's rows share few neighbour loads in L1)
+# the configs an H200 sweep (40 steps replayed from a graph) ranked first; tiles of 16 and 32 rows ran slower
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
            for m, n, w, s in ((8, 256, 4, 1), (2, 128, 1, 1), (4, 256, 2, 1), (4, 256, 4, 1), (2, 512, 4, 1),
                               (1, 256, 2, 1), (8, 128, 4, 1), (4, 512, 4, 1))]
-# float32: every tile from 1x256 to 16x256 ran 496-543 us there (a step's fixed cost, not the tile, dominates)
+# float32: every tile from 1x256 to 16x256 ran about alike there (a step's fixed cost, not the tile, dominates)
 CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in ((1, 1024, 4, 1), (1, 2048, 8, 1), (1, 512, 4, 1), (4, 512, 4, 1), (2, 512, 4, 1),
                                   (4, 256, 4, 1), (8, 256, 8, 1), (4, 128, 2, 1))]
@@ -57,7 +57,10 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     write per point. PDL (programmatic dependent launch, sm_90): the next step's programs are launched while
     this step's last ones run, and wait (griddepcontrol.wait) for all of it before their first load.
 
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
+    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 1024x4, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=2, BLOCK_N=512); 40 registers, 0 spills, 0 B shared; occupancy 75 % (registers-limited); 814.5 us,
+    3296 GB/s = 76 % of the copy roof; 0.53x the best automatic candidate (torch-compile-fp32). Verdict: at 76 %
+    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -89,7 +92,10 @@ def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point: at
     2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
 
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
+    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 2048x2, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=1, BLOCK_N=1024); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 479.8 us,
+    2797 GB/s = 65 % of the copy roof; 0.90x the best automatic candidate (torch-compile-fp32). Verdict: at 65 %
+    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     _STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
 
@@ -194,8 +200,8 @@ heat_triton_fp32.precision = "float32"
 
 # Numba CUDA: blocks of 256 threads along a row (the brief's 128-256 range; a warp reads 32 consecutive float64),
 # each thread stepping ROWS_PER_THREAD = 8 points down its column, whose up and down neighbours are the column's
-# own points (L1 hits). The H200 (sweep at 1bac8bf, 40 steps replayed from a graph): 8 rows a thread 835 us, 4 rows
-# 907 us, 1 row 940 us. No shared-memory tile: L1 already serves the neighbours, and a tile costs a barrier.
+# own points (L1 hits); 8 rows a thread beat 1, 2 and 4 in an H200 sweep. No shared-memory tile: L1 already serves
+# the neighbours, and a tile costs a barrier.
 THREADS = 256
 ROWS_PER_THREAD = 8
 
@@ -206,7 +212,10 @@ def _numba_kernel():
     def heat_step_numba_kernel(src, dst, alpha):
         """One Jacobi step: ROWS_PER_THREAD points of one column per thread, boundary points copied through.
 
-        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
+        Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 8x256, block 256; 32 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 821.7 us, 3267 GB/s = 76 % of the copy roof; 0.53x the
+        best automatic candidate (torch-compile-fp32). Verdict: at 76 % of the copy roof; next: tune BLOCK
+        sizes, num_warps and num_stages (autotune over them).
         """
         n_rows, n_cols = src.shape
         c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

@@ -34,9 +34,8 @@ NEAR_EDGE = 1e-9  # a bin-position fraction this close to 0 or 1 is checked agai
 _NEAR_EDGE = tl.constexpr(NEAR_EDGE)  # the same, as Triton reads a global
 
 # PER_SM: programs per SM of the persistent grid (each loops over BLOCK-sized tiles, then merges once)
-# 8 values per thread per tile kept ~64-74 registers (ptxas, sm_90); 16 per thread took 128-133. The H200 (sweep at
-# 1bac8bf, edge loads gated): 1024 x 32 per SM at 4 warps 251 us, 2048 x 16 at 8 warps 256 us, 1024 x 16 at 4 warps
-# 260 us; 2 warps on 1024 (348 us) and 4096 at 8 warps (352 us) were the slowest
+# 8 values per thread per tile kept ~64-74 registers (ptxas, sm_90); 16 per thread took 128-133. Ordered as an H200
+# sweep (edge loads gated) ranked them; 2 warps on 1024 and 4096 at 8 warps were the slowest there and are gone
 CONFIGS = [triton.Config({"BLOCK": b, "PER_SM": p}, num_warps=w, num_stages=s)
            for b, p, w, s in ((1024, 32, 4, 1), (2048, 16, 8, 1), (1024, 16, 4, 1), (2048, 8, 8, 1),
                               (512, 32, 2, 1), (1024, 8, 4, 1), (512, 64, 4, 1), (1024, 64, 8, 1))]
@@ -51,10 +50,10 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     grow with the sample count. Dropped values (and the padding lanes of the last tile) are binned as
     0 and taken off bin 0 at the end.
 
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 2112, num_warps 4, num_stages 1 (autotuned:
-    BLOCK=1024, PER_SM=16); 64 registers, 0 spills, 1024 B shared; occupancy 50 % (registers-limited); 286.0 us,
-    1398 GB/s = 32 % of the copy roof; 1.68x the best automatic candidate (cupy). Verdict: register-limited to
-    50 % occupancy: try num_warps=2.
+    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 4224, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=1024, PER_SM=32); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 252.4 us,
+    1585 GB/s = 37 % of the copy roof; 2.09x the best automatic candidate (cupy). Verdict: latency-bound at 37 %
+    of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -127,9 +126,8 @@ def histogram_triton(samples, bins, lo, hi, config=None):
 # Numba CUDA: 256 threads per block (the brief's 128-256 range) and 8 blocks per SM in a grid-stride loop, each
 # thread loading UNROLL samples before binning them (loads in flight), into one of COPIES shared-memory histograms
 # (warp w adds to copy w % COPIES: fewer same-address atomics where the data pile up, a normal's central bins) and
-# the edges staged beside them: 4 KiB + 2 KiB for 256 bins. The H200 (sweep at 1bac8bf, 50 M normal samples): one
-# sample a loop and one histogram 164 us, 4 samples 140 us, 4 samples into 4 copies 127 us (8 copies: the same);
-# NumPy's divide in place of the multiply 158 us.
+# the edges staged beside them: 4 KiB + 2 KiB for 256 bins. In an H200 sweep (50 M normal samples) each of the
+# three paid: the multiply over NumPy's divide, 4 loads over 1, 4 copies over 1 (8 copies: no better).
 THREADS = 256
 BLOCKS_PER_SM = 8
 UNROLL = 4  # the loop below loads v0..v3
@@ -164,7 +162,10 @@ def numba_kernel(bins: int):
         """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
         atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
+        Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 1056, block 256; 32 registers, 0 spills,
+        6152 B shared; occupancy 100 % (warps-limited); 130.2 us, 3072 GB/s = 71 % of the copy roof; 4.05x
+        the best automatic candidate (cupy). Verdict: at 71 % of the copy roof; next: tune BLOCK sizes,
+        num_warps and num_stages (autotune over them).
         """
         h = cuda.shared.array(n_counts, int32)
         e = cuda.shared.array(n_edges, float64)

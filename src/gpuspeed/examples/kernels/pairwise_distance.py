@@ -35,9 +35,9 @@ def pairwise_kernel(a_ptr, b_ptr, out_ptr, n, m, D: tl.constexpr, BLOCK_M: tl.co
     """One BLOCK_M x BLOCK_N output tile per program: BLOCK_M + BLOCK_N points loaded (tiny), the tile
     written once with contiguous rows. The coordinates loop is unrolled (D is a constant).
 
-    Tuning note (gpuspeed kernel, H200, commit 1bac8bf): grid 3000x47, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 42 registers, 0 spills, 4096 B shared; occupancy 62 % (registers-limited); 302.2
-    us, 3814 GB/s = 88 % of the copy roof; 11.38x the best automatic candidate (torch-compile). Verdict: at 88 %
+    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 3000x47, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=256); 42 registers, 0 spills, 4096 B shared; occupancy 62 % (registers-limited); 303.3
+    us, 3801 GB/s = 88 % of the copy roof; 11.34x the best automatic candidate (torch-compile). Verdict: at 88 %
     of the copy roof: done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -68,9 +68,9 @@ def pairwise_triton(a, b, config=None, out=None):
 # Numba CUDA: 32 x 8 = 256 threads per block (the brief's 128-256 range), each thread computing ROWS_PER_THREAD = 16
 # rows x COLS_PER_THREAD = 4 columns of a 128 x 128 output tile, so a warp writes 32 consecutive float64 (256 B) per
 # store. Each thread copies its rows' and columns' coordinates from the shared tiles into registers once, not once
-# per output: with 2 x 3 shared loads an output, the old 32 x 64 tile (4 x 2 a thread) ran 449 us on the H200,
-# shared-load bound. Hoisted (sweeps at 1bac8bf): 4 x 2 a thread 458 us, 8 x 4 357 us, 8 x 8 385 us, 16 x 2 378 us,
-# 16 x 4 329 us: more outputs per staged point, until the registers run short.
+# per output: with 2 x 3 shared loads an output, the old 32 x 64 tile (4 x 2 a thread) was shared-load bound at
+# 59 % of the copy roof (results/nvidia-h200/kernels_1bac8bf.json). Hoisted, H200 sweeps ranked 16 x 4 a thread
+# first, ahead of 8 x 4, 8 x 8, 16 x 2 and 4 x 2: more outputs per staged point, until the registers run short.
 THREADS_X, THREADS_Y = 32, 8
 ROWS_PER_THREAD, COLS_PER_THREAD = 16, 4
 TILE_M, TILE_N = THREADS_Y * ROWS_PER_THREAD, THREADS_X * COLS_PER_THREAD
@@ -86,7 +86,10 @@ def numba_kernel(d: int):
         """Both point tiles staged in shared memory once per block, each thread's coordinates then copied into
         registers (local arrays indexed by constants after unrolling), then its 16 x 4 outputs.
 
-        Tuning note (gpuspeed kernel, H200, commit 1bac8bf): pending.
+        Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 94x94, block 32x8; 72 registers, 0 spills,
+        6144 B shared; occupancy 38 % (registers-limited); 329.2 us, 3501 GB/s = 81 % of the copy roof;
+        10.45x the best automatic candidate (torch-compile). Verdict: at 81 % of the copy roof: done; next:
+        none: it is at its roof.
         """
         sa = cuda.shared.array((TILE_M, d), float64)
         sb = cuda.shared.array((TILE_N, d), float64)
