@@ -195,7 +195,8 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     copy_pct = None
     if gpu and place.get("bound") == "memory" and d.get("pct_of_roof") and d.get("time_s"):
         roof_bps = nbytes / d["time_s"] / (d["pct_of_roof"] / 100)  # the copy roof the placement used
-        copy_pct = 100 * nbytes / copy_reference(nbytes, max(1, len(d["launches"])), bench_kw["budget_s"]) / roof_bps
+        calls = sum(la.get("count", 1) for la in d["launches"])  # launches made (identical ones are merged in the list)
+        copy_pct = 100 * nbytes / copy_reference(nbytes, max(1, calls), bench_kw["budget_s"]) / roof_bps
     return {"example": example, "variant": variant, "launcher": f"{module}.{name}", "backend": d["backend"],
             "precision": "float32" if fp32 else "as-written", "correct": bool(res.passed), "check": res.summary,
             "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],
@@ -204,6 +205,7 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
             "pct_of_roof": d["pct_of_roof"], "at_70pct_roof": (d["pct_of_roof"] or 0) >= ROOF_TARGET,
             "copy_same_launches_pct_of_roof": copy_pct,
             "occupancy_pct": d["occupancy_pct"], "limiter": d["limiter"], "launches": len(d["launches"]),
+            "launch_count": sum(la.get("count", 1) for la in d["launches"]),
             "main_kernel": d.get("main_kernel"), "grid": main.get("grid"), "block": main.get("block"),
             "num_warps": main.get("num_warps"), "num_stages": main.get("num_stages"),
             "registers": main.get("registers"), "spills": main.get("spills"),
