@@ -57,10 +57,10 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     write per point. PDL (programmatic dependent launch, sm_90): the next step's programs are launched while
     this step's last ones run, and wait (griddepcontrol.wait) for all of it before their first load.
 
-    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 1024x4, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=2, BLOCK_N=512); 40 registers, 0 spills, 0 B shared; occupancy 75 % (registers-limited); 814.5 us,
-    3296 GB/s = 76 % of the copy roof; 0.53x the best automatic candidate (torch-compile-fp32). Verdict: at 76 %
-    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
+    Tuning note (gpuspeed kernel, H200, commit 62a5101): grid 256x8, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=8, BLOCK_N=256); 64 registers, 0 spills, 0 B shared; occupancy 50 % (registers-limited); 773.4 us,
+    3471 GB/s = 80 % of the copy roof; 0.56x the best automatic candidate (torch-compile-fp32). Verdict: at 80 %
+    of the copy roof: done; next: none: it is at its roof.
     """
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -92,9 +92,9 @@ def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point: at
     2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
 
-    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 2048x2, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=1, BLOCK_N=1024); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 479.8 us,
-    2797 GB/s = 65 % of the copy roof; 0.90x the best automatic candidate (torch-compile-fp32). Verdict: at 65 %
+    Tuning note (gpuspeed kernel, H200, commit 62a5101): grid 2048x2, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=1, BLOCK_N=1024); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 476.8 us,
+    2815 GB/s = 65 % of the copy roof; 0.91x the best automatic candidate (torch-compile-fp32). Verdict: at 65 %
     of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     _STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
@@ -212,10 +212,10 @@ def _numba_kernel():
     def heat_step_numba_kernel(src, dst, alpha):
         """One Jacobi step: ROWS_PER_THREAD points of one column per thread, boundary points copied through.
 
-        Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 8x256, block 256; 32 registers, 0 spills,
-        0 B shared; occupancy 100 % (warps-limited); 821.7 us, 3267 GB/s = 76 % of the copy roof; 0.53x the
-        best automatic candidate (torch-compile-fp32). Verdict: at 76 % of the copy roof; next: tune BLOCK
-        sizes, num_warps and num_stages (autotune over them).
+        Tuning note (gpuspeed kernel, H200, commit 62a5101): grid 8x256, block 256; 32 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 818.4 us, 3280 GB/s = 76 % of the copy roof; 0.53x the
+        best automatic candidate (torch-compile-fp32). Verdict: at 76 % of the copy roof; next: tune the
+        block shape and the work per thread (time a few).
         """
         n_rows, n_cols = src.shape
         c = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

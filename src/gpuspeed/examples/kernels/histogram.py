@@ -50,9 +50,9 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     grow with the sample count. Dropped values (and the padding lanes of the last tile) are binned as
     0 and taken off bin 0 at the end.
 
-    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 4224, num_warps 4, num_stages 1 (autotuned:
-    BLOCK=1024, PER_SM=32); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 252.4 us,
-    1585 GB/s = 37 % of the copy roof; 2.09x the best automatic candidate (cupy). Verdict: latency-bound at 37 %
+    Tuning note (gpuspeed kernel, H200, commit 008aad4): grid 4224, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=1024, PER_SM=32); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 252.7 us,
+    1583 GB/s = 37 % of the copy roof; 2.09x the best automatic candidate (cupy). Verdict: latency-bound at 37 %
     of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
     """
     pid = tl.program_id(0)
@@ -162,10 +162,10 @@ def numba_kernel(bins: int):
         """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
         atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 1056, block 256; 32 registers, 0 spills,
-        6152 B shared; occupancy 100 % (warps-limited); 130.2 us, 3072 GB/s = 71 % of the copy roof; 4.05x
-        the best automatic candidate (cupy). Verdict: at 71 % of the copy roof; next: tune BLOCK sizes,
-        num_warps and num_stages (autotune over them).
+        Tuning note (gpuspeed kernel, H200, commit 008aad4): grid 1056, block 256; 32 registers, 0 spills,
+        6152 B shared; occupancy 100 % (warps-limited); 128.3 us, 3117 GB/s = 72 % of the copy roof; 4.11x
+        the best automatic candidate (cupy). Verdict: at 72 % of the copy roof; next: tune the block shape
+        and the work per thread (time a few).
         """
         h = cuda.shared.array(n_counts, int32)
         e = cuda.shared.array(n_edges, float64)

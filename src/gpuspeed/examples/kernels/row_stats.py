@@ -28,9 +28,9 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
     """ROWS rows per program; the weights' sum is recomputed by every program from the w it loads anyway
     (w is 16 KiB: it stays in L2 and L1, so no extra DRAM traffic and no second launch).
 
-    Tuning note (gpuspeed kernel, H200, commit bc2c364): grid 16384, num_warps 4, num_stages 1 (autotuned:
-    ROWS=1); 96 registers, 0 spills, 32 B shared; occupancy 31 % (registers-limited); 80.3 us, 3349 GB/s = 77 %
-    of the copy roof; 9.59x the best automatic candidate (torch-compile). Verdict: register-limited to 31 %
+    Tuning note (gpuspeed kernel, H200, commit 008aad4): grid 16384, num_warps 4, num_stages 1 (autotuned:
+    ROWS=1); 96 registers, 0 spills, 32 B shared; occupancy 31 % (registers-limited); 80.0 us, 3363 GB/s = 78 %
+    of the copy roof; 9.63x the best automatic candidate (torch-compile). Verdict: register-limited to 31 %
     occupancy: try num_warps=2.
     """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
