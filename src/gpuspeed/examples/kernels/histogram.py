@@ -76,11 +76,10 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
         frac = pos - idx.to(tl.float64)
         near = keep & ((frac < _NEAR_EDGE) | (frac > 1.0 - _NEAR_EDGE))  # x == hi too (frac 0)
         idx = tl.where(idx >= bins, bins - 1, idx)  # x == hi lands in the last bin
-        if tl.max(near.to(tl.int32), axis=0) > 0:  # a tile with no value near an edge (nearly all) skips the loads
-            lower = tl.load(edges_ptr + idx, mask=near, other=0.0)  # the masked-off lanes load nothing
-            idx = tl.where(near & (x < lower), idx - 1, idx)  # NumPy's correction within ~1 ulp of an edge
-            upper = tl.load(edges_ptr + idx + 1, mask=near, other=0.0)
-            idx = tl.where(near & (x >= upper) & (idx != bins - 1), idx + 1, idx)
+        lower = tl.load(edges_ptr + idx, mask=near, other=0.0)  # the masked-off lanes load nothing
+        idx = tl.where(near & (x < lower), idx - 1, idx)  # NumPy's correction within ~1 ulp of an edge
+        upper = tl.load(edges_ptr + idx + 1, mask=near, other=0.0)
+        idx = tl.where(near & (x >= upper) & (idx != bins - 1), idx + 1, idx)
         hist += tl.histogram(idx, BINS)
         dropped += (~keep).to(tl.int32)
     b = tl.arange(0, BINS)
