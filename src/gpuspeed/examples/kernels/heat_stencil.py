@@ -42,7 +42,9 @@ except ImportError:  # the Triton kernel works without Numba
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
            for m, n, w, s in ((8, 256, 4, 1), (2, 128, 1, 1), (4, 256, 2, 1), (4, 256, 4, 1), (2, 512, 4, 1),
                               (1, 256, 2, 1), (8, 128, 4, 1), (4, 512, 4, 1))]
-# float32: every tile from 1x256 to 16x256 ran about alike there (a step's fixed cost, not the tile, dominates)
+# float32: every tile from 1x256 to 16x256 ran about alike there (a step's fixed cost, not the tile, dominates); rows
+# slid down a column strip, each loaded once, ran slower (48 % of the roof: each row's loads wait behind the row
+# before; results/nvidia-h200/kernels_89c290e.json)
 CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
                for m, n, w, s in ((1, 1024, 4, 1), (1, 2048, 8, 1), (1, 512, 4, 1), (4, 512, 4, 1), (2, 512, 4, 1),
                                   (4, 256, 4, 1), (8, 256, 8, 1), (4, 128, 2, 1))]
