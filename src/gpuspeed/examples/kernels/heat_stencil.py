@@ -102,9 +102,6 @@ def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     _STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
 
 
-USE_PDL = True  # programmatic dependent launch where the GPU and Triton have it (sm_90+)
-
-
 @functools.lru_cache(maxsize=None)
 def _pdl(index: int) -> bool:
     """Whether the step kernels launch with PDL on this device: sm_90 or later, a Triton with
@@ -130,7 +127,7 @@ def _triton_steps(u, coeff, steps, config, kernel):
     """`steps` launches of the one-step kernel between two fresh ping-pong buffers; the grid after them."""
     n_rows, n_cols = u.shape
     a, b = torch.empty_like(u), torch.empty_like(u)
-    pdl = USE_PDL and _pdl(u.device.index or 0) if u.device.type == "cuda" else False
+    pdl = u.device.type == "cuda" and _pdl(u.device.index or 0)
     extra = {"launch_pdl": True} if pdl else {}
 
     def grid(meta):
@@ -179,7 +176,7 @@ def _heat(grid, alpha, steps, config, dtype, kernel):
     coeff = _alpha(float(alpha), u.device, dtype)
     if _eager(u):
         return _triton_steps(u, coeff, steps, config, kernel)
-    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config), USE_PDL)
+    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config))
     if key not in _GRAPHS and config is None:  # autotune once, eagerly: a capture cannot time configs
         _triton_steps(u, coeff, steps, None, kernel)
         config = kernel.best_config
