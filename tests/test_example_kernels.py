@@ -185,6 +185,34 @@ def _refuses_without_device() -> dict:
     return {"id": "refuses", "passed": ok, "summary": " | ".join(said) or "ran without a device"}
 
 
+def _histogram_edges_paths() -> dict:
+    """The Triton histogram computes its edges as i * step + lo where that gives np.linspace's edges bit for bit
+    (checked on the host per bin count and range) and gathers NumPy's edges otherwise (a range whose step
+    underflows): both paths bin the edge cases as NumPy does."""
+    import torch
+
+    from gpuspeed.examples.kernels import histogram as H
+
+    plans = {(b, lo, hi): H._edges_host(b, lo, hi)[4] for b, lo, hi in
+             ((256, -4.0, 4.0), (37, -2.5, 3.1), (7, 1.0, 1.0), (1000, -3.3, 2.9), (3, 0.0, 5e-324))}
+    runs = []
+    real = H._edges_host
+    for forced in (None, False):
+        H._EDGES.clear()
+        H._edges_host = real if forced is None else (lambda *a: real(*a)[:4] + (False,))
+        try:
+            for shape_id in (0, 1, 2):
+                x, bins, lo, hi = _args("histogram", shape_id, 5, False)
+                got = H.histogram_triton(torch.from_numpy(x), bins, lo, hi).numpy()
+                runs.append(bool(np.array_equal(got, np.histogram(x, bins=bins, range=(lo, hi))[0])))
+        finally:
+            H._edges_host = real
+            H._EDGES.clear()
+    ok = all(runs) and plans == {(256, -4.0, 4.0): True, (37, -2.5, 3.1): True, (7, 1.0, 1.0): True,
+                                 (1000, -3.3, 2.9): True, (3, 0.0, 5e-324): False}
+    return {"id": "histogram-edges", "passed": ok, "summary": f"arith plans {plans}; runs {runs}"}
+
+
 def child_main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     import torch
@@ -204,6 +232,8 @@ def child_main() -> int:
         print(json.dumps(line), flush=True)
     if not torch.cuda.is_available() and (not wanted or "refuses" in wanted):
         print(json.dumps(_refuses_without_device()), flush=True)
+    if not wanted or "histogram-edges" in wanted:
+        print(json.dumps(_histogram_edges_paths()), flush=True)
     return 0
 
 
@@ -237,6 +267,11 @@ def test_kernel_matches_the_original_under_the_interpreter(child_results, case):
         mod_configs = {r["config"] for r in d["runs"]} - {"variants dict"}
         assert len(mod_configs) == d["configs"] >= 2  # every autotune config ran
     assert any(r["shape"] == 1 for r in d["runs"])  # and the second, odd shape
+
+
+def test_histogram_edges_computed_where_they_match_linspace_else_gathered(child_results):
+    d = child_results.get("histogram-edges")
+    assert d is not None and d["passed"], d
 
 
 def test_launcher_without_a_device_is_unavailable_in_one_line(child_results):

@@ -5,11 +5,15 @@ replayed from a CUDA graph.
 The first launch reads the caller's grid (never written) and every launch writes the whole grid, the
 fixed boundary copied through, so neither buffer needs a copy of the grid first. Precision: float64, the
 example's own dtype (memory-bound: 16 bytes moved per point per step against 7 flops); the float32 variant
-(heat_triton_fp32, `precision = "float32"`) runs the same code on float32 grids, half the bytes, the
-like-for-like answer to optimize's float32 candidates (kept only within the example's TOLERANCE).
+(heat_triton_fp32, `precision = "float32"`) steps float32 grids, half the bytes, the like-for-like answer to
+optimize's float32 candidates (kept only within the example's TOLERANCE).
 
-One step a launch, the neighbours read through L1: each point is loaded 5 times, 4 of them cache hits, so DRAM
-sees one read and one write per point per step. What was measured against it on the H200
+One step a launch. Float64 (tile kernel): the neighbours read through L1, each point loaded 5 times, 4 of them
+cache hits, so DRAM sees one read and one write per point per step. Float32 (strip kernel): both grids live in
+L2, which the tile kernel's up and down rows (other programs' centre rows) each cross again; a program steps 4
+rows and loads each of its 6 rows once, every load issued before the first store. A strip that loaded each row
+after storing the one before (89c290e, results/nvidia-h200/kernels_89c290e.json) reached 48 % of the copy roof:
+a load cannot move above a store to a buffer that may alias its own. What was measured against it on the H200
 (results/nvidia-h200/kernels_1bac8bf.json): temporal blocking (two steps a launch, each output recomputing
 the first step at itself and its four neighbours from 13 inputs) ran at 26 % (float64) and 15 % (float32) of the
 copy roof, load-instruction bound, against 74 % and 60 % for one step a launch; and a Numba kernel that staged a
@@ -42,12 +46,11 @@ except ImportError:  # the Triton kernel works without Numba
 CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
            for m, n, w, s in ((8, 256, 4, 1), (2, 128, 1, 1), (4, 256, 2, 1), (4, 256, 4, 1), (2, 512, 4, 1),
                               (1, 256, 2, 1), (8, 128, 4, 1), (4, 512, 4, 1))]
-# float32: every tile from 1x256 to 16x256 ran about alike there (a step's fixed cost, not the tile, dominates); rows
-# slid down a column strip, each loaded once, ran slower (48 % of the roof: each row's loads wait behind the row
-# before; results/nvidia-h200/kernels_89c290e.json)
-CONFIGS_F32 = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
-               for m, n, w, s in ((1, 1024, 4, 1), (1, 2048, 8, 1), (1, 512, 4, 1), (4, 512, 4, 1), (2, 512, 4, 1),
-                                  (4, 256, 4, 1), (8, 256, 8, 1), (4, 128, 2, 1))]
+# float32: four rows a program, each row loaded once (strip_step), the shapes an H200 sweep (40 steps replayed from a
+# graph) ranked first; 128- and 2048-column strips, 2-row strips and every tile of the tile kernel ran slower. In
+# float64 (two 32 MiB grids: DRAM-bound) the strip and the tile ran alike, so the float64 kernel keeps its tiles
+CONFIGS_F32 = [triton.Config({"BLOCK_M": 4, "BLOCK_N": n}, num_warps=w, num_stages=1)
+               for n, w in ((512, 8), (256, 4), (512, 4), (256, 2), (1024, 8))]
 
 
 @triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
@@ -83,23 +86,72 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], tl.where(interior, c + alpha * lap, c), mask=inside)
 
 
-_STEP = heat_step_kernel.fn  # the plain JIT function: the float32 kernel inlines the same code
+@triton.jit
+def _lr(p, interior):
+    """The left and right neighbours of a row's points (misaligned by one element: L1 hits after the centre load)."""
+    return tl.load(p - 1, mask=interior, other=0.0), tl.load(p + 1, mask=interior, other=0.0)
+
+
+@triton.jit
+def _update(up, c, down, left_right, alpha, interior):
+    """The original's c + alpha * (up + down + left + right - 4 c), in its order of operations; boundary points
+    unchanged."""
+    left, right = left_right
+    return tl.where(interior, c + alpha * (up + down + left + right - 4.0 * c), c)
+
+
+@triton.jit
+def strip_step(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               PDL: tl.constexpr):
+    """One Jacobi step on a strip of BLOCK_M = 4 rows by BLOCK_N columns: the 6 rows it reads (its own and one
+    above and below) are each loaded once, as aligned vectors, and serve as the centre of one row and the up and
+    down of its neighbours; only the left and right neighbours are loaded per point. Every load is issued before
+    the first store (src and dst are different buffers, which the compiler cannot know), so none waits behind a
+    store."""
+    tl.static_assert(BLOCK_M == 4)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()  # every write of the previous step is visible after this
+    alpha = tl.load(alpha_ptr)  # the grid's dtype, from memory: a Python float argument would arrive as float32
+    r0 = tl.program_id(0).to(tl.int64) * BLOCK_M
+    cols = tl.program_id(1).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < n_cols
+    col_in = col_ok & (cols > 0) & (cols < n_cols - 1)
+    r = r0 + tl.zeros((BLOCK_N,), dtype=tl.int64)  # row indices as vectors: the masks below are per point
+    above = tl.load(src_ptr + (r - 1) * n_cols + cols, mask=col_ok & (r > 0), other=0.0)
+    p0 = src_ptr + r * n_cols + cols
+    c0 = tl.load(p0, mask=col_ok & (r < n_rows), other=0.0)
+    c1 = tl.load(p0 + n_cols, mask=col_ok & (r + 1 < n_rows), other=0.0)
+    c2 = tl.load(p0 + 2 * n_cols, mask=col_ok & (r + 2 < n_rows), other=0.0)
+    c3 = tl.load(p0 + 3 * n_cols, mask=col_ok & (r + 3 < n_rows), other=0.0)
+    below = tl.load(p0 + 4 * n_cols, mask=col_ok & (r + 4 < n_rows), other=0.0)
+    in0 = col_in & (r > 0) & (r < n_rows - 1)
+    in1 = col_in & (r + 1 < n_rows - 1)
+    in2 = col_in & (r + 2 < n_rows - 1)
+    in3 = col_in & (r + 3 < n_rows - 1)
+    lr0 = _lr(p0, in0)
+    lr1 = _lr(p0 + n_cols, in1)
+    lr2 = _lr(p0 + 2 * n_cols, in2)
+    lr3 = _lr(p0 + 3 * n_cols, in3)
+    q0 = dst_ptr + r * n_cols + cols
+    tl.store(q0, _update(above, c0, c1, lr0, alpha, in0), mask=col_ok & (r < n_rows))
+    tl.store(q0 + n_cols, _update(c0, c1, c2, lr1, alpha, in1), mask=col_ok & (r + 1 < n_rows))
+    tl.store(q0 + 2 * n_cols, _update(c1, c2, c3, lr2, alpha, in2), mask=col_ok & (r + 2 < n_rows))
+    tl.store(q0 + 3 * n_cols, _update(c2, c3, below, lr3, alpha, in3), mask=col_ok & (r + 3 < n_rows))
 
 
 @triton.autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
 @triton.jit
 def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
-    """heat_step_kernel on float32 grids (the `triton_fp32` variant, declared precision = "float32"): the same code,
-    inlined, with its own kernel name and configs, so its tuning note is its own. Half the bytes per point: at
-    2048 x 2048 the two ping-pong grids (32 MiB) fit the H200's 50 MiB L2.
+    """One Jacobi step on float32 grids (the `triton_fp32` variant, declared precision = "float32"), as strip_step:
+    4 rows a program, each row loaded once. At 2048 x 2048 the two ping-pong grids (32 MiB) live in the H200's
+    50 MiB L2, so a step is bound by L2 traffic and load instructions, not DRAM: the tile kernel above, whose three
+    row loads a point each went to L2 (its 2-D tiles did no better), reached 65 % of the copy roof here.
 
-    Tuning note (gpuspeed kernel, H200, commit 62a5101): grid 2048x2, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=1, BLOCK_N=1024); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 476.8 us,
-    2815 GB/s = 65 % of the copy roof; 0.91x the best automatic candidate (torch-compile-fp32). Verdict: at 65 %
-    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
+    Tuning note (gpuspeed kernel, H200, commit pending): pending.
     """
-    _STEP(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
+    strip_step(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,16 +2,23 @@
 per-program histograms merged with one atomic per bin) and a Numba CUDA kernel (a shared-memory
 histogram per block, merged with global atomics).
 
-Exact binning: a bin index estimated as (x - lo) * (bins / (hi - lo)), then, only for a value whose estimate
-lies within 1e-9 of a bin's width of an edge, corrected against the bin edges NumPy itself uses
-(np.linspace(lo, hi, bins + 1), computed once on the host and cached on the device), as np.histogram does.
-Farther from an edge the estimate is NumPy's bin: it and NumPy's own estimate differ from the exact position
-by a few ulps (~1e-13 of a bin at 256 bins), and the edges from linspace by as little, so neither crosses an
-edge. The two edge loads a sample cost the kernels more than the sample's own load (gathered loads, a few
-cache lines a warp). Values outside [lo, hi] and NaN are dropped, hi falls in the last bin. Counts are int64
-(NumPy's dtype). Precision: float64 (the index arithmetic must match NumPy's bit for bit), so no
-float32 variant: samples cast to float32 land in the neighbouring bin near an edge, and counts compare exactly.
+Exact binning: a bin index estimated as (x - lo) * (bins / (hi - lo)), then corrected against the bin edges NumPy
+itself uses (np.linspace(lo, hi, bins + 1)), as np.histogram corrects its own estimate. The Triton kernel
+corrects every value against edges it computes as linspace does (i * step + lo, FMA contraction off; checked
+against np.linspace on the host, else it gathers them), so no argument about ulps is needed. The Numba kernel
+corrects only a value whose estimate lies within 1e-9 of a bin's width of an edge, against the edges staged in
+shared memory: farther from an edge the estimate is NumPy's bin, as it and NumPy's own estimate differ from the
+exact position by a few ulps (~1e-13 of a bin at 256 bins), and the edges from linspace by as little.
+Values outside [lo, hi] and NaN are dropped, hi falls in the last bin. Counts are int64 (NumPy's dtype).
+Precision: float64 (the index arithmetic must match NumPy's bit for bit), so no float32 variant: samples cast
+to float32 land in the neighbouring bin near an edge, and counts compare exactly.
+
+An earlier Triton kernel corrected only values near an edge, as the Numba kernel does, against gathered edges; it was
+exact under the interpreter and on random samples, but on the H200 it put values on or an ulp beside an edge one
+bin low at 37, 7 and 1000 bins (exact at 256 bins over [-4, 4], whose edges are binary fractions); the cause
+was not isolated. The GPU test bins values on and beside every edge at those four bin counts, both kernels.
 """
+
 
 from __future__ import annotations
 
@@ -30,75 +37,87 @@ try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the ke
 except ImportError:  # the Triton kernel works without Numba
     cuda = float64 = int32 = None
 
-NEAR_EDGE = 1e-9  # a bin-position fraction this close to 0 or 1 is checked against NumPy's edges
-_NEAR_EDGE = tl.constexpr(NEAR_EDGE)  # the same, as Triton reads a global
+NEAR_EDGE = 1e-9  # the Numba kernel: a bin-position fraction this close to 0 or 1 is checked against the edges
 
-# PER_SM: programs per SM of the persistent grid (each loops over BLOCK-sized tiles, then merges once)
-# 8 values per thread per tile kept ~64-74 registers (ptxas, sm_90); 16 per thread took 128-133. Ordered as an H200
-# sweep (edge loads gated) ranked them; 2 warps on 1024 and 4096 at 8 warps were the slowest there and are gone
-CONFIGS = [triton.Config({"BLOCK": b, "PER_SM": p}, num_warps=w, num_stages=s)
-           for b, p, w, s in ((1024, 32, 4, 1), (2048, 16, 8, 1), (1024, 16, 4, 1), (2048, 8, 8, 1),
-                              (512, 32, 2, 1), (1024, 8, 4, 1), (512, 64, 4, 1), (1024, 64, 8, 1))]
+# PER_SM: programs per SM of the persistent grid (each loops over BLOCK-sized tiles, then merges once). The shapes an
+# H200 sweep ranked first. Slower there: 512-sample tiles at 2 warps; 2 or 4 copies of the histogram with the lanes
+# spread over them (each tl.histogram call then reads back 2-4x the bins); two tiles a tl.histogram call; and, with
+# the masked histogram, the next tile's load issued before this one is binned
+CONFIGS = [triton.Config({"BLOCK": b, "PER_SM": p}, num_warps=w, num_stages=1)
+           for b, p, w in ((2048, 16, 4), (4096, 8, 8), (1024, 32, 4), (2048, 16, 8))]
 
 
-@triton.autotune(configs=CONFIGS, key=["n", "bins"], reset_to_zero=["out_ptr"])
+@triton.jit
+def _bin(x, lo, step, scale, edges_ptr, bins, ARITH: tl.constexpr):
+    """np.histogram's bin of each kept value of x (lo <= x <= hi; the others bin as lo, masked off by the caller).
+
+    The index is estimated with a multiply (a float64 divide is a ~20-instruction sequence; the estimate differs
+    from NumPy's by an ulp at most, so by one bin at most, near an edge), then corrected against NumPy's own
+    edges exactly as np.histogram corrects its own estimate: one down if x < edge[i], one up if x >= edge[i + 1]
+    and i is not the last bin. An estimate within one bin of the true one lands on NumPy's bin. ARITH: the edges
+    are computed as np.linspace computes them, i * step + lo with each operation rounded (the kernel is launched
+    with FMA contraction off), which the launcher has checked bit for bit against np.linspace for these bins;
+    otherwise they are gathered from NumPy's edges array."""
+    idx = ((x - lo) * scale).to(tl.int32)
+    idx = tl.where(idx >= bins, bins - 1, idx)  # x == hi lands in the last bin
+    if ARITH:
+        lower = idx.to(tl.float64) * step + lo
+    else:
+        lower = tl.load(edges_ptr + idx)
+    idx = tl.where(x < lower, idx - 1, idx)
+    if ARITH:
+        upper = (idx + 1).to(tl.float64) * step + lo
+    else:
+        upper = tl.load(edges_ptr + idx + 1)
+    return tl.where((x >= upper) & (idx < bins - 1), idx + 1, idx)
+
+
+@triton.autotune(configs=CONFIGS, key=["n", "bins", "ARITH"], reset_to_zero=["out_ptr"])
 @triton.jit
 def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
-                     BINS: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):
-    """A persistent grid: each program bins its BLOCK-sized tiles into a private histogram in registers
-    (tl.histogram), then adds it to the global counts with one atomic per bin, so the atomics do not
-    grow with the sample count. Dropped values (and the padding lanes of the last tile) are binned as
-    0 and taken off bin 0 at the end.
+                     BINS: tl.constexpr, ARITH: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):
+    """A persistent grid: each program bins its BLOCK-sized tiles into a private histogram (tl.histogram, dropped
+    values masked off, accumulated in registers), then adds it to the global counts with one atomic per bin, so
+    the atomics do not grow with the sample count.
 
-    Tuning note (gpuspeed kernel, H200, commit 008aad4): grid 4224, num_warps 4, num_stages 1 (autotuned:
-    BLOCK=1024, PER_SM=32); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 252.7 us,
-    1583 GB/s = 37 % of the copy roof; 2.09x the best automatic candidate (cupy). Verdict: latency-bound at 37 %
-    of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
+    Where the time goes (an H200 sweep, 50 M samples, 256 bins): the loads alone and the loads with the binning took
+    the same time (the float64 arithmetic hides under the loads); the loads with tl.histogram of a trivial index took
+    most of the kernel's time. tl.histogram's lowering (a shared-memory round trip and barriers every call) is the
+    cost, which the Numba kernel's shared histograms, kept for the whole block, do not pay.
+
+    Tuning note (gpuspeed kernel, H200, commit pending): pending.
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
     hi = tl.load(range_ptr + 1)
-    step = tl.num_programs(0) * BLOCK
+    step = tl.load(range_ptr + 2)  # np.linspace's step, (hi - lo) / bins
+    scale = bins / (hi - lo)
     offs0 = tl.arange(0, BLOCK)
     hist = tl.zeros((BINS,), dtype=tl.int32)
-    dropped = tl.zeros((BLOCK,), dtype=tl.int32)  # lanes binned as 0 but not counted: summed once, at the end
-    # a multiply, not NumPy's divide: float64 division is a ~20-instruction sequence a sample; the estimate differs
-    # from NumPy's by an ulp at most, so it is off by at most one bin, and only near an edge, where the corrections
-    # below (NumPy's own) land both on the same bin
-    scale = bins / (hi - lo)
-    for start in range(pid * BLOCK, n, step):
+    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
         offs = start + offs0
-        m = offs < n
-        x = tl.load(x_ptr + offs, mask=m, other=0.0)
-        keep = m & (x >= lo) & (x <= hi)
-        pos = (tl.where(keep, x, lo) - lo) * scale  # dropped lanes (NaN too): bin 0
-        idx = pos.to(tl.int32)
-        frac = pos - idx.to(tl.float64)
-        near = keep & ((frac < _NEAR_EDGE) | (frac > 1.0 - _NEAR_EDGE))  # x == hi too (frac 0)
-        idx = tl.where(idx >= bins, bins - 1, idx)  # x == hi lands in the last bin
-        # (skipping these four lines for a tile with no value near an edge, after one tl.max over it, ran slower on
-        # the H200: more registers, 38 % occupancy; results/nvidia-h200/kernels_f16b397.json)
-        lower = tl.load(edges_ptr + idx, mask=near, other=0.0)  # the masked-off lanes load nothing
-        idx = tl.where(near & (x < lower), idx - 1, idx)  # NumPy's correction within ~1 ulp of an edge
-        upper = tl.load(edges_ptr + idx + 1, mask=near, other=0.0)
-        idx = tl.where(near & (x >= upper) & (idx != bins - 1), idx + 1, idx)
-        hist += tl.histogram(idx, BINS)
-        dropped += (~keep).to(tl.int32)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        keep = (offs < n) & (x >= lo) & (x <= hi)  # NaN and values outside [lo, hi] are dropped, as NumPy drops them
+        hist += tl.histogram(_bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH), BINS, mask=keep)
     b = tl.arange(0, BINS)
-    hist -= tl.where(b == 0, tl.sum(dropped, axis=0), 0)
     tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=b < bins)
 
 
 @functools.lru_cache(maxsize=64)
 def _edges_host(bins: int, lo: float, hi: float):
-    """np.histogram's range and edges: (lo, hi) widened by 0.5 when equal, np.linspace(lo, hi, bins + 1)."""
+    """np.histogram's range and edges: (lo, hi) widened by 0.5 when equal, np.linspace(lo, hi, bins + 1); and
+    linspace's step with whether i * step + lo (each operation rounded) gives every edge but the last bit for bit
+    (the kernel's ARITH edges: the last one it never reads)."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ValueError(f"supplied range of [{lo}, {hi}] is not finite")
     if lo > hi:
         raise ValueError("max must be larger than min in range parameter.")
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
-    return lo, hi, np.linspace(lo, hi, bins + 1)
+    edges = np.linspace(lo, hi, bins + 1)
+    step = (hi - lo) / bins
+    arith = step > 0 and bool(np.array_equal(np.arange(bins, dtype=np.float64) * step + lo, edges[:-1]))
+    return lo, hi, edges, step, arith
 
 
 _EDGES: dict = {}
@@ -107,21 +126,24 @@ _EDGES: dict = {}
 def _setup(samples, bins, lo, hi, sim):
     x = device_tensor(samples, sim).reshape(-1).to(torch.float64)
     bins = int(bins)
-    lo, hi, edges = _edges_host(bins, float(lo), float(hi))
+    lo, hi, edges, step, arith = _edges_host(bins, float(lo), float(hi))
     key = (bins, lo, hi, str(x.device))
     if key not in _EDGES:  # copied to the device once, not on every call
-        _EDGES[key] = (torch.from_numpy(edges).to(x.device), torch.tensor([lo, hi], dtype=torch.float64, device=x.device))
+        _EDGES[key] = (torch.from_numpy(edges).to(x.device),
+                       torch.tensor([lo, hi, step], dtype=torch.float64, device=x.device), arith)
     out = torch.zeros(bins, dtype=torch.int64, device=x.device)
     return x, bins, lo, hi, _EDGES[key], out
 
 
 def histogram_triton(samples, bins, lo, hi, config=None):
     """The example's `original(samples, bins, lo, hi)` on the GPU: int64 counts per bin."""
-    x, bins, lo, hi, (edges, bounds), out = _setup(samples, bins, lo, hi, interpreting())
+    x, bins, lo, hi, (edges, bounds, arith), out = _setup(samples, bins, lo, hi, interpreting())
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
+    # enable_fp_fusion=False: i * step + lo must round twice, as np.linspace does, not once as an FMA
     launch(histogram_kernel, lambda meta: (max(1, min(triton.cdiv(n, meta["BLOCK"]), sms * meta["PER_SM"])),),
-           x, edges, bounds, out, n, bins, config=config, BINS=triton.next_power_of_2(bins))
+           x, edges, bounds, out, n, bins, config=config, BINS=triton.next_power_of_2(bins), ARITH=arith,
+           enable_fp_fusion=False)
     return out
 
 
@@ -203,7 +225,7 @@ def numba_kernel(bins: int):
 def histogram_numba(samples, bins, lo, hi):
     """The example's `original(samples, bins, lo, hi)` on the GPU through Numba CUDA."""
     sim = cudasim()
-    x, bins, lo, hi, (edges, _), out = _setup(samples, bins, lo, hi, sim)
+    x, bins, lo, hi, (edges, _, _), out = _setup(samples, bins, lo, hi, sim)
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
     blocks = max(1, min(triton.cdiv(n, THREADS), sms * BLOCKS_PER_SM))
