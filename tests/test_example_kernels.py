@@ -28,6 +28,7 @@ HAS_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
 CASES = [
     ("row_normalize-triton", "row_normalize_loop", "row_normalize", "normalize_rows_triton", "triton"),
     ("row_stats-triton", "row_stats", "row_stats", "row_stats_triton", "triton"),
+    ("row_stats-numba", "row_stats", "row_stats", "row_stats_numba", "numba"),
     ("pairwise-triton", "pairwise_distance", "pairwise_distance", "pairwise_triton", "triton"),
     ("pairwise-numba", "pairwise_distance", "pairwise_distance", "pairwise_numba", "numba"),
     ("heat-triton", "heat_stencil", "heat_stencil", "heat_triton", "triton"),

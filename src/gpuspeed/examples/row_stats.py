@@ -31,4 +31,5 @@ def inputs(rng, scale=1.0):
 # hand-written kernels (gpuspeed/examples/kernels/row_stats.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("row_stats", "row_stats_triton"),
+    "numba_cuda": lazy("row_stats", "row_stats_numba"),
 }

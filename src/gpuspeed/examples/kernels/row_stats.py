@@ -1,4 +1,5 @@
-"""Per-row weighted mean, standard deviation and skewness in one Triton kernel (row_stats).
+"""Per-row weighted mean, standard deviation and skewness (row_stats), as a Triton kernel and a Numba CUDA kernel
+with warp-shuffle reductions.
 
 One read of each row: the row stays in registers while the kernel makes its three weighted
 reductions (the mean first, then the centred second and third moments, as the original does, so no
@@ -8,11 +9,19 @@ bytes, the inputs being float64).
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import device_tensor, interpreting, launch
+from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+
+try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
+    from numba import cuda
+except ImportError:  # the Triton kernel works without Numba
+    cuda = None
 
 MAX_SINGLE = 2048  # rows up to this long are held in registers whole (one read)
 CHUNK = 1024  # a longer row is read in chunks of this many columns (two passes): 4096 spilled (ptxas, sm_90)
@@ -88,4 +97,126 @@ def row_stats_triton(x, w, config=None, out=None):
     block = triton.next_power_of_2(n_cols) if single else CHUNK
     launch(row_stats_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, w, mean, std, skew,
            n_rows, n_cols, x.stride(0), config=config, BLOCK=block, SINGLE=single)
+    return mean, std, skew
+
+
+# Numba CUDA: one block of 256 threads a row (the brief's 128-256 range), each thread holding PER_THREAD = 8 of the
+# row's values in registers (2048 columns: the example's row, read once, the 8 loads issued before any arithmetic);
+# a longer row is read twice from global memory. Each reduction: 5 shuffle rounds in every warp (no shared memory,
+# no barrier), then the 8 warps' partials through 128 bytes of shared memory.
+THREADS = 256
+WARPS = THREADS // 32
+PER_THREAD = 8
+FULL_MASK = 0xFFFFFFFF
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_kernel():
+    from numba import float64
+
+    sim = cudasim()
+    scratch_len = THREADS if sim else 1  # a shared-array shape must be a constant
+
+    if sim:
+        @cuda.jit(device=True)
+        def xor_lane(v, offset, scratch):
+            """v of lane (this lane ^ offset): Numba's simulator has no warp shuffles, so the same exchange goes
+            through shared memory (the same butterfly, the same order of additions)."""
+            scratch[cuda.threadIdx.x] = v
+            cuda.syncthreads()
+            other = scratch[cuda.threadIdx.x ^ offset]
+            cuda.syncthreads()
+            return other
+    else:
+        @cuda.jit(device=True)
+        def xor_lane(v, offset, scratch):
+            """v of lane (this lane ^ offset), by a warp shuffle."""
+            return cuda.shfl_xor_sync(FULL_MASK, v, offset)
+
+    @cuda.jit(device=True)
+    def block_sums(a, b, partials, scratch):
+        """(sum of a, sum of b) over the block, in every thread: a butterfly of shuffles in every warp, then one
+        partial per warp."""
+        for offset in (16, 8, 4, 2, 1):
+            a += xor_lane(a, offset, scratch)
+            b += xor_lane(b, offset, scratch)
+        if cuda.threadIdx.x % 32 == 0:
+            partials[0, cuda.threadIdx.x // 32] = a
+            partials[1, cuda.threadIdx.x // 32] = b
+        cuda.syncthreads()
+        a = 0.0
+        b = 0.0
+        for i in range(WARPS):
+            a += partials[0, i]
+            b += partials[1, i]
+        cuda.syncthreads()  # the partials are written again by the next reduction
+        return a, b
+
+    @cuda.jit
+    def row_stats_numba_kernel(x, w, mean, std, skew):
+        """One row a block: the weighted sum and the weights' sum reduced together, the mean, then the centred
+        second and third moments reduced together; thread 0 writes the three statistics.
+
+        Tuning note (gpuspeed kernel, H200, commit pending): pending.
+        """
+        partials = cuda.shared.array((2, WARPS), float64)
+        scratch = cuda.shared.array(scratch_len, float64)
+        r = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        n_cols = x.shape[1]
+        s2 = 0.0
+        s3 = 0.0
+        if n_cols <= THREADS * PER_THREAD:
+            xs = cuda.local.array(PER_THREAD, float64)
+            ws = cuda.local.array(PER_THREAD, float64)
+            for i in range(PER_THREAD):  # the loads first: 8 in flight
+                j = t + i * THREADS
+                xs[i] = x[r, j] if j < n_cols else 0.0
+                ws[i] = w[j] if j < n_cols else 0.0
+            sxw = 0.0
+            sw = 0.0
+            for i in range(PER_THREAD):
+                sxw += xs[i] * ws[i]
+                sw += ws[i]
+            sxw, sw = block_sums(sxw, sw, partials, scratch)
+            mu = sxw / sw
+            for i in range(PER_THREAD):  # padding: w = 0, so c * c * w = 0
+                c = xs[i] - mu
+                cw = c * c * ws[i]
+                s2 += cw
+                s3 += cw * c
+        else:
+            sxw = 0.0
+            sw = 0.0
+            for j in range(t, n_cols, THREADS):
+                sxw += x[r, j] * w[j]
+                sw += w[j]
+            sxw, sw = block_sums(sxw, sw, partials, scratch)
+            mu = sxw / sw
+            for j in range(t, n_cols, THREADS):
+                c = x[r, j] - mu
+                cw = c * c * w[j]
+                s2 += cw
+                s3 += cw * c
+        s2, s3 = block_sums(s2, s3, partials, scratch)
+        if t == 0:
+            sd = math.sqrt(s2 / sw)
+            mean[r] = mu
+            std[r] = sd
+            skew[r] = s3 / sw / (sd * sd * sd)
+
+    return row_stats_numba_kernel
+
+
+def row_stats_numba(x, w, out=None):
+    """The example's `original(x, w)` on the GPU through Numba CUDA (into `out`, three float64 vectors, when
+    given)."""
+    sim = cudasim()
+    x, w = device_tensor(x, sim), device_tensor(w, sim)
+    n_rows = x.shape[0]
+    mean, std, skew = out if out is not None else (torch.empty(n_rows, dtype=torch.float64, device=x.device)
+                                                    for _ in range(3))
+    if n_rows:
+        _numba_kernel()[n_rows, THREADS, numba_stream()](numba_array(x), numba_array(w), numba_array(mean),
+                                                        numba_array(std), numba_array(skew))
     return mean, std, skew
