@@ -100,13 +100,13 @@ def row_stats_triton(x, w, config=None, out=None):
     return mean, std, skew
 
 
-# Numba CUDA: one block of 256 threads a row (the brief's 128-256 range), each thread holding PER_THREAD = 8 of the
-# row's values in registers (2048 columns: the example's row, read once, the 8 loads issued before any arithmetic);
-# a longer row is read twice from global memory. Each reduction: 5 shuffle rounds in every warp (no shared memory,
-# no barrier), then the 8 warps' partials through 128 bytes of shared memory.
+# Numba CUDA: one warp a row, 8 warps (256 threads, the brief's 128-256 range) a block, no shared memory and no
+# barrier on the GPU: each lane reads every 32nd value of its row, UNROLL loads in flight, and the warp's sums are
+# combined by shuffles. An H200 sweep ranked it above a block a row holding the row in registers (two block-wide
+# reductions a row, each through shared memory and barriers) and above 2 or 8 loads in flight.
 THREADS = 256
 WARPS = THREADS // 32
-PER_THREAD = 8
+UNROLL = 4
 FULL_MASK = 0xFFFFFFFF
 
 
@@ -114,10 +114,9 @@ FULL_MASK = 0xFFFFFFFF
 def _numba_kernel():
     from numba import float64
 
-    sim = cudasim()
-    scratch_len = THREADS if sim else 1  # a shared-array shape must be a constant
+    scratch_len = THREADS if cudasim() else 1  # a shared-array shape must be a constant
 
-    if sim:
+    if cudasim():
         @cuda.jit(device=True)
         def xor_lane(v, offset, scratch):
             """v of lane (this lane ^ offset): Numba's simulator has no warp shuffles, so the same exchange goes
@@ -134,76 +133,57 @@ def _numba_kernel():
             return cuda.shfl_xor_sync(FULL_MASK, v, offset)
 
     @cuda.jit(device=True)
-    def block_sums(a, b, partials, scratch):
-        """(sum of a, sum of b) over the block, in every thread: a butterfly of shuffles in every warp, then one
-        partial per warp."""
+    def warp_sum(v, scratch):
+        """The sum of v over the warp, in every lane (a butterfly of 5 exchanges)."""
         for offset in (16, 8, 4, 2, 1):
-            a += xor_lane(a, offset, scratch)
-            b += xor_lane(b, offset, scratch)
-        if cuda.threadIdx.x % 32 == 0:
-            partials[0, cuda.threadIdx.x // 32] = a
-            partials[1, cuda.threadIdx.x // 32] = b
-        cuda.syncthreads()
-        a = 0.0
-        b = 0.0
-        for i in range(WARPS):
-            a += partials[0, i]
-            b += partials[1, i]
-        cuda.syncthreads()  # the partials are written again by the next reduction
-        return a, b
+            v += xor_lane(v, offset, scratch)
+        return v
 
     @cuda.jit
     def row_stats_numba_kernel(x, w, mean, std, skew):
-        """One row a block: the weighted sum and the weights' sum reduced together, the mean, then the centred
-        second and third moments reduced together; thread 0 writes the three statistics.
+        """One warp a row, in one pass: the weighted sums of (x - k), (x - k)^2 and (x - k)^3 about a shift k, the
+        mean of the row's first 32 values, give the mean and the centred second and third moments by the binomial
+        identities. Their cancellation error is about eps * ((mean - k) / std)^2 relative: negligible unless those
+        32 values sit thousands of standard deviations from the row's mean.
 
         Tuning note (gpuspeed kernel, H200, commit pending): pending.
         """
-        partials = cuda.shared.array((2, WARPS), float64)
         scratch = cuda.shared.array(scratch_len, float64)
-        r = cuda.blockIdx.x
-        t = cuda.threadIdx.x
-        n_cols = x.shape[1]
+        lane = cuda.threadIdx.x % 32
+        n_rows, n_cols = x.shape
+        row = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
+        r = min(row, n_rows - 1)  # a warp past the last row repeats it and writes nothing (no early return:
+        # every thread reaches the simulator's barriers)
+        k = warp_sum(x[r, lane] if lane < n_cols else 0.0, scratch) / min(32, n_cols)
+        sw = 0.0
+        s1 = 0.0
         s2 = 0.0
         s3 = 0.0
-        if n_cols <= THREADS * PER_THREAD:
-            xs = cuda.local.array(PER_THREAD, float64)
-            ws = cuda.local.array(PER_THREAD, float64)
-            for i in range(PER_THREAD):  # the loads first: 8 in flight
-                j = t + i * THREADS
-                xs[i] = x[r, j] if j < n_cols else 0.0
-                ws[i] = w[j] if j < n_cols else 0.0
-            sxw = 0.0
-            sw = 0.0
-            for i in range(PER_THREAD):
-                sxw += xs[i] * ws[i]
-                sw += ws[i]
-            sxw, sw = block_sums(sxw, sw, partials, scratch)
-            mu = sxw / sw
-            for i in range(PER_THREAD):  # padding: w = 0, so c * c * w = 0
-                c = xs[i] - mu
-                cw = c * c * ws[i]
-                s2 += cw
-                s3 += cw * c
-        else:
-            sxw = 0.0
-            sw = 0.0
-            for j in range(t, n_cols, THREADS):
-                sxw += x[r, j] * w[j]
-                sw += w[j]
-            sxw, sw = block_sums(sxw, sw, partials, scratch)
-            mu = sxw / sw
-            for j in range(t, n_cols, THREADS):
-                c = x[r, j] - mu
-                cw = c * c * w[j]
-                s2 += cw
-                s3 += cw * c
-        s2, s3 = block_sums(s2, s3, partials, scratch)
-        if t == 0:
-            sd = math.sqrt(s2 / sw)
-            mean[r] = mu
-            std[r] = sd
-            skew[r] = s3 / sw / (sd * sd * sd)
+        xs = cuda.local.array(UNROLL, float64)
+        ws = cuda.local.array(UNROLL, float64)
+        for j0 in range(lane, n_cols, 32 * UNROLL):
+            for u in range(UNROLL):  # the loads first: UNROLL in flight
+                j = j0 + 32 * u
+                xs[u] = x[r, j] - k if j < n_cols else 0.0
+                ws[u] = w[j] if j < n_cols else 0.0
+            for u in range(UNROLL):
+                t = ws[u] * xs[u]
+                sw += ws[u]
+                s1 += t
+                t *= xs[u]
+                s2 += t
+                s3 += t * xs[u]
+        sw = warp_sum(sw, scratch)
+        s1 = warp_sum(s1, scratch)
+        s2 = warp_sum(s2, scratch)
+        s3 = warp_sum(s3, scratch)
+        if lane == 0 and row < n_rows:
+            d = s1 / sw
+            m2 = s2 / sw
+            sd = math.sqrt(m2 - d * d)
+            mean[row] = k + d
+            std[row] = sd
+            skew[row] = (s3 / sw - 3.0 * d * m2 + 2.0 * d * d * d) / (sd * sd * sd)
 
     return row_stats_numba_kernel
 
@@ -217,6 +197,6 @@ def row_stats_numba(x, w, out=None):
     mean, std, skew = out if out is not None else (torch.empty(n_rows, dtype=torch.float64, device=x.device)
                                                     for _ in range(3))
     if n_rows:
-        _numba_kernel()[n_rows, THREADS, numba_stream()](numba_array(x), numba_array(w), numba_array(mean),
-                                                        numba_array(std), numba_array(skew))
+        _numba_kernel()[triton.cdiv(n_rows, WARPS), THREADS, numba_stream()](
+            numba_array(x), numba_array(w), numba_array(mean), numba_array(std), numba_array(skew))
     return mean, std, skew
