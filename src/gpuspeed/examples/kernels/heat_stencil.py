@@ -53,6 +53,20 @@ CONFIGS_F32 = [triton.Config({"BLOCK_M": 4, "BLOCK_N": n}, num_warps=w, num_stag
                for n, w in ((512, 8), (256, 4), (512, 4), (256, 2), (1024, 8))]
 
 
+@triton.jit
+def _lr(p, interior):
+    """The left and right neighbours of a row's points (misaligned by one element: L1 hits after the centre load)."""
+    return tl.load(p - 1, mask=interior, other=0.0), tl.load(p + 1, mask=interior, other=0.0)
+
+
+@triton.jit
+def _update(up, c, down, left_right, alpha, interior):
+    """The original's c + alpha * (up + down + left + right - 4 c), in its order of operations; boundary points
+    unchanged."""
+    left, right = left_right
+    return tl.where(interior, c + alpha * (up + down + left + right - 4.0 * c), c)
+
+
 @triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
 def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
@@ -80,24 +94,8 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     c = tl.load(p, mask=inside, other=0.0)
     up = tl.load(p - n_cols, mask=interior, other=0.0)
     down = tl.load(p + n_cols, mask=interior, other=0.0)
-    left = tl.load(p - 1, mask=interior, other=0.0)
-    right = tl.load(p + 1, mask=interior, other=0.0)
-    lap = up + down + left + right - 4.0 * c  # the original's order of operations
-    tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], tl.where(interior, c + alpha * lap, c), mask=inside)
-
-
-@triton.jit
-def _lr(p, interior):
-    """The left and right neighbours of a row's points (misaligned by one element: L1 hits after the centre load)."""
-    return tl.load(p - 1, mask=interior, other=0.0), tl.load(p + 1, mask=interior, other=0.0)
-
-
-@triton.jit
-def _update(up, c, down, left_right, alpha, interior):
-    """The original's c + alpha * (up + down + left + right - 4 c), in its order of operations; boundary points
-    unchanged."""
-    left, right = left_right
-    return tl.where(interior, c + alpha * (up + down + left + right - 4.0 * c), c)
+    tl.store(dst_ptr + rows[:, None] * n_cols + cols[None, :], _update(up, c, down, _lr(p, interior), alpha, interior),
+             mask=inside)
 
 
 @triton.jit

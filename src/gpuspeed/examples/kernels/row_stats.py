@@ -1,10 +1,11 @@
 """Per-row weighted mean, standard deviation and skewness (row_stats), as a Triton kernel and a Numba CUDA kernel
 with warp-shuffle reductions.
 
-One read of each row: the row stays in registers while the kernel makes its three weighted
-reductions (the mean first, then the centred second and third moments, as the original does, so no
-cancellation from raw moments). Precision: float64 (memory-bound: float32 arithmetic would save no
-bytes, the inputs being float64).
+One read of each row. The Triton kernel keeps the row in registers while it makes its three weighted reductions
+(the mean first, then the centred second and third moments, as the original does, so no cancellation from raw
+moments); the Numba kernel makes one pass of sums about a shift near the mean (its docstring bounds the
+cancellation). Precision: float64 (memory-bound: float32 arithmetic would save no bytes, the inputs being
+float64).
 """
 
 from __future__ import annotations
