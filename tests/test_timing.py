@@ -155,6 +155,10 @@ def test_kernel_mode_splits_device_activity_at_markers():
             act(mark, 140, 30), act("gemm", 171, 102)]
     assert kernel.split_at_markers(acts, 2) == pytest.approx([105e-6, 102e-6])
     assert kernel.split_at_markers(acts, 3) is None  # the user's own int8 fill would look like this
+    # each marker followed by the L2 flush's own kernel (lead=1): the flush is no call's time
+    flushed = [act(mark, 0, 1), act("reduce_kernel", 2, 30), act("gemm", 33, 100),
+               act(mark, 140, 1), act("reduce_kernel", 142, 30), act("gemm", 173, 102), act("epilogue", 276, 5)]
+    assert kernel.split_at_markers(flushed, 2, lead=1) == pytest.approx([100e-6, 107e-6])
 
 
 def test_throttle_flag_under_90_percent_of_max_clock():

@@ -77,6 +77,51 @@ def test_graph_mode_records_a_flush_per_replay():
     assert k.flush == "per-call" and k.flush_l2 is True
 
 
+def _after(prepare, timed, trials=21):
+    """Median event time (us) of `timed()` issued right after `prepare()` (GPU work that keeps the stream busy
+    while the host queues the timed call)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for i in range(trials):
+        prepare(i)
+        start.record()
+        timed(i)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return float(np.median(times))
+
+
+def test_the_l2_flush_evicts_the_last_call_and_leaves_no_dirty_lines():
+    from gpuspeed import device
+    from gpuspeed.timing import flush_l2
+
+    n = 16 * 2**20 // 4  # 16 MiB: fits L2 many times over on any GPU this runs on
+    a, b, out = (torch.randn(n, device="cuda") for _ in range(3))
+    cold = [torch.randn(n, device="cuda") for _ in range(8)]
+    written = torch.empty(2 * device.l2_bytes(), dtype=torch.int8, device="cuda")
+    sink = torch.empty((), device="cuda")
+
+    def last_call_then_flush(i):  # a call that read `a` and wrote `b`, then bench()'s flush
+        b.copy_(a)
+        flush_l2()
+
+    read_cold = _after(last_call_then_flush, lambda i: torch.sum(cold[i % 8], dim=0, out=sink))
+    read_b = _after(last_call_then_flush, lambda i: torch.sum(b, dim=0, out=sink))
+    read_a = _after(last_call_then_flush, lambda i: torch.sum(a, dim=0, out=sink))
+    assert read_b > 0.85 * read_cold and read_a > 0.85 * read_cold, (read_b, read_a, read_cold)
+    # a flush that writes its buffer leaves L2 dirty, and the next call pays to write it back (H200: +20 %)
+    copy_after_read_flush = _after(lambda i: flush_l2(), lambda i: out.copy_(cold[i % 8]))
+    copy_after_write_flush = _after(lambda i: written.fill_(1), lambda i: out.copy_(cold[i % 8]))
+    assert copy_after_read_flush < 0.95 * copy_after_write_flush, (copy_after_read_flush, copy_after_write_flush)
+
+
+def test_kernel_mode_leaves_the_flush_out_of_the_call():
+    x = torch.randn(4096, device="cuda")  # one tiny kernel: a flush (~30 us) counted in would dwarf it
+    k = bench(torch.neg, x, mode="kernel", min_samples=5, budget_s=2)
+    assert k.flush == "per-call" and k.median < 10e-6, k.median
+
+
 def test_rotate_keeps_strides_of_gpu_arguments():
     base = torch.randn(64, 64, device="cuda")
     view = base.t()[:, ::2]

@@ -1,9 +1,10 @@
 """Kernel mode: each sample is the summed duration of the GPU work one call launched, read from CUPTI
 (torch.profiler) -- what Nsight reports: no launch latency, no gaps between kernels.
 
-Several calls share a profiler session, separated by the L2 flush (or a 1-byte int8 fill): the device
-activities between two markers are one call's. If the call itself launches an int8 fill, the markers
-are ambiguous and each sample gets a session of its own (slower, same answer).
+Several calls share a profiler session, each preceded by a 1-byte int8 fill (the marker) and the L2 flush:
+the device activities between two markers, less the flush's own (counted once per device), are one call's.
+If the call itself launches an int8 fill, the markers are ambiguous and each sample gets a session of its
+own (slower, same answer).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from gpuspeed.timing import gpu
 from gpuspeed.timing.cuda import flush_record
 from gpuspeed.timing.stopping import Stopper
 
-MARKER = "FillFunctor<signed char>"  # the int8 fill of the L2 flush (or of a 1-byte marker) between calls
+MARKER = "FillFunctor<signed char>"  # the 1-byte int8 fill that marks where each call's device work starts
 SESSION_S = 0.05  # a profiler session costs tens of ms to start and read: give each about this much work
 WARMUP_MAX_S = 0.5
 _markers: dict = {}
+_flush_activities: dict = {}
 
 
 def device_activities(prof) -> list:
@@ -30,15 +32,42 @@ def device_activities(prof) -> list:
     return sorted(acts, key=lambda e: e.time_range.start)
 
 
-def split_at_markers(acts, n_calls: int) -> list[float] | None:
-    """Per-call device seconds: the activities between consecutive markers; None if the markers don't
-    come out as exactly one per call (the user's own code launched an int8 fill)."""
+def split_at_markers(acts, n_calls: int, lead: int = 0) -> list[float] | None:
+    """Per-call device seconds: the activities between consecutive markers, less the first `lead` of each
+    (the L2 flush's, issued after the marker); None if the markers don't come out as exactly one per call
+    (the user's own code launched an int8 fill)."""
     marks = [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
     if len(marks) != n_calls:
         return None
     bounds = marks + [len(acts)]
-    return [sum(e.time_range.elapsed_us() for e in acts[bounds[j] + 1:bounds[j + 1]]) * 1e-6
+    return [sum(e.time_range.elapsed_us() for e in acts[bounds[j] + 1 + lead:bounds[j + 1]]) * 1e-6
             for j in range(n_calls)]
+
+
+def place_marker() -> None:
+    """The 1-byte int8 fill that starts a call's span in the trace."""
+    import torch
+
+    idx = torch.cuda.current_device()
+    if idx not in _markers:
+        _markers[idx] = torch.empty(1, dtype=torch.int8, device="cuda")
+    _markers[idx].fill_(1)
+
+
+def flush_activity_count() -> int:
+    """How many device activities one L2 flush shows in a trace (counted once per device)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    idx = torch.cuda.current_device()
+    if idx not in _flush_activities:
+        gpu.flush_l2()  # allocate outside the session
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            gpu.flush_l2()
+            torch.cuda.synchronize()
+        _flush_activities[idx] = len(device_activities(prof))
+    return _flush_activities[idx]
 
 
 def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flush: bool,
@@ -54,14 +83,12 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
         position += 1
         gpu.block_until_ready(fn(*args, **kwargs))
 
+    lead = flush_activity_count() if flush else 0
+
     def mark():
+        place_marker()
         if flush:
             gpu.flush_l2()
-        else:
-            idx = torch.cuda.current_device()
-            if idx not in _markers:
-                _markers[idx] = torch.empty(1, dtype=torch.int8, device="cuda")
-            _markers[idx].fill_(1)
 
     call()  # compile, allocate: never part of the estimate below
     torch.cuda.synchronize()
@@ -85,10 +112,10 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
                 call()
             torch.cuda.synchronize()
         acts = device_activities(prof)
-        got = split_at_markers(acts, size)
+        got = split_at_markers(acts, size, lead)
         if got is None:
-            if size == 1:  # one call, one session: everything after the marker is the call's
-                got = [sum(e.time_range.elapsed_us() for e in acts[1:]) * 1e-6]
+            if size == 1:  # one call, one session: everything after the marker and the flush is the call's
+                got = [sum(e.time_range.elapsed_us() for e in acts[1 + lead:]) * 1e-6]
             else:
                 per_session = 1
                 continue
