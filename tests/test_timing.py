@@ -151,14 +151,21 @@ def test_kernel_mode_splits_device_activity_at_markers():
         return NS(name=name, time_range=NS(start=start, elapsed_us=lambda d=dur: d))
 
     mark = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<signed char>>"
-    acts = [act(mark, 0, 30), act("gemm", 31, 100), act("epilogue", 132, 5),
-            act(mark, 140, 30), act("gemm", 171, 102)]
+    # the session opens with a mark and no call; no flush here (flush=False: a marker only)
+    acts = [act(mark, 0, 1), act(mark, 2, 1), act("gemm", 31, 100), act("epilogue", 132, 5),
+            act(mark, 140, 1), act("gemm", 171, 102)]
     assert kernel.split_at_markers(acts, 2) == pytest.approx([105e-6, 102e-6])
     assert kernel.split_at_markers(acts, 3) is None  # the user's own int8 fill would look like this
-    # each marker followed by the L2 flush's own kernel (lead=1): the flush is no call's time
-    flushed = [act(mark, 0, 1), act("reduce_kernel", 2, 30), act("gemm", 33, 100),
-               act(mark, 140, 1), act("reduce_kernel", 142, 30), act("gemm", 173, 102), act("epilogue", 276, 5)]
-    assert kernel.split_at_markers(flushed, 2, lead=1) == pytest.approx([100e-6, 107e-6])
+    # each marker followed by the L2 flush's own kernels (two here): counted in the opening span, no call's time
+    flushed = [act(mark, 0, 1), act("reduce", 2, 30), act("reduce_tail", 33, 2),
+               act(mark, 40, 1), act("reduce", 42, 30), act("reduce_tail", 73, 2), act("gemm", 76, 100),
+               act(mark, 180, 1), act("reduce", 182, 30), act("reduce_tail", 213, 2), act("gemm", 216, 102),
+               act("epilogue", 320, 5)]
+    assert kernel.split_at_markers(flushed, 2) == pytest.approx([100e-6, 107e-6])
+    # a one-call session whose call launches its own int8 fill: everything after the flush is the call's
+    own_fill = flushed[:7] + [act(mark, 177, 3), act("gemm2", 181, 10)]
+    assert kernel.split_at_markers(own_fill, 1) is None
+    assert kernel.first_call_after_marks(own_fill) == pytest.approx(113e-6)
 
 
 def test_throttle_flag_under_90_percent_of_max_clock():

@@ -11,22 +11,26 @@ from gpuspeed import trees
 _flush_buffers: dict = {}
 _spin_rate: dict = {}
 FLUSH_ROW = 4096  # float32 per row of the flush buffer: the read is a row sum, one kernel, 16 KiB per row
+FLUSH_L2S = 3  # the flush reads this many times L2: 2x evicts it, the third keeps the GPU busy ~15 us longer
 
 
 def flush_l2() -> None:
-    """Evict L2 by reading a buffer of twice its size (allocated once per device; summed row by row).
+    """Evict L2 by reading a buffer of three times its size (allocated once per device; summed row by row).
 
     A read, not a write: evicting the previous call's dirty lines writes them back inside the flush, and L2 is
     left holding clean lines, which the timed call drops for free. A written flush buffer left L2 full of dirty
     lines, and the timed call paid for writing them back: on the H200 (60 MiB L2) a 16 MiB copy timed 13.1 us
     after a write flush and 10.8 us after this read, while a buffer written or read just before the read flush
-    came back no faster than a cold one (a scratch sweep)."""
+    came back no faster than a cold one (a scratch sweep; 2x and 3x L2 timed alike). Three times, not two: the
+    row sum costs the host more to issue than a fill did, and the samples need the GPU still busy with the flush
+    while the host queues the timed call behind it (at 2x, a 16-element add was sometimes timed with its launch
+    latency on the H200's host, and bench() then chose events over graph mode)."""
     import torch
 
     idx = torch.cuda.current_device()
     pair = _flush_buffers.get(idx)
     if pair is None:
-        rows = max(1, -(-2 * _device.l2_bytes() // (4 * FLUSH_ROW)))
+        rows = max(1, -(-FLUSH_L2S * _device.l2_bytes() // (4 * FLUSH_ROW)))
         buf = torch.ones(rows, FLUSH_ROW, dtype=torch.float32, device="cuda")  # written once, here
         pair = _flush_buffers[idx] = (buf, torch.empty(rows, dtype=torch.float32, device="cuda"))
     buf, sums = pair

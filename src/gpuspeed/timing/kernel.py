@@ -2,9 +2,11 @@
 (torch.profiler) -- what Nsight reports: no launch latency, no gaps between kernels.
 
 Several calls share a profiler session, each preceded by a 1-byte int8 fill (the marker) and the L2 flush:
-the device activities between two markers, less the flush's own (counted once per device), are one call's.
-If the call itself launches an int8 fill, the markers are ambiguous and each sample gets a session of its
-own (slower, same answer).
+the device activities between two markers, less the flush's own, are one call's. Each session opens with a
+marker and a flush and no call, so the activities between its first two markers are the flush's own: they
+are counted there, in the same session (a session of its own would cost a second profiler start). If the call
+itself launches an int8 fill, the markers are ambiguous and each sample gets a session of its own (slower,
+same answer).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ MARKER = "FillFunctor<signed char>"  # the 1-byte int8 fill that marks where eac
 SESSION_S = 0.05  # a profiler session costs tens of ms to start and read: give each about this much work
 WARMUP_MAX_S = 0.5
 _markers: dict = {}
-_flush_activities: dict = {}
 
 
 def device_activities(prof) -> list:
@@ -32,16 +33,26 @@ def device_activities(prof) -> list:
     return sorted(acts, key=lambda e: e.time_range.start)
 
 
-def split_at_markers(acts, n_calls: int, lead: int = 0) -> list[float] | None:
-    """Per-call device seconds: the activities between consecutive markers, less the first `lead` of each
-    (the L2 flush's, issued after the marker); None if the markers don't come out as exactly one per call
-    (the user's own code launched an int8 fill)."""
+def split_at_markers(acts, n_calls: int) -> list[float] | None:
+    """Per-call device seconds from a session of n_calls calls that opened with one extra mark (a marker and
+    the flush, no call): the activities between consecutive markers, less the flush's own, which lead each
+    span and are counted in the opening one. None if the markers don't come out as exactly one per call plus
+    the opening one (the user's own code launched an int8 fill)."""
     marks = [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
-    if len(marks) != n_calls:
+    if len(marks) != n_calls + 1:
         return None
+    lead = marks[1] - marks[0] - 1
     bounds = marks + [len(acts)]
     return [sum(e.time_range.elapsed_us() for e in acts[bounds[j] + 1 + lead:bounds[j + 1]]) * 1e-6
-            for j in range(n_calls)]
+            for j in range(1, n_calls + 1)]
+
+
+def first_call_after_marks(acts) -> float:
+    """A one-call session's device seconds (opening mark, mark, call): everything after the second marker and
+    the flush's activities, whatever the call itself launches."""
+    marks = [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
+    lead = marks[1] - marks[0] - 1
+    return sum(e.time_range.elapsed_us() for e in acts[marks[1] + 1 + lead:]) * 1e-6
 
 
 def place_marker() -> None:
@@ -52,22 +63,6 @@ def place_marker() -> None:
     if idx not in _markers:
         _markers[idx] = torch.empty(1, dtype=torch.int8, device="cuda")
     _markers[idx].fill_(1)
-
-
-def flush_activity_count() -> int:
-    """How many device activities one L2 flush shows in a trace (counted once per device)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    idx = torch.cuda.current_device()
-    if idx not in _flush_activities:
-        gpu.flush_l2()  # allocate outside the session
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            gpu.flush_l2()
-            torch.cuda.synchronize()
-        _flush_activities[idx] = len(device_activities(prof))
-    return _flush_activities[idx]
 
 
 def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flush: bool,
@@ -82,8 +77,6 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
         args, kwargs = argsets[position % len(argsets)]
         position += 1
         gpu.block_until_ready(fn(*args, **kwargs))
-
-    lead = flush_activity_count() if flush else 0
 
     def mark():
         place_marker()
@@ -107,15 +100,16 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
         size = stopper.next_batch(len(samples), 0, per_call_s, per_session)
         started = time.perf_counter()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            mark()  # no call after this one: what follows it up to the next marker is the flush's own work
             for _ in range(size):
                 mark()
                 call()
             torch.cuda.synchronize()
         acts = device_activities(prof)
-        got = split_at_markers(acts, size, lead)
+        got = split_at_markers(acts, size)
         if got is None:
-            if size == 1:  # one call, one session: everything after the marker and the flush is the call's
-                got = [sum(e.time_range.elapsed_us() for e in acts[1 + lead:]) * 1e-6]
+            if size == 1:  # one call, one session
+                got = [first_call_after_marks(acts)]
             else:
                 per_session = 1
                 continue
