@@ -85,10 +85,10 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     most of the kernel's time. tl.histogram's lowering (a shared-memory round trip and barriers every call) is the
     cost, which the Numba kernel's shared histograms, kept for the whole block, do not pay.
 
-    Tuning note (gpuspeed kernel, H200, commit 4d19e82): grid 1056, num_warps 8, num_stages 1 (autotuned:
-    BLOCK=4096, PER_SM=8); 64 registers, 0 spills, 1024 B shared; occupancy 50 % (registers-limited); 217.3 us,
-    1841 GB/s = 43 % of the copy roof; 2.43x the best automatic candidate (cupy). Verdict: register-limited to
-    50 % occupancy: try num_warps=4.
+    Tuning note (gpuspeed kernel, H200, commit f869982): grid 2112, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=2048, PER_SM=16); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 217.5 us,
+    1839 GB/s = 43 % of the copy roof; 2.42x the best automatic candidate (cupy). Verdict: latency-bound at 43 %
+    of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -189,8 +189,8 @@ def numba_kernel(bins: int):
         """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
         atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit 4d19e82): grid 1056, block 256; 32 registers, 0 spills,
-        6152 B shared; occupancy 100 % (warps-limited); 128.5 us, 3113 GB/s = 72 % of the copy roof; 4.10x
+        Tuning note (gpuspeed kernel, H200, commit f869982): grid 1056, block 256; 32 registers, 0 spills,
+        6152 B shared; occupancy 100 % (warps-limited); 128.8 us, 3105 GB/s = 72 % of the copy roof; 4.09x
         the best automatic candidate (cupy). Verdict: at 72 % of the copy roof; next: tune the block shape
         and the work per thread (time a few).
         """

@@ -38,10 +38,10 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
     """ROWS rows per program; the weights' sum is recomputed by every program from the w it loads anyway
     (w is 16 KiB: it stays in L2 and L1, so no extra DRAM traffic and no second launch).
 
-    Tuning note (gpuspeed kernel, H200, commit 9200d2d): grid 16384, num_warps 4, num_stages 1 (autotuned:
-    ROWS=1); 96 registers, 0 spills, 32 B shared; occupancy 31 % (registers-limited); 79.9 us, 3365 GB/s = 78 %
-    of the copy roof; 9.64x the best automatic candidate (torch-compile). Verdict: register-limited to 31 %
-    occupancy: try num_warps=2.
+    Tuning note (gpuspeed kernel, H200, commit f869982): grid 16384, num_warps 4, num_stages 1 (autotuned:
+    ROWS=1); 96 registers, 0 spills, 32 B shared; occupancy 31 % (registers-limited); 75.4 us, 3567 GB/s = 83 %
+    of the copy roof; 10.22x the best automatic candidate (torch-compile). Verdict: at 83 % of the copy roof:
+    done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
@@ -147,10 +147,10 @@ def _numba_kernel():
         identities. Their cancellation error is about eps * ((mean - k) / std)^2 relative: negligible unless those
         32 values sit thousands of standard deviations from the row's mean.
 
-        Tuning note (gpuspeed kernel, H200, commit 9200d2d): grid 2048, block 256; 46 registers, 0 spills, 0
-        B shared; occupancy 62 % (registers-limited); 82.5 us, 3258 GB/s = 75 % of the copy roof; 9.33x the
-        best automatic candidate (torch-compile). Verdict: at 75 % of the copy roof; next: tune the block
-        shape and the work per thread (time a few).
+        Tuning note (gpuspeed kernel, H200, commit f869982): grid 2048, block 256; 46 registers, 0 spills, 0
+        B shared; occupancy 62 % (registers-limited); 75.5 us, 3559 GB/s = 82 % of the copy roof; 10.19x the
+        best automatic candidate (torch-compile). Verdict: at 82 % of the copy roof: done; next: none: it is
+        at its roof.
         """
         scratch = cuda.shared.array(scratch_len, float64)
         lane = cuda.threadIdx.x % 32
