@@ -296,6 +296,24 @@ def test_examples_import_without_triton_or_numba():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+def test_every_autotuned_kernel_times_its_configs_through_bench():
+    # one timing path: the autotuner's pick must come from the same timer as the kernel's reported time
+    code = ("import importlib, pkgutil, triton\n"
+            "from triton.runtime.autotuner import Autotuner\n"
+            "import gpuspeed.examples.kernels as K\n"
+            "found = []\n"
+            "for m in pkgutil.iter_modules(K.__path__):\n"
+            "    mod = importlib.import_module('gpuspeed.examples.kernels.' + m.name)\n"
+            "    for name, obj in vars(mod).items():\n"
+            "        if isinstance(obj, Autotuner):\n"
+            "            assert obj._do_bench is K.autotune_bench, (m.name, name)\n"
+            "            found.append(name)\n"
+            "assert len(found) >= 8, found\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("entry", ["gpuspeed.optimize.worker", "gpuspeed.examples.kernels.heat_stencil",
                                    "gpuspeed.examples.heat_stencil", "gpuspeed.cli", "benchmarks/kernels.py"])
 def test_every_path_to_a_numba_kernel_applies_the_numpy_shim_first(entry):

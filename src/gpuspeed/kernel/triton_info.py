@@ -3,9 +3,10 @@ and the autotuner's choice with the configs it tried and their times.
 
 Triton puts all of a kernel's shared memory in the launch's dynamic shared memory (`metadata.shared`), so
 a Triton kernel's static shared memory is 0. `n_spills` counts 4-byte words of local memory per thread
-(Triton divides CUDA's local size in bytes by 4); the report gives bytes. Autotuner timings are
-triton's own `do_bench` medians in milliseconds, kept on the Autotuner after it tuned
-(`configs_timings`, `best_config`); None where it did not time them (one config, or the interpreter).
+(Triton divides CUDA's local size in bytes by 4); the report gives bytes. Autotuner timings are the medians
+(ms) of the autotuner's own timer -- triton's `do_bench`, or the `do_bench` it was given (the bundled kernels
+pass gpuspeed.bench) -- kept on the Autotuner after it tuned (`configs_timings`, `best_config`); None where it
+did not time them (one config, or the interpreter).
 """
 
 from __future__ import annotations

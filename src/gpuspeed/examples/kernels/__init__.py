@@ -53,6 +53,29 @@ def lazy(module: str, name: str, precision: str | None = None):
     return variant
 
 
+AUTOTUNE_BUDGET_S = 0.25  # bench() budget per config: ~10x a 20 us kernel's noise-limited samples, 2 s for 8 configs
+
+
+def autotune_bench(kernel_call, quantiles=None, **_):
+    """Triton's autotuner times each config through gpuspeed.bench, the project's one timing path, as the
+    kernels' reported times are: CUDA events, its L2 flush, the stream held while the launcher issues, and
+    noise-based stopping. triton.testing.do_bench flushes L2 by writing 256 MB, which leaves L2 dirty for
+    the timed config to write back, and can rank configs otherwise (the float64 stencil's autotuned pick,
+    timed by bench, ran 778, 804 and 854 us in three H200 runs). Returns [median ms] per quantile asked."""
+    from gpuspeed.timing import bench
+
+    m = bench(kernel_call, mode="events", hide_launch_latency=True, budget_s=AUTOTUNE_BUDGET_S, name="autotune")
+    ms = m.median * 1e3
+    return [ms] * len(quantiles) if quantiles else ms
+
+
+def autotune(configs, key, **kw):
+    """triton.autotune with autotune_bench as its timer (the hand kernels' decorator)."""
+    import triton
+
+    return triton.autotune(configs=configs, key=key, do_bench=autotune_bench, **kw)
+
+
 def device_tensor(x, interpreter: bool):
     """x as a torch tensor where the kernel can read it: NumPy arrays are moved to the GPU (or kept on the
     host under an interpreter); a host tensor without an interpreter is refused with a one-line reason."""

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -67,7 +67,7 @@ def _update(up, c, down, left_right, alpha, interior):
     return tl.where(interior, c + alpha * (up + down + left + right - 4.0 * c), c)
 
 
-@triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
+@autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
 def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
@@ -138,7 +138,7 @@ def strip_step(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M: tl.constexp
     tl.store(q0 + 3 * n_cols, _update(c2, c3, below, lr3, alpha, in3), mask=col_ok & (r + 3 < n_rows))
 
 
-@triton.autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
+@autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
 @triton.jit
 def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):

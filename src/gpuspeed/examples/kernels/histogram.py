@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, sm_count
+from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, sm_count
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda, float64, int32
@@ -72,7 +72,7 @@ def _bin(x, lo, step, scale, edges_ptr, bins, ARITH: tl.constexpr):
     return tl.where((x >= upper) & (idx < bins - 1), idx + 1, idx)
 
 
-@triton.autotune(configs=CONFIGS, key=["n", "bins", "ARITH"], reset_to_zero=["out_ptr"])
+@autotune(configs=CONFIGS, key=["n", "bins", "ARITH"], reset_to_zero=["out_ptr"])
 @triton.jit
 def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
                      BINS: tl.constexpr, ARITH: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):

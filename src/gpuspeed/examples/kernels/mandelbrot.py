@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -28,7 +28,7 @@ CONFIGS = [triton.Config({"BLOCK_Y": y, "BLOCK_X": x}, num_warps=w, num_stages=s
                               (2, 32, 2, 1), (8, 16, 4, 1), (1, 64, 2, 1))]
 
 
-@triton.autotune(configs=CONFIGS, key=["width", "height", "max_iter"])
+@autotune(configs=CONFIGS, key=["width", "height", "max_iter"])
 @triton.jit
 def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
                       BLOCK_Y: tl.constexpr, BLOCK_X: tl.constexpr):

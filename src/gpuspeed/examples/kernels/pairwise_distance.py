@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -29,7 +29,7 @@ CONFIGS = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s
                               (32, 64, 8, 1), (4, 256, 4, 1), (16, 256, 16, 1), (8, 64, 2, 1))]
 
 
-@triton.autotune(configs=CONFIGS, key=["n", "m", "D"])
+@autotune(configs=CONFIGS, key=["n", "m", "D"])
 @triton.jit
 def pairwise_kernel(a_ptr, b_ptr, out_ptr, n, m, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """One BLOCK_M x BLOCK_N output tile per program: BLOCK_M + BLOCK_N points loaded (tiny), the tile

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import device_tensor, interpreting, launch
+from gpuspeed.examples.kernels import autotune, device_tensor, interpreting, launch
 
 MAX_SINGLE = 2048  # rows up to this long are held in registers whole (one read)
 CHUNK = 1024  # a longer row is read in chunks of this many columns (three passes): 4096 spilled (ptxas, sm_90)
@@ -27,7 +27,7 @@ CONFIGS_F32 = [triton.Config({"ROWS": r}, num_warps=w, num_stages=s)
                for r, w, s in ((1, 1, 1), (1, 2, 1), (1, 2, 2), (1, 4, 1), (2, 2, 1), (2, 4, 1), (4, 4, 1), (1, 1, 2))]
 
 
-@triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
+@autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
 def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
                           EPS: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr):
@@ -76,7 +76,7 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
 _NORMALIZE = normalize_rows_kernel.fn  # the plain JIT function: the float32 kernel inlines the same code
 
 
-@triton.autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
+@autotune(configs=CONFIGS_F32, key=["n_rows", "n_cols"])
 @triton.jit
 def normalize_rows_f32_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
                               EPS: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr):

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -31,7 +31,7 @@ CONFIGS = [triton.Config({"ROWS": r}, num_warps=w, num_stages=s)
            for r, w, s in ((1, 4, 1), (1, 8, 1), (2, 8, 1), (2, 4, 2), (4, 8, 1), (1, 16, 1), (4, 16, 2))]
 
 
-@triton.autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
+@autotune(configs=CONFIGS, key=["n_rows", "n_cols"])
 @triton.jit
 def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, stride_x,
                      ROWS: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr):
