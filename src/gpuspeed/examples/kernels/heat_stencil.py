@@ -76,10 +76,10 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     write per point. PDL (programmatic dependent launch, sm_90): the next step's programs are launched while
     this step's last ones run, and wait (griddepcontrol.wait) for all of it before their first load.
 
-    Tuning note (gpuspeed kernel, H200, commit f869982): grid 1024x16, num_warps 1, num_stages 1 (autotuned:
-    BLOCK_M=2, BLOCK_N=128); 57 registers, 0 spills, 0 B shared; occupancy 50 % (blocks-limited); 854.3 us, 3142
-    GB/s = 73 % of the copy roof; 0.51x the best automatic candidate (torch-compile-fp32). Verdict: block-count-
-    limited to 50 % occupancy: bigger blocks: more threads per block (num_warps up).
+    Tuning note (gpuspeed kernel, H200, commit f1db579): grid 1024x4, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=2, BLOCK_N=512); 48 registers, 0 spills, 0 B shared; occupancy 62 % (registers-limited); 804.1 us,
+    3338 GB/s = 77 % of the copy roof; 0.54x the best automatic candidate (torch-compile-fp32). Verdict: at 77 %
+    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -148,9 +148,9 @@ def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     row loads a point each went to L2 (its 2-D tiles did no better), reached 65 % of the copy roof here
     (results/nvidia-h200/kernels_62a5101.json).
 
-    Tuning note (gpuspeed kernel, H200, commit f869982): grid 512x8, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 326.2 us, 4114
-    GB/s = 95 % of the copy roof; 1.32x the best automatic candidate (torch-compile-fp32). Verdict: at 95 % of
+    Tuning note (gpuspeed kernel, H200, commit f1db579): grid 512x8, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=256); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 324.4 us, 4137
+    GB/s = 96 % of the copy roof; 1.33x the best automatic candidate (torch-compile-fp32). Verdict: at 96 % of
     the copy roof: done; next: none: it is at its roof.
     """
     strip_step(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
@@ -265,8 +265,8 @@ def _numba_kernel():
     def heat_step_numba_kernel(src, dst, alpha):
         """One Jacobi step: ROWS_PER_THREAD points of one column per thread, boundary points copied through.
 
-        Tuning note (gpuspeed kernel, H200, commit f869982): grid 8x256, block 256; 32 registers, 0 spills,
-        0 B shared; occupancy 100 % (warps-limited); 819.6 us, 3275 GB/s = 76 % of the copy roof; 0.53x the
+        Tuning note (gpuspeed kernel, H200, commit f1db579): grid 8x256, block 256; 32 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 816.4 us, 3288 GB/s = 76 % of the copy roof; 0.53x the
         best automatic candidate (torch-compile-fp32). Verdict: at 76 % of the copy roof; next: tune the
         block shape and the work per thread (time a few).
         """

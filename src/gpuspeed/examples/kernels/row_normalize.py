@@ -38,9 +38,9 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
     least traffic there is. Otherwise three passes over the row in BLOCK chunks (the row is re-read
     from L2).
 
-    Tuning note (gpuspeed kernel, H200, commit f869982): grid 4096, num_warps 4, num_stages 1 (autotuned:
-    ROWS=1); 48 registers, 0 spills, 32 B shared; occupancy 62 % (registers-limited); 18.9 us, 3542 GB/s = 82 %
-    of the copy roof; 36239.74x the best automatic candidate (cupy-fp32). Verdict: at 82 % of the copy roof:
+    Tuning note (gpuspeed kernel, H200, commit f1db579): grid 4096, num_warps 4, num_stages 1 (autotuned:
+    ROWS=1); 48 registers, 0 spills, 32 B shared; occupancy 62 % (registers-limited); 18.9 us, 3548 GB/s = 82 %
+    of the copy roof; 36301.06x the best automatic candidate (cupy-fp32). Verdict: at 82 % of the copy roof:
     done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -84,10 +84,10 @@ def normalize_rows_f32_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_o
     code, inlined, with its own kernel name and configs, so its tuning note is its own. A row held whole is
     reduced in float32 (as optimize's float32 candidates do); the chunked path still accumulates in float64.
 
-    Tuning note (gpuspeed kernel, H200, commit f869982): grid 4096, num_warps 1, num_stages 1 (autotuned:
-    ROWS=1); 51 registers, 0 spills, 0 B shared; occupancy 50 % (blocks-limited); 11.5 us, 2921 GB/s = 68 % of
-    the copy roof; 59760.25x the best automatic candidate (cupy-fp32). Verdict: block-count-limited to 50 %
-    occupancy: bigger blocks: more threads per block (num_warps up).
+    Tuning note (gpuspeed kernel, H200, commit f1db579): grid 4096, num_warps 2, num_stages 1 (autotuned:
+    ROWS=1); 35 registers, 0 spills, 8 B shared; occupancy 75 % (registers-limited); 11.1 us, 3013 GB/s = 70 %
+    of the copy roof; 61649.22x the best automatic candidate (cupy-fp32). Verdict: at 70 % of the copy roof;
+    next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
     """
     _NORMALIZE(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, EPS, ROWS, BLOCK, SINGLE)
 
