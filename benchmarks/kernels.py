@@ -148,31 +148,6 @@ def candidates(doc: dict, fp32: bool = False) -> tuple[dict, tuple[str, float] |
     return variants, best, best_same
 
 
-def copy_reference(nbytes: int, launches: int, budget_s: float) -> float:
-    """Seconds for `launches` device copies moving `nbytes` in all (each reads and writes nbytes / launches / 2
-    bytes: a ping-pong between two buffers, several launches replayed from one CUDA graph), timed as kernel_report
-    times the kernels (events, L2 flushed, launch latency hidden). What a copy of this launch size reaches is the
-    practical roof at that size: a launch's fixed cost (its ramp and tail, ~3 us) weighs on a small one."""
-    import torch
-
-    from gpuspeed import bench
-    from gpuspeed.graphs import capture
-
-    half = max(1, int(nbytes // max(1, launches) // 2))
-    a = torch.randint(0, 256, (half,), dtype=torch.uint8, device="cuda")  # random bytes, not zeros
-    b = torch.empty_like(a)
-
-    def copies():
-        src, dst = a, b
-        for _ in range(launches):
-            dst.copy_(src)
-            src, dst = dst, src
-        return src
-
-    fn = capture(copies) if launches > 1 else copies
-    return bench(fn, mode="events", hide_launch_latency=True, budget_s=budget_s).median
-
-
 def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     """One hand kernel through kernel_report on device-resident inputs, checked against the original."""
     from gpuspeed import check, kernel_report
@@ -192,11 +167,7 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     main = next((la for la in d["launches"] if la["kernel"] == d.get("main_kernel")), d["launches"][0] if d["launches"]
                 else {})
     place = d.get("placement") or {}
-    copy_pct = None
-    if gpu and place.get("bound") == "memory" and d.get("pct_of_roof") and d.get("time_s"):
-        roof_bps = nbytes / d["time_s"] / (d["pct_of_roof"] / 100)  # the copy roof the placement used
-        calls = sum(la.get("count", 1) for la in d["launches"])  # launches made (identical ones are merged in the list)
-        copy_pct = 100 * nbytes / copy_reference(nbytes, max(1, calls), bench_kw["budget_s"]) / roof_bps
+    copy_pct = d.get("copy_pct_of_roof")  # kernel_report's same-bytes copies (memory-bound kernels on a GPU)
     return {"example": example, "variant": variant, "launcher": f"{module}.{name}", "backend": d["backend"],
             "precision": "float32" if fp32 else "as-written", "correct": bool(res.passed), "check": res.summary,
             "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],

@@ -126,11 +126,11 @@ def _launch(grid=(1000, 1, 1), regs=32, spills=0, pct=100.0, limiter="warps", ba
                           "max_warps_per_sm": 64}}
 
 
-def _facts(pct_of_roof=None, time_s=1e-3, **launch):
+def _facts(pct_of_roof=None, time_s=1e-3, copy_pct=None, **launch):
     la = _launch(**launch)
     return {"gpu": True, "launches": [la], "main": la, "sms": 132, "pct_of_roof": pct_of_roof, "bound": "memory",
             "roof": "copy", "time_s": time_s, "occupancy_pct": la["occupancy"]["pct"],
-            "limiter": la["occupancy"]["limiter"]}
+            "limiter": la["occupancy"]["limiter"], "copy_pct": copy_pct}
 
 
 @pytest.mark.parametrize("facts,rule,words", [
@@ -138,6 +138,11 @@ def _facts(pct_of_roof=None, time_s=1e-3, **launch):
     ({"gpu": True, "launches": []}, "no_launch", "no Triton"),
     (_facts(92.0, spills=64, pct=25.0, limiter="registers"), "at_roof", "at 92 % of the copy roof: done"),
     (_facts(160.0), "at_roof", "above the copy roof (160 %): cache-resident"),
+    # as fast as device copies of the same bytes per launch: no tuning left, whatever else the launch shows
+    (_facts(69.7, copy_pct=67.4, pct=25.0, limiter="registers"), "at_copy",
+     "at 70 % of the copy roof, where device copies of the same bytes per launch reach 67 %"),
+    (_facts(65.0, copy_pct=67.4), "at_copy", "at the practical roof for this launch size"),
+    (_facts(60.0, copy_pct=92.0), "tune", "at 60 % of the copy roof"),
     (_facts(40.0, spills=64, pct=25.0, limiter="registers"), "spills", "spills 64 bytes per thread: lower BLOCK / num_warps"),
     (_facts(40.0, grid=(40, 1, 1), pct=25.0, limiter="registers"), "small_grid",
      "grid of 40 programs on 132 SMs: split the work"),

@@ -68,6 +68,9 @@ def test_triton_autotuned_stream_on_the_copy_roof():
     p = d["placement"]
     assert p["bound"] == "memory" and p["roof"] == "copy" and p["bytes"] == 3 * 4 * n
     assert 0 < d["pct_of_roof"] < 130 and d["ceilings_source"].endswith("roofline.json")
+    # 400 MB in one launch: a device copy of those bytes is near the copy roof, and the kernel near the copy
+    assert 60 < d["copy_pct_of_roof"] < 130 and d["pct_of_roof"] > 0.5 * d["copy_pct_of_roof"]
+    assert any("device copies of the same bytes" in line for line in rep.lines())
     assert d["verdict"] and d["next_lever"]
     print("\n".join(rep.lines()))
 

@@ -4,7 +4,8 @@ Calls the launcher once to compile and autotune, once more under a Capture to re
 block / num_warps and num_stages, registers, spills, shared memory, the autotuner's choice), computes each
 launch's theoretical occupancy from the device's limits, times the launcher with gpuspeed.bench, places it
 on the roofline with roofline.place's locate() (memory-bound kernels against the measured copy bandwidth),
-and names a verdict and the next lever (see verdict.py). Without a GPU the kernels run under the
+times device copies of the same bytes in as many launches beside a memory-bound kernel (the practical roof
+at its launch size), and names a verdict and the next lever (see verdict.py). Without a GPU the kernels run under the
 interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1, set before the kernels are defined): the report
 then says the launcher ran and returned, with its launches, and no timing or occupancy.
 """
@@ -45,6 +46,9 @@ class KernelReport:
     main_kernel: str | None = None
     limits: dict | None = None
     ceilings_source: str | None = None
+    # memory-bound kernels on a GPU: the % of the same roof that device copies of the same bytes, in as many
+    # launches, reach when timed the same way (copy_reference): the practical roof at this launch size
+    copy_pct_of_roof: float | None = None
     output: Any = field(default=None, repr=False)  # what the launcher returned (not in to_dict)
     notes: list[str] = field(default_factory=list)
 
@@ -94,6 +98,8 @@ class KernelReport:
         if p and p.get("pct_of_roof") is not None:
             out.append(f"roofline: {p['GBps']:.0f} GB/s, {p['TFLOPs']:.3g} TFLOP/s at {p['intensity']:.3g} FLOP/B: "
                        f"{p['pct_of_roof']:.0f} % of the {p['roof']} roof ({p['bound']}-bound)")
+        if self.copy_pct_of_roof is not None:
+            out.append(f"device copies of the same bytes, as many launches: {self.copy_pct_of_roof:.0f} % of that roof")
         out.append(f"verdict: {self.verdict}")
         out.append(f"next lever: {self.next_lever}")
         out += [f"note: {n}" for n in ([self.note] if self.note else []) + self.notes]
@@ -226,6 +232,32 @@ def placement(name: str, flops: float | None, nbytes: int, time_s: float, ceil, 
     return d
 
 
+def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> float:
+    """Seconds for `launches` device copies moving `nbytes` in all (each reads and writes nbytes / launches / 2
+    bytes: a ping-pong between two buffers, several launches replayed from one CUDA graph), timed as kernel_report
+    times a kernel (events, L2 flushed, launch latency hidden). What a copy of this launch size reaches is the
+    practical roof at that size: a launch's fixed cost (its ramp and tail, ~3 us) weighs on a small one."""
+    import torch
+
+    from gpuspeed.graphs import capture
+    from gpuspeed.timing import bench
+
+    half = max(1, int(nbytes // max(1, launches) // 2))
+    a = torch.randint(0, 256, (half,), dtype=torch.uint8, device="cuda")  # random bytes, not zeros
+    b = torch.empty_like(a)
+
+    def copies():
+        src, dst = a, b
+        for _ in range(launches):
+            dst.copy_(src)
+            src, dst = dst, src
+        return src
+
+    kw = {k: v for k, v in (bench_kw or {}).items() if k in ("budget_s", "max_noise", "min_samples", "max_samples")}
+    fn = capture(copies) if launches > 1 else copies
+    return bench(fn, mode="events", hide_launch_latency=True, name="same-bytes copy", **kw).median
+
+
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
                   kwargs: dict | None = None, unit: str | None = None) -> KernelReport:
@@ -265,7 +297,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     kinds = {la["backend"] for la in launches}
     backend = "none" if not kinds else kinds.pop() if len(kinds) == 1 else "mixed"
     main = verdict.main_launch(launches)
-    time_s = rel_iqr = place = None
+    time_s = rel_iqr = place = copy_pct = None
     source = None
     if gpu and launches:
         from gpuspeed.roofline.place import count_flops, default_unit, min_bytes
@@ -297,15 +329,20 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
                 place["flops_source"] = "counted by FlopCounterMode"
         else:
             notes.append("no array bytes found in the arguments or the output: pass bytes= to place it on the roofline")
+        if place and place["bound"] == "memory" and place.get("roof_GBps") and time_s:
+            calls = sum(la.get("count", 1) for la in launches)
+            copy_pct = 100 * nbytes / copy_reference(nbytes, calls, bench_kw) / (place["roof_GBps"] * 1e9)
     occ = (main or {}).get("occupancy")
     facts = {"gpu": gpu, "launches": launches, "main": main, "sms": limits.sms if limits else None,
              "pct_of_roof": place["pct_of_roof"] if place else None, "bound": place["bound"] if place else None,
              "roof": place["roof"] if place else None, "time_s": time_s,
-             "occupancy_pct": occ["pct"] if occ else None, "limiter": occ["limiter"] if occ else None}
+             "occupancy_pct": occ["pct"] if occ else None, "limiter": occ["limiter"] if occ else None,
+             "copy_pct": copy_pct}
     rule, said, lever = verdict.judge(facts)
     return KernelReport(
         name=name, backend=backend, gpu=gpu, note=None if gpu else NO_GPU_NOTE, time_s=time_s, time_rel_iqr=rel_iqr,
         launches=launches, placement=place, pct_of_roof=place["pct_of_roof"] if place else None,
         occupancy_pct=occ["pct"] if occ else None, limiter=occ["limiter"] if occ else None, verdict=said,
         next_lever=lever, rule=rule, main_kernel=main["kernel"] if main else None,
-        limits=limits.to_dict() if limits else None, ceilings_source=source, output=out, notes=notes)
+        limits=limits.to_dict() if limits else None, ceilings_source=source, copy_pct_of_roof=copy_pct, output=out,
+        notes=notes)

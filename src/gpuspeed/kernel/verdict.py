@@ -3,17 +3,19 @@
   1. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
   2. no_launch    no Triton or Numba CUDA launch was seen
   3. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
-  4. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
-  5. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
-  6. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
-  7. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
-  8. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
-  9. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
+  4. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
+                 at the practical roof for its launch size; more bytes per launch is the only lever
+  5. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
+  6. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
+  7. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
+  8. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
+  9. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
+ 10. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
- 10. unplaced     no roof position (no ceilings): the occupancy alone
+ 11. unplaced     no roof position (no ceilings): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
-limiter), so the rules are testable on synthetic inputs.
+limiter, copy_pct), so the rules are testable on synthetic inputs.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ ABOVE_PCT = 105.0  # a memory-bound point this far over the roof ran from cache 
 DONE_PCT = 80.0  # at or above this % of its roof a kernel is done: what is left is noise and tails
 LOW_ROOF_PCT = 50.0
 LOW_OCCUPANCY_PCT = 50.0
+COPY_MATCH = 0.95  # a kernel within 5 % of a same-bytes copy (or past it) is as fast as its launch size allows
 LAUNCH_BOUND_S = 10e-6  # a few eager launches' worth: below this a call is mostly launch cost
 
 
@@ -53,6 +56,14 @@ def at_roof(f):
                 "time it on data larger than L2 to judge it against device memory")
     if p is not None and p >= DONE_PCT:
         return f"at {_pct(p)} of the {_roof_name(f)} roof: done", "none: it is at its roof"
+
+
+def at_copy(f):
+    p, c = f.get("pct_of_roof"), f.get("copy_pct")
+    if p is not None and c and f.get("bound") == "memory" and p >= COPY_MATCH * c:
+        return (f"at {_pct(p)} of the copy roof, where device copies of the same bytes per launch reach {_pct(c)}: "
+                "at the practical roof for this launch size",
+                "more bytes per launch: fuse it with the kernels beside it, or batch the calls")
 
 
 def spills(f):
@@ -126,7 +137,7 @@ def unplaced(f):
     return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
 
 
-RULES = [no_gpu, no_launch, at_roof, spills, small_grid, occupancy, launch_bound, latency, tune, unplaced]
+RULES = [no_gpu, no_launch, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, latency, tune, unplaced]
 
 
 def judge(facts: dict) -> tuple[str, str, str]:
