@@ -90,9 +90,9 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     2-warp programs (250-472 us), and one global atomic per sample into per-program histograms (380-489 us). The
     Numba kernel's shared-memory atomic is one instruction per sample, which Triton does not expose.
 
-    Tuning note (gpuspeed kernel, H200, commit f1db579): grid 2112, num_warps 4, num_stages 1 (autotuned:
-    BLOCK=2048, PER_SM=16); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 216.6 us,
-    1847 GB/s = 43 % of the copy roof; 2.43x the best automatic candidate (cupy). Verdict: latency-bound at 43 %
+    Tuning note (gpuspeed kernel, H200, commit 163f2c9): grid 2112, num_warps 4, num_stages 1 (autotuned:
+    BLOCK=2048, PER_SM=16); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 217.6 us,
+    1839 GB/s = 43 % of the copy roof; 2.42x the best automatic candidate (cupy). Verdict: latency-bound at 43 %
     of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
     """
     pid = tl.program_id(0)
@@ -194,8 +194,8 @@ def numba_kernel(bins: int):
         """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
         atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit f1db579): grid 1056, block 256; 32 registers, 0 spills,
-        6152 B shared; occupancy 100 % (warps-limited); 128.4 us, 3115 GB/s = 72 % of the copy roof; 4.10x
+        Tuning note (gpuspeed kernel, H200, commit 163f2c9): grid 1056, block 256; 32 registers, 0 spills,
+        6152 B shared; occupancy 100 % (warps-limited); 128.6 us, 3111 GB/s = 72 % of the copy roof; 4.10x
         the best automatic candidate (cupy). Verdict: at 72 % of the copy roof; next: tune the block shape
         and the work per thread (time a few).
         """
