@@ -110,7 +110,7 @@ def test_the_l2_flush_evicts_the_last_call_and_leaves_no_dirty_lines():
     read_b = _after(last_call_then_flush, lambda i: torch.sum(b, dim=0, out=sink))
     read_a = _after(last_call_then_flush, lambda i: torch.sum(a, dim=0, out=sink))
     assert read_b > 0.85 * read_cold and read_a > 0.85 * read_cold, (read_b, read_a, read_cold)
-    # a flush that writes its buffer leaves L2 dirty, and the next call pays to write it back (H200: +20 %)
+    # a flush that writes its buffer leaves L2 dirty, and the next call pays to write it back
     copy_after_read_flush = _after(lambda i: flush_l2(), lambda i: out.copy_(cold[i % 8]))
     copy_after_write_flush = _after(lambda i: written.fill_(1), lambda i: out.copy_(cold[i % 8]))
     assert copy_after_read_flush < 0.95 * copy_after_write_flush, (copy_after_read_flush, copy_after_write_flush)

@@ -19,9 +19,11 @@ def flush_l2() -> None:
 
     A read, not a write: evicting the previous call's dirty lines writes them back inside the flush, and L2 is
     left holding clean lines, which the timed call drops for free. A written flush buffer left L2 full of dirty
-    lines, and the timed call paid for writing them back: on the H200 (60 MiB L2) a 16 MiB copy timed 13.1 us
-    after a write flush and 10.8 us after this read, while a buffer written or read just before the read flush
-    came back no faster than a cold one (a scratch sweep; 2x and 3x L2 timed alike). Three times, not two: the
+    lines, and the timed call paid for writing them back: in a scratch sweep on the H200 (60 MiB L2), a 16 MiB
+    copy ran markedly slower after a write flush than after this read, the gap shrinking with size to nothing
+    at 1 GiB, while a buffer written or read just before the read flush came back no faster than a cold one
+    (2x and 3x L2 timed alike). Committed figures: the hand kernels' rows before and after (kernels_9200d2d.json,
+    kernels_f869982.json). Three times, not two: the
     row sum costs the host more to issue than a fill did, and the samples need the GPU still busy with the flush
     while the host queues the timed call behind it (at 2x, a 16-element add was sometimes timed with its launch
     latency on the H200's host, and bench() then chose events over graph mode)."""

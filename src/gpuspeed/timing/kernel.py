@@ -33,12 +33,17 @@ def device_activities(prof) -> list:
     return sorted(acts, key=lambda e: e.time_range.start)
 
 
+def marker_positions(acts) -> list[int]:
+    """Indices of the marker fills among a session's device activities."""
+    return [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
+
+
 def split_at_markers(acts, n_calls: int) -> list[float] | None:
     """Per-call device seconds from a session of n_calls calls that opened with one extra mark (a marker and
     the flush, no call): the activities between consecutive markers, less the flush's own, which lead each
     span and are counted in the opening one. None if the markers don't come out as exactly one per call plus
     the opening one (the user's own code launched an int8 fill)."""
-    marks = [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
+    marks = marker_positions(acts)
     if len(marks) != n_calls + 1:
         return None
     lead = marks[1] - marks[0] - 1
@@ -50,7 +55,7 @@ def split_at_markers(acts, n_calls: int) -> list[float] | None:
 def first_call_after_marks(acts) -> float:
     """A one-call session's device seconds (opening mark, mark, call): everything after the second marker and
     the flush's activities, whatever the call itself launches."""
-    marks = [i for i, e in enumerate(acts) if MARKER in e.name or "FillFunctor<char>" in e.name]
+    marks = marker_positions(acts)
     lead = marks[1] - marks[0] - 1
     return sum(e.time_range.elapsed_us() for e in acts[marks[1] + 1 + lead:]) * 1e-6
 

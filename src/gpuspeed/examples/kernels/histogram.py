@@ -81,13 +81,13 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     the atomics do not grow with the sample count.
 
     Where the time goes (H200 sweeps, 50 M samples, 256 bins): the loads and the binning alone (the bin indices
-    summed, not counted) reached 76 % of the copy roof; with tl.histogram the kernel reaches 43 %. Its lowering
+    summed, not counted) reached about three quarters of the copy roof; with tl.histogram the kernel reaches 43 %. Its lowering
     counts with warp ballots: for each sample a lane holds, one ballot per index bit (8), then for each of the
     lane's 8 bins a few and/xor, a popc and an add, about 80 instructions per 32 samples, beside the binning's
     float64 arithmetic and float64/int conversions (which issue at a half and an eighth of the integer rate). By
     that count (not a profile) the kernel is issue-bound at roughly 150 issue slots per 32 samples, ~220 us;
-    it measures 217 us. Slower in the same sweep: 1-warp programs, whose tl.histogram skips no work (244-495 us),
-    2-warp programs (250-472 us), and one global atomic per sample into per-program histograms (380-489 us). The
+    it measures 217 us. Slower in the same sweep: 1-warp programs, whose tl.histogram skips no work, 2-warp
+    programs, and one global atomic per sample into per-program histograms (nearly twice the time). The
     Numba kernel's shared-memory atomic is one instruction per sample, which Triton does not expose.
 
     Tuning note (gpuspeed kernel, H200, commit 163f2c9): grid 2112, num_warps 4, num_stages 1 (autotuned:
