@@ -151,6 +151,11 @@ def _facts(pct_of_roof=None, time_s=1e-3, copy_pct=None, **launch):
     (_facts(60.0, pct=25.0, limiter="shared_memory"), "occupancy", "shared-memory-limited to 25 %"),
     (_facts(20.0, time_s=4e-6), "launch_bound", "launch-bound"),
     (_facts(20.0), "latency", "latency-bound at 20 % of the copy roof with 100 % occupancy"),
+    # copies of the same bytes run far faster at this occupancy: the loads are not the limit, the work between them is
+    (_facts(43.0, copy_pct=93.0, pct=56.25), "own_work",
+     "bound by its own instructions at 43 % of the copy roof: device copies of the same bytes reach 93 %"),
+    (_facts(43.0, copy_pct=60.0), "latency", "latency-bound at 43 %"),  # copies barely faster: not its instructions
+    (_facts(43.0, copy_pct=93.0, pct=25.0, limiter="registers"), "occupancy", "register-limited to 25 %"),
     (_facts(65.0), "tune", "at 65 % of the copy roof"),
     (_facts(None), "unplaced", "no roof position"),
 ])

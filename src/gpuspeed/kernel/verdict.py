@@ -9,10 +9,13 @@
   6. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
   7. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
   8. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
-  9. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
- 10. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
+  9. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %, while
+                 device copies of the same bytes reach OWN_WORK_GAP x its %: the loads are not what holds it back,
+                 the instructions between them are (issue or dependent arithmetic): fewer instructions per element
+ 10. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
+ 11. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
- 11. unplaced     no roof position (no ceilings): the occupancy alone
+ 12. unplaced     no roof position (no ceilings): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
 limiter, copy_pct), so the rules are testable on synthetic inputs.
@@ -25,6 +28,7 @@ DONE_PCT = 80.0  # at or above this % of its roof a kernel is done: what is left
 LOW_ROOF_PCT = 50.0
 LOW_OCCUPANCY_PCT = 50.0
 COPY_MATCH = 0.95  # a kernel within 5 % of a same-bytes copy (or past it) is as fast as its launch size allows
+OWN_WORK_GAP = 1.5  # copies of the same bytes this many times faster: the kernel's own instructions are the limit
 LAUNCH_BOUND_S = 10e-6  # a few eager launches' worth: below this a call is mostly launch cost
 
 
@@ -113,6 +117,19 @@ def launch_bound(f):
                 "fuse launches / more work per launch / a CUDA graph")
 
 
+def own_work(f):
+    p, c, occ = f.get("pct_of_roof"), f.get("copy_pct"), f.get("occupancy_pct")
+    if (p is not None and c and f.get("bound") == "memory" and p < LOW_ROOF_PCT and p * OWN_WORK_GAP <= c
+            and (occ is None or occ > LOW_OCCUPANCY_PCT)):
+        # the same bytes, as many launches, move far faster as copies: memory latency with this many warps is not it
+        return (f"bound by its own instructions at {_pct(p)} of the copy roof: device copies of the same bytes reach "
+                f"{_pct(c)}" + (f" and occupancy is {_pct(occ)}" if occ is not None else "") +
+                ", so the time goes to the work between the loads (instruction issue or dependent arithmetic; "
+                "which of the two needs hardware counters)",
+                "fewer instructions per element (cheaper index math, arithmetic or counting); then more "
+                "independent elements per thread")
+
+
 def latency(f):
     p = f.get("pct_of_roof")
     occ = f.get("occupancy_pct")
@@ -137,7 +154,7 @@ def unplaced(f):
     return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
 
 
-RULES = [no_gpu, no_launch, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, latency, tune, unplaced]
+RULES = [no_gpu, no_launch, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, latency, tune, unplaced]
 
 
 def judge(facts: dict) -> tuple[str, str, str]:
