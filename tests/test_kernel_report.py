@@ -165,6 +165,24 @@ def test_verdict_rules_in_order(facts, rule, words):
     assert words in said and lever
 
 
+def test_verdict_skips_an_occupancy_lever_the_autotuner_already_timed():
+    # the H200 histogram: 8 warps at 50 % (registers), the 4-warp configs timed and not chosen, copies far faster
+    f = _facts(42.8, copy_pct=94.6, pct=50.0, limiter="registers", num_warps=8)
+    assert verdict.judge(f)[:2] == ("occupancy", "register-limited to 50 % occupancy: try num_warps=4")
+    tried = [{"config": {"BLOCK": 4096, "num_warps": 8, "num_stages": 1}, "time_ms": 0.215},
+             {"config": {"BLOCK": 2048, "num_warps": 4, "num_stages": 1}, "time_ms": 0.216}]
+    f["main"]["autotune"] = {"chosen": tried[0]["config"], "tried": tried}
+    assert verdict.judge(f)[0] == "own_work"
+    # only timed configs count: one listed without a time (a cached choice) leaves the lever to try
+    f["main"]["autotune"] = {"chosen": tried[0]["config"], "tried": [dict(tried[1], time_ms=None)]}
+    assert verdict.judge(f)[0] == "occupancy"
+    # shared memory: the lever is fewer stages
+    g = _facts(30.0, pct=25.0, limiter="shared_memory")
+    g["main"]["num_stages"] = 3
+    g["main"]["autotune"] = {"tried": [{"config": {"num_warps": 4, "num_stages": 2}, "time_ms": 0.3}]}
+    assert verdict.judge(g)[0] == "tune"  # not "fewer num_stages" again: it was timed
+
+
 def test_verdict_numba_levers_and_main_launch():
     f = _facts(30.0, spills=16, backend="numba")
     assert "fewer live values" in verdict.judge(f)[2]

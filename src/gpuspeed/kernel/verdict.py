@@ -7,9 +7,11 @@
                  at the practical roof for its launch size; more bytes per launch is the only lever
   5. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
   6. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
-  7. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource
+  7. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource (skipped where the
+                 autotuner already timed the lever it would name, half the warps or fewer stages, and chose otherwise)
   8. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
-  9. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %, while
+  9. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
+                 lever spent, as in 7), while
                  device copies of the same bytes reach OWN_WORK_GAP x its %: the loads are not what holds it back,
                  the instructions between them are (issue or dependent arithmetic): fewer instructions per element
  10. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
@@ -88,10 +90,31 @@ def small_grid(f):
                     "more, smaller programs (smaller BLOCK, split the reduction or the rows)")
 
 
+def _autotuner_tried(m: dict | None, **config) -> bool:
+    """Whether the launch's autotuner timed a config with these settings (and so chose against it)."""
+    tried = ((m or {}).get("autotune") or {}).get("tried") or []
+    return any(r.get("time_ms") is not None and all((r.get("config") or {}).get(k) == v for k, v in config.items())
+               for r in tried)
+
+
+def _occupancy_lever_tried(m: dict | None) -> bool:
+    """The occupancy rule's Triton lever (half the warps for registers, fewer stages for shared memory) was among
+    the configs the autotuner timed: it chose otherwise, so that lever is spent."""
+    occ = (m or {}).get("occupancy")
+    if not occ or (m or {}).get("backend") != "triton":
+        return False
+    nw, ns = m.get("num_warps") or 4, m.get("num_stages") or 1
+    if occ["limiter"] == "registers" and nw > 1:
+        return _autotuner_tried(m, num_warps=nw // 2)
+    if occ["limiter"] == "shared_memory":
+        return any(_autotuner_tried(m, num_stages=s) for s in range(1, ns))
+    return False
+
+
 def occupancy(f):
     m = f.get("main")
     occ = (m or {}).get("occupancy")
-    if not occ or occ["pct"] > LOW_OCCUPANCY_PCT:
+    if not occ or occ["pct"] > LOW_OCCUPANCY_PCT or _occupancy_lever_tried(m):
         return None
     lim, pct, tri = occ["limiter"], _pct(occ["pct"]), m.get("backend") == "triton"
     nw = m.get("num_warps") or 4
@@ -120,7 +143,7 @@ def launch_bound(f):
 def own_work(f):
     p, c, occ = f.get("pct_of_roof"), f.get("copy_pct"), f.get("occupancy_pct")
     if (p is not None and c and f.get("bound") == "memory" and p < LOW_ROOF_PCT and p * OWN_WORK_GAP <= c
-            and (occ is None or occ > LOW_OCCUPANCY_PCT)):
+            and (occ is None or occ > LOW_OCCUPANCY_PCT or _occupancy_lever_tried(f.get("main")))):
         # the same bytes, as many launches, move far faster as copies: memory latency with this many warps is not it
         return (f"bound by its own instructions at {_pct(p)} of the copy roof: device copies of the same bytes reach "
                 f"{_pct(c)}" + (f" and occupancy is {_pct(occ)}" if occ is not None else "") +
