@@ -93,10 +93,13 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     ballots' integer work is. The Numba kernel's shared-memory atomic is one instruction per sample, which
     Triton does not expose.
 
-    Tuning note (gpuspeed kernel, H200, commit 163f2c9): grid 2112, num_warps 4, num_stages 1 (autotuned:
+    Tuning note (gpuspeed kernel, H200, commit 1d9314b): grid 2112, num_warps 4, num_stages 1 (autotuned:
     BLOCK=2048, PER_SM=16); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 217.6 us,
-    1839 GB/s = 43 % of the copy roof; 2.42x the best automatic candidate (cupy). Verdict: latency-bound at 43 %
-    of the copy roof with 56 % occupancy; next: more work per program / fuse (more loads in flight per thread).
+    1839 GB/s = 43 % of the copy roof; 2.42x the best automatic candidate (cupy). Verdict: bound by its own
+    instructions at 43 % of the copy roof: device copies of the same bytes reach 93 % and occupancy is 56 %, so
+    the time goes to the work between the loads (instruction issue or dependent arithmetic; which of the two
+    needs hardware counters); next: fewer instructions per element (cheaper index math, arithmetic or counting);
+    then more independent elements per thread.
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -197,8 +200,8 @@ def numba_kernel(bins: int):
         """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
         atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit 163f2c9): grid 1056, block 256; 32 registers, 0 spills,
-        6152 B shared; occupancy 100 % (warps-limited); 128.6 us, 3111 GB/s = 72 % of the copy roof; 4.10x
+        Tuning note (gpuspeed kernel, H200, commit 1d9314b): grid 1056, block 256; 32 registers, 0 spills,
+        6152 B shared; occupancy 100 % (warps-limited); 128.3 us, 3118 GB/s = 72 % of the copy roof; 4.11x
         the best automatic candidate (cupy). Verdict: at 72 % of the copy roof; next: tune the block shape
         and the work per thread (time a few).
         """
