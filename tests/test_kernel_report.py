@@ -134,8 +134,9 @@ def _facts(pct_of_roof=None, time_s=1e-3, copy_pct=None, **launch):
 
 
 @pytest.mark.parametrize("facts,rule,words", [
-    ({"gpu": False, "launches": []}, "no_gpu", "interpreters"),
+    ({"gpu": False, "launches": [_launch()]}, "no_gpu", "interpreters"),
     ({"gpu": True, "launches": []}, "no_launch", "no Triton"),
+    ({"gpu": False, "launches": []}, "no_launch", "no Triton"),  # without a GPU too: the launcher launched nothing
     (_facts(92.0, spills=64, pct=25.0, limiter="registers"), "at_roof", "at 92 % of the copy roof: done"),
     (_facts(160.0), "at_roof", "above the copy roof (160 %): cache-resident"),
     # as fast as device copies of the same bytes per launch: no tuning left, whatever else the launch shows
@@ -222,6 +223,14 @@ def test_placement_on_the_copy_roof():
 # --- capture under the Triton interpreter (this process)
 @pytest.mark.skipif(not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU): "
                                             "the command-line tests cover the interpreter in fresh processes")
+def test_a_launcher_that_launches_nothing_says_so_on_the_cpu():
+    from gpuspeed import kernel_report
+
+    rep = kernel_report(lambda x: None, torch.ones(4), name="nothing", device="cpu")
+    assert rep.rule == "no_launch" and rep.output is None and rep.launches == []
+    assert rep.lines()[0] == "nothing: no Triton or Numba CUDA launch seen (interpreted, no GPU)"
+
+
 def test_triton_launcher_interpreted():
     from gpuspeed import kernel_report
 

@@ -72,7 +72,8 @@ class KernelReport:
 
     def lines(self) -> list[str]:
         """The report for people: one line per fact."""
-        out = [f"{self.name}: {self.backend} kernel launcher" + ("" if self.gpu else " (interpreted, no GPU)")]
+        what = "no Triton or Numba CUDA launch seen" if self.backend == "none" else f"{self.backend} kernel launcher"
+        out = [f"{self.name}: {what}" + ("" if self.gpu else " (interpreted, no GPU)")]
         if self.time_s is not None:
             out.append(f"time {self.time_s * 1e6:.1f} us (IQR/median {100 * (self.time_rel_iqr or 0):.1f} %)")
         for la in self.launches:

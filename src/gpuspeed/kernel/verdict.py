@@ -1,7 +1,7 @@
 """The verdict on a kernel and the next lever to pull: explicit rules, tried in order, the first that fits wins.
 
-  1. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
-  2. no_launch    no Triton or Numba CUDA launch was seen
+  1. no_launch    no Triton or Numba CUDA launch was seen (on the GPU or under the interpreters)
+  2. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
   3. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
   4. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
                  at the practical roof for its launch size; more bytes per launch is the only lever
@@ -177,7 +177,7 @@ def unplaced(f):
     return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
 
 
-RULES = [no_gpu, no_launch, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, latency, tune, unplaced]
+RULES = [no_launch, no_gpu, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, latency, tune, unplaced]
 
 
 def judge(facts: dict) -> tuple[str, str, str]:
