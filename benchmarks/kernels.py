@@ -3,6 +3,7 @@ position on the roofline, occupancy and limiting resource (gpuspeed.kernel_repor
 automatic candidate of `gpuspeed optimize` on the same example; writes results/<gpu>/kernels.json.
 
     python benchmarks/kernels.py [--out DIR] [--examples a,b] [--quick] [--optimize-json PATH] [--time-budget S]
+                                 [--scale-up K]
 
 The comparison with optimize: by default each example gets one `gpuspeed optimize` run (its hand kernels are among
 the candidates, as the example's `variants`), and a kernel's speedup is the best non-variant candidate's device time
@@ -13,6 +14,9 @@ there over the kernel's time from kernel_report here (same shapes, same seeds; b
 interpreters at a small scale, for correctness only: no timings (a note says so). A float32 variant (`precision =
 "float32"`) gets float32 inputs, as optimize gives them, is checked against the float64 original under the example's
 TOLERANCE, its bytes counted at 4 an element, and compared with the float32-demoted candidates (column `precision`).
+A kernel whose verdict puts the blame on its launch size (launch-bound, or as fast as device copies of the same bytes
+per launch) is measured again on inputs --scale-up times larger (row key `scaled_up`), for information only: the
+summary and the issue's targets count the example's own size.
 """
 
 from __future__ import annotations
@@ -148,8 +152,21 @@ def candidates(doc: dict, fp32: bool = False) -> tuple[dict, tuple[str, float] |
     return variants, best, best_same
 
 
-def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
-    """One hand kernel through kernel_report on device-resident inputs, checked against the original."""
+def reference(example: str, args):
+    """The example's original on (copies of) these arguments: what every kernel is checked against."""
+    ex = importlib.import_module(f"gpuspeed.examples.{example}")
+    return ex.original(*[np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args])
+
+
+def limited_by_launch_size(row: dict) -> bool:
+    """The kernel's verdict says its launch size, not its code, holds it: launch-bound, or as fast as device copies
+    of the same bytes per launch (kernel_report's rules launch_bound and at_copy)."""
+    return row.get("rule") in ("launch_bound", "at_copy") and bool(row.get("time_s"))
+
+
+def measure(example: str, variant: str, fn, args, gpu: bool, a, ref=None) -> dict:
+    """One hand kernel through kernel_report on device-resident inputs, checked against the original (`ref`: its
+    output on these arguments, when already computed)."""
     from gpuspeed import check, kernel_report
 
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
@@ -157,7 +174,7 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
     launcher = getattr(importlib.import_module(module), name)
     fp32 = getattr(fn, "precision", None) == "float32"
     dev = to_device(args, gpu, fp32)
-    ref = ex.original(*[np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args])
+    ref = reference(example, args) if ref is None else ref
     flops, nbytes = work(example, variant, args, ref if example == "mandelbrot" else None, fp32)
     bench_kw = {"budget_s": 0.3 if a.quick else 2.0}
     rep = kernel_report(launcher, *dev, flops=flops, bytes=nbytes, name=f"{example}:{variant}",
@@ -183,7 +200,7 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a) -> dict:
             "shared_bytes": (main.get("shared_static") or 0) + (main.get("shared_dynamic") or 0)
             if main.get("registers") is not None else None,
             "autotune_chosen": (main.get("autotune") or {}).get("chosen"), "verdict": d["verdict"],
-            "next_lever": d["next_lever"], "note": d.get("note")}
+            "next_lever": d["next_lever"], "rule": d["rule"], "note": d.get("note")}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -218,14 +235,21 @@ def main(argv=None) -> int:
     ap.add_argument("--time-budget", type=float, default=120.0, help="seconds per example for its optimize run")
     ap.add_argument("--scale", type=float, default=None, help="input scale (default 1 on a GPU, tiny without one)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale-up", type=float, default=64.0,
+                    help="a kernel its launch size holds back (launch-bound, or as fast as same-bytes copies) is "
+                         "timed again on inputs this many times larger, for information (row key scaled_up); the "
+                         "summary and its targets count the example's own size (0: off)")
     a = ap.parse_args(argv)
+    from gpuspeed.errors import UserError
+
+    if a.scale_up < 0:
+        raise UserError(f"--scale-up must be 0 (off) or positive, got {a.scale_up:g}")
     import torch
 
     gpu = torch.cuda.is_available()
     if not gpu:  # before any kernel module is imported: the interpreters replace the compilers
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    from gpuspeed.errors import UserError
     from gpuspeed.results import check_out_dir, default_dir, git_commit, make_results, write_results
 
     names = a.examples.split(",") if a.examples else EXAMPLES
@@ -245,7 +269,10 @@ def main(argv=None) -> int:
              "may predate the kernel's current code); "
              "*_same_precision: against the best candidate in the kernel's own precision: the original's float64, or "
              "for a float32 variant (precision float32) the float32-demoted candidates (a float32 candidate's inputs "
-             "are cast before its timing and its outputs after, so it moves half the bytes)"]
+             "are cast before its timing and its outputs after, so it moves half the bytes)",
+             f"scaled_up (kernels whose verdict is launch-bound or at the level of same-bytes copies): the same kernel "
+             f"on inputs(rng, scale={a.scale_up:g} x scale), checked and timed alike, for information: what it reaches "
+             f"where its launch's fixed cost no longer dominates. The summary counts the example's own size only"]
     if not gpu:
         notes.append("no GPU: the kernels ran under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 at a tiny scale, for "
                      "correctness only; no timings, occupancy or speedups")
@@ -276,6 +303,8 @@ def main(argv=None) -> int:
     for example in names:
         ex = importlib.import_module(f"gpuspeed.examples.{example}")
         args = ex.inputs(np.random.default_rng(a.seed), scale=scale)
+        ref = reference(example, args)  # once an example: the original is slow
+        big = None  # (args, ref) at scale * scale_up, made when a kernel first needs them
         doc, source = docs[example]
         for vname, fn in ex.variants.items():
             fp32 = getattr(fn, "precision", None) == "float32"
@@ -286,7 +315,15 @@ def main(argv=None) -> int:
                 continue
             print(f"{example}:{vname} ...", flush=True)
             try:
-                row = measure(example, vname, fn, args, gpu, a)
+                row = measure(example, vname, fn, args, gpu, a, ref)
+                if gpu and a.scale_up and limited_by_launch_size(row):
+                    if big is None:
+                        big_args = ex.inputs(np.random.default_rng(a.seed), scale=scale * a.scale_up)
+                        big = (big_args, reference(example, big_args))
+                    up = measure(example, vname, fn, big[0], gpu, a, big[1])
+                    row["scaled_up"] = {"scale": scale * a.scale_up} | {
+                        k: up[k] for k in ("correct", "time_s", "bytes", "flops", "GBps", "TFLOPs", "pct_of_roof",
+                                           "copy_same_launches_pct_of_roof", "occupancy_pct", "grid", "verdict")}
             except Exception as exc:  # noqa: BLE001 - one failing kernel does not stop the others
                 rows.append({"example": example, "variant": vname, "error": f"{type(exc).__name__}: {exc}"[:300]})
                 print(f"  failed: {rows[-1]['error']}", flush=True)
@@ -309,8 +346,13 @@ def main(argv=None) -> int:
             print(f"  {'ok' if row['correct'] else 'WRONG'}  " + (f"{t * 1e6:.1f} us, {row['pct_of_roof']:.0f} % of roof, "
                   f"occupancy {row['occupancy_pct']}, {row['limiter']}-limited, x{row['speedup_vs_auto'] or 0:.2f} vs "
                   f"{row['best_auto']}" if t else row.get("note") or ""), flush=True)
+            if row.get("scaled_up"):
+                up = row["scaled_up"]
+                print(f"  at scale {up['scale']:g}: {'ok' if up['correct'] else 'WRONG'}  {up['time_s'] * 1e6:.1f} us, "
+                      f"{up['pct_of_roof']:.0f} % of roof", flush=True)
         all_rows = kept + rows
-        params = {"examples": sorted({r["example"] for r in all_rows}), "scale": scale, "seed": a.seed, "quick": a.quick,
+        params = {"examples": sorted({r["example"] for r in all_rows}), "scale": scale, "scale_up": a.scale_up,
+                  "seed": a.seed, "quick": a.quick,
                   "optimize_json": a.optimize_json, "time_budget_s": a.time_budget, "roof_target_pct": ROOF_TARGET}
         doc_out = make_results("kernels", params=params, rows=all_rows, notes=notes, device="cuda" if gpu else "cpu",
                                summary=summarize([r for r in all_rows if "error" not in r and "skipped" not in r]))

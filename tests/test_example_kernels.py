@@ -375,6 +375,7 @@ def test_kernels_benchmark_runs_on_the_cpu_with_a_note(tmp_path):
     row, numba = rows["triton"], rows["numba_cuda"]
     assert row["correct"] is True
     assert row["time_s"] is None and any("no GPU" in n for n in doc["notes"])
+    assert row["rule"] == "no_gpu" and "scaled_up" not in row and doc["params"]["scale_up"] == 64.0
     # the Numba kernel runs under the simulator where numba-cuda is installed, and is a skipped row elsewhere
     ran = "skipped" not in numba
     assert numba["correct"] is True if ran else "numba-cuda is not installed" in numba["skipped"]
@@ -412,6 +413,22 @@ def test_kernels_benchmark_refuses_an_unknown_example_in_one_line(tmp_path):
     proc = _run_kernels_benchmark(tmp_path, "--examples", "softmax", "--out", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.startswith("gpuspeed: error: no hand kernels for softmax")
     assert "Traceback" not in proc.stderr
+
+
+def test_kernels_benchmark_refuses_a_negative_scale_up_in_one_line(tmp_path):
+    proc = _run_kernels_benchmark(tmp_path, "--examples", "row_stats", "--scale-up", "-2", "--out", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.startswith("gpuspeed: error: --scale-up must be 0 (off) or positive")
+    assert "Traceback" not in proc.stderr and not (tmp_path / "kernels.json").exists()
+
+
+def test_kernels_benchmark_scales_up_only_kernels_their_launch_size_holds_back():
+    # launch-bound, or as fast as copies of the same bytes per launch: timed again on larger inputs (on a GPU)
+    bench = _kernels_benchmark_module()
+    assert bench.limited_by_launch_size({"rule": "launch_bound", "time_s": 6.7e-6})
+    assert bench.limited_by_launch_size({"rule": "at_copy", "time_s": 1.1e-5})
+    assert not bench.limited_by_launch_size({"rule": "own_work", "time_s": 2e-4})
+    assert not bench.limited_by_launch_size({"rule": "tune", "time_s": 8e-4})
+    assert not bench.limited_by_launch_size({"rule": "no_gpu", "time_s": None})  # interpreted: nothing to scale
 
 
 def test_kernels_benchmark_picks_the_best_automatic_candidate():
