@@ -316,7 +316,12 @@ def main(argv=None) -> int:
             print(f"{example}:{vname} ...", flush=True)
             try:
                 row = measure(example, vname, fn, args, gpu, a, ref)
-                if gpu and a.scale_up and limited_by_launch_size(row):
+            except Exception as exc:  # noqa: BLE001 - one failing kernel does not stop the others
+                rows.append({"example": example, "variant": vname, "error": f"{type(exc).__name__}: {exc}"[:300]})
+                print(f"  failed: {rows[-1]['error']}", flush=True)
+                continue
+            if gpu and a.scale_up and limited_by_launch_size(row):
+                try:  # a failure here (memory, say) leaves the row measured at the example's size as it is
                     if big is None:
                         big_args = ex.inputs(np.random.default_rng(a.seed), scale=scale * a.scale_up)
                         big = (big_args, reference(example, big_args))
@@ -324,10 +329,8 @@ def main(argv=None) -> int:
                     row["scaled_up"] = {"scale": scale * a.scale_up} | {
                         k: up[k] for k in ("correct", "time_s", "bytes", "flops", "GBps", "TFLOPs", "pct_of_roof",
                                            "copy_same_launches_pct_of_roof", "occupancy_pct", "grid", "verdict")}
-            except Exception as exc:  # noqa: BLE001 - one failing kernel does not stop the others
-                rows.append({"example": example, "variant": vname, "error": f"{type(exc).__name__}: {exc}"[:300]})
-                print(f"  failed: {rows[-1]['error']}", flush=True)
-                continue
+                except Exception as exc:  # noqa: BLE001
+                    row["scaled_up"] = {"scale": scale * a.scale_up, "error": f"{type(exc).__name__}: {exc}"[:300]}
             row["optimize_source"] = source
             row["best_auto"], row["best_auto_s"] = best if best else (None, None)
             # the optimize run's own time for this variant is kept for reference only: that run may predate the
@@ -348,8 +351,9 @@ def main(argv=None) -> int:
                   f"{row['best_auto']}" if t else row.get("note") or ""), flush=True)
             if row.get("scaled_up"):
                 up = row["scaled_up"]
-                print(f"  at scale {up['scale']:g}: {'ok' if up['correct'] else 'WRONG'}  {up['time_s'] * 1e6:.1f} us, "
-                      f"{up['pct_of_roof']:.0f} % of roof", flush=True)
+                print(f"  at scale {up['scale']:g}: " + (f"failed: {up['error']}" if "error" in up else
+                      f"{'ok' if up['correct'] else 'WRONG'}  {(up['time_s'] or 0) * 1e6:.1f} us, "
+                      f"{up['pct_of_roof'] or 0:.0f} % of roof"), flush=True)
         all_rows = kept + rows
         params = {"examples": sorted({r["example"] for r in all_rows}), "scale": scale, "scale_up": a.scale_up,
                   "seed": a.seed, "quick": a.quick,
