@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     from gpuspeed.errors import UserError
 
-    if a.scale_up < 0:
+    if not (math.isfinite(a.scale_up) and a.scale_up >= 0):
         raise UserError(f"--scale-up must be 0 (off) or positive, got {a.scale_up:g}")
     import torch
 

@@ -11,9 +11,9 @@
                  autotuner already timed the lever it would name, half the warps or fewer stages, and chose otherwise)
   8. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
   9. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
-                 lever spent, as in 7), while
-                 device copies of the same bytes reach OWN_WORK_GAP x its %: the loads are not what holds it back,
-                 the instructions between them are (issue or dependent arithmetic): fewer instructions per element
+                 lever spent, as in 7), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
+                 are not what holds it back, the instructions between them are (issue or dependent arithmetic):
+                 fewer instructions per element
  10. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
  11. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
