@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from gpuspeed import trees
 from gpuspeed.errors import UserError
-from gpuspeed.kernel import numba_info, triton_info, verdict
+from gpuspeed.kernel import instructions, numba_info, triton_info, verdict
 from gpuspeed.kernel.capture import Capture, interpreting_triton, simulating_numba
 from gpuspeed.kernel.occupancy import Limits, device_limits, occupancy
 
@@ -89,6 +89,10 @@ class KernelReport:
                 res += f"; occupancy {occ['pct']:.0f} % ({occ['blocks_per_sm']} blocks/SM, {occ['limiter']}-limited)"
             times = f" x{la['count']}" if la.get("count", 1) > 1 else ""
             out.append(f"  {la['kernel']}{times} [{la['backend']}] {geo}{res}")
+            mix = la.get("instruction_mix")
+            if mix:
+                out.append(f"    PTX, {mix['scope']} ({mix['instructions']} instructions): "
+                           f"{instructions.summary(mix, top=6)}")
             at = la.get("autotune")
             if at:
                 out.append(f"    autotune chose {at['chosen']}; tried {len(at['tried'])}:")
@@ -139,7 +143,10 @@ def describe(launch, limits: Limits | None) -> dict:
          "shared_static": res["shared_static"],
          "shared_dynamic": res.get("shared_dynamic", launch.shared_dynamic) if launch.backend == "triton"
          else launch.shared_dynamic,
-         "occupancy": None, "autotune": None, "meta": launch.meta, "interpreted": launch.interpreted}
+         "occupancy": None, "autotune": None, "meta": launch.meta, "interpreted": launch.interpreted,
+         # what its innermost loops are made of (static PTX counts): where a kernel's own instructions go
+         "instruction_mix": None if launch.interpreted else instructions.mix(instructions.ptx_of(launch.compiled,
+                                                                                                 launch.backend))}
     if launch.backend == "triton":
         d["autotune"] = triton_info.autotune_info(launch.autotuner)
         if d["autotune"] and launch.interpreted:
@@ -259,6 +266,15 @@ def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> 
     return bench(fn, mode="events", hide_launch_latency=True, name="same-bytes copy", **kw).median
 
 
+def _triton_version() -> str | None:
+    try:
+        import triton
+
+        return triton.__version__
+    except Exception:  # a Numba-only setup
+        return None
+
+
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
                   kwargs: dict | None = None, unit: str | None = None) -> KernelReport:
@@ -338,7 +354,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
              "pct_of_roof": place["pct_of_roof"] if place else None, "bound": place["bound"] if place else None,
              "roof": place["roof"] if place else None, "time_s": time_s,
              "occupancy_pct": occ["pct"] if occ else None, "limiter": occ["limiter"] if occ else None,
-             "copy_pct": copy_pct}
+             "copy_pct": copy_pct,
+             "triton_version": _triton_version() if any(la["backend"] == "triton" for la in launches) else None}
     rule, said, lever = verdict.judge(facts)
     return KernelReport(
         name=name, backend=backend, gpu=gpu, note=None if gpu else NO_GPU_NOTE, time_s=time_s, time_rel_iqr=rel_iqr,

@@ -12,18 +12,21 @@
   8. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
   9. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
                  lever spent, as in 7), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
-                 are not what holds it back, the instructions between them are (issue or dependent arithmetic):
-                 fewer instructions per element
+                 are not what holds it back, the instructions between them are (issue or dependent arithmetic),
+                 named by the main launch's instruction mix (kernel.instructions): fewer instructions per element;
+                 a Triton < 3.7 kernel whose loop is warp ballots (tl.histogram's lowering then): upgrade Triton
  10. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
  11. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
  12. unplaced     no roof position (no ceilings): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
-limiter, copy_pct), so the rules are testable on synthetic inputs.
+limiter, copy_pct, triton_version), so the rules are testable on synthetic inputs.
 """
 
 from __future__ import annotations
+
+from gpuspeed.kernel import instructions
 
 ABOVE_PCT = 105.0  # a memory-bound point this far over the roof ran from cache (roofline.place's ABOVE_ROOF)
 DONE_PCT = 80.0  # at or above this % of its roof a kernel is done: what is left is noise and tails
@@ -32,6 +35,7 @@ LOW_OCCUPANCY_PCT = 50.0
 COPY_MATCH = 0.95  # a kernel within 5 % of a same-bytes copy (or past it) is as fast as its launch size allows
 OWN_WORK_GAP = 1.5  # copies of the same bytes this many times faster: the kernel's own instructions are the limit
 LAUNCH_BOUND_S = 10e-6  # a few eager launches' worth: below this a call is mostly launch cost
+BALLOT_SHARE = 0.05  # warp votes this large a share of a loop body: counting by ballots, not a stray any()
 
 
 def _pct(x: float) -> str:
@@ -140,17 +144,43 @@ def launch_bound(f):
                 "fuse launches / more work per launch / a CUDA graph")
 
 
+def _mix_text(m: dict | None) -> str:
+    """'its loop body (PTX): integer/logic 62 %, fp64 10 %, warp vote 9 %' from the main launch's instruction mix."""
+    mix = (m or {}).get("instruction_mix")
+    if not mix:
+        return ""
+    return ("its loop body" if mix.get("loops") else "its code") + f" (PTX): {instructions.summary(mix, top=5)}"
+
+
+def _version_below(version: str | None, major: int, minor: int) -> bool:
+    try:
+        got = tuple(int(x) for x in (version or "").split(".")[:2])
+    except ValueError:
+        return False
+    return len(got) == 2 and got < (major, minor)
+
+
 def own_work(f):
     p, c, occ = f.get("pct_of_roof"), f.get("copy_pct"), f.get("occupancy_pct")
     if (p is not None and c and f.get("bound") == "memory" and p < LOW_ROOF_PCT and p * OWN_WORK_GAP <= c
             and (occ is None or occ > LOW_OCCUPANCY_PCT or _occupancy_lever_tried(f.get("main")))):
         # the same bytes, as many launches, move far faster as copies: memory latency with this many warps is not it
-        return (f"bound by its own instructions at {_pct(p)} of the copy roof: device copies of the same bytes reach "
+        m = f.get("main") or {}
+        mix = _mix_text(m)
+        said = (f"bound by its own instructions at {_pct(p)} of the copy roof: device copies of the same bytes reach "
                 f"{_pct(c)}" + (f" and occupancy is {_pct(occ)}" if occ is not None else "") +
-                ", so the time goes to the work between the loads (instruction issue or dependent arithmetic; "
-                "which of the two needs hardware counters)",
-                "fewer instructions per element (cheaper index math, arithmetic or counting); then more "
-                "independent elements per thread")
+                ", so the time goes to the work between the loads" + (f"; {mix}" if mix else
+                " (instruction issue or dependent arithmetic; which of the two needs hardware counters)"))
+        lever = ("fewer instructions per element (cheaper index math, arithmetic or counting); then more "
+                 "independent elements per thread")
+        shares = (m.get("instruction_mix") or {}).get("shares") or {}
+        if (m.get("backend") == "triton" and shares.get("warp vote", 0) >= BALLOT_SHARE
+                and _version_below(f.get("triton_version"), 3, 7)):
+            lever = (f"warp ballots are {_pct(100 * shares['warp vote'])} of its loop: Triton {f['triton_version']} "
+                     "counts tl.histogram with ballots and popc, Triton 3.7 and later with one shared-memory atomic "
+                     "per element (triton-lang/triton#9517); where the ballots are tl.histogram's, upgrade Triton; "
+                     "else " + lever)
+        return said, lever
 
 
 def latency(f):

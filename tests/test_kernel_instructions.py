@@ -1,0 +1,164 @@
+"""gpuspeed.kernel.instructions: PTX opcodes classed by kind, innermost loops found, and the mix of real PTX that
+the installed Triton compiles for an H100/H200 (sm_90) with no GPU here (compiling needs none; a fresh process, as
+other test files set TRITON_INTERPRET=1, under which @triton.jit compiles nothing)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpuspeed.kernel import instructions, verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("opcode,kind", [
+    ("fma.rn.f64", "fp64"), ("setp.le.f64", "fp64"), ("mul.f64", "fp64"), ("add.rn.f32", "fp32"),
+    ("ex2.approx.ftz.f32", "fp32"), ("fma.rn.bf16x2", "fp16/bf16"), ("add.s32", "integer/logic"),
+    ("and.b32", "integer/logic"), ("shr.u32", "integer/logic"), ("and.pred", "predicate logic"),
+    ("selp.f64", "select"), ("popc.b32", "bit counting"), ("vote.sync.ballot.b32", "warp vote"),
+    ("shfl.sync.bfly.b32", "warp shuffle"), ("cvt.rzi.s32.f64", "conversion"), ("ld.global.v4.b32", "global memory"),
+    ("ld.global.nc.b64", "global memory"), ("st.shared.b32", "shared memory"), ("ld.local.u32", "local memory"),
+    ("ld.param.b64", "move"), ("atom.shared.add.u32", "shared atomic"), ("atom.relaxed.sys.shared.add.u32",
+                                                                           "shared atomic"),
+    ("atom.global.gpu.acq_rel.add.u64", "global atomic"), ("red.global.add.f32", "global atomic"),
+    ("bar.sync", "barrier"), ("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "tensor core"),
+    ("bra.uni", "branch"), ("mov.u32", "move"), ("cp.async.cg.shared.global", "shared memory"),
+    ("griddepcontrol.wait", "other"),
+])
+def test_kind_of(opcode, kind):
+    assert instructions.kind_of(opcode) == kind
+
+
+NESTED = """
+.visible .entry k(
+)
+{
+	.reg .b32 	%r<9>;
+	mov.u32 	%r1, 0;
+$L__BB0_1:                              // outer
+	add.s32 	%r2, %r2, 1;
+$L__BB0_2:                              // inner
+	fma.rn.f64 	%fd1, %fd1, %fd2, %fd3;
+	fma.rn.f64 	%fd1, %fd1, %fd2, %fd3;
+	vote.sync.ballot.b32 	%r3, %p1, -1;
+	@%p2 bra 	$L__BB0_2;
+	shl.b32 	%r4, %r4, 1;
+	@%p3 bra 	$L__BB0_1;
+	bra.uni 	$L__BB0_4;
+$L__BB0_4:
+	st.global.b32 	[%rd1], %r4;
+	ret;
+}
+"""
+
+
+def test_mix_counts_the_innermost_loop_only():
+    assert len(instructions.innermost_loops(NESTED)) == 1  # the outer loop holds the inner one; a forward branch is no loop
+    m = instructions.mix(NESTED)
+    assert m["scope"] == "innermost loop bodies" and m["loops"] == 1
+    assert m["kinds"] == {"fp64": 2, "warp vote": 1, "branch": 1}  # the predicated branch counts, its @%p is dropped
+    assert m["shares"]["fp64"] == pytest.approx(0.5)
+    assert instructions.summary(m) == "fp64 50 %, warp vote 25 %, branch 25 %"
+    flat = instructions.mix(NESTED.replace("@%p2 bra 	$L__BB0_2;", "").replace("@%p3 bra 	$L__BB0_1;", ""))
+    assert flat["scope"] == "whole kernel (no loop)" and flat["kinds"]["global memory"] == 1
+    assert instructions.mix("") is None and instructions.mix(None) is None
+    assert instructions.ptx_of(None, "triton") is None
+
+
+def test_own_work_verdict_names_the_mix_and_the_triton_lever():
+    la = {"kernel": "k", "backend": "triton", "grid": [2112, 1, 1], "num_warps": 4, "threads_per_block": 128,
+          "registers": 56, "spills": 0, "occupancy": {"pct": 56.25, "limiter": "registers", "blocks_per_sm": 4,
+                                                      "active_warps_per_sm": 36, "max_warps_per_sm": 64},
+          "instruction_mix": {"scope": "innermost loop bodies", "loops": 1, "instructions": 100,
+                              "kinds": {}, "shares": {"integer/logic": 0.62, "fp64": 0.10, "warp vote": 0.09,
+                                                      "bit counting": 0.08, "move": 0.05, "select": 0.06}}}
+    facts = {"gpu": True, "launches": [la], "main": la, "sms": 132, "pct_of_roof": 43.0, "bound": "memory",
+             "roof": "copy", "time_s": 2e-4, "occupancy_pct": 56.25, "limiter": "registers", "copy_pct": 94.0,
+             "triton_version": "3.6.0"}
+    rule, said, lever = verdict.judge(facts)
+    assert rule == "own_work"
+    assert said.endswith("its loop body (PTX): integer/logic 62 %, fp64 10 %, warp vote 9 %, bit counting 8 %, "
+                         "select 6 %")
+    assert "hardware counters" not in said
+    assert "Triton 3.7 and later" in lever and "warp ballots are 9 % of its loop" in lever
+    # a Triton that already counts with shared atomics, a Numba kernel, or a loop with few ballots: no upgrade advice
+    for change in ({"triton_version": "3.9.0"}, {"triton_version": "3.10.1"}, {"triton_version": None}):
+        assert "Triton 3.7" not in verdict.judge({**facts, **change})[2]
+    numba = dict(la, backend="numba")
+    assert "Triton 3.7" not in verdict.judge({**facts, "launches": [numba], "main": numba})[2]
+    few = dict(la, instruction_mix=dict(la["instruction_mix"], shares={"integer/logic": 0.9, "warp vote": 0.02}))
+    assert "Triton 3.7" not in verdict.judge({**facts, "launches": [few], "main": few})[2]
+    # without a mix the verdict says what it cannot tell
+    bare = dict(la, instruction_mix=None)
+    assert "hardware counters" in verdict.judge({**facts, "launches": [bare], "main": bare})[1]
+
+
+COMPILE = textwrap.dedent('''
+    import json, sys
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from gpuspeed.kernel import instructions
+
+    @triton.jit
+    def horner(x_ptr, out_ptr, n, STEPS: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        acc = x
+        for _ in range(STEPS):  # a constexpr count: unrolled, so STEPS=1 leaves no loop in the PTX
+            acc = acc * x + 0.5
+        tl.store(out_ptr + offs, acc, mask=offs < n)
+
+    @triton.jit
+    def hist(x_ptr, out_ptr, n, BINS: tl.constexpr, BLOCK: tl.constexpr):
+        acc = tl.zeros((BINS,), dtype=tl.int32)
+        for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n, other=0)
+            acc += tl.histogram(x, BINS)
+        tl.atomic_add(out_ptr + tl.arange(0, BINS), acc)
+
+    def ptx(fn, sig, const):
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": 4, "num_stages": 1})
+        return k.asm["ptx"]
+
+    out = {"version": triton.__version__}
+    p = ptx(horner, {"x_ptr": "*fp64", "out_ptr": "*fp64", "n": "i32", "STEPS": "constexpr", "BLOCK": "constexpr"},
+            {"STEPS": 1, "BLOCK": 256})
+    out["horner"] = instructions.mix(p)
+    p = ptx(hist, {"x_ptr": "*i32", "out_ptr": "*i32", "n": "i32", "BINS": "constexpr", "BLOCK": "constexpr"},
+            {"BINS": 256, "BLOCK": 1024})
+    out["hist"] = instructions.mix(p)
+    print(json.dumps(out))
+''')
+
+
+def test_mix_of_ptx_the_installed_triton_compiles(tmp_path):
+    pytest.importorskip("triton")
+    script = tmp_path / "compile_ptx.py"
+    script.write_text(COMPILE)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    if run.returncode != 0:
+        if "GPUTarget" in run.stderr or "ptxas" in run.stderr.lower():
+            pytest.skip("this Triton cannot compile for sm_90 here: " + run.stderr.strip().splitlines()[-1])
+        raise AssertionError(run.stderr[-3000:])
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    horner = got["horner"]
+    assert horner["scope"] == "whole kernel (no loop)"  # STEPS=1: no loop left
+    assert horner["kinds"].get("fp64", 0) >= 1 and horner["kinds"]["global memory"] >= 1
+    hist = got["hist"]
+    assert hist["scope"] == "innermost loop bodies" and hist["loops"] >= 1
+    major, minor = (int(x) for x in got["version"].split(".")[:2])
+    if (major, minor) >= (3, 7):  # triton-lang/triton#9517: one shared-memory atomic per element
+        assert hist["kinds"].get("shared atomic", 0) >= 1 and "warp vote" not in hist["kinds"]
+    else:  # ballots and popc per element
+        assert hist["kinds"]["warp vote"] >= 8 and hist["kinds"]["bit counting"] >= 8
