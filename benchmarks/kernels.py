@@ -199,7 +199,8 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a, ref=None) -> dic
             "registers": main.get("registers"), "spills": main.get("spills"),
             "shared_bytes": (main.get("shared_static") or 0) + (main.get("shared_dynamic") or 0)
             if main.get("registers") is not None else None,
-            "autotune_chosen": (main.get("autotune") or {}).get("chosen"), "verdict": d["verdict"],
+            "autotune_chosen": (main.get("autotune") or {}).get("chosen"),
+            "instruction_mix": (main.get("instruction_mix") or {}).get("shares"), "verdict": d["verdict"],
             "next_lever": d["next_lever"], "rule": d["rule"], "note": d.get("note")}
 
 

@@ -65,6 +65,9 @@ def test_triton_autotuned_stream_on_the_copy_roof():
     assert at["chosen"]["BLOCK"] in (1024, 2048, 4096) and at["chosen"]["num_warps"] == la["num_warps"]
     assert la["grid"] == [triton.cdiv(n, at["chosen"]["BLOCK"]), 1, 1]
     assert la["shared_static"] == 0 and la["block"] is None
+    # no loop in axpy: the whole kernel's PTX, its global loads and stores and its float32 FMA
+    mix = la["instruction_mix"]
+    assert mix["scope"] == "whole kernel (no loop)" and mix["kinds"]["global memory"] >= 3 and mix["kinds"]["fp32"] >= 1
     p = d["placement"]
     assert p["bound"] == "memory" and p["roof"] == "copy" and p["bytes"] == 3 * 4 * n
     assert 0 < d["pct_of_roof"] < 130 and d["ceilings_source"].endswith("roofline.json")
@@ -195,6 +198,10 @@ def test_numba_static_and_dynamic_shared_memory():
     assert rev["block"] == [1024, 1, 1] and rev["grid"] == [triton.cdiv(n, 1024), 1, 1] and rev["num_warps"] is None
     assert sc["shared_dynamic"] == 2048 and sc["block"] == [512, 1, 1]
     assert d["backend"] == "numba"
+    # Numba's PTX too (inspect_asm): a shared-memory store and load and a barrier in each
+    for la in (rev, sc):
+        kinds = la["instruction_mix"]["kinds"]
+        assert kinds["shared memory"] >= 2 and kinds["barrier"] >= 1
 
 
 def test_cli_on_the_gpu(tmp_path):
