@@ -52,19 +52,22 @@ $L__BB0_2:                              // inner
 	bra.uni 	$L__BB0_4;
 $L__BB0_4:
 	st.global.b32 	[%rd1], %r4;
+	@%p4 bra 	$L__BB0_4;
 	ret;
 }
 """
 
 
 def test_mix_counts_the_innermost_loop_only():
-    assert len(instructions.innermost_loops(NESTED)) == 1  # the outer loop holds the inner one; a forward branch is no loop
-    m = instructions.mix(NESTED)
-    assert m["scope"] == "innermost loop bodies" and m["loops"] == 1
+    # the outer loop holds the inner one (not innermost); a forward branch is no loop; the store loop is a second one
+    assert len(instructions.innermost_loops(NESTED)) == 2
+    m = instructions.mix(NESTED)  # the larger of the two: the fma loop, not the 2-instruction store loop
+    assert m["scope"] == "largest innermost loop" and m["loops"] == 2
     assert m["kinds"] == {"fp64": 2, "warp vote": 1, "branch": 1}  # the predicated branch counts, its @%p is dropped
     assert m["shares"]["fp64"] == pytest.approx(0.5)
     assert instructions.summary(m) == "fp64 50 %, warp vote 25 %, branch 25 %"
-    flat = instructions.mix(NESTED.replace("@%p2 bra 	$L__BB0_2;", "").replace("@%p3 bra 	$L__BB0_1;", ""))
+    flat = instructions.mix(NESTED.replace("@%p2 bra 	$L__BB0_2;", "").replace("@%p3 bra 	$L__BB0_1;", "")
+                            .replace("@%p4 bra 	$L__BB0_4;", ""))
     assert flat["scope"] == "whole kernel (no loop)" and flat["kinds"]["global memory"] == 1
     assert instructions.mix("") is None and instructions.mix(None) is None
     assert instructions.ptx_of(None, "triton") is None
@@ -74,7 +77,7 @@ def test_own_work_verdict_names_the_mix_and_the_triton_lever():
     la = {"kernel": "k", "backend": "triton", "grid": [2112, 1, 1], "num_warps": 4, "threads_per_block": 128,
           "registers": 56, "spills": 0, "occupancy": {"pct": 56.25, "limiter": "registers", "blocks_per_sm": 4,
                                                       "active_warps_per_sm": 36, "max_warps_per_sm": 64},
-          "instruction_mix": {"scope": "innermost loop bodies", "loops": 1, "instructions": 100,
+          "instruction_mix": {"scope": "largest innermost loop", "loops": 1, "instructions": 100,
                               "kinds": {}, "shares": {"integer/logic": 0.62, "fp64": 0.10, "warp vote": 0.09,
                                                       "bit counting": 0.08, "move": 0.05, "select": 0.06}}}
     facts = {"gpu": True, "launches": [la], "main": la, "sms": 132, "pct_of_roof": 43.0, "bound": "memory",
@@ -156,7 +159,7 @@ def test_mix_of_ptx_the_installed_triton_compiles(tmp_path):
     assert horner["scope"] == "whole kernel (no loop)"  # STEPS=1: no loop left
     assert horner["kinds"].get("fp64", 0) >= 1 and horner["kinds"]["global memory"] >= 1
     hist = got["hist"]
-    assert hist["scope"] == "innermost loop bodies" and hist["loops"] >= 1
+    assert hist["scope"] == "largest innermost loop" and hist["loops"] >= 1
     major, minor = (int(x) for x in got["version"].split(".")[:2])
     if (major, minor) >= (3, 7):  # triton-lang/triton#9517: one shared-memory atomic per element
         assert hist["kinds"].get("shared atomic", 0) >= 1 and "warp vote" not in hist["kinds"]

@@ -1,8 +1,10 @@
 """What a kernel's loops are made of: its PTX instructions counted by kind.
 
-The count is static: each instruction of the innermost loop bodies once, however often it runs (loops whose body
-holds no other loop; the whole kernel when it has none). A loop body is what a kernel repeats, so its mix says
-where issue slots go -- the question a kernel "bound by its own instructions" leaves open. PTX is not SASS:
+The count is static: each instruction of one loop body once, however often it runs -- the largest innermost loop
+(a loop whose body holds no other loop; the whole kernel when it has none). A kernel's hot loop is usually its
+largest (unrolled, holding the real work), while zeroing and merging loops are short and run once. A loop body is
+what a kernel repeats, so its mix says where issue slots go -- the question a kernel "bound by its own
+instructions" leaves open. PTX is not SASS:
 ptxas folds moves and negations and may unroll, so read the shares, not the counts, as the evidence.
 Triton's compiled kernel carries its PTX (`asm["ptx"]`); Numba's gives it from `inspect_asm(cc)`.
 """
@@ -106,21 +108,22 @@ def innermost_loops(ptx: str) -> list[tuple[int, int]]:
 
 
 def mix(ptx: str | None) -> dict | None:
-    """{"scope", "loops", "instructions", "kinds": {kind: count} (largest first), "shares": {kind: fraction}} for
-    the innermost loop bodies of a kernel's PTX (the whole kernel when it has no loop); None without PTX."""
+    """{"scope", "loops" (innermost loops found), "instructions", "kinds": {kind: count} (largest first),
+    "shares": {kind: fraction}} for the largest innermost loop body of a kernel's PTX (the whole kernel when it has
+    no loop); None without PTX."""
     if not ptx:
         return None
-    lines = ptx.splitlines()
-    ops = _instructions(lines)
+    ops = _instructions(ptx.splitlines())
     loops = innermost_loops(ptx)
     if loops:
-        ops = [(i, op) for i, op in ops if any(a < i <= b for a, b in loops)]
+        bodies = [[op for i, op in ops if a < i <= b] for a, b in loops]
+        ops = [(0, op) for op in max(bodies, key=len)]
     if not ops:
         return None
     counts = Counter(kind_of(op) for _, op in ops)
     n = sum(counts.values())
     kinds = dict(counts.most_common())
-    return {"scope": "innermost loop bodies" if loops else "whole kernel (no loop)", "loops": len(loops),
+    return {"scope": "largest innermost loop" if loops else "whole kernel (no loop)", "loops": len(loops),
             "instructions": n, "kinds": kinds, "shares": {k: v / n for k, v in kinds.items()}}
 
 
