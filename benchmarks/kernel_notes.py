@@ -56,7 +56,10 @@ def paste(path: Path, func: str, text: str) -> bool:
             while end < len(lines) and lines[end].strip() and lines[end].startswith(indent) \
                     and '"""' not in lines[end]:
                 end += 1
-            lines[i:end] = textwrap.wrap(text, 116 - len(indent), initial_indent=indent, subsequent_indent=indent)
+            # "9 %" and "triton-lang/..." stay whole: the wrap breaks at spaces only, and never before a percent sign
+            wrapped = textwrap.wrap(text.replace(" %", "\0%"), 116 - len(indent), initial_indent=indent,
+                                    subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+            lines[i:end] = [w.replace("\0", " ") for w in wrapped]
             path.write_text("\n".join(lines) + "\n")
             return True
     return False

@@ -13,7 +13,7 @@ for 8 FP64 instructions in the Triton kernel's PTX loop (2 multiplies, 3 FMAs, 2
 issued kernel with no idle lane tops out at 50 %. Written tighter (|z|^2 as one FMA on zi^2, zr^2 + cr as one FMA,
 zi' as one FMA on 2 zr) it is 7, 57 %; testing for escape only every few steps and backing up still leaves 6, 67 %.
 At the example's 38,400 pixels the kernels are launch-bound (7 % and 5 % in kernels.json). At 64x the pixels
-(kernels.json's scaled_up, 9a6aeb3) the Triton kernel reaches 28 % and the Numba kernel 30 %: the Triton tile
+(kernels.json's scaled_up, 2f01d3e) the Triton kernel reaches 28 % and the Numba kernel 31 %: the Triton tile
 iterates all max_iter steps, of which 74 % count there (a ceiling of 37 % for it); the Numba warps run until their
 slowest pixel escapes.
 """
@@ -46,9 +46,9 @@ def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
     the circle, so it stays escaped) and stops counting; the tile runs until max_iter. Small tiles keep
     a tile's pixels alike (neighbours escape at similar counts), so little work is masked off.
 
-    Tuning note (gpuspeed kernel, H200, commit 9a6aeb3): grid 40x8, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_Y=4, BLOCK_X=32); 26 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 6.8 us, 45 GB/s
-    = 7 % of the fp64 roof; 25515.49x the best automatic candidate (torch-compile). Verdict: launch-bound: 6.8
+    Tuning note (gpuspeed kernel, H200, commit 2f01d3e): grid 40x8, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_Y=4, BLOCK_X=32); 26 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 6.7 us, 46 GB/s
+    = 7 % of the fp64 roof; 26001.49x the best automatic candidate (torch-compile). Verdict: launch-bound: 6.7
     us per call at 7 % of the roof; next: fuse launches / more work per launch / a CUDA graph.
     """
     rows = tl.program_id(0) * BLOCK_Y + tl.arange(0, BLOCK_Y)
@@ -93,8 +93,8 @@ def _numba_kernel():
     def mandelbrot_numba_kernel(xs, ys, max_iter, out):
         """One pixel per thread; the loop ends at escape (a warp runs until its slowest pixel ends).
 
-        Tuning note (gpuspeed kernel, H200, commit 9a6aeb3): grid 8x20, block 32x8; 26 registers, 0 spills,
-        0 B shared; occupancy 100 % (warps-limited); 8.6 us, 36 GB/s = 5 % of the fp64 roof; 20374.30x the
+        Tuning note (gpuspeed kernel, H200, commit 2f01d3e): grid 8x20, block 32x8; 26 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 8.6 us, 36 GB/s = 5 % of the fp64 roof; 20298.56x the
         best automatic candidate (torch-compile). Verdict: launch-bound: 8.6 us per call at 5 % of the roof;
         next: fuse launches / more work per launch / a CUDA graph.
         """
