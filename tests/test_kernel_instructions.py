@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
     ("atom.global.gpu.acq_rel.add.u64", "global atomic"), ("red.global.add.f32", "global atomic"),
     ("bar.sync", "barrier"), ("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "tensor core"),
     ("bra.uni", "branch"), ("mov.u32", "move"), ("cp.async.cg.shared.global", "shared memory"),
-    ("griddepcontrol.wait", "other"),
+    ("griddepcontrol.wait", "other"), ("neg.f64", "move"), ("abs.ftz.f32", "move"), ("neg.s32", "integer/logic"),
 ])
 def test_kind_of(opcode, kind):
     assert instructions.kind_of(opcode) == kind
@@ -165,3 +165,27 @@ def test_mix_of_ptx_the_installed_triton_compiles(tmp_path):
         assert hist["kinds"].get("shared atomic", 0) >= 1 and "warp vote" not in hist["kinds"]
     else:  # ballots and popc per element
         assert hist["kinds"]["warp vote"] >= 8 and hist["kinds"]["bit counting"] >= 8
+
+
+def test_compute_bound_verdict_counts_the_fmas():
+    # the H200 mandelbrot at 64x its pixels: 8 fp64 instructions a step, 3 of them FMAs, full occupancy
+    mix = {"scope": "largest innermost loop", "loops": 1, "instructions": 15,
+           "kinds": {"fp64": 8, "select": 3, "integer/logic": 3, "branch": 1},
+           "shares": {"fp64": 8 / 15, "select": 0.2, "integer/logic": 0.2, "branch": 1 / 15}, "fma": {"fp64": 3}}
+    la = {"kernel": "k", "backend": "triton", "grid": [1280, 15, 1], "num_warps": 4, "threads_per_block": 128,
+          "registers": 26, "spills": 0, "occupancy": {"pct": 100.0, "limiter": "warps", "blocks_per_sm": 16,
+                                                      "active_warps_per_sm": 64, "max_warps_per_sm": 64},
+          "instruction_mix": mix}
+    facts = {"gpu": True, "launches": [la], "main": la, "sms": 132, "pct_of_roof": 28.0, "bound": "compute",
+             "roof": "fp64", "time_s": 1e-4, "occupancy_pct": 100.0, "limiter": "warps", "copy_pct": None}
+    rule, said, lever = verdict.judge(facts)
+    assert rule == "compute_mix"
+    assert said.startswith("compute-bound at 28 % of the fp64 roof with 100 % occupancy; its loop body (PTX): fp64 53 %")
+    assert said.endswith("3 of its 8 fp64 instructions are FMAs (the roof counts each as an FMA's 2 flops)")
+    assert "FMA wherever" in lever and "loads in flight" not in lever
+    # no instruction of the roof's precision in the loop, a memory-bound kernel, or no mix: the latency rule as before
+    assert verdict.judge({**facts, "roof": "fp32"})[0] == "latency"
+    assert verdict.judge({**facts, "bound": "memory", "roof": "copy"})[0] == "latency"
+    bare = dict(la, instruction_mix=None)
+    assert verdict.judge({**facts, "launches": [bare], "main": bare})[0] == "latency"
+    assert verdict.judge({**facts, "pct_of_roof": 60.0})[0] == "tune"

@@ -22,6 +22,7 @@ _BITS = {"popc", "clz", "brev", "bfe", "bfi", "bfind", "fns", "prmt"}
 _LABEL = re.compile(r"^\s*(\$?[\w.$]+):")
 _BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$?[\w.$]+)\s*;")
 
+FLOAT_KINDS = ("fp64", "fp32", "fp16/bf16")
 KINDS = ("fp64", "fp32", "fp16/bf16", "integer/logic", "predicate logic", "select", "bit counting", "warp vote",
          "warp shuffle", "conversion", "global memory", "shared memory", "local memory", "global atomic",
          "shared atomic", "barrier", "tensor core", "branch", "move", "other")
@@ -57,8 +58,8 @@ def kind_of(opcode: str) -> str:
         return "tensor core"
     if stem in ("bra", "ret", "call", "exit", "brx"):
         return "branch"
-    if stem == "mov":
-        return "move"
+    if stem == "mov" or (stem in ("neg", "abs") and mods & {"f64", "f32", "f16", "bf16", "f16x2", "bf16x2"}):
+        return "move"  # a float negation or absolute value is folded into its consumer's operand by ptxas
     if stem == "selp":
         return "select"
     if stem in _ARITH:
@@ -109,8 +110,8 @@ def innermost_loops(ptx: str) -> list[tuple[int, int]]:
 
 def mix(ptx: str | None) -> dict | None:
     """{"scope", "loops" (innermost loops found), "instructions", "kinds": {kind: count} (largest first),
-    "shares": {kind: fraction}} for the largest innermost loop body of a kernel's PTX (the whole kernel when it has
-    no loop); None without PTX."""
+    "shares": {kind: fraction}, "fma": {floating kind: FMA count}} for the largest innermost loop body of a
+    kernel's PTX (the whole kernel when it has no loop); None without PTX."""
     if not ptx:
         return None
     ops = _instructions(ptx.splitlines())
@@ -123,8 +124,10 @@ def mix(ptx: str | None) -> dict | None:
     counts = Counter(kind_of(op) for _, op in ops)
     n = sum(counts.values())
     kinds = dict(counts.most_common())
+    # FMAs per floating-point kind: a compute roof counts every instruction as an FMA (2 flops)
+    fma = Counter(kind_of(op) for _, op in ops if op.split(".")[0] in ("fma", "mad") and kind_of(op) in FLOAT_KINDS)
     return {"scope": "largest innermost loop" if loops else "whole kernel (no loop)", "loops": len(loops),
-            "instructions": n, "kinds": kinds, "shares": {k: v / n for k, v in kinds.items()}}
+            "instructions": n, "kinds": kinds, "shares": {k: v / n for k, v in kinds.items()}, "fma": dict(fma)}
 
 
 def summary(m: dict | None, top: int = 4) -> str:

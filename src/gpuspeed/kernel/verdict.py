@@ -15,10 +15,13 @@
                  are not what holds it back, the instructions between them are (issue or dependent arithmetic),
                  named by the main launch's instruction mix (kernel.instructions): fewer instructions per element;
                  a Triton < 3.7 kernel whose loop is warp ballots (tl.histogram's lowering then): upgrade Triton
- 10. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
- 11. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
+ 10. compute_mix  compute-bound under LOW_ROOF_PCT % of an fp64 or fp32 roof with occupancy above
+                 LOW_OCCUPANCY_PCT %, its loop holding instructions of that precision: the mix and how many of them
+                 are FMAs (the roof's rate is all FMAs): more flops per instruction, fewer idle lanes
+ 11. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
+ 12. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
- 12. unplaced     no roof position (no ceilings): the occupancy alone
+ 13. unplaced     no roof position (no ceilings): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
 limiter, copy_pct, triton_version), so the rules are testable on synthetic inputs.
@@ -183,6 +186,23 @@ def own_work(f):
         return said, lever
 
 
+def compute_mix(f):
+    p, occ, roof = f.get("pct_of_roof"), f.get("occupancy_pct"), f.get("roof")
+    mix = (f.get("main") or {}).get("instruction_mix") or {}
+    n = (mix.get("kinds") or {}).get(roof, 0)
+    if (p is not None and f.get("bound") == "compute" and p < LOW_ROOF_PCT and n
+            and (occ is None or occ > LOW_OCCUPANCY_PCT)):
+        # a flop roof is one FMA (2 flops) per lane per cycle: other instructions in the loop cost that rate
+        fma = (mix.get("fma") or {}).get(roof, 0)
+        return (f"compute-bound at {_pct(p)} of the {roof} roof" + (f" with {_pct(occ)} occupancy" if occ is not None
+                                                                   else "") +
+                f"; {_mix_text(f.get('main'))}; {fma} of its {n} {roof} instructions are FMAs (the roof counts each "
+                "as an FMA's 2 flops)",
+                "more flops per instruction: an FMA wherever a * b + c appears, fewer selects, conversions and integer "
+                "work beside the arithmetic; in a loop whose lanes finish apart, fewer idle lanes (work of like "
+                "length in a warp)")
+
+
 def latency(f):
     p = f.get("pct_of_roof")
     occ = f.get("occupancy_pct")
@@ -207,7 +227,8 @@ def unplaced(f):
     return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
 
 
-RULES = [no_launch, no_gpu, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, latency, tune, unplaced]
+RULES = [no_launch, no_gpu, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, compute_mix, latency,
+         tune, unplaced]
 
 
 def judge(facts: dict) -> tuple[str, str, str]:
