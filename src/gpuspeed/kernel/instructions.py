@@ -114,18 +114,18 @@ def mix(ptx: str | None) -> dict | None:
     kernel's PTX (the whole kernel when it has no loop); None without PTX."""
     if not ptx:
         return None
-    ops = _instructions(ptx.splitlines())
+    numbered = _instructions(ptx.splitlines())
     loops = innermost_loops(ptx)
-    if loops:
-        bodies = [[op for i, op in ops if a < i <= b] for a, b in loops]
-        ops = [(0, op) for op in max(bodies, key=len)]
+    ops = ([op for _, op in numbered] if not loops else
+           max(([op for i, op in numbered if a < i <= b] for a, b in loops), key=len))
     if not ops:
         return None
-    counts = Counter(kind_of(op) for _, op in ops)
-    n = sum(counts.values())
+    classed = [(op, kind_of(op)) for op in ops]
+    counts = Counter(kind for _, kind in classed)
+    n = len(classed)
     kinds = dict(counts.most_common())
     # FMAs per floating-point kind: a compute roof counts every instruction as an FMA (2 flops)
-    fma = Counter(kind_of(op) for _, op in ops if op.split(".")[0] in ("fma", "mad") and kind_of(op) in FLOAT_KINDS)
+    fma = Counter(kind for op, kind in classed if op.split(".")[0] in ("fma", "mad") and kind in FLOAT_KINDS)
     return {"scope": "largest innermost loop" if loops else "whole kernel (no loop)", "loops": len(loops),
             "instructions": n, "kinds": kinds, "shares": {k: v / n for k, v in kinds.items()}, "fma": dict(fma)}
 
