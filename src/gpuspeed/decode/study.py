@@ -268,9 +268,15 @@ def _forced_agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
 
 def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tensor, device: str, *, eos_ids=None,
                     trace_dir: Path | None = None, bench_budget_s: float | None = None,
-                    ref: tuple | None = None) -> tuple[dict, torch.Tensor, list]:
+                    ref: tuple | None = None, deferred: list | None = None) -> tuple[dict, torch.Tensor, list]:
     """One variant: (row, tokens [B, T], recorded logits per step or []). ref: the fp32 reference's (tokens,
-    logits), for the teacher-forced agreement columns."""
+    logits), for the teacher-forced agreement columns.
+
+    deferred: a list to append the profiling pass to, as a callable that fills the row's profile columns and then
+    drops the engine, for the caller to run once every variant is timed. A torch.profiler session leaves CUPTI
+    attached to the process (Kineto skips cuptiFinalize unless TEARDOWN_CUPTI=1: pytorch/pytorch#144455), and its
+    callbacks add host time to every later launch, so an eager rung timed after another rung's profile reads slow
+    (a scratch probe on the H200 host: a 512-float add from ~10 to ~15 us a launch). None: profiled here."""
     from gpuspeed import bench, peak_memory
     from gpuspeed.decode.tp import lockstep
     from gpuspeed.profiling.run import record_trace
@@ -285,6 +291,10 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     want_logits = spec.agreement or spec.dtype == "fp32"
     # the per-step logits come from the warm generation itself where asking for them runs the same code
     in_place = want_logits and not engine.logits_change_path
+    if device == "cuda":  # this variant's own peak (the allocator's peak is a running maximum otherwise)
+        _sync(device)
+        torch.cuda.reset_peak_memory_stats()
+        held_before = torch.cuda.memory_allocated()
     t0 = time.perf_counter()
     tokens = generate(engine, prompt, t, on_logits=rec if in_place else None)  # compiles and captures happen here
     _sync(device)
@@ -316,8 +326,12 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     mem = peak_memory(lambda: engine.decode(first, steps), device=device)
     row["peak_decode_bytes"] = mem.peak_bytes
     if device == "cuda":
+        # the process's peak while this variant ran (weights, and whatever else is alive: rungs awaiting their
+        # profile), and this variant's own share of it (its cache, graphs, compiled buffers and activations)
         row["peak_vram_bytes"] = torch.cuda.max_memory_allocated()
-    if spec.profile:
+        row["variant_vram_bytes"] = torch.cuda.max_memory_allocated() - held_before
+
+    def profile_pass():
         # a few tokens give kernels and syncs per token exactly; the trace of an eager 32-layer model grows
         # by ~2 MB a token (Python stacks on every op), so deep models profile fewer
         n = min(steps, 8 if m.args.n_layers <= 16 else 4)
@@ -330,10 +344,13 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             engine.decode(first, n)
             _sync(device)
             record_trace(lambda: engine.decode(first, n), (), {}, steps=1, on_gpu=device == "cuda", path=path)
-            row |= count_trace(str(path), n, device == "cuda")
+            row.update(count_trace(str(path), n, device == "cuda"))
             row["trace"] = str(path) if trace_dir else None
         except Exception as exc:  # the timing stands without the trace
             row["profile_error"] = _err(exc)
+
+    if spec.profile and deferred is None:
+        profile_pass()
     if want_logits and not in_place:
         generate(engine, prompt, t, on_logits=rec)
     if ref is not None and spec.sampling.greedy:
@@ -344,6 +361,15 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             row |= _forced_agreement(ftoks, ref_tokens, flogits, ref_logits)
         except Exception as exc:  # the row stands without it
             row["teacher_forced_error"] = _err(exc)
+    if spec.profile and deferred is not None:
+        def profile_then_drop(run: bool = True):
+            try:
+                if run:
+                    profile_pass()
+            finally:
+                engine.__dict__.clear()
+        deferred.append((name, row, profile_then_drop))
+        return row, tokens, rec.steps
     engine.__dict__.clear()  # drop the cache and graphs now (the closures above still name the engine)
     _free(device)
     return row, tokens, rec.steps
@@ -513,6 +539,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
     state: dict = {"v0_tokens": None, "hf_model": None}
     outputs: dict = {}  # variant -> (tokens, per-step logits)
     texts: dict = {}
+    profiles: list = []  # (variant, row, its profiling pass): run once every timing is done (measure_variant says why)
 
     def over_cap() -> bool:
         return bool(spec.time_cap_s and time.perf_counter() - t_start > spec.time_cap_s)
@@ -524,7 +551,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
     def ladder(name):
         ref = (ref_tokens, ref_logits) if ref_tokens is not None else None
         row, tokens, logits = measure_variant(name, m, spec, prompt, device, eos_ids=eos_ids, trace_dir=trace_dir,
-                                              ref=ref)
+                                              ref=ref, deferred=profiles)
         outputs[name] = (tokens, logits)  # compared with V0's once every rung has run (V0 is not first)
         if name == "V0":
             state["v0_tokens"] = tokens
@@ -606,6 +633,16 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
         state["hf_model"].to("meta")  # its copy of the weights goes now
         state["hf_model"] = None
         _free(device)
+    for name, row, profile_then_drop in profiles:  # every timing above ran before any profiler session
+        say(f"{label} {name} profile")
+        late = over_cap()
+        if late:
+            row["profile_error"] = f"skipped: time cap of {spec.time_cap_s:g} s reached"
+        profile_then_drop(run=not late)
+        _partial(spec, rows + extra_rows + hf, notes, roof)
+        _free(device)
+    profiles.clear()
+    _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
     if "V0" in outputs:
