@@ -177,3 +177,16 @@ def test_warm_timing_keeps_back_to_back_launch_costs():
 
     m = bench(launcher, mode="events", flush=False, budget_s=1)
     assert m.median > 200e-6, m
+
+
+def test_a_timing_after_a_profile_says_cupti_stays_attached():
+    from gpuspeed.profiling.run import record_trace
+    from gpuspeed.timing import gpu
+
+    x = torch.randn(4096, device="cuda")
+    record_trace(lambda: x * 2, (), {}, steps=1, on_gpu=True, path=None)
+    assert gpu.profiled_before()
+    m = bench(lambda: x * 2, mode="events", budget_s=0.2)
+    assert gpu.PROFILED_NOTE in m.notes
+    host = bench(np.sort, np.random.default_rng(0).standard_normal(1000), mode="cpu", budget_s=0.2)
+    assert host.device_sync and gpu.PROFILED_NOTE in host.notes  # the host clock with device synchronizes too

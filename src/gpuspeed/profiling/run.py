@@ -130,6 +130,10 @@ def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: 
     finally:
         with quiet_profiler_log():
             prof.stop()
+        if on_gpu:  # CUPTI stays attached after this session: bench() notes it on later host-bound timings
+            from gpuspeed.timing import gpu as timing_gpu
+
+            timing_gpu.mark_profiled()
     with tempfile.TemporaryDirectory(prefix="gpuspeed-profile-") as tmp_dir:
         tmp = Path(tmp_dir) / "trace.json"
         prof.export_chrome_trace(str(tmp))

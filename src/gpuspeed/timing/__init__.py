@@ -64,6 +64,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     mode: "auto" (events; graph when one call times under 20 us and is capturable), "events", "graph",
         "kernel" (the sum of the function's GPU kernel durations from CUPTI (torch.profiler), what Nsight
         reports -- no launch latency, no gaps; events add a fixed cost per call), or "cpu" (host clock).
+        Its profiler sessions, like any torch.profiler session, leave CUPTI's callbacks on every later launch in
+        the process (pytorch/pytorch#144455): host-bound calls timed after it, in any mode, read slower.
     flush: read 3x L2 before each timed call, outside the timed window: it evicts the inputs and leaves clean
         lines behind (False: warm-cache timing; a callable: your own cache clear, e.g. to match another tool's:
         one that writes a buffer leaves dirty lines, which the timed call then writes back). Graph mode flushes

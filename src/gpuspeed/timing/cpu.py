@@ -61,6 +61,8 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
                      f"({idle_sync_s() * 1e6:.1f} us when idle, measured here)")
         if flush:
             flush_l2, flush_done = not callable(flush), "custom per-call" if callable(flush) else "per-call"
+        if gpu.profiled_before():
+            notes.append(gpu.PROFILED_NOTE)
     # with device_sync the time may be the GPU's: name the GPU, mode "cpu" names the clock
     where = _device.get_device("cuda" if device_sync else "cpu").name
     return summarize(samples, name=name, device=where, mode="cpu", flush_l2=flush_l2,

@@ -171,6 +171,8 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
         notes.append("events mode carries a fixed cost per call (the event timestamps and the launch after the "
                      "start event; benchmarks/bench_accuracy.py measures it as events_fixed_overhead_us): "
                      "mode='kernel' gives a single kernel's own duration")
+    if gpu.profiled_before():
+        notes.append(gpu.PROFILED_NOTE)
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="graph" if graph else "events",
                      clocks=clocks, throttled=is_throttled, flush_l2=flush_l2, flush=flush_done, rotate=rotate,
                      calls_per_sample=calls_per_sample, notes=notes)

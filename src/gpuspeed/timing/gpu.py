@@ -14,6 +14,23 @@ FLUSH_ROW = 4096  # float32 per row of the flush buffer: the read is a row sum, 
 FLUSH_L2S = 3  # the flush reads this many times L2: 2x evicts it, the third keeps the GPU busy ~15 us longer
 
 
+_profiled = False  # a profiler session (gpuspeed's own: profile(), kernel mode) has run in this process
+PROFILED_NOTE = ("a profiler session (gpuspeed.profile or mode='kernel') ran earlier in this process: Kineto leaves "
+                 "CUPTI's callbacks on every later launch (pytorch/pytorch#144455), so a host-bound call reads slower "
+                 "here than in a fresh process; time before profiling, or set TEARDOWN_CUPTI=1 before the first "
+                 "session")
+
+
+def mark_profiled() -> None:
+    """Record that a torch.profiler session with CUDA activities ran in this process (bench notes it after)."""
+    global _profiled
+    _profiled = True
+
+
+def profiled_before() -> bool:
+    return _profiled
+
+
 def flush_l2() -> None:
     """Evict L2 by reading a buffer of three times its size (allocated once per device; summed row by row).
 

@@ -110,6 +110,7 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
                 mark()
                 call()
             torch.cuda.synchronize()
+        gpu.mark_profiled()  # this session's CUPTI stays attached: later host-bound timings note it
         acts = device_activities(prof)
         got = split_at_markers(acts, size)
         if got is None:
