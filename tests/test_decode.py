@@ -316,11 +316,11 @@ def test_study_profiles_every_rung_only_after_every_timing(monkeypatch, tmp_path
 
     monkeypatch.setattr(gpuspeed, "bench", bench)
     monkeypatch.setattr(profiling_run, "record_trace", record_trace)
-    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2", "V4"], max_layers=1, prompt_len=4,
-                      new_tokens=6, hf=False, bench_budget_s=0.05, compile_backend="eager", device="cpu",
-                      out=str(tmp_path))
+    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4,
+                      new_tokens=4, hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu",
+                      out=str(tmp_path), agreement=False)
     doc = study.run(spec)
-    assert calls.count("profile") == 3 and "bench" not in calls[calls.index("profile"):], calls
+    assert calls.count("profile") == 2 and "bench" not in calls[calls.index("profile"):], calls
     for r in doc["rows"]:
         assert "profile_error" not in r, r
         assert r["host_syncs_per_token"] is not None and r["profiled_tokens"] > 0, r
