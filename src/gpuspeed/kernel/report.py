@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from gpuspeed import device as _device
 from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.kernel import instructions, numba_info, triton_info, verdict
@@ -196,7 +197,6 @@ def _ceilings(ceilings):
         if not p.is_file():
             raise UserError(f"ceilings file {p} does not exist")
         return ceilings_from_results(read_results(p)), str(p)
-    from gpuspeed import device as _device
 
     slug = _device.get_device("cuda").slug
     import gpuspeed
@@ -264,15 +264,6 @@ def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> 
     kw = {k: v for k, v in (bench_kw or {}).items() if k in ("budget_s", "max_noise", "min_samples", "max_samples")}
     fn = capture(copies) if launches > 1 else copies
     return bench(fn, mode="events", hide_launch_latency=True, name="same-bytes copy", **kw).median
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-
-        return triton.__version__
-    except Exception:  # a Numba-only setup
-        return None
 
 
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
@@ -355,7 +346,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
              "roof": place["roof"] if place else None, "time_s": time_s,
              "occupancy_pct": occ["pct"] if occ else None, "limiter": occ["limiter"] if occ else None,
              "copy_pct": copy_pct,
-             "triton_version": _triton_version() if any(la["backend"] == "triton" for la in launches) else None}
+             "triton_version": _device.versions().get("triton") if any(la["backend"] == "triton" for la in launches)
+             else None}
     rule, said, lever = verdict.judge(facts)
     return KernelReport(
         name=name, backend=backend, gpu=gpu, note=None if gpu else NO_GPU_NOTE, time_s=time_s, time_rel_iqr=rel_iqr,

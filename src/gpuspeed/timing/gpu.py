@@ -17,8 +17,7 @@ FLUSH_L2S = 3  # the flush reads this many times L2: 2x evicts it, the third kee
 _profiled = False  # a profiler session (gpuspeed's own: profile(), kernel mode) has run in this process
 PROFILED_NOTE = ("a profiler session (gpuspeed.profile or mode='kernel') ran earlier in this process: Kineto leaves "
                  "CUPTI's callbacks on every later launch (pytorch/pytorch#144455), so a host-bound call reads slower "
-                 "here than in a fresh process; time before profiling, or set TEARDOWN_CUPTI=1 before the first "
-                 "session")
+                 "here than in a fresh process: time before profiling, or in another process")
 
 
 def mark_profiled() -> None:
