@@ -327,6 +327,22 @@ def test_study_profiles_every_rung_only_after_every_timing(monkeypatch, tmp_path
         assert (tmp_path / "traces" / f"tiny_fp32_{r['variant']}.trace.json.gz").exists()
 
 
+def test_study_keeps_time_inside_its_cap_for_the_profiling_passes(monkeypatch):
+    """The passes run after every timing; a task that would leave them no room past the cap is skipped, so a
+    driver's kill at the cap does not take them."""
+    from gpuspeed.decode import study
+
+    monkeypatch.setattr(study, "PROFILE_PASS_RESERVE_S", 1e6)  # one pending pass outweighs the whole cap
+    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4,
+                      new_tokens=4, hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu",
+                      agreement=False, time_cap_s=1e5)
+    rows = {r["variant"]: r for r in study.run(spec)["rows"]}
+    timed = [v for v, r in rows.items() if "ms_per_token" in r]
+    skipped = [v for v, r in rows.items() if "skipped" in r]
+    assert len(timed) == 1 and len(skipped) == 1, rows  # the first rung ran with nothing pending; the second not
+    assert rows[timed[0]]["profiled_tokens"] > 0  # and its pass ran
+
+
 def _decode_benchmark():
     """benchmarks/decode.py as a module (it is a script, not part of the package)."""
     import importlib.util
