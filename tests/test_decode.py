@@ -343,6 +343,38 @@ def test_study_keeps_time_inside_its_cap_for_the_profiling_passes(monkeypatch):
     assert rows[timed[0]]["profiled_tokens"] > 0  # and its pass ran
 
 
+def test_a_pass_that_breaks_the_cuda_context_costs_the_later_passes_not_the_run(monkeypatch):
+    """After a CUDA error (an illegal address) every later call on the device fails: the rungs still waiting for
+    their pass say why they have no profile, and the results document is still made."""
+    from gpuspeed.decode import study
+    from gpuspeed.profiling import run as profiling_run
+
+    traced, real_trace, real_free = [], profiling_run.record_trace, study._free
+
+    def record_trace(*a, **kw):
+        traced.append(1)
+        return real_trace(*a, **kw)
+
+    def free(device):
+        if traced:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        real_free(device)
+
+    monkeypatch.setattr(profiling_run, "record_trace", record_trace)
+    monkeypatch.setattr(study, "_free", free)
+    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4,
+                      new_tokens=4, hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu",
+                      agreement=False)
+    doc = study.run(spec)
+    rows = [r for r in doc["rows"] if "ms_per_token" in r]
+    assert len(rows) == 2 and len(traced) == 1
+    profiled = [r for r in rows if r.get("profiled_tokens")]
+    skipped = [r for r in rows if "earlier pass broke" in (r.get("profile_error") or "")]
+    assert len(profiled) == 1 and len(skipped) == 1, rows
+    assert any("profiling stopped after" in n for n in doc["notes"])
+    assert doc["summary"]["tiny_fp32_tokens_identical"] is True
+
+
 def _decode_benchmark():
     """benchmarks/decode.py as a module (it is a script, not part of the package)."""
     import importlib.util

@@ -135,6 +135,52 @@ def test_capture_matches_eager_over_100_replays():
     assert verify.check(y_g, ref, dtype="tf32").passed
 
 
+# two graphs of cuBLAS GEMMs (skinny bf16 shapes, which take split-K kernels with a workspace), the first one dropped,
+# the allocator emptied, the second replayed on fresh inputs: prints "ok" or dies with an illegal address
+_SURVIVOR = r"""
+import gc, sys
+import torch
+from gpuspeed import graphs, verify
+if sys.argv[1:] == ["raw"]:  # torch's own capture path, without gpuspeed's workspace handling
+    import gpuspeed.timing.gpu as tg
+    tg._own_cublas_workspace = lambda: None
+torch.manual_seed(0)
+shapes = [(1, 4096, 4096), (8, 4096, 14336), (32768, 640, 640)]
+ws = [torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5 for _, k, n in shapes]
+def matmuls(*xs):
+    return [x @ w for x, w in zip(xs, ws)]
+def fresh():
+    return [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for m, k, _ in shapes]
+first = graphs.capture(matmuls, *fresh())
+second = graphs.capture(matmuls, *fresh())
+del first
+gc.collect()
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+for i in range(20):
+    xs = fresh()
+    for out, x, w in zip(second(*xs), xs, ws):
+        assert verify.check(out, x.double() @ w.double()).passed, f"replay {i}: wrong product"
+torch.cuda.synchronize()
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_a_graph_survives_dropping_another_captured_before_it():
+    """torch keys cuBLAS workspaces by stream, every capture uses one capture stream, and destroying a graph frees
+    that stream's workspace (pytorch/pytorch#193402): capture() gives each graph its own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [src, os.environ.get("PYTHONPATH")] if p))
+    run = subprocess.run([sys.executable, "-c", _SURVIVOR], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-2000:]
+
+
 @pytest.mark.gpu
 def test_recapture_on_new_shape_and_dtype():
     def f(x):

@@ -640,13 +640,22 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
         _free(device)
     # every timing above ran before any profiler session. The passes run past a time cap too: a few tokens each,
     # they belong to rungs already timed (kernels and syncs per token), and each result is written as it comes
-    for name, _row, profile_then_drop in profiles:
+    broken = None  # a CUDA error in one pass leaves the context unusable: the later passes are skipped, the rows kept
+    for name, row, profile_then_drop in profiles:
+        if broken:
+            row["profile_error"] = f"not profiled: an earlier pass broke the CUDA context ({broken})"
+            continue
         say(f"{label} {name} profile")
         profile_then_drop()
         _partial(spec, rows + extra_rows + hf, notes, roof)
-        _free(device)
+        try:
+            _free(device)
+        except Exception as exc:
+            broken = _err(exc)
+            notes.append(f"profiling stopped after {name}'s pass: {broken}")
     profiles.clear()
-    _free(device)
+    if not broken:
+        _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
     if "V0" in outputs:

@@ -133,6 +133,7 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
             body()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    _own_cublas_workspace()
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.current_stream()
     try:
@@ -143,8 +144,27 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
         torch.cuda.set_stream(stream)
         _reset_generators_after_failed_capture()
         raise
+    finally:
+        _own_cublas_workspace()  # the graph's workspace stays in its pool, out of torch's cache
     torch.cuda.synchronize()
     return graph, out
+
+
+def _own_cublas_workspace() -> None:
+    """Drop torch's cached cuBLAS workspaces, before a capture (so it allocates its own, in its own pool) and
+    after it (so nothing outside the graph holds that workspace).
+
+    Every capture runs on torch's one capture stream, and torch keys cuBLAS workspaces by (handle, stream): a
+    later graph would bake in the workspace an earlier capture allocated in that graph's pool, and since torch
+    2.11 destroying any graph frees the stream's workspace (pytorch/pytorch#193402, open). The survivor then
+    replays GEMMs into freed memory: an illegal address once the allocator returns it (the H200's 8B decode
+    study, a graph replayed after another was dropped), silent corruption before. Inductor's CUDA-graph trees
+    clear the same cache before and after each capture (clear_cublas_manager)."""
+    import torch
+
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
 
 
 def _reset_generators_after_failed_capture() -> None:
