@@ -414,6 +414,10 @@ class GraphedCompiled(Graphed):
     compiled = True
 
 
+# an insides candidate is kept only if its free-running greedy tokens agree this often with the compiled graph's
+INSIDES_MIN_AGREEMENT = 0.9
+
+
 class Fast(Graphed):
     """V5: fused projections, compiled, K steps per replay, and the GEMV / attention kernels that won."""
 
@@ -535,7 +539,7 @@ class Fast(Graphed):
                 self.info["notes"].append(f"{name} insides failed ({type(exc).__name__}: "
                                           f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
                 continue
-            if times[name] < best_t and agreements[name] >= 0.9:
+            if times[name] < best_t and agreements[name] >= INSIDES_MIN_AGREEMENT:
                 best, best_t = (name, opts, self._graphs, capture_s), times[name]
         self.opts, self._inner, self._graphs, self.compiled = compiled
         self.info.update(captures)  # capture_s_k*: the compiled graphs'; a PDL winner's is pdl_capture_s
