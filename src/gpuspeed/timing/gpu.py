@@ -155,11 +155,12 @@ def _own_cublas_workspace() -> None:
     after it (so nothing outside the graph holds that workspace).
 
     Every capture runs on torch's one capture stream, and torch keys cuBLAS workspaces by (handle, stream): a
-    later graph would bake in the workspace an earlier capture allocated in that graph's pool, and since torch
-    2.11 destroying any graph frees the stream's workspace (pytorch/pytorch#193402, open). The survivor then
-    replays GEMMs into freed memory: an illegal address once the allocator returns it (the H200's 8B decode
-    study, a graph replayed after another was dropped), silent corruption before. Inductor's CUDA-graph trees
-    clear the same cache before and after each capture (clear_cublas_manager)."""
+    later graph would bake in the workspace an earlier capture allocated in that graph's pool. Where destroying
+    a graph frees the stream's workspace (pytorch/pytorch#175276; #193402, open), the survivors replay GEMMs
+    into freed memory: an illegal address once the allocator returns it, silent corruption before. Inductor's
+    CUDA-graph trees clear the same cache before and after each capture (clear_cublas_manager). Added after the
+    H200's 8B decode study hit an illegal address replaying V4's graph once V5's engine was dropped (54cc11a);
+    a two-graph probe on that torch 2.11 did not fault without this, so the cause there is not isolated."""
     import torch
 
     clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
