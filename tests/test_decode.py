@@ -375,6 +375,36 @@ def test_a_pass_that_breaks_the_cuda_context_costs_the_later_passes_not_the_run(
     assert doc["summary"]["tiny_fp32_tokens_identical"] is True
 
 
+def test_v5_judges_its_insides_against_the_reference_fed_its_tokens():
+    """A faster insides candidate replaces the compiled graph when, fed the fp32 reference's tokens, its logits lie
+    about as close to the reference's; the free-running token rule only decides without a reference."""
+    from gpuspeed.decode import study, variants as V
+    from gpuspeed.decode.generate import generate
+
+    assert V.insides_acceptable(0.0, 0.0330, 0.0317)  # as close to fp32: kept whatever its tokens did
+    assert not V.insides_acceptable(1.0, 0.05, 0.0317)  # same tokens, farther from fp32: not kept
+    assert V.insides_acceptable(0.95, None, None) and not V.insides_acceptable(0.41, None, None)
+
+    spec = study.Spec(model="tiny", dtype="bf16", max_layers=1, prompt_len=5, new_tokens=7, device="cpu")
+    ck, ref_model = study.load_model(spec, "cpu")
+    prompt, _ = study.make_prompt(spec, ck, "cpu")
+    tokens, logits = study._reference(ref_model, spec, prompt, None)
+    engine = V.make_engine("V5", ck.model, 1, V.max_len_for(5, 7), compile_backend="eager", reference=(tokens, logits))
+    generate(engine, prompt, 7)
+    n = engine._reference_steps(32)
+    assert n == tokens.shape[1] - 1 == 6
+    err = engine._reference_error(n)
+    assert 0 < err < 0.1  # bf16 against fp32 on the same tokens: rounding, not a different prediction
+    # the same comparison sees a reference moved by a tenth of its scale
+    g = torch.Generator().manual_seed(1)
+    moved = [x + 0.1 * x.abs().max() * torch.randn(x.shape, generator=g) for x in logits]
+    engine.reference = (tokens, moved)
+    assert engine._reference_error(n) > 2 * err
+    # no reference, or one for another batch: no judgement (the token rule decides)
+    engine.reference = (tokens.repeat(2, 1), logits)
+    assert engine._reference_steps(32) == 0
+
+
 def _decode_benchmark():
     """benchmarks/decode.py as a module (it is a script, not part of the package)."""
     import importlib.util

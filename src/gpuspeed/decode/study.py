@@ -286,7 +286,8 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     b, p, t = prompt.shape[0], prompt.shape[1], spec.new_tokens
     row: dict = {"variant": name, "what": V.VARIANTS[name], "batch": b, "prompt_len": p, "new_tokens": t}
     engine = V.make_engine(name, m, b, V.max_len_for(p, t), sampling=spec.sampling, eos_ids=eos_ids,
-                           compile_backend=spec.compile_backend)
+                           compile_backend=spec.compile_backend,
+                           reference=ref if (ref is not None and spec.sampling.greedy) else None)
     rec = _Logits()
     want_logits = spec.agreement or spec.dtype == "fp32"
     # the per-step logits come from the warm generation itself where asking for them runs the same code
@@ -303,7 +304,7 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
                 "recompiles", "fullgraph_ok", "graph_mode", "triton_gemv_shapes", "attention", "fused_step_attention",
                 "kernel_choice_s", "kernel_choices", "insides", "compiled_replay_us", "pdl_replay_us",
                 "pdl_token_agreement", "insides_replay_steps", "pdl_capture_s", "insides_replay_us",
-                "insides_token_agreement"):
+                "insides_token_agreement", "insides_rel_logit_err_vs_reference", "insides_reference_steps"):
         if key in engine.info:
             row[key] = engine.info[key]
     row["notes"] = list(engine.info.get("notes", []))
