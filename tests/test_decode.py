@@ -296,6 +296,14 @@ def test_study_times_eager_rungs_over_fewer_steps_and_reports_teacher_forced_agr
     assert s["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"] > 0
 
 
+def _two_rung_spec(**kw):
+    """The decode study at its smallest on the CPU: tiny with one layer, V0 and V2, no transformers rows."""
+    from gpuspeed.decode import study
+
+    return study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4, new_tokens=4,
+                      hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu", agreement=False, **kw)
+
+
 def test_study_profiles_every_rung_only_after_every_timing(monkeypatch, tmp_path):
     """A torch.profiler session leaves CUPTI attached (later launches cost more host time), so the study times
     every rung and transformers row before it profiles any; each row still gets its profile columns."""
@@ -316,9 +324,7 @@ def test_study_profiles_every_rung_only_after_every_timing(monkeypatch, tmp_path
 
     monkeypatch.setattr(gpuspeed, "bench", bench)
     monkeypatch.setattr(profiling_run, "record_trace", record_trace)
-    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4,
-                      new_tokens=4, hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu",
-                      out=str(tmp_path), agreement=False)
+    spec = _two_rung_spec(out=str(tmp_path))
     doc = study.run(spec)
     assert calls.count("profile") == 2 and "bench" not in calls[calls.index("profile"):], calls
     for r in doc["rows"]:
@@ -333,9 +339,7 @@ def test_study_keeps_time_inside_its_cap_for_the_profiling_passes(monkeypatch):
     from gpuspeed.decode import study
 
     monkeypatch.setattr(study, "PROFILE_PASS_RESERVE_S", 1e6)  # one pending pass outweighs the whole cap
-    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4,
-                      new_tokens=4, hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu",
-                      agreement=False, time_cap_s=1e5)
+    spec = _two_rung_spec(time_cap_s=1e5)
     rows = {r["variant"]: r for r in study.run(spec)["rows"]}
     timed = [v for v, r in rows.items() if "ms_per_token" in r]
     skipped = [v for v, r in rows.items() if "skipped" in r]
@@ -362,9 +366,7 @@ def test_a_pass_that_breaks_the_cuda_context_costs_the_later_passes_not_the_run(
 
     monkeypatch.setattr(profiling_run, "record_trace", record_trace)
     monkeypatch.setattr(study, "_free", free)
-    spec = study.Spec(model="tiny", dtype="fp32", variants=["V0", "V2"], max_layers=1, prompt_len=4,
-                      new_tokens=4, hf=False, bench_budget_s=0.02, compile_backend="eager", device="cpu",
-                      agreement=False)
+    spec = _two_rung_spec()
     doc = study.run(spec)
     rows = [r for r in doc["rows"] if "ms_per_token" in r]
     assert len(rows) == 2 and len(traced) == 1

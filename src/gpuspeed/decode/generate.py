@@ -87,3 +87,11 @@ def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -
         return first[:, None].cpu()
     rest = engine.decode(first, new_tokens - 1, on_logits=on_logits)
     return torch.cat([first[:, None].cpu(), rest], dim=1)
+
+
+def logit_error(logits: list, ref_logits: list) -> tuple[float, float]:
+    """Over paired steps' logits: the max |logit - reference logit| and that over the max |reference logit|."""
+    err = max(float((a.detach().float().cpu() - r.detach().float().cpu()).abs().max())
+              for a, r in zip(logits, ref_logits, strict=True))
+    scale = max(float(r.detach().float().abs().max()) for r in ref_logits)
+    return err, err / max(scale, 1e-30)

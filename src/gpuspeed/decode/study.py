@@ -22,7 +22,7 @@ import torch
 
 from gpuspeed import device as _device
 from gpuspeed.decode import checkpoints, model as M, variants as V
-from gpuspeed.decode.generate import Sampling, generate
+from gpuspeed.decode.generate import Sampling, generate, logit_error
 from gpuspeed.decode.quant import weight_bytes_per_token
 from gpuspeed.errors import UserError
 
@@ -260,10 +260,9 @@ def teacher_forced(engine, prompt: torch.Tensor, ref_tokens: torch.Tensor, steps
 def _forced_agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
     n = min(tokens.shape[1], ref_tokens.shape[1], len(logits), len(ref_logits))
     same = tokens[:, :n] == ref_tokens[:, :n]
-    err = max(float((a.cpu() - r.cpu()).abs().max()) for a, r in zip(logits[:n], ref_logits[:n], strict=True))
-    scale = max(float(r.abs().max()) for r in ref_logits[:n])
+    err, rel = logit_error(logits[:n], ref_logits[:n])
     return {"teacher_forced_agreement_vs_fp32": float(same.float().mean()), "teacher_forced_steps": n,
-            "teacher_forced_max_logit_err_vs_fp32": err, "teacher_forced_rel_logit_err_vs_fp32": err / max(scale, 1e-30)}
+            "teacher_forced_max_logit_err_vs_fp32": err, "teacher_forced_rel_logit_err_vs_fp32": rel}
 
 
 def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tensor, device: str, *, eos_ids=None,

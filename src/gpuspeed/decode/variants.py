@@ -17,7 +17,7 @@ import warnings
 import torch
 
 from gpuspeed.decode.cache import DynamicCache, StaticCache
-from gpuspeed.decode.generate import GREEDY, Sampling, eos_tensor, mark_done, sample
+from gpuspeed.decode.generate import GREEDY, Sampling, eos_tensor, logit_error, mark_done, sample
 from gpuspeed.decode.model import PLAIN, Options, Transformer
 from gpuspeed.decode.model import attention as sdpa_attention
 from gpuspeed.errors import UserError
@@ -522,9 +522,7 @@ class Fast(Graphed):
         got: list = []
         self.decode(tokens[:, 0].to(self.device), steps, on_logits=lambda x: got.append(x.detach().float().cpu()),
                     forced=tokens[:, 1:steps + 1])
-        want = [r.detach().float().cpu() for r in logits[1:steps + 1]]
-        err = max(float((a - r).abs().max()) for a, r in zip(got, want, strict=True))
-        return err / max(max(float(r.abs().max()) for r in want), 1e-30)
+        return logit_error(got, logits[1:steps + 1])[1]
 
     def choose_insides(self, steps: int) -> None:
         """The step's kernels launched eagerly with programmatic dependent launch (each Triton GEMV lets the next
