@@ -37,7 +37,9 @@ GRACE_S = 60  # past a model's soft cap (--time-cap) its current variant may fin
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--total-s", type=float, default=470.0, help="Wall-clock budget for all models.")
+    ap.add_argument("--total-s", type=float, default=470.0, help="Wall-clock budget for all models (a model's "
+                    "variants start only until its share less GRACE_S, 60 s: one model alone with --total-s 165 "
+                    "gets 105 s).")
     ap.add_argument("--models", default=None, help="model:dtype,... (default: the four of the issue)")
     ap.add_argument("--budget", type=float, default=1.0, help="Seconds of timing per variant.")
     ap.add_argument("--device", default="auto")
@@ -81,7 +83,8 @@ def main() -> int:
         if read_roof:
             cmd += ["--read-roof", f"{read_roof:.1f}"]
         t = time.perf_counter()
-        print(f"[{time.perf_counter() - t0:6.0f}s] {model} {dtype}: cap {cap:.0f}s", flush=True)
+        print(f"[{time.perf_counter() - t0:6.0f}s] {model} {dtype}: cap {cap:.0f}s (variants start until "
+              f"{cap - GRACE_S:.0f}s)", flush=True)
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cap, cwd=ROOT)
             rc, err = proc.returncode, proc.stderr
