@@ -421,8 +421,9 @@ class GraphedCompiled(Graphed):
 # than INSIDES_MAX_ERR_RATIO x the compiled graph's (relative max error). Without a reference: if its free-running
 # greedy tokens agree with the compiled graph's INSIDES_MIN_AGREEMENT of the time. The token rule alone rejected the
 # 1B's all-Triton insides (tokens agree 0.41: random bf16 weights leave the top logits nearly tied, and the compiled
-# graph itself parts from fp32 at step 15), which were 13 % faster and as close to fp32 (teacher-forced relative
-# error 0.0330 against the compiled graph's 0.0317; a scratch probe on the H200 at 53aeb1a, decode-notes round 10)
+# graph itself parts from fp32 at step 15), which were 13 % faster and as close to fp32. Under this rule the H200 run
+# at 2d128f4 (results/nvidia-h200/decode.json, decode-notes round 11) kept them: a 4-step replay 3014 us against
+# 3481, relative error 0.0326 against the compiled graph's 0.0308; V5 0.769 ms/token against 0.888
 INSIDES_MIN_AGREEMENT = 0.9
 INSIDES_MAX_ERR_RATIO = 1.25
 
@@ -527,10 +528,13 @@ class Fast(Graphed):
     def choose_insides(self, steps: int) -> None:
         """The step's kernels launched eagerly with programmatic dependent launch (each Triton GEMV lets the next
         launch and load its weights before the previous one ends; torch.compile cannot pass that launch option)
-        against the compiled insides, all captured the same way: the fastest per replay is kept, if its greedy
-        tokens agree with the compiled graph's. Two PDL candidates: the GEMV table as chosen, and every shape on
-        Triton (where cuBLAS won alone, its checked Triton runner-up: inside a PDL chain it prefetches its weights
-        and fuses the norm the cuBLAS path runs as eager ops). Recorded: insides, each time, the agreement."""
+        against the compiled insides, all captured the same way: the fastest per replay is kept if it is as
+        accurate (`insides_acceptable`: fed the fp32 reference's tokens, within INSIDES_MAX_ERR_RATIO of the
+        compiled graph's relative logit error; with no reference, greedy tokens agreeing with the compiled graph's
+        at least INSIDES_MIN_AGREEMENT of the time). Two PDL candidates: the GEMV table as chosen, and every shape
+        on Triton (where cuBLAS won alone, its checked Triton runner-up: inside a PDL chain it prefetches its
+        weights and fuses the norm the cuBLAS path runs as eager ops). Recorded: insides, each time, the
+        agreement, and each error against the reference where there is one."""
         from gpuspeed.decode.kernels import all_triton
         from gpuspeed.decode.kernels.gemv import pdl_supported
 
