@@ -57,6 +57,10 @@ def main() -> int:
     from gpuspeed.decode import study
     from gpuspeed.results import check_out_dir, write_results
 
+    why = bad_input(args)
+    if why:  # before --out is made: bad input leaves nothing behind
+        print(why, file=sys.stderr)
+        return 2
     out = check_out_dir(args.out)
     if args.merge:
         return merge_only(args, out, study, write_results)
@@ -116,6 +120,27 @@ def main() -> int:
     if args.bundle:
         bundle(out, Path(args.bundle))
     return 0
+
+
+def bad_input(args) -> str | None:
+    """The one-line reason these arguments cannot run (None: they can): each --models entry a named config or a
+    checkpoint path with a dtype the CLI takes, --keep an existing file given with --merge."""
+    from gpuspeed.decode.model import CONFIGS
+    from gpuspeed.decode.study import DTYPES
+
+    if args.keep and not args.merge:
+        return "--keep needs --merge"
+    if args.keep and not Path(args.keep).is_file():
+        return f"--keep {args.keep}: no such file"
+    for entry in (args.models or "").split(","):
+        if not entry:
+            continue
+        model, _, dtype = entry.partition(":")
+        if model not in CONFIGS and not Path(model).exists():
+            return f"--models {entry}: {model!r} is neither a named model ({', '.join(CONFIGS)}) nor a path"
+        if dtype not in DTYPES:
+            return f"--models {entry}: want MODEL:DTYPE with DTYPE one of {', '.join(DTYPES)}"
+    return None
 
 
 def bundle(out: Path, dest: Path) -> None:

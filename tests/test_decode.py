@@ -475,3 +475,22 @@ def test_benchmark_merge_drops_replaced_runs_stamp_notes_and_refuses_an_empty_me
                         "--merge", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=root)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no runs/*/decode.json" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--models", "bogus:fp32"], "neither a named model"),
+    (["--models", "tiny:fp99"], "DTYPE one of"),
+    (["--models", "tiny"], "DTYPE one of"),
+    (["--merge", "x", "--keep", "/nonexistent/old.json"], "no such file"),
+    (["--keep", "old.json"], "--keep needs --merge"),
+])
+def test_benchmark_refuses_bad_input_in_one_line_before_making_out(tmp_path, argv, says):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out")] + argv,
+                       capture_output=True, text=True, cwd=root)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and says in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
