@@ -104,3 +104,11 @@ def test_json_is_a_flag_not_a_value(capsys):
 def test_bench_budget_must_be_positive(capsys, budget):
     rc, _, err = run(capsys, "bench", "--budget", budget)
     assert rc == 2 and err.startswith("gpuspeed: error: --budget") and err.count("\n") == 1
+
+
+def test_one_line_names_the_exception_and_keeps_only_the_start_of_its_first_line():
+    from gpuspeed.errors import one_line
+
+    assert one_line(RuntimeError("first line " + "x" * 500 + "\nsecond line"), 20) == "RuntimeError: first line xxxxxxxxx"
+    assert one_line(KeyError()) == "KeyError:"
+    assert one_line(ValueError("  padded  \n")) == "ValueError: padded"

@@ -8,3 +8,9 @@ bug and keeps its traceback under `--debug`.
 
 class UserError(ValueError):
     """A mistake in what the user asked for, reported in one line."""
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one line for a note or a row: its type and the first `limit` characters of its first line."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:limit] if text else ''}".strip()

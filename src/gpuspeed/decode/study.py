@@ -24,7 +24,7 @@ from gpuspeed import device as _device
 from gpuspeed.decode import checkpoints, model as M, variants as V
 from gpuspeed.decode.generate import Sampling, generate, logit_error
 from gpuspeed.decode.quant import weight_bytes_per_token
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, one_line
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -68,8 +68,7 @@ def model_key(model: str) -> str:
 
 
 def _err(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+    return one_line(exc, 300)
 
 
 def _free(device: str) -> None:

@@ -20,7 +20,7 @@ from gpuspeed.decode.cache import DynamicCache, StaticCache
 from gpuspeed.decode.generate import GREEDY, Sampling, eos_tensor, logit_error, mark_done, sample
 from gpuspeed.decode.model import PLAIN, Options, Transformer
 from gpuspeed.decode.model import attention as sdpa_attention
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, one_line
 
 VARIANTS = {
     "V0": "naive: no cache, the whole prefix every step, argmax and concatenation on the host",
@@ -449,8 +449,7 @@ class Fast(Graphed):
         try:
             fields, notes = choose(self.model, self.batch, self.max_len)
         except Exception as exc:  # measuring the candidates failed: torch's ops, said in the notes
-            fields, notes = {}, [f"kernel choice failed ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); torch's ops"]
+            fields, notes = {}, [f"kernel choice failed ({one_line(exc, 160)}); torch's ops"]
         self.info["kernel_choice_s"] = time.perf_counter() - t0  # measuring the candidates, apart from decoding
         if self.device.type == "cuda":
             from gpuspeed.decode.kernels import choices
@@ -475,8 +474,8 @@ class Fast(Graphed):
         except Exception as exc:
             if not self.opts.gemv and self.opts.attention is sdpa_attention and self.opts.step_attention is None:
                 raise
-            self.info["notes"].append(f"the Triton kernels failed inside compile/capture ({type(exc).__name__}: "
-                                      f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); V5 uses torch's ops")
+            self.info["notes"].append(f"the Triton kernels failed inside compile/capture ({one_line(exc, 160)}); "
+                                      "V5 uses torch's ops")
             self.info["triton_gemv_shapes"], self.info["attention"] = [], "attention"
             self.info["fused_step_attention"] = False
             self.opts = Options(fused_qkv=True, fused_gate_up=True)
@@ -567,8 +566,7 @@ class Fast(Graphed):
             try:
                 base_err = self._reference_error(judge)
             except Exception as exc:  # the token rule decides instead
-                self.info["notes"].append(f"insides judged by tokens: the reference comparison failed ({type(exc).__name__}: "
-                                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+                self.info["notes"].append(f"insides judged by tokens: the reference comparison failed ({one_line(exc, 160)})")
                 judge = 0
         best, best_t, times, agreements = None, t_compiled, {}, {}
         for name, opts in candidates.items():
@@ -585,8 +583,7 @@ class Fast(Graphed):
                 if judge:
                     errs[name] = self._reference_error(judge)
             except Exception as exc:
-                self.info["notes"].append(f"{name} insides failed ({type(exc).__name__}: "
-                                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+                self.info["notes"].append(f"{name} insides failed ({one_line(exc, 160)})")
                 continue
             if times[name] < best_t and insides_acceptable(agreements[name], errs.get(name), base_err):
                 best, best_t = (name, opts, self._graphs, capture_s), times[name]

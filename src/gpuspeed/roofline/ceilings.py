@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from gpuspeed import device as _device
+from gpuspeed.errors import one_line as _err
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, poison
 
@@ -84,10 +85,6 @@ class Ceilings:
         known = set(Ceiling.__dataclass_fields__)
         return cls(d["device_kind"], d["device_name"],
                    [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in d["rows"]])
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}".strip()
 
 
 def _pct(value, device_name, kind, name) -> float | None:

@@ -11,6 +11,7 @@ import gc
 from typing import Callable
 
 from gpuspeed import device as _device
+from gpuspeed.errors import one_line as _err
 from gpuspeed.results import make_results
 from gpuspeed.roofline import sweep as ai_sweep
 from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
@@ -19,10 +20,6 @@ from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdp
 
 DTYPES = ("fp32", "tf32", "bf16")
 SECOND_PASS_GPU = ("TF32 matmul", "BF16 matmul", "FP16 matmul")  # power-bound ceilings, measured twice
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
 class Study:

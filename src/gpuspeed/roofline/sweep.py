@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from gpuspeed.errors import one_line
 from gpuspeed.roofline.model import ridge_from_curve
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, poison
@@ -80,7 +81,7 @@ def sweep_steps(dtypes: list[str], n_elements: int, quick: bool) -> list[tuple[s
                         "bytes": nbytes, "flops": flops, "TFLOPs": flops / m.median / 1e12,
                         "GBps": nbytes / m.median / 1e9}
             except Exception as exc:  # keep the other points
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                row["error"] = one_line(exc)
             return row
         return run
 

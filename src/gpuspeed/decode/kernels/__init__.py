@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from gpuspeed.decode.kernels import gemv as G, int8_gemv as I8  # the modules (their names stay the modules')
+from gpuspeed.errors import one_line
 
 # gpuspeed.decode.model imports this package (fused_gemv): names from model are imported inside functions
 
@@ -166,7 +167,7 @@ def choose_gemv(n: int, k: int, dtype, uses: set, notes: list, quant: str | None
         try:
             ok, why = check_fused(n, k, cfg, uses, dtype, "cuda", quant)
         except Exception as exc:  # a fused form that fails to compile or run: this config is out
-            ok, why = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:60] if str(exc) else ''}"
+            ok, why = False, one_line(exc, 60)
         if ok:
             best, best_t = cfg, t_cfg
             break
@@ -224,7 +225,7 @@ def choose_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, max_len
                      f"(SDPA {base.median * 1e6:.1f} us, flash-decoding {mine.median * 1e6:.1f} us"
                      f"{'' if ok.passed else ', flash-decoding FAILED its check'})")
     except Exception as exc:
-        notes.append(f"flash-decoding unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+        notes.append(f"flash-decoding unavailable: {one_line(exc, 120)}")
     _decisions[key] = (use, details)
     return use
 
@@ -292,8 +293,7 @@ def choose_step_attention(batch: int, n_heads: int, n_kv: int, head_dim: int, ma
                      f" (compiled RoPE + cache write + {'flash-decoding' if flash else 'SDPA'} {base.median * 1e6:.1f} us,"
                      f" {fused}{'; FAILED its check: ' + ', '.join(failed) if failed else ''})")
     except Exception as exc:
-        notes.append(f"fused step attention unavailable: {type(exc).__name__}: "
-                     f"{str(exc).splitlines()[0][:120] if str(exc) else ''}")
+        notes.append(f"fused step attention unavailable: {one_line(exc, 120)}")
     _decisions[key] = (use, details)
     return use
 
