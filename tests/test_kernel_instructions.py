@@ -189,3 +189,70 @@ def test_compute_bound_verdict_counts_the_fmas():
     bare = dict(la, instruction_mix=None)
     assert verdict.judge({**facts, "launches": [bare], "main": bare})[0] == "latency"
     assert verdict.judge({**facts, "pct_of_roof": 60.0})[0] == "tune"
+
+
+HISTOGRAM = textwrap.dedent('''
+    import json, os, subprocess
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from gpuspeed.examples.kernels import histogram as H
+    from gpuspeed.kernel import instructions
+
+    sig = {"x_ptr": "*fp64", "edges_ptr": "*fp64", "range_ptr": "*fp64", "out_ptr": "*i64", "n": "i32", "bins": "i32",
+           "BINS": "constexpr", "ARITH": "constexpr", "SMEM": "constexpr", "BLOCK": "constexpr", "PER_SM": "constexpr"}
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    out = {}
+    for bins in (256, 1024, 8):
+        k = triton.compile(ASTSource(fn=H.histogram_kernel.fn, signature=sig, constexprs={
+            "BINS": bins, "ARITH": True, "SMEM": True, "BLOCK": 2048, "PER_SM": 16}), target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": 4, "num_stages": 1, "enable_fp_fusion": False})
+        ptx = k.asm["ptx"]
+        row = {"decl": ptx.count(".shared .align 16 .b32 gpuspeed_counts["), "red": ptx.count("red.shared.add.u32"),
+               "ballot": ptx.count("vote.sync.ballot"), "dynamic": k.metadata.shared,
+               "mix": instructions.mix(ptx)["kinds"], "static": None}
+        if os.path.exists(tool):
+            with open("h.cubin", "wb") as f:
+                f.write(k.asm["cubin"])
+            usage = subprocess.run([tool, "--dump-resource-usage", "h.cubin"], capture_output=True, text=True).stdout
+            row["static"] = int(usage.split("SHARED:")[1].split()[0])
+        out[bins] = row
+    print(json.dumps(out))
+''')
+
+
+def test_histogram_counts_in_shared_memory_through_inline_ptx(tmp_path):
+    # the Triton histogram's GPU path: Triton 3.6 lowers tl.histogram to warp ballots, so the kernel declares its own
+    # shared-memory counts in inline PTX and bumps them with one red.shared per sample; ptxas must take that PTX
+    # (one declaration however the code is unrolled) and the array must be in the cubin's static shared memory
+    pytest.importorskip("triton")
+    script = tmp_path / "compile_histogram.py"
+    script.write_text(HISTOGRAM)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=tmp_path)
+    if run.returncode != 0:
+        if "GPUTarget" in run.stderr or "ptxas" in run.stderr.lower() and "not found" in run.stderr.lower():
+            pytest.skip("this Triton cannot compile for sm_90 here: " + run.stderr.strip().splitlines()[-1])
+        raise AssertionError(run.stderr[-3000:])
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    for bins, words in (("256", 1024), ("1024", 4096), ("8", 1024)):
+        row = got[bins]
+        assert row["decl"] == 1, row
+        assert row["red"] >= 16 and row["ballot"] == 0, row  # 2048 samples over 128 threads: 16 bumps a thread
+        assert row["mix"].get("shared atomic", 0) >= 16 and "warp vote" not in row["mix"]
+        if row["static"] is not None:
+            assert row["static"] >= 4 * words, row  # Triton's metadata.shared does not hold it
+
+
+def test_mix_counts_each_statement_of_an_inline_ptx_line():
+    # inline PTX (tl.inline_asm_elementwise) puts a block of statements on one line: each is an instruction
+    ptx = "\n".join(["$L__BB0_1:",
+                     "\t{ .reg .pred p; .reg .u32 a; setp.ge.s32 p, %r25, 0; mov.u32 a, cnt; "
+                     "@p red.shared.add.u32 [a], 1; mov.u32 %r24, 0; }",
+                     "\tadd.f64 \t%fd1, %fd2, %fd3; // a comment; with a semicolon",
+                     "\t@%p1 bra \t$L__BB0_1;"])
+    m = instructions.mix(ptx)
+    assert m["scope"] == "largest innermost loop"
+    assert m["kinds"] == {"move": 2, "integer/logic": 1, "shared atomic": 1, "fp64": 1, "branch": 1}

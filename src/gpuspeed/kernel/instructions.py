@@ -78,17 +78,19 @@ def kind_of(opcode: str) -> str:
 
 
 def _instructions(lines: list[str]) -> list[tuple[int, str]]:
-    """(line index, opcode) of each instruction: predicates (@%p1) dropped, directives and labels skipped."""
+    """(line index, opcode) of each instruction: predicates (@%p1) dropped, directives and labels skipped. A line may
+    hold several statements (inline PTX: '{ .reg .u32 a; mov.u32 a, x; @p red.shared.add.u32 [a], 1; }')."""
     out = []
     for i, line in enumerate(lines):
-        s = line.split("//", 1)[0].strip()
-        if not s or s.startswith((".", "{", "}")) or _LABEL.match(s):
-            continue
-        if s.startswith("@"):
-            s = s.split(None, 1)[1] if " " in s or "\t" in s else ""
-        op = s.split(None, 1)[0].rstrip(";") if s else ""
-        if op and re.match(r"[a-z]", op):
-            out.append((i, op))
+        for s in line.split("//", 1)[0].split(";"):
+            s = s.strip().lstrip("{}").strip()
+            if not s or s.startswith(".") or _LABEL.match(s):
+                continue
+            if s.startswith("@"):
+                s = s.split(None, 1)[1] if " " in s or "\t" in s else ""
+            op = s.split(None, 1)[0] if s else ""
+            if op and re.match(r"[a-z]", op):
+                out.append((i, op))
     return out
 
 

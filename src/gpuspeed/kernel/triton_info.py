@@ -1,8 +1,10 @@
 """What a captured Triton launch ran with: registers, spills and shared memory from the compiled kernel,
 and the autotuner's choice with the configs it tried and their times.
 
-Triton puts all of a kernel's shared memory in the launch's dynamic shared memory (`metadata.shared`), so
-a Triton kernel's static shared memory is 0. `n_spills` counts 4-byte words of local memory per thread
+Triton puts all of its own shared memory in the launch's dynamic shared memory (`metadata.shared`); a
+kernel's static shared memory comes only from inline PTX that declares a `.shared` array (the bundled
+histogram's counts), and is read from the loaded function (the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+through CuPy; 0 where it cannot say). `n_spills` counts 4-byte words of local memory per thread
 (Triton divides CUDA's local size in bytes by 4); the report gives bytes. Autotuner timings are the medians
 (ms) of the autotuner's own timer -- triton's `do_bench`, or the `do_bench` it was given (the bundled kernels
 pass gpuspeed.bench) -- kept on the Autotuner after it tuned (`configs_timings`, `best_config`); None where it
@@ -24,7 +26,24 @@ def resources(compiled) -> dict:
     regs = getattr(compiled, "n_regs", None)
     spills = getattr(compiled, "n_spills", None)
     return {"registers": None if regs is None else int(regs), "spills": None if spills is None else 4 * int(spills),
-            "shared_static": 0, "shared_dynamic": int(getattr(md, "shared", 0) or 0)}
+            "shared_static": static_shared(compiled), "shared_dynamic": int(getattr(md, "shared", 0) or 0)}
+
+
+CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1  # the CUfunction_attribute of a function's static shared memory
+
+
+def static_shared(compiled) -> int:
+    """Bytes of static shared memory of a loaded Triton kernel (inline PTX's `.shared` arrays); 0 without CuPy
+    or a loaded function (the interpreter), where Triton's own kernels have none."""
+    func = getattr(compiled, "function", None)
+    if not func:
+        return 0
+    try:
+        from cupy.cuda import driver
+
+        return int(driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, int(func)))
+    except Exception:  # no CuPy, or a driver that will not say
+        return 0
 
 
 def config_dict(config) -> dict:

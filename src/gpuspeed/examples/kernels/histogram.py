@@ -39,12 +39,65 @@ except ImportError:  # the Triton kernel works without Numba
 
 NEAR_EDGE = 1e-9  # the Numba kernel: a bin-position fraction this close to 0 or 1 is checked against the edges
 
-# PER_SM: programs per SM of the persistent grid (each loops over BLOCK-sized tiles, then merges once). The shapes an
-# H200 sweep ranked first. Slower there: 512-sample tiles at 2 warps; 2 or 4 copies of the histogram with the lanes
-# spread over them (each tl.histogram call then reads back 2-4x the bins); two tiles a tl.histogram call; and, with
-# the masked histogram, the next tile's load issued before this one is binned
+# PER_SM: programs per SM of the persistent grid (each loops over BLOCK-sized tiles, then merges once). The first
+# three: the shared-memory path's best in an H200 sweep (50 M normal samples, 256 bins; 24 shapes, a scratch run of
+# 1cf4aa7 with this path): 8 warps at 4-8 programs per SM, 103-109 us; every 4-warp shape 123-204 us; 16-32 programs
+# per SM 113-141 us (the 8-warp build holds 32 registers a thread: full occupancy). The last two: the
+# tl.histogram path's best (216 us in the same sweep), where an earlier sweep found slower 512-sample tiles at 2
+# warps, 2 or 4 copies of the histogram, and two tiles a tl.histogram call
 CONFIGS = [triton.Config({"BLOCK": b, "PER_SM": p}, num_warps=w, num_stages=1)
-           for b, p, w in ((2048, 16, 4), (4096, 8, 8), (1024, 32, 4), (2048, 16, 8))]
+           for b, p, w in ((1024, 8, 8), (2048, 8, 8), (1024, 4, 8), (2048, 16, 4), (4096, 8, 8))]
+# the shared-memory counts are bumped once per element a thread holds: a tile smaller than the program's threads
+# would be replicated over them and count its elements twice
+assert all(c.kwargs["BLOCK"] >= 32 * c.num_warps for c in CONFIGS)
+
+SMEM_MAX_BINS = 1024  # up to this many bins (rounded to a power of 2) the counts live in shared memory: 4 x 4 KiB
+
+
+@triton.jit
+def _declare_counts(x, WORDS: tl.constexpr):
+    """Declares the program's shared-memory counts, `gpuspeed_counts`: 4 copies of BINS 32-bit words (warp w bumps copy
+    w % 4: fewer lanes on one address where samples pile up), WORDS = 4 x BINS of them at most; x is a scalar, so the
+    declaration is emitted once. Triton 3.6 has no shared-memory atomic in its language and lowers tl.histogram
+    to warp ballots (~80 instructions per 32 samples at 256 bins, triton-lang/triton#9517), so the counting is
+    inline PTX: a static .shared array beside Triton's own (dynamic) shared memory, and one `red.shared.add` per
+    sample, which ptxas emits as ATOMS.POPC.INC (lanes on the same address combined in one instruction)."""
+    if WORDS <= 1024:
+        r = tl.inline_asm_elementwise(".shared .align 16 .b32 gpuspeed_counts[1024];\n\tmov.u32 $0, 0;", "=r,r", [x],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        r = tl.inline_asm_elementwise(".shared .align 16 .b32 gpuspeed_counts[4096];\n\tmov.u32 $0, 0;", "=r,r", [x],
+                                      dtype=tl.int32, is_pure=False, pack=1)
+    return r
+
+
+@triton.jit
+def _zero_counts(i):
+    """gpuspeed_counts[i] = 0 for every element of i."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .u32 a; mov.u32 a, gpuspeed_counts; mad.lo.u32 a, $1, 4, a; st.shared.u32 [a], 0; mov.u32 $0, 0; }",
+        "=r,r", [i], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _bump_counts(idx, bins_p2):
+    """Adds 1 to bin idx of this warp's copy (warp w: copy w % 4, each bins_p2 words) for each idx >= 0."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .u32 a, w; setp.ge.s32 p, $1, 0; mov.u32 w, %tid.x; shr.u32 w, w, 5; and.b32 w, w, 3; "
+        "mad.lo.u32 a, w, $2, $1; mov.u32 w, gpuspeed_counts; mad.lo.u32 a, a, 4, w; @p red.shared.add.u32 [a], 1; "
+        "mov.u32 $0, 0; }",
+        "=r,r,r", [idx, bins_p2], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _sum_counts(b, bins_p2):
+    """Bin b's count summed over the 4 copies."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .u32 a, s, t; mov.u32 a, gpuspeed_counts; mad.lo.u32 a, $1, 4, a; shl.b32 s, $2, 2; "
+        "ld.shared.u32 $0, [a]; add.u32 a, a, s; ld.shared.u32 t, [a]; add.u32 $0, $0, t; "
+        "add.u32 a, a, s; ld.shared.u32 t, [a]; add.u32 $0, $0, t; add.u32 a, a, s; ld.shared.u32 t, [a]; "
+        "add.u32 $0, $0, t; }",
+        "=r,r,r", [b, bins_p2], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -72,10 +125,10 @@ def _bin(x, lo, step, scale, edges_ptr, bins, ARITH: tl.constexpr):
     return tl.where((x >= upper) & (idx < bins - 1), idx + 1, idx)
 
 
-@autotune(configs=CONFIGS, key=["n", "bins", "ARITH"], reset_to_zero=["out_ptr"])
+@autotune(configs=CONFIGS, key=["n", "bins", "ARITH", "SMEM"], reset_to_zero=["out_ptr"])
 @triton.jit
-def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
-                     BINS: tl.constexpr, ARITH: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):
+def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins, BINS: tl.constexpr, ARITH: tl.constexpr,
+                     SMEM: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):
     """A persistent grid: each program bins its BLOCK-sized tiles into a private histogram (tl.histogram, dropped
     values masked off, accumulated in registers), then adds it to the global counts with one atomic per bin, so
     the atomics do not grow with the sample count.
@@ -114,14 +167,29 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins,
     step = tl.load(range_ptr + 2)  # np.linspace's step, (hi - lo) / bins
     scale = bins / (hi - lo)
     offs0 = tl.arange(0, BLOCK)
-    hist = tl.zeros((BINS,), dtype=tl.int32)
-    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
-        offs = start + offs0
-        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-        keep = (offs < n) & (x >= lo) & (x <= hi)  # NaN and values outside [lo, hi] are dropped, as NumPy drops them
-        hist += tl.histogram(_bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH), BINS, mask=keep)
-    b = tl.arange(0, BINS)
-    tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=b < bins)
+    if SMEM:
+        _declare_counts(pid, 4 * BINS)
+        _zero_counts(tl.arange(0, 4 * BINS))
+        tl.debug_barrier()  # every copy zeroed before any warp counts into it
+        for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + offs0
+            x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+            keep = (offs < n) & (x >= lo) & (x <= hi)  # NaN and values outside [lo, hi] are dropped, as NumPy drops them
+            idx = _bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH)
+            _bump_counts(tl.where(keep, idx, -1), tl.full((BLOCK,), BINS, tl.int32))
+        tl.debug_barrier()  # every warp's counts in before they are summed
+        b = tl.arange(0, BINS)
+        hist = _sum_counts(b, tl.full((BINS,), BINS, tl.int32))
+        tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=(b < bins) & (hist > 0))
+    else:
+        hist = tl.zeros((BINS,), dtype=tl.int32)
+        for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
+            offs = start + offs0
+            x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+            keep = (offs < n) & (x >= lo) & (x <= hi)
+            hist += tl.histogram(_bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH), BINS, mask=keep)
+        b = tl.arange(0, BINS)
+        tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=b < bins)
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,14 +224,21 @@ def _setup(samples, bins, lo, hi, sim):
     return x, bins, lo, hi, _EDGES[key], out
 
 
-def histogram_triton(samples, bins, lo, hi, config=None):
-    """The example's `original(samples, bins, lo, hi)` on the GPU: int64 counts per bin."""
+def histogram_triton(samples, bins, lo, hi, config=None, smem=None):
+    """The example's `original(samples, bins, lo, hi)` on the GPU: int64 counts per bin. smem: count in shared
+    memory (inline PTX; the default on a GPU up to SMEM_MAX_BINS bins) or with tl.histogram (the interpreter's
+    path, which runs no PTX, and the one for more bins)."""
     x, bins, lo, hi, (edges, bounds, arith), out = _setup(samples, bins, lo, hi, interpreting())
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
+    bins_p2 = triton.next_power_of_2(bins)
+    if smem is None:
+        smem = not interpreting() and bins_p2 <= SMEM_MAX_BINS
+    if smem and (interpreting() or bins_p2 > SMEM_MAX_BINS):
+        raise ValueError(f"shared-memory counts need a GPU and at most {SMEM_MAX_BINS} bins")
     # enable_fp_fusion=False: i * step + lo must round twice, as np.linspace does, not once as an FMA
     launch(histogram_kernel, lambda meta: (max(1, min(triton.cdiv(n, meta["BLOCK"]), sms * meta["PER_SM"])),),
-           x, edges, bounds, out, n, bins, config=config, BINS=triton.next_power_of_2(bins), ARITH=arith,
+           x, edges, bounds, out, n, bins, config=config, BINS=bins_p2, ARITH=arith, SMEM=bool(smem),
            enable_fp_fusion=False)
     return out
 
