@@ -216,3 +216,19 @@ def test_cli_on_the_gpu(tmp_path):
     doc = json.loads((tmp_path / "kernel_report.json").read_text())
     assert doc["summary"]["gpu"] is True and doc["summary"]["time_s"] > 0
     assert np.isfinite(doc["summary"]["occupancy_pct"])
+
+
+def test_triton_static_shared_memory_from_inline_ptx():
+    # the bundled Triton histogram declares its counts in inline PTX (4 copies x 256 bins x 4 B, static): Triton's
+    # metadata.shared does not hold them, the driver's function attribute does, and the occupancy counts them
+    from gpuspeed.examples.kernels import histogram as H
+
+    x = torch.randn(1_000_003, device="cuda", dtype=torch.float64)
+    rep = kernel_report(H.histogram_triton, x, 256, -4.0, 4.0)
+    ref = np.histogram(x.cpu().numpy(), bins=256, range=(-4.0, 4.0))[0]
+    assert np.array_equal(rep.output.cpu().numpy(), ref)
+    d = rep.to_dict()
+    _common(d)
+    (la,) = d["launches"]
+    assert la["kernel"] == "histogram_kernel" and la["shared_static"] == 4096 and la["shared_dynamic"] == 0
+    assert la["instruction_mix"]["kinds"].get("shared atomic", 0) >= 1
