@@ -89,6 +89,7 @@ def test_own_work_verdict_names_the_mix_and_the_triton_lever():
                          "select 6 %")
     assert "hardware counters" not in said
     assert "Triton 3.7 and later" in lever and "warp ballots are 9 % of its loop" in lever
+    assert "inline PTX" in lever  # where Triton cannot be upgraded (the H200 machine's 3.6)
     # a Triton that already counts with shared atomics, a Numba kernel, or a loop with few ballots: no upgrade advice
     for change in ({"triton_version": "3.9.0"}, {"triton_version": "3.10.1"}, {"triton_version": None}):
         assert "Triton 3.7" not in verdict.judge({**facts, **change})[2]

@@ -14,7 +14,8 @@
                  lever spent, as in 7), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
                  are not what holds it back, the instructions between them are (issue or dependent arithmetic),
                  named by the main launch's instruction mix (kernel.instructions): fewer instructions per element;
-                 a Triton < 3.7 kernel whose loop is warp ballots (tl.histogram's lowering then): upgrade Triton
+                 a Triton < 3.7 kernel whose loop is warp ballots (tl.histogram's lowering then): upgrade Triton,
+                 or count in shared memory through inline PTX
  10. compute_mix  compute-bound under LOW_ROOF_PCT % of an fp64 or fp32 roof with occupancy above
                  LOW_OCCUPANCY_PCT %, its loop holding instructions of that precision: the mix and how many of them
                  are FMAs (the roof's rate is all FMAs): more flops per instruction, fewer idle lanes
@@ -181,7 +182,8 @@ def own_work(f):
                 and _version_below(f.get("triton_version"), 3, 7)):
             lever = (f"warp ballots are {_pct(100 * shares['warp vote'])} of its loop: Triton {f['triton_version']} "
                      "counts tl.histogram with ballots and popc, Triton 3.7 and later with one shared-memory atomic "
-                     "per element (triton-lang/triton#9517); where the ballots are tl.histogram's, upgrade Triton; "
+                     "per element (triton-lang/triton#9517); where the ballots are tl.histogram's, upgrade Triton, or "
+                     "count in shared memory through inline PTX (as gpuspeed.examples.kernels.histogram does); "
                      "else " + lever)
         return said, lever
 

@@ -1,6 +1,6 @@
 """np.histogram(samples, bins, range=(lo, hi)) with NumPy's exact binning, as a Triton kernel (privatized
-per-program histograms merged with one atomic per bin) and a Numba CUDA kernel (a shared-memory
-histogram per block, merged with global atomics).
+per-program histograms in shared memory, counted through inline PTX, merged with one atomic per bin) and a
+Numba CUDA kernel (a shared-memory histogram per block, merged with global atomics).
 
 Exact binning: a bin index estimated as (x - lo) * (bins / (hi - lo)), then corrected against the bin edges NumPy
 itself uses (np.linspace(lo, hi, bins + 1)), as np.histogram corrects its own estimate. The Triton kernel
@@ -129,37 +129,27 @@ def _bin(x, lo, step, scale, edges_ptr, bins, ARITH: tl.constexpr):
 @triton.jit
 def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins, BINS: tl.constexpr, ARITH: tl.constexpr,
                      SMEM: tl.constexpr, BLOCK: tl.constexpr, PER_SM: tl.constexpr):
-    """A persistent grid: each program bins its BLOCK-sized tiles into a private histogram (tl.histogram, dropped
-    values masked off, accumulated in registers), then adds it to the global counts with one atomic per bin, so
-    the atomics do not grow with the sample count.
+    """A persistent grid: each program bins its BLOCK-sized tiles into a private histogram, then adds it to the
+    global counts with one atomic per non-empty bin, so the global atomics do not grow with the sample count.
+    SMEM (the GPU path, up to SMEM_MAX_BINS bins): the private histogram is 4 shared-memory copies that each
+    sample bumps with one shared atomic (inline PTX, see _declare_counts). Otherwise (the interpreter, which runs
+    no PTX, and more bins): tl.histogram, dropped values masked off, accumulated in registers.
 
-    Where the time goes (H200 sweeps, 50 M samples, 256 bins): the loads and the binning alone (the bin indices
-    summed, not counted) reached about three quarters of the copy roof; with tl.histogram the kernel reaches 43 %. Its lowering
-    counts with warp ballots: for each sample a lane holds, one ballot per index bit (8), then for each of the
-    lane's 8 bins a few and/xor, a popc and an add, about 80 instructions per 32 samples, beside the binning's
-    float64 arithmetic and float64/int conversions (which issue at a half and an eighth of the integer rate). By
-    that count (not a profile) the kernel is issue-bound at roughly 150 issue slots per 32 samples, ~220 us;
-    it measures 217 us. Slower in the same sweep: 1-warp programs, whose tl.histogram skips no work, 2-warp
-    programs, and one global atomic per sample into per-program histograms (nearly twice the time). A later
-    sweep binned without any float64/int conversion (t + 1.5 * 2**52 leaves round(t) in the low mantissa bits,
-    the edges corrected in float64): a few microseconds slower, so the conversions are not what limits it; the
-    ballots' integer work is. The Numba kernel's shared-memory atomic is one instruction per sample, which
-    Triton 3.6's language does not expose. Triton 3.7 and later lower tl.histogram to exactly that
-    (triton-lang/triton#9517): the PTX Triton 3.9 makes of this kernel has 16 shared atomics a tile and no
-    ballot, where the H200's Triton 3.6 emits 144 ballots and 128 popc. That 3.9 build (its cubin compiled on a
-    machine with Triton 3.9, launched through CuPy on the H200 at 9a6aeb3, a scratch run) took 134 us against 214
-    us for the 3.6 build on the same samples, both exact: 1.6x, about 68 % of the copy roof. So on a current
-    Triton the lever is the upgrade, not a rewrite.
+    Where the time went with tl.histogram (H200, 50 M samples, 256 bins): 43 % of the copy roof, 217 us
+    (kernels_a24f240.json). Triton 3.6 lowers it to warp ballots: for each sample a lane holds, one ballot per
+    index bit (8), then for each of the lane's 8 bins a few and/xor, a popc and an add, about 80 instructions per
+    32 samples beside the binning's float64 work, issue-bound by that count at ~220 us. The loads and the binning
+    alone (the bin indices summed, not counted) reached about three quarters of the copy roof, and a build of
+    the same source by Triton 3.9, whose tl.histogram counts with one shared atomic per sample
+    (triton-lang/triton#9517), took 134 us (its cubin launched through CuPy, a scratch run at 9a6aeb3). The
+    inline-PTX counts do what 3.9 does on 3.6, with 4 copies (the Numba kernel's sweep chose 4; not swept here)
+    and 8 warps: 103 us, 90 % of the copy roof, exact on values on and beside every edge at 7, 37, 256 and 1000
+    bins in every config. The same shapes at 4 warps ran 123-204 us in the sweep (CONFIGS' comment).
 
-    Tuning note (gpuspeed kernel, H200, commit a24f240): grid 2112, num_warps 4, num_stages 1 (autotuned:
-    BLOCK=2048, PER_SM=16); 56 registers, 0 spills, 1024 B shared; occupancy 56 % (registers-limited); 217.2 us,
-    1842 GB/s = 43 % of the copy roof; 2.43x the best automatic candidate (cupy). Verdict: bound by its own
-    instructions at 43 % of the copy roof: device copies of the same bytes reach 93 % and occupancy is 56 %, so
-    the time goes to the work between the loads; its loop body (PTX): integer/logic 62 %, fp64 10 %, warp vote
-    9 %, bit counting 8 %, select 5 %; next: warp ballots are 9 % of its loop: Triton 3.6.0 counts tl.histogram
-    with ballots and popc, Triton 3.7 and later with one shared-memory atomic per element
-    (triton-lang/triton#9517); where the ballots are tl.histogram's, upgrade Triton; else fewer instructions per
-    element (cheaper index math, arithmetic or counting); then more independent elements per thread.
+    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 1056, num_warps 8, num_stages 1 (autotuned:
+    BLOCK=1024, PER_SM=8); 30 registers, 0 spills, 4096 B shared; occupancy 100 % (warps-limited); 103.0 us,
+    3884 GB/s = 90 % of the copy roof; 5.12x the best automatic candidate (cupy). Verdict: at 90 % of the copy
+    roof: done; next: none: it is at its roof.
     """
     pid = tl.program_id(0)
     lo = tl.load(range_ptr)  # float64 from memory: a Python float argument would arrive as float32
@@ -282,9 +272,9 @@ def numba_kernel(bins: int):
         """Shared-memory histograms per block (COPIES of them, and the edges staged beside them), then one global
         atomic per non-empty bin per block.
 
-        Tuning note (gpuspeed kernel, H200, commit a24f240): grid 1056, block 256; 32 registers, 0 spills,
-        6152 B shared; occupancy 100 % (warps-limited); 126.7 us, 3158 GB/s = 73 % of the copy roof; 4.16x
-        the best automatic candidate (cupy). Verdict: at 73 % of the copy roof; next: tune the block shape
+        Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 1056, block 256; 32 registers, 0 spills,
+        6152 B shared; occupancy 100 % (warps-limited); 130.2 us, 3072 GB/s = 71 % of the copy roof; 4.05x
+        the best automatic candidate (cupy). Verdict: at 71 % of the copy roof; next: tune the block shape
         and the work per thread (time a few).
         """
         h = cuda.shared.array(n_counts, int32)
