@@ -144,18 +144,25 @@ COMPILE = textwrap.dedent('''
 ''')
 
 
-def test_mix_of_ptx_the_installed_triton_compiles(tmp_path):
+def compile_for_sm90(tmp_path, source: str) -> dict:
+    """Runs a script that compiles Triton kernels for sm_90 in a fresh process (no TRITON_INTERPRET) and returns the
+    JSON it prints last; skips where this Triton cannot compile for sm_90 here."""
     pytest.importorskip("triton")
-    script = tmp_path / "compile_ptx.py"
-    script.write_text(COMPILE)
+    script = tmp_path / "compile_sm90.py"
+    script.write_text(source)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=tmp_path)
     if run.returncode != 0:
         if "GPUTarget" in run.stderr or "ptxas" in run.stderr.lower():
             pytest.skip("this Triton cannot compile for sm_90 here: " + run.stderr.strip().splitlines()[-1])
         raise AssertionError(run.stderr[-3000:])
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_mix_of_ptx_the_installed_triton_compiles(tmp_path):
+    got = compile_for_sm90(tmp_path, COMPILE)
     horner = got["horner"]
     assert horner["scope"] == "whole kernel (no loop)"  # STEPS=1: no loop left
     assert horner["kinds"].get("fp64", 0) >= 1 and horner["kinds"]["global memory"] >= 1
@@ -226,18 +233,7 @@ def test_histogram_counts_in_shared_memory_through_inline_ptx(tmp_path):
     # the Triton histogram's GPU path: Triton 3.6 lowers tl.histogram to warp ballots, so the kernel declares its own
     # shared-memory counts in inline PTX and bumps them with one red.shared per sample; ptxas must take that PTX
     # (one declaration however the code is unrolled) and the array must be in the cubin's static shared memory
-    pytest.importorskip("triton")
-    script = tmp_path / "compile_histogram.py"
-    script.write_text(HISTOGRAM)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
-                         cwd=tmp_path)
-    if run.returncode != 0:
-        if "GPUTarget" in run.stderr or "ptxas" in run.stderr.lower() and "not found" in run.stderr.lower():
-            pytest.skip("this Triton cannot compile for sm_90 here: " + run.stderr.strip().splitlines()[-1])
-        raise AssertionError(run.stderr[-3000:])
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = compile_for_sm90(tmp_path, HISTOGRAM)
     for bins, words in (("256", 1024), ("1024", 4096), ("8", 1024)):
         row = got[bins]
         assert row["decl"] == 1, row
