@@ -161,25 +161,21 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins, BINS: tl.con
         _declare_counts(pid, 4 * BINS)
         _zero_counts(tl.arange(0, 4 * BINS))
         tl.debug_barrier()  # every copy zeroed before any warp counts into it
-        for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
-            offs = start + offs0
-            x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-            keep = (offs < n) & (x >= lo) & (x <= hi)  # NaN and values outside [lo, hi] are dropped, as NumPy drops them
-            idx = _bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH)
+    hist = tl.zeros((BINS,), dtype=tl.int32)  # tl.histogram's counts (unused with SMEM, and compiled away)
+    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + offs0
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        keep = (offs < n) & (x >= lo) & (x <= hi)  # NaN and values outside [lo, hi] are dropped, as NumPy drops them
+        idx = _bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH)
+        if SMEM:
             _bump_counts(tl.where(keep, idx, -1), tl.full((BLOCK,), BINS, tl.int32))
+        else:
+            hist += tl.histogram(idx, BINS, mask=keep)
+    b = tl.arange(0, BINS)
+    if SMEM:
         tl.debug_barrier()  # every warp's counts in before they are summed
-        b = tl.arange(0, BINS)
         hist = _sum_counts(b, tl.full((BINS,), BINS, tl.int32))
-        tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=(b < bins) & (hist > 0))
-    else:
-        hist = tl.zeros((BINS,), dtype=tl.int32)
-        for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
-            offs = start + offs0
-            x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
-            keep = (offs < n) & (x >= lo) & (x <= hi)
-            hist += tl.histogram(_bin(tl.where(keep, x, lo), lo, step, scale, edges_ptr, bins, ARITH), BINS, mask=keep)
-        b = tl.arange(0, BINS)
-        tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=b < bins)
+    tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=(b < bins) & (hist > 0))
 
 
 @functools.lru_cache(maxsize=64)
