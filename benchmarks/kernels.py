@@ -86,17 +86,6 @@ def to_device(args, gpu: bool, fp32: bool = False):
     return tuple(one(a) for a in args)
 
 
-def host(out, like=None):
-    """Host NumPy arrays; with `like` (the original's output) float leaves cast back to its dtypes, as the
-    optimize worker's fetch does for a float32 variant."""
-    got = tuple(o.cpu().numpy() for o in out) if isinstance(out, tuple) else out.cpu().numpy()
-    if like is None:
-        return got
-    if isinstance(got, tuple):
-        return tuple(g.astype(np.asarray(r).dtype) if g.dtype.kind == "f" else g for g, r in zip(got, like, strict=True))
-    return got.astype(np.asarray(like).dtype) if got.dtype.kind == "f" else got
-
-
 def optimize_doc(example: str, a, out_dir: Path) -> tuple[dict | None, str]:
     """The optimize results document for the example: read from --optimize-json, or made by one run now."""
     if a.optimize_json:
@@ -167,7 +156,7 @@ def limited_by_launch_size(row: dict) -> bool:
 def measure(example: str, variant: str, fn, args, gpu: bool, a, ref=None) -> dict:
     """One hand kernel through kernel_report on device-resident inputs, checked against the original (`ref`: its
     output on these arguments, when already computed)."""
-    from gpuspeed import check, kernel_report
+    from gpuspeed import kernel_report
 
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
     module, name = fn.target
@@ -178,15 +167,15 @@ def measure(example: str, variant: str, fn, args, gpu: bool, a, ref=None) -> dic
     flops, nbytes = work(example, variant, args, ref if example == "mandelbrot" else None, fp32)
     bench_kw = {"budget_s": 0.3 if a.quick else 2.0}
     rep = kernel_report(launcher, *dev, flops=flops, bytes=nbytes, name=f"{example}:{variant}",
-                        device="cuda" if gpu else "cpu", bench_kw=bench_kw)
-    res = check(host(rep.output, ref if fp32 else None), ref, **getattr(ex, "TOLERANCE", {}))
+                        device="cuda" if gpu else "cpu", bench_kw=bench_kw, expected=ref,
+                        against=f"{example}'s original()", **getattr(ex, "TOLERANCE", {}))
     d = rep.to_dict()
     main = next((la for la in d["launches"] if la["kernel"] == d.get("main_kernel")), d["launches"][0] if d["launches"]
                 else {})
     place = d.get("placement") or {}
     copy_pct = d.get("copy_pct_of_roof")  # kernel_report's same-bytes copies (memory-bound kernels on a GPU)
     return {"example": example, "variant": variant, "launcher": f"{module}.{name}", "backend": d["backend"],
-            "precision": "float32" if fp32 else "as-written", "correct": bool(res.passed), "check": res.summary,
+            "precision": "float32" if fp32 else "as-written", "correct": rep.check["passed"], "check": rep.check["summary"],
             "time_s": d["time_s"], "time_rel_iqr": d["time_rel_iqr"],
             "flops": flops, "bytes": nbytes, "GBps": place.get("GBps"), "TFLOPs": place.get("TFLOPs"),
             "intensity": place.get("intensity"), "bound": place.get("bound"), "roof": place.get("roof"),

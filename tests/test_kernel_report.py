@@ -159,6 +159,14 @@ def _facts(pct_of_roof=None, time_s=1e-3, copy_pct=None, **launch):
     (_facts(43.0, copy_pct=93.0, pct=25.0, limiter="registers"), "occupancy", "register-limited to 25 %"),
     (_facts(65.0), "tune", "at 65 % of the copy roof"),
     (_facts(None), "unplaced", "no roof position"),
+    # a wrong answer is the verdict before any timing rule, with or without a GPU
+    ({**_facts(92.0), "check": {"passed": False, "summary": "FAIL out: 3/8 over tolerance", "against": "f's original()"}},
+     "wrong", "WRONG: its output differs from f's original(): FAIL out: 3/8"),
+    ({"gpu": False, "launches": [_launch()], "check": {"passed": False, "summary": "FAIL", "against": "x"}}, "wrong",
+     "WRONG"),
+    ({"gpu": False, "launches": [_launch()], "check": {"passed": True, "summary": "PASS", "against": "f's original()"}},
+     "no_gpu", "its output matches f's original()"),
+    ({**_facts(92.0), "check": {"passed": True, "summary": "PASS", "against": "x"}}, "at_roof", "done"),
 ])
 def test_verdict_rules_in_order(facts, rule, words):
     got, said, lever = verdict.judge(facts)
@@ -254,6 +262,27 @@ def test_triton_launcher_interpreted():
     assert rowsum["autotune"] is None and rowsum["meta"]["BLOCK"] == 128
     json.dumps(d)  # JSON-safe
     assert add["count"] == 1 and rowsum["count"] == 1
+
+
+def test_kernel_report_checks_the_output_against_an_expected_one():
+    from gpuspeed import kernel_report
+
+    rng = np.random.default_rng(5)
+    x, y = (torch.from_numpy(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
+    want = (x.double() + y.double()).numpy()
+    rows = want[: 8 * (N // 8)].reshape(8, -1).sum(1)
+    good = kernel_report(add_launcher, x, y, device="cpu", expected=(want, rows), against="x + y")
+    assert good.check["passed"] and good.check["against"] == "x + y" and good.rule == "no_gpu"
+    assert "its output matches x + y" in good.verdict
+    assert any(line.startswith("check against x + y: PASS") for line in good.lines())
+    off = want.copy()
+    off[N - 1] += 1.0  # the last element: the one a block that does not divide N would leave unwritten
+    bad = kernel_report(add_launcher, x, y, device="cpu", expected=(off, rows), rtol=1e-5, atol=1e-6, against="x + y")
+    assert bad.check["passed"] is False and bad.rule == "wrong" and "1/1000 over tolerance" in bad.check["summary"]
+    assert bad.check["rtol"] == 1e-5 and bad.to_results()["summary"]["check_passed"] is False
+    assert bad.verdict.startswith("WRONG: its output differs from x + y")
+    none = kernel_report(lambda x: add_launcher(x, x) and None, x, device="cpu", expected=want)
+    assert none.rule == "wrong" and "NoneType vs" in none.check["summary"]  # a launcher that returns nothing
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU)")
@@ -468,6 +497,81 @@ def test_cli_launcher_that_imports_its_kernels_late(numba_file):
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout)
     assert d["backend"] == "numba" and [la["grid"] for la in d["launches"]] == [[1, 1, 1], [2, 2, 1]]
+
+
+WORKLOAD = '''
+"""A workload (the optimize format) with one right and one wrong Triton variant."""
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+TOLERANCE = dict(rtol=1e-6, atol=1e-9)
+
+
+@triton.jit
+def scale_kernel(x, o, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) * factor, mask=m)
+
+
+def scaled(factor):
+    def launcher(x):
+        o = torch.full_like(x, float("nan"))
+        scale_kernel[(triton.cdiv(x.numel(), 64),)](x, o, x.numel(), factor, BLOCK=64)
+        return o
+    launcher.gpuspeed_inputs = "torch"
+    return launcher
+
+
+def original(x):
+    return 2.0 * x
+
+
+def inputs(rng):
+    return (rng.standard_normal(999),)
+
+
+variants = {"right": scaled(2.0), "wrong": scaled(2.001)}
+'''
+
+
+def test_cli_checks_a_workload_variant_against_its_original(tmp_path):
+    p = tmp_path / "twice.py"
+    p.write_text(WORKLOAD)
+    r = _cli("kernel", f"{p}:variants.right", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "check against twice.py's original(): PASS: 999 elements" in r.stdout
+    assert "its output matches twice.py's original()" in r.stdout
+    r = _cli("kernel", f"{p}:variants.wrong", "--device", "cpu", "--out", str(tmp_path / "w"))
+    assert r.returncode == 1, r.stderr[-2000:]  # the report is printed and written; the status says it is wrong
+    assert "verdict: WRONG: its output differs from twice.py's original(): FAIL out:" in r.stdout
+    doc = json.loads((tmp_path / "w" / "kernel_report.json").read_text())
+    assert doc["summary"]["check_passed"] is False and doc["report"]["rule"] == "wrong"
+    r = _cli("kernel", f"{p}:original", "--device", "cpu")  # not one of the variants: nothing to check it against
+    assert r.returncode == 0 and "check against" not in r.stdout and "no Triton or Numba CUDA launch" in r.stdout
+
+
+def test_cli_runs_a_bundled_examples_variant_without_a_gpu():
+    # the example's lazy variant refuses without CUDA (optimize must not time interpreted kernels): the command
+    # runs the launcher it names instead, on float32 inputs for a float32 variant, and checks it
+    r = _cli("kernel", "src/gpuspeed/examples/row_normalize_loop.py:variants.triton_fp32", "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["check"]["passed"] and d["check"]["against"] == "row_normalize_loop.py's original()"
+    assert d["check"]["rtol"] == 1e-5 and d["check"]["atol"] == 1e-6  # the example's TOLERANCE
+    assert d["launches"][0]["kernel"] == "normalize_rows_f32_kernel"
+    assert any("normalize_rows_triton_fp32 runs under the interpreters" in n for n in d["notes"])
+    assert any("cast to float32" in n for n in d["notes"])
+
+
+def test_cli_numba_variant_without_numba_is_one_line():
+    if _numba_available():
+        pytest.skip("numba-cuda is installed here")
+    r = _cli("kernel", "src/gpuspeed/examples/histogram.py:variants.numba_cuda", "--device", "cpu")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
+    assert "numba-cuda is not installed (pip install numba-cuda)" in r.stderr
 
 
 @pytest.mark.parametrize("args,words", [

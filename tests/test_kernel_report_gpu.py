@@ -218,6 +218,23 @@ def test_cli_on_the_gpu(tmp_path):
     assert np.isfinite(doc["summary"]["occupancy_pct"])
 
 
+def test_cli_checks_a_bundled_examples_variant_on_the_gpu():
+    # the example's lazy variant itself runs here (on the GPU), on float32 inputs cast before they move, and its
+    # output is checked against the example's float64 original() under its TOLERANCE
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel",
+                        "src/gpuspeed/examples/row_normalize_loop.py:variants.triton_fp32", "--json"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads(r.stdout)
+    _common(d)
+    assert d["check"]["passed"] and d["check"]["against"] == "row_normalize_loop.py's original()", d["check"]
+    assert d["launches"][0]["kernel"] == "normalize_rows_f32_kernel" and d["placement"]["bound"] == "memory"
+    assert any("cast to float32" in n for n in d["notes"])
+    assert not any("runs under the interpreters" in n for n in d["notes"])
+
+
 def test_triton_static_shared_memory_from_inline_ptx():
     # the bundled Triton histogram declares its counts in inline PTX (4 copies x 256 bins x 4 B, static): Triton's
     # metadata.shared does not hold them, the driver's function attribute does, and the occupancy counts them

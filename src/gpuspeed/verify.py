@@ -189,6 +189,9 @@ def _pairs(out, ref, path="out"):
             return
         for i, (o, r) in enumerate(zip(out, ref, strict=True)):
             yield from _pairs(o, r, f"{path}[{i}]")
+    elif out is None or ref is None:  # a function that returned None where a value was expected, or the reverse
+        if out is not ref:
+            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
     else:
         yield path, out, ref, None
 

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.device import resolve_device
         from gpuspeed.errors import UserError
         from gpuspeed.kernel import kernel_report
-        from gpuspeed.kernel.target import load_target, make_args, use_interpreters
+        from gpuspeed.kernel.target import load_target, make_args, reference_check, unwrap_lazy, use_interpreters
         from gpuspeed.results import check_out_dir, write_results
 
         if device not in ("auto", "cpu", "cuda"):
@@ -51,9 +51,12 @@ def register(app: typer.Typer) -> None:
         if where != "cuda":
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
         fn, module, name = load_target(target)
-        args, notes = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
+        args, notes, host_args = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
+        checking = reference_check(module, name, host_args, Path(target.rpartition(":")[0]).name)
+        fn, swapped = unwrap_lazy(fn, where)
+        notes += swapped
         try:
-            rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where)
+            rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where, **checking)
         except UserError:
             raise
         except Exception as exc:  # the user's launcher failed: one line, the traceback under --debug
@@ -69,6 +72,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"wrote {path}")
         if as_json:
             print(json.dumps(rep.to_dict(), indent=1))
-            return
-        for line in rep.lines():
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        else:
+            for line in rep.lines():
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
+        if rep.check and not rep.check["passed"]:
+            raise typer.Exit(1)  # a wrong answer: the report is out, the exit status says so

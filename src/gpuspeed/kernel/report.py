@@ -50,6 +50,9 @@ class KernelReport:
     # memory-bound kernels on a GPU: the % of the same roof that device copies of the same bytes, in as many
     # launches, reach when timed the same way (copy_reference): the practical roof at this launch size
     copy_pct_of_roof: float | None = None
+    # with an expected output: gpuspeed.check's verdict on the launcher's output (passed, summary, rtol, atol,
+    # against: what the expected output came from)
+    check: dict | None = None
     output: Any = field(default=None, repr=False)  # what the launcher returned (not in to_dict)
     notes: list[str] = field(default_factory=list)
 
@@ -65,6 +68,7 @@ class KernelReport:
         d = self.to_dict()
         summary = {"time_s": self.time_s, "pct_of_roof": self.pct_of_roof, "occupancy_pct": self.occupancy_pct,
                    "limiter": self.limiter, "launches": len(self.launches), "gpu": self.gpu,
+                   "check_passed": self.check["passed"] if self.check else None,
                    "verdict": self.verdict, "next_lever": self.next_lever}
         doc = make_results("kernel_report", params=params or {}, summary=summary, rows=d["launches"],
                            notes=([self.note] if self.note else []) + self.notes, device=device)
@@ -75,6 +79,8 @@ class KernelReport:
         """The report for people: one line per fact."""
         what = "no Triton or Numba CUDA launch seen" if self.backend == "none" else f"{self.backend} kernel launcher"
         out = [f"{self.name}: {what}" + ("" if self.gpu else " (interpreted, no GPU)")]
+        if self.check:
+            out.append(f"check against {self.check['against']}: {self.check['summary']}")
         if self.time_s is not None:
             out.append(f"time {self.time_s * 1e6:.1f} us (IQR/median {100 * (self.time_rel_iqr or 0):.1f} %)")
         for la in self.launches:
@@ -268,13 +274,18 @@ def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> 
 
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
-                  kwargs: dict | None = None, unit: str | None = None) -> KernelReport:
+                  kwargs: dict | None = None, unit: str | None = None, expected: Any = None,
+                  rtol: float | None = None, atol: float | None = None,
+                  against: str = "the expected output") -> KernelReport:
     """Tuning notes for `fn(*args, **kwargs)`, a launcher of Triton and/or Numba CUDA kernels.
 
     flops / bytes: per call (default: torch's FlopCounterMode count, usually none for hand kernels, and the
     minimum traffic, every input read once and every output written once). ceilings: a Ceilings, a roofline
     results document or its path (default: this GPU's results/<gpu>/roofline.json, else measured now).
     bench_kw go to gpuspeed.bench. unit: the compute ceiling (default from the dtypes, as place() does).
+    expected: what the launcher should return (e.g. a workload's original() on the same inputs), checked with
+    gpuspeed.check under rtol / atol (its dtype defaults when None); `against` names it in the report. A failed
+    check is the verdict, before any timing rule.
     """
     from gpuspeed.device import resolve_device
 
@@ -298,6 +309,12 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         cap.recording = True
         out = fn(*args, **kwargs)
         _sync(gpu)
+    checked = None
+    if expected is not None:
+        from gpuspeed.verify import check
+
+        res = check(out, expected, rtol=rtol, atol=atol)
+        checked = {"passed": bool(res.passed), "summary": res.summary, "rtol": rtol, "atol": atol, "against": against}
     limits = device_limits() if gpu else None
     launches = []
     for la, count in group(cap.launches):
@@ -345,7 +362,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
              "pct_of_roof": place["pct_of_roof"] if place else None, "bound": place["bound"] if place else None,
              "roof": place["roof"] if place else None, "time_s": time_s,
              "occupancy_pct": occ["pct"] if occ else None, "limiter": occ["limiter"] if occ else None,
-             "copy_pct": copy_pct,
+             "copy_pct": copy_pct, "check": checked,
              "triton_version": _device.versions().get("triton") if any(la["backend"] == "triton" for la in launches)
              else None}
     rule, said, lever = verdict.judge(facts)
@@ -354,5 +371,6 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         launches=launches, placement=place, pct_of_roof=place["pct_of_roof"] if place else None,
         occupancy_pct=occ["pct"] if occ else None, limiter=occ["limiter"] if occ else None, verdict=said,
         next_lever=lever, rule=rule, main_kernel=main["kernel"] if main else None,
-        limits=limits.to_dict() if limits else None, ceilings_source=source, copy_pct_of_roof=copy_pct, output=out,
+        limits=limits.to_dict() if limits else None, ceilings_source=source, copy_pct_of_roof=copy_pct, check=checked,
+        output=out,
         notes=notes)

@@ -60,6 +60,19 @@ def load_target(target: str) -> tuple[Callable, object, str]:
     return obj, module, attr
 
 
+def unwrap_lazy(fn, device: str) -> tuple[Callable, list[str]]:
+    """Without a GPU, a bundled example's lazy variant (gpuspeed.examples.kernels.lazy: it refuses there, so that
+    optimize never times interpreted kernels) is swapped for the launcher it names, which the interpreters run."""
+    where = getattr(fn, "target", None)
+    if device == "cuda" or not (isinstance(where, tuple) and len(where) == 2):
+        return fn, []
+    import importlib
+
+    module, name = where
+    launcher = getattr(importlib.import_module(module), name)
+    return launcher, [f"no GPU: the variant's launcher {module}.{name} runs under the interpreters"]
+
+
 def _required_params(fn) -> list[str]:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -88,8 +101,31 @@ def _move(args: tuple, where: str, device: str) -> tuple:
     return args
 
 
-def make_args(fn, module, specs: list[str], *, seed: int, backend: str, device: str) -> tuple[tuple, list[str]]:
-    """(positional arguments, notes) for the launcher: see the module docstring."""
+def reference_check(module, attr: str, host_args: tuple | None, label: str) -> dict:
+    """kernel_report's checking keywords (expected, rtol, atol, against) when NAME is one of a workload's
+    `variants` (the optimize workload format) and its inputs came from the file's inputs(rng): the file's
+    original() on copies of those inputs, under its TOLERANCE. Else {}: nothing to check against."""
+    from gpuspeed.trees import clone_tree
+
+    original = getattr(module, "original", None)
+    if host_args is None or not attr.startswith("variants.") or not callable(original):
+        return {}
+    tol = getattr(module, "TOLERANCE", None)
+    tol = tol if isinstance(tol, dict) else {}
+    try:
+        expected = original(*clone_tree(host_args))
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UserError(f"{label}: original() raised {type(exc).__name__}: {first}") from exc
+    return {"expected": expected, "rtol": tol.get("rtol"), "atol": tol.get("atol"),
+            "against": f"{label}'s original()"}
+
+
+def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
+              device: str) -> tuple[tuple, list[str], tuple | None]:
+    """(positional arguments, notes, the host arguments they were made from: inputs(rng)'s, else None) for the
+    launcher: see the module docstring. A launcher with `precision = "float32"` gets float64 arrays cast to
+    float32 before they move (as optimize casts its float32 variants' inputs, outside the timing)."""
     import numpy as np
 
     from gpuspeed.inputs import parse_specs
@@ -103,7 +139,7 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str, device: 
             backend, why = infer_backend(fn)
             notes.append(f"inputs as {backend} arrays: {why} (--backend to choose)")
         values = make_backend_inputs(parsed, backend, seed=seed, device=device)
-        return tuple(values[n] for n in _spec_order(fn, [s.name for s in parsed])), notes
+        return tuple(values[n] for n in _spec_order(fn, [s.name for s in parsed])), notes, None
     maker = getattr(module, "inputs", None)
     if callable(maker):
         scale = 1.0 if device == "cuda" else CPU_SCALE
@@ -121,9 +157,16 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str, device: 
         where = getattr(fn, "gpuspeed_inputs", "numpy")
         if where not in ("numpy", "torch", "cupy"):
             raise UserError(f"gpuspeed_inputs must be 'numpy', 'torch' or 'cupy', got {where!r}")
-        return _move(args, where, device), notes + [f"inputs from the file's inputs(rng) (seed {seed})"]
+        notes.append(f"inputs from the file's inputs(rng) (seed {seed})")
+        moved = args
+        if getattr(fn, "precision", None) == "float32":
+            from gpuspeed.optimize.backends.common import demote_dtype, tree_map
+
+            moved = tree_map(lambda x: x.astype(demote_dtype(x.dtype)) if isinstance(x, np.ndarray) else x, args)
+            notes.append("a float32 launcher: float64 inputs cast to float32 before they move (as optimize does)")
+        return _move(moved, where, device), notes, args
     needed = _required_params(fn)
     if needed:
         raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs arguments ({', '.join(needed)}): pass --input "
                         "NAME=DTYPE[SHAPE] or define inputs(rng) in its file")
-    return (), notes
+    return (), notes, None

@@ -1,31 +1,32 @@
 """The verdict on a kernel and the next lever to pull: explicit rules, tried in order, the first that fits wins.
 
   1. no_launch    no Triton or Numba CUDA launch was seen (on the GPU or under the interpreters)
-  2. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
-  3. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
-  4. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
+  2. wrong        its output failed the check against the reference (a workload's original()): fix that first
+  3. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
+  4. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
+  5. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
                  at the practical roof for its launch size; more bytes per launch is the only lever
-  5. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
-  6. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
-  7. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource (skipped where the
+  6. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
+  7. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
+  8. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource (skipped where the
                  autotuner already timed the lever it would name, half the warps or fewer stages, and chose otherwise)
-  8. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
-  9. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
-                 lever spent, as in 7), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
+  9. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
+ 10. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
+                 lever spent, as in 8), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
                  are not what holds it back, the instructions between them are (issue or dependent arithmetic),
                  named by the main launch's instruction mix (kernel.instructions): fewer instructions per element;
                  a Triton < 3.7 kernel whose loop is warp ballots (tl.histogram's lowering then): upgrade Triton,
                  or count in shared memory through inline PTX
- 10. compute_mix  compute-bound under LOW_ROOF_PCT % of an fp64 or fp32 roof with occupancy above
+ 11. compute_mix  compute-bound under LOW_ROOF_PCT % of an fp64 or fp32 roof with occupancy above
                  LOW_OCCUPANCY_PCT %, its loop holding instructions of that precision: the mix and how many of them
                  are FMAs (the roof's rate is all FMAs): more flops per instruction, fewer idle lanes
- 11. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
- 12. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
+ 12. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
+ 13. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
- 13. unplaced     no roof position (no ceilings): the occupancy alone
+ 14. unplaced     no roof position (no ceilings): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
-limiter, copy_pct, triton_version), so the rules are testable on synthetic inputs.
+limiter, copy_pct, triton_version, check), so the rules are testable on synthetic inputs.
 """
 
 from __future__ import annotations
@@ -52,8 +53,17 @@ def _roof_name(f: dict) -> str:
 
 def no_gpu(f):
     if not f.get("gpu"):
-        return ("ran under the interpreters (no GPU): the launcher runs and returns; no timing or occupancy here",
+        c = f.get("check")
+        ran = f"its output matches {c['against']}" if c else "the launcher runs and returns"
+        return (f"ran under the interpreters (no GPU): {ran}; no timing or occupancy here",
                 "run it on a GPU for registers, occupancy and the roof")
+
+
+def wrong(f):
+    c = f.get("check")
+    if c and not c.get("passed"):
+        return (f"WRONG: its output differs from {c.get('against', 'the reference')}: {c.get('summary')}",
+                "fix its correctness first: a timing of a wrong answer means nothing")
 
 
 def no_launch(f):
@@ -229,7 +239,7 @@ def unplaced(f):
     return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
 
 
-RULES = [no_launch, no_gpu, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, compute_mix, latency,
+RULES = [no_launch, wrong, no_gpu, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, compute_mix, latency,
          tune, unplaced]
 
 

@@ -19,6 +19,13 @@ class KernelUnavailable(ImportError):
     """No device to run the kernel on (an ImportError, so the optimize worker records 'unavailable')."""
 
 
+def require_numba(cuda) -> None:
+    """A Numba launcher's first step: its module's `cuda` is None where numba-cuda is not installed, which
+    would otherwise surface as an AttributeError deep in the launch."""
+    if cuda is None:
+        raise KernelUnavailable("numba-cuda is not installed (pip install numba-cuda): the Numba CUDA kernels need it")
+
+
 def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 

@@ -35,7 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import (
+    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -305,6 +306,7 @@ def _numba_steps(u, alpha: float, steps: int):
 
 def heat_numba(grid, alpha, steps):
     """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA."""
+    require_numba(cuda)
     u = device_tensor(grid, cudasim()).to(torch.float64)
     steps, alpha = int(steps), float(alpha)
     if steps <= 0:

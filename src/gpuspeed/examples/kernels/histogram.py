@@ -30,7 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, sm_count
+from gpuspeed.examples.kernels import (
+    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba, sm_count)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda, float64, int32
@@ -306,6 +307,7 @@ def numba_kernel(bins: int):
 
 def histogram_numba(samples, bins, lo, hi):
     """The example's `original(samples, bins, lo, hi)` on the GPU through Numba CUDA."""
+    require_numba(cuda)
     sim = cudasim()
     x, bins, lo, hi, (edges, _, _), out = _setup(samples, bins, lo, hi, sim)
     n = x.numel()

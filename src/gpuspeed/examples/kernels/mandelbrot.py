@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import (
+    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -116,6 +117,7 @@ def _numba_kernel():
 
 def mandelbrot_numba(xs, ys, max_iter, out=None):
     """The example's `original(xs, ys, max_iter)` on the GPU through Numba CUDA."""
+    require_numba(cuda)
     sim = cudasim()
     xs, ys = device_tensor(xs, sim).to(torch.float64), device_tensor(ys, sim).to(torch.float64)
     out = torch.empty((ys.numel(), xs.numel()), dtype=torch.int64, device=xs.device) if out is None else out

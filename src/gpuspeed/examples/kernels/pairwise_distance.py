@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import (
+    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -128,6 +129,7 @@ def numba_kernel(d: int):
 
 def pairwise_numba(a, b, out=None):
     """The example's `original(a, b)` on the GPU through Numba CUDA."""
+    require_numba(cuda)
     sim = cudasim()
     a, b = device_tensor(a, sim), device_tensor(b, sim)
     n, d = a.shape

@@ -17,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream
+from gpuspeed.examples.kernels import (
+    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -195,6 +196,7 @@ def _numba_kernel():
 def row_stats_numba(x, w, out=None):
     """The example's `original(x, w)` on the GPU through Numba CUDA (into `out`, three float64 vectors, when
     given)."""
+    require_numba(cuda)
     sim = cudasim()
     x, w = device_tensor(x, sim), device_tensor(w, sim)
     n_rows = x.shape[0]
