@@ -214,6 +214,34 @@ def _histogram_edges_paths() -> dict:
     return {"id": "histogram-edges", "passed": ok, "summary": f"arith plans {plans}; runs {runs}"}
 
 
+def _heat_steps_into_out() -> dict:
+    """The stencil's step chains, as its graph path calls them: n steps from the caller's grid (never written)
+    through at most two fresh buffers, the last into a given (poisoned) `out`, which is returned; the first and
+    the last step of a graphed call are such chains of one step."""
+    import torch
+
+    from gpuspeed import check, poison
+    from gpuspeed.examples import heat_stencil as ex
+    from gpuspeed.examples.kernels import heat_stencil as H
+
+    runs = []
+    grid, alpha, _ = _args("heat_stencil", 0, 7, False)
+    u = torch.from_numpy(grid)
+    coeff = H._alpha(alpha, u.device)
+    for n in (1, 2, 3, 4):
+        ref = ex.original(np.array(grid, copy=True), alpha, n)
+        for given in (False, True):
+            out = poison(torch.empty_like(u)) if given else None
+            got = H._triton_steps(u, coeff, n, H.CONFIGS[0], H.heat_step_kernel, out)
+            dsts = H._buffers(u, n, out)
+            shape_ok = (len(dsts) == n and len({id(d) for d in dsts if d is not out}) <= 2
+                        and all(d is not u for d in dsts) and (not given or dsts[-1] is out)
+                        and all(a is not b for a, b in zip(dsts[:-1], dsts[1:], strict=True)))
+            runs.append(bool(check(got, ref, **ex.TOLERANCE).passed and (got is out or not given) and shape_ok
+                             and np.array_equal(u.numpy(), grid)))
+    return {"id": "heat-steps-out", "passed": all(runs), "summary": f"steps 1-4, out none/given: {runs}"}
+
+
 def child_main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     import torch
@@ -235,6 +263,8 @@ def child_main() -> int:
         print(json.dumps(_refuses_without_device()), flush=True)
     if not wanted or "histogram-edges" in wanted:
         print(json.dumps(_histogram_edges_paths()), flush=True)
+    if not wanted or "heat-steps-out" in wanted:
+        print(json.dumps(_heat_steps_into_out()), flush=True)
     return 0
 
 
@@ -273,6 +303,11 @@ def test_kernel_matches_the_original_under_the_interpreter(child_results, case):
 def test_histogram_edges_computed_where_they_match_linspace_else_gathered(child_results):
     d = child_results.get("histogram-edges")
     assert d is not None and d["passed"], d
+
+
+def test_heat_steps_write_their_last_step_into_a_given_grid(child_results):
+    d = child_results["heat-steps-out"]
+    assert d["passed"], d
 
 
 def test_launcher_without_a_device_is_unavailable_in_one_line(child_results):

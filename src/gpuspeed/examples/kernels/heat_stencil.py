@@ -22,9 +22,10 @@ shared-memory tile with its halo and ran every step in one cooperative launch (g
 
 A step at 2048 x 2048 moves 64 MiB (float64), tens of microseconds of GPU time, about what Python takes to launch
 a Triton kernel and less than a Numba launch: the launches are captured once per kernel, shape and step count
-(gpuspeed.graphs) and replayed. The graph costs a copy of the grid in and one out. Under `gpuspeed kernel`'s
-launch capture, under the interpreters and inside a caller's own graph capture the launches run eagerly, so their
-geometry is seen.
+(gpuspeed.graphs) and replayed, all but the first and the last: those two run eagerly, the first writing into
+the graph's input buffer and the last reading its output into a fresh grid, so the graph costs no copy of the grid
+in or out (two copies cost about 5 % of a call before). Under `gpuspeed kernel`'s launch capture, under the
+interpreters and inside a caller's own graph capture all the launches run eagerly, so their geometry is seen.
 """
 
 from __future__ import annotations
@@ -178,22 +179,29 @@ def _alpha(alpha: float, device, dtype=torch.float64):
     return _ALPHA[key]
 
 
-def _triton_steps(u, coeff, steps, config, kernel):
-    """`steps` launches of the one-step kernel between two fresh ping-pong buffers; the grid after them."""
+def _buffers(u, steps: int, out):
+    """The destinations of `steps` ping-pong steps from u: fresh buffers (one or two), the last step into `out`
+    when given."""
+    fresh = [torch.empty_like(u) for _ in range(min(steps - (out is not None), 2))]
+    return [fresh[i % 2] for i in range(steps - (out is not None))] + ([out] if out is not None else [])
+
+
+def _triton_steps(u, coeff, steps, config, kernel, out=None):
+    """`steps` launches of the one-step kernel from u (never written) through fresh ping-pong buffers, the last
+    into `out` when given; the grid after them."""
     n_rows, n_cols = u.shape
-    a, b = torch.empty_like(u), torch.empty_like(u)
     pdl = u.device.type == "cuda" and _pdl(u.device.index or 0)
     extra = {"launch_pdl": True} if pdl else {}
 
     def grid(meta):
         return triton.cdiv(n_rows, meta["BLOCK_M"]), triton.cdiv(n_cols, meta["BLOCK_N"])
 
-    src, dst = u, a
-    for _ in range(steps):
+    src = u
+    for dst in _buffers(u, steps, out):
         launch(kernel, grid, src, dst, coeff, n_rows, n_cols, config=config, PDL=pdl, **extra)
         if config is None and not interpreting():
             config = kernel.best_config  # chosen at the first launch: the rest skip the autotuner
-        src, dst = dst, (b if dst is a else a)
+        src = dst
     return src
 
 
@@ -210,17 +218,27 @@ def _eager(u) -> bool:
             or torch.cuda.is_current_stream_capturing())
 
 
-def _replay(key, steps_fn, *args):
-    """steps_fn(*args) replayed from the CUDA graph kept under `key` (captured on first use)."""
+def _graphed(key, steps_fn, u, steps: int):
+    """steps_fn(u, steps): the first and the last step launched eagerly, the steps between them replayed from the
+    CUDA graph kept under `key` (captured on first use). The first step writes straight into the graph's input
+    buffer and the last reads its output buffer into a fresh grid, so the graph costs no copy of the grid in or
+    out. steps_fn(src, n, out=None) launches n steps from src, the last into `out` when given."""
     from gpuspeed.graphs import capture
 
-    if key not in _GRAPHS:
+    if steps < 3:
+        return steps_fn(u, steps)
+    g = _GRAPHS.get(key)
+    if g is None:
         if len(_GRAPHS) >= 4:  # each graph keeps three grids of its shape: drop the oldest
             _GRAPHS.pop(next(iter(_GRAPHS)))
-        # own_inputs: the caller's grid is copied into the graph's buffer, never used as one; clone: each call
-        # returns its own grid, not the buffer the next replay overwrites; the key fixes the signature: one graph
-        _GRAPHS[key] = capture(steps_fn, own_inputs=True, clone=True, max_cache=1)
-    return _GRAPHS[key](*args)
+        # own_inputs: the graph reads its own buffer, which the first step of every later call writes; the key
+        # fixes the signature: one graph
+        g = _GRAPHS[key] = capture(lambda x: steps_fn(x, steps - 2), own_inputs=True, max_cache=1)
+        middle = g(steps_fn(u, 1))  # the capture copies this first step's grid in, once
+    else:
+        steps_fn(u, 1, out=g.static_inputs[0])
+        middle = g.replay()
+    return steps_fn(middle, 1)  # a fresh grid: the next replay overwrites `middle`
 
 
 def _heat(grid, alpha, steps, config, dtype, kernel):
@@ -235,7 +253,7 @@ def _heat(grid, alpha, steps, config, dtype, kernel):
     if key not in _GRAPHS and config is None:  # autotune once, eagerly: a capture cannot time configs
         _triton_steps(u, coeff, steps, None, kernel)
         config = kernel.best_config
-    return _replay(key, lambda x, c: _triton_steps(x, c, steps, config, kernel), u, coeff)
+    return _graphed(key, lambda x, n, out=None: _triton_steps(x, coeff, n, config, kernel, out), u, steps)
 
 
 def heat_triton(grid, alpha, steps, config=None):
@@ -289,18 +307,20 @@ def _numba_kernel():
     return heat_step_numba_kernel
 
 
-def _numba_steps(u, alpha: float, steps: int):
-    """`steps` launches of the Numba step kernel between two fresh ping-pong buffers; the grid after them."""
-    a, b = torch.empty_like(u), torch.empty_like(u)
+def _numba_steps(u, alpha: float, steps: int, out=None):
+    """`steps` launches of the Numba step kernel from u (never written) through fresh ping-pong buffers, the last
+    into `out` when given; the grid after them."""
     n_rows, n_cols = u.shape
     kernel = _numba_kernel()
     blocks = (triton.cdiv(n_cols, THREADS), triton.cdiv(n_rows, ROWS_PER_THREAD))
-    views = {id(t): numba_array(t) for t in (u, a, b)}  # one view each, not one per launch
     stream = numba_stream()
-    src, dst = u, a
-    for _ in range(steps):
+    views = {}  # one Numba view per buffer, not one per launch
+    src = u
+    for dst in _buffers(u, steps, out):
+        for t in (src, dst):
+            views.setdefault(id(t), numba_array(t))
         kernel[blocks, THREADS, stream](views[id(src)], views[id(dst)], alpha)
-        src, dst = dst, (b if dst is a else a)
+        src = dst
     return src
 
 
@@ -314,4 +334,4 @@ def heat_numba(grid, alpha, steps):
     if _eager(u):
         return _numba_steps(u, alpha, steps)
     key = ("heat_step_numba_kernel", steps, tuple(u.shape), str(u.device), alpha)  # alpha is baked into the graph
-    return _replay(key, lambda x: _numba_steps(x, alpha, steps), u)
+    return _graphed(key, lambda x, n, out=None: _numba_steps(x, alpha, n, out), u, steps)
