@@ -260,8 +260,22 @@ def test_triton_launcher_interpreted():
     assert all(t["time_ms"] is None for t in add["autotune"]["tried"])
     assert rowsum["kernel"] == "rowsum_kernel" and rowsum["grid"] == [8, 1, 1] and rowsum["num_warps"] == 1
     assert rowsum["autotune"] is None and rowsum["meta"]["BLOCK"] == 128
+    assert add["arg_bytes"] == 3 * 4 * N and rowsum["arg_bytes"] == 4 * N + 4 * 8  # x, y, o; then o, rows
     json.dumps(d)  # JSON-safe
     assert add["count"] == 1 and rowsum["count"] == 1
+
+
+def test_call_bytes_counts_each_launchs_arguments_for_multi_pass_launchers():
+    from gpuspeed.kernel.capture import Launch, arg_bytes
+    from gpuspeed.kernel.report import call_bytes
+
+    x = torch.ones(100, dtype=torch.float64)
+    assert arg_bytes([x, x, x[:10], np.float64(2.0), 3, 0.5, np.ones(4, np.float32)]) == 800 + 80 + 16
+    steps = [Launch(kernel="step", backend="triton", grid=[1, 1, 1], arg_bytes=1600) for _ in range(40)]
+    assert call_bytes(None, 1600, steps) == (64000, "each of its 40 launches moving its array arguments once")
+    assert call_bytes(None, 1600, steps[:1]) == (1600, "inputs read once + outputs written once")  # one launch
+    assert call_bytes(None, 99999, steps)[0] == 99999  # arguments adding up to less: the inputs and outputs
+    assert call_bytes(123, 1600, steps) == (123, "given")
 
 
 def test_kernel_report_checks_the_output_against_an_expected_one():

@@ -235,6 +235,21 @@ def test_cli_checks_a_bundled_examples_variant_on_the_gpu():
     assert not any("runs under the interpreters" in n for n in d["notes"])
 
 
+def test_cli_counts_a_stencils_bytes_per_step():
+    # 40 launches of a step between ping-pong grids: each moves its two grids, 40 x the inputs and outputs; the
+    # default count must say so instead of holding 2.7 GB of traffic to 67 MB
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "src/gpuspeed/examples/heat_stencil.py:variants.triton",
+                        "--json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    d = json.loads(r.stdout)
+    grid = 2048 * 2048 * 8
+    assert d["placement"]["bytes"] == 40 * 2 * grid + 40 * 8  # two grids and alpha a step
+    assert d["placement"]["bytes_source"] == "each of its 40 launches moving its array arguments once"
+    assert d["check"]["passed"] and d["pct_of_roof"] > 50
+
+
 def test_triton_static_shared_memory_from_inline_ptx():
     # the bundled Triton histogram declares its counts in inline PTX (4 copies x 256 bins x 4 B, static): Triton's
     # metadata.shared does not hold them, the driver's function attribute does, and the occupancy counts them

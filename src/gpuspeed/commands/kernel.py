@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
         flops: Optional[float] = typer.Option(None, help="FLOPs per call (default: none counted; the kernel is then "
                                                          "held to the memory roof)."),
         nbytes: Optional[int] = typer.Option(None, "--bytes", help="Bytes moved per call (default: inputs read once "
-                                                                   "+ outputs written once)."),
+                                                                   "+ outputs written once; for several launches "
+                                                                   "whose arguments add up to more, each launch's "
+                                                                   "arguments once)."),
         out: Optional[Path] = typer.Option(None, "--out", help="Write kernel_report.json into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ):

@@ -47,6 +47,7 @@ class Launch:
     compiled: Any = None
     autotuner: Any = None
     meta: dict = field(default_factory=dict)  # constexpr / config kwargs of a Triton launch (BLOCK sizes...)
+    arg_bytes: int = 0  # bytes of the distinct arrays among its arguments (each counted once)
 
 
 def _dims(d) -> list[int]:
@@ -59,6 +60,24 @@ def _dims(d) -> list[int]:
 
 def _plain(v) -> bool:
     return isinstance(v, (bool, int, float, str)) or v is None
+
+
+def arg_bytes(values) -> int:
+    """Bytes of the distinct arrays (torch, NumPy, CuPy, Numba device arrays) among a launch's arguments, each
+    counted once; scalars count nothing."""
+    seen, total = set(), 0
+    for v in values:
+        if id(v) in seen:
+            continue
+        if hasattr(v, "element_size") and hasattr(v, "numel"):  # torch
+            n = v.element_size() * v.numel()
+        elif getattr(v, "ndim", 0) > 0 and hasattr(v, "nbytes"):  # NumPy, CuPy, Numba device arrays (not scalars)
+            n = v.nbytes
+        else:
+            continue
+        seen.add(id(v))
+        total += int(n)
+    return total
 
 
 class Capture:
@@ -195,7 +214,8 @@ class Capture:
                 num_stages=getattr(md, "num_stages", None) or kwargs.get("num_stages", TRITON_DEFAULT_STAGES),
                 shared_dynamic=int(getattr(md, "shared", 0) or 0), interpreted=interpreted, compiled=compiled,
                 autotuner=cap._get("autotuner"),
-                meta={k: v for k, v in kwargs.items() if _plain(v) and k not in ("debug",)}))
+                meta={k: v for k, v in kwargs.items() if _plain(v) and k not in ("debug",)},
+                arg_bytes=arg_bytes([*args, *kwargs.values()])))
             return kernel
         return run
 
@@ -215,7 +235,7 @@ class Capture:
                         name = getattr(getattr(kern, "py_func", None), "__name__", None) or getattr(kern, "entry_name", "kernel")
                         cap.launches.append(Launch(kernel=name, backend="numba", grid=_dims(griddim),
                                                    block=_dims(blockdim), shared_dynamic=int(sharedmem or 0),
-                                                   compiled=kern))
+                                                   compiled=kern, arg_bytes=arg_bytes(args)))
                     return orig(kern, args, griddim, blockdim, stream, sharedmem)
                 return launch
             self._patch(kernel_cls, "launch", wrap_launch)
@@ -227,7 +247,8 @@ class Capture:
                     if top and cap.recording:
                         cap.launches.append(Launch(kernel=getattr(kern.fn, "__name__", "kernel"), backend="numba",
                                                    grid=_dims(kern.grid_dim), block=_dims(kern.block_dim),
-                                                   shared_dynamic=int(kern.dynshared_size or 0), interpreted=True))
+                                                   shared_dynamic=int(kern.dynshared_size or 0), interpreted=True,
+                                                   arg_bytes=arg_bytes(args)))
                     return orig(kern, *args)
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)

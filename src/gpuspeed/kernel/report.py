@@ -109,7 +109,8 @@ class KernelReport:
         p = self.placement
         if p and p.get("pct_of_roof") is not None:
             out.append(f"roofline: {p['GBps']:.0f} GB/s, {p['TFLOPs']:.3g} TFLOP/s at {p['intensity']:.3g} FLOP/B: "
-                       f"{p['pct_of_roof']:.0f} % of the {p['roof']} roof ({p['bound']}-bound)")
+                       f"{p['pct_of_roof']:.0f} % of the {p['roof']} roof ({p['bound']}-bound); "
+                       f"{p['bytes'] / 1e6:.4g} MB a call ({p.get('bytes_source', 'given')})")
         if self.copy_pct_of_roof is not None:
             out.append(f"device copies of the same bytes, as many launches: {self.copy_pct_of_roof:.0f} % of that roof")
         out.append(f"verdict: {self.verdict}")
@@ -151,6 +152,7 @@ def describe(launch, limits: Limits | None) -> dict:
          "shared_dynamic": res.get("shared_dynamic", launch.shared_dynamic) if launch.backend == "triton"
          else launch.shared_dynamic,
          "occupancy": None, "autotune": None, "meta": launch.meta, "interpreted": launch.interpreted,
+         "arg_bytes": launch.arg_bytes,
          # what its innermost loops are made of (static PTX counts): where a kernel's own instructions go
          "instruction_mix": None if launch.interpreted else instructions.mix(instructions.ptx_of(launch.compiled,
                                                                                                  launch.backend))}
@@ -246,6 +248,19 @@ def placement(name: str, flops: float | None, nbytes: int, time_s: float, ceil, 
     return d
 
 
+def call_bytes(given: int | None, floor: int, launches: list) -> tuple[int, str]:
+    """(bytes one call moves, how they were counted): `given`; else, for a launcher of several launches whose
+    array arguments add up to more than its inputs and outputs (a multi-pass or iterative kernel: a stencil's
+    steps, a reduction's second pass), each launch's arguments moved once; else `floor`, the launcher's inputs
+    read once and outputs written once."""
+    if given is not None:
+        return int(given), "given"
+    per_launch = sum(la.arg_bytes for la in launches)
+    if len(launches) > 1 and per_launch > floor:
+        return per_launch, f"each of its {len(launches)} launches moving its array arguments once"
+    return floor, "inputs read once + outputs written once"
+
+
 def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> float:
     """Seconds for `launches` device copies moving `nbytes` in all (each reads and writes nbytes / launches / 2
     bytes: a ping-pong between two buffers, several launches replayed from one CUDA graph), timed as kernel_report
@@ -280,7 +295,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     """Tuning notes for `fn(*args, **kwargs)`, a launcher of Triton and/or Numba CUDA kernels.
 
     flops / bytes: per call (default: torch's FlopCounterMode count, usually none for hand kernels, and the
-    minimum traffic, every input read once and every output written once). ceilings: a Ceilings, a roofline
+    minimum traffic, every input read once and every output written once, or for several launches whose array
+    arguments add up to more, each launch's arguments moved once: call_bytes). ceilings: a Ceilings, a roofline
     results document or its path (default: this GPU's results/<gpu>/roofline.json, else measured now).
     bench_kw go to gpuspeed.bench. unit: the compute ceiling (default from the dtypes, as place() does).
     expected: what the launcher should return (e.g. a workload's original() on the same inputs), checked with
@@ -344,12 +360,13 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
                 counted = bool(flops)
             except Exception:  # not a torch launcher: no count
                 flops = 0
-        nbytes = int(bytes) if bytes is not None else (min_bytes((args, kwargs), out) or
-                                                      trees.nbytes((args, kwargs)) + trees.nbytes(out))
+        nbytes, moved = call_bytes(bytes, min_bytes((args, kwargs), out) or
+                                   trees.nbytes((args, kwargs)) + trees.nbytes(out), cap.launches)
         if nbytes > 0:
             ceil, source = _ceilings(ceilings)
             place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil),
                               unit or default_unit((args, kwargs), counted))
+            place["bytes_source"] = moved
             if counted:
                 place["flops_source"] = "counted by FlopCounterMode"
         else:
