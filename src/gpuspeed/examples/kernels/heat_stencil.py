@@ -78,10 +78,10 @@ def heat_step_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     write per point. PDL (programmatic dependent launch, sm_90): the next step's programs are launched while
     this step's last ones run, and wait (griddepcontrol.wait) for all of it before their first load.
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 1024x4, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=2, BLOCK_N=512); 48 registers, 0 spills, 0 B shared; occupancy 62 % (registers-limited); 804.3 us,
-    3337 GB/s = 77 % of the copy roof; 0.54x the best automatic candidate (torch-compile-fp32). Verdict: at 77 %
-    of the copy roof; next: tune BLOCK sizes, num_warps and num_stages (autotune over them).
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 1024x4, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=2, BLOCK_N=512); 48 registers, 0 spills, 0 B shared; occupancy 62 % (registers-limited); 770.2 us,
+    3485 GB/s = 81 % of the copy roof; 0.56x the best automatic candidate (torch-compile-fp32). Verdict: at 81 %
+    of the copy roof: done; next: none: it is at its roof.
     """
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -150,9 +150,9 @@ def heat_step_f32_kernel(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols,
     row loads a point each went to L2 (its 2-D tiles did no better), reached 65 % of the copy roof here
     (results/nvidia-h200/kernels_62a5101.json).
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 512x8, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 323.2 us, 4153
-    GB/s = 96 % of the copy roof; 1.34x the best automatic candidate (torch-compile-fp32). Verdict: at 96 % of
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 512x8, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=256); 32 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 310.8 us, 4318
+    GB/s = 100 % of the copy roof; 1.39x the best automatic candidate (torch-compile-fp32). Verdict: at 100 % of
     the copy roof: done; next: none: it is at its roof.
     """
     strip_step(src_ptr, dst_ptr, alpha_ptr, n_rows, n_cols, BLOCK_M, BLOCK_N, PDL)
@@ -284,9 +284,9 @@ def _numba_kernel():
     def heat_step_numba_kernel(src, dst, alpha):
         """One Jacobi step: ROWS_PER_THREAD points of one column per thread, boundary points copied through.
 
-        Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 8x256, block 256; 32 registers, 0 spills,
-        0 B shared; occupancy 100 % (warps-limited); 819.0 us, 3278 GB/s = 76 % of the copy roof; 0.53x the
-        best automatic candidate (torch-compile-fp32). Verdict: at 76 % of the copy roof; next: tune the
+        Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 8x256, block 256; 32 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 794.2 us, 3380 GB/s = 78 % of the copy roof; 0.54x the
+        best automatic candidate (torch-compile-fp32). Verdict: at 78 % of the copy roof; next: tune the
         block shape and the work per thread (time a few).
         """
         n_rows, n_cols = src.shape

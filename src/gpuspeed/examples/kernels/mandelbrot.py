@@ -47,9 +47,9 @@ def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
     the circle, so it stays escaped) and stops counting; the tile runs until max_iter. Small tiles keep
     a tile's pixels alike (neighbours escape at similar counts), so little work is masked off.
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 40x8, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_Y=4, BLOCK_X=32); 26 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 6.7 us, 47 GB/s
-    = 7 % of the fp64 roof; 26251.51x the best automatic candidate (torch-compile). Verdict: launch-bound: 6.7
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 40x8, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_Y=4, BLOCK_X=32); 26 registers, 0 spills, 0 B shared; occupancy 100 % (warps-limited); 6.9 us, 45 GB/s
+    = 7 % of the fp64 roof; 25396.81x the best automatic candidate (torch-compile). Verdict: launch-bound: 6.9
     us per call at 7 % of the roof; next: fuse launches / more work per launch / a CUDA graph.
     """
     rows = tl.program_id(0) * BLOCK_Y + tl.arange(0, BLOCK_Y)
@@ -94,9 +94,9 @@ def _numba_kernel():
     def mandelbrot_numba_kernel(xs, ys, max_iter, out):
         """One pixel per thread; the loop ends at escape (a warp runs until its slowest pixel ends).
 
-        Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 8x20, block 32x8; 26 registers, 0 spills,
-        0 B shared; occupancy 100 % (warps-limited); 8.4 us, 37 GB/s = 6 % of the fp64 roof; 20840.89x the
-        best automatic candidate (torch-compile). Verdict: launch-bound: 8.4 us per call at 6 % of the roof;
+        Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 8x20, block 32x8; 26 registers, 0 spills,
+        0 B shared; occupancy 100 % (warps-limited); 8.6 us, 36 GB/s = 5 % of the fp64 roof; 20223.39x the
+        best automatic candidate (torch-compile). Verdict: launch-bound: 8.6 us per call at 5 % of the roof;
         next: fuse launches / more work per launch / a CUDA graph.
         """
         i, j = cuda.grid(2)  # i: column (x), j: row (y)

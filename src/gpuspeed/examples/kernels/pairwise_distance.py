@@ -36,9 +36,9 @@ def pairwise_kernel(a_ptr, b_ptr, out_ptr, n, m, D: tl.constexpr, BLOCK_M: tl.co
     """One BLOCK_M x BLOCK_N output tile per program: BLOCK_M + BLOCK_N points loaded (tiny), the tile
     written once with contiguous rows. The coordinates loop is unrolled (D is a constant).
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 3000x47, num_warps 4, num_stages 1 (autotuned:
-    BLOCK_M=4, BLOCK_N=256); 42 registers, 0 spills, 4096 B shared; occupancy 62 % (registers-limited); 301.3
-    us, 3825 GB/s = 89 % of the copy roof; 11.42x the best automatic candidate (torch-compile). Verdict: at 89 %
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 3000x47, num_warps 4, num_stages 1 (autotuned:
+    BLOCK_M=4, BLOCK_N=256); 42 registers, 0 spills, 4096 B shared; occupancy 62 % (registers-limited); 300.9
+    us, 3830 GB/s = 89 % of the copy roof; 11.43x the best automatic candidate (torch-compile). Verdict: at 89 %
     of the copy roof: done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -87,9 +87,9 @@ def numba_kernel(d: int):
         """Both point tiles staged in shared memory once per block, each thread's coordinates then copied into
         registers (local arrays indexed by constants after unrolling), then its 16 x 4 outputs.
 
-        Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 94x94, block 32x8; 72 registers, 0 spills,
-        6144 B shared; occupancy 38 % (registers-limited); 330.0 us, 3492 GB/s = 81 % of the copy roof;
-        10.42x the best automatic candidate (torch-compile). Verdict: at 81 % of the copy roof: done; next:
+        Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 94x94, block 32x8; 72 registers, 0 spills,
+        6144 B shared; occupancy 38 % (registers-limited); 329.1 us, 3502 GB/s = 81 % of the copy roof;
+        10.45x the best automatic candidate (torch-compile). Verdict: at 81 % of the copy roof: done; next:
         none: it is at its roof.
         """
         sa = cuda.shared.array((TILE_M, d), float64)

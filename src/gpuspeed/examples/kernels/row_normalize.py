@@ -41,9 +41,9 @@ def normalize_rows_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out,
     least traffic there is. Otherwise three passes over the row in BLOCK chunks (the row is re-read
     from L2).
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 4096, num_warps 4, num_stages 1 (autotuned:
-    ROWS=1); 48 registers, 0 spills, 32 B shared; occupancy 62 % (registers-limited); 18.9 us, 3554 GB/s = 82 %
-    of the copy roof; 36362.59x the best automatic candidate (cupy-fp32). Verdict: at 82 % of the copy roof:
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 4096, num_warps 4, num_stages 1 (autotuned:
+    ROWS=1); 48 registers, 0 spills, 32 B shared; occupancy 62 % (registers-limited); 19.1 us, 3507 GB/s = 81 %
+    of the copy roof; 35876.14x the best automatic candidate (cupy-fp32). Verdict: at 81 % of the copy roof:
     done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -87,10 +87,10 @@ def normalize_rows_f32_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_o
     code, inlined, with its own kernel name and configs, so its tuning note is its own. A row held whole is
     reduced in float32 (as optimize's float32 candidates do); the chunked path still accumulates in float64.
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 4096, num_warps 2, num_stages 2 (autotuned:
-    ROWS=1); 35 registers, 0 spills, 8 B shared; occupancy 75 % (registers-limited); 11.1 us, 3022 GB/s = 70 %
-    of the copy roof; 61826.89x the best automatic candidate (cupy-fp32). Verdict: at 70 % of the copy roof,
-    where device copies of the same bytes per launch reach 69 %: at the practical roof for this launch size;
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 4096, num_warps 2, num_stages 2 (autotuned:
+    ROWS=1); 35 registers, 0 spills, 8 B shared; occupancy 75 % (registers-limited); 11.4 us, 2954 GB/s = 68 %
+    of the copy roof; 60433.61x the best automatic candidate (cupy-fp32). Verdict: at 68 % of the copy roof,
+    where device copies of the same bytes per launch reach 66 %: at the practical roof for this launch size;
     next: more bytes per launch: fuse it with the kernels beside it, or batch the calls.
     """
     _NORMALIZE(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, EPS, ROWS, BLOCK, SINGLE)

@@ -39,9 +39,9 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
     """ROWS rows per program; the weights' sum is recomputed by every program from the w it loads anyway
     (w is 16 KiB: it stays in L2 and L1, so no extra DRAM traffic and no second launch).
 
-    Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 16384, num_warps 4, num_stages 1 (autotuned:
-    ROWS=1); 96 registers, 0 spills, 32 B shared; occupancy 31 % (registers-limited); 75.3 us, 3572 GB/s = 83 %
-    of the copy roof; 10.23x the best automatic candidate (torch-compile). Verdict: at 83 % of the copy roof:
+    Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 16384, num_warps 4, num_stages 1 (autotuned:
+    ROWS=1); 96 registers, 0 spills, 32 B shared; occupancy 31 % (registers-limited); 74.8 us, 3595 GB/s = 83 %
+    of the copy roof; 10.30x the best automatic candidate (torch-compile). Verdict: at 83 % of the copy roof:
     done; next: none: it is at its roof.
     """
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -148,9 +148,9 @@ def _numba_kernel():
         identities. Their cancellation error is about eps * ((mean - k) / std)^2 relative: negligible unless those
         32 values sit thousands of standard deviations from the row's mean.
 
-        Tuning note (gpuspeed kernel, H200, commit e339aaa): grid 2048, block 256; 46 registers, 0 spills, 0
-        B shared; occupancy 62 % (registers-limited); 75.6 us, 3555 GB/s = 82 % of the copy roof; 10.18x the
-        best automatic candidate (torch-compile). Verdict: at 82 % of the copy roof: done; next: none: it is
+        Tuning note (gpuspeed kernel, H200, commit c9c4f64): grid 2048, block 256; 46 registers, 0 spills, 0
+        B shared; occupancy 62 % (registers-limited); 74.7 us, 3598 GB/s = 83 % of the copy roof; 10.30x the
+        best automatic candidate (torch-compile). Verdict: at 83 % of the copy roof: done; next: none: it is
         at its roof.
         """
         scratch = cuda.shared.array(scratch_len, float64)
