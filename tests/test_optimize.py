@@ -50,9 +50,10 @@ def test_bad_workloads_are_one_line_errors(tmp_path, capsys, text, message):
     p = _write(tmp_path, text)
     out = tmp_path / "out"
     rc = main(["optimize", str(p), "--out", str(out), "--device", "cpu"])
-    err = capsys.readouterr().err.strip()
+    err = capsys.readouterr().err
     assert rc == 2
-    assert err.startswith("gpuspeed: error:") and len(err.splitlines()) == 1 and message in err, err
+    # exactly one line: no blank line from a progress bar opened before the error either
+    assert err.startswith("gpuspeed: error:") and err.count("\n") == 1 and message in err, repr(err)
     assert not out.exists() or not any(out.iterdir())  # nothing half-written
 
 

@@ -87,7 +87,8 @@ def register(app: typer.Typer) -> None:
                           "the numbers are CPU numbers.")
         total = 3 + len(spec.variants) + len(spec.batches) + bool(long_prompt) + (0 if no_hf else 1)
         with Progress(TextColumn("{task.description:<36}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+                      TimeElapsedColumn(), console=(err := Console(stderr=True)), transient=True,
+                      disable=not err.is_terminal) as bar:  # a log or a pipe gets no bar, not its blank line
             task = bar.add_task("decode", total=total)
 
             def progress(what: str) -> None:

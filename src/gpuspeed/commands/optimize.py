@@ -51,7 +51,8 @@ def register(app: typer.Typer) -> None:
         # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
         signal.signal(signal.SIGTERM, _terminate)
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
+                      TimeElapsedColumn(), console=console, transient=True,
+                      disable=not console.is_terminal) as bar:  # a log or a pipe gets no bar, not its blank line
             task = bar.add_task("loading", total=3)
 
             def progress(label, done, total):

@@ -36,7 +36,8 @@ def register(app: typer.Typer) -> None:
             console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
         steps = study.steps()
         with Progress(TextColumn("{task.description:<40}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True) as bar:
+                      TimeElapsedColumn(), console=console, transient=True,
+                      disable=not console.is_terminal) as bar:  # a log or a pipe gets no bar, not its blank line
             task = bar.add_task("roofline", total=len(steps))
             for label, fn in steps:
                 bar.update(task, description=label)
