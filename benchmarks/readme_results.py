@@ -1,5 +1,8 @@
 """Rewrite the README's results block from the committed results files (numbers are never typed by hand).
 
+The README quotes each study's current file (results/<gpu>/<study>.json); earlier runs kept beside it under their
+commit (kernels_e339aaa.json, decode_2d128f4_tiny_capped.json) go to results/ARCHIVE.md, which the README links.
+
 Run after copying new results in:  python benchmarks/readme_results.py
 """
 
@@ -12,6 +15,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+ARCHIVE = ROOT / "results" / "ARCHIVE.md"
+ARCHIVED = re.compile(r"_[0-9a-f]{7}(_|$)")  # a run kept under its commit: <study>_<sha>[_what].json
 
 
 def _fmt(v) -> str:
@@ -22,13 +27,18 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def block() -> str:
+def archived(path: Path) -> bool:
+    return bool(ARCHIVED.search(path.stem))
+
+
+def block(paths: list[Path], base: Path = ROOT) -> str:
+    """A summary table per results file; links relative to `base` (the folder of the page that quotes them)."""
     lines = []
-    for path in sorted(ROOT.glob("results/*/*.json")):
+    for path in paths:
         doc = json.loads(path.read_text())
         if "summary" not in doc or "study" not in doc:
             continue
-        rel = path.relative_to(ROOT)
+        rel = path.relative_to(base)
         dev = doc.get("device", {}).get("name", "?")
         ver = doc.get("versions", {})
         lines.append(f"**{doc['study']}** — [`{rel}`]({rel}) · {dev} · torch {ver.get('torch')} · "
@@ -48,10 +58,17 @@ def main() -> int:
     if START not in text or END not in text:
         print("README.md has no results markers", file=sys.stderr)
         return 2
-    new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{block()}\n{END}", text,
+    paths = sorted(ROOT.glob("results/*/*.json"))
+    current = block([p for p in paths if not archived(p)])
+    current += ("\nEarlier runs, each kept under its commit and quoted in the text above where it matters: "
+                "[`results/ARCHIVE.md`](results/ARCHIVE.md).\n")
+    new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{current}\n{END}", text,
                  flags=re.S)
     readme.write_text(new)
-    print("README results block updated")
+    ARCHIVE.write_text("# Earlier runs\n\nWritten by `python benchmarks/readme_results.py` from the results files "
+                       "kept under the commit they ran at (the current ones are quoted in the README).\n\n"
+                       + block([p for p in paths if archived(p)], base=ARCHIVE.parent) + "\n")
+    print("README results block and results/ARCHIVE.md updated")
     return 0
 
 
