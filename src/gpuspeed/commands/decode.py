@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Decode ladder: ms/token, GB/s of weights vs the read roof, exact tokens, vs transformers generate."""
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from gpuspeed.commands import progress_bar
 
         from gpuspeed.decode import study
         from gpuspeed.decode.generate import Sampling
@@ -86,9 +86,7 @@ def register(app: typer.Typer) -> None:
             console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "
                           "the numbers are CPU numbers.")
         total = 3 + len(spec.variants) + len(spec.batches) + bool(long_prompt) + (0 if no_hf else 1)
-        with Progress(TextColumn("{task.description:<36}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=(err := Console(stderr=True)), transient=True,
-                      disable=not err.is_terminal) as bar:  # a log or a pipe gets no bar, not its blank line
+        with progress_bar(36) as bar:
             task = bar.add_task("decode", total=total)
 
             def progress(what: str) -> None:

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Launch overhead per kernel (eager vs CUDA graph), torch.compile fusion vs launch cost, graph breaks."""
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from gpuspeed.commands import progress_bar
         from rich.table import Table
 
         from gpuspeed import launch as study
@@ -98,8 +98,7 @@ def register(app: typer.Typer) -> None:
         total = study.count_steps(k_list or (study.GPU_KS if where == "cuda" else study.CPU_KS),
                                   n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS),
                                   v_list or study.VARIANTS, where)
-        with Progress(TextColumn("{task.description:<34}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=Console(stderr=True), transient=as_json) as bar:
+        with progress_bar(34, transient=as_json) as bar:
             task = bar.add_task("launch", total=total)
 
             def progress(what: str) -> None:

@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
         """Speed up WORKLOAD's original(): hotspots, a plan over every backend, each candidate checked and timed in
         its own process, the 8 GiB budget with chunking, report A-E and optimized_<name>.py."""
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+        from gpuspeed.commands import progress_bar
         from gpuspeed.optimize.pipeline import optimize as run_optimize
         from gpuspeed.results import check_out_dir
 
@@ -50,9 +50,7 @@ def register(app: typer.Typer) -> None:
         check_out_dir(out)
         # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
         signal.signal(signal.SIGTERM, _terminate)
-        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True,
-                      disable=not console.is_terminal) as bar:  # a log or a pipe gets no bar, not its blank line
+        with progress_bar(console=console) as bar:
             task = bar.add_task("loading", total=3)
 
             def progress(label, done, total):

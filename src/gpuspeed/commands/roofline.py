@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Measured roofline: memory and compute ceilings, the AI sweep, built-in workloads placed on it."""
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from gpuspeed.commands import progress_bar
         from rich.table import Table
 
         from gpuspeed.results import check_out_dir
@@ -35,9 +35,7 @@ def register(app: typer.Typer) -> None:
         if study.kind == "cpu":
             console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
         steps = study.steps()
-        with Progress(TextColumn("{task.description:<40}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=console, transient=True,
-                      disable=not console.is_terminal) as bar:  # a log or a pipe gets no bar, not its blank line
+        with progress_bar(40, console=console) as bar:
             task = bar.add_task("roofline", total=len(steps))
             for label, fn in steps:
                 bar.update(task, description=label)
