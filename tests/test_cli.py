@@ -112,3 +112,17 @@ def test_one_line_names_the_exception_and_keeps_only_the_start_of_its_first_line
     assert one_line(RuntimeError("first line " + "x" * 500 + "\nsecond line"), 20) == "RuntimeError: first line xxxxxxxxx"
     assert one_line(KeyError()) == "KeyError:"
     assert one_line(ValueError("  padded  \n")) == "ValueError: padded"
+
+
+def test_tables_in_a_pipe_are_not_cut_to_80_columns():
+    """`gpuspeed ... | tee log`: a pipe has no width, and rich's 80 columns cut decode's and optimize's tables to
+    "1.…" cells; the commands print to LOG_WIDTH columns there (COLUMNS, when set, still wins)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    cmd = [sys.executable, "-m", "gpuspeed", "bench", "--device", "cpu", "--rows", "64", "--cols", "64", "--budget", "0.1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "softmax_numpy (NumPy, CPU)" in r.stdout and "…" not in r.stdout, r.stdout  # one line per row, uncut
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "60"})
+    assert r.returncode == 0 and max(len(line) for line in r.stdout.splitlines()) <= 60, r.stdout

@@ -12,14 +12,14 @@ import pkgutil
 import sys
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from gpuspeed.commands import make_console
 from gpuspeed.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure, analyze and speed up Python code on NVIDIA GPUs.")
-console = Console()
+console = make_console()
 
 
 def _flags_show_no_value() -> None:

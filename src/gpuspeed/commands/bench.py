@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Time a NumPy row softmax and its torch version: bench(), check() and compare() at work."""
-        from rich.console import Console
+        from gpuspeed.commands import make_console
         from rich.table import Table
 
         from gpuspeed.demo import run_demo
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps(doc, indent=1))
             return
-        console = Console()
+        console = make_console()
         t = Table(title=f"softmax {tuple(doc['params']['shape'])} fp32 on {doc['device']['name']}")
         for col in ("version", "median", "noise", "IQR/median", "n", "mode", "GB/s"):
             t.add_column(col, justify="left" if col == "version" else "right")

@@ -54,8 +54,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Decode ladder: ms/token, GB/s of weights vs the read roof, exact tokens, vs transformers generate."""
-        from rich.console import Console
-        from gpuspeed.commands import progress_bar
+        from gpuspeed.commands import make_console, progress_bar
 
         from gpuspeed.decode import study
         from gpuspeed.decode.generate import Sampling
@@ -81,7 +80,7 @@ def register(app: typer.Typer) -> None:
 
             tensor_parallel.check_launch(tp_ranks, where)
         study.check_fits(spec, where)
-        console = Console(stderr=as_json)
+        console = make_console(stderr=as_json)
         if small and not as_json:
             console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "
                           "the numbers are CPU numbers.")

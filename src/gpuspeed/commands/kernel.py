@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ):
         """Launch geometry, registers, spills, shared memory, occupancy, autotuning, roof position and a verdict."""
-        from rich.console import Console
+        from gpuspeed.commands import make_console
 
         from gpuspeed.device import resolve_device
         from gpuspeed.errors import UserError
@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--bytes must be positive, got {nbytes}")
         check_out_dir(out)
         where = resolve_device(device)
-        console = Console(stderr=as_json)
+        console = make_console(stderr=as_json)
         if where != "cuda":
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
         fn, module, name = load_target(target)

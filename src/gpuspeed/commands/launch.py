@@ -65,8 +65,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
     ):
         """Launch overhead per kernel (eager vs CUDA graph), torch.compile fusion vs launch cost, graph breaks."""
-        from rich.console import Console
-        from gpuspeed.commands import progress_bar
+        from gpuspeed.commands import make_console, progress_bar
         from rich.table import Table
 
         from gpuspeed import launch as study
@@ -75,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.results import check_out_dir
 
         check_out_dir(out)  # a bad --out fails now, not after the whole study
-        console = Console()
+        console = make_console()
         if explain:
             exp = _explain_target(explain, inputs)
             if as_json:

@@ -40,13 +40,11 @@ def register(app: typer.Typer) -> None:
     ):
         """Speed up WORKLOAD's original(): hotspots, a plan over every backend, each candidate checked and timed in
         its own process, the 8 GiB budget with chunking, report A-E and optimized_<name>.py."""
-        from rich.console import Console
-
-        from gpuspeed.commands import progress_bar
+        from gpuspeed.commands import make_console, progress_bar
         from gpuspeed.optimize.pipeline import optimize as run_optimize
         from gpuspeed.results import check_out_dir
 
-        console = Console(stderr=True)
+        console = make_console(stderr=True)
         check_out_dir(out)
         # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
         signal.signal(signal.SIGTERM, _terminate)
@@ -66,7 +64,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             print(json.dumps({"summary": summary, "paths": run.paths}, default=str))
             return
-        _print(run, console=Console())
+        _print(run, console=make_console())
 
     return optimize
 
@@ -90,7 +88,7 @@ def _print(run, console) -> None:
     for name, r in run.results.items():
         style = "bold green" if name == run.choice.get("primary") else None
         t.add_row(name, STATUS_WORDS.get(r.get("status"), str(r.get("status"))), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
-                  _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), (r.get("reason") or "")[:70], style=style)
+                  _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), (r.get("reason") or "")[:100], style=style)
     console.print(t)
     ch = run.choice
     if ch.get("primary"):

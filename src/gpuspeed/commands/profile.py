@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary and findings as JSON on stdout (the "
                                                            "profiled code's own output goes to stderr)."),
     ):
-        from rich.console import Console
+        from gpuspeed.commands import make_console
 
         from gpuspeed import device as _device
         from gpuspeed.errors import UserError
@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.profiling.script import ScriptRunner, stdout_to_stderr
         from gpuspeed.results import check_out_dir, write_results
 
-        console = Console(stderr=as_json)
+        console = make_console(stderr=as_json)
         if device not in ("auto", "cpu", "cuda"):
             raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
         if backend not in ("auto", "torch", "numpy", "cupy"):

@@ -20,8 +20,7 @@ def register(app: typer.Typer) -> None:
         no_place: bool = typer.Option(False, "--no-place", help="Skip the built-in placements."),
     ):
         """Measured roofline: memory and compute ceilings, the AI sweep, built-in workloads placed on it."""
-        from rich.console import Console
-        from gpuspeed.commands import progress_bar
+        from gpuspeed.commands import make_console, progress_bar
         from rich.table import Table
 
         from gpuspeed.results import check_out_dir
@@ -29,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.roofline.study import Study
 
         check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
-        console = Console(stderr=as_json)
+        console = make_console(stderr=as_json)
         dtypes = [d.strip() for item in (dtype or []) for d in item.split(",") if d.strip()] or None
         study = Study(device=device, quick=quick, dtypes=dtypes, sweep=not no_sweep, workloads=not no_place)
         if study.kind == "cpu":

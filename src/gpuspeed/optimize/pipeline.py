@@ -18,6 +18,7 @@ from gpuspeed import device as _device
 from gpuspeed.errors import UserError
 from gpuspeed.memory import HEADROOM, parse_budget
 from gpuspeed.optimize import analysis, budget as _budget, candidates as C, workload as W
+from gpuspeed.optimize.report import STATUS_WORDS
 from gpuspeed.optimize.runner import LOCK_ENV, Runner
 from gpuspeed.trees import nbytes
 
@@ -357,7 +358,12 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
         why += [f"not installed: {', '.join(missing)}"] if missing else ["no other backend applies"]
         reasons.append(f"no candidate could run here ({'; '.join(why)})")
     elif not any(r["name"] != "original" for r in ok):
-        reasons.append("no candidate passed the correctness check within the budget")
+        # say what became of them: "could not be built" (numba on untyped code) is not "wrong", nor "timed out"
+        fates: dict[str, list[str]] = {}
+        for n in tried:
+            fates.setdefault(STATUS_WORDS.get(run.results[n].get("status"), str(run.results[n].get("status"))), []).append(n)
+        reasons.append("no candidate gave a correct result here ("
+                       + "; ".join(f"{fate}: {', '.join(names)}" for fate, names in fates.items()) + ")")
     if run.hot.get("sequential"):
         out["why_not_gpu"] = _sequential_why(run.hot)
     if primary and sp < 2:
