@@ -194,6 +194,16 @@ def test_cli_not_a_llama_and_bad_out(tmp_path, capsys):
     assert rc == 2 and "not a directory" in cap.err
 
 
+def test_tokens_identical_is_unknown_not_false_without_v0(tmp_path, capsys):
+    """Without V0 there is no reference: the summary says None ("-"), not a "NO" that reads as wrong tokens."""
+    rc, cap = _cli(["--layers", "1", "--new-tokens", "3", "--prompt-len", "3", "--variants", "V2", "--no-hf",
+                    "--budget", "0.05", "--device", "cpu", "--out", str(tmp_path), "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    assert doc["summary"]["tiny_fp32_tokens_identical"] is None
+    assert any("V0 was not measured" in n for n in doc["notes"])
+
+
 def test_cli_runs_on_the_cpu_and_writes_results(tmp_path, capsys):
     rc, cap = _cli(["--layers", "1", "--new-tokens", "4", "--prompt-len", "3", "--variants", "V0,V2,V4",
                     "--no-hf", "--budget", "0.1", "--device", "cpu", "--out", str(tmp_path), "--json"], capsys)
