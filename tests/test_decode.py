@@ -504,3 +504,29 @@ def test_benchmark_refuses_bad_input_in_one_line_before_making_out(tmp_path, arg
                        capture_output=True, text=True, cwd=root)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and says in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_graph_notes_keep_this_runs_warnings_not_library_deprecations(monkeypatch):
+    """A graphed rung records the warnings its compile and capture raise (no CUDA: eager) as notes, but not a
+    library's DeprecationWarning or FutureWarning, which says nothing about the run (torch 2.13's script_method)."""
+    import warnings
+
+    m = micro("tiny", n_layers=1)
+    prompt = prompt_for(m, b=1, p=3)
+    e = V.make_engine("V4", m, 1, V.max_len_for(3, 3), compile_backend="eager")
+    inner = e._inner
+
+    def noisy():
+        warnings.warn("`torch.jit.script_method` is deprecated", DeprecationWarning, stacklevel=2)
+        warnings.warn("a future default", FutureWarning, stacklevel=2)
+        return inner()
+
+    e._inner = noisy
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the replays after the capture warn too, outside what it records
+        first = e.prefill(prompt)
+        e.decode(first, 2)
+    notes = e.info["notes"]
+    assert not any("deprecated" in n or "future default" in n for n in notes), notes
+    if not torch.cuda.is_available():
+        assert any("runs the function eagerly" in n for n in notes), notes

@@ -371,6 +371,8 @@ class Graphed(Static):
         self.info[f"capture_s_k{k}"] = time.perf_counter() - t0
         for w in caught:
             note = str(w.message)
+            if issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning)):
+                continue  # a library's API notice raised while compiling (torch.jit.script_method...), not this run's
             if note not in self.info["notes"]:
                 self.info["notes"].append(note)
         self.info["graph_mode"] = g.mode
