@@ -464,3 +464,26 @@ def test_the_time_budget_bounds_the_whole_run_and_stops_a_candidate_still_runnin
     assert run.results["variant:fast"]["status"] == "ok"
     assert run.results["original"]["status"] == "ok"
     assert (tmp_path / "out" / "report.md").is_file() and elapsed > 40 - REPORT_RESERVE_S - 10
+
+
+def test_numba_candidate_compiles_helpers_imported_from_a_file_beside_the_workload(tmp_path, monkeypatch):
+    """`from nb_helpers import scaled` in the workload: Numba must compile the user's own helper too (nopython
+    mode rejects a call to a plain Python function: "Untyped global name"), but never a library's function."""
+    pytest.importorskip("numba")
+    from gpuspeed.loading import load_module
+    from gpuspeed.optimize.backends import numba_cpu
+
+    (tmp_path / "nb_helpers.py").write_text("import numpy as np\n\ndef scaled(row):\n    return np.exp(row) * 2.0\n")
+    (tmp_path / "nb_work.py").write_text(
+        "import numpy as np\nfrom numpy.linalg import norm\nfrom nb_helpers import scaled\n\n"
+        "def original(x):\n    out = np.empty_like(x)\n    for i in range(x.shape[0]):\n"
+        "        out[i] = scaled(x[i]) / (1.0 + np.abs(x[i]).sum())\n    return out\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load_module puts tmp_path on it
+    x = np.random.default_rng(5).standard_normal((13, 7))
+    ref = load_module(tmp_path / "nb_work.py", "nb_work_ref").original(x)
+    mod = load_module(tmp_path / "nb_work.py", "nb_work_jit")
+    out = numba_cpu.build(mod)(x)
+    assert np.allclose(out, ref, rtol=1e-12, atol=0)
+    assert hasattr(mod.scaled, "py_func")  # compiled, bound in the workload only
+    assert not hasattr(sys.modules["nb_helpers"].scaled, "py_func")  # the neighbour module is untouched
+    assert not hasattr(mod.norm, "py_func")  # a library's function is left alone

@@ -5,6 +5,7 @@ import ast
 import inspect
 import textwrap
 import types
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -102,13 +103,24 @@ def _with_prange(fn, module):
     return ns[fn.__name__]
 
 
+def _users_own(fn, module) -> bool:
+    """A function of the workload file, or of a file beside it (`from helpers import step`), not of a library."""
+    if fn.__module__ == module.__name__:
+        return True
+    try:
+        src, home = Path(inspect.getsourcefile(fn)).resolve(), Path(module.__file__).resolve().parent
+    except (TypeError, OSError, AttributeError):  # no source file, or a module made in memory (no __file__)
+        return False
+    return src.is_relative_to(home) and "site-packages" not in src.parts
+
+
 def build(module, func="original", precision="as-written", out_dtypes=None, prange=False, **_):
     demote = precision == "float32"
     _install_shims()
     for key, val in list(vars(module).items()):  # helpers the original calls must be compiled too
-        if isinstance(val, types.FunctionType) and val.__module__ == module.__name__ and key != func and \
-                not key.startswith("inputs") and key != "variants":
-            setattr(module, key, numba.njit(val))
+        if isinstance(val, types.FunctionType) and key != func and not key.startswith("inputs") and \
+                key != "variants" and _users_own(val, module):
+            setattr(module, key, numba.njit(val))  # the name in the workload only: the neighbour module is untouched
     fn = getattr(module, func)
     if prange:
         fn = _with_prange(fn, module)
