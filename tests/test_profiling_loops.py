@@ -99,3 +99,15 @@ def test_slice_stencil_steps_are_sequential_with_array_work_inside():
            "        u[1:-1, 1:-1] = u[1:-1, 1:-1] + alpha * lap\n    return u\n")
     (loop,) = loop_nests(src, 1, {}, 0.0)
     assert loop["kind"] == "sequential-loop" and "CUDA graph" in loop["verdict"]
+
+
+def test_a_slow_moment_at_calibration_does_not_wipe_out_a_later_runs_hot_loop(monkeypatch):
+    """The settrace timer subtracts its own cost per hit (~300 ns, where the loop's line does tens of ns). A
+    calibration taken in a slower moment (here a clock running 3x during a first run) must not be reused by a
+    later run: it would subtract more than that run paid and leave the hot loop with no time at all."""
+    real = time.perf_counter
+    with monkeypatch.context() as m:
+        m.setattr(time, "perf_counter", lambda: 3 * real())
+        hotspots.analyze(_recurrence, (np.zeros(8), 2000), {}, line_backend="settrace")
+    res = hotspots.analyze(_recurrence, (np.zeros(8), 20000), {}, line_backend="settrace")
+    assert [lp["function"] for lp in res["hot_loops"]] == ["_recurrence"], res["hot_loops"]

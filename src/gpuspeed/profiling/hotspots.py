@@ -157,31 +157,30 @@ def _code_objects(targets, roots=(), home=None) -> list:
     return list(found.values())
 
 
-_COSTS: list = []  # the settrace timer's own costs, measured once per process
-
-
 def tracer_costs() -> tuple[float, float]:
     """(per hit, per event) in seconds: what the settrace timer charges a line for each of its own hits,
     and what each event of a traced frame called from a line adds to that line. The fastest of a few
-    rounds over a loop that does nothing (noise from other processes only ever adds)."""
-    if not _COSTS:
-        def idle(n):
-            for _ in range(n):
-                pass
+    rounds over a loop that does nothing (noise from other processes only ever adds); ~25 ms.
 
-        code = idle.__code__
-        per_hit, per_event = [], []
-        for _ in range(5):
-            t0 = time.thread_time()  # CPU time: on a busy machine the wall clock also holds other processes
-            acc = _line_times_settrace([code], idle, (2000,), {})
-            cpu = time.thread_time() - t0
-            hits, t = acc.get((code.co_filename, code.co_firstlineno + 2), (0, 0.0))
-            events = sum(v[0] for v in acc.values())
-            if hits:
-                per_hit.append(t / hits)
-                per_event.append(cpu / events)
-        _COSTS.append((min(per_hit), min(per_event)) if per_hit else (0.0, 0.0))
-    return _COSTS[0]
+    Measured beside each run it corrects, never once per process: a line's own work (tens of ns) is a small
+    part of the timer's ~300 ns a hit, so a calibration taken in a slower moment than the run subtracted
+    more than the hit cost and wiped out the hottest line (seen once in a full test suite)."""
+    def idle(n):
+        for _ in range(n):
+            pass
+
+    code = idle.__code__
+    per_hit, per_event = [], []
+    for _ in range(5):
+        t0 = time.thread_time()  # CPU time: on a busy machine the wall clock also holds other processes
+        acc = _line_times_settrace([code], idle, (2000,), {})
+        cpu = time.thread_time() - t0
+        hits, t = acc.get((code.co_filename, code.co_firstlineno + 2), (0, 0.0))
+        events = sum(v[0] for v in acc.values())
+        if hits:
+            per_hit.append(t / hits)
+            per_event.append(cpu / events)
+    return (min(per_hit), min(per_event)) if per_hit else (0.0, 0.0)
 
 
 LONG_INTERVAL_S = 100e-6  # a line interval this long may hold time spent waiting for a CPU: look it up
@@ -291,6 +290,7 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
     else:
         per_hit, per_event = tracer_costs()
         acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs, event_cost=per_event), "settrace"
+        per_hit = min(per_hit, tracer_costs()[0])  # and after: if the run was faster, subtract no more than it paid
         for v in acc.values():
             v[1] = max(v[1] - v[0] * per_hit, 0.0)
     functions = []
