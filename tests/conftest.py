@@ -72,3 +72,13 @@ def held_lock_run(tmp_path):
     h = Held()
     yield h
     h.release()
+
+
+@pytest.fixture
+def numba_hidden_path(tmp_path):
+    """A PYTHONPATH for a subprocess that must see numba as not installed, whether or not it is here: a
+    sitecustomize puts None in sys.modules, so both `import numba` and importlib.util.find_spec("numba") say so."""
+    hide = tmp_path / "hide_numba"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules.update(numba=None, numba_cuda=None)\n")
+    return os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH")) if p)

@@ -580,13 +580,9 @@ def test_cli_runs_a_bundled_examples_variant_without_a_gpu():
     assert any("cast to float32" in n for n in d["notes"])
 
 
-def test_cli_numba_variant_without_numba_is_one_line(tmp_path):
-    # numba hidden from the command whether or not it is installed here: a None in sys.modules makes both
-    # `import numba` and importlib.util.find_spec("numba") say it is absent
-    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules.update(numba=None, numba_cuda=None)\n")
-    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+def test_cli_numba_variant_without_numba_is_one_line(numba_hidden_path):
     r = _cli("kernel", "src/gpuspeed/examples/histogram.py:variants.numba_cuda", "--device", "cpu",
-             env={"PYTHONPATH": path})
+             env={"PYTHONPATH": numba_hidden_path})
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-2000:]
     assert "numba-cuda is not installed (pip install numba-cuda)" in r.stderr
 
