@@ -86,6 +86,7 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     tf32_ok = gpu and tf32_allowed(wl, f64)
     loop_bound, sequential = hot.get("loop_bound", False), hot.get("sequential", False)
     torch_wl = wl.kind == "torch"
+    in_place = bool(getattr(wl, "in_place", None))  # the original writes its result into its arguments
     uses_scipy = any("scipy" in (getattr(v, "__name__", "") or "") or
                      "scipy" in (getattr(v, "__module__", "") or "") for v in vars(wl.module).values())
 
@@ -121,7 +122,8 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
         if cupy_ok:
             row("cupy", "tried", "np rebound to CuPy, SciPy to cupyx.scipy; inputs moved once" + loop_note)
             recipes.append(recipe("cupy", "cupy"))
-            fusable, fuse_why = fuse_applies(wl.original)
+            fusable, fuse_why = (False, "the function writes into its arguments: cupy.fuse returns new arrays") \
+                if in_place else fuse_applies(wl.original)
             rows.append({"backend": "cupy.fuse", "key": "fuse", "decision": "tried" if fusable else "skipped",
                          "why": ("on the faster CuPy precision: " if fusable else "") + fuse_why})
         compile_ok = gate("torch_compile", applicable=not uses_scipy, seq_why=seq_why,
@@ -167,10 +169,11 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     cpu_wins = loop_bound or sequential or not any(r["backend"] in ("cupy", "torch_compile", "torch") for r in recipes)
     if not any(r["key"] == "numba" for r in rows):
         _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested, cpu_wins)
-    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound,
+    if gate("jax", needs_gpu=False, module="jax", applicable=not torch_wl and not loop_bound and not in_place,
             seq_why=None if torch_wl else "not useful: the hot loop is a sequential recurrence over elements: jax.jit "
             "would unroll every step of the Python loop (a rewrite as lax.scan or associative_scan is the JAX route)",
-            why_not="loop-bound code: jit would unroll the Python loops" if not torch_wl else "PyTorch code"):
+            why_not="PyTorch code" if torch_wl else "loop-bound code: jit would unroll the Python loops" if loop_bound
+            else "the function writes into its arguments, and JAX arrays cannot be written"):
         row("jax", "tried", "np rebound to jax.numpy, jax.jit" + ("" if gpu else " on the CPU") +
             " (XLA's platform allocator, so its peak memory is seen)")
         recipes.append(recipe("jax", "jax"))
@@ -253,11 +256,13 @@ def derived(results: dict, wl, where: str, requested=None, graph_below_s: float 
         for mode in COMPILE_MODES[1:]:
             out.append(recipe(f"{best}-{mode}", r["backend"], r["precision"], mode=mode))
     for base in ("torch-cuda-fp32", "torch-cuda"):
-        if ok(base) and t(base) < graph_below_s:
+        # not for code that writes into its arguments: a replay writes the graph's own copies of them
+        if ok(base) and t(base) < graph_below_s and not getattr(wl, "in_place", None):
             r = results[base]["recipe"]
             out.append(recipe(f"{base}-graph", "torch", r["precision"], mode="eager", graph=True))
     cupys = [n for n in ("cupy", "cupy-fp32") if ok(n)]
-    if cupys and "cupy" in requested and (wl is None or fuse_applies(wl.original)[0]):
+    if cupys and "cupy" in requested and (wl is None or not getattr(wl, "in_place", None)
+                                          and fuse_applies(wl.original)[0]):
         # one fused kernel for elementwise code (cupy.fuse traces the function)
         best = min(cupys, key=t)
         out.append(recipe(f"{best}-fuse", "cupy", results[best]["recipe"]["precision"], fuse=True))

@@ -111,6 +111,7 @@ SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
 INPUT_SPECS = {input_specs!r}  # --input specs, made in this order
 ARG_ORDER = {arg_order!r}  # and passed in this one (the function's parameters)
 CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
+IN_PLACE = {in_place!r}  # the arguments {func} writes its result into (None: it returns its result)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,7 +200,8 @@ def _cupy_gpu():
 
 
 def build_optimized(force_cpu=False):
-    """(callable: host arrays in -> host arrays out, description). Falls back to the CPU without a GPU."""
+    """(callable: host arrays in -> host arrays out, or written into as the original does when IN_PLACE,
+    description). Falls back to the CPU without a GPU."""
     module = load_workload("_optimized")
     backend = RECIPE["backend"]
     needs_gpu = backend in {gpu_backends!r}
@@ -217,6 +219,8 @@ def build_optimized(force_cpu=False):
     if CHUNK:
         library = {{"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}}.get(backend)
         impl = chunked(impl, {{int(k): v for k, v in CHUNK["axes"].items()}}, CHUNK["out_axes"], CHUNK["size"], library)
+    if IN_PLACE:  # like the original: the result is written into the caller's arrays
+        return in_place_call(impl, IN_PLACE), impl.label
     return impl, impl.label
 
 
@@ -224,10 +228,13 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     """The optimized function against the original on fresh inputs: same shapes and dtypes, every element
     within atol + rtol * |ref|, no NaN the original does not have. Returns True when all pass."""
     module = load_workload("_reference")
+    original = getattr(module, FUNC)
+    if IN_PLACE:  # what the two calls wrote into their arguments is what is compared
+        fn, original = returning_args(fn, IN_PLACE), returning_args(original, IN_PLACE)
     ok = True
     for seed in seeds:
         args = make_args(module, seed)
-        ref = host_tree(getattr(module, FUNC)(*make_args(module, seed)))
+        ref = host_tree(original(*make_args(module, seed)))
         out = host_tree(fn(*args))
         for j, (o, r) in enumerate(zip(leaves(out), leaves(ref))):
             o, r = np.asarray(o), np.asarray(r)
@@ -332,6 +339,7 @@ def script_text(run) -> str:
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
+        in_place=run.params.get("in_place"),
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
     return text

@@ -107,30 +107,39 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         seeds = saved["seeds"]
         refs = W.load_refs(refs_file)
         mutates = saved.get("original_mutates", False)
+        in_place = saved.get("in_place")
         reference_s = saved.get("reference_s")
     else:
         seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
         t_ref = time.perf_counter()  # a rough time per call (inputs made too) for planning, not a benchmark
-        refs, mutates = W.reference(wl, seeds)  # a failing original stops here, before anything is written
+        refs, mutates, in_place = W.reference(wl, seeds)  # a failing original stops here, before anything is written
         reference_s = (time.perf_counter() - t_ref) / len(seeds)
+    wl.in_place = in_place
     check_out_dir(out_dir)
     if not resume:
         for stale in ("candidates.jsonl", "report.md"):
             (out_dir / stale).unlink(missing_ok=True)
         W.save_refs(refs_file, refs)
         run_file.write_text(json.dumps(key | {"seeds": seeds, "timing_seed": TIMING_SEED,
-                                               "original_mutates": mutates, "reference_s": reference_s}, indent=1))
+                                               "original_mutates": mutates, "in_place": in_place,
+                                               "reference_s": reference_s}, indent=1))
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
-              "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by}
+              "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by,
+              "in_place": in_place}
     run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
-    if mutates:
+    if in_place:
+        names = W.param_names(wl, in_place)
+        run.notes.append(f"{wl.func} returns None and writes its result into {names}: those arguments after the call "
+                         "are its output, checked in every candidate; each timed call works on the last one's result "
+                         "(a step loop's use); the optimized script writes them back into yours")
+    elif mutates:
         run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
-                 "budget_bytes": budget_bytes if where == "cuda" else None,
+                 "in_place": in_place, "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}
     runner = Runner(out_dir, base_spec, resume=resume)
@@ -199,6 +208,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     over = [r for r in run.results.values() if r.get("status") in ("oom", "over_budget")]
     if over and remaining() < MIN_LIMIT_S:
         run.chunking = {"axes": None, "note": f"not tried: the time budget of {time_budget:g} s is spent"}
+        for r in over:
+            r["reason"] = (r.get("reason") or "") + f"; not re-run chunked: {run.chunking['note']}"
+    elif over and in_place:
+        run.chunking = {"axes": None, "note": f"not tried: {wl.func} writes its result into its arguments"}
         for r in over:
             r["reason"] = (r.get("reason") or "") + f"; not re-run chunked: {run.chunking['note']}"
     elif over:

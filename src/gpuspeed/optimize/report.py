@@ -68,6 +68,11 @@ def markdown(run) -> str:
     dev = "GPU " + (_device_name(run) or "?") if run.where == "cuda" else "CPU only (no GPU)"
     L.append(f"- Workload `{wl.path.name}`:`{wl.func}`, inputs {', '.join(wl.describe_args(wl.make_args(0)))[:200]}; "
              f"measured on {dev}.")
+    if run.params.get("in_place"):
+        from gpuspeed.optimize.workload import param_names
+
+        L.append(f"- Output: `{wl.func}` returns None and writes its result into {param_names(wl, run.params['in_place'])}; "
+                 "that is what every candidate is checked on, and the optimized script writes it into your arrays.")
     L.append(f"- Original: {_fmt_t(_t(orig))} per call on the CPU.")
     if ch.get("kept_original"):
         L.append("- Nothing beat the original within the tolerance and the budget: it stays.")

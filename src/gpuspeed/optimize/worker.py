@@ -135,8 +135,10 @@ def build(spec: dict, wl, module):
     r = spec["recipe"]
     backend = r["backend"]
     device = spec["device"]
+    in_place = spec.get("in_place")  # code that writes into these arguments: run() returns them, to be checked
     if backend == "original":
-        return Impl(getattr(module, wl.func), device="cpu", label="the original (CPU)")
+        impl = Impl(getattr(module, wl.func), device="cpu", label="the original (CPU)")
+        return impl.returning(in_place) if in_place else impl
     mod = importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}")
     opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange", "fuse") and v is not None}
     precision = r.get("precision", "as-written")
@@ -146,6 +148,8 @@ def build(spec: dict, wl, module):
         precision = r["precision"] = "float32"
     dtypes = spec.get("out_dtypes") if precision == "float32" else None
     impl = mod.build(module, func=wl.func, precision=precision, out_dtypes=dtypes, device=device, **opts)
+    if in_place:
+        impl = impl.returning(in_place)
     if r.get("graph") and device == "cuda":
         from gpuspeed.graphs import capture
 

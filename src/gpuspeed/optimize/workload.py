@@ -83,6 +83,7 @@ class Workload:
     input_specs: list[str] = field(default_factory=list)
     kind: str = "numpy"  # "numpy" or "torch": what the original computes with
     notes: list[str] = field(default_factory=list)
+    in_place: list[int] | None = None  # set by the pipeline: the arguments an original returning None writes
 
     def describe_args(self, args: tuple) -> list[str]:
         return [_describe(a) for a in args]
@@ -225,13 +226,15 @@ def same_inputs(before, after) -> bool:
     return True
 
 
-def reference(wl: Workload, seeds: list[int]) -> tuple[dict, bool]:
-    """The original's outputs on each seed's inputs, on the host ({seed: output}), and whether the
-    original mutates its inputs. An original that fails is a UserError."""
+def reference(wl: Workload, seeds: list[int]) -> tuple[dict, bool, list[int] | None]:
+    """The original's outputs on each seed's inputs, on the host ({seed: output}); whether the original
+    mutates its inputs; and, for an original that returns None and writes its result into its arguments
+    (`out=`-style, or a step that updates its state), the positions of those arguments (else None): their
+    values after the call, as a tuple, are then its output. An original that fails is a UserError."""
     from gpuspeed.optimize.backends.common import host_tree
 
-    refs = {}
-    mutates = False
+    outs, afters = {}, {}
+    changed: set[int] = set()
     for seed in seeds:
         args = wl.make_args(seed)
         before = _snapshot(args)
@@ -240,16 +243,33 @@ def reference(wl: Workload, seeds: list[int]) -> tuple[dict, bool]:
         except Exception as exc:
             raise UserError(f"{wl.path.name}: {wl.func}{tuple(wl.describe_args(args))} raised "
                             f"{type(exc).__name__}: {_first_line(exc)}") from exc
-        out = host_tree(out)
+        changed |= {i for i, (a, b) in enumerate(zip(before, args, strict=False)) if not same_inputs((a,), (b,))}
+        outs[seed] = host_tree(out)
+        afters[seed] = args
+    in_place = None
+    if all(out is None for out in outs.values()):
+        if not changed:
+            raise UserError(f"{wl.path.name}: {wl.func} returned None and changed none of its arguments: nothing "
+                            "to check (return its result, or write it into an argument)")
+        in_place = sorted(changed)
+        outs = {seed: host_tree(tuple(afters[seed][i] for i in in_place)) for seed in seeds}
+    for out in outs.values():
         if out is None or not leaves(out):
             raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")
         for leaf in leaves(out):
             if not isinstance(leaf, (np.ndarray, np.generic, int, float, complex, bool)):
                 raise UserError(f"{wl.path.name}: {wl.func} returned a {type(leaf).__name__}; return arrays or "
                                 "numbers (or tuples of them)")
-        mutates = mutates or not same_inputs(before, args)
-        refs[seed] = out
-    return refs, mutates
+    return outs, bool(changed), in_place
+
+
+def param_names(wl, positions: list[int]) -> str:
+    """`out` (argument 2), ...: the parameters at these positions, by name where the signature has one."""
+    try:
+        params = list(inspect.signature(wl.original).parameters)
+    except (TypeError, ValueError):
+        params = []
+    return ", ".join(f"`{params[i]}` (argument {i})" if i < len(params) else f"argument {i}" for i in positions)
 
 
 def out_dtypes(ref) -> list:

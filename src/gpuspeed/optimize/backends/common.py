@@ -222,6 +222,43 @@ def take(x, axis, start, stop):
     return x[tuple(index)]
 
 
+def returning_args(fn, positions):
+    """fn for code that writes its result into its arguments and returns None: the call, then those
+    arguments (a tuple, in `positions` order), so the written result is checked like a returned one."""
+    def call(*args):
+        fn(*args)
+        return tuple(args[i] for i in positions)
+
+    call.__name__ = getattr(fn, "__name__", "call")
+    return call
+
+
+def write_back(dest, src) -> None:
+    """Copy every array of `src` (a device or float32 copy) into the matching array of `dest` (the
+    caller's own), in place and cast to its dtype; arrays that are one object already are left alone."""
+    for d, s in zip(leaves(dest), leaves(src), strict=True):
+        if d is s or not hasattr(d, "shape"):
+            continue
+        if kind_of(d) == "torch":
+            d.copy_(s if kind_of(s) == "torch" else d.new_tensor(to_numpy(s)))
+        else:
+            np.copyto(d, to_numpy(s), casting="unsafe")
+
+
+def in_place_call(impl, positions):
+    """The original's contract for code that writes into its arguments: host arrays in, the call made on
+    the implementation's own copies (moved, cast), the written ones copied back into the caller's, None out."""
+    def call(*args):
+        dev = impl.prepare(args)
+        impl.run(*dev)
+        impl.sync()
+        for i in positions:
+            write_back(args[i], dev[i])
+
+    call.label = impl.label
+    return call
+
+
 class NotApplicable(ImportError):
     """A backend cannot take this code (a construct its compiler or tracer rejects): the candidate is
     recorded as unavailable with the reason, like a library that is not installed, not as a failure."""
@@ -243,3 +280,8 @@ class Impl:
     def __call__(self, *host_args):
         """Host arrays in, host arrays out: the end-to-end call, transfers included."""
         return self.fetch(self.run(*self.prepare(host_args)))
+
+    def returning(self, positions) -> "Impl":
+        """This candidate for code that writes into its arguments: run() returns those arguments."""
+        return Impl(returning_args(self.run, positions), self.prepare, self.fetch, self.device, self.sync,
+                    self.label, self.notes)
