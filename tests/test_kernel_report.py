@@ -567,6 +567,55 @@ def test_cli_checks_a_workload_variant_against_its_original(tmp_path):
     assert r.returncode == 0 and "check against" not in r.stdout and "no Triton or Numba CUDA launch" in r.stdout
 
 
+STEP_WORKLOAD = '''
+"""A workload whose original returns None and updates its first argument (a state step), with Triton variants."""
+import torch
+import triton
+import triton.language as tl
+
+TOLERANCE = dict(rtol=1e-6, atol=1e-9)
+
+
+@triton.jit
+def step_kernel(s, x, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(s + offs, tl.load(s + offs, mask=m) + factor * tl.load(x + offs, mask=m), mask=m)
+
+
+def stepper(cover):
+    def launcher(state, x):
+        n = int(state.numel() * cover)
+        step_kernel[(triton.cdiv(n, 64),)](state, x, n, 2.0, BLOCK=64)
+    launcher.gpuspeed_inputs = "torch"
+    return launcher
+
+
+def original(state, x):
+    state += 2.0 * x
+
+
+def inputs(rng):
+    return rng.standard_normal(999), rng.standard_normal(999)
+
+
+variants = {"right": stepper(1.0), "half": stepper(0.5)}
+'''
+
+
+def test_cli_checks_what_an_in_place_variant_writes(tmp_path):
+    """An original returning None that updates an argument: the variant's check compares what it writes in one
+    call on fresh copies (the warm-up and the recorded call step the state too), so a right step passes and a
+    step that covers half the state fails."""
+    p = tmp_path / "step.py"
+    p.write_text(STEP_WORKLOAD)
+    r = _cli("kernel", f"{p}:variants.right", "--device", "cpu")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "check against step.py's original(): PASS: 999 elements" in r.stdout
+    r = _cli("kernel", f"{p}:variants.half", "--device", "cpu")
+    assert r.returncode == 1 and "verdict: WRONG" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
 def test_cli_runs_a_bundled_examples_variant_without_a_gpu():
     # the example's lazy variant refuses without CUDA (optimize must not time interpreted kernels): the command
     # runs the launcher it names instead, on float32 inputs for a float32 variant, and checks it

@@ -291,7 +291,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
                   kwargs: dict | None = None, unit: str | None = None, expected: Any = None,
                   rtol: float | None = None, atol: float | None = None,
-                  against: str = "the expected output") -> KernelReport:
+                  against: str = "the expected output", in_place: list[int] | None = None) -> KernelReport:
     """Tuning notes for `fn(*args, **kwargs)`, a launcher of Triton and/or Numba CUDA kernels.
 
     flops / bytes: per call (default: torch's FlopCounterMode count, usually none for hand kernels, and the
@@ -301,7 +301,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     bench_kw go to gpuspeed.bench. unit: the compute ceiling (default from the dtypes, as place() does).
     expected: what the launcher should return (e.g. a workload's original() on the same inputs), checked with
     gpuspeed.check under rtol / atol (its dtype defaults when None); `against` names it in the report. A failed
-    check is the verdict, before any timing rule.
+    check is the verdict, before any timing rule. in_place: for a launcher that writes its result into its
+    arguments, their positions: `expected` is then what they hold after one call on fresh copies of the args.
     """
     from gpuspeed.device import resolve_device
 
@@ -309,6 +310,10 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     name = name or getattr(fn, "__name__", "kernel")
     gpu = resolve_device(device) == "cuda"
     notes: list[str] = []
+    if in_place and expected is not None:
+        from gpuspeed.trees import clone_tree
+
+        fresh = clone_tree(args)  # the check's own copies: the calls below may write into (or step) args
     with Capture() as cap:
         cap.recording = False
         try:
@@ -328,6 +333,11 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     checked = None
     if expected is not None:
         from gpuspeed.verify import check
+
+        if in_place:
+            fn(*fresh, **kwargs)
+            _sync(gpu)
+            out = tuple(fresh[i] for i in in_place)
 
         res = check(out, expected, rtol=rtol, atol=atol)
         checked = {"passed": bool(res.passed), "summary": res.summary, "rtol": rtol, "atol": atol, "against": against}

@@ -102,9 +102,10 @@ def _move(args: tuple, where: str, device: str) -> tuple:
 
 
 def reference_check(module, attr: str, host_args: tuple | None, label: str) -> dict:
-    """kernel_report's checking keywords (expected, rtol, atol, against) when NAME is one of a workload's
-    `variants` (the optimize workload format) and its inputs came from the file's inputs(rng): the file's
-    original() on copies of those inputs, under its TOLERANCE. Else {}: nothing to check against."""
+    """kernel_report's checking keywords (expected, rtol, atol, against, in_place) when NAME is one of a
+    workload's `variants` (the optimize workload format) and its inputs came from the file's inputs(rng): the
+    file's original() on copies of those inputs, under its TOLERANCE; for an original that returns None and
+    writes into its arguments, those arguments after its call (in_place: their positions). Else {}."""
     from gpuspeed.trees import clone_tree
 
     original = getattr(module, "original", None)
@@ -112,13 +113,35 @@ def reference_check(module, attr: str, host_args: tuple | None, label: str) -> d
         return {}
     tol = getattr(module, "TOLERANCE", None)
     tol = tol if isinstance(tol, dict) else {}
+    copies = clone_tree(host_args)
     try:
-        expected = original(*clone_tree(host_args))
+        expected = original(*copies)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise UserError(f"{label}: original() raised {type(exc).__name__}: {first}") from exc
+    in_place = None
+    if expected is None:  # out=-style: what it wrote is what the launcher must write
+        in_place = [i for i, (a, b) in enumerate(zip(host_args, copies, strict=True)) if _changed(a, b)]
+        if not in_place:
+            raise UserError(f"{label}: original() returned None and changed none of its arguments: nothing to "
+                            "check against")
+        expected = tuple(copies[i] for i in in_place)
     return {"expected": expected, "rtol": tol.get("rtol"), "atol": tol.get("atol"),
-            "against": f"{label}'s original()"}
+            "against": f"{label}'s original()", "in_place": in_place}
+
+
+def _changed(before, after) -> bool:
+    """Whether any array of a host argument differs after a call (NaN equal to NaN)."""
+    import numpy as np
+
+    from gpuspeed.trees import leaves
+
+    for a, b in zip(leaves(before), leaves(after), strict=False):
+        if hasattr(a, "shape"):
+            a, b = np.asarray(a), np.asarray(b)
+            if a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+                return True
+    return False
 
 
 def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
