@@ -143,7 +143,14 @@ def plan(wl, where: str, hot: dict, requested=None) -> tuple[list[dict], list[di
     else:
         row("cupy", "skipped", "the original is PyTorch code")
         row("torch_compile", "skipped", "the original is PyTorch code: compiled directly (next row)")
-        if gate("torch"):
+        if not gpu and gate("torch", needs_gpu=False):
+            # no GPU: Inductor's C++/OpenMP code on the CPU is the one thing to try (eager on the CPU is the original)
+            row("torch", "tried", "no GPU: torch.compile on the CPU (Inductor fuses the elementwise work into "
+                "C++/OpenMP loops; matmuls stay on the CPU's BLAS)")
+            recipes.append(recipe("torch-compile-cpu", "torch", mode="default", device="cpu"))
+            if fp32_ok:
+                recipes.append(recipe("torch-compile-cpu-fp32", "torch", "float32", mode="default", device="cpu"))
+        elif gate("torch"):
             row("torch", "tried", "tensors moved once, created on the GPU by default; eager, compiled, captured")
             recipes.append(recipe("torch-cuda", "torch", mode="eager"))
             recipes.append(recipe("torch-compile", "torch", mode="default"))

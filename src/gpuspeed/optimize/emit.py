@@ -66,6 +66,8 @@ def implementation_source(run, name: str | None) -> str:
            "torch_compile": "traced by torch.compile through torch.compiler.wrap_numpy on CUDA tensors",
            "torch": "on CUDA tensors (new tensors default to the GPU)", "numba": "compiled by numba.njit(parallel=True)",
            "jax": "with `np` bound to jax.numpy, under jax.jit"}.get(rec["backend"], "")
+    if rec["backend"] == "torch" and rec.get("device") == "cpu":
+        how = "compiled by torch.compile on the CPU (Inductor's C++/OpenMP code)"
     try:
         orig = inspect.getsource(run.wl.original)
     except (OSError, TypeError):
@@ -204,7 +206,7 @@ def build_optimized(force_cpu=False):
     description). Falls back to the CPU without a GPU."""
     module = load_workload("_optimized")
     backend = RECIPE["backend"]
-    needs_gpu = backend in {gpu_backends!r}
+    needs_gpu = backend in {gpu_backends!r} and RECIPE.get("device") != "cpu"  # chosen on a CPU: stays there
     if backend == "original" or (needs_gpu and (force_cpu or not gpu_available())):
         why = "chosen" if backend == "original" else ("--cpu" if force_cpu else "no GPU")
         return module.{func_attr}, f"the original on the CPU ({{why}})"
@@ -335,7 +337,8 @@ def script_text(run) -> str:
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
         atol=run.wl.atol, n_seeds=len(run.params["seeds"]), install=INSTALL.get(backend, ""), lib=lib,
-        fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS else "the original",
+        fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS and rec.get("device") != "cpu"
+        else "the original",
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
