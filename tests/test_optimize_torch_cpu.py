@@ -70,7 +70,7 @@ def test_emitted_script_runs_a_cpu_compiled_primary_on_the_cpu(tmp_path):
     run = types.SimpleNamespace(wl=wl, where="cpu", out_dir=tmp_path, params={"seeds": [1, 2, 3]},
                                 choice={"primary": "c"}, results={"c": row, "original": row})
     text = emit.script_text(run)
-    assert "falls back to the original." in text and "compiled by torch.compile on the CPU" in \
+    assert "Without torch it falls back to the original." in text and "compiled by torch.compile on the CPU" in \
         emit.implementation_source(run, "c")
     script = tmp_path / "optimized_gelu_ln.py"
     script.write_text(text)

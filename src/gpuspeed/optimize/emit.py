@@ -92,7 +92,7 @@ Run:
     python optimized_{name}.py            # correctness test against the original, then exit 0 / 1
     python optimized_{name}.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
     python optimized_{name}.py --cpu      # force the CPU fallback
-Without a GPU (or without {lib}) it falls back to {fallback}.
+{fallback_when} it falls back to {fallback}.
 """
 
 import argparse
@@ -339,6 +339,7 @@ def script_text(run) -> str:
         atol=run.wl.atol, n_seeds=len(run.params["seeds"]), install=INSTALL.get(backend, ""), lib=lib,
         fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS and rec.get("device") != "cpu"
         else "the original",
+        fallback_when=f"Without {lib}" if rec.get("device") == "cpu" else f"Without a GPU (or without {lib})",
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
