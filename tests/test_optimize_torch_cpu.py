@@ -77,3 +77,54 @@ def test_emitted_script_runs_a_cpu_compiled_primary_on_the_cpu(tmp_path):
     r = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
     assert r.stdout.splitlines()[0] == "optimized original: PyTorch on cpu (default, as-written)"
+
+
+MIXED = '''
+import torch
+
+
+def original(x, w):
+    bias = torch.ones(x.shape[-1], dtype=x.dtype)  # made by the original itself
+    return torch.tanh(x) * w + bias
+
+
+def inputs(rng):
+    return torch.from_numpy(rng.standard_normal((8, 5))), torch.full((5,), 0.5, dtype=torch.float64)
+'''
+
+
+def test_emitted_script_keeps_the_originals_tensors_on_the_cpu_under_another_default_device(tmp_path):
+    """A torch backend sets the default device to the GPU (the H200 run of an emitted script then made the
+    inputs' torch.full on the GPU beside from_numpy's CPU tensors, and the reference call failed): inputs() and
+    the original run on the CPU whatever the default device. "meta" stands in for the GPU here."""
+    import importlib.util
+
+    import torch
+
+    from gpuspeed.optimize import emit
+
+    p = tmp_path / "mixed.py"
+    p.write_text(textwrap.dedent(MIXED))
+    wl = workload.load(p, gpu=False)
+    row = {"name": "c", "recipe": {"name": "c", "backend": "original", "precision": "as-written"}, "status": "ok",
+           "label": "x", "device_time": {"median": 1e-3}}
+    run = types.SimpleNamespace(wl=wl, where="cpu", out_dir=tmp_path, params={"seeds": [1, 2, 3]},
+                                choice={"primary": "c"}, results={"c": row, "original": row})
+    script = tmp_path / "optimized_mixed.py"
+    script.write_text(emit.script_text(run))
+    spec = importlib.util.spec_from_file_location("optimized_mixed_t", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    module = mod.load_workload("_t")
+
+    def on_cpu(*args):  # the "optimized" function: the original, kept on the CPU itself
+        with torch.device("cpu"):
+            return module.original(*args)
+
+    torch.set_default_device("meta")
+    try:
+        args = mod.make_args(module, 3)
+        assert all(a.device.type == "cpu" for a in args)
+        assert mod.check_against_original(on_cpu)
+    finally:
+        torch.set_default_device(None)

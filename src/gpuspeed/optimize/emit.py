@@ -96,6 +96,7 @@ Run:
 """
 
 import argparse
+import contextlib
 import importlib.util
 import sys
 import time
@@ -151,6 +152,13 @@ def load_workload(unique=""):
     return module
 
 
+def on_the_host():
+    """What the original and its inputs() create stays on the CPU, as they were written: a torch backend makes
+    new tensors on the GPU by default (torch.set_default_device), which would mix devices in them."""
+    torch = sys.modules.get("torch")
+    return torch.device("cpu") if torch is not None else contextlib.nullcontext()
+
+
 def make_args(module, seed):
     """The original's arguments for one seed, as gpuspeed made them."""
     import inspect as _inspect
@@ -174,7 +182,8 @@ def make_args(module, seed):
                 values[name] = rng.integers(0, 16, shape).astype(dtype)
         return tuple(values[name] for name in ARG_ORDER)
     takes_scale = "scale" in _inspect.signature(module.inputs).parameters
-    out = module.inputs(rng, scale=SCALE) if takes_scale else module.inputs(rng)
+    with on_the_host():
+        out = module.inputs(rng, scale=SCALE) if takes_scale else module.inputs(rng)
     return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
 
 
@@ -236,7 +245,8 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     ok = True
     for seed in seeds:
         args = make_args(module, seed)
-        ref = host_tree(original(*make_args(module, seed)))
+        with on_the_host():
+            ref = host_tree(original(*make_args(module, seed)))
         out = host_tree(fn(*args))
         for j, (o, r) in enumerate(zip(leaves(out), leaves(ref))):
             o, r = np.asarray(o), np.asarray(r)
@@ -306,7 +316,8 @@ def main(argv=None):
         module = load_workload("_bench")
         args = make_args(module, 0)
         t_opt, method = benchmark(fn, args, on_gpu=not a.cpu and "CPU" not in how)
-        t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, on_gpu=False)
+        with on_the_host():
+            t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, on_gpu=False)
         print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
     return 0 if ok else 1
 
