@@ -51,13 +51,14 @@ def test_plan_without_a_gpu_compiles_pytorch_code_on_the_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_torch_compile_on_the_cpu_is_checked_and_timed(tmp_path):
-    run = optimize(_file(tmp_path), device="cpu", out=tmp_path / "out", backends=["torch"], time_budget=240,
-                   bench_budget_s=0.1)
-    for name in ("original", "torch-compile-cpu", "torch-compile-cpu-fp32"):
-        r = run.results[name]
-        assert r["status"] == "ok", (name, r.get("status"), r.get("reason"))
+    # float32 inputs: one compile (the float64 -> float32 demotion is the GPU torch candidates' own path)
+    p = tmp_path / "gelu_ln32.py"
+    p.write_text(textwrap.dedent(GELU_LN).replace("torch.float64", "torch.float32"))
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["torch"], time_budget=240, bench_budget_s=0.1)
+    assert set(run.results) == {"original", "torch-compile-cpu"}
+    for name, r in run.results.items():
+        assert r["status"] == "ok" and r["device_time"]["median"] > 0, (name, r.get("status"), r.get("reason"))
     assert "PyTorch on cpu" in run.results["torch-compile-cpu"]["label"]
-    assert run.results["torch-compile-cpu-fp32"]["max_abs_err"] > 0  # float32 really ran, cast back
 
 
 @pytest.mark.slow
