@@ -255,7 +255,6 @@ def in_place_call(impl, positions):
         for i in positions:
             write_back(args[i], dev[i])
 
-    call.label = impl.label
     return call
 
 
