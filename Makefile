@@ -17,8 +17,11 @@ run: $(STAMP)
 	$(VENV)/bin/gpuspeed doctor
 	$(VENV)/bin/gpuspeed optimize black_scholes --out out/optimize_black_scholes
 
+# Two workers, CI's two cores (`auto` can count a host's cores past a container's share), each test file on
+# one worker: its module fixtures (a child process under the interpreters, a loaded checkpoint) are made once.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
