@@ -1,9 +1,11 @@
-"""Shared test setup: the `gpu` marker skips without CUDA; the gpubench plugin loads from source; a held optimize
-lock for the tests of runs that share one."""
+"""Shared test setup: the `gpu` marker skips without CUDA; the gpubench plugin loads from source; an `alone` test
+runs with no other pytest-xdist worker's test beside it; a held optimize lock for the tests of runs that share one."""
 
+import contextlib
 import importlib.metadata
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -30,6 +32,39 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def _machine_slot(alone: bool):
+    """Under pytest-xdist: an `alone` test holds the machine to itself (exclusive), every other test shares it. The
+    turnstile keeps new shared holders out while an alone test waits for the running ones to end."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:  # one process: nothing runs beside a test
+        yield
+        return
+    import fcntl
+
+    base = os.path.join(tempfile.gettempdir(), f"gpuspeed-tests-{run}")
+    with open(base + ".turnstile", "a+") as turn, open(base + ".lock", "a+") as lock:
+        if alone:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(turn, fcntl.LOCK_SH)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    # the whole protocol: a module fixture set up or torn down beside an alone test would load the machine too
+    with _machine_slot(item.get_closest_marker("alone") is not None):
+        yield
 
 
 LOCK_WORKLOAD = ("import numpy as np\nTOLERANCE = dict(rtol=1e-5, atol=1e-6)\ndef original(x):\n"

@@ -18,8 +18,14 @@ NOTEBOOKS = [
 ]
 
 
+# the roofline notebook checks its live placements against ceilings it measured a minute before: on a CPU shared
+# with another worker's test both read whatever share of the cores they got (a 256 matmul read 340 % of its roof)
+ALONE = {"01_roofline.ipynb"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted({n for n, _ in NOTEBOOKS}))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.alone) if n in ALONE else n
+                                  for n in sorted({n for n, _ in NOTEBOOKS})])
 def test_notebook_runs_small(name, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
