@@ -5,7 +5,7 @@ work. `gpubench(fn, *args, **bench_options)` times through gpuspeed.bench() (CUD
 adaptive stopping), returns the Measurement, and the session ends with a table of every measurement;
 `--gpubench-json PATH` also writes them as a gpuspeed results file (study "gpubench").
 
-Each measurement travels in its test's report (`user_properties`), so under pytest-xdist the controller
+Under pytest-xdist each measurement travels in its test's report (`user_properties`), so the controller
 gets the workers' measurements for its table and file; the table then warns that parallel workers shared
 the device while they were timed.
 """
@@ -25,7 +25,7 @@ def pytest_addoption(parser):
 
 
 class _Recorder:
-    """Collects the measurements from the test reports (this process's, or an xdist worker's sent here)."""
+    """The session's measurements: this process's, and those an xdist worker's test reports bring here."""
 
     def __init__(self):
         self.rows: list = []
@@ -53,7 +53,10 @@ def gpubench(request):
     def run(fn, *args, **options):
         options.setdefault("name", f"{request.node.name}:{getattr(fn, '__name__', 'fn')}")
         m = bench(fn, *args, **options)
-        request.node.user_properties.append((_PROPERTY, m.to_dict()))
+        if hasattr(request.config, "workerinput"):  # an xdist worker: the report carries it to the controller
+            request.node.user_properties.append((_PROPERTY, m.to_dict()))
+        else:  # kept out of user_properties here, which --junitxml would write out, samples and all
+            request.config.stash[_KEY].rows.append((request.node.nodeid, m))
         return m
 
     return run
