@@ -36,28 +36,18 @@ def pytest_collection_modifyitems(config, items):
 
 @contextlib.contextmanager
 def _machine_slot(alone: bool):
-    """Under pytest-xdist: an `alone` test holds the machine to itself (exclusive), every other test shares it. The
-    turnstile keeps new shared holders out while an alone test waits for the running ones to end."""
+    """Under pytest-xdist: an `alone` test holds the machine to itself, every other test shares it -- the optimize
+    lock's two sides (worker._slot: "measure" exclusive, "compile" shared, a turnstile so a waiting alone test goes
+    next)."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if not run:  # one process: nothing runs beside a test
         yield
         return
-    import fcntl
+    from gpuspeed.optimize.worker import _slot
 
-    base = os.path.join(tempfile.gettempdir(), f"gpuspeed-tests-{run}")
-    with open(base + ".turnstile", "a+") as turn, open(base + ".lock", "a+") as lock:
-        if alone:
-            fcntl.flock(turn, fcntl.LOCK_EX)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        else:
-            fcntl.flock(turn, fcntl.LOCK_SH)
-            fcntl.flock(lock, fcntl.LOCK_SH)
-            fcntl.flock(turn, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(turn, fcntl.LOCK_UN)
+    lock = os.path.join(tempfile.gettempdir(), f"gpuspeed-tests-{run}.lock")
+    with _slot({"lock": lock}, "measure" if alone else "compile", stage=lambda name: None):
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)
