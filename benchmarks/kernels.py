@@ -1,4 +1,4 @@
-"""The bundled examples' hand kernels (gpuspeed/examples/kernels): each one's time on device-resident inputs, its
+"""The bundled examples' hand kernels (gpuspeed/examples/hand_kernels): each one's time on device-resident inputs, its
 position on the roofline, occupancy and limiting resource (gpuspeed.kernel_report), and its speedup over the best
 automatic candidate of `gpuspeed optimize` on the same example; writes results/<gpu>/kernels.json.
 

@@ -1,4 +1,4 @@
-"""The bundled examples' hand kernels (gpuspeed/examples/kernels) on the CPU: every Triton kernel under
+"""The bundled examples' hand kernels (gpuspeed/examples/hand_kernels) on the CPU: every Triton kernel under
 TRITON_INTERPRET=1 (each autotune config), every Numba CUDA kernel under NUMBA_ENABLE_CUDASIM=1, on small
 and odd shapes that do not divide the blocks, against the example's own float64 `original` through
 gpuspeed.check under the example's TOLERANCE (exact for the integer outputs), outputs poisoned first.
@@ -109,9 +109,9 @@ def _check_case(case) -> dict:
     if kind == "numba" and not HAS_NUMBA_CUDA:
         return {"id": cid, "skipped": "numba-cuda is not installed (its simulator runs these kernels)"}
     ex = importlib.import_module(f"gpuspeed.examples.{example}")
-    fn = getattr(importlib.import_module(f"gpuspeed.examples.kernels.{module}"), launcher)
+    fn = getattr(importlib.import_module(f"gpuspeed.examples.hand_kernels.{module}"), launcher)
     tol = getattr(ex, "TOLERANCE", {})
-    mod = importlib.import_module(f"gpuspeed.examples.kernels.{module}")
+    mod = importlib.import_module(f"gpuspeed.examples.hand_kernels.{module}")
     fp32 = launcher in FP32
     configs = [None] if kind == "numba" else getattr(mod, FP32[launcher][0]) if fp32 else mod.CONFIGS
     runs = []
@@ -166,8 +166,8 @@ def _refuses_without_device() -> dict:
     import torch
 
     from gpuspeed.examples import row_stats as ex
-    from gpuspeed.examples.kernels import KernelUnavailable
-    from gpuspeed.examples.kernels.row_stats import row_stats_triton
+    from gpuspeed.examples.hand_kernels import KernelUnavailable
+    from gpuspeed.examples.hand_kernels.row_stats import row_stats_triton
 
     said = []
     try:
@@ -192,7 +192,7 @@ def _histogram_edges_paths() -> dict:
     underflows): both paths bin the edge cases as NumPy does."""
     import torch
 
-    from gpuspeed.examples.kernels import histogram as H
+    from gpuspeed.examples.hand_kernels import histogram as H
 
     plans = {(b, lo, hi): H._edges_host(b, lo, hi)[4] for b, lo, hi in
              ((256, -4.0, 4.0), (37, -2.5, 3.1), (7, 1.0, 1.0), (1000, -3.3, 2.9), (3, 0.0, 5e-324))}
@@ -222,7 +222,7 @@ def _heat_steps_into_out() -> dict:
 
     from gpuspeed import check, poison
     from gpuspeed.examples import heat_stencil as ex
-    from gpuspeed.examples.kernels import heat_stencil as H
+    from gpuspeed.examples.hand_kernels import heat_stencil as H
 
     runs = []
     grid, alpha, _ = _args("heat_stencil", 0, 7, False)
@@ -335,10 +335,10 @@ def test_every_autotuned_kernel_times_its_configs_through_bench():
     # one timing path: the autotuner's pick must come from the same timer as the kernel's reported time
     code = ("import importlib, pkgutil, triton\n"
             "from triton.runtime.autotuner import Autotuner\n"
-            "import gpuspeed.examples.kernels as K\n"
+            "import gpuspeed.examples.hand_kernels as K\n"
             "found = []\n"
             "for m in pkgutil.iter_modules(K.__path__):\n"
-            "    mod = importlib.import_module('gpuspeed.examples.kernels.' + m.name)\n"
+            "    mod = importlib.import_module('gpuspeed.examples.hand_kernels.' + m.name)\n"
             "    for name, obj in vars(mod).items():\n"
             "        if isinstance(obj, Autotuner):\n"
             "            assert obj._do_bench is K.autotune_bench, (m.name, name)\n"
@@ -349,14 +349,14 @@ def test_every_autotuned_kernel_times_its_configs_through_bench():
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("entry", ["gpuspeed.optimize.worker", "gpuspeed.examples.kernels.heat_stencil",
+@pytest.mark.parametrize("entry", ["gpuspeed.optimize.worker", "gpuspeed.examples.hand_kernels.heat_stencil",
                                    "gpuspeed.examples.heat_stencil", "gpuspeed.cli", "benchmarks/kernels.py"])
 def test_every_path_to_a_numba_kernel_applies_the_numpy_shim_first(entry):
     # numba-cuda 0.68 on NumPy 2.5 (the H200 machine) needs np.row_stack, restored by `import gpuspeed` (compat.py):
     # the optimize worker, the kernel modules, the examples' lazy variants, `gpuspeed kernel` and the benchmark each
     # import gpuspeed before a kernel can compile. Here NumPy loses the alias and numba-cuda is made to look present.
     load = (f"import runpy; m = runpy.run_path({str(ROOT / entry)!r}, run_name='bench'); "
-            "import importlib; importlib.import_module('gpuspeed.examples.kernels.histogram')"
+            "import importlib; importlib.import_module('gpuspeed.examples.hand_kernels.histogram')"
             if entry.endswith(".py") else f"import {entry}")
     code = ("import importlib.util, numpy as np\n"
             "real = importlib.util.find_spec\n"
@@ -373,7 +373,7 @@ def test_every_path_to_a_numba_kernel_applies_the_numpy_shim_first(entry):
 
 
 def test_every_kernel_docstring_holds_a_tuning_note():
-    for path in (ROOT / "src/gpuspeed/examples/kernels").glob("*.py"):
+    for path in (ROOT / "src/gpuspeed/examples/hand_kernels").glob("*.py"):
         if path.name == "__init__.py":
             continue
         text = path.read_text()

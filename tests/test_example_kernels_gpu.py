@@ -139,7 +139,7 @@ def test_numba_kernels_run_on_torchs_current_stream(example):
 def test_heat_step_kernel_every_config_on_an_odd_grid():
     # one launch of each config, PDL on and off, on a grid past the tiles in both directions; then 3 steps
     from gpuspeed.examples import heat_stencil as ex
-    from gpuspeed.examples.kernels import heat_stencil as hs, launch
+    from gpuspeed.examples.hand_kernels import heat_stencil as hs, launch
 
     grid, alpha, _ = ex.inputs(np.random.default_rng(SEEDS[0]), scale=0.3)  # 1121 x 1121: odd, past the tiles
     ref = ex.original(grid, alpha, 1)
@@ -189,7 +189,7 @@ def test_histogram_bins_values_on_and_beside_every_edge_as_numpy(variant, bins, 
     # on the GPU: an earlier Triton kernel was exact on these under the interpreter and one bin off on the H200
     if variant == "numba_cuda":
         pytest.importorskip("numba_cuda")
-    from gpuspeed.examples.kernels import histogram as H
+    from gpuspeed.examples.hand_kernels import histogram as H
 
     x = _edge_samples(bins, lo, hi, SEEDS[0])
     ref = np.histogram(x, bins=bins, range=(lo, hi))[0]
@@ -229,7 +229,7 @@ def test_float32_variant_through_the_optimize_variant_backend(example):
 def test_heat_graph_replays_each_call_on_its_own_input():
     # the stencil launchers replay a CUDA graph: a second grid must be copied in (not the first one's result
     # returned again), each call must return its own tensor, and the caller's grid must stay unwritten
-    from gpuspeed.examples.kernels import heat_stencil as H
+    from gpuspeed.examples.hand_kernels import heat_stencil as H
 
     ex = importlib.import_module("gpuspeed.examples.heat_stencil")
     tol = getattr(ex, "TOLERANCE", {})

@@ -204,7 +204,7 @@ HISTOGRAM = textwrap.dedent('''
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from gpuspeed.examples.kernels import histogram as H
+    from gpuspeed.examples.hand_kernels import histogram as H
     from gpuspeed.kernel import instructions
 
     sig = {"x_ptr": "*fp64", "edges_ptr": "*fp64", "range_ptr": "*fp64", "out_ptr": "*i64", "n": "i32", "bins": "i32",

@@ -253,7 +253,7 @@ def test_cli_counts_a_stencils_bytes_per_step():
 def test_triton_static_shared_memory_from_inline_ptx():
     # the bundled Triton histogram declares its counts in inline PTX (4 copies x 256 bins x 4 B, static): Triton's
     # metadata.shared does not hold them, the driver's function attribute does, and the occupancy counts them
-    from gpuspeed.examples.kernels import histogram as H
+    from gpuspeed.examples.hand_kernels import histogram as H
 
     x = torch.randn(1_000_003, device="cuda", dtype=torch.float64)
     rep = kernel_report(H.histogram_triton, x, 256, -4.0, 4.0)

@@ -53,3 +53,22 @@ def test_cli_profile_module_raising_on_import_exit_2(tmp_path, capsys):
     assert main(["profile", "--function", f"{f}:f", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ValueError: no GPU config found" in err and "raising.py" in err
+
+
+def test_a_loaded_example_does_not_shadow_a_package_the_stack_imports(monkeypatch):
+    # load_module puts an example's folder first on sys.path (as `python example.py` does), so every name in
+    # that folder becomes a top-level import. A sub-package once named `kernels` there hid the Hugging Face
+    # `kernels` package, and transformers, probing for it, imported ours and failed in the same process.
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import gpuspeed.examples as examples
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    folder = Path(examples.__file__).parent
+    load_module(folder / "mandelbrot.py", "gpuspeed_user_mandelbrot_shadow_check")
+    monkeypatch.delitem(sys.modules, "gpuspeed_user_mandelbrot_shadow_check")
+    for probed in ("kernels", "triton", "numba", "cupy", "torch", "numpy", "transformers"):
+        spec = importlib.util.find_spec(probed)
+        assert spec is None or folder not in Path(spec.origin or "").parents, probed

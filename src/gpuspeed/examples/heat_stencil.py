@@ -6,7 +6,7 @@ points within a step do not.
 
 import numpy as np
 
-from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+from gpuspeed.examples.hand_kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-6)  # temperatures of order 1, after many smoothing steps
 
@@ -25,7 +25,7 @@ def inputs(rng, scale=1.0):
     return grid, 0.2, 40
 
 
-# hand-written kernels (gpuspeed/examples/kernels/heat_stencil.py), given torch tensors on the GPU
+# hand-written kernels (gpuspeed/examples/hand_kernels/heat_stencil.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("heat_stencil", "heat_triton"),
     "numba_cuda": lazy("heat_stencil", "heat_numba"),

@@ -5,7 +5,7 @@ Integer counts compare exactly, so a candidate must bin every value as NumPy doe
 
 import numpy as np
 
-from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+from gpuspeed.examples.hand_kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
 
 
 def original(samples, bins, lo, hi):
@@ -18,7 +18,7 @@ def inputs(rng, scale=1.0):
     return rng.standard_normal(n), 256, -4.0, 4.0
 
 
-# hand-written kernels (gpuspeed/examples/kernels/histogram.py), given torch tensors on the GPU
+# hand-written kernels (gpuspeed/examples/hand_kernels/histogram.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("histogram", "histogram_triton"),
     "numba_cuda": lazy("histogram", "histogram_numba"),

@@ -6,7 +6,7 @@ Numba compiles the loops; array drop-ins would launch GPU work for every pixel.
 
 import numpy as np
 
-from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+from gpuspeed.examples.hand_kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
 
 
 def original(xs, ys, max_iter):
@@ -33,7 +33,7 @@ def inputs(rng, scale=1.0):
     return xs, ys, 64
 
 
-# hand-written kernels (gpuspeed/examples/kernels/mandelbrot.py), given torch tensors on the GPU
+# hand-written kernels (gpuspeed/examples/hand_kernels/mandelbrot.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("mandelbrot", "mandelbrot_triton"),
     "numba_cuda": lazy("mandelbrot", "mandelbrot_numba"),

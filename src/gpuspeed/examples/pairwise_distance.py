@@ -6,7 +6,7 @@ pipeline has to chunk it along the rows of `a` (BATCH_AXIS) to fit the budget.
 
 import numpy as np
 
-from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+from gpuspeed.examples.hand_kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
 
 TOLERANCE = dict(rtol=1e-6, atol=1e-9)
 BATCH_AXIS = {0: 0}  # rows of `a` are independent: output rows follow them
@@ -22,7 +22,7 @@ def inputs(rng, scale=1.0):
     return rng.standard_normal((n, 3)), rng.standard_normal((n, 3))
 
 
-# hand-written kernels (gpuspeed/examples/kernels/pairwise_distance.py), given torch tensors on the GPU
+# hand-written kernels (gpuspeed/examples/hand_kernels/pairwise_distance.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("pairwise_distance", "pairwise_triton"),
     "numba_cuda": lazy("pairwise_distance", "pairwise_numba"),

@@ -6,7 +6,7 @@ it) removes thousands of small calls.
 
 import numpy as np
 
-from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+from gpuspeed.examples.hand_kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 BATCH_AXIS = {0: 0}
@@ -25,7 +25,7 @@ def inputs(rng, scale=1.0):
     return (rng.standard_normal((rows, 1024)) * rng.uniform(0.5, 2.0, (rows, 1)),)
 
 
-# hand-written kernels (gpuspeed/examples/kernels/row_normalize.py), given torch tensors on the GPU
+# hand-written kernels (gpuspeed/examples/hand_kernels/row_normalize.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("row_normalize", "normalize_rows_triton"),
     # float32 rows (half the bytes), judged under TOLERANCE as optimize's own float32 candidates are

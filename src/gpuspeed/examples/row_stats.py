@@ -5,7 +5,7 @@ Each statistic is a reduction along a row; the rows are independent.
 
 import numpy as np
 
-from gpuspeed.examples.kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
+from gpuspeed.examples.hand_kernels import lazy  # the hand kernels load on first call: no Triton or Numba import here
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-7)
 BATCH_AXIS = {0: 0}
@@ -28,7 +28,7 @@ def inputs(rng, scale=1.0):
     return x, w
 
 
-# hand-written kernels (gpuspeed/examples/kernels/row_stats.py), given torch tensors on the GPU
+# hand-written kernels (gpuspeed/examples/hand_kernels/row_stats.py), given torch tensors on the GPU
 variants = {
     "triton": lazy("row_stats", "row_stats_triton"),
     "numba_cuda": lazy("row_stats", "row_stats_numba"),

@@ -61,7 +61,7 @@ def load_target(target: str) -> tuple[Callable, object, str]:
 
 
 def unwrap_lazy(fn, device: str) -> tuple[Callable, list[str]]:
-    """Without a GPU, a bundled example's lazy variant (gpuspeed.examples.kernels.lazy: it refuses there, so that
+    """Without a GPU, a bundled example's lazy variant (gpuspeed.examples.hand_kernels.lazy: it refuses there, so that
     optimize never times interpreted kernels) is swapped for the launcher it names, which the interpreters run."""
     where = getattr(fn, "target", None)
     if device == "cuda" or not (isinstance(where, tuple) and len(where) == 2):

@@ -193,7 +193,7 @@ def own_work(f):
             lever = (f"warp ballots are {_pct(100 * shares['warp vote'])} of its loop: Triton {f['triton_version']} "
                      "counts tl.histogram with ballots and popc, Triton 3.7 and later with one shared-memory atomic "
                      "per element (triton-lang/triton#9517); where the ballots are tl.histogram's, upgrade Triton, or "
-                     "count in shared memory through inline PTX (as gpuspeed.examples.kernels.histogram does); "
+                     "count in shared memory through inline PTX (as gpuspeed.examples.hand_kernels.histogram does); "
                      "else " + lever)
         return said, lever
 

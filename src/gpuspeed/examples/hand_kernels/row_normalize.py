@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import autotune, device_tensor, interpreting, launch
+from gpuspeed.examples.hand_kernels import autotune, device_tensor, interpreting, launch
 
 MAX_SINGLE = 2048  # rows up to this long are held in registers whole (one read)
 CHUNK = 1024  # a longer row is read in chunks of this many columns (three passes): 4096 spilled (ptxas, sm_90)

@@ -35,7 +35,7 @@ def cudasim() -> bool:
 
 
 def lazy(module: str, name: str, precision: str | None = None):
-    """A variant callable that imports `gpuspeed.examples.kernels.<module>` on its first call. Without a CUDA
+    """A variant callable that imports `gpuspeed.examples.hand_kernels.<module>` on its first call. Without a CUDA
     device it refuses in one line (an ImportError: the optimize worker records the candidate 'unavailable'),
     interpreters or not: interpreted kernels are for tests, and would make a CPU run of optimize crawl.
     precision="float32": a kernel computing in float32 (optimize casts its float64 inputs before the timing and
@@ -46,14 +46,14 @@ def lazy(module: str, name: str, precision: str | None = None):
 
         if not torch.cuda.is_available():  # even under the interpreters: as a candidate it would time nothing real
             raise KernelUnavailable("no CUDA device: the hand kernels run on the GPU (their launchers in "
-                                    f"gpuspeed.examples.kernels.{module} run under TRITON_INTERPRET=1 / "
+                                    f"gpuspeed.examples.hand_kernels.{module} run under TRITON_INTERPRET=1 / "
                                     "NUMBA_ENABLE_CUDASIM=1 for tests)")
-        fn = getattr(importlib.import_module(f"gpuspeed.examples.kernels.{module}"), name)
+        fn = getattr(importlib.import_module(f"gpuspeed.examples.hand_kernels.{module}"), name)
         return fn(*args)
 
     variant.__name__ = variant.__qualname__ = name
-    variant.__doc__ = f"{name} from gpuspeed.examples.kernels.{module} (imported on first call)."
-    variant.target = (f"gpuspeed.examples.kernels.{module}", name)  # where the launcher lives (benchmarks/kernels.py)
+    variant.__doc__ = f"{name} from gpuspeed.examples.hand_kernels.{module} (imported on first call)."
+    variant.target = (f"gpuspeed.examples.hand_kernels.{module}", name)  # where the launcher lives (benchmarks/kernels.py)
     variant.gpuspeed_inputs = "torch"  # the optimize worker moves the inputs to the GPU once, outside the timing
     if precision:
         variant.precision = precision

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.kernels import (
+from gpuspeed.examples.hand_kernels import (
     autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
