@@ -51,7 +51,10 @@ def test_bad_out_is_one_line_exit_2_before_any_work(command, kind, tmp_path, mon
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
     out = _bad_out(kind, tmp_path)
     try:
-        rc = main([a.replace("{script}", str(script)) for a in argv] + ["--out", str(out)])
+        # gpuspeed's options go before a profiled script's path: what follows it is the script's own argv
+        cmd = [a.replace("{script}", str(script)) for a in argv]
+        at = next((i for i, a in enumerate(cmd) if a.endswith(".py")), len(cmd))
+        rc = main(cmd[:at] + ["--out", str(out)] + cmd[at:])
     finally:
         if out.parent.exists():
             out.parent.chmod(0o700)

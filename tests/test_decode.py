@@ -534,3 +534,44 @@ def test_graph_notes_keep_this_runs_warnings_not_library_deprecations(monkeypatc
     assert not any("deprecated" in n or "future default" in n for n in notes), notes
     if not torch.cuda.is_available():
         assert any("runs the function eagerly" in n for n in notes), notes
+
+
+def test_hf_rows_match_our_tokens_where_the_config_names_an_eos_we_emit(monkeypatch):
+    """transformers must not hold back the EOS id its config names (min_new_tokens did, and greedy then chose
+    another token than ours: "tokens = V0: NO" on a model that agreed)."""
+    pytest.importorskip("transformers", reason="transformers not installed")
+    from gpuspeed.decode import study
+
+    m = micro()
+    prompt = prompt_for(m, b=1)
+    t = 8
+    ours = generate(V.make_engine("V0", m, 1, V.max_len_for(prompt.shape[1], t)), prompt, t)
+    eos = int(ours[0, 2])  # a token our greedy run emits mid-way
+    plain = C.hf_config
+    monkeypatch.setattr(C, "hf_config", lambda a: plain(a) | {"eos_token_id": eos})
+    spec = study.Spec(new_tokens=t, bench_budget_s=0.05, device="cpu")
+    row = study.hf_row(C.to_hf(m), "HF dynamic", m, spec, prompt, "cpu", ours)
+    assert row["tokens_identical_to_V0"] is True
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--read-roof", "-3"], "--read-roof"),
+    (["--budget", "-2"], "--budget"),
+    (["--budget", "0"], "--budget"),
+    (["--time-cap", "-1"], "--time-cap"),
+    (["--compile-backend", "bogus", "--variants", "V3"], "--compile-backend"),
+    (["--variants", ""], "names no variant"),
+])
+def test_cli_bad_numbers_and_backends_are_one_line_exit_2(args, needle, capsys):
+    rc, cap = _cli(["--layers", "1", "--new-tokens", "2", "--prompt-len", "3", "--no-hf", "--no-profile",
+                    "--device", "cpu"] + args, capsys)
+    assert rc == 2, cap.err
+    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err and len(cap.err.strip().splitlines()) == 1
+
+
+def test_long_prompt_runs_the_best_rung_when_only_later_rungs_are_asked_for(capsys):
+    rc, cap = _cli(["--layers", "1", "--new-tokens", "3", "--prompt-len", "3", "--variants", "V1", "--long-prompt",
+                    "12", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--json"], capsys)
+    assert rc == 0, cap.err
+    long = [r for r in json.loads(cap.out)["rows"] if r.get("study") == "long_prompt"]
+    assert long and "error" not in long[0] and long[0]["variant"] == "V1", long

@@ -99,7 +99,8 @@ def test_cli_function_writes_results(tmp_path, capsys):
 def test_cli_script_mode(tmp_path, capsys):
     script = tmp_path / "s.py"
     script.write_text("import sys, torch\nx = torch.randn(8)\nfor a in sys.argv[1:]:\n    print(x[0].item())\n")
-    rc = main(["profile", str(script), "a", "b", "c", "--device", "cpu", "--no-hotspots", "--json"])
+    # gpuspeed's options before the script; everything after it is the script's own argv
+    rc = main(["profile", "--device", "cpu", "--no-hotspots", "--json", str(script), "a", "b", "c"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     groups = out["findings"]["host_syncs"]["groups"]

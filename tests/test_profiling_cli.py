@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuspeed.cli import main
+from gpuspeed.errors import UserError
 from gpuspeed.profiling import profile
 from gpuspeed.profiling.backend import infer_backend
 
@@ -29,7 +30,7 @@ def test_out_not_a_writable_folder_fails_before_any_work(tmp_path, capsys, make_
     (tmp_path / "a_file").write_text("x")
     marker = tmp_path / "ran"
     script = _script(tmp_path, f"open({str(marker)!r}, 'w').write('ran')\n")
-    assert main(["profile", str(script), "--device", "cpu", "--out", str(make_out(tmp_path))]) == 2
+    assert main(["profile", "--device", "cpu", "--out", str(make_out(tmp_path)), str(script)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuspeed: error: --out") and err.count("\n") == 1
     assert not marker.exists()  # the script never ran
@@ -42,7 +43,7 @@ def test_script_imports_its_neighbour(tmp_path, capsys, monkeypatch):
         print(scale(21))
         """)
     monkeypatch.chdir(Path(__file__).parent)  # not the script's folder
-    assert main(["profile", str(script), "--device", "cpu", "--no-hotspots"]) == 0, capsys.readouterr().err
+    assert main(["profile", "--device", "cpu", "--no-hotspots", str(script)]) == 0, capsys.readouterr().err
     assert str(tmp_path) not in sys.path  # put back after the runs
 
 
@@ -59,7 +60,7 @@ def test_script_line_times_module_and_functions(tmp_path, capsys):
             acc += k * 2
         hot(20000)
         """)
-    assert main(["profile", str(script), "--device", "cpu", "--json"]) == 0
+    assert main(["profile", "--device", "cpu", "--json", str(script)]) == 0
     doc = _json_out(capsys)
     fns = {f["function"]: f for f in doc["hotspots"]["lines"]["functions"]}
     assert {"<module>", "hot"} <= fns.keys()
@@ -78,7 +79,7 @@ def test_json_keeps_stdout_clean_and_exit_codes(tmp_path, capsys):
         total = x[0].item()
         sys.exit(3)
         """)
-    assert main(["profile", str(script), "--device", "cpu", "--no-hotspots", "--json"]) == 0
+    assert main(["profile", "--device", "cpu", "--no-hotspots", "--json", str(script)]) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert "hello from the script" in captured.err
@@ -89,9 +90,9 @@ def test_json_keeps_stdout_clean_and_exit_codes(tmp_path, capsys):
 
 def test_steps_zero_and_negative_warmup_rejected(tmp_path, capsys):
     script = _script(tmp_path, "x = 1\n")
-    assert main(["profile", str(script), "--steps", "0"]) == 2
+    assert main(["profile", "--steps", "0", str(script)]) == 2
     assert "--steps 0" in capsys.readouterr().err
-    assert main(["profile", str(script), "--warmup", "-1"]) == 2
+    assert main(["profile", "--warmup", "-1", str(script)]) == 2
     assert "--warmup -1" in capsys.readouterr().err
 
 
@@ -167,7 +168,7 @@ def test_no_trace_folders_left_behind(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     res = profile(lambda x: x * 2, torch.randn(4), steps=1, warmup=0, device="cpu", hotspots=False)
     script = _script(tmp_path, "x = 1\n")
-    assert main(["profile", str(script), "--device", "cpu", "--no-hotspots"]) == 0
+    assert main(["profile", "--device", "cpu", "--no-hotspots", str(script)]) == 0
     assert res.trace_path is None and list(scratch.iterdir()) == []
 
 
@@ -176,3 +177,26 @@ def test_function_error_is_one_line(tmp_path, capsys):
     assert main(["profile", "--function", f"{src}:boom", "--input", "x=float32[4]", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "boom raised KeyError" in err
+
+
+def test_everything_after_the_script_is_its_own_argv(tmp_path, capsys):
+    """Options after the script's path are the script's, even where gpuspeed has one of that name (--steps, --json,
+    --debug): as `python -m cProfile script.py ...` and nsys pass them on."""
+    seen = tmp_path / "argv.txt"
+    script = _script(tmp_path, f"""\
+        import sys
+        open({str(seen)!r}, "a").write(repr(sys.argv[1:]) + "\\n")
+        """)
+    assert main(["profile", "--device", "cpu", "--no-hotspots", str(script), "--steps", "3", "--json",
+                 "--debug"]) == 0, capsys.readouterr().err
+    runs = seen.read_text().splitlines()
+    assert len(runs) == 2  # gpuspeed's default steps (1) and its placing run: --steps 3 was not taken as ours
+    assert all(r == repr(["--steps", "3", "--json", "--debug"]) for r in runs), runs
+
+
+def test_debug_written_after_the_command_is_gpuspeeds(capsys):
+    # a mistake with --debug after the command still names the mistake (with its traceback), not "--debug"
+    with pytest.raises(UserError, match="unknown device"):
+        main(["bench", "--device", "gpu", "--debug"])
+    assert main(["bench", "--device", "gpu"]) == 2
+    assert "unknown device 'gpu'" in capsys.readouterr().err

@@ -218,3 +218,22 @@ def test_prelaunch_hold_covers_the_launcher_only_when_asked():
     assert prelaunch_hold(True, True, 10e-6) == PRELAUNCH_HOLD_S  # never under the plain hold
     assert prelaunch_hold(True, True, 300e-6) == pytest.approx(450e-6)  # 1.5x the host's time to issue a call
     assert prelaunch_hold(False, True, 5e-3) == MAX_HOLD_S  # a host-bound loop stays host-bound past 1 ms
+
+
+def test_cpu_timing_does_not_walk_a_large_result_nor_time_its_own_loop():
+    """A call returning a big list costs what the call costs (not a walk of its leaves), and a call under 20 us
+    is timed in batches: ns-scale functions read ns, not the clock's microsecond."""
+    big = list(range(1_000_000))
+    m = bench(lambda: big, device="cpu", budget_s=0.5)
+    assert m.median < 20e-6, m
+    m = bench(lambda: None, device="cpu", budget_s=0.5)
+    assert m.median < 1e-6, m
+    assert any("back-to-back calls" in n for n in m.notes)
+    slow = bench(time.sleep, 0.001, device="cpu", budget_s=0.5)
+    assert not any("back-to-back" in n for n in slow.notes)  # one call a sample when the clock is no concern
+
+
+@pytest.mark.parametrize("bad", [dict(rotate=2.5), dict(budget_s=float("nan")), dict(rotate=-1)])
+def test_bad_bench_options_are_user_errors(bad):
+    with pytest.raises(UserError):
+        bench(lambda: None, device="cpu", **bad)

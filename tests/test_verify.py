@@ -1,6 +1,7 @@
 """check(), the tolerance table, poison(), verify_function() -- including property tests."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -251,3 +252,24 @@ def test_dtype_and_rtol_together_is_an_error_not_silently_ignored():
         check(ref, ref, dtype="quaternion")
     assert check(ref * (1 + 5e-4), ref, dtype="float16").passed
     assert check(ref * (1 + 5e-4), ref, dtype="float16", atol=0).passed
+
+
+def test_lazy_torch_views_complex32_numpy_dtype_types_and_huge_ints():
+    assert check(torch.tensor([1 + 1j]).conj().imag, torch.tensor([-1.0])).passed  # a negated view
+    assert check(torch.tensor([1 + 2j]).conj(), np.array([1 - 2j])).passed  # a conjugated view
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "ComplexHalf support is experimental"
+        half = torch.tensor([1 + 1j], dtype=torch.complex32)
+    assert check(half, torch.tensor([1 + 1j])).passed
+    assert check(np.ones(3, np.float32), np.ones(3), dtype=np.float32).passed
+    assert check(np.ones(3, np.float32), np.ones(3), dtype=np.dtype("float16")).passed
+    assert check(2**70, 2**70).passed and not check(2**70, 2**70 + 1).passed  # exact past int64
+
+
+def test_an_inf_or_nan_the_reference_lacks_fails_whatever_the_tolerance():
+    assert not check(np.array([1.0, np.inf]), np.array([1.0, 2.0]), atol=math.inf).passed
+    assert not check(np.array([1.0, np.nan]), np.array([1.0, 2.0]), rtol=math.inf, atol=math.inf).passed
+    assert check(np.array([1.0, np.inf]), np.array([1.0, np.inf]), atol=math.inf).passed
+    for bad in (dict(rtol=math.nan), dict(atol=math.nan), dict(rtol=-1.0)):
+        with pytest.raises(UserError, match="must be >= 0"):
+            check(1.0, 1.0, **bad)

@@ -156,9 +156,31 @@ def main(argv: list[str] | None = None) -> int:
             remove_created()
 
 
+def _debug_first(args: list[str]) -> list[str]:
+    """`--debug` is gpuspeed's own option: written after the command (`gpuspeed bench ... --debug`) it moves in front
+    of it, except where it belongs to the script `gpuspeed profile` runs (after the script's path or `--`)."""
+    names = {c.name or c.callback.__name__.replace("_", "-") for c in app.registered_commands}
+    at = next((i for i, a in enumerate(args) if a in names), None)
+    if at is None:
+        return args
+    tail = args[at + 1:]
+    if args[at] == "profile":
+        stop = next((i for i, a in enumerate(tail) if a == "--" or a.endswith(".py") and not a.startswith("-")),
+                    len(tail))
+        if stop < len(tail) and tail[stop] == "--":
+            stop = len(tail[:stop])
+        own, theirs = tail[:stop], tail[stop:]
+    else:
+        own, theirs = tail, []
+    if "--debug" not in own:
+        return args
+    return ["--debug"] + args[:at + 1] + [a for a in own if a != "--debug"] + theirs
+
+
 def _main(argv: list[str] | None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in args
+    args = _debug_first(sys.argv[1:] if argv is None else list(argv))
+    head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
+    debug = "--debug" in head  # gpuspeed's own flag, not one in the arguments of a script it runs
     try:
         rv = app(args=args, prog_name="gpuspeed", standalone_mode=False)
         return rv if isinstance(rv, int) else 0

@@ -15,6 +15,7 @@ def run_demo(device: str = "auto", shape: tuple[int, int] | None = None, budget_
 
     where = _device.resolve_device(device)
     shape = shape or (ex.GPU_SHAPE if where == "cuda" else ex.CPU_SHAPE)
+    _check_fits(shape, where)
     x = ex.make_inputs(shape)
     xt = torch.from_numpy(x).to(where)
     notes = [] if where == "cuda" else ["no GPU: both versions run on the CPU, at a smaller size"]
@@ -40,3 +41,22 @@ def run_demo(device: str = "auto", shape: tuple[int, int] | None = None, budget_
     notes.append(f"check: {result.summary}")
     return make_results("bench_demo", params={"shape": list(shape), "device": where, "budget_s": budget_s},
                         summary=summary, rows=rows, notes=notes, device=where)
+
+
+HOST_BYTES_PER_ELEMENT = 52  # two float32 inputs, NumPy's float32 temporaries, the float64 reference's four arrays
+GPU_BYTES_PER_ELEMENT = 16  # the input and torch's softmax temporaries, float32
+
+
+def _check_fits(shape: tuple[int, int], where: str) -> None:
+    """A one-line error before anything is allocated when the demo's arrays cannot fit in free memory."""
+    from gpuspeed.errors import UserError
+    from gpuspeed.inputs import gpu_available_bytes, host_available_bytes
+
+    n = int(shape[0]) * int(shape[1])
+    need = [("host", n * HOST_BYTES_PER_ELEMENT, host_available_bytes())]
+    if where == "cuda":
+        need.append(("GPU", n * GPU_BYTES_PER_ELEMENT, gpu_available_bytes("cuda")))
+    for what, needed, free in need:
+        if free is not None and needed > free:
+            raise UserError(f"a {shape[0]} x {shape[1]} softmax needs ~{needed / 2**30:.1f} GiB of {what} memory, "
+                            f"{free / 2**30:.1f} GiB is free: pass smaller --rows/--cols")

@@ -132,7 +132,10 @@ def cuda_available() -> bool:
 
 def resolve_device(device: str = "auto") -> str:
     """'auto' -> 'cuda' when a GPU is usable, else 'cpu'; 'cuda' without a GPU is a user error."""
-    device = (device or "auto").lower()
+    device = (str(device) if device is not None else "auto").lower()  # torch.device("cuda") reads "cuda"
+    if device.startswith("cuda:"):
+        raise UserError(f"device {device!r}: gpuspeed runs on the current CUDA device; choose it with "
+                        "torch.cuda.set_device or CUDA_VISIBLE_DEVICES and pass 'cuda'")
     if device not in ("auto", "cuda", "cpu"):
         raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
     if device == "auto":

@@ -23,6 +23,9 @@ def load_module(path: str | Path, name: str | None = None):
         raise UserError(f"cannot import {p}")
     module = importlib.util.module_from_spec(spec)
     folder = str(p.resolve().parent)
+    # the standard modules gpuspeed itself imports later (the hotspot pass's cProfile, which imports profile) are
+    # bound first, so a profile.py beside the user's file serves the user's imports only
+    import cProfile  # noqa: F401
     if folder not in sys.path:
         sys.path.insert(0, folder)
     sys.modules[mod_name] = module

@@ -54,8 +54,8 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
     A bare number is bytes; one under 1 MiB is refused as ambiguous, since fits(8.5) almost surely
     meant 8.5 GiB: write the unit."""
     if isinstance(budget, (int, float)) and not isinstance(budget, bool):
-        if budget <= 0:
-            raise UserError(f"budget must be positive, got {budget}")
+        if not 0 < budget < float("inf"):  # NaN too
+            raise UserError(f"budget must be a positive, finite size, got {budget}")
         if budget < SMALLEST_BARE:
             raise UserError(f"budget {budget!r} has no unit and is under 1 MiB as bytes: write it with its "
                             f"unit, e.g. '{budget:g}GiB' or '{budget:g}GB' (or '{budget:g}B' for bytes)")

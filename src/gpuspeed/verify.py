@@ -35,6 +35,7 @@ TOLERANCES: dict[str, float] = {
     "complex64": 1e-5,
     "tf32": 3e-4,
     "float16": 1e-3,
+    "complex32": 1e-3,  # torch's complex half: two float16
     "bfloat16": 1e-2,
     "float8_e4m3fn": 1.25e-1,
     "float8_e4m3fnuz": 1.25e-1,
@@ -48,6 +49,11 @@ PYTHON_SCALARS = {"python float": "float32", "python complex": "complex64"}
 
 def default_rtol(dtype_name: str) -> float:
     """rtol for a dtype name ('float32', 'torch.bfloat16', 'int64', 'python float', ...); 0 for exact kinds."""
+    if isinstance(dtype_name, type) or type(dtype_name).__module__.startswith("numpy"):
+        try:  # np.float32 (a type), np.dtype("float32"): NumPy's own name for it
+            dtype_name = np.dtype(dtype_name).name
+        except TypeError:
+            pass
     name = str(dtype_name).replace("torch.", "").replace("jnp.", "")
     name = PYTHON_SCALARS.get(name, name)
     if name in TOLERANCES:
@@ -70,9 +76,12 @@ def _to_host(x) -> tuple[np.ndarray, str]:
         t = x.detach()
         if t.is_floating_point() and t.element_size() <= 2 or str(t.dtype).startswith("torch.float8"):
             t = t.float()  # numpy has no bfloat16 or fp8; float32 holds them exactly
-        if t.is_complex():
-            return t.cpu().resolve_conj().numpy(), name
-        return t.cpu().numpy(), name
+        if name == "complex32":
+            import torch
+
+            t = t.to(torch.complex64)  # numpy has no complex32; complex64 holds it exactly
+        # a lazily conjugated or negated view (x.conj(), x.conj().imag) is made real before NumPy sees it
+        return t.cpu().resolve_conj().resolve_neg().numpy(), name
     if mod == "cupy":
         return x.get(), str(x.dtype)
     if mod in ("jax", "jaxlib"):
@@ -84,6 +93,8 @@ def _to_host(x) -> tuple[np.ndarray, str]:
     if isinstance(x, bool):
         return np.asarray(x), "bool"
     if isinstance(x, int):
+        if not -2**63 <= x < 2**63:  # past int64: compared exactly as Python integers
+            return np.asarray(x, dtype=object), "int (arbitrary precision)"
         return np.asarray(x, dtype=np.int64), "int64"
     if isinstance(x, float):
         return np.asarray(x, dtype=np.float64), "python float"
@@ -205,18 +216,19 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         leaf.message = f"shape {tuple(out_host.shape)} != reference {tuple(ref_host.shape)}"
         return leaf
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
-    exact = out_host.dtype.kind in "biu" and ref_host.dtype.kind in "biu"
+    exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
     if rtol is None:
         rtol = default_rtol(dtype) if dtype else (
             EXACT if exact else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
                                     default_rtol(ref_dtype_name) if ref_host.dtype.kind in "fc" else 0.0) or 1e-12)
     if exact:
-        got = out_host.astype(np.int64) if out_host.dtype != np.uint64 else out_host.astype(object)
-        want = ref_host.astype(np.int64) if ref_host.dtype != np.uint64 else ref_host.astype(object)
-        diff = np.abs(got - want).astype(np.float64)
+        big = {out_host.dtype.kind, ref_host.dtype.kind} & {"O"} or np.dtype(np.uint64) in (out_host.dtype, ref_host.dtype)
+        got = out_host.astype(object) if big else out_host.astype(np.int64)  # object: exact, whatever the size
+        want = ref_host.astype(object) if big else ref_host.astype(np.int64)
+        diff = np.asarray(np.abs(got - want), dtype=np.float64)  # asarray: a 0-d object array's abs is an int
         bad = diff != 0
-        ref_abs = np.abs(want).astype(np.float64)
+        ref_abs = np.asarray(np.abs(want), dtype=np.float64)
         leaf.rtol, leaf.atol = 0.0, 0.0
     else:
         cplx = out_host.dtype.kind == "c" or ref_host.dtype.kind == "c"
@@ -235,7 +247,9 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         if equal_nan:
             same_special |= np.isnan(got) & np.isnan(want)
         diff = np.where(same_special, 0.0, diff)
-        bad = ~(diff <= atol + rtol * ref_abs)  # NaN compares False, so NaN is always bad
+        # NaN compares False, so NaN is always bad; an Inf or NaN where the reference is finite is bad whatever the
+        # tolerance (an infinite atol would otherwise take it)
+        bad = ~(diff <= atol + rtol * ref_abs) | (~np.isfinite(got) & finite_ref)
         fin = np.isfinite(diff)
         num = float(np.sqrt(np.sum(np.where(fin, diff, 0.0) ** 2)))
         den = float(np.sqrt(np.sum(ref_abs ** 2)))
@@ -248,7 +262,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
             rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
                            np.where(finite_diff > 0, np.inf, 0))
         leaf.max_rel_err = float(np.max(rel))
-        score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
+        with np.errstate(invalid="ignore"):  # an infinite tolerance: inf - inf
+            score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
         worst = int(np.argmax(np.where(np.isnan(score), np.inf, score)))
         leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, diff.shape)) if diff.ndim else ()
     l2_ok = exact or not l2_rule or leaf.rel_l2_err <= rtol or leaf.rel_l2_err == 0.0
@@ -276,8 +291,8 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
     rtol x RMS(ref). With atol left to its default the relative L2 error must also be within rtol; an
     explicit atol makes the rule purely elementwise: |out - ref| <= atol + rtol * |ref| (module docstring).
     """
-    if rtol is not None and rtol < 0 or atol is not None and atol < 0:
-        raise UserError("rtol and atol must be >= 0")
+    if rtol is not None and not rtol >= 0 or atol is not None and not atol >= 0:  # NaN too
+        raise UserError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
     if dtype is not None and rtol is not None:
         raise UserError("check(): dtype= only picks a default rtol; pass dtype= or rtol=, not both")
     if dtype is not None:

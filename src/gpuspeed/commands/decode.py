@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
                           new_tokens=new_tokens if new_tokens is not None else (16 if small else 128),
                           device=device, seed=seed, compile_backend=compile_backend, hf=not no_hf,
                           profile=not no_profile, batches=_ints(batches, "batches"), long_prompt=long_prompt,
-                          time_cap_s=time_cap, bench_budget_s=budget or (0.5 if small else 2.0), max_layers=layers,
+                          time_cap_s=time_cap, max_layers=layers,
+                          bench_budget_s=budget if budget is not None else (0.5 if small else 2.0),
                           out=out, read_roof_GBps=read_roof,
                           sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
                           tp=tp_ranks, quant=quant)

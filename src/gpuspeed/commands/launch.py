@@ -25,7 +25,7 @@ def _explain_target(target: str, inputs: str | None = None):
 
     from gpuspeed.errors import UserError
     from gpuspeed.graph_breaks import explain
-    from gpuspeed.loading import load_function, load_module
+    from gpuspeed.loading import _first_line, load_function, load_module
 
     fn = load_function(target)
     if inputs:
@@ -34,7 +34,10 @@ def _explain_target(target: str, inputs: str | None = None):
         mod = load_module(target.rpartition(":")[0])
         make = getattr(mod, "make_inputs", None)
     if make is not None:
-        args = make()
+        try:
+            args = make()
+        except Exception as exc:  # the user's inputs function failed: one line (--debug shows the traceback)
+            raise UserError(f"{getattr(make, '__name__', 'make_inputs')}() raised {_first_line(exc)}") from exc
         args = args if isinstance(args, tuple) else (args,)
     else:
         params = [p for p in inspect.signature(fn).parameters.values()
@@ -43,7 +46,12 @@ def _explain_target(target: str, inputs: str | None = None):
             raise UserError(f"{target} needs arguments: define make_inputs() in its file or pass --inputs "
                             f"file.py:make_inputs")
         args = ()
-    return explain(fn, *args)
+    try:
+        return explain(fn, *args)
+    except UserError:
+        raise
+    except Exception as exc:  # the user's function failed on these inputs: one line (--debug shows the traceback)
+        raise UserError(f"{target} raised {_first_line(exc)}") from exc
 
 
 def register(app: typer.Typer) -> None:

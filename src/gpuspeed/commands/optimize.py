@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from pathlib import Path
@@ -42,13 +43,16 @@ def register(app: typer.Typer) -> None:
         its own process, the 8 GiB budget with chunking, report A-E and optimized_<name>.py."""
         from gpuspeed.commands import make_console, progress_bar
         from gpuspeed.optimize.pipeline import optimize as run_optimize
+        from gpuspeed.profiling.script import stdout_to_stderr
         from gpuspeed.results import check_out_dir
 
         console = make_console(stderr=True)
         check_out_dir(out)
         # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
         signal.signal(signal.SIGTERM, _terminate)
-        with progress_bar(console=console) as bar:
+        # with --json, stdout holds the JSON alone: what the workload prints while it is loaded and run goes to stderr
+        quiet = stdout_to_stderr() if as_json else contextlib.nullcontext()
+        with quiet, progress_bar(console=console) as bar:
             task = bar.add_task("loading", total=3)
 
             def progress(label, done, total):

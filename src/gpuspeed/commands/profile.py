@@ -15,7 +15,9 @@ RUNS_HELP = ("A script runs warmup + steps times under the profiler (0 + 1 by de
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    # everything after the script's path is the script's own (allow_interspersed_args=False): its --json, --steps...
+    @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                   "allow_interspersed_args": False},
                  help="Profile a script or a function: GPU busy/idle, launch gaps, tiny kernels, host syncs, "
                       "transfers, top kernels and Python hotspots, each at its source line. " + RUNS_HELP +
                       " A script that calls sys.exit(n) with n != 0 still gets its profile, with a note.")

@@ -327,4 +327,7 @@ def to_hf(model: Transformer, *, device=None, dtype=None):
     if model.args.tie_embeddings:
         hf.tie_weights()
     hf.model.rotary_emb = type(hf.model.rotary_emb)(config).to(device)  # its buffers were left on meta
+    # generate() runs exactly the tokens asked for: no EOS of its own to stop at or to hold back (min_new_tokens
+    # would forbid the EOS id the config names, and greedy would then pick another token than ours)
+    hf.generation_config.eos_token_id = None
     return hf.eval().requires_grad_(False)

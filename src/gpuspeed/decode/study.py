@@ -115,6 +115,20 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"--layers must be >= 1, got {spec.max_layers}")
     if spec.long_prompt is not None and spec.long_prompt < 1:
         raise UserError(f"--long-prompt must be >= 1, got {spec.long_prompt}")
+    # `not x > 0` also refuses NaN
+    if spec.time_cap_s is not None and not spec.time_cap_s > 0:
+        raise UserError(f"--time-cap is seconds and must be positive, got {spec.time_cap_s:g}")
+    if not spec.bench_budget_s > 0:
+        raise UserError(f"--budget is seconds of timing per variant and must be positive, got {spec.bench_budget_s:g}")
+    if spec.read_roof_GBps is not None and not spec.read_roof_GBps > 0:
+        raise UserError(f"--read-roof is GB/s and must be positive, got {spec.read_roof_GBps:g}")
+    compiled = [v for v in spec.variants if v in ("V3", "V4c", "V5")]
+    if compiled:
+        import torch._dynamo
+
+        if spec.compile_backend not in torch._dynamo.list_backends(exclude_tags=()):  # debug backends too
+            raise UserError(f"unknown --compile-backend {spec.compile_backend!r} (for {', '.join(compiled)}): use "
+                            f"{', '.join(torch._dynamo.list_backends())}")
 
 
 def load_model(spec: Spec, device: str) -> tuple[checkpoints.Checkpoint, M.Transformer | None]:
@@ -163,9 +177,12 @@ def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[to
         g = torch.Generator().manual_seed(spec.seed + 1)
         prompt = torch.randint(0, a.vocab_size, (spec.batch, spec.prompt_len), generator=g)
     p = prompt.shape[1]
-    if p + spec.new_tokens > a.max_seq_len:
-        raise UserError(f"a prompt of {p} tokens plus {spec.new_tokens} new ones exceeds the model's context of "
-                        f"{a.max_seq_len}")
+    if p == 0:
+        raise UserError("--prompt gives no tokens (and the tokenizer adds no BOS): give it some text")
+    for what, n in [("a prompt", p)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt else []):
+        if n + spec.new_tokens > a.max_seq_len:
+            raise UserError(f"{what} of {n} tokens plus {spec.new_tokens} new ones exceeds the model's context of "
+                            f"{a.max_seq_len}")
     return prompt.to(device), tok
 
 
@@ -423,7 +440,7 @@ HF_KINDS = {"HF static": {"cache_implementation": "static"}, "HF dynamic": {}, "
 HF_NOCACHE_MAX_PARAMS = 5e8  # the no-cache row re-runs the prefix every step: small models only
 
 
-def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, our_tokens) -> dict:
+def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, our_tokens, eos_ids=None) -> dict:
     """transformers generate (label: "HF static" or "HF dynamic") on the same weights: one row."""
     from gpuspeed import bench
 
@@ -435,8 +452,9 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
            "batch": prompt.shape[0], "prompt_len": prompt.shape[1], "new_tokens": t, "timed_steps": t - 1}
 
     def run(n):
-        return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
-                           do_sample=False, pad_token_id=0, **kw)
+        # to_hf's model has no EOS: exactly n tokens, the same count each timed call
+        return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, do_sample=False,
+                           pad_token_id=0, **kw)
 
     t0 = time.perf_counter()
     out = run(t)
@@ -444,8 +462,9 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     row["first_generation_s"] = time.perf_counter() - t0
     toks = out[:, prompt.shape[1]:].cpu()
     if our_tokens is not None and spec.dtype == "fp32":
-        ours = our_tokens[:, :t]
-        row["tokens_identical_to_V0"] = bool(toks.shape == ours.shape and (toks == ours).all())
+        # ours stop at an EOS (a checkpoint's prompt), transformers' run on: compared up to each row's first EOS
+        a, b = _same_length(toks, our_tokens[:, :t], eos_ids)
+        row["tokens_identical_to_V0"] = bool(a.shape == b.shape and (a == b).all())
     # decode = generation minus a prefill forward (generate(max_new_tokens=1) would size the static cache
     # differently and make transformers compile a second shape)
     mt = bench(lambda: run(t), **_bench_kw(device, spec.bench_budget_s))
@@ -589,18 +608,21 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
 
         if state["hf_model"] is None:
             state["hf_model"] = checkpoints.to_hf(m)
-        hf.append(hf_row(state["hf_model"], label, m, spec, prompt, device, state["v0_tokens"]))
+        hf.append(hf_row(state["hf_model"], label, m, spec, prompt, device, state["v0_tokens"], eos_ids))
 
     # the order a time cap cuts from the end: the rungs and rows the summary needs first
     names = sorted(spec.variants, key=V.PRIORITY.index)
     first, later = [n for n in names if n in V.PRIORITY[:4]], [n for n in names if n not in V.PRIORITY[:4]]
     tasks = [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in first]
-    if spec.long_prompt:
-        tasks.append((f"{label} prompt {spec.long_prompt}", "long_prompt", spec.long_prompt,
-                      lambda: extra("long_prompt", spec.long_prompt)))
+    long_task = [(f"{label} prompt {spec.long_prompt}", "long_prompt", spec.long_prompt,
+                  lambda: extra("long_prompt", spec.long_prompt))] if spec.long_prompt else []
+    if first:  # the long prompt runs the best rung measured before it: after V5/V4/V2/V0 when any was asked for
+        tasks += long_task
     if spec.hf:
         tasks.append((f"{label} transformers static", "hf", "HF static", lambda: transformers_row("HF static")))
     tasks += [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in later]
+    if not first:  # else after every rung asked for (V1, V3, V4c)
+        tasks += long_task
     if spec.hf:
         tasks.append((f"{label} transformers dynamic", "hf", "HF dynamic", lambda: transformers_row("HF dynamic")))
         if m.args.param_count() < HF_NOCACHE_MAX_PARAMS:

@@ -41,7 +41,7 @@ STEPS_PER_REPLAY = 4  # V5's K
 
 
 def parse_variants(text: str | None) -> list[str]:
-    if not text or text.strip().lower() == "all":
+    if text is None or text.strip().lower() == "all":
         return list(ORDER)
     out = []
     for v in (t.strip() for t in text.split(",")):

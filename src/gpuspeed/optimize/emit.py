@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import json
+import os
 import re
 import textwrap
 from pathlib import Path
@@ -61,7 +62,11 @@ def implementation_source(run, name: str | None) -> str:
             src = f"# variant {rec.get('variant')!r}: source not available\n"
         return "\n".join(head) + "\n\n" + src
     if rec["backend"] == "original":
-        return "\n".join(head) + "\n\n" + inspect.getsource(run.wl.original)
+        try:
+            src = inspect.getsource(run.wl.original)
+        except (OSError, TypeError):  # a functools.partial, a module instance...: callable, without source of its own
+            src = f"# {run.wl.func} = {type(run.wl.original).__name__} object: no source to show\n"
+        return "\n".join(head) + "\n\n" + src
     how = {"cupy": "with `np` bound to CuPy (SciPy to cupyx.scipy)", "numpy": "in NumPy on the CPU",
            "torch_compile": "traced by torch.compile through torch.compiler.wrap_numpy on CUDA tensors",
            "torch": "on CUDA tensors (new tensors default to the GPU)", "numba": "compiled by numba.njit(parallel=True)",
@@ -86,7 +91,6 @@ Measured on {device}: {measured}
 Correct against the original within rtol={rtol}, atol={atol} on {n_seeds} fresh seeds (see report.md).
 
 Install:
-    pip install numpy
     {install}
 Run:
     python optimized_{name}.py            # correctness test against the original, then exit 0 / 1
@@ -97,6 +101,7 @@ Run:
 
 import argparse
 import contextlib
+import copy
 import importlib.util
 import sys
 import time
@@ -106,6 +111,7 @@ import numpy as np
 
 WORKLOAD_FILE = {workload_file!r}
 WORKLOAD_PATH = {workload_path!r}  # where it was when this script was written
+IMPORT_ROOT = {import_root!r}  # the folder `gpuspeed optimize` ran in: the workload's imports were found there too
 FUNC = {func!r}
 RECIPE = {recipe}
 OUT_DTYPES = {out_dtypes!r}
@@ -142,13 +148,16 @@ def load_workload(unique=""):
     if path is None:
         sys.exit(f"cannot find {{WORKLOAD_FILE}} next to this script or at {{WORKLOAD_PATH}}")
     sys.path.insert(0, str(path.parent))
+    if Path(IMPORT_ROOT).is_dir() and IMPORT_ROOT not in sys.path:  # after everything else, as optimize had it
+        sys.path.append(IMPORT_ROOT)
     spec = importlib.util.spec_from_file_location(f"workload_{{path.stem}}{{unique}}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
-        sys.exit(f"{{WORKLOAD_FILE}} imports {{exc.name}}, which is not installed here (pip install {{exc.name}})")
+        sys.exit(f"{{WORKLOAD_FILE}} imports {{exc.name}}, which is neither installed here nor beside the workload "
+                 f"file or in {{IMPORT_ROOT}}")
     return module
 
 
@@ -245,8 +254,8 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     ok = True
     for seed in seeds:
         args = make_args(module, seed)
-        with on_the_host():
-            ref = host_tree(original(*make_args(module, seed)))
+        with on_the_host():  # a copy: an original may return a buffer it reuses
+            ref = copy.deepcopy(host_tree(original(*make_args(module, seed))))
         out = host_tree(fn(*args))
         for j, (o, r) in enumerate(zip(leaves(out), leaves(ref))):
             o, r = np.asarray(o), np.asarray(r)
@@ -259,8 +268,12 @@ def check_against_original(fn, seeds=(101, 202, 303)):
                 rtol = RTOL if RTOL is not None else (1e-12 if r.dtype.itemsize >= 8 else 1e-5)
                 r64, o64 = r.astype(np.complex128 if o.dtype.kind == "c" else np.float64), o.astype(
                     np.complex128 if o.dtype.kind == "c" else np.float64)
-                atol = ATOL if ATOL is not None else rtol * float(np.sqrt(np.mean(np.abs(r64) ** 2)) if r64.size else 0)
-                bad = ~(np.abs(o64 - r64) <= atol + rtol * np.abs(r64)) & ~(np.isnan(o64) & np.isnan(r64))
+                ref_abs = np.abs(np.where(np.isfinite(r64), r64, 0))  # NaN and Inf in the reference set no scale
+                atol = ATOL if ATOL is not None else rtol * float(np.sqrt(np.mean(ref_abs ** 2)) if r64.size else 0)
+                with np.errstate(invalid="ignore"):
+                    close = np.abs(o64 - r64) <= atol + rtol * ref_abs
+                # the same infinity, or NaN where the original has NaN, is the original's answer too
+                bad = ~(close | (o64 == r64) | (np.isnan(o64) & np.isnan(r64)))
             else:
                 bad = o != r
             n_bad = int(np.count_nonzero(bad))
@@ -347,7 +360,9 @@ def script_text(run) -> str:
     text = TEMPLATE.format(
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
-        atol=run.wl.atol, n_seeds=len(run.params["seeds"]), install=INSTALL.get(backend, ""), lib=lib,
+        atol=run.wl.atol, n_seeds=len(run.params["seeds"]), lib=lib,
+        install="\n    ".join(x for x in dict.fromkeys(["pip install numpy", INSTALL.get(backend, "")]) if x),
+        import_root=run.params.get("cwd") or os.getcwd(),
         fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS and rec.get("device") != "cpu"
         else "the original",
         fallback_when=f"Without {lib}" if rec.get("device") == "cpu" else f"Without a GPU (or without {lib})",

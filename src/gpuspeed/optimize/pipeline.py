@@ -5,6 +5,7 @@ target-card projection, the report and the standalone script."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -35,6 +36,7 @@ MIN_LIMIT_S = 8.0
 # its plot, the emitted script and the process's exit (a few seconds on the H200), and the interpreter's start-up
 # before optimize() is called (under a second): `gpuspeed optimize` with the default 300 s ends within 5 minutes
 REPORT_RESERVE_S = 15.0
+REFERENCE_SHARE = 0.5  # of --time-budget: the most the original's reference calls (one a seed) may take
 HOST_WAIT_FRACTION = 0.2  # of --time-budget: the longest the run's start waits for another run's measurement
 DEFAULT_GPU_JOBS = 3  # candidates built and checked at once (timing is still one at a time)
 
@@ -89,20 +91,31 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             raise UserError(f"--budget {budget} is more than this GPU's {total / 2**30:.1f} GiB")
     if _device.datasheet_for(target_gpu) is None:
         raise UserError(f"no datasheet entry for --target-gpu {target_gpu!r} (see `gpuspeed doctor` for the table)")
-    if time_budget <= 0:
+    if not time_budget > 0:
         raise UserError("--time-budget must be positive")
+    if bench_budget_s is not None and not bench_budget_s > 0:
+        raise UserError(f"--bench-budget is seconds and must be positive, got {bench_budget_s:g}")
     if rank_by not in ("device", "e2e"):
         raise UserError("--rank-by must be device or e2e")
+    n_jobs = jobs if jobs is not None else (DEFAULT_GPU_JOBS if where == "cuda" else 1)
+    if n_jobs < 1:
+        raise UserError("--jobs must be at least 1")
     wl = W.load(target, func=func, input_specs=inputs, rtol=rtol, atol=atol, scale=scale, gpu=where == "cuda")
     out_dir = Path(out) if out is not None else default_dir(where) / "optimize" / wl.name
     run_file = out_dir / "run.json"
     refs_file = out_dir / "refs.pkl"
-    key = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs, "device": where}
+    key = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs, "device": where,
+           "tolerance": [wl.rtol, wl.atol]}
+    # the file's contents too: a resumed run reuses the references and the rows of the code it was started on
+    source_hash = hashlib.sha256(wl.path.read_bytes()).hexdigest()
     if resume:
         if not run_file.is_file() or not refs_file.is_file():
             raise UserError(f"--resume: no interrupted run in {out_dir} (run.json / refs.pkl missing)")
         saved = json.loads(run_file.read_text())
-        if {k: saved.get(k) for k in key} != key:
+        if saved.get("workload_sha256") not in (None, source_hash) and {k: saved.get(k) for k in key} == key:
+            raise UserError(f"--resume: {wl.path.name} changed since the run in {out_dir} began: its references and "
+                            "results are of the old code (run without --resume)")
+        if {k: saved.get(k) for k in key} != key or saved.get("workload_sha256") is None:
             raise UserError(f"--resume: {out_dir} holds a run of another workload or settings")
         seeds = saved["seeds"]
         refs = W.load_refs(refs_file)
@@ -112,7 +125,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     else:
         seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
         t_ref = time.perf_counter()  # a rough time per call (inputs made too) for planning, not a benchmark
-        refs, mutates, in_place = W.reference(wl, seeds)  # a failing original stops here, before anything is written
+        # a failing original stops here, before anything is written; so do references that would take more than
+        # half the time budget (the original's own timing and every candidate need the rest)
+        refs, mutates, in_place = W.reference(wl, seeds, limit_s=REFERENCE_SHARE * time_budget,
+                                              why=f" ({REFERENCE_SHARE:.0%} of --time-budget {time_budget:g} s)")
         reference_s = (time.perf_counter() - t_ref) / len(seeds)
     wl.in_place = in_place
     check_out_dir(out_dir)
@@ -120,14 +136,14 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         for stale in ("candidates.jsonl", "report.md"):
             (out_dir / stale).unlink(missing_ok=True)
         W.save_refs(refs_file, refs)
-        run_file.write_text(json.dumps(key | {"seeds": seeds, "timing_seed": TIMING_SEED,
+        run_file.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
                                                "original_mutates": mutates, "in_place": in_place,
                                                "reference_s": reference_s}, indent=1))
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
               "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by,
-              "in_place": in_place}
+              "in_place": in_place, "cwd": os.getcwd()}
     run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
     if in_place:
         names = W.param_names(wl, in_place)
@@ -143,9 +159,6 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}
     runner = Runner(out_dir, base_spec, resume=resume)
-    n_jobs = jobs if jobs is not None else (DEFAULT_GPU_JOBS if where == "cuda" else 1)
-    if n_jobs < 1:
-        raise UserError("--jobs must be at least 1")
     params["jobs"] = n_jobs
     # the whole run, report included, ends within --time-budget: candidates start only while time is left and
     # one still running at the deadline is stopped (the original too), however long it waited for the lock; the
@@ -204,6 +217,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                          f"({orig.get('reason')}): no speedups; raise --time-budget")
     elif orig.get("status") != "ok":
         run.notes.append(f"the original failed in its worker: {orig.get('reason')}")
+    if orig.get("nondeterministic"):
+        run.notes.append(f"{orig['nondeterministic']}; no candidate can be checked against outputs the original does "
+                         "not reproduce itself: seed its random numbers (or take a Generator argument) and rerun")
     # budget: a candidate that ran out of memory or over the budget is re-run chunked
     over = [r for r in run.results.values() if r.get("status") in ("oom", "over_budget")]
     if over and remaining() < MIN_LIMIT_S:
@@ -366,7 +382,13 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     tried = [n for n, r in run.results.items() if n != "original" and r.get("status") != "skipped"]
     missing = [r["why"].split(" is not installed")[0] for r in run.plan_rows if r.get("decision") == "skipped" and
                "is not installed" in (r.get("why") or "")]
-    if not tried:
+    out_of_time = [n for n, r in run.results.items() if n != "original" and r.get("status") == "skipped"]
+    if run.results.get("original", {}).get("nondeterministic"):
+        reasons.append("the original is not deterministic: it does not reproduce its own output on the same inputs")
+    if not tried and out_of_time:
+        reasons.append(f"the time budget ran out before any candidate ran ({', '.join(out_of_time)} not started): "
+                       "raise --time-budget")
+    elif not tried:
         why = ["no GPU here"] if run.where != "cuda" else []
         why += [f"not installed: {', '.join(missing)}"] if missing else ["no other backend applies"]
         reasons.append(f"no candidate could run here ({'; '.join(why)})")

@@ -74,6 +74,9 @@ def markdown(run) -> str:
         L.append(f"- Output: `{wl.func}` returns None and writes its result into {param_names(wl, run.params['in_place'])}; "
                  "that is what every candidate is checked on, and the optimized script writes it into your arrays.")
     L.append(f"- Original: {_fmt_t(_t(orig))} per call on the CPU.")
+    if orig.get("nondeterministic"):
+        L.append(f"- **The original is not deterministic**: {orig['nondeterministic']}. No candidate can be checked "
+                 "against it: seed its random numbers (or take a Generator argument) and run again.")
     if ch.get("kept_original"):
         L.append("- Nothing beat the original within the tolerance and the budget: it stays.")
     if prim:
@@ -86,9 +89,13 @@ def markdown(run) -> str:
             L.append(f"- Alternative: {alt} ({a.get('label')}): {_fmt_t(_t(a))}, {_fmt_x(a.get('speedup'))}.")
         if ch.get("over_best_dropin"):
             L.append(f"- Against the best plain drop-in ({ch['best_dropin']}): {ch['over_best_dropin']:.2f}x.")
+        if prim.get("fits_budget") is None:  # a CPU candidate, or no GPU here: no GPU memory held to the budget
+            mem = f"peak host memory {_gib(prim.get('peak_bytes'))} (the GPU budget of {run.params['budget']} applies " \
+                  "to GPU memory, which it does not use)"
+        else:
+            mem = f"peak memory {_gib(prim.get('peak_bytes'))} against a budget of {run.params['budget']} with 15 % headroom"
         L.append(f"- Correct on {len(run.params['seeds'])} fresh seeds: max abs error {prim.get('max_abs_err'):.3g}, "
-                 f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); peak memory "
-                 f"{_gib(prim.get('peak_bytes'))} against a budget of {run.params['budget']} with 15 % headroom.")
+                 f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); {mem}.")
     else:
         L.append("- No candidate passed the correctness check within the budget: keep the original.")
     if ch.get("why_not_2x"):
@@ -292,7 +299,8 @@ def results_doc(run) -> dict:
         "speedup_ci_low": (ch.get("speedup_ci") or [None, None])[0],
         "speedup_ci_high": (ch.get("speedup_ci") or [None, None])[1], "speedup_e2e": ch.get("speedup_e2e"),
         "over_best_dropin": ch.get("over_best_dropin"), "correct": bool(prim),
-        "within_budget": bool(prim) and prim.get("fits_budget") is not False,
+        # a CPU candidate on a GPU machine holds no GPU memory; without a GPU nothing was held against the budget
+        "within_budget": None if not prim or run.where != "cuda" else prim.get("fits_budget") is not False,
         "peak_bytes": prim.get("peak_bytes") if prim else None,
         "max_abs_err": prim.get("max_abs_err") if prim else None,
         "max_rel_err": prim.get("max_rel_err") if prim else None,

@@ -23,6 +23,9 @@ from typing import Callable
 import gpuspeed
 
 WORKER = "gpuspeed.optimize.worker"
+# `python -m` would put the current folder first on sys.path, where a user's profile.py or numpy.py would hide the
+# library gpuspeed imports; last, it still serves imports of the user's own packages from there
+BOOT = f"import runpy, sys; sys.path.append(sys.path.pop(0)); runpy.run_module({WORKER!r}, run_name='__main__')"
 POLL_S = 0.2
 MAX_WAIT_S = 900.0  # a worker waiting for the lock longer than this (a stuck holder) is stopped anyway
 LOCK_ENV = "GPUSPEED_OPTIMIZE_LOCK"  # one lock shared by runs in parallel (benchmarks/optimize.py on several GPUs)
@@ -108,7 +111,7 @@ class Runner:
         if recipe.get("backend") == "jax":  # JAX's own pool hides its arrays from peak_memory; cudaMalloc shows them
             env.setdefault("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
         log = open(log_path, "w")
-        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(spec_path)], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-c", BOOT, str(spec_path)], stdout=log, stderr=subprocess.STDOUT,
                                 env=env, start_new_session=True)
         now = time.perf_counter()  # wall clock of the worker, for its time limit (not a benchmark)
         return _Job(recipe, proc, log, result_path, log_path, max(1.0, limit_s), now, now)
@@ -120,7 +123,8 @@ class Runner:
         _kill_group(job.proc.pid)  # compile helpers the worker left behind (its own process group)
         job.log.close()
         name = job.recipe["name"]
-        row = _read(job.result_path) or {"name": name, "status": "crashed", "stage": job.stage, "notes": []}
+        # no result file: the worker died before it wrote one (an import failed): the branch below says how
+        row = _read(job.result_path) or {"name": name, "status": None, "stage": job.stage, "notes": []}
         if row.get("status") in ("running", None) or timed_out:
             stage = row.get("stage", job.stage)
             if timed_out:
@@ -134,6 +138,7 @@ class Runner:
                 tail = job.log_path.read_text(errors="replace").strip().splitlines()[-3:] if job.log_path.is_file() else []
                 if tail:
                     row["log_tail"] = tail
+                    row["reason"] += f": {tail[-1][:200]}"  # the error's own last line, where the report shows it
         row["wall_s"] = time.perf_counter() - job.started
         row["waited_s"] = job.waited
         row["timeout_s"] = job.limit_s

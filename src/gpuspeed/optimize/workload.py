@@ -10,8 +10,12 @@ before the timing, outputs cast back and kept only within the tolerance, labelle
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import pickle
+import signal
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,7 +170,7 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     rtol = t_rtol if rtol is None else rtol
     atol = t_atol if atol is None else atol
     for label, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and (not isinstance(v, (int, float)) or v < 0):
+        if v is not None and (not isinstance(v, (int, float)) or not 0 <= v < float("inf")):  # NaN and inf too
             raise UserError(f"{label} must be a number >= 0, got {v!r}")
     batch_axis = _batch_axis(path, getattr(module, "BATCH_AXIS", None), args)
     variants = getattr(module, "variants", None) or {}
@@ -226,25 +230,68 @@ def same_inputs(before, after) -> bool:
     return True
 
 
-def reference(wl: Workload, seeds: list[int]) -> tuple[dict, bool, list[int] | None]:
+class _OutOfTime(BaseException):
+    """Raised by the timer inside the original's reference call (a BaseException: the user's code may catch
+    Exception)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Interrupt the code inside after `seconds` of wall time (SIGALRM: the main thread of a POSIX process only;
+    elsewhere nothing is interrupted). Python code stops at once, a long C call when it returns."""
+    usable = (seconds is not None and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def fire(signum, frame):
+        raise _OutOfTime()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why: str = "") -> tuple[dict, bool,
+                                                                                                    list[int] | None]:
     """The original's outputs on each seed's inputs, on the host ({seed: output}); whether the original
     mutates its inputs; and, for an original that returns None and writes its result into its arguments
     (`out=`-style, or a step that updates its state), the positions of those arguments (else None): their
-    values after the call, as a tuple, are then its output. An original that fails is a UserError."""
+    values after the call, as a tuple, are then its output. An original that fails is a UserError, and so are
+    calls that cannot all finish within `limit_s` seconds (`why` says where that limit comes from)."""
+    import copy
+
     from gpuspeed.optimize.backends.common import host_tree
 
     outs, afters = {}, {}
     changed: set[int] = set()
-    for seed in seeds:
+    t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
+    for n, seed in enumerate(seeds):
         args = wl.make_args(seed)
         before = _snapshot(args)
+        left = None if limit_s is None else limit_s - (time.perf_counter() - t0)
         try:
-            out = wl.original(*args)
+            with _time_limit(left):
+                out = wl.original(*args)
+        except _OutOfTime:
+            raise UserError(f"{wl.path.name}: {wl.func} did not finish its reference call {n + 1} of {len(seeds)} "
+                            f"within {limit_s:.3g} s{why}: raise --time-budget, or give it smaller inputs") from None
         except Exception as exc:
             raise UserError(f"{wl.path.name}: {wl.func}{tuple(wl.describe_args(args))} raised "
                             f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        per_call = (time.perf_counter() - t0) / (n + 1)
+        if limit_s is not None and n + 1 < len(seeds) and per_call * len(seeds) > limit_s:
+            raise UserError(f"{wl.path.name}: {wl.func} takes {per_call:.3g} s a call: its {len(seeds)} reference "
+                            f"calls need ~{per_call * len(seeds):.3g} s, past {limit_s:.3g} s{why}: raise "
+                            f"--time-budget (to ~{per_call * len(seeds) * 3.5:.0f} s or more), or give it smaller inputs")
         changed |= {i for i, (a, b) in enumerate(zip(before, args, strict=False)) if not same_inputs((a,), (b,))}
-        outs[seed] = host_tree(out)
+        # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
+        outs[seed] = copy.deepcopy(host_tree(out))
         afters[seed] = args
     in_place = None
     if all(out is None for out in outs.values()):

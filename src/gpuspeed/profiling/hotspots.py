@@ -10,7 +10,6 @@ its dependences between iterations and a verdict (profiling.loops).
 
 from __future__ import annotations
 
-import cProfile
 import gc
 import inspect
 import os
@@ -58,6 +57,9 @@ def _label(key) -> str:
 
 def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
     """One call under cProfile: top functions and the interpreter/library/allocation split of the time."""
+    # imported here, not with gpuspeed: a profile.py in the user's folder (first on sys.path) would break the import
+    import cProfile
+
     prof = cProfile.Profile()
     prof.runcall(fn, *args, **(kwargs or {}))
     stats = _call_tree(pstats.Stats(prof).stats, fn)  # key -> (cc, nc, tottime, cumtime, callers)

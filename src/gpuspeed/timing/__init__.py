@@ -89,14 +89,15 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
-    if rotate < 0:
-        raise UserError("rotate must be >= 0")
+    if not isinstance(rotate, int) or rotate < 0:
+        raise UserError(f"rotate must be a whole number >= 0, got {rotate!r}")
     name = name or getattr(fn, "__name__", "fn")
+    # before the budget's clock starts: finding the device may import torch, seconds in a fresh process
+    gpu_present = _device.resolve_device(device) == "cuda"
     stopper = Stopper(max_noise, min_samples, max_samples, budget_s)
     warmup_s = budget_s * WARMUP_SHARE if warmup_s is None else warmup_s
     argsets = [(args, kwargs)] + [clone_tree((args, kwargs)) for _ in range(max(rotate, 1) - 1)]
 
-    gpu_present = _device.resolve_device(device) == "cuda"
     clock, device_sync = choose_clock(device, mode, gpu_present, (args, kwargs), lambda: fn(*args, **kwargs))
     if clock == "cpu":
         from gpuspeed.timing.cpu import bench_host

@@ -27,16 +27,29 @@ def idle_sync_s(n: int = 21) -> float:
     return float(np.median(times))
 
 
+BATCH_BELOW_S = 20e-6  # a call under this is timed several at a time: the clock and the loop would be much of one
+BATCH_SAMPLE_S = 200e-6  # what such a batch of calls takes
+
+
 def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate: int,
                device_sync: bool = False, flush=False) -> Measurement:
     """Time on the host clock; device_sync brackets every call with device synchronizes (and flushes L2
-    before it when `flush` is set), so whatever GPU work the call launched is inside its time."""
+    before it when `flush` is set), so whatever GPU work the call launched is inside its time. On the bare
+    host clock a call under 20 us is timed in batches of back-to-back calls (a sample is their mean)."""
     position = 0
+    wait = [None]  # whether results hold JAX / CuPy arrays to wait for: settled by the first call's result
 
-    def one() -> float:
+    def call():
         nonlocal position
         args, kwargs = argsets[position % len(argsets)]
         position += 1
+        out = fn(*args, **kwargs)
+        if wait[0] is None:
+            wait[0] = gpu.needs_wait(out)  # a walk over every leaf, made once: not in each sample's time
+        if wait[0]:
+            gpu.block_until_ready(out)
+
+    def one() -> float:
         if device_sync:
             if callable(flush):
                 flush()
@@ -44,16 +57,42 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
                 gpu.flush_l2()
             gpu.synchronize()  # nothing queued earlier runs inside this call's time
         t = time.perf_counter()
-        gpu.block_until_ready(fn(*args, **kwargs))
+        call()
         if device_sync:
             gpu.synchronize()
         return time.perf_counter() - t
 
-    _, n_warm, settled = settle(one, warmup_s)
+    typical, n_warm, settled = settle(one, warmup_s)
+    per_sample = 1
+    if not device_sync and typical < BATCH_BELOW_S:
+        per_sample = int(min(10_000, max(2, BATCH_SAMPLE_S // max(typical, 1e-8))))
+
+    # the argument sets of one batch, in rotation order: the timed loop does nothing but call
+    plan = [argsets[i % len(argsets)] for i in range(per_sample)] if per_sample > 1 else []
+    any_kwargs = any(kw for _, kw in argsets)
+
+    def batch() -> float:
+        block = gpu.block_until_ready if wait[0] else None
+        t = time.perf_counter()
+        if block is None and not any_kwargs:
+            for args, _ in plan:
+                fn(*args)  # an empty **{} alone would add ~100 ns a call
+        elif block is None:
+            for args, kwargs in plan:
+                fn(*args, **kwargs)
+        else:
+            for args, kwargs in plan:
+                block(fn(*args, **kwargs))
+        return (time.perf_counter() - t) / per_sample
+
+    sample = one if per_sample == 1 else batch
     samples: list[float] = []
     while not stopper.done(samples):
-        samples.append(one())
+        samples.append(sample())
     notes = [stopper.reason, f"warm-up: {n_warm} calls" + ("" if settled else ", did not settle")]
+    if per_sample > 1:
+        notes.append(f"each sample is the mean of {per_sample} back-to-back calls: one takes ~{typical * 1e6:.2g} us, "
+                     "where the clock's own cost would be much of a single call's time")
     flush_l2, flush_done = False, "none"
     if device_sync:
         notes.append(f"host clock with a device synchronize before and after each call: host data in and out, "

@@ -3,6 +3,8 @@ results, CUDA event pairs, and the one CUDA-graph primitive (graphs.capture() bu
 
 from __future__ import annotations
 
+import itertools
+
 from typing import Any, Callable
 
 from gpuspeed import device as _device
@@ -71,6 +73,12 @@ def hold_gpu(seconds: float) -> None:
         torch.cuda.synchronize()
         _spin_rate[idx] = 10_000_000 / (start.elapsed_time(end) * 1e-3)
     torch.cuda._sleep(int(seconds * _spin_rate[idx]))
+
+
+def needs_wait(obj) -> bool:
+    """Whether block_until_ready(obj) has anything to wait for (a JAX or CuPy array among its first 256 leaves:
+    a long list of Python numbers is not walked to its end)."""
+    return any(trees.module_of(x) in ("jax", "jaxlib", "cupy") for x in itertools.islice(trees.leaves(obj), 256))
 
 
 def block_until_ready(obj) -> None:

@@ -29,8 +29,8 @@ class Stopper:
             raise UserError(f"max_noise must be in (0, 1), got {max_noise}")
         if min_samples < 3 or max_samples < min_samples:
             raise UserError("need 3 <= min_samples <= max_samples")
-        if budget_s <= 0:
-            raise UserError("budget_s must be positive")
+        if not budget_s > 0:  # NaN too
+            raise UserError(f"budget_s must be positive, got {budget_s}")
         self.max_noise, self.min_samples, self.max_samples, self.budget_s = (
             max_noise, min_samples, max_samples, budget_s)
         self.clock = clock
