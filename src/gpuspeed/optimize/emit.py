@@ -156,8 +156,8 @@ def load_workload(unique=""):
     try:
         spec.loader.exec_module(module)
     except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
-        sys.exit(f"{{WORKLOAD_FILE}} imports {{exc.name}}, which is neither installed here nor beside the workload "
-                 f"file or in {{IMPORT_ROOT}}")
+        sys.exit(f"{{WORKLOAD_FILE}} imports {{exc.name}}, which is not installed here (nor beside the workload file, "
+                 f"nor in {{IMPORT_ROOT}})")
     return module
 
 
