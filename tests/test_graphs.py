@@ -260,3 +260,20 @@ def test_default_variants_change_values_and_first_dims_keep_structure():
     assert [c[0].shape[0] for c in calls] == [4, 8, 12] and [c[1][0] for c in calls] == [3, 4, 5]
     assert [c[1][1]["mask"].shape[0] for c in calls] == [2, 4, 6] and all(c[2] == 1.5 for c in calls)
     assert not torch.equal(calls[0][0], args[0])  # fresh values, same shape
+
+
+def _matmul(a, b):
+    return a @ b
+
+
+def _no_inputs():
+    return torch.ones(3) * 2
+
+
+def test_explain_counts_no_recompile_of_a_call_the_function_refused_nor_calls_without_inputs():
+    exp = graphs.explain(_matmul, torch.randn(4, 8), torch.randn(8, 4))  # doubled first dims: a @ b refuses them
+    assert exp.recompiles == 0 and exp.calls == 2, exp  # the two that ran: the first call and fresh values
+    assert sum("failed" in n for n in exp.notes) == 2
+    none = graphs.explain(_no_inputs)
+    assert none.calls == 1 and none.recompiles == 0 and any("no inputs to change" in n for n in none.notes)
+    assert graphs.explain(torch.nn.Linear(4, 4), torch.randn(2, 4)).function == "Linear"  # a module: its class

@@ -675,3 +675,18 @@ def test_cli_bad_out_fails_before_any_work(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("gpuspeed.kernel.target.load_target", lambda *_: pytest.fail("work started before --out"))
     assert main(["kernel", "tests/test_kernel_report.py:add_launcher", "--out", str(taken)]) == 2
     assert "gpuspeed: error: --out" in capsys.readouterr().err
+
+
+def test_an_in_place_launcher_writing_one_argument_is_checked_against_one_array():
+    from gpuspeed import kernel_report
+
+    def add_into_x(x, y):  # the result lands in x
+        o, _ = add_launcher(x, y)
+        x.copy_(o)
+
+    rng = np.random.default_rng(7)
+    x, y = (torch.from_numpy(rng.standard_normal(N).astype(np.float32)) for _ in range(2))
+    want = x.double() + y.double()
+    rep = kernel_report(add_into_x, x.clone(), y, device="cpu", expected=want, in_place=[0])
+    assert rep.check["passed"], rep.check["summary"]
+    assert not kernel_report(add_into_x, x.clone(), y, device="cpu", expected=want + 1, in_place=[0]).check["passed"]

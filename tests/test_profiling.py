@@ -194,3 +194,38 @@ def test_line_times_follow_the_profiled_function_when_its_file_was_loaded_twice(
     fns = [f for f in res["lines"]["functions"] if f["function"] == "original"]
     assert fns and any(ln["hits"] > 1000 for ln in fns[0]["lines"]), res["lines"]
     assert res["hot_loops"] and res["hot_loops"][0]["share"] > 0.3, res["hot_loops"]
+
+
+def test_vectorized_code_is_library_bound_and_a_python_loop_interpreter_bound(tmp_path):
+    """cProfile books an array operator (x * 2.0: no Python call) on the line that uses it: the line times move
+    that time to the library, so whole-array code does not read as interpreter-bound."""
+    import importlib.util
+
+    src = tmp_path / "vec_or_loop.py"
+    src.write_text("def vectorized(x):\n    y = x * 2.0 + 1.0\n    return (y * y).sum()\n\n\n"
+                   "def python_loop(n):\n    s = 0\n    for i in range(n):\n        s += i * i\n    return s\n")
+    spec = importlib.util.spec_from_file_location("vec_or_loop", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import torch
+
+    vec = profile(mod.vectorized, torch.randn(4_000_000), steps=1, warmup=0, device="cpu").summary()
+    assert vec["python_verdict"].startswith("library-bound"), vec
+    loop = profile(mod.python_loop, 100_000, steps=1, warmup=0, device="cpu").summary()
+    assert loop["python_verdict"].startswith("interpreter-bound"), loop
+
+
+@pytest.mark.parametrize("bad", [dict(steps=1.5), dict(steps=True), dict(warmup=-1), dict(steps=0)])
+def test_profile_refuses_steps_that_are_not_whole_numbers(bad):
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError, match="whole numbers"):
+        profile(lambda: None, device="cpu", hotspots=False, **bad)
+
+
+def test_a_trace_path_without_gz_is_written_under_a_name_that_says_gzip(tmp_path):
+    res = profile(lambda: sum(range(10)), steps=1, warmup=0, device="cpu", hotspots=False,
+                  trace_path=tmp_path / "t.json")
+    assert res.trace_path.endswith("t.json.gz")
+    with gzip.open(res.trace_path) as f:
+        json.load(f)

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from gpuspeed.errors import UserError
 from gpuspeed.roofline import model
 from gpuspeed.roofline.ceilings import Ceiling, Ceilings
 from gpuspeed.roofline.place import count_flops, default_unit, locate, min_bytes, place
@@ -231,3 +232,13 @@ def test_plot_labels_a_point_above_its_roof_and_keeps_labels_apart():
         assert "hollow: above its roof (labelled why)" in [t.get_text() for t in fig.axes[0].get_legend().texts]
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("flops, nbytes, time_s", [(float("nan"), 100, 1e-3), (float("inf"), 100, 1e-3), (-1.0, 100, 1e-3),
+                                                    (1e6, 100, 0.0), (1e6, 100, -1e-3), (1e6, 100, float("nan")),
+                                                    (1e6, 0, 1e-3)])
+def test_locate_refuses_values_that_are_not_positive_and_finite(flops, nbytes, time_s):
+    c = Ceilings("cpu", "x", [Ceiling(name="read", kind="memory", value=30.0),
+                              Ceiling(name="fp32", kind="compute", value=0.16)])
+    with pytest.raises(UserError, match="must be"):
+        locate("k", flops, nbytes, time_s, c, "fp32")

@@ -273,3 +273,9 @@ def test_an_inf_or_nan_the_reference_lacks_fails_whatever_the_tolerance():
     for bad in (dict(rtol=math.nan), dict(atol=math.nan), dict(rtol=-1.0)):
         with pytest.raises(UserError, match="must be >= 0"):
             check(1.0, 1.0, **bad)
+
+
+def test_exact_comparisons_report_their_relative_l2_error():
+    res = check(np.array([1, 2]), np.array([1, 30]))
+    assert not res.passed and res.rel_l2_err == pytest.approx(28 / math.hypot(1, 30)) and "rel L2 0.933" in res.summary
+    assert check(np.array([1, 2]), np.array([1, 2])).rel_l2_err == 0.0

@@ -141,7 +141,7 @@ def resolve_device(device: str = "auto") -> str:
     if device == "auto":
         return "cuda" if cuda_available() else "cpu"
     if device == "cuda" and not cuda_available():
-        raise UserError("--device cuda asked for, but no CUDA device is usable here (see `gpuspeed doctor`)")
+        raise UserError("device 'cuda' asked for, but no CUDA device is usable here (see `gpuspeed doctor`)")
     return device
 
 

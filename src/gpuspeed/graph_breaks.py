@@ -177,7 +177,7 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
 
     if not callable(fn):
         raise UserError(f"explain() needs a callable, got {type(fn).__name__}")
-    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
+    name = trees.callable_name(fn, qualified=True)
     code = getattr(fn, "__code__", None)
     fn_file = os.path.abspath(code.co_filename) if code else None
     notes: list[str] = []
@@ -201,24 +201,31 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
         dynamo.reset()
         log.messages.clear()
         compiled = torch.compile(fn, backend=counting)
+        if variants is None and not trees.flatten((tuple(args), kwargs))[0]:
+            variants = []  # no inputs to change: the one call is all there is
+            notes.append("no inputs to change: recompiles are not counted")
         calls = [tuple(args)] + list(variants if variants is not None else default_variants(tuple(args)))
-        first = None
         made = 0
+        recompile_msgs: list[str] = []
+        counted = 0  # compiles after the first call, from the calls that ran (when dynamo logs no recompiles)
         for i, a in enumerate(calls):
+            seen, before = len(log.messages), compiles[0]
             try:
                 compiled(*a, **kwargs)
                 made += 1
             except Exception as exc:  # a variant the function does not accept: say so, go on
                 notes.append(f"call {i} with changed inputs failed: {graphs._first_line(exc)}")
-            if i == 0:
-                first = compiles[0]
-        recompile_msgs = [m for m in log.messages if m.startswith("Recompiling")]
+                continue  # its recompile is of inputs the function refuses: not counted
+            if i > 0:
+                recompile_msgs += [m for m in log.messages[seen:] if m.startswith("Recompiling")]
+                counted += compiles[0] - before
         reasons = []
         for m in recompile_msgs:
             reason = _recompile_reason(m)
             if reason not in reasons:
                 reasons.append(reason)
-        recompiles = len(recompile_msgs) if recompile_msgs else max(0, compiles[0] - (first or 0))
+        logged = any(m.startswith("Recompiling") for m in log.messages)
+        recompiles = len(recompile_msgs) if logged else counted
 
         fullgraph_ok, fullgraph_error = True, None
         if check_fullgraph:

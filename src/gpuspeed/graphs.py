@@ -225,7 +225,7 @@ class Graphed:
                 "mode": self.mode}
 
     def __repr__(self) -> str:
-        name = getattr(self.fn, "__name__", "fn")
+        name = trees.callable_name(self.fn)
         return f"Graphed({name}, mode={self.mode}, graphs={len(self._cache)}, captures={self.captures})"
 
     # -- internals ----------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ class Graphed:
             torch.cuda.set_stream(stream)
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()
-        name = getattr(self.fn, "__name__", "fn")
+        name = trees.callable_name(self.fn)
         if tracker.failed is None:
             return CaptureError(f"capture({name}) failed: {cause}")
         op, kind, where = tracker.failed

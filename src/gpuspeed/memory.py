@@ -279,7 +279,8 @@ def _peak_host(fn, args, kwargs) -> MemoryReport:
     traced = max(traced_peak - base, 0)
     rss_delta = max(rss_peak - rss0, 0) if rss_peak is not None else 0
     notes = ["no GPU: host memory of the call (Python/NumPy allocations via tracemalloc, and the "
-             "process RSS sampled every ~0.5 ms; torch CPU tensors show only in RSS)"]
+             "process RSS sampled every ~0.5 ms; torch CPU tensors show only in RSS, and not where torch reuses "
+             "host memory it already holds: a repeated measurement of torch CPU code can read low)"]
     peak = int(max(traced, rss_delta))
     return MemoryReport(device="cpu", peak_bytes=peak, host_peak_bytes=peak,
                         total_bytes=_device.get_device("cpu").mem_bytes, peak_source="host", notes=notes)

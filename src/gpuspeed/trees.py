@@ -255,3 +255,16 @@ def _clone_cupy(members: list) -> list:
 
 
 _CLONERS = {"torch": _clone_torch, "numpy": _clone_numpy, "cupy": _clone_cupy}
+
+
+def callable_name(fn, default: str = "fn", qualified: bool = False) -> str:
+    """A readable name for what a user passed: a function's (its __qualname__ when qualified), a functools.partial's
+    function's, a module's or other callable object's class name."""
+    import functools
+
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = (getattr(fn, "__qualname__", None) if qualified else None) or getattr(fn, "__name__", None)
+    if name is None and callable(fn):
+        name = type(fn).__name__
+    return name or default

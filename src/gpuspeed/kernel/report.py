@@ -305,9 +305,10 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     arguments, their positions: `expected` is then what they hold after one call on fresh copies of the args.
     """
     from gpuspeed.device import resolve_device
+    from gpuspeed.trees import callable_name
 
     kwargs = kwargs or {}
-    name = name or getattr(fn, "__name__", "kernel")
+    name = name or callable_name(fn, "kernel")
     gpu = resolve_device(device) == "cuda"
     notes: list[str] = []
     if in_place and expected is not None:
@@ -338,6 +339,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
             fn(*fresh, **kwargs)
             _sync(gpu)
             out = tuple(fresh[i] for i in in_place)
+            if len(out) == 1 and not isinstance(expected, (tuple, list)):
+                out = out[0]  # one argument written, one array expected: compared as they are
 
         res = check(out, expected, rtol=rtol, atol=atol)
         checked = {"passed": bool(res.passed), "summary": res.summary, "rtol": rtol, "atol": atol, "against": against}

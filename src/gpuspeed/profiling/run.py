@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gpuspeed import device as _device
+from gpuspeed import device as _device, trees
 from gpuspeed.errors import UserError
 from gpuspeed.profiling import advice, hotspots as _hotspots, sites as _sites
 from gpuspeed.profiling.trace import STEP_PREFIX, TraceAnalysis
@@ -165,11 +165,13 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     kwargs = kwargs or {}
     if not callable(fn):
         raise UserError(f"profile() needs a callable, got {type(fn).__name__}")
-    if steps < 1 or warmup < 0:
-        raise UserError("profile() needs steps >= 1 and warmup >= 0")
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup))
+    if not whole or steps < 1 or warmup < 0:
+        raise UserError(f"profile() needs whole numbers steps >= 1 and warmup >= 0, got steps={steps!r}, "
+                        f"warmup={warmup!r}")
     where = _device.resolve_device(device)
     on_gpu = where == "cuda"
-    name = name or getattr(fn, "__name__", "fn")
+    name = name or trees.callable_name(fn)
     notes = []
     if not on_gpu:
         notes.append("no CUDA device: host-side findings only (syncs are the calls that would block on a GPU "
@@ -178,6 +180,9 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
         fn(*args, **kwargs)
     _sync(on_gpu)
     path = Path(trace_path) if trace_path else None
+    if path is not None and not path.name.endswith(".gz"):  # what is written is gzipped: the name says so
+        path = path.with_name(path.name + ".gz")
+        notes.append(f"the trace is gzipped: written to {path.name}")
     trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=path)
     notes += more
     sites = _sites.record_sites(fn, args, kwargs)

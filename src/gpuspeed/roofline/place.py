@@ -93,6 +93,11 @@ ABOVE_ROOF = {"memory": "above roof: cache-resident data (the working set sat in
 
 def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilings, unit: str) -> dict:
     """The roofline numbers of one measured point (shared by place() and the tests)."""
+    if not 0 <= flops < math.inf:  # NaN too; 0 is a copy's (no flops: it sits on the memory roof)
+        raise UserError(f"{name}: flops must be finite and >= 0, got {flops}")
+    for what, v in (("bytes", nbytes), ("time", time_s)):
+        if not 0 < v < math.inf:
+            raise UserError(f"{name}: {what} must be positive and finite, got {v}")
     ai = model.intensity(flops, nbytes)
     cname, peak_T = ceilings.compute_TFLOPs(unit)
     bw = ceilings.mem_roof_GBps()
@@ -118,7 +123,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     the dtypes, see default_unit). bench_kwargs go to gpuspeed.timing.bench.
     """
     kwargs = kwargs or {}
-    name = name or getattr(fn, "__name__", "fn")
+    name = name or trees.callable_name(fn)
     source = "given"
     if flops is None:
         flops, out = count_flops(fn, *args, kwargs=kwargs)
@@ -128,8 +133,10 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
                             "only); pass flops=")
     else:
         out = fn(*args, **kwargs)
-    if flops <= 0:
-        raise UserError(f"{name}: flops must be positive")
+    if not 0 < flops < math.inf:  # NaN too
+        raise UserError(f"{name}: flops must be positive and finite, got {flops}")
+    if bytes is not None and not 0 < bytes < math.inf:
+        raise UserError(f"{name}: bytes must be positive and finite, got {bytes}")
     nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")

@@ -91,7 +91,7 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
     if not isinstance(rotate, int) or rotate < 0:
         raise UserError(f"rotate must be a whole number >= 0, got {rotate!r}")
-    name = name or getattr(fn, "__name__", "fn")
+    name = name or trees.callable_name(fn)
     # before the budget's clock starts: finding the device may import torch, seconds in a fresh process
     gpu_present = _device.resolve_device(device) == "cuda"
     stopper = Stopper(max_noise, min_samples, max_samples, budget_s)
