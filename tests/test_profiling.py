@@ -193,7 +193,8 @@ def test_line_times_follow_the_profiled_function_when_its_file_was_loaded_twice(
     res = hotspots.analyze(real.original, (20000,))
     fns = [f for f in res["lines"]["functions"] if f["function"] == "original"]
     assert fns and any(ln["hits"] > 1000 for ln in fns[0]["lines"]), res["lines"]
-    assert res["hot_loops"] and res["hot_loops"][0]["share"] > 0.3, res["hot_loops"]
+    # found hot (hot_loops holds loops past HOT_SHARE); its exact share is wall-clock time, noisy on a loaded machine
+    assert res["hot_loops"] and res["hot_loops"][0]["line"] == 3, res["hot_loops"]
 
 
 def test_vectorized_code_is_library_bound_and_a_python_loop_interpreter_bound(tmp_path):
