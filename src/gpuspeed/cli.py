@@ -167,8 +167,6 @@ def _debug_first(args: list[str]) -> list[str]:
     if args[at] == "profile":
         stop = next((i for i, a in enumerate(tail) if a == "--" or a.endswith(".py") and not a.startswith("-")),
                     len(tail))
-        if stop < len(tail) and tail[stop] == "--":
-            stop = len(tail[:stop])
         own, theirs = tail[:stop], tail[stop:]
     else:
         own, theirs = tail, []
