@@ -130,6 +130,26 @@ def test_demoted_namespace_and_rebind():
     assert m.f(1.0).dtype == np.float32
 
 
+def test_rebind_keeps_numpy_host_settings_for_a_library_without_them():
+    """CuPy and jax.numpy have no errstate/seterr: user code that sets them must run there unchanged."""
+    import types
+
+    xp = types.ModuleType("fakexp")  # an array module with NumPy's functions but none of its settings
+    xp.log, xp.where, xp.asarray = np.log, np.where, np.asarray
+    m = types.ModuleType("m2")
+    exec("import numpy as np\ndef f(x):\n    with np.errstate(divide='ignore'):\n"
+         "        return np.where(x > 0, np.log(x), 0.0)\n", m.__dict__)
+    rebind(m, xp)
+    assert m.np is not xp and m.np.log is np.log and m.np.errstate is np.errstate
+    assert m.f(np.array([0.0, np.e])).tolist() == [0.0, 1.0]
+    with pytest.raises(AttributeError):
+        getattr(m.np, "polyfit")  # noqa: B009 - only the host settings fall back to NumPy, never an array function
+    m = types.ModuleType("m3")
+    exec("import numpy\n", m.__dict__)
+    rebind(m, np)
+    assert m.numpy is np  # NumPy itself is bound as is
+
+
 def test_chunked_matches_whole_and_axis_proposal(tmp_path):
     p = _write(tmp_path, """
         import numpy as np

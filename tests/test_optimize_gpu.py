@@ -255,3 +255,37 @@ def test_in_place_code_on_the_gpu(tmp_path, source, name, backends, must_pass):
     if run.choice["primary"] != "original":
         assert "original on the CPU" not in r.stdout.splitlines()[0]  # it ran the GPU path
     print(name, statuses, r.stdout)
+
+
+SAFE_LOG = '''
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-6, atol=1e-9)
+
+
+def original(x):
+    """log|x| with log(0) -> 0, silenced as NumPy users write it."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log(np.abs(x))
+    return np.where(np.isfinite(y), y, 0.0)
+
+
+def inputs(rng):
+    x = rng.standard_normal(1 << 20)
+    x[::7] = 0.0
+    return (x,)
+'''
+
+
+def test_numpy_errstate_runs_on_cupy_and_jax(tmp_path):
+    """CuPy and jax.numpy have no errstate: the drop-ins answer it with NumPy's, so such code still runs."""
+    p = tmp_path / "safe_log.py"
+    p.write_text(textwrap.dedent(SAFE_LOG))
+    run = optimize(p, device="cuda", out=tmp_path / "out", backends=["cupy", "jax"], time_budget=300,
+                   bench_budget_s=0.3)
+    statuses = {n: (r["status"], r.get("reason")) for n, r in run.results.items()}
+    want = (["cupy"] if HAS_CUPY else []) + (["jax"] if importlib.util.find_spec("jax") else [])
+    assert want, "needs CuPy or JAX"
+    for n in want:
+        assert run.results[n]["status"] == "ok", (n, statuses)
+    print(statuses)

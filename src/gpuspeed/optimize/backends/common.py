@@ -109,6 +109,31 @@ class Demoted:
         return attr
 
 
+# NumPy's host-side settings (floating-point warnings, printing), which CuPy and jax.numpy lack: a GPU
+# library raises no floating-point warnings, so under one of them `with np.errstate(...)` changes nothing
+_HOST_SETTINGS = ("errstate", "seterr", "geterr", "seterrcall", "geterrcall", "printoptions",
+                  "set_printoptions", "get_printoptions")
+
+
+class WithHostSettings:
+    """An array module (CuPy, jax.numpy) that also answers NumPy's host-only settings (`np.errstate`,
+    `np.seterr`, ...) with NumPy's own, so user code that sets them runs on it unchanged."""
+
+    def __init__(self, xp):
+        self._xp = xp
+        self.__name__ = getattr(xp, "__name__", "xp")
+
+    def __getattr__(self, name):
+        try:
+            attr = getattr(self._xp, name)
+        except AttributeError:
+            if name not in _HOST_SETTINGS:
+                raise
+            attr = getattr(np, name)
+        setattr(self, name, attr)  # later look-ups of the name skip __getattr__
+        return attr
+
+
 def _demoting(fn):
     def make(*args, **kwargs):
         dt = kwargs.get("dtype")
@@ -149,7 +174,8 @@ def rebind(module, xp, scipy_prefix=None, demote=False) -> list:
     array library `xp`, and its SciPy names at `scipy_prefix` ('cupyx.scipy', 'jax.scipy') where a
     counterpart exists. Functions read globals at call time, so the module's code now runs on xp.
     Returns notes on names left pointing at NumPy/SciPy (no counterpart)."""
-    target = Demoted(xp) if demote else xp
+    target = xp if all(hasattr(xp, n) for n in _HOST_SETTINGS) else WithHostSettings(xp)
+    target = Demoted(target) if demote else target
     notes = []
     for key, val in list(vars(module).items()):
         if isinstance(val, types.ModuleType):
