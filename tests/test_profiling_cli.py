@@ -200,3 +200,16 @@ def test_debug_written_after_the_command_is_gpuspeeds(capsys):
         main(["bench", "--device", "gpu", "--debug"])
     assert main(["bench", "--device", "gpu"]) == 2
     assert "unknown device 'gpu'" in capsys.readouterr().err
+
+
+def test_python_m_from_a_folder_with_a_profile_py(tmp_path):
+    """`python -m gpuspeed` puts the current folder first on sys.path; a user's profile.py there must not
+    replace the standard library's for gpuspeed (cProfile imports `profile`)."""
+    import subprocess
+
+    (tmp_path / "profile.py").write_text("raise SystemExit('the user profile.py was imported')\n")
+    (tmp_path / "s.py").write_text("total = sum(range(1000))\n")
+    proc = subprocess.run([sys.executable, "-m", "gpuspeed", "profile", "s.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ran s.py" in proc.stdout + proc.stderr

@@ -1,7 +1,13 @@
 """`python -m gpuspeed`: the same command line as `gpuspeed`."""
 
+import os
 import sys
 
-from gpuspeed.cli import main
+# `-m` puts the current folder first on sys.path, where a user's profile.py or inspect.py would shadow the
+# standard library for gpuspeed itself; the `gpuspeed` entry point has no such entry. Keep the folder, last.
+if sys.path and sys.path[0] in ("", os.getcwd()):
+    sys.path.append(sys.path.pop(0))
+
+from gpuspeed.cli import main  # noqa: E402
 
 sys.exit(main())
