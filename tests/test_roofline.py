@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,6 +67,13 @@ def test_flop_and_byte_counting_of_known_ops():
     assert min_bytes((a, b), out) == 4 * (64 * 32 + 32 * 48 + 64 * 48)
     x = torch.randn(1000)
     assert min_bytes((x, x), x + x) == 2 * 4000  # the same tensor twice is read once
+    m = torch.randn(512, 512)
+    assert min_bytes((m, m.T), m @ m.T) == 2 * m.numel() * 4  # a transposed view is the same memory
+    assert min_bytes((x.expand(1000, 1000),), None) == 4000  # a broadcast view reads its 1000 floats
+    g = np.random.default_rng(0).standard_normal((100, 100))
+    assert min_bytes((g, g[:, ::2], g[::-1]), None) == g.nbytes  # NumPy views, negative strides too
+    assert min_bytes((g[:, ::10],), None) == g[:, ::10].nbytes  # a sparse strided view: its elements only
+    assert min_bytes((g[:50], g[50:]), None) == g.nbytes and min_bytes((g[:0],), None) == 0
     flops, _ = count_flops(torch.add, x, x)
     assert flops == 0  # elementwise: FlopCounterMode counts none, callers give them
     q = torch.randn(1, 2, 16, 8)
@@ -86,6 +94,14 @@ def test_place_on_cpu_measures_and_refuses_uncounted():
 
     with pytest.raises(UserError):
         place(torch.add, a, b, ceilings=c)
+    # given FLOPs keep the unit of what the call is: a bf16 matmul is held to bf16, float64 NumPy to fp64
+    ab = a.bfloat16()
+    kw = dict(ceilings=c, budget_s=0.05, warmup_s=0.01, device="cpu")
+    assert place(torch.mm, ab, ab, flops=2 * 128**3, **kw).unit == "bf16"
+    assert place(torch.mm, ab, ab, **kw).unit == "bf16"
+    x = np.random.default_rng(0).standard_normal(1000)
+    q = place(np.sin, x, flops=1000, **kw)
+    assert q.unit == "fp64" and q.flops_source == "given"
 
 
 def test_sweep_intensities():

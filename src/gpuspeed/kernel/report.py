@@ -366,13 +366,13 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         m = bench(fn, *args, kwargs=kwargs, name=name, **kw)
         time_s, rel_iqr = m.median, m.rel_iqr
         notes += list(m.notes)
-        counted = False
-        if flops is None:
-            try:
-                flops, _ = count_flops(fn, *args, kwargs=kwargs)
-                counted = bool(flops)
-            except Exception:  # not a torch launcher: no count
-                flops = 0
+        # counted even when given: FLOPs that FlopCounterMode sees are matmul-like (the tensor-core unit)
+        try:
+            n_counted, _ = count_flops(fn, *args, kwargs=kwargs)
+        except Exception:  # not a torch launcher: no count
+            n_counted = 0
+        counted, given = n_counted > 0, flops is not None
+        flops = flops if given else n_counted
         nbytes, moved = call_bytes(bytes, min_bytes((args, kwargs), out) or
                                    trees.nbytes((args, kwargs)) + trees.nbytes(out), cap.launches)
         if nbytes > 0:
@@ -380,7 +380,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
             place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil),
                               unit or default_unit((args, kwargs), counted))
             place["bytes_source"] = moved
-            if counted:
+            if counted and not given:
                 place["flops_source"] = "counted by FlopCounterMode"
         else:
             notes.append("no array bytes found in the arguments or the output: pass bytes= to place it on the roofline")

@@ -12,6 +12,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.roofline import model
@@ -19,19 +21,61 @@ from gpuspeed.roofline.ceilings import Ceilings
 from gpuspeed.timing import bench
 
 
-def _tensors(obj) -> list:
-    return [x for x in trees.leaves(obj) if trees.module_of(x) == "torch" and hasattr(x, "untyped_storage")]
+def _extent(x) -> tuple | None:
+    """(memory space, lowest address, one past the highest, bytes of its elements) of a torch, NumPy or
+    CUDA-array-interface array (CuPy, Numba); None for anything else or an empty array."""
+    try:
+        mod = trees.module_of(x)
+        if mod == "torch" and hasattr(x, "untyped_storage"):
+            if not x.numel():
+                return None
+            size = x.element_size()
+            span = sum((n - 1) * abs(st) for n, st in zip(x.shape, x.stride(), strict=True)) * size + size
+            low = x.data_ptr() - sum((n - 1) * -st for n, st in zip(x.shape, x.stride(), strict=True) if st < 0) * size
+            return str(x.device), low, low + span, x.numel() * size
+        if mod == "numpy" and isinstance(x, np.ndarray):
+            if not x.size:
+                return None
+            low, high = getattr(np.lib, "array_utils", np).byte_bounds(x)
+            return "cpu", low, high, x.nbytes
+        cai = getattr(x, "__cuda_array_interface__", None)
+        if cai:
+            shape, item = tuple(cai["shape"]), np.dtype(cai["typestr"]).itemsize
+            n = math.prod(shape)
+            if not n:
+                return None
+            strides = cai.get("strides") or tuple(item * math.prod(shape[i + 1:]) for i in range(len(shape)))
+            ptr = cai["data"][0]
+            low = ptr + sum((k - 1) * st for k, st in zip(shape, strides, strict=True) if st < 0)
+            span = sum((k - 1) * abs(st) for k, st in zip(shape, strides, strict=True)) + item
+            return "cuda", low, low + span, n * item
+    except (RuntimeError, TypeError, ValueError, AttributeError):  # sparse, meta, fake: no address
+        return None
+    return None
+
+
+def _distinct_bytes(obj) -> int:
+    """Bytes of the arrays in obj with memory shared between views counted once: overlapping address ranges
+    merge, and each merged range counts at most the bytes of its views' elements (a strided view that
+    touches every 100th element is not charged the whole range)."""
+    spans = sorted(e for e in map(_extent, trees.leaves(obj)) if e is not None)
+    total, cur = 0, None
+    for space, low, high, nbytes in spans:
+        if cur and cur[0] == space and low < cur[2]:
+            cur = [space, cur[1], max(cur[2], high), cur[3] + nbytes]
+            continue
+        if cur:
+            total += min(cur[2] - cur[1], cur[3])
+        cur = [space, low, high, nbytes]
+    if cur:
+        total += min(cur[2] - cur[1], cur[3])
+    return total
 
 
 def min_bytes(args: Any, out: Any) -> int:
-    """Minimum traffic: each distinct input tensor read once plus each output tensor written once."""
-    seen, total = set(), 0
-    for t in _tensors(args):
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
-        if key not in seen:
-            seen.add(key)
-            total += t.numel() * t.element_size()
-    return total + sum(t.numel() * t.element_size() for t in _tensors(out))
+    """Minimum traffic: the memory of the input arrays read once (views of the same memory counted once)
+    plus the output arrays written once. Torch, NumPy and CUDA-array-interface arrays (CuPy, Numba)."""
+    return _distinct_bytes(args) + _distinct_bytes(out)
 
 
 def count_flops(fn: Callable, *args, kwargs: dict | None = None) -> tuple[int, Any]:
@@ -44,16 +88,18 @@ def count_flops(fn: Callable, *args, kwargs: dict | None = None) -> tuple[int, A
 
 
 def default_unit(args: Any, counted: bool) -> str:
-    """The compute ceiling a function is held to: tensor-core unit for counted (matmul-like) torch ops on
-    16-bit or TF32 data, else the CUDA-core unit of its dtype (fp32, or fp64)."""
+    """The compute ceiling a function is held to: tensor-core unit for matmul-like torch ops (those
+    FlopCounterMode counts: matmul, conv, attention) on 16-bit or TF32 data, else the CUDA-core unit of its
+    dtype (fp32, or fp64 for float64 torch or NumPy arrays)."""
     import torch
 
-    dts = {t.dtype for t in _tensors(args) if t.is_floating_point()}
-    if torch.float64 in dts:
+    dts = {str(x.dtype).removeprefix("torch.") for x in trees.leaves(args)
+           if trees.module_of(x) in ("torch", "numpy") and hasattr(x, "dtype")}
+    if "float64" in dts:
         return "fp64"
     if not counted:
         return "fp32"
-    for dt, unit in ((torch.float8_e4m3fn, "fp8"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+    for dt, unit in (("float8_e4m3fn", "fp8"), ("bfloat16", "bf16"), ("float16", "fp16")):
         if dt in dts:
             return unit
     return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
@@ -124,15 +170,14 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     """
     kwargs = kwargs or {}
     name = name or trees.callable_name(fn)
+    # counted even when given: FLOPs that FlopCounterMode sees are matmul-like, held to the tensor-core unit
+    counted, out = count_flops(fn, *args, kwargs=kwargs)
     source = "given"
     if flops is None:
-        flops, out = count_flops(fn, *args, kwargs=kwargs)
-        source = "counted by FlopCounterMode"
+        flops, source = counted, "counted by FlopCounterMode"
         if flops == 0:
             raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts matmul, conv and attention "
                             "only); pass flops=")
-    else:
-        out = fn(*args, **kwargs)
     if not 0 < flops < math.inf:  # NaN too
         raise UserError(f"{name}: flops must be positive and finite, got {flops}")
     if bytes is not None and not 0 < bytes < math.inf:
@@ -140,7 +185,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
-    unit = unit or default_unit((args, kwargs), source != "given")
+    unit = unit or default_unit((args, kwargs), counted > 0)
     if ceilings is None:
         ceilings = cached_ceilings()
     m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
