@@ -260,6 +260,16 @@ def test_default_variants_change_values_and_first_dims_keep_structure():
     assert [c[0].shape[0] for c in calls] == [4, 8, 12] and [c[1][0] for c in calls] == [3, 4, 5]
     assert [c[1][1]["mask"].shape[0] for c in calls] == [2, 4, 6] and all(c[2] == 1.5 for c in calls)
     assert not torch.equal(calls[0][0], args[0])  # fresh values, same shape
+    # a strided view keeps its layout at the same shape: a same-shape call is no recompile of gpuspeed's making
+    view = torch.randn(8, 6)[:, ::2]
+    same = default_variants((view,))[0][0]
+    assert same.shape == view.shape and same.stride() == view.stride() and not torch.equal(same, view)
+    exp = graphs.explain(lambda a: a.sin(), view)
+    assert "stride" not in " ".join(exp.lines()), exp.lines()
+    wide = torch.randn(5).expand(4, 5)  # a broadcast stays one row shared by all
+    b = default_variants((wide,))[0][0]
+    assert b.stride() == (0, 1) and torch.equal(b[0], b[3])
+    assert default_variants((torch.randn(6, 8).T,))[1][0].stride() == (1, 16)  # the stride order, resized
 
 
 def _matmul(a, b):

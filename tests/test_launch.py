@@ -88,7 +88,8 @@ def test_cli_cpu_run_writes_json_md_png(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv", [["--ks", "one,two"], ["--variants", "eager,fast"], ["--chain-k", "0"],
-                                  ["--budget", "-1"], ["--inputs", "x.py:f"]])
+                                  ["--budget", "-1"], ["--inputs", "x.py:f"], ["--ks", "inf"], ["--ns", "1e400"],
+                                  ["--budget", "nan"], ["--ns", "1e14"]])
 def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     rc = main(["launch", "--device", "cpu", "--ks", "1,2", "--ns", "1e3"] + argv if argv[0] != "--ks"
               else ["launch", "--device", "cpu"] + argv)
@@ -123,6 +124,44 @@ def test_cli_explain(tmp_path, capsys):
     assert main(["launch", "--explain", f"{src2}:needs_args"]) == 2
     assert "make_inputs" in capsys.readouterr().err
     assert main(["launch", "--explain", f"{tmp_path}/missing.py:f"]) == 2
+
+
+def test_cli_explain_as_users_write_it(tmp_path, capsys):
+    """make_inputs() that sets the globals the function reads (the file is imported once), prints at import
+    and in the function (kept off --json's stdout), argv read at import, sys.exit in the function, study flags."""
+    src = tmp_path / "model.py"
+    src.write_text(textwrap.dedent("""
+        import argparse
+        import sys
+        import torch
+
+        print("importing model.py")
+        args = argparse.ArgumentParser().parse_args()  # a script's own flags: none here
+        model = None
+
+        def make_inputs():
+            global model
+            model = torch.nn.Linear(8, 8)
+            return torch.randn(2, 8)
+
+        def f(x):
+            print("in f")
+            return torch.relu(model(x))
+
+        def leaves(x):
+            sys.exit(3)
+    """))
+    capsys.readouterr()
+    assert main(["launch", "--explain", f"{src}:f", "--json", "--out", str(tmp_path / "o")]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)  # stdout is the JSON alone
+    assert doc["break_count"] == 0 and "importing model.py" in cap.err and "in f" in cap.err
+    assert cap.out.count("importing") == 0 and cap.err.count("importing model.py") == 1  # imported once
+    assert json.loads((tmp_path / "o" / "explain.json").read_text())["break_count"] == 0
+    assert main(["launch", "--explain", f"{src}:leaves"]) == 2
+    assert "raised SystemExit(3)" in capsys.readouterr().err
+    assert main(["launch", "--explain", f"{src}:f", "--ks", "1,2"]) == 2
+    assert "--ks goes with the launch study" in capsys.readouterr().err
 
 
 def _rounds(*medians_us, noise=0.001):

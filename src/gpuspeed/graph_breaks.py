@@ -145,16 +145,39 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
     """Calls with changing inputs: fresh values, then every tensor's first dim x2, x3; ints +1."""
     import torch
 
+    def fresh(x, shape: list):
+        # the input's layout kept (a strided or transposed view's strides at the same shape, its stride order when
+        # resized), so a same-shape call is not a recompile that only these inputs cause
+        if shape == list(x.shape):
+            stride = list(x.stride())
+        else:
+            stride, step = [0] * len(shape), 1
+            for d in sorted(range(len(shape)), key=lambda d: x.stride(d)):
+                stride[d], step = step, step * max(shape[d], 1)
+        t = torch.empty_strided(shape, stride, dtype=x.dtype, device=x.device)
+        n = t.untyped_storage().nbytes() // t.element_size()
+        flat = t.as_strided((n,), (1,), 0)  # the whole storage: views sharing memory (a broadcast) stay shared
+        if x.is_floating_point() or x.is_complex():
+            flat.copy_(torch.randn(n, dtype=x.dtype, device=x.device))
+        elif x.dtype == torch.bool:
+            flat.copy_(torch.rand(n, device=x.device) > 0.5)
+        else:
+            flat.copy_(torch.randint(0, 8, (n,), device=x.device).to(x.dtype))
+        return t
+
     def vary(x, scale: int, bump: int):
         if trees.module_of(x) == "torch" and hasattr(x, "data_ptr"):
             shape = list(x.shape)
             if shape and scale > 1:
                 shape[0] *= scale
-            if x.is_floating_point():
-                return torch.randn(shape, dtype=x.dtype, device=x.device)
-            if x.dtype == torch.bool:
-                return torch.rand(shape, device=x.device) > 0.5
-            return torch.randint(0, 8, shape, dtype=x.dtype, device=x.device)
+            try:
+                return fresh(x, shape)
+            except (RuntimeError, TypeError):  # a sparse or otherwise unusual layout: a plain dense tensor
+                if x.is_floating_point() or x.is_complex():
+                    return torch.randn(shape, dtype=x.dtype, device=x.device)
+                if x.dtype == torch.bool:
+                    return torch.rand(shape, device=x.device) > 0.5
+                return torch.randint(0, 8, shape, dtype=x.dtype, device=x.device)
         if isinstance(x, bool):
             return x
         if isinstance(x, int):

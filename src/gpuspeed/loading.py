@@ -29,6 +29,8 @@ def load_module(path: str | Path, name: str | None = None):
     if folder not in sys.path:
         sys.path.insert(0, folder)
     sys.modules[mod_name] = module
+    argv = sys.argv
+    sys.argv = [str(p)]  # module-level code that reads sys.argv sees its own file, not gpuspeed's flags
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -37,6 +39,8 @@ def load_module(path: str | Path, name: str | None = None):
     except (Exception, SystemExit) as exc:  # the user's module failed at import: theirs to fix, in one line
         sys.modules.pop(mod_name, None)
         raise UserError(f"importing {p} raised {_first_line(exc)}") from exc
+    finally:
+        sys.argv = argv
     return module
 
 
@@ -48,18 +52,29 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def load_function(target: str) -> Callable:
-    """'file.py:function' (or 'file.py:Class.method') -> the callable."""
+def split_target(target: str) -> tuple[str, str]:
+    """'file.py:function' -> ('file.py', 'function'), or a one-line error."""
     if ":" not in target:
         raise UserError(f"expected path/to/file.py:function, got {target!r}")
     path, _, attr = target.rpartition(":")
     if not attr:
         raise UserError(f"no function name after ':' in {target!r}")
-    obj = load_module(path)
+    return path, attr
+
+
+def attribute(module, path: str, attr: str) -> Callable:
+    """The callable `attr` ('function' or 'Class.method') of a loaded module, or a one-line error."""
+    obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UserError(f"{path} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise UserError(f"{target} is not callable")
+        raise UserError(f"{path}:{attr} is not callable")
     return obj
+
+
+def load_function(target: str) -> Callable:
+    """'file.py:function' (or 'file.py:Class.method') -> the callable."""
+    path, attr = split_target(target)
+    return attribute(load_module(path), path, attr)

@@ -141,16 +141,22 @@ def _umask() -> int:
 
 
 def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
-    """Write a results document atomically to <out>/<study>.json (out may also name a .json file)."""
+    """Write a results document atomically to <out>/<study>.json (out may also name a .json file that is
+    not a folder: a command's `--out x.json` was made a folder by check_out_dir, and is written into)."""
     validate(doc)
     target = Path(out) if out is not None else default_dir()
-    path = target if target.suffix == ".json" else target / f"{doc['study']}.json"
+    path = target if target.suffix == ".json" and not target.is_dir() else target / f"{doc['study']}.json"
+    return write_text_atomic(path, json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write text to path through a temporary file beside it: a reader never sees it half-written."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(_jsonable(doc), f, indent=1, allow_nan=False)
-            f.write("\n")
+            f.write(text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a results file reads like any other file
         os.replace(tmp, path)
     except BaseException:

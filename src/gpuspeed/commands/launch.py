@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -15,28 +16,32 @@ def _ints(text: str | None, what: str) -> list[int] | None:
         return None
     try:
         return [int(float(t)) for t in text.split(",") if t.strip()]
-    except ValueError:
+    except (ValueError, OverflowError):  # 'abc'; 'inf' and '1e400' overflow int()
         raise UserError(f"--{what} takes comma-separated numbers like 1,8,64 or 1e3,1e6, got {text!r}") from None
 
 
 def _explain_target(target: str, inputs: str | None = None):
-    """graph_breaks.explain() on 'file.py:function', with inputs from --inputs or the file's make_inputs()."""
+    """graph_breaks.explain() on 'file.py:function', with inputs from --inputs or the file's make_inputs().
+    The file is imported once: make_inputs() may set globals the function reads."""
     import inspect
 
     from gpuspeed.errors import UserError
     from gpuspeed.graph_breaks import explain
-    from gpuspeed.loading import _first_line, load_function, load_module
+    from gpuspeed.loading import _first_line, attribute, load_module, split_target
 
-    fn = load_function(target)
+    path, attr = split_target(target)
+    mod = load_module(path)
+    fn = attribute(mod, path, attr)
     if inputs:
-        make = load_function(inputs)
+        in_path, in_attr = split_target(inputs)
+        same = Path(in_path).resolve() == Path(path).resolve()
+        make = attribute(mod if same else load_module(in_path), in_path, in_attr)
     else:
-        mod = load_module(target.rpartition(":")[0])
         make = getattr(mod, "make_inputs", None)
     if make is not None:
         try:
             args = make()
-        except Exception as exc:  # the user's inputs function failed: one line (--debug shows the traceback)
+        except (Exception, SystemExit) as exc:  # the user's inputs function failed: one line (--debug: traceback)
             raise UserError(f"{getattr(make, '__name__', 'make_inputs')}() raised {_first_line(exc)}") from exc
         args = args if isinstance(args, tuple) else (args,)
     else:
@@ -50,7 +55,7 @@ def _explain_target(target: str, inputs: str | None = None):
         return explain(fn, *args)
     except UserError:
         raise
-    except Exception as exc:  # the user's function failed on these inputs: one line (--debug shows the traceback)
+    except (Exception, SystemExit) as exc:  # the user's function failed on these inputs: one line (--debug: traceback)
         raise UserError(f"{target} raised {_first_line(exc)}") from exc
 
 
@@ -69,7 +74,8 @@ def register(app: typer.Typer) -> None:
                                                            "instead of running the study."),
         inputs: str = typer.Option(None, "--inputs", help="With --explain: file.py:make_inputs giving the "
                                                          "example arguments (default: make_inputs in the file)."),
-        out: Path = typer.Option(None, help="Write launch.json, launch.md and launch.png into this folder."),
+        out: Path = typer.Option(None, help="Write launch.json, launch.md and launch.png into this folder "
+                                            "(with --explain: explain.json)."),
         as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
     ):
         """Launch overhead per kernel (eager vs CUDA graph), torch.compile fusion vs launch cost, graph breaks."""
@@ -84,12 +90,29 @@ def register(app: typer.Typer) -> None:
         check_out_dir(out)  # a bad --out fails now, not after the whole study
         console = make_console()
         if explain:
-            exp = _explain_target(explain, inputs)
+            study_flags = {"--device": device != "auto", "--ks": ks is not None, "--ns": ns is not None,
+                           "--chain-k": chain_k != 8, "--tiny-k": tiny_k != study.CHAIN_TINY,
+                           "--variants": variants is not None, "--budget": budget is not None}
+            given = [flag for flag, used in study_flags.items() if used]
+            if given:
+                raise UserError(f"{given[0]} goes with the launch study, not --explain (the function runs where "
+                                "its inputs are)")
+            from gpuspeed.profiling.script import stdout_to_stderr
+
+            with stdout_to_stderr() if as_json else contextlib.nullcontext():  # the user's prints stay off the JSON
+                exp = _explain_target(explain, inputs)
+            doc = exp.to_dict()
+            if out:
+                from gpuspeed.results import write_text_atomic
+
+                path = write_text_atomic(out / "explain.json", json.dumps(doc, indent=1, default=str) + "\n")
             if as_json:
-                print(json.dumps(exp.to_dict(), indent=1))
+                print(json.dumps(doc, indent=1, default=str))
             else:
                 for line in exp.lines():
                     console.print(line, highlight=False, markup=False)
+                if out:
+                    console.print(f"wrote {path}")
             return
         if inputs:
             raise UserError("--inputs goes with --explain")
@@ -99,6 +122,7 @@ def register(app: typer.Typer) -> None:
         k_list, n_list = _ints(ks, "ks"), _ints(ns, "ns")
         v_list = [v.strip() for v in variants.split(",") if v.strip()] if variants else None
         study.check_params(k_list, n_list, chain_k, tiny_k, budget, v_list)
+        study.check_fits(max(n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS)), where)
         if where != "cuda" and not as_json:
             console.print("[yellow]No CUDA device[/]: running on the CPU at small sizes; launch numbers are "
                           "dispatcher costs and the graph variants run eagerly.")

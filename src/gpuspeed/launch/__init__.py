@@ -14,10 +14,10 @@ from gpuspeed.launch.chains import chain_rtol, check_chain, make_chain
 from gpuspeed.launch.fit import Fit, fit_linear
 from gpuspeed.launch.fusion import VARIANTS
 from gpuspeed.launch.report import plot, to_markdown, write_artifacts
-from gpuspeed.launch.study import (CHAIN_TINY, CPU_KS, CPU_NS, GPU_KS, GPU_NS, TARGETS, check_params, count_steps,
-                                   run_launch)
+from gpuspeed.launch.study import (CHAIN_TINY, CPU_KS, CPU_NS, GPU_KS, GPU_NS, TARGETS, check_fits, check_params,
+                                   count_steps, run_launch)
 from gpuspeed.launch.sweep import TINY_N, wall_time
 
 __all__ = ["CHAIN_TINY", "CPU_KS", "CPU_NS", "GPU_KS", "GPU_NS", "TARGETS", "TINY_N", "VARIANTS", "Fit",
-           "chain_rtol", "check_chain", "check_params", "count_steps", "fit_linear", "make_chain", "plot",
+           "chain_rtol", "check_chain", "check_fits", "check_params", "count_steps", "fit_linear", "make_chain", "plot",
            "run_launch", "to_markdown", "wall_time", "write_artifacts"]
