@@ -487,3 +487,10 @@ def test_numba_candidate_compiles_helpers_imported_from_a_file_beside_the_worklo
     assert hasattr(mod.scaled, "py_func")  # compiled, bound in the workload only
     assert not hasattr(sys.modules["nb_helpers"].scaled, "py_func")  # the neighbour module is untouched
     assert not hasattr(mod.norm, "py_func")  # a library's function is left alone
+
+
+def test_a_float_where_the_original_returns_an_int_is_a_structure_problem():
+    from gpuspeed.optimize.worker import _structure_problem
+
+    assert "the original returns int" in _structure_problem(1000001.0, 1000000)
+    assert _structure_problem(np.int64(7), 7) is None and _structure_problem((3, 1.5), (3, 1.5)) is None

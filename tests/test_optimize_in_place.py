@@ -167,3 +167,52 @@ def test_plan_keeps_in_place_code_off_what_cannot_write():
     assert not any(r.get("graph") or r.get("fuse") for r in C.derived(res, wl, "cuda"))
     wl.in_place = None
     assert any(r.get("graph") for r in C.derived(res, wl, "cuda"))
+
+
+SCALE_AND_SUM = '''
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-5)
+
+
+def original(x):
+    """Doubles the caller's x in place and returns its column sums of sqrt|x|."""
+    x *= 2.0
+    return np.sqrt(np.abs(x)).sum(axis=0)
+
+
+def forgets(x):
+    return np.sqrt(np.abs(2.0 * x)).sum(axis=0)  # the right result, and x left as it was
+
+
+def inputs(rng):
+    return (rng.standard_normal((50, 30)),)
+
+
+variants = {"forgets": forgets}
+'''
+
+
+def test_an_original_that_returns_and_also_changes_its_input(tmp_path):
+    """Both what it returns and what it does to the caller's array are its output: a candidate that returns the
+    right value but leaves the array alone is wrong, and the optimized script does both."""
+    p = tmp_path / "scale_and_sum.py"
+    p.write_text(textwrap.dedent(SCALE_AND_SUM))
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant", "numpy"], time_budget=120,
+                   bench_budget_s=0.1)
+    assert run.params["in_place"] == [0] and run.params["in_place_returns"]
+    status = {name: r["status"] for name, r in run.results.items()}
+    assert status["original"] == "ok" and status["variant:forgets"] == "incorrect", run.results["variant:forgets"]
+    assert status["numpy-fp32"] == "ok", run.results["numpy-fp32"].get("reason")
+    assert "returns its result and also changes `x` (argument 0)" in (tmp_path / "out" / "report.md").read_text()
+    script = tmp_path / "out" / "optimized_scale_and_sum.py"
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+    spec = importlib.util.spec_from_file_location("optimized_scale_and_sum_t", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fn, _ = mod.build_optimized()
+    x = np.random.default_rng(3).standard_normal((50, 30))
+    x0 = x.copy()
+    got = fn(x)
+    assert np.allclose(x, 2 * x0) and np.allclose(got, np.sqrt(np.abs(2 * x0)).sum(axis=0), rtol=1e-5)

@@ -279,3 +279,11 @@ def test_exact_comparisons_report_their_relative_l2_error():
     res = check(np.array([1, 2]), np.array([1, 30]))
     assert not res.passed and res.rel_l2_err == pytest.approx(28 / math.hypot(1, 30)) and "rel L2 0.933" in res.summary
     assert check(np.array([1, 2]), np.array([1, 2])).rel_l2_err == 0.0
+
+
+def test_an_integer_reference_is_matched_exactly_even_by_a_float():
+    """A count returned as a float must be the count: no float32 tolerance on an integer answer."""
+    assert not check(1000001.0, 1000000).passed
+    assert check(1000000.0, 1000000).passed
+    assert not check(np.array([1.0, 2.5]), np.array([1, 2])).passed
+    assert check(np.array([1.0, 2.0]), np.array([1, 2])).passed

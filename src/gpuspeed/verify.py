@@ -11,7 +11,7 @@ rtol defaults by dtype (TOLERANCES; the less precise of out and ref, or `dtype=`
 so elements far smaller than the output's typical magnitude are judged on that scale, not their own.
 A Python float carries no record of the precision it was computed in (`x.sum().item()` of a float32
 tensor is one), so it is held to float32's tolerance; pass dtype="float64" or rtol= to hold it tighter.
-Integer and bool outputs compare exactly.
+Integer and bool outputs compare exactly, and so does a float output against an integer or bool reference.
 """
 
 from __future__ import annotations
@@ -218,9 +218,9 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
     exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
-    if rtol is None:
+    if rtol is None:  # an integer or bool reference (a count, an index, a mask) is matched exactly, even by floats
         rtol = default_rtol(dtype) if dtype else (
-            EXACT if exact else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
+            EXACT if exact or ref_host.dtype.kind in "biu" and out_host.dtype.kind == "f" else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
                                     default_rtol(ref_dtype_name) if ref_host.dtype.kind in "fc" else 0.0) or 1e-12)
     if exact:
         big = {out_host.dtype.kind, ref_host.dtype.kind} & {"O"} or np.dtype(np.uint64) in (out_host.dtype, ref_host.dtype)

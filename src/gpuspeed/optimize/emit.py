@@ -120,7 +120,8 @@ SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
 INPUT_SPECS = {input_specs!r}  # --input specs, made in this order
 ARG_ORDER = {arg_order!r}  # and passed in this one (the function's parameters)
 CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
-IN_PLACE = {in_place!r}  # the arguments {func} writes its result into (None: it returns its result)
+IN_PLACE = {in_place!r}  # the arguments {func} writes into (None: it only returns its result)
+IN_PLACE_RETURNS = {in_place_returns!r}  # it also returns a result (checked with what it wrote)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -240,7 +241,7 @@ def build_optimized(force_cpu=False):
         library = {{"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}}.get(backend)
         impl = chunked(impl, {{int(k): v for k, v in CHUNK["axes"].items()}}, CHUNK["out_axes"], CHUNK["size"], library)
     if IN_PLACE:  # like the original: the result is written into the caller's arrays
-        return in_place_call(impl, IN_PLACE), impl.label
+        return in_place_call(impl, IN_PLACE, IN_PLACE_RETURNS), impl.label
     return impl, impl.label
 
 
@@ -250,7 +251,7 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     module = load_workload("_reference")
     original = getattr(module, FUNC)
     if IN_PLACE:  # what the two calls wrote into their arguments is what is compared
-        fn, original = returning_args(fn, IN_PLACE), returning_args(original, IN_PLACE)
+        fn, original = returning_args(fn, IN_PLACE, IN_PLACE_RETURNS), returning_args(original, IN_PLACE, IN_PLACE_RETURNS)
     ok = True
     for seed in seeds:
         args = make_args(module, seed)
@@ -369,7 +370,7 @@ def script_text(run) -> str:
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
-        in_place=run.params.get("in_place"),
+        in_place=run.params.get("in_place"), in_place_returns=bool(run.params.get("in_place_returns")),
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
     return text

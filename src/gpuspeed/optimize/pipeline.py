@@ -121,6 +121,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         refs = W.load_refs(refs_file)
         mutates = saved.get("original_mutates", False)
         in_place = saved.get("in_place")
+        wl.in_place_returns = bool(saved.get("in_place_returns"))
         reference_s = saved.get("reference_s")
     else:
         seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
@@ -138,14 +139,20 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         W.save_refs(refs_file, refs)
         run_file.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
                                                "original_mutates": mutates, "in_place": in_place,
+                                               "in_place_returns": wl.in_place_returns,
                                                "reference_s": reference_s}, indent=1))
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
               "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by,
-              "in_place": in_place, "cwd": os.getcwd()}
+              "in_place": in_place, "in_place_returns": wl.in_place_returns, "cwd": os.getcwd()}
     run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
-    if in_place:
+    if in_place and wl.in_place_returns:
+        names = W.param_names(wl, in_place)
+        run.notes.append(f"{wl.func} returns its result and also changes {names}: both are its output, checked in "
+                         "every candidate; each timed call works on the last one's arguments; the optimized script "
+                         "writes them back into yours")
+    elif in_place:
         names = W.param_names(wl, in_place)
         run.notes.append(f"{wl.func} returns None and writes its result into {names}: those arguments after the call "
                          "are its output, checked in every candidate; each timed call works on the last one's result "
@@ -155,7 +162,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
-                 "in_place": in_place, "budget_bytes": budget_bytes if where == "cuda" else None,
+                 "in_place": in_place, "in_place_returns": wl.in_place_returns, "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}
     runner = Runner(out_dir, base_spec, resume=resume)

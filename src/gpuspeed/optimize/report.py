@@ -71,7 +71,9 @@ def markdown(run) -> str:
     if run.params.get("in_place"):
         from gpuspeed.optimize.workload import param_names
 
-        L.append(f"- Output: `{wl.func}` returns None and writes its result into {param_names(wl, run.params['in_place'])}; "
+        what = ("returns its result and also changes" if run.params.get("in_place_returns") else
+                "returns None and writes its result into")
+        L.append(f"- Output: `{wl.func}` {what} {param_names(wl, run.params['in_place'])}; "
                  "that is what every candidate is checked on, and the optimized script writes it into your arrays.")
     L.append(f"- Original: {_fmt_t(_t(orig))} per call on the CPU.")
     if orig.get("nondeterministic"):

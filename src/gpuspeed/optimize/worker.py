@@ -116,6 +116,8 @@ def _structure_problem(out, ref) -> str | None:
             return f"output {j}: shape {o_arr.shape}, the original's {r_arr.shape}"
         if isinstance(r, (np.ndarray, np.generic)) and o_arr.dtype != r_arr.dtype:
             return f"output {j}: dtype {o_arr.dtype}, the original's {r_arr.dtype}"
+        if isinstance(r, (int, bool)) and o_arr.dtype.kind not in "biu":  # a Python int (a count): not a float
+            return f"output {j}: {type(o).__name__} {o!r}, the original returns {type(r).__name__} {r!r}"
     return None
 
 
@@ -136,9 +138,10 @@ def build(spec: dict, wl, module):
     backend = r["backend"]
     device = spec["device"]
     in_place = spec.get("in_place")  # code that writes into these arguments: run() returns them, to be checked
+    returns = bool(spec.get("in_place_returns"))  # ... after the result it returns
     if backend == "original":
         impl = Impl(getattr(module, wl.func), device="cpu", label="the original (CPU)")
-        return impl.returning(in_place) if in_place else impl
+        return impl.returning(in_place, returns) if in_place else impl
     mod = importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}")
     opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange", "fuse") and v is not None}
     precision = r.get("precision", "as-written")
@@ -149,7 +152,7 @@ def build(spec: dict, wl, module):
     dtypes = spec.get("out_dtypes") if precision == "float32" else None
     impl = mod.build(module, func=wl.func, precision=precision, out_dtypes=dtypes, device=device, **opts)
     if in_place:
-        impl = impl.returning(in_place)
+        impl = impl.returning(in_place, returns)
     if r.get("graph") and device == "cuda":
         from gpuspeed.graphs import capture
 

@@ -87,7 +87,8 @@ class Workload:
     input_specs: list[str] = field(default_factory=list)
     kind: str = "numpy"  # "numpy" or "torch": what the original computes with
     notes: list[str] = field(default_factory=list)
-    in_place: list[int] | None = None  # set by the pipeline: the arguments an original returning None writes
+    in_place: list[int] | None = None  # set by the pipeline: the arguments the original writes into
+    in_place_returns: bool = False  # ... and it returns a result too (checked with them), not None
 
     def describe_args(self, args: tuple) -> list[str]:
         return [_describe(a) for a in args]
@@ -260,10 +261,12 @@ def _time_limit(seconds: float | None):
 def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why: str = "") -> tuple[dict, bool,
                                                                                                     list[int] | None]:
     """The original's outputs on each seed's inputs, on the host ({seed: output}); whether the original
-    mutates its inputs; and, for an original that returns None and writes its result into its arguments
-    (`out=`-style, or a step that updates its state), the positions of those arguments (else None): their
-    values after the call, as a tuple, are then its output. An original that fails is a UserError, and so are
-    calls that cannot all finish within `limit_s` seconds (`why` says where that limit comes from)."""
+    mutates its inputs; and the positions of the arguments it writes into (else None). For an original that
+    returns None (`out=`-style, or a step that updates its state) their values after the call, as a tuple, are
+    its output; for one that returns a result and also changes arguments, its output is (result, that tuple)
+    (then wl.in_place_returns is set): what it did to the caller's arrays is checked too. An original that
+    fails is a UserError, and so are calls that cannot all finish within `limit_s` seconds (`why` says where
+    that limit comes from)."""
     import copy
 
     from gpuspeed.optimize.backends.common import host_tree
@@ -294,12 +297,17 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         outs[seed] = copy.deepcopy(host_tree(out))
         afters[seed] = args
     in_place = None
+    wl.in_place_returns = False
     if all(out is None for out in outs.values()):
         if not changed:
             raise UserError(f"{wl.path.name}: {wl.func} returned None and changed none of its arguments: nothing "
                             "to check (return its result, or write it into an argument)")
         in_place = sorted(changed)
         outs = {seed: host_tree(tuple(afters[seed][i] for i in in_place)) for seed in seeds}
+    elif changed:  # a result and changed arguments: both are what the caller gets
+        in_place, wl.in_place_returns = sorted(changed), True
+        outs = {seed: (outs[seed], copy.deepcopy(host_tree(tuple(afters[seed][i] for i in in_place))))
+                for seed in seeds}
     for out in outs.values():
         if out is None or not leaves(out):
             raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")

@@ -248,12 +248,14 @@ def take(x, axis, start, stop):
     return x[tuple(index)]
 
 
-def returning_args(fn, positions):
-    """fn for code that writes its result into its arguments and returns None: the call, then those
-    arguments (a tuple, in `positions` order), so the written result is checked like a returned one."""
+def returning_args(fn, positions, returns=False):
+    """fn for code that writes its result into its arguments: the call, then those arguments (a tuple, in
+    `positions` order), so the written result is checked like a returned one; with `returns` (code that also
+    returns a result) (the result, that tuple)."""
     def call(*args):
-        fn(*args)
-        return tuple(args[i] for i in positions)
+        res = fn(*args)
+        written = tuple(args[i] for i in positions)
+        return (res, written) if returns else written
 
     call.__name__ = getattr(fn, "__name__", "call")
     return call
@@ -271,15 +273,17 @@ def write_back(dest, src) -> None:
             np.copyto(d, to_numpy(s), casting="unsafe")
 
 
-def in_place_call(impl, positions):
+def in_place_call(impl, positions, returns=False):
     """The original's contract for code that writes into its arguments: host arrays in, the call made on
-    the implementation's own copies (moved, cast), the written ones copied back into the caller's, None out."""
+    the implementation's own copies (moved, cast), the written ones copied back into the caller's, None out
+    (with `returns`, the call's result on the host)."""
     def call(*args):
         dev = impl.prepare(args)
-        impl.run(*dev)
+        res = impl.run(*dev)
         impl.sync()
         for i in positions:
             write_back(args[i], dev[i])
+        return impl.fetch(res) if returns else None
 
     return call
 
@@ -306,7 +310,8 @@ class Impl:
         """Host arrays in, host arrays out: the end-to-end call, transfers included."""
         return self.fetch(self.run(*self.prepare(host_args)))
 
-    def returning(self, positions) -> "Impl":
-        """This candidate for code that writes into its arguments: run() returns those arguments."""
-        return Impl(returning_args(self.run, positions), self.prepare, self.fetch, self.device, self.sync,
+    def returning(self, positions, returns=False) -> "Impl":
+        """This candidate for code that writes into its arguments: run() returns those arguments (with
+        `returns`, after its result)."""
+        return Impl(returning_args(self.run, positions, returns), self.prepare, self.fetch, self.device, self.sync,
                     self.label, self.notes)
