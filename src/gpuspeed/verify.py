@@ -218,9 +218,11 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
     exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
-    if rtol is None:  # an integer or bool reference (a count, an index, a mask) is matched exactly, even by floats
+    # an integer or bool reference (a count, an index, a mask) is matched exactly, even by a float output
+    exact_ref = exact or ref_host.dtype.kind in "biu" and out_host.dtype.kind == "f"
+    if rtol is None:
         rtol = default_rtol(dtype) if dtype else (
-            EXACT if exact or ref_host.dtype.kind in "biu" and out_host.dtype.kind == "f" else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
+            EXACT if exact_ref else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
                                     default_rtol(ref_dtype_name) if ref_host.dtype.kind in "fc" else 0.0) or 1e-12)
     if exact:
         big = {out_host.dtype.kind, ref_host.dtype.kind} & {"O"} or np.dtype(np.uint64) in (out_host.dtype, ref_host.dtype)

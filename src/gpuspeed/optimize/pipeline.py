@@ -162,7 +162,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
-                 "in_place": in_place, "in_place_returns": wl.in_place_returns, "budget_bytes": budget_bytes if where == "cuda" else None,
+                 "in_place": in_place, "in_place_returns": wl.in_place_returns,
+                 "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}
     runner = Runner(out_dir, base_spec, resume=resume)
