@@ -289,3 +289,15 @@ def test_numpy_errstate_runs_on_cupy_and_jax(tmp_path):
     for n in want:
         assert run.results[n]["status"] == "ok", (n, statuses)
     print(statuses)
+
+
+def test_emitted_script_runs_a_gpu_variant_primary_on_the_gpu(tmp_path):
+    """histogram's hand Triton kernel takes torch inputs: chosen as the primary, the script must run it on the
+    GPU (it cannot run on CPU tensors) and pass its own check there."""
+    run = optimize("histogram", device="cuda", scale=0.02, out=tmp_path / "h", backends=["variant"], time_budget=200,
+                   bench_budget_s=0.3)
+    assert run.choice["primary"].startswith("variant:"), run.choice
+    r = subprocess.run([sys.executable, str(run.paths["script"]), "--bench"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+    assert "original on the CPU" not in r.stdout.splitlines()[0], r.stdout

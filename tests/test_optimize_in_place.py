@@ -216,3 +216,56 @@ def test_an_original_that_returns_and_also_changes_its_input(tmp_path):
     x0 = x.copy()
     got = fn(x)
     assert np.allclose(x, 2 * x0) and np.allclose(got, np.sqrt(np.abs(2 * x0)).sum(axis=0), rtol=1e-5)
+
+
+GPU_VARIANT = '''
+import numpy as np
+import torch
+
+
+def original(x):
+    return np.tanh(x) * np.float16(2.0) - x * np.float16(0.1)
+
+
+def on_gpu(x):
+    if not x.is_cuda:
+        raise RuntimeError("the hand kernel needs a CUDA device")
+    return (torch.tanh(x.float()) * 2.0 - x.float() * 0.1).half()
+
+
+on_gpu.gpuspeed_inputs = "torch"
+
+
+def in_float32(x):
+    x32 = x.astype(np.float32)
+    return (np.tanh(x32) * 2.0 - x32 * np.float32(0.1)).astype(np.float16)
+
+
+variants = {"on_gpu": on_gpu, "in_float32": in_float32}
+
+
+def inputs(rng):
+    return (rng.standard_normal(20000).astype(np.float16),)
+'''
+
+
+@pytest.mark.parametrize("variant, ran_on", [("on_gpu", "cuda"), ("in_float32", "cpu")])
+def test_emitted_script_of_a_variant(tmp_path, monkeypatch, variant, ran_on):
+    """A variant taking torch inputs chosen on a GPU falls back to the original on a machine without one (it
+    would fail on CPU tensors); a float16 output is checked under float16's tolerance, as optimize checked it."""
+    from gpuspeed.optimize import emit
+
+    p = tmp_path / "f16.py"
+    p.write_text(textwrap.dedent(GPU_VARIANT))
+    wl = workload.load(p, gpu=False)
+    rec = {"name": f"variant:{variant}", "backend": "variant", "precision": "as-written", "variant": variant}
+    row = {"name": rec["name"], "recipe": rec, "status": "ok", "label": "x", "device_time": {"median": 1e-3}}
+    run = types.SimpleNamespace(wl=wl, where=ran_on, out_dir=tmp_path, params={"seeds": [1, 2, 3]},
+                                choice={"primary": rec["name"]}, results={rec["name"]: row, "original": row})
+    script = tmp_path / "optimized_f16.py"
+    monkeypatch.setattr(emit, "_dev_name", lambda run: "an NVIDIA H200")  # written as on a GPU machine
+    script.write_text(emit.script_text(run))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+    want = "the original on the CPU (no GPU)" if variant == "on_gpu" else "user variant 'in_float32'"
+    assert want in r.stdout.splitlines()[0], r.stdout

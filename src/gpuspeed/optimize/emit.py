@@ -88,7 +88,7 @@ TEMPLATE = '''#!/usr/bin/env python3
 
 Primary: {label}
 Measured on {device}: {measured}
-Correct against the original within rtol={rtol}, atol={atol} on {n_seeds} fresh seeds (see report.md).
+Correct against the original within {tolerance} on {n_seeds} fresh seeds (see report.md).
 
 Install:
     {install}
@@ -113,9 +113,11 @@ WORKLOAD_FILE = {workload_file!r}
 WORKLOAD_PATH = {workload_path!r}  # where it was when this script was written
 IMPORT_ROOT = {import_root!r}  # the folder `gpuspeed optimize` ran in: the workload's imports were found there too
 FUNC = {func!r}
+RAN_ON_GPU = {ran_on_gpu!r}  # where gpuspeed optimize measured it
 RECIPE = {recipe}
 OUT_DTYPES = {out_dtypes!r}
-RTOL, ATOL = {rtol!r}, {atol!r}
+RTOL, ATOL = {rtol!r}, {atol!r}  # None: gpuspeed.check's defaults, by dtype (below)
+TOLERANCES = {tolerances!r}  # default rtol by dtype: the less precise of output and original
 SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
 INPUT_SPECS = {input_specs!r}  # --input specs, made in this order
 ARG_ORDER = {arg_order!r}  # and passed in this one (the function's parameters)
@@ -159,6 +161,10 @@ def load_workload(unique=""):
     except ModuleNotFoundError as exc:  # the workload's own imports: a one-line message, not a traceback
         sys.exit(f"{{WORKLOAD_FILE}} imports {{exc.name}}, which is not installed here (nor beside the workload file, "
                  f"nor in {{IMPORT_ROOT}})")
+    except Exception as exc:  # a data file it reads by a relative path, say: one line, and where optimize ran it
+        text = str(exc).strip().splitlines()
+        sys.exit(f"{{WORKLOAD_FILE}} failed to load: {{type(exc).__name__}}: {{text[0] if text else ''}} (gpuspeed "
+                 f"optimize ran it from {{IMPORT_ROOT}}: run this script from there)")
     return module
 
 
@@ -226,6 +232,9 @@ def build_optimized(force_cpu=False):
     module = load_workload("_optimized")
     backend = RECIPE["backend"]
     needs_gpu = backend in {gpu_backends!r} and RECIPE.get("device") != "cpu"  # chosen on a CPU: stays there
+    if backend == "variant":  # a variant taking torch or CuPy inputs ran on the GPU (when optimize had one)
+        takes = getattr(getattr(module, "variants", {{}}).get(RECIPE.get("variant")), "gpuspeed_inputs", "numpy")
+        needs_gpu = RAN_ON_GPU and takes in ("torch", "cupy")
     if backend == "original" or (needs_gpu and (force_cpu or not gpu_available())):
         why = "chosen" if backend == "original" else ("--cpu" if force_cpu else "no GPU")
         return module.{func_attr}, f"the original on the CPU ({{why}})"
@@ -258,23 +267,36 @@ def check_against_original(fn, seeds=(101, 202, 303)):
         with on_the_host():  # a copy: an original may return a buffer it reuses
             ref = copy.deepcopy(host_tree(original(*make_args(module, seed))))
         out = host_tree(fn(*args))
-        for j, (o, r) in enumerate(zip(leaves(out), leaves(ref))):
-            o, r = np.asarray(o), np.asarray(r)
+        lo, lr = leaves(out), leaves(ref)
+        if len(lo) != len(lr):
+            print(f"seed {{seed}}: {{len(lo)}} outputs against the original's {{len(lr)}}")
+            ok = False
+            continue
+        for j, (o_leaf, r_leaf) in enumerate(zip(lo, lr)):
+            o, r = np.asarray(o_leaf), np.asarray(r_leaf)
             if o.shape != r.shape or o.dtype != r.dtype:
                 print(f"seed {{seed}} output {{j}}: {{o.dtype}}{{list(o.shape)}} against the original's "
                       f"{{r.dtype}}{{list(r.shape)}}")
                 ok = False
                 continue
             if o.dtype.kind in "fc":
-                rtol = RTOL if RTOL is not None else (1e-12 if r.dtype.itemsize >= 8 else 1e-5)
+                rtol = RTOL if RTOL is not None else max(default_rtol(o_leaf), default_rtol(r_leaf))
                 r64, o64 = r.astype(np.complex128 if o.dtype.kind == "c" else np.float64), o.astype(
                     np.complex128 if o.dtype.kind == "c" else np.float64)
                 ref_abs = np.abs(np.where(np.isfinite(r64), r64, 0))  # NaN and Inf in the reference set no scale
                 atol = ATOL if ATOL is not None else rtol * float(np.sqrt(np.mean(ref_abs ** 2)) if r64.size else 0)
                 with np.errstate(invalid="ignore"):
-                    close = np.abs(o64 - r64) <= atol + rtol * ref_abs
+                    diff = np.abs(o64 - r64)
+                    close = diff <= atol + rtol * ref_abs
                 # the same infinity, or NaN where the original has NaN, is the original's answer too
-                bad = ~(close | (o64 == r64) | (np.isnan(o64) & np.isnan(r64)))
+                same = (o64 == r64) | (np.isnan(o64) & np.isnan(r64))
+                bad = ~(close | same)
+                if ATOL is None and not bad.any():  # as gpuspeed.check: the relative L2 error within rtol too
+                    num = float(np.sqrt(np.sum(np.where(same, 0.0, diff) ** 2)))
+                    den = float(np.sqrt(np.sum(ref_abs ** 2)))
+                    if num > rtol * den:
+                        print(f"seed {{seed}} output {{j}}: relative L2 error {{num / den:.3g}} over rtol {{rtol:g}}")
+                        ok = False
             else:
                 bad = o != r
             n_bad = int(np.count_nonzero(bad))
@@ -283,6 +305,16 @@ def check_against_original(fn, seeds=(101, 202, 303)):
                 ok = False
     print("correctness:", "PASS" if ok else "FAIL", f"({{len(seeds)}} seeds against {{FUNC}} in {{WORKLOAD_FILE}})")
     return ok
+
+
+def default_rtol(x):
+    """gpuspeed.check's default rtol for one output: by its dtype; a Python float holds float32's (it does not
+    say what precision made it)."""
+    if isinstance(x, float):
+        return TOLERANCES["float32"]
+    if isinstance(x, complex):
+        return TOLERANCES["complex64"]
+    return TOLERANCES.get(np.asarray(x).dtype.name, 1e-12)
 
 
 def benchmark(fn, args, runs=20, on_gpu=True):
@@ -361,7 +393,9 @@ def script_text(run) -> str:
     text = TEMPLATE.format(
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
-        atol=run.wl.atol, n_seeds=len(run.params["seeds"]), lib=lib,
+        atol=run.wl.atol, tolerance=_tolerance_text(run.wl.rtol, run.wl.atol), tolerances=_tolerances(),
+        ran_on_gpu=run.where == "cuda",
+        n_seeds=len(run.params["seeds"]), lib=lib,
         install="\n    ".join(x for x in dict.fromkeys(["pip install numpy", INSTALL.get(backend, "")]) if x),
         import_root=run.params.get("cwd") or os.getcwd(),
         fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS and rec.get("device") != "cpu"
@@ -374,6 +408,18 @@ def script_text(run) -> str:
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
     return text
+
+
+def _tolerance_text(rtol, atol) -> str:
+    if rtol is None and atol is None:
+        return "gpuspeed.check's default tolerance for the dtype (float64 rtol 1e-12, float32 1e-5, ...)"
+    return f"rtol={rtol}, atol={atol}" if atol is not None else f"rtol={rtol} (atol: rtol x RMS of the original)"
+
+
+def _tolerances() -> dict:
+    from gpuspeed.verify import TOLERANCES
+
+    return {k: v for k, v in TOLERANCES.items() if k in ("float64", "complex128", "float32", "complex64", "float16")}
 
 
 def W_out_dtypes(run):  # noqa: N802 - mirrors the worker's spec key
