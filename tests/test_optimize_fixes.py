@@ -494,3 +494,21 @@ def test_a_float_where_the_original_returns_an_int_is_a_structure_problem():
 
     assert "the original returns int" in _structure_problem(1000001.0, 1000000)
     assert _structure_problem(np.int64(7), 7) is None and _structure_problem((3, 1.5), (3, 1.5)) is None
+
+
+def test_a_speedup_from_unreliable_timings_carries_a_caveat():
+    import types
+
+    from gpuspeed.optimize.pipeline import _timing_caveats
+
+    noisy = {"unreliable": True, "notes": ["unreliable: IQR/median is 90% beside a median error of 40%"]}
+    run = types.SimpleNamespace(results={
+        "original": {"device_time": noisy},
+        "fast": {"name": "fast", "device_time": {}, "speedup": {"speedup": 15.6, "ci_low": 0.01, "ci_high": 197,
+                                                                  "verdict": "same"}},
+        "clean": {"name": "clean", "device_time": {}, "speedup": {"speedup": 3, "ci_low": 2.9, "ci_high": 3.1,
+                                                                    "verdict": "faster"}}})
+    said = _timing_caveats(run, run.results["fast"], "device_time")
+    assert "original's timing is unreliable: IQR/median is 90%" in said[0] and "not established" in said[1]
+    run.results["original"]["device_time"] = {}
+    assert _timing_caveats(run, run.results["clean"], "device_time") == []

@@ -102,7 +102,11 @@ def test_an_unseeded_original_is_named_nondeterministic_and_nothing_passes(tmp_p
     assert orig.get("nondeterministic") and orig.get("device_time")  # flagged, and still timed
     assert run.results["variant:same"]["status"] == "incorrect"
     assert any("not deterministic" in w for w in run.choice["why_not_2x"])
-    assert "The original is not deterministic" in (tmp_path / "out" / "report.md").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "The original is not deterministic" in md and "Not verifiable" in md and "Correct on" not in md
+    assert "| original | not reproducible |" in md
+    doc = json.loads((tmp_path / "out" / "optimize_rand_wl.json").read_text())
+    assert doc["summary"]["correct"] is None  # not verifiable, neither true nor false
 
 
 def test_bad_jobs_fails_before_anything_is_written(tmp_path):

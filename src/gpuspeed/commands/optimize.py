@@ -80,7 +80,7 @@ def _terminate(signum, _frame):
 def _print(run, console) -> None:
     from rich.table import Table
 
-    from gpuspeed.optimize.report import STATUS_WORDS, _fmt_t, _fmt_x, _gib, _t
+    from gpuspeed.optimize.report import _fmt_t, _fmt_x, _gib, _t, status_word
 
     if run.where != "cuda":
         console.print("[yellow]note:[/] no CUDA device: GPU backends are skipped; CPU candidates only.")
@@ -91,13 +91,15 @@ def _print(run, console) -> None:
         t.add_column(col)
     for name, r in run.results.items():
         style = "bold green" if name == run.choice.get("primary") else None
-        t.add_row(name, STATUS_WORDS.get(r.get("status"), str(r.get("status"))), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
+        t.add_row(name, status_word(r), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
                   _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), (r.get("reason") or "")[:100], style=style)
     console.print(t)
     ch = run.choice
     if ch.get("primary"):
         console.print(f"primary: [bold]{ch['primary']}[/] ({run.results[ch['primary']].get('label')})"
                       + (f", alternative: {ch['alternative']}" if ch.get("alternative") else ""))
+    for caveat in ch.get("caveats", []):
+        console.print(f"[yellow]timing caveat:[/] {caveat}", markup=True)
     for why in ch.get("why_not_2x", []):
         console.print(f"below 2x: {why}")
     console.print(f"report: {run.paths.get('report')}")

@@ -423,10 +423,31 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
         if not reasons:
             reasons.append("the original is already efficient array code for this size")
     out["why_not_2x"] = reasons
+    out["caveats"] = _timing_caveats(run, primary, key)
     out["fastest_route"] = primary["label"] if primary else None
     if run.hot.get("sequential") and (not primary or primary["name"] == "original"):
         out["fastest_route"] = _numba_route(run)
     return out
+
+
+def _timing_caveats(run, primary, key: str) -> list[str]:
+    """What keeps the primary's speedup from being established: a timing bench flagged unreliable (its
+    note says why), or a comparison whose CI does not exclude 'no faster'."""
+    if not primary or primary["name"] == "original":
+        return []
+    said = []
+    for name in ("original", primary["name"]):
+        m = run.results.get(name, {}).get(key) or {}
+        if m.get("unreliable"):
+            why = next((n for n in m.get("notes") or [] if n.startswith("unreliable")), "unreliable")
+            said.append(f"{name}'s timing is {why}")
+    sp = primary.get("speedup") or {}
+    if sp and sp.get("verdict") != "faster":
+        said.append(f"the speedup {sp['speedup']:.3g}x [{sp['ci_low']:.3g}, {sp['ci_high']:.3g}] is not established "
+                    f"(the comparison says {sp.get('verdict')!r})")
+    if said:
+        said.append("rerun with a larger --bench-budget on a quiet machine before trusting it")
+    return said
 
 
 def _sequential_why(hot: dict) -> str:

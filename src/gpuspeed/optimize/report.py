@@ -13,6 +13,14 @@ STATUS_WORDS = {"ok": "correct", "incorrect": "WRONG", "wrong_output": "WRONG sh
                 "unavailable": "unavailable", "skipped": "skipped"}
 
 
+def status_word(row) -> str:
+    """The table's word for a candidate's status; an original that does not reproduce its own outputs is
+    not 'correct': nothing, itself included, could be checked against it."""
+    if row.get("nondeterministic"):
+        return "not reproducible"
+    return STATUS_WORDS.get(row.get("status"), str(row.get("status")))
+
+
 def _t(row, key="device_time"):
     m = row.get(key) or {}
     return m.get("median")
@@ -96,10 +104,15 @@ def markdown(run) -> str:
                   "to GPU memory, which it does not use)"
         else:
             mem = f"peak memory {_gib(prim.get('peak_bytes'))} against a budget of {run.params['budget']} with 15 % headroom"
-        L.append(f"- Correct on {len(run.params['seeds'])} fresh seeds: max abs error {prim.get('max_abs_err'):.3g}, "
-                 f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); {mem}.")
+        if prim.get("nondeterministic"):
+            L.append(f"- Not verifiable: the original does not reproduce its own outputs; {mem}.")
+        else:
+            L.append(f"- Correct on {len(run.params['seeds'])} fresh seeds: max abs error {prim.get('max_abs_err'):.3g}, "
+                     f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); {mem}.")
     else:
         L.append("- No candidate passed the correctness check within the budget: keep the original.")
+    if ch.get("caveats"):
+        L.append(f"- **Timing caveat**: {'; '.join(ch['caveats'])}.")
     if ch.get("why_not_2x"):
         L.append(f"- Below 2x because: {'; '.join(ch['why_not_2x'])}. Fastest route: "
                  f"{ch.get('fastest_route') or 'the original'}.")
@@ -138,7 +151,7 @@ def markdown(run) -> str:
         elif name == alt:
             note = "alternative " + note
         errs = [r.get("max_abs_err"), r.get("max_rel_err")]
-        L.append(f"| {name} | {STATUS_WORDS.get(r.get('status'), r.get('status'))} | {_fmt_t(_t(r))} | "
+        L.append(f"| {name} | {status_word(r)} | {_fmt_t(_t(r))} | "
                  f"{_fmt_t(_t(r, 'e2e_time'))} | {_fmt_x(r.get('speedup'))} | {_fmt_x(r.get('speedup_e2e'))} | "
                  f"{'-' if errs[0] is None else f'{errs[0]:.2g}'} | {'-' if errs[1] is None else f'{errs[1]:.2g}'} | "
                  f"{'-' if r.get('rel_l2_err') is None else format(r['rel_l2_err'], '.2g')} | "
@@ -300,7 +313,9 @@ def results_doc(run) -> dict:
         "primary_e2e_s": _t(prim, "e2e_time") if prim else None, "speedup": ch.get("speedup"),
         "speedup_ci_low": (ch.get("speedup_ci") or [None, None])[0],
         "speedup_ci_high": (ch.get("speedup_ci") or [None, None])[1], "speedup_e2e": ch.get("speedup_e2e"),
-        "over_best_dropin": ch.get("over_best_dropin"), "correct": bool(prim),
+        "speedup_established": None if not prim or ch.get("kept_original") else not ch.get("caveats"),
+        "over_best_dropin": ch.get("over_best_dropin"),
+        "correct": None if prim.get("nondeterministic") else bool(prim),  # None: not verifiable
         # a CPU candidate on a GPU machine holds no GPU memory; without a GPU nothing was held against the budget
         "within_budget": None if not prim or run.where != "cuda" else prim.get("fits_budget") is not False,
         "peak_bytes": prim.get("peak_bytes") if prim else None,
