@@ -2,6 +2,7 @@
 NaN and Inf, a result buffer reused between calls, unseeded randomness, a chatty module, a profile.py in
 the user's folder, a functools.partial, a slow original, a file edited before --resume. CPU only."""
 
+import os
 import json
 import subprocess
 import sys
@@ -145,3 +146,66 @@ def test_resume_refuses_a_workload_edited_since_and_a_partial_original_gets_a_re
     p.write_text(p.read_text().replace("alpha=2.0", "alpha=3.0"))
     with pytest.raises(UserError, match="changed since the run"):
         optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=60, resume=True)
+
+
+HANGS = '''
+import time
+
+import numpy as np
+
+
+def original(x):
+    return np.sin(x)
+
+
+def hangs(x):
+    time.sleep(600)
+    return np.sin(x)
+
+
+variants = {"hangs": hangs}
+
+
+def inputs(rng):
+    return (rng.standard_normal(1000),)
+'''
+
+
+def _workers_of(folder, name="hangs") -> list[int]:
+    """The optimize workers running in this folder on a candidate whose name holds `name`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+                cwd = os.readlink(f"/proc/{entry}/cwd")
+            except OSError:
+                continue
+            if cwd == str(folder) and "die_with_parent" in cmd and name in cmd:
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_run_leaves_no_worker_behind(tmp_path):
+    """kill -9 of the optimize process: its workers die with it (they would hold the run's lock, and GPU memory)."""
+    (tmp_path / "hang_wl.py").write_text(textwrap.dedent(HANGS))
+    proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", "hang_wl.py", "--device", "cpu",
+                             "--backends", "variant", "--out", "out", "--time-budget", "300"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not _workers_of(tmp_path) and time.time() < deadline:
+            time.sleep(0.5)
+        assert _workers_of(tmp_path), "no worker started"
+        time.sleep(1)  # the worker is in the variant's sleep
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.time() + 10
+    while _workers_of(tmp_path) and time.time() < deadline:
+        time.sleep(0.2)
+    left = _workers_of(tmp_path)
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, "a worker outlived the killed run"

@@ -25,7 +25,9 @@ import gpuspeed
 WORKER = "gpuspeed.optimize.worker"
 # `python -m` would put the current folder first on sys.path, where a user's profile.py or numpy.py would hide the
 # library gpuspeed imports; last, it still serves imports of the user's own packages from there
-BOOT = f"import runpy, sys; sys.path.append(sys.path.pop(0)); runpy.run_module({WORKER!r}, run_name='__main__')"
+BOOT = ("import runpy, sys; sys.path.append(sys.path.pop(0)); from gpuspeed.optimize.runner import die_with_parent; "
+        f"die_with_parent(); runpy.run_module({WORKER!r}, run_name='__main__')")
+PARENT_ENV = "GPUSPEED_OPTIMIZE_PARENT"  # the optimize process's pid, for die_with_parent()
 POLL_S = 0.2
 MAX_WAIT_S = 900.0  # a worker waiting for the lock longer than this (a stuck holder) is stopped anyway
 LOCK_ENV = "GPUSPEED_OPTIMIZE_LOCK"  # one lock shared by runs in parallel (benchmarks/optimize.py on several GPUs)
@@ -63,6 +65,23 @@ class _Job:
     last: float
     waited: float = 0.0
     stage: str = "start"
+
+
+def die_with_parent() -> None:
+    """In a worker, first thing: be killed when the optimize process that started it dies, even by SIGKILL (a
+    killed run must not leave a worker holding the run's lock, or GPU memory). Linux's PR_SET_PDEATHSIG;
+    elsewhere a no-op (the run's own cleanup covers Ctrl-C and errors)."""
+    parent = int(os.environ.get(PARENT_ENV) or 0)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1: PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
 
 
 def _kill_group(pid: int) -> None:
@@ -105,6 +124,7 @@ class Runner:
         env = dict(os.environ)
         src = str(Path(gpuspeed.__file__).resolve().parents[1])  # the worker imports this same gpuspeed
         env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH")] if p)
+        env[PARENT_ENV] = str(os.getpid())
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         # several workers compile at once: a few Inductor compile processes each, not one per core each
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "4")
