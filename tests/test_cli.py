@@ -126,3 +126,14 @@ def test_tables_in_a_pipe_are_not_cut_to_80_columns():
     assert "softmax_numpy (NumPy, CPU)" in r.stdout and "…" not in r.stdout, r.stdout  # one line per row, uncut
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "60"})
     assert r.returncode == 0 and max(len(line) for line in r.stdout.splitlines()) <= 60, r.stdout
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
+    import gpuspeed.doctor
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpuspeed.doctor, "report", interrupted)
+    assert main(["doctor"]) == 130
+    assert capsys.readouterr().err.strip() == "gpuspeed: interrupted"

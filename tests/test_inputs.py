@@ -67,7 +67,7 @@ def test_numpy_and_torch_backends_make_the_same_values():
 def test_cupy_backend_wants_a_gpu_and_no_bfloat16():
     with pytest.raises(UserError, match="CUDA GPU"):
         make_inputs(["x=float32[4]"], backend="cupy", device="cpu")
-    with pytest.raises(UserError, match="cupy has no bfloat16"):
+    with pytest.raises(UserError, match="cupy arrays have no bfloat16"):
         make_inputs(["x=bfloat16[4]"], backend="cupy", device="cuda")
     with pytest.raises(UserError, match="unknown input backend 'jax'"):
         make_inputs(["x=float32[4]"], backend="jax")

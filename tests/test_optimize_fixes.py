@@ -512,3 +512,15 @@ def test_a_speedup_from_unreliable_timings_carries_a_caveat():
     assert "original's timing is unreliable: IQR/median is 90%" in said[0] and "not established" in said[1]
     run.results["original"]["device_time"] = {}
     assert _timing_caveats(run, run.results["clean"], "device_time") == []
+
+
+def test_a_generator_result_and_a_nan_scale_are_one_line_errors(tmp_path, capsys):
+    from gpuspeed.cli import main
+
+    (tmp_path / "gen_wl.py").write_text("import numpy as np\n\ndef original(x):\n    return (v for v in x)\n\n"
+                                        "def inputs(rng, scale=1.0):\n    return (rng.standard_normal(int(10 * scale)),)\n")
+    assert main(["optimize", str(tmp_path / "gen_wl.py"), "--device", "cpu", "--out", str(tmp_path / "o")]) == 2
+    assert "returned a generator" in capsys.readouterr().err
+    assert main(["optimize", str(tmp_path / "gen_wl.py"), "--device", "cpu", "--scale", "nan",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "--scale must be a positive finite number" in capsys.readouterr().err

@@ -156,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             remove_created()
 
 
+def _interrupted(args: list[str]) -> None:
+    hint = ": the candidates that finished are kept; rerun with --resume to go on" if "optimize" in args else ""
+    print(f"gpuspeed: interrupted{hint}", file=sys.stderr, flush=True)
+
+
 def _debug_first(args: list[str]) -> list[str]:
     """`--debug` is gpuspeed's own option: written after the command (`gpuspeed bench ... --debug`) it moves in front
     of it, except where it belongs to the script `gpuspeed profile` runs (after the script's path or `--`)."""
@@ -181,6 +186,8 @@ def _main(argv: list[str] | None) -> int:
     debug = "--debug" in head  # gpuspeed's own flag, not one in the arguments of a script it runs
     try:
         rv = app(args=args, prog_name="gpuspeed", standalone_mode=False)
+        if rv == 130:  # typer's answer to Ctrl-C (KeyboardInterrupt -> Exit(130), returned without standalone mode)
+            _interrupted(args)
         return rv if isinstance(rv, int) else 0
     except UserError as exc:
         if debug:
@@ -202,7 +209,7 @@ def _main(argv: list[str] | None) -> int:
             return 2
         if _is(exc, "Exit"):
             return exc.exit_code
-        if _is(exc, "Abort"):
-            print("gpuspeed: aborted", file=sys.stderr)
+        if _is(exc, "Abort"):  # Ctrl-C at a prompt
+            _interrupted(args)
             return 130
         raise

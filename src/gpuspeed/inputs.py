@@ -249,7 +249,7 @@ def make_inputs(specs, *, seed: int = 0, backend: str = "torch", device: str = "
     if backend != "torch":
         for s in specs:
             if s.dtype == "bfloat16":
-                raise UserError(f"input {s.name}: {backend} has no bfloat16; use --backend torch")
+                raise UserError(f"input {s.name}: {backend} arrays have no bfloat16 (torch tensors do)")
     out_of_memory: tuple = (MemoryError,)
     if backend == "cupy":
         if not device.startswith("cuda"):

@@ -212,7 +212,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         for rec in recs:
             row = rows.get(rec["name"])
             if row is not None and row.get("status") == "skipped":
-                row["reason"] = f"time budget of {time_budget:g} s spent"
+                row["reason"] = (f"not started: under {MIN_LIMIT_S:g} s of --time-budget {time_budget:g} s was left "
+                                 f"for it (the last {min(REPORT_RESERVE_S, 0.5 * time_budget):g} s are kept for the "
+                                 "report)")
             run.results[rec["name"]] = row
 
     # the original's worker is one more at once: mostly single-threaded NumPy, it would take a builder's place
@@ -394,7 +396,8 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     if run.results.get("original", {}).get("nondeterministic"):
         reasons.append("the original is not deterministic: it does not reproduce its own output on the same inputs")
     if not tried and out_of_time:
-        reasons.append(f"the time budget ran out before any candidate ran ({', '.join(out_of_time)} not started): "
+        reasons.append(f"too little of the time budget was left for any candidate ({', '.join(out_of_time)} not "
+                       f"started: each needs {MIN_LIMIT_S:g} s, and the last part of the budget is kept for the report): "
                        "raise --time-budget")
     elif not tried:
         why = ["no GPU here"] if run.where != "cuda" else []

@@ -26,7 +26,7 @@ import numpy as np
 from gpuspeed.errors import UserError
 from gpuspeed.inputs import make_inputs, parse_specs
 from gpuspeed.loading import load_module
-from gpuspeed.optimize.backends.common import kind_of, leaves, tree_map
+from gpuspeed.optimize.backends.common import host_tree, kind_of, leaves, tree_map
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 DEFAULT_EXAMPLE = "black_scholes"
@@ -139,8 +139,8 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
             raise UserError(f"{path.name}: inputs is not a function")
         scale_used = _takes_scale(maker)
         eff_scale = (1.0 if gpu else CPU_SCALE) if scale is None else float(scale)
-        if eff_scale <= 0:
-            raise UserError(f"--scale must be positive, got {scale}")
+        if not 0 < eff_scale < float("inf"):  # NaN too
+            raise UserError(f"--scale must be a positive finite number, got {scale}")
         if not scale_used and scale is not None and scale != 1.0:
             notes.append(f"inputs(rng) takes no `scale`: --scale {scale:g} ignored")
             eff_scale = 1.0
@@ -269,8 +269,6 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     that limit comes from)."""
     import copy
 
-    from gpuspeed.optimize.backends.common import host_tree
-
     outs, afters = {}, {}
     changed: set[int] = set()
     t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
@@ -293,6 +291,8 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
                             f"calls need ~{per_call * len(seeds):.3g} s, past {limit_s:.3g} s{why}: raise "
                             f"--time-budget (to ~{per_call * len(seeds) * 3.5:.0f} s or more), or give it smaller inputs")
         changed |= {i for i, (a, b) in enumerate(zip(before, args, strict=False)) if not same_inputs((a,), (b,))}
+        if out is not None:
+            _check_leaves(wl, out)  # before the copy: a generator, say, cannot be copied (nor checked)
         # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
         outs[seed] = copy.deepcopy(host_tree(out))
         afters[seed] = args
@@ -311,11 +311,16 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     for out in outs.values():
         if out is None or not leaves(out):
             raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")
-        for leaf in leaves(out):
-            if not isinstance(leaf, (np.ndarray, np.generic, int, float, complex, bool)):
-                raise UserError(f"{wl.path.name}: {wl.func} returned a {type(leaf).__name__}; return arrays or "
-                                "numbers (or tuples of them)")
+        _check_leaves(wl, out)
     return outs, bool(changed), in_place
+
+
+def _check_leaves(wl, out) -> None:
+    """A one-line error unless every leaf of the original's output is an array or a number."""
+    for leaf in leaves(host_tree(out)):
+        if not isinstance(leaf, (np.ndarray, np.generic, int, float, complex, bool)):
+            raise UserError(f"{wl.path.name}: {wl.func} returned a {type(leaf).__name__}; return arrays or "
+                            "numbers (or tuples, lists and dicts of them)")
 
 
 def param_names(wl, positions: list[int]) -> str:
