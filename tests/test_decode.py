@@ -575,3 +575,91 @@ def test_long_prompt_runs_the_best_rung_when_only_later_rungs_are_asked_for(caps
     assert rc == 0, cap.err
     long = [r for r in json.loads(cap.out)["rows"] if r.get("study") == "long_prompt"]
     assert long and "error" not in long[0] and long[0]["variant"] == "V1", long
+
+
+def test_broken_hf_folders_are_one_line_errors(tmp_path):
+    """A config.json missing a field or holding the wrong kind, an unsupported rope scaling, a broken index or
+    safetensors file, an untied config without its head: each a UserError naming it, before any work."""
+    pytest.importorskip("transformers", reason="transformers not installed")
+    pytest.importorskip("safetensors", reason="safetensors not installed")
+    from gpuspeed.errors import UserError
+
+    good = tmp_path / "good"
+    C.to_hf(micro(tie_embeddings=False)).save_pretrained(good)
+    cfg = json.loads((good / "config.json").read_text())
+
+    def folder(name, config=None, drop=None, weights=None):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(cfg if config is None else config))
+        src = good / "model.safetensors"
+        if weights is not None:
+            (d / "model.safetensors").write_bytes(weights)
+        elif drop:
+            from safetensors.torch import load_file, save_file
+
+            save_file({k: v for k, v in load_file(src).items() if k != drop}, d / "model.safetensors")
+        else:
+            (d / "model.safetensors").write_bytes(src.read_bytes())
+        return d
+
+    cases = {
+        folder("no_heads", {k: v for k, v in cfg.items() if k != "num_attention_heads"}): "lacks 'num_attention_heads'",
+        folder("a_list", [cfg]): "config.json is a JSON list",
+        folder("bad_value", cfg | {"hidden_size": "sixty"}): "has a bad value",
+        folder("linear_rope", cfg | {"rope_parameters": {"rope_type": "linear", "factor": 4.0}}): "'linear' is not supported",
+        folder("half_llama3", cfg | {"rope_parameters": {"rope_type": "llama3", "factor": 8.0}}): "llama3 rope scaling needs",
+        folder("truncated", weights=(good / "model.safetensors").read_bytes()[:100]): "cannot read it as safetensors",
+        folder("no_head", cfg | {"tie_word_embeddings": False}, drop="lm_head.weight"): "has no lm_head.weight",
+    }
+    for path, words in cases.items():
+        with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            C.load(path)
+    idx = folder("bad_index")
+    (idx / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(UserError, match="not a safetensors index"):
+        C.load(idx)
+
+
+@pytest.mark.parametrize("t", [float("nan"), float("inf"), 1e-45, -1.0])
+def test_temperatures_that_would_overflow_are_refused(t):
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError, match="temperature must be 0"):
+        Sampling(temperature=t)
+
+
+def test_a_tokenizer_past_the_models_vocab_is_refused():
+    """On a GPU an id past the embedding is a device-side assert that kills the context: refuse it up front."""
+    import types
+
+    from gpuspeed.decode.study import Spec, make_prompt
+    from gpuspeed.errors import UserError
+
+    m = micro()  # vocab 256
+    tok = lambda text, return_tensors: types.SimpleNamespace(input_ids=torch.tensor([[5, 300, 7]]))  # noqa: E731
+    ck = types.SimpleNamespace(model=m, tokenizer=lambda: tok, add_bos=False, bos_id=None)
+    with pytest.raises(UserError, match="token id 300, past the model's vocab of 256"):
+        make_prompt(Spec(prompt="hello", new_tokens=4), ck, "cpu")
+
+
+def test_sampled_runs_compare_like_with_like():
+    """Under sampling transformers (greedy here) is not compared with V0, and the fp32 reference samples with the
+    same seed, so a bf16 rung's agreement with it is a measurement, not 0 by construction."""
+    pytest.importorskip("transformers", reason="transformers not installed")
+    import dataclasses
+
+    from gpuspeed.decode import study
+
+    m = micro()
+    prompt = prompt_for(m, b=1)
+    t = 8
+    s = Sampling(temperature=0.8, top_k=50, seed=3)
+    ours = generate(V.make_engine("V0", m, 1, V.max_len_for(prompt.shape[1], t), sampling=s), prompt, t)
+    spec = study.Spec(new_tokens=t, bench_budget_s=0.05, device="cpu", sampling=s)
+    row = study.hf_row(C.to_hf(m), "HF dynamic", m, spec, prompt, "cpu", ours)
+    assert "tokens_identical_to_V0" not in row
+    ref_tokens, _ = study._reference(m, spec, prompt, None)
+    assert torch.equal(ref_tokens, ours)  # fp32 against fp32 with the same seed: the same draws, the same tokens
+    greedy, _ = study._reference(m, dataclasses.replace(spec, sampling=Sampling()), prompt, None)
+    assert not torch.equal(greedy, ours)

@@ -213,3 +213,11 @@ def test_python_m_from_a_folder_with_a_profile_py(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ran s.py" in proc.stdout + proc.stderr
+
+
+def test_a_script_calling_os_exit_ends_its_run_not_gpuspeed(tmp_path, capsys):
+    script = tmp_path / "quits.py"
+    script.write_text("import os\nprint('bye')\nos._exit(3)\n")
+    assert main(["profile", "--json", str(script)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("sys.exit(3)" in n for n in doc["notes"]), doc["notes"]

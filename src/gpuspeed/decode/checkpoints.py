@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from gpuspeed.decode.model import ModelArgs, Transformer, build
+from gpuspeed.decode.model import ModelArgs, Transformer, build, rope_inv_freq
 from gpuspeed.errors import UserError
 
 LLAMA_ARCHS = {"LlamaForCausalLM"}
@@ -62,6 +62,19 @@ def smollm2_gguf() -> Path | None:
 
 
 def args_from_hf_config(cfg: dict, name: str = "custom") -> ModelArgs:
+    """Our ModelArgs from a transformers config.json (a one-line error for anything it cannot hold)."""
+    if not isinstance(cfg, dict):
+        raise UserError(f"{name}: config.json is a JSON {type(cfg).__name__}, not an object")
+    try:
+        args = _args_from_hf_config(cfg, name)
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"lacks {exc}" if isinstance(exc, KeyError) else f"has a bad value ({exc})"
+        raise UserError(f"{name}: config.json {what}") from None
+    rope_inv_freq(args)  # an unsupported or incomplete rope scaling fails here, before any work
+    return args
+
+
+def _args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
     archs = cfg.get("architectures") or []
     if cfg.get("model_type") != "llama" and not (set(archs) & LLAMA_ARCHS):
         raise UserError(f"{name}: not a Llama checkpoint (model_type {cfg.get('model_type')!r}, "
@@ -191,7 +204,12 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     args = args_from_hf_config(cfg, name=folder.name)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError("weight_map is not an object")
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise UserError(f"{index}: not a safetensors index ({type(exc).__name__}: {exc})") from None
     else:
         files = sorted(folder.glob("*.safetensors"))
         if not files:
@@ -205,7 +223,10 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
 
     def opened(fname: str):
         if fname not in handles:
-            handles[fname] = safe_open(str(folder / fname), framework="pt", device="cpu")
+            try:
+                handles[fname] = safe_open(str(folder / fname), framework="pt", device="cpu")
+            except Exception as exc:  # truncated or not safetensors at all (SafetensorError, OSError)
+                raise UserError(f"{folder / fname}: cannot read it as safetensors ({_first(exc)})") from None
         return handles[fname]
 
     if weight_map is None:
@@ -214,13 +235,21 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
             for key in opened(f.name).keys():
                 weight_map[key] = f.name
     if args.tie_embeddings is False and "lm_head.weight" not in weight_map:
-        args = ModelArgs(**{**args.__dict__, "tie_embeddings": True})
+        if cfg.get("tie_word_embeddings") is False:  # said untied: transformers would start a random head
+            raise UserError(f"{folder}: config.json says tie_word_embeddings false, but the checkpoint has no "
+                            "lm_head.weight")
+        args = ModelArgs(**{**args.__dict__, "tie_embeddings": True})  # not said either way: the embedding serves
 
     def get(name: str) -> torch.Tensor:
         if name not in weight_map:
             raise UserError(f"{folder}: checkpoint lacks {name}")
         handle = opened(weight_map[name])
-        return handle.get_tensor(name) if read is None else read(handle, name, args)
+        try:
+            return handle.get_tensor(name) if read is None else read(handle, name, args)
+        except UserError:
+            raise
+        except Exception as exc:  # a file cut short after its header
+            raise UserError(f"{folder / weight_map[name]}: cannot read {name} ({_first(exc)})") from None
 
     model = build(args if shape_args is None else shape_args(args), device=device, dtype=dtype, seed=None)
     _fill(model, get, HF_NAMES)
@@ -232,6 +261,11 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
     return Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
                       tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def _gguf_field(reader, key: str, default=None):

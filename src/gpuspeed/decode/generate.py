@@ -24,8 +24,9 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise UserError(f"temperature must be >= 0, got {self.temperature}")
+        if not (self.temperature == 0 or 1e-4 <= self.temperature < float("inf")):  # NaN too
+            # a tinier temperature overflows logits / T to inf (NaN probabilities): 0 is greedy
+            raise UserError(f"temperature must be 0 (greedy) or between 1e-4 and a finite number, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise UserError(f"top-k must be >= 1, got {self.top_k}")
         if self.top_p is not None and not (0 < self.top_p <= 1):

@@ -112,8 +112,12 @@ def rope_inv_freq(args: ModelArgs) -> torch.Tensor:
         return inv
     if kind != "llama3":
         raise UserError(f"rope scaling {kind!r} is not supported (only llama3)")
-    factor, low, high = float(sc["factor"]), float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
-    old = float(sc["original_max_position_embeddings"])
+    try:
+        factor, low, high = float(sc["factor"]), float(sc["low_freq_factor"]), float(sc["high_freq_factor"])
+        old = float(sc["original_max_position_embeddings"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(f"llama3 rope scaling needs factor, low_freq_factor, high_freq_factor and "
+                        f"original_max_position_embeddings as numbers: {type(exc).__name__} {exc}") from None
     low_wavelen, high_wavelen = old / low, old / high
     wavelen = 2 * math.pi / inv
     scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)

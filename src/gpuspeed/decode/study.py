@@ -179,6 +179,9 @@ def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[to
     p = prompt.shape[1]
     if p == 0:
         raise UserError("--prompt gives no tokens (and the tokenizer adds no BOS): give it some text")
+    if int(prompt.max()) >= a.vocab_size or int(prompt.min()) < 0:  # on a GPU: a device-side assert, a dead context
+        raise UserError(f"the tokenizer gives token id {int(prompt.max())}, past the model's vocab of {a.vocab_size}: "
+                        "the tokenizer is not this model's")
     for what, n in [("a prompt", p)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt else []):
         if n + spec.new_tokens > a.max_seq_len:
             raise UserError(f"{what} of {n} tokens plus {spec.new_tokens} new ones exceeds the model's context of "
@@ -392,9 +395,10 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
 
 def _reference(ref_model: M.Transformer, spec: Spec, prompt, eos_ids):
     """fp32 tokens and per-step logits for the agreement columns: the static-cache step captured as a graph
-    (V4, one replay per step: the eager V2 loop took seconds on the 8B), the eager step where capture fails."""
+    (V4, one replay per step: the eager V2 loop took seconds on the 8B), the eager step where capture fails.
+    It samples as the rungs do (the same seed draws the same numbers), so a sampled run is compared like for like."""
     engine = V.make_engine("V4", ref_model, prompt.shape[0], V.max_len_for(prompt.shape[1], spec.new_tokens),
-                           eos_ids=eos_ids)
+                           sampling=spec.sampling, eos_ids=eos_ids)
     rec = _Logits()
     tokens = generate(engine, prompt, spec.new_tokens, on_logits=rec)
     engine.__dict__.clear()
@@ -461,7 +465,7 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     _sync(device)
     row["first_generation_s"] = time.perf_counter() - t0
     toks = out[:, prompt.shape[1]:].cpu()
-    if our_tokens is not None and spec.dtype == "fp32":
+    if our_tokens is not None and spec.dtype == "fp32" and spec.sampling.greedy:  # transformers runs greedy here
         # ours stop at an EOS (a checkpoint's prompt), transformers' run on: compared up to each row's first EOS
         a, b = _same_length(toks, our_tokens[:, :t], eos_ids)
         row["tokens_identical_to_V0"] = bool(a.shape == b.shape and (a == b).all())
@@ -469,8 +473,13 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     # differently and make transformers compile a second shape)
     mt = bench(lambda: run(t), **_bench_kw(device, spec.bench_budget_s))
     m1 = bench(lambda: hf(prompt), **_bench_kw(device, spec.bench_budget_s / 2))
-    dec = max(mt.median - m1.median, 1e-9)
-    row |= {"prefill_ms": m1.median * 1e3, "generate_ms": mt.median * 1e3, "decode_ms": dec * 1e3,
+    dec = mt.median - m1.median
+    row |= {"prefill_ms": m1.median * 1e3, "generate_ms": mt.median * 1e3}
+    if not dec > 0:  # noise put the prefill past the whole generation: no decode time to report
+        row["error"] = (f"decode time not measurable: generate {mt.median * 1e3:.3g} ms is not above its prefill "
+                        f"{m1.median * 1e3:.3g} ms (±{100 * max(mt.rel_iqr, m1.rel_iqr):.0f} %): a noisy machine")
+        return row
+    row |= {"decode_ms": dec * 1e3,
             "ms_per_token": dec * 1e3 / (t - 1), "ms_per_token_incl_prefill": mt.median * 1e3 / t,
             "decode_rel_iqr": mt.rel_iqr, "decode_samples": mt.n, "tokens_per_s": prompt.shape[0] * (t - 1) / dec}
     wb = weight_bytes_per_token(m)
@@ -679,6 +688,12 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
         _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
+    steps_of = {r["variant"]: r["timed_steps"] for r in rows if r.get("timed_steps")}
+    if eos_ids and len(set(steps_of.values())) > 1:
+        notes.append("an EOS stopped the rungs at different steps (the eager ones at once, the others at their next "
+                     "check), so their ms/token are means over different step counts: "
+                     + ", ".join(f"{k} {v}" for k, v in steps_of.items()) + " (give a longer --new-tokens or "
+                     "another prompt for like-for-like times)")
     if "V0" in outputs:
         v0_tokens, v0_logits = outputs["V0"]
         for r in rows:

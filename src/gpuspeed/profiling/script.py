@@ -3,7 +3,7 @@
 Each run executes one compiled code object as `__main__` with the script's folder first on sys.path and
 its own argv. Compiling once keeps the code objects the same from run to run, so the line timer of a
 later pass finds the functions (and the module-level code) that cProfile saw in an earlier one.
-A script's `sys.exit(0)` is a normal end; any other exit is recorded and stops that run there.
+A script's `sys.exit(0)` (or `os._exit(0)`) is a normal end; any other exit is recorded and stops that run there.
 """
 
 from __future__ import annotations
@@ -47,12 +47,21 @@ class ScriptRunner:
         sys.argv = list(self.argv)
         sys.path.insert(0, str(self.path.parent))  # neighbour modules import as under `python script.py`
         self.runs += 1
+        real_exit, me = os._exit, os.getpid()
+
+        def script_exit(code):  # the script's os._exit would end gpuspeed itself: it ends the run, as sys.exit does
+            if os.getpid() != me:  # a process the script forked (multiprocessing) exits for real
+                real_exit(code)
+            raise SystemExit(code)
+
+        os._exit = script_exit
         try:
             exec(self.code_root, module.__dict__)
         except SystemExit as exc:
             if exc.code not in (0, None):
                 self.exits.append(exc.code)
         finally:
+            os._exit = real_exit
             sys.argv = saved_argv
             sys.path[:] = saved_path
             if saved_main is not None:
