@@ -137,3 +137,11 @@ def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
     monkeypatch.setattr(gpuspeed.doctor, "report", interrupted)
     assert main(["doctor"]) == 130
     assert capsys.readouterr().err.strip() == "gpuspeed: interrupted"
+
+
+def test_subpackages_by_their_dotted_names_after_a_plain_import():
+    """The README writes gpuspeed.roofline.place(...) and gpuspeed.graphs.capture(...) after `import gpuspeed`."""
+    code = ("import gpuspeed; print(callable(gpuspeed.roofline.place), callable(gpuspeed.graphs.capture), "
+            "callable(gpuspeed.graph_breaks.explain))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["True", "True", "True"], r.stderr

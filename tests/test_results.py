@@ -67,3 +67,12 @@ def test_results_file_mode_follows_the_umask(tmp_path, mask):
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
     assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(other.stat().st_mode)
+
+
+def test_an_out_folder_named_like_a_json_file_is_written_into(tmp_path, capsys):
+    """`--out res.json` is made a folder before the work (check_out_dir); the results then go inside it."""
+    from gpuspeed.cli import main
+
+    assert main(["bench", "--rows", "8", "--cols", "8", "--budget", "0.05", "--device", "cpu",
+                 "--out", str(tmp_path / "res.json")]) == 0
+    assert (tmp_path / "res.json" / "bench_demo.json").is_file()

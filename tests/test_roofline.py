@@ -258,3 +258,19 @@ def test_locate_refuses_values_that_are_not_positive_and_finite(flops, nbytes, t
                               Ceiling(name="fp32", kind="compute", value=0.16)])
     with pytest.raises(UserError, match="must be"):
         locate("k", flops, nbytes, time_s, c, "fp32")
+
+
+def test_report_numbers_keep_their_digits_and_a_failed_plot_leaves_nothing_half_written(tmp_path):
+    from pathlib import Path
+
+    from gpuspeed.roofline.plot import plot
+    from gpuspeed.roofline.report import _f
+
+    assert _f(0.0412) == "0.0412" and _f(4125.75) == "4,125.8" and _f(None) == "-"  # a CPU's 0.04 TFLOP/s
+    doc = json.loads((Path(__file__).parents[1] / "results" / "nvidia-h200" / "roofline.json").read_text())
+    (tmp_path / "roofline.png").mkdir()  # something in the way of the PNG
+    with pytest.raises(OSError):
+        plot(doc, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["roofline.png"]  # no SVG, no temporary file
+    paths = plot(doc, tmp_path / "ok")
+    assert all(p.stat().st_size > 1000 for p in paths)

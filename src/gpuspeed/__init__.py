@@ -16,3 +16,16 @@ __version__ = "0.1.0"
 
 __all__ = ["bench", "compare", "Measurement", "check", "CheckResult", "poison", "peak_memory", "MemoryReport",
            "cap", "profile", "ProfileResult", "UserError", "kernel_report", "KernelReport", "__version__"]
+
+# `gpuspeed.roofline.place(...)` after a plain `import gpuspeed`, as the README writes it: the heavier
+# subpackages load on first use
+_SUBMODULES = {"roofline", "graphs", "graph_breaks", "launch", "decode", "optimize", "examples", "results", "doctor",
+               "device", "inputs", "trees", "stats"}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"gpuspeed.{name}")
+    raise AttributeError(f"module 'gpuspeed' has no attribute {name!r}")

@@ -30,10 +30,12 @@ def run_demo(device: str = "auto", shape: tuple[int, int] | None = None, budget_
     rows = []
     for m in (slow, fast):
         rows.append({"name": m.name, "median_s": m.median, "rel_noise": m.rel_noise, "rel_iqr": m.rel_iqr,
-                     "n": m.n, "mode": m.mode, "throttled": m.throttled,
+                     "n": m.n, "mode": m.mode, "throttled": m.throttled, "unreliable": m.unreliable,
                      "GBps": bytes_moved / m.median / 1e9, "measurement": m.to_dict()})
+        notes += [f"{m.name}: {n}" for n in m.notes if n.startswith("unreliable")]
     summary = {"speedup": cmp.speedup, "speedup_ci_low": cmp.ci_low, "speedup_ci_high": cmp.ci_high,
                "verdict": cmp.verdict, "check_passed": result.passed, "rel_l2_err": result.rel_l2_err,
+               "unreliable": slow.unreliable or fast.unreliable,
                "fast_GBps": bytes_moved / fast.median / 1e9}
     pct = _device.pct_of_datasheet(summary["fast_GBps"], _device.get_device(where).name, "mem")
     if where == "cuda":

@@ -43,13 +43,16 @@ def register(app: typer.Typer) -> None:
             t.add_column(col, justify="left" if col == "version" else "right")
         for r in doc["rows"]:
             t.add_row(r["name"], format_time(r["median_s"]), f"±{100 * r['rel_noise']:.2f}%",
-                      f"{100 * r['rel_iqr']:.1f}%", str(r["n"]), r["mode"] + (" THROTTLED" if r["throttled"] else ""),
-                      f"{r['GBps']:.1f}")
+                      f"{100 * r['rel_iqr']:.1f}%", str(r["n"]), r["mode"] + (" THROTTLED" if r["throttled"] else "")
+                      + (" UNRELIABLE" if r.get("unreliable") else ""), f"{r['GBps']:.3g}",
+                      style="yellow" if r.get("unreliable") else None)
         console.print(t)
         s = doc["summary"]
         console.print(f"speedup {format_speedup(s['speedup'], s['speedup_ci_low'], s['speedup_ci_high'])} "
                       f"({s['verdict']}); check {'PASS' if s['check_passed'] else 'FAIL'}, "
-                      f"rel L2 error {s['rel_l2_err']:.2e}")
+                      f"rel L2 error {s['rel_l2_err']:.2e}"
+                      + ("; [yellow]a timing is unreliable (see the notes): rerun with a larger --budget[/]"
+                         if s.get("unreliable") else ""))
         for note in doc["notes"]:
             console.print(f"[dim]{note}[/]")
         if path:

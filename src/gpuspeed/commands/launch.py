@@ -163,7 +163,7 @@ def register(app: typer.Typer) -> None:
             if "error" in r:
                 f.add_row(f"{r['N']:.0e}", r["variant"], "[red]error[/]", r["error"][:40], "", "", "", "")
                 continue
-            f.add_row(f"{r['N']:.0e}", r["variant"], f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ".0f"),
+            f.add_row(f"{r['N']:.0e}", r["variant"], f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ",.4g"),
                       fmt(r.get("pct_copy_roof"), ".1f"), fmt(r.get("over_copy"), ".2f"),
                       fmt(r.get("check_passed")), "[yellow]no[/]" if r.get("unreliable") else "yes")
         console.print(f)

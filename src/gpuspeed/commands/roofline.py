@@ -48,13 +48,19 @@ def register(app: typer.Typer) -> None:
             from gpuspeed.roofline.plot import plot
             from gpuspeed.roofline.report import markdown
 
+            try:
+                pics = plot(doc, out)
+            except Exception as exc:  # a plot failure must not lose the numbers: they are written, with a note
+                pics = []
+                doc["notes"].append(f"plot failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
             path = write_results(doc, out)
             md = Path(out) / "roofline.md"
             tmp = md.with_suffix(".md.tmp")
             tmp.write_text(markdown(doc))
             tmp.replace(md)  # never half-written
-            pics = plot(doc, out)
-            console.print(f"wrote {path}, {md}, {', '.join(str(p) for p in pics)}")
+            console.print(f"wrote {path}, {md}" + "".join(f", {p}" for p in pics))
+            if not pics:
+                console.print(f"[yellow]{doc['notes'][-1]}[/]", markup=True)
         if as_json:
             print(json.dumps(doc, indent=1))
             return
@@ -80,7 +86,7 @@ def register(app: typer.Typer) -> None:
                 continue
             ach = f"{r['TFLOPs']:,.3g} TFLOP/s" if gpu else f"{r['TFLOPs'] * 1e3:,.3g} GFLOP/s"
             pct = pct_text(r)
-            p.add_row(r["name"], f"{r['ai']:.3g}", ach, f"{r['GBps']:,.0f}", pct, str(r.get("bound")))
+            p.add_row(r["name"], f"{r['ai']:.3g}", ach, f"{r['GBps']:,.4g}", pct, str(r.get("bound")))
         if study.placements:
             console.print(p)
         s = Table(title="Summary")

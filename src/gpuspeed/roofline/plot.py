@@ -189,7 +189,13 @@ def plot(doc: dict, out_dir: str | Path, stem: str = "roofline") -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.svg"]
-    fig.savefig(paths[0], dpi=130)
-    fig.savefig(paths[1])
-    plt.close(fig)
+    try:
+        for path, kw in zip(paths, ({"dpi": 130}, {}), strict=True):
+            tmp = path.with_name(f".{path.name}.tmp{path.suffix}")  # the format from the suffix; never half-written
+            fig.savefig(tmp, **kw)
+            tmp.replace(path)
+    finally:
+        plt.close(fig)
+        for path in paths:
+            path.with_name(f".{path.name}.tmp{path.suffix}").unlink(missing_ok=True)
     return paths

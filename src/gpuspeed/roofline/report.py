@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 
-def _f(v, fmt=",.1f") -> str:
-    return "-" if v is None else format(v, fmt) if isinstance(v, (int, float)) else str(v)
+def _f(v, fmt=None) -> str:
+    """A number as a reader wants it: one decimal from 100 up, three significant figures below (a CPU's
+    0.04 TFLOP/s is not '0.0')."""
+    if v is None:
+        return "-"
+    if not isinstance(v, (int, float)):
+        return str(v)
+    return format(v, fmt or (",.1f" if abs(v) >= 100 else ".3g"))
 
 
 def pct_text(row: dict, fmt: str = ",.1f") -> str:

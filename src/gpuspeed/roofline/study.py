@@ -52,7 +52,11 @@ class Study:
             n = 2**26 if self.quick else 2**28
             out += [(label, self._sweep_step(fn)) for label, fn in ai_sweep.sweep_steps(sweep_dtypes, n, self.quick)]
         if self.do_workloads:
-            out += [(f"place {w.name}", self._place_step(w)) for w in builtin(self.kind, self.quick, self.dtypes)]
+            chosen = builtin(self.kind, self.quick, self.dtypes)
+            if not chosen:
+                self.notes.append(f"no built-in workload in {', '.join(self.dtypes)} runs on this "
+                                  f"{'GPU' if self.kind == 'cuda' else 'CPU'}: nothing placed (tf32 is a GPU's)")
+            out += [(f"place {w.name}", self._place_step(w)) for w in chosen]
             # Ceilings are the best of a pass before and after the placements: a shared CPU drifts, and a
             # GPU's tensor-core rate follows its power and heat, which the placements change in between
             again = [(label, fn) for label, fn in ceiling_steps(self.kind, self.quick)
