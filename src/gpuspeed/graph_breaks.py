@@ -59,6 +59,9 @@ class Explanation:
             out.append(f"    - {r}")
         if not self.fullgraph_ok and self.fullgraph_error:
             out.append(f"  fullgraph error: {self.fullgraph_error}")
+        if self.fullgraph_ok and self.break_count:  # both are true: the two modes trace these constructs differently
+            out.append("  (the breaks are what torch.compile's default mode does; under fullgraph=True torch traced "
+                       "this call as one graph instead)")
         out.extend(f"  note: {n}" for n in self.notes)
         return out
 
