@@ -643,6 +643,9 @@ def test_cli_numba_variant_without_numba_is_one_line(numba_hidden_path):
     (["tests/test_kernel_report.py:add_launcher", "--input", "x=float32[abc]"], "bad input spec"),
     (["tests/test_kernel_report.py:add_launcher", "--input", "x=float32[8]"], "add_launcher raised TypeError"),
     (["tests/test_kernel_report.py:add_launcher", "--device", "tpu"], "unknown device"),
+    (["tests/test_kernel_report.py:add_launcher", "--seed", "-1"], "--seed must be >= 0"),
+    (["tests/test_kernel_report.py:add_launcher", "--input", "x=float32[0,100000000000000000000]"], "too large"),
+    (["tests/test_kernel_report.py:add_kernel"], "is a @triton.jit kernel, not a launcher"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, words, monkeypatch, capsys):
     from gpuspeed.cli import main
@@ -690,3 +693,44 @@ def test_an_in_place_launcher_writing_one_argument_is_checked_against_one_array(
     rep = kernel_report(add_into_x, x.clone(), y, device="cpu", expected=want, in_place=[0])
     assert rep.check["passed"], rep.check["summary"]
     assert not kernel_report(add_into_x, x.clone(), y, device="cpu", expected=want + 1, in_place=[0]).check["passed"]
+
+
+NOISY = """
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+print("hello at import")
+
+
+@triton.jit
+def clamp_kernel(x_ptr, out_ptr, n, lo, hi, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.minimum(tl.maximum(tl.load(x_ptr + offs, mask=mask), lo), hi), mask=mask)
+
+
+def clamp(x):
+    print("launching")
+    out = torch.empty_like(x)
+    clamp_kernel[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), 0.0, float("inf"), BLOCK=128)
+    return out
+
+
+def quits(x):
+    sys.exit(3)
+"""
+
+
+def test_cli_json_is_strict_json_whatever_the_launcher_prints_or_passes(tmp_path):
+    """The user's prints go to stderr; an infinite scalar argument is null (strict JSON); sys.exit in the launcher
+    is a one-line error, not gpuspeed's own exit."""
+    (tmp_path / "noisy.py").write_text(NOISY)
+    r = _cli("kernel", f"{tmp_path}/noisy.py:clamp", "--input", "x=float32[300]", "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert d["launches"][0]["kernel"] == "clamp_kernel" and "hello at import" in r.stderr and "launching" in r.stderr
+    q = _cli("kernel", f"{tmp_path}/noisy.py:quits", "--input", "x=float32[8]", "--device", "cpu")
+    assert q.returncode == 2 and "quits raised SystemExit: 3" in q.stderr, q.stderr[-2000:]

@@ -297,7 +297,13 @@ def test_emitted_script_runs_a_gpu_variant_primary_on_the_gpu(tmp_path):
     run = optimize("histogram", device="cuda", scale=0.02, out=tmp_path / "h", backends=["variant"], time_budget=200,
                    bench_budget_s=0.3)
     assert run.choice["primary"].startswith("variant:"), run.choice
+    import os
+
+    import gpuspeed
+
+    # the example imports gpuspeed (its kernels live there), installed where a user runs it: here, src on the path
+    env = dict(os.environ, PYTHONPATH=str(Path(gpuspeed.__file__).resolve().parents[1]))
     r = subprocess.run([sys.executable, str(run.paths["script"]), "--bench"], capture_output=True, text=True,
-                       timeout=300, cwd=tmp_path)
+                       timeout=300, cwd=tmp_path, env=env)
     assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
     assert "original on the CPU" not in r.stdout.splitlines()[0], r.stdout

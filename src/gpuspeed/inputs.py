@@ -79,6 +79,8 @@ def parse_spec(text: str) -> InputSpec:
     for d in dims:
         if not d.isdigit():
             raise UserError(f"bad input spec {text!r}: dimension {d!r} is not a non-negative integer")
+        if int(d) >= 2**62:  # past what any array library can index (a zero elsewhere would hide it from the memory check)
+            raise UserError(f"bad input spec {text!r}: dimension {d} is too large")
         shape.append(int(d))
     return InputSpec(name=name, kind="array", dtype=dtype, shape=tuple(shape))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import List, Optional
@@ -47,25 +48,36 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--flops must be positive, got {flops:g}")
         if nbytes is not None and nbytes <= 0:
             raise UserError(f"--bytes must be positive, got {nbytes}")
+        if seed < 0:
+            raise UserError(f"--seed must be >= 0, got {seed}")
         check_out_dir(out)
         where = resolve_device(device)
         console = make_console(stderr=as_json)
         if where != "cuda":
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
-        fn, module, name = load_target(target)
-        args, notes, host_args = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
-        checking = reference_check(module, name, host_args, Path(target.rpartition(":")[0]).name)
-        fn, swapped = unwrap_lazy(fn, where)
-        notes += swapped
-        try:
-            rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where, **checking)
-        except UserError:
-            raise
-        except Exception as exc:  # the user's launcher failed: one line, the traceback under --debug
-            if ctx.find_root().params.get("debug"):
+        from gpuspeed.profiling.script import stdout_to_stderr
+
+        with stdout_to_stderr() if as_json else contextlib.nullcontext():  # the user's prints stay off the JSON
+            fn, module, name = load_target(target)
+            args, notes, host_args = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
+            checking = reference_check(module, name, host_args, Path(target.rpartition(":")[0]).name)
+            if host_args is None and name.startswith("variants.") and callable(getattr(module, "original", None)):
+                notes.append("not checked against original(): the inputs came from --input (the file's inputs(rng) "
+                             "would make them for the check)")
+            fn, swapped = unwrap_lazy(fn, where)
+            notes += swapped
+            if where != "cuda":
+                console.print("no GPU: the launcher runs under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1, which is "
+                              "slow (Numba's simulator can take minutes on large inputs)", highlight=False)
+            try:
+                rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where, **checking)
+            except UserError:
                 raise
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
+            except (Exception, SystemExit) as exc:  # the user's launcher failed: one line, the traceback under --debug
+                if ctx.find_root().params.get("debug"):
+                    raise
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
         rep.notes[:0] = notes
         if out:
             doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,

@@ -24,8 +24,9 @@ from gpuspeed.kernel import instructions, numba_info, triton_info, verdict
 from gpuspeed.kernel.capture import Capture, interpreting_triton, simulating_numba
 from gpuspeed.kernel.occupancy import Limits, device_limits, occupancy
 
-NO_GPU_NOTE = ("no GPU: ran under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1) for correctness "
-               "only; no timing, registers or occupancy are possible here")
+NO_GPU_NOTE = ("no GPU: ran under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1) to check what it "
+               "computes (against original() where the file has one); no timing, registers or occupancy are possible "
+               "here")
 
 
 @dataclass
@@ -57,8 +58,10 @@ class KernelReport:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        from gpuspeed.results import _jsonable as plain  # NaN and inf as null: strict JSON
+
         d = {k: v for k, v in self.__dict__.items() if k != "output"}
-        return json.loads(json.dumps(d, default=_jsonable))
+        return plain(json.loads(json.dumps(d, default=_jsonable)))
 
     def to_results(self, params: dict | None = None, device: str | None = None) -> dict:
         """The report as a results document (study "kernel_report", the project's schema): the headline figures
@@ -101,7 +104,10 @@ class KernelReport:
                 out.append(f"    PTX, {mix['scope']} ({mix['instructions']} instructions): "
                            f"{instructions.summary(mix, top=6)}")
             at = la.get("autotune")
-            if at:
+            if at and not self.gpu:  # the interpreter times nothing: its autotuner keeps the first config
+                out.append(f"    autotune: nothing timed under the interpreter; the first of {len(at['tried'])} "
+                           f"configs ran: {at['chosen']}")
+            elif at:
                 out.append(f"    autotune chose {at['chosen']}; tried {len(at['tried'])}:")
                 for t in at["tried"][:8]:
                     ms = "-" if t["time_ms"] is None else f"{t['time_ms'] * 1e3:.1f} us"

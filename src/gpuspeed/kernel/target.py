@@ -55,6 +55,15 @@ def load_target(target: str) -> tuple[Callable, object, str]:
             obj = getattr(obj, part)
         else:
             raise UserError(f"{path} has no {attr!r}")
+    kind = type(obj).__name__
+    if kind in ("JITFunction", "Autotuner", "Heuristics", "InterpretedFunction"):
+        raise UserError(f"{target} is a @triton.jit kernel, not a launcher: name the Python function that launches "
+                        f"it ({attr.rsplit('.', 1)[-1]}[grid](...))")
+    if kind in ("CUDADispatcher", "FakeCUDAKernel", "Dispatcher") and "numba" in type(obj).__module__:
+        raise UserError(f"{target} is a @cuda.jit kernel, not a launcher: name the Python function that launches "
+                        f"it ({attr.rsplit('.', 1)[-1]}[blocks, threads](...))")
+    if inspect.isclass(obj):
+        raise UserError(f"{target} is a class, not a launcher: name the function that launches the kernel")
     if not callable(obj):
         raise UserError(f"{target} is not callable")
     return obj, module, attr
@@ -116,7 +125,7 @@ def reference_check(module, attr: str, host_args: tuple | None, label: str) -> d
     copies = clone_tree(host_args)
     try:
         expected = original(*copies)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise UserError(f"{label}: original() raised {type(exc).__name__}: {first}") from exc
     in_place = None
@@ -166,12 +175,12 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
     maker = getattr(module, "inputs", None)
     if callable(maker):
         scale = 1.0 if device == "cuda" else CPU_SCALE
+        rng = np.random.default_rng(seed)
         try:
-            rng = np.random.default_rng(seed)
             out = maker(rng, scale=scale) if _takes_scale(maker) else maker(rng)
         except UserError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise UserError(f"inputs(rng) raised {type(exc).__name__}: {first}") from exc
         args = out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
