@@ -721,6 +721,11 @@ def clamp(x):
 
 def quits(x):
     sys.exit(3)
+
+
+def clamp_into(x, *, out):
+    clamp_kernel[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), 0.0, 1.0, BLOCK=128)
+    return out
 """
 
 
@@ -734,3 +739,15 @@ def test_cli_json_is_strict_json_whatever_the_launcher_prints_or_passes(tmp_path
     assert d["launches"][0]["kernel"] == "clamp_kernel" and "hello at import" in r.stderr and "launching" in r.stderr
     q = _cli("kernel", f"{tmp_path}/noisy.py:quits", "--input", "x=float32[8]", "--device", "cpu")
     assert q.returncode == 2 and "quits raised SystemExit: 3" in q.stderr, q.stderr[-2000:]
+
+
+def test_cli_input_reaches_a_keyword_only_parameter(tmp_path):
+    """--input out=... fills `def clamp_into(x, *, out)` by keyword; leaving it out names it in one line."""
+    (tmp_path / "noisy.py").write_text(NOISY)
+    r = _cli("kernel", f"{tmp_path}/noisy.py:clamp_into", "--input", "out=float32[300]", "--input", "x=float32[300]",
+             "--json", "--device", "cpu")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["launches"][0]["kernel"] == "clamp_kernel" and d["launches"][0]["grid"] == [3, 1, 1]
+    q = _cli("kernel", f"{tmp_path}/noisy.py:clamp_into", "--input", "x=float32[300]", "--device", "cpu")
+    assert q.returncode == 2 and "keyword argument(s) out" in q.stderr and "Traceback" not in q.stderr, q.stderr

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
         with stdout_to_stderr() if as_json else contextlib.nullcontext():  # the user's prints stay off the JSON
             fn, module, name = load_target(target)
-            args, notes, host_args = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
+            args, kwargs, notes, host_args = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
             checking = reference_check(module, name, host_args, Path(target.rpartition(":")[0]).name)
             if host_args is None and name.startswith("variants.") and callable(getattr(module, "original", None)):
                 notes.append("not checked against original(): the inputs came from --input (the file's inputs(rng) "
@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
                 console.print("no GPU: the launcher runs under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1, which is "
                               "slow (Numba's simulator can take minutes on large inputs)", highlight=False)
             try:
-                rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where, **checking)
+                rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where, kwargs=kwargs,
+                                    **checking)
             except UserError:
                 raise
             except (Exception, SystemExit) as exc:  # the user's launcher failed: one line, the traceback under --debug

@@ -87,7 +87,14 @@ def _required_params(fn) -> list[str]:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []
-    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _keyword_only(fn) -> set[str]:
+    try:
+        return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    except (TypeError, ValueError):
+        return set()
 
 
 def _move(args: tuple, where: str, device: str) -> tuple:
@@ -154,9 +161,10 @@ def _changed(before, after) -> bool:
 
 
 def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
-              device: str) -> tuple[tuple, list[str], tuple | None]:
-    """(positional arguments, notes, the host arguments they were made from: inputs(rng)'s, else None) for the
-    launcher: see the module docstring. A launcher with `precision = "float32"` gets float64 arrays cast to
+              device: str) -> tuple[tuple, dict, list[str], tuple | None]:
+    """(positional arguments, keyword arguments, notes, the host arguments they were made from: inputs(rng)'s,
+    else None) for the launcher: see the module docstring. A --input spec that names a keyword-only parameter
+    of the launcher is passed by that keyword. A launcher with `precision = "float32"` gets float64 arrays cast to
     float32 before they move (as optimize casts its float32 variants' inputs, outside the timing)."""
     import numpy as np
 
@@ -171,7 +179,13 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
             backend, why = infer_backend(fn)
             notes.append(f"inputs as {backend} arrays: {why} (--backend to choose)")
         values = make_backend_inputs(parsed, backend, seed=seed, device=device)
-        return tuple(values[n] for n in _spec_order(fn, [s.name for s in parsed])), notes, None
+        keyword = _keyword_only(fn) & set(values)
+        missing = [n for n in _required_params(fn) if n in _keyword_only(fn) and n not in values]
+        if missing:
+            raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs the keyword argument(s) "
+                            f"{', '.join(missing)}: pass --input {missing[0]}=DTYPE[SHAPE]")
+        positional = [n for n in _spec_order(fn, [s.name for s in parsed]) if n not in keyword]
+        return tuple(values[n] for n in positional), {n: values[n] for n in keyword}, notes, None
     maker = getattr(module, "inputs", None)
     if callable(maker):
         scale = 1.0 if device == "cuda" else CPU_SCALE
@@ -196,9 +210,9 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
 
             moved = tree_map(lambda x: x.astype(demote_dtype(x.dtype)) if isinstance(x, np.ndarray) else x, args)
             notes.append("a float32 launcher: float64 inputs cast to float32 before they move (as optimize does)")
-        return _move(moved, where, device), notes, args
+        return _move(moved, where, device), {}, notes, args
     needed = _required_params(fn)
     if needed:
         raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs arguments ({', '.join(needed)}): pass --input "
                         "NAME=DTYPE[SHAPE] or define inputs(rng) in its file")
-    return (), notes, None
+    return (), {}, notes, None
