@@ -524,3 +524,28 @@ def test_a_generator_result_and_a_nan_scale_are_one_line_errors(tmp_path, capsys
     assert main(["optimize", str(tmp_path / "gen_wl.py"), "--device", "cpu", "--scale", "nan",
                  "--out", str(tmp_path / "o")]) == 2
     assert "--scale must be a positive finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.empty(()),  # CuPy's float(x[i]) / complex(...) on a 0-d device array makes one of these
+    lambda: np.empty((3, 4), order="F"),
+    lambda: np.empty_like(np.zeros((2, 3, 4)).transpose(2, 0, 1)),  # neither C- nor F-contiguous
+    lambda: np.empty(5, dtype=np.int32),
+    lambda: np.empty(3, dtype=np.complex64),
+    lambda: np.empty(2, dtype=[("a", "f8"), ("b", "i4")]),
+], ids=["0-d", "fortran", "permuted", "int32", "complex64", "structured"])
+def test_poisoned_numpy_empty_fills_any_shape_and_layout(make):
+    """The H200 run: CuPy's scalar conversion allocates a 0-d host array through np.empty, and the correctness
+    runs' poisoning (a.view(np.uint8)) raised on it, so the CuPy candidate of a per-element loop failed."""
+    from gpuspeed.optimize.worker import _Poison
+
+    with _Poison(torch_fill=False):
+        a = make()
+    flat = a.ravel()
+    for name in a.dtype.names or (None,):
+        v = flat[name] if name else flat
+        assert (np.isnan(v) if v.dtype.kind in "fc" else v == -1).all(), (name, v)
+    assert np.empty.__module__ == "numpy"  # outside the context np.empty is NumPy's own again
+    with _Poison(torch_fill=False):
+        objects = np.empty(2, dtype=object)  # left alone: no byte pattern means anything there
+    assert list(objects) == [None, None]

@@ -99,8 +99,11 @@ class _Poison:
 
 
 def _fill(a):
-    if isinstance(a, np.ndarray) and a.size:
-        a.view(np.uint8).fill(0xFF)
+    """0xFF in every byte of a fresh array (NaN floats, -1 ints: an element the code never writes shows), whatever
+    its shape (0-d included: CuPy's scalar conversions make one) or layout (empty_like of a permuted array is
+    neither C- nor F-contiguous); object arrays are left alone."""
+    if isinstance(a, np.ndarray) and a.size and not a.dtype.hasobject:
+        a[...] = np.frombuffer(b"\xff" * a.dtype.itemsize, dtype=a.dtype)[0]
 
 
 def _structure_problem(out, ref) -> str | None:
