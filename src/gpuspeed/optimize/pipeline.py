@@ -91,8 +91,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             raise UserError(f"--budget {budget} is more than this GPU's {total / 2**30:.1f} GiB")
     if _device.datasheet_for(target_gpu) is None:
         raise UserError(f"no datasheet entry for --target-gpu {target_gpu!r} (see `gpuspeed doctor` for the table)")
-    if not time_budget > 0:
-        raise UserError("--time-budget must be positive")
+    if not 0 < time_budget < math.inf:  # NaN too; inf would reach the reference calls' timer (setitimer overflows)
+        raise UserError(f"--time-budget must be a positive finite number of seconds, got {time_budget:g}")
     if bench_budget_s is not None and not bench_budget_s > 0:
         raise UserError(f"--bench-budget is seconds and must be positive, got {bench_budget_s:g}")
     if rank_by not in ("device", "e2e"):

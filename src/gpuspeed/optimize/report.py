@@ -3,6 +3,7 @@ scale; the primary's bandwidth against the roofs of this GPU and the target)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from gpuspeed.timing import format_time
@@ -328,7 +329,10 @@ def results_doc(run) -> dict:
         "projected_target_s": run.projection.get("projected_s") or run.projection.get("memory_bound_s"),
     }
     rows = table_rows(run)
-    return make_results(f"optimize_{run.wl.name}", params=run.params, summary=summary, rows=rows,
+    # a results study is named in letters, digits, _ and -: a workload file named `my-work.v2.py` or `my work.py`
+    # is still one (its report and script keep the file's own name)
+    study = "optimize_" + re.sub(r"[^\w-]", "_", run.wl.name)
+    return make_results(study, params=run.params, summary=summary, rows=rows,
                         notes=run.notes + [f"plan: {r['backend']}: {r['decision']} ({r['why']})" for r in run.plan_rows]
                         + [f"why below 2x: {w}" for w in ch.get("why_not_2x", [])]
                         + ([f"why not on a GPU: {ch['why_not_gpu']}"] if ch.get("why_not_gpu") else []), device=run.where) | {

@@ -69,6 +69,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _what(exc: BaseException) -> str:
+    """`Type: first line` of what the user's code raised; sys.exit(...) as SystemExit(code)."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (it called sys.exit)"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
 @dataclass
 class Workload:
     path: Path
@@ -89,6 +96,7 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     in_place: list[int] | None = None  # set by the pipeline: the arguments the original writes into
     in_place_returns: bool = False  # ... and it returns a result too (checked with them), not None
+    inputs_list: bool = False  # inputs() returned a list, splatted into the arguments
 
     def describe_args(self, args: tuple) -> list[str]:
         return [_describe(a) for a in args]
@@ -124,8 +132,14 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     maker = getattr(module, "inputs", None)
     notes = []
     scale_used = False
+    returned_list = [False]  # inputs() returned a list (its items are the arguments), not a tuple
     if specs:
         order = _spec_order(fn, [s.name for s in specs])
+        kw_only = [n for n in order if n in _keyword_only(fn)]
+        if kw_only:  # every candidate, and the emitted script, pass the arguments by position
+            raise UserError(f"--input {kw_only[0]}: {func}'s parameter {kw_only[0]!r} is keyword-only, and optimize "
+                            "passes its inputs by position: make it a positional parameter (or give it a default "
+                            "and leave it out)")
 
         def make_args(seed: int) -> tuple:
             values = make_inputs(specs, seed=seed, backend="numpy")
@@ -150,14 +164,15 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
         def make_args(seed: int) -> tuple:
             rng = np.random.default_rng(seed)
             out = maker(rng, scale=eff_scale) if scale_used else maker(rng)
+            returned_list[0] = isinstance(out, list)
             return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
 
     try:
         args = make_args(0)
     except UserError:
         raise
-    except Exception as exc:
-        raise UserError(f"{path.name}: inputs(rng) raised {type(exc).__name__}: {_first_line(exc)}") from exc
+    except (Exception, SystemExit) as exc:  # sys.exit() in inputs() too: one line, not gpuspeed exiting with its code
+        raise UserError(f"{path.name}: inputs(rng) raised {_what(exc)}") from exc
     tol = getattr(module, "TOLERANCE", None)
     source = "dtype defaults (gpuspeed.verify)"
     t_rtol = t_atol = None
@@ -171,8 +186,11 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     rtol = t_rtol if rtol is None else rtol
     atol = t_atol if atol is None else atol
     for label, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and (not isinstance(v, (int, float)) or not 0 <= v < float("inf")):  # NaN and inf too
+        # a NumPy scalar too (np.finfo(np.float32).eps * 10): kept as a Python float
+        if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating))
+                              or not 0 <= v < float("inf")):  # NaN and inf too
             raise UserError(f"{label} must be a number >= 0, got {v!r}")
+    rtol, atol = (None if v is None else float(v) for v in (rtol, atol))
     batch_axis = _batch_axis(path, getattr(module, "BATCH_AXIS", None), args)
     variants = getattr(module, "variants", None) or {}
     if not isinstance(variants, dict) or not all(isinstance(k, str) and callable(v) for k, v in variants.items()):
@@ -181,7 +199,14 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     return Workload(path=path.resolve(), name=path.stem, func=func, module=module, original=fn, make_args=make_args,
                     scale=eff_scale, scale_used=scale_used, rtol=rtol, atol=atol, tolerance_source=source,
                     batch_axis=batch_axis, variants=dict(variants), input_specs=[str(s) for s in specs], kind=kind,
-                    notes=notes)
+                    notes=notes, inputs_list=returned_list[0])
+
+
+def _keyword_only(fn) -> set[str]:
+    try:
+        return {n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    except (TypeError, ValueError):
+        return set()
 
 
 def _spec_order(fn, names: list[str]) -> list[str]:
@@ -221,12 +246,18 @@ def same_inputs(before, after) -> bool:
     """Did a call leave its arguments as they were (NaN equal to NaN)?"""
     from gpuspeed.optimize.backends.common import to_numpy
 
-    for a, b in zip(leaves(before), leaves(after), strict=False):
+    before, after = leaves(before), leaves(after)
+    if len(before) != len(after):  # a list argument that grew or shrank (append, pop)
+        return False
+    for a, b in zip(before, after, strict=True):
         a, b = to_numpy(a), to_numpy(b)
         # a NumPy scalar argument is saved as a 0-d array: compare it as one, not as a changed type
         a, b = (np.asarray(v) if isinstance(v, np.generic) else v for v in (a, b))
         if isinstance(a, np.ndarray):
             if not isinstance(b, np.ndarray) or a.shape != b.shape or not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+                return False
+        elif isinstance(a, (int, float, complex)):  # an element of a Python list (pure-Python code's `out[i] = ...`)
+            if type(a) is not type(b) or not (a == b or (a != a and b != b)):
                 return False
     return True
 
@@ -250,7 +281,8 @@ def _time_limit(seconds: float | None):
         raise _OutOfTime()
 
     old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    # past ~3 years the timer's time_t overflows (OverflowError, as if the user's code raised it): no limit then
+    signal.setitimer(signal.ITIMER_REAL, min(max(seconds, 1e-3), 1e8))
     try:
         yield
     finally:
@@ -274,6 +306,8 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
     for n, seed in enumerate(seeds):
         args = wl.make_args(seed)
+        if n == 0:
+            first_inputs = _digest(args)
         before = _snapshot(args)
         left = None if limit_s is None else limit_s - (time.perf_counter() - t0)
         try:
@@ -282,9 +316,14 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         except _OutOfTime:
             raise UserError(f"{wl.path.name}: {wl.func} did not finish its reference call {n + 1} of {len(seeds)} "
                             f"within {limit_s:.3g} s{why}: raise --time-budget, or give it smaller inputs") from None
-        except Exception as exc:
-            raise UserError(f"{wl.path.name}: {wl.func}{tuple(wl.describe_args(args))} raised "
-                            f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        except (Exception, SystemExit) as exc:
+            described = wl.describe_args(args)
+            if len(described) > 6:  # a list from inputs() is the arguments: 1000 floats were 1000 of them
+                described = described[:3] + [f"... {len(described)} arguments in all"]
+            hint = ""
+            if isinstance(exc, TypeError) and "positional argument" in str(exc) and wl.inputs_list:
+                hint = " (inputs(rng) returned a list: its items are the arguments; return (the_list,) to pass one list)"
+            raise UserError(f"{wl.path.name}: {wl.func}({', '.join(described)}) raised {_what(exc)}{hint}") from exc
         per_call = (time.perf_counter() - t0) / (n + 1)
         if limit_s is not None and n + 1 < len(seeds) and per_call * len(seeds) > limit_s:
             raise UserError(f"{wl.path.name}: {wl.func} takes {per_call:.3g} s a call: its {len(seeds)} reference "
@@ -296,6 +335,12 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
         outs[seed] = copy.deepcopy(host_tree(out))
         afters[seed] = args
+    if not wl.input_specs and _digest(wl.make_args(seeds[0])) != first_inputs:
+        # every worker makes its own inputs from the seed: the original would be called "not deterministic" and
+        # every candidate wrong, for arguments that were never the same
+        raise UserError(f"{wl.path.name}: inputs(rng) made other arguments for the same seed: draw them from the rng "
+                        "it is given (np.random.*, random.* and torch.randn ignore it), and return fresh arrays, not "
+                        "module-level ones that the original changes")
     in_place = None
     wl.in_place_returns = False
     if all(out is None for out in outs.values()):
@@ -315,12 +360,38 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     return outs, bool(changed), in_place
 
 
+def _digest(args) -> bytes:
+    """A fingerprint of the arguments' values (arrays' bytes, numbers, strings): equal for equal inputs."""
+    import hashlib
+
+    from gpuspeed.optimize.backends.common import to_numpy
+
+    h = hashlib.blake2b(digest_size=16)
+    for leaf in leaves(args):
+        x = to_numpy(leaf)
+        if isinstance(x, (np.ndarray, np.generic)) and not x.dtype.hasobject:
+            x = np.ascontiguousarray(x)
+            h.update(f"{x.dtype}{x.shape}".encode())
+            try:
+                h.update(x.view(np.uint8).reshape(-1))  # no copy
+            except (TypeError, ValueError):
+                h.update(x.tobytes())
+        elif isinstance(x, (int, float, complex, str, bytes, type(None))):
+            h.update(repr(x).encode())
+        else:  # another object: its type only (a repr may hold its address)
+            h.update(type(x).__qualname__.encode())
+    return h.digest()
+
+
 def _check_leaves(wl, out) -> None:
     """A one-line error unless every leaf of the original's output is an array or a number."""
     for leaf in leaves(host_tree(out)):
         if not isinstance(leaf, (np.ndarray, np.generic, int, float, complex, bool)):
             raise UserError(f"{wl.path.name}: {wl.func} returned a {type(leaf).__name__}; return arrays or "
                             "numbers (or tuples, lists and dicts of them)")
+        if isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "USVMm":  # gpuspeed.check compares numbers
+            raise UserError(f"{wl.path.name}: {wl.func} returned a {leaf.dtype} array; return numbers (strings, "
+                            "records and dates cannot be checked against a tolerance)")
 
 
 def param_names(wl, positions: list[int]) -> str:

@@ -263,14 +263,39 @@ def returning_args(fn, positions, returns=False):
 
 def write_back(dest, src) -> None:
     """Copy every array of `src` (a device or float32 copy) into the matching array of `dest` (the
-    caller's own), in place and cast to its dtype; arrays that are one object already are left alone."""
-    for d, s in zip(leaves(dest), leaves(src), strict=True):
-        if d is s or not hasattr(d, "shape"):
-            continue
+    caller's own), in place and cast to its dtype; arrays that are one object already are left alone. A
+    Python list or dict in `dest` gets the numbers (and length) `src` holds: pure-Python code writes into those."""
+    if dest is src:
+        return
+    if isinstance(dest, list) and isinstance(src, list) and len(dest) != len(src):  # appended to, or popped from
+        dest[:] = [tree_map(_host_scalar, s) for s in src]
+        return
+    if isinstance(dest, dict) and isinstance(src, dict):
+        for k, s in src.items():
+            if k in dest and (isinstance(dest[k], (list, tuple, dict)) or hasattr(dest[k], "shape")):
+                write_back(dest[k], s)
+            else:
+                dest[k] = tree_map(_host_scalar, s)
+        return
+    if isinstance(dest, (list, tuple)):
+        for j, (d, s) in enumerate(zip(dest, src, strict=True)):
+            if isinstance(d, (list, tuple, dict)) or hasattr(d, "shape"):
+                write_back(d, s)
+            elif isinstance(dest, list):  # a number in a Python list the code wrote into (pure-Python `out[i] = v`)
+                dest[j] = _host_scalar(s)
+        return
+    d, s = dest, src
+    if hasattr(d, "shape"):
         if kind_of(d) == "torch":
             d.copy_(s if kind_of(s) == "torch" else d.new_tensor(to_numpy(s)))
         else:
             np.copyto(d, to_numpy(s), casting="unsafe")
+
+
+def _host_scalar(x):
+    """A leaf written back into a Python list: on the host, a NumPy scalar as a Python number."""
+    x = to_numpy(x)
+    return x.item() if isinstance(x, np.generic) else x
 
 
 def in_place_call(impl, positions, returns=False):

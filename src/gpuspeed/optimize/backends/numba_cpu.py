@@ -45,7 +45,8 @@ def _what_failed(exc) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     what = next((ln for ln in lines if ln.startswith((">>>", "Unknown attribute", "Use of unsupported",
                                                       "Cannot determine", "Untyped global", "Invalid use",
-                                                      "No implementation", "Cannot unify", "NameError"))), None)
+                                                      "No implementation", "Cannot unify", "NameError",
+                                                      "Unsupported context manager"))), None)
     what = (what or (lines[1] if len(lines) > 1 else lines[0] if lines else type(exc).__name__)).lstrip("> ")
     where = [ln for ln in lines if ln.startswith("File ") and "site-packages" not in ln]
     return what + (f" ({where[-1]})" if where else "")
@@ -64,7 +65,8 @@ class _Compiled:
         self.serial = False
         self.impl = None  # the Impl it runs in: its label and notes say when it fell back
         self.compile_errors = tuple(getattr(errors, n) for n in ("TypingError", "UnsupportedError", "LoweringError",
-                                                                 "NumbaNotImplementedError", "UnsupportedRewriteError")
+                                                                 "NumbaNotImplementedError", "UnsupportedRewriteError",
+                                                                 "CompilerError")
                                     if hasattr(errors, n))
 
     def __call__(self, *args):
@@ -97,7 +99,7 @@ def _with_prange(fn, module):
                 isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range":
             node.iter.func = ast.Attribute(value=ast.Name(id="__numba", ctx=ast.Load()), attr="prange",
                                            ctx=ast.Load())
-    ns = vars(module)
+    ns = fn.__globals__  # the workload's namespace, or the copy build() made of the original's own module's
     ns["__numba"] = numba
     exec(compile(ast.fix_missing_locations(tree), inspect.getsourcefile(fn) or "<prange>", "exec"), ns)
     return ns[fn.__name__]
@@ -122,6 +124,18 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
                 key != "variants" and _users_own(val, module):
             setattr(module, key, numba.njit(val))  # the name in the workload only: the neighbour module is untouched
     fn = getattr(module, func)
+    kw_only = [n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY] \
+        if isinstance(fn, types.FunctionType) else []
+    if kw_only:  # Numba takes them for required positional ones: "not enough arguments: expected at least 3, got 1"
+        raise NumbaUnsupported(f"Numba cannot compile {func}: it has keyword-only parameters ({', '.join(kw_only)})")
+    if isinstance(fn, types.FunctionType) and fn.__globals__ is not vars(module) and _users_own(fn, module):
+        # the original itself comes from a file beside the workload (`from mycode import original`): its helpers are
+        # looked up there, so they are compiled in a copy of that module's namespace (the module itself untouched)
+        ns = dict(fn.__globals__)
+        for key, val in list(ns.items()):
+            if isinstance(val, types.FunctionType) and val is not fn and _users_own(val, module):
+                ns[key] = numba.njit(val)
+        fn = types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
     if prange:
         fn = _with_prange(fn, module)
     jitted = _Compiled(fn, func)
