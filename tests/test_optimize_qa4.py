@@ -283,3 +283,15 @@ def test_numba_compiles_an_original_imported_from_a_file_beside_the_workload(tmp
     assert np.allclose(impl.run(x), np.sqrt(np.abs(x)) * 2.0)
     mine = __import__(name)
     assert not hasattr(mine.g, "py_func") and "__numba" not in vars(mine)  # the user's module untouched
+
+
+def test_a_percentage_budget_without_a_gpu_is_a_note_not_an_error(tmp_path):
+    # "--budget 80%" was refused on a machine without a GPU ("the device size is unknown"), though no GPU memory
+    # is used there; a bad percentage is still refused
+    p = _write(tmp_path, "w.py", TINY)
+    run = optimize(str(p), device="cpu", backends=["numpy"], time_budget=30, out=tmp_path / "out", budget="80%")
+    assert any("--budget 80% is a share of a GPU's memory" in n for n in run.notes)
+    doc = json.loads(open(run.paths["json"]).read())
+    assert doc["params"]["budget_bytes"] is None
+    with pytest.raises(UserError, match="percentage must be in"):
+        optimize(str(p), device="cpu", backends=["numpy"], time_budget=30, out=tmp_path / "out2", budget="180%")

@@ -85,7 +85,12 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     where = _device.resolve_device(device)
     requested = _backends(backends)
     total = (_device.get_device("cuda").mem_bytes or 0) if where == "cuda" else 0
-    budget_bytes = parse_budget(budget, total or None)  # "80%" is of the GPU's memory
+    if where != "cuda" and str(budget).strip().endswith("%"):
+        parse_budget(budget, 2**40)  # its form and range still checked
+        budget_bytes = None  # a share of a GPU's memory: no GPU, so no size to take it of (and no VRAM used)
+        early_notes.append(f"no GPU: --budget {budget} is a share of a GPU's memory; no byte budget applies here")
+    else:
+        budget_bytes = parse_budget(budget, total or None)  # "80%" is of the GPU's memory
     if where == "cuda":
         if total and budget_bytes > total:
             raise UserError(f"--budget {budget} is more than this GPU's {total / 2**30:.1f} GiB")
@@ -525,7 +530,8 @@ def project(run: OptimizeRun, target_gpu: str) -> dict:
     here = _device.get_device(run.where)
     sheet_h = here.datasheet
     peak = row.get("peak_bytes")
-    out["fits_target_memory"] = None if peak is None else bool(peak <= run.params["budget_bytes"] * (1 - HEADROOM))
+    cap = run.params["budget_bytes"]
+    out["fits_target_memory"] = None if peak is None or cap is None else bool(peak <= cap * (1 - HEADROOM))
     if run.where != "cuda" or row["recipe"]["backend"] in ("numba", "numpy", "original") or not sheet_h:
         out["note"] = ("the primary runs on the CPU: the target GPU would run it the same" if run.where == "cuda"
                        else "measured without a GPU: no device time to scale")
