@@ -72,3 +72,31 @@ def test_a_loaded_example_does_not_shadow_a_package_the_stack_imports(monkeypatc
     for probed in ("kernels", "triton", "numba", "cupy", "torch", "numpy", "transformers"):
         spec = importlib.util.find_spec(probed)
         assert spec is None or folder not in Path(spec.origin or "").parents, probed
+
+
+@pytest.mark.parametrize("layout", ["module", "package"])
+def test_two_user_files_in_one_process_each_import_their_own_sibling(tmp_path, monkeypatch, layout):
+    """A notebook that optimizes two projects in one process: each file's `from helpers import scale` must reach its
+    own folder's helpers (the second got the first's from sys.modules, and so a reference from the wrong code)."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for project, value in (("a", 2.0), ("b", 3.0)):
+        folder = tmp_path / project
+        folder.mkdir()
+        if layout == "module":
+            (folder / "helpers.py").write_text(f"scale = {value}\n")
+        else:
+            (folder / "helpers").mkdir()
+            (folder / "helpers" / "__init__.py").write_text("from helpers.consts import scale\n")
+            (folder / "helpers" / "consts.py").write_text(f"scale = {value}\n")
+        (folder / "work.py").write_text("from helpers import scale\n\ndef original(x):\n    return x * scale\n")
+    try:
+        a = load_module(tmp_path / "a" / "work.py", "gpuspeed_user_work_a")
+        b = load_module(tmp_path / "b" / "work.py", "gpuspeed_user_work_b")
+        again = load_module(tmp_path / "a" / "work.py", "gpuspeed_user_work_a2")
+        assert (a.original(1.0), b.original(1.0), again.original(1.0)) == (2.0, 3.0, 2.0)
+    finally:
+        for name in [n for n in sys.modules if n.split(".")[0] in ("helpers", "gpuspeed_user_work_a",
+                                                                   "gpuspeed_user_work_b", "gpuspeed_user_work_a2")]:
+            del sys.modules[name]

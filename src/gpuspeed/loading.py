@@ -26,8 +26,11 @@ def load_module(path: str | Path, name: str | None = None):
     # the standard modules gpuspeed itself imports later (the hotspot pass's cProfile, which imports profile) are
     # bound first, so a profile.py beside the user's file serves the user's imports only
     import cProfile  # noqa: F401
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    _forget_other_folders(folder)
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)  # first, ahead of an earlier user folder's: its siblings are the ones imported
+    before = set(sys.modules)
     sys.modules[mod_name] = module
     argv = sys.argv
     sys.argv = [str(p)]  # module-level code that reads sys.argv sees its own file, not gpuspeed's flags
@@ -41,7 +44,36 @@ def load_module(path: str | Path, name: str | None = None):
         raise UserError(f"importing {p} raised {_first_line(exc)}") from exc
     finally:
         sys.argv = argv
+    _record_siblings(folder, before)
     return module
+
+
+_SIBLINGS: dict[str, set[str]] = {}  # a loaded user file's folder -> the modules from that folder its import brought in
+
+
+def _forget_other_folders(folder: str) -> None:
+    """Drop the modules that another user file's import brought in from its own folder (its `helpers.py`, a
+    package beside it), so that this file's `import helpers` finds its own sibling, not the one a file loaded
+    earlier in this process (a notebook optimizing two projects) left in sys.modules. The earlier file keeps
+    the modules it already bound."""
+    for other, names in _SIBLINGS.items():
+        if other == folder:
+            continue
+        for name in list(sys.modules):
+            if name.split(".")[0] in names:
+                del sys.modules[name]
+
+
+def _record_siblings(folder: str, before: set[str]) -> None:
+    """Remember the top-level modules the file's import loaded from its own folder."""
+    for name in set(sys.modules) - before:
+        where = getattr(sys.modules.get(name), "__file__", None)
+        if "." in name or not where or name.startswith("gpuspeed"):
+            continue
+        f = Path(where).resolve()
+        home = f.parent.parent if f.name == "__init__.py" else f.parent
+        if str(home) == folder:
+            _SIBLINGS.setdefault(folder, set()).add(name)
 
 
 def _first_line(exc: BaseException) -> str:
