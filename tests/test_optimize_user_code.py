@@ -108,6 +108,11 @@ def test_an_unseeded_original_is_named_nondeterministic_and_nothing_passes(tmp_p
     assert "| original | not reproducible |" in md
     doc = json.loads((tmp_path / "out" / "optimize_rand_wl.json").read_text())
     assert doc["summary"]["correct"] is None  # not verifiable, neither true nor false
+    # the emitted script says so too: its docstring does not claim a check, and its failed check names the cause
+    script = tmp_path / "out" / "optimized_rand_wl.py"
+    assert "Not checked: the original is not deterministic" in script.read_text()
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 1 and "correctness: FAIL" in r.stdout and "is not deterministic" in r.stdout, r.stdout[-2000:]
 
 
 def test_bad_jobs_fails_before_anything_is_written(tmp_path):

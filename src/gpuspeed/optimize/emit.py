@@ -88,7 +88,7 @@ TEMPLATE = '''#!/usr/bin/env python3
 
 Primary: {label}
 Measured on {device}: {measured}
-Correct against the original within {tolerance} on {n_seeds} fresh seeds (see report.md).
+{verdict_line}
 
 Install:
     {install}
@@ -122,6 +122,7 @@ SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
 INPUT_SPECS = {input_specs!r}  # --input specs, made in this order
 ARG_ORDER = {arg_order!r}  # and passed in this one (the function's parameters)
 CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
+NONDETERMINISTIC = {nondeterministic!r}  # the run found the original gives other results on the same inputs
 IN_PLACE = {in_place!r}  # the arguments {func} writes into (None: it only returns its result)
 IN_PLACE_RETURNS = {in_place_returns!r}  # it also returns a result (checked with what it wrote)
 
@@ -304,6 +305,9 @@ def check_against_original(fn, seeds=(101, 202, 303)):
                 print(f"seed {{seed}} output {{j}}: {{n_bad}} of {{o.size}} elements outside the tolerance")
                 ok = False
     print("correctness:", "PASS" if ok else "FAIL", f"({{len(seeds)}} seeds against {{FUNC}} in {{WORKLOAD_FILE}})")
+    if not ok and NONDETERMINISTIC:
+        print(f"  (gpuspeed optimize found that {{FUNC}} is not deterministic: {{NONDETERMINISTIC}}; no check against it "
+              "can pass, whatever the optimized code does: seed its randomness to check it)")
     return ok
 
 
@@ -390,7 +394,13 @@ def script_text(run) -> str:
                 f"{_fmt_t(_t(run.results.get('original', {})))} for the original" if row else "nothing faster passed")
     dev = "a CPU (no GPU)" if run.where != "cuda" else _dev_name(run)
     lib = {"cupy": "CuPy", "torch_compile": "torch", "torch": "torch", "jax": "JAX", "numba": "Numba"}.get(backend, "it")
+    nondeterministic = run.results.get("original", {}).get("nondeterministic")
+    verdict_line = (f"Not checked: the original is not deterministic ({nondeterministic}), so nothing can be checked "
+                    "against it (see report.md)." if nondeterministic else
+                    f"Correct against the original within {_tolerance_text(run.wl.rtol, run.wl.atol)} on "
+                    f"{len(run.params['seeds'])} fresh seeds (see report.md).")
     text = TEMPLATE.format(
+        verdict_line=verdict_line, nondeterministic=nondeterministic,
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
         atol=run.wl.atol, tolerance=_tolerance_text(run.wl.rtol, run.wl.atol), tolerances=_tolerances(),
