@@ -295,3 +295,26 @@ def test_a_percentage_budget_without_a_gpu_is_a_note_not_an_error(tmp_path):
     assert doc["params"]["budget_bytes"] is None
     with pytest.raises(UserError, match="percentage must be in"):
         optimize(str(p), device="cpu", backends=["numpy"], time_budget=30, out=tmp_path / "out2", budget="180%")
+
+
+def test_the_alternative_is_never_slower_than_the_original():
+    # the report offered as "alternative" the fastest correct candidate of another backend, even one slower than
+    # the original (a CPU loop 3x slower beside a GPU primary)
+    from pathlib import Path
+
+    from gpuspeed.optimize.pipeline import OptimizeRun, choose
+    from gpuspeed.stats import summarize
+
+    def row(name, backend, seconds):
+        rng = np.random.default_rng(len(name))
+        t = summarize(seconds * (1 + 0.01 * rng.standard_normal(15)), name=name, device="cpu", mode="cpu").to_dict()
+        return {"name": name, "status": "ok", "recipe": {"name": name, "backend": backend}, "device_time": t,
+                "e2e_time": t, "label": name}
+
+    results = {r["name"]: r for r in (row("original", "original", 1e-2), row("cupy", "cupy", 1e-4),
+                                      row("numba", "numba", 3e-2))}
+    run = OptimizeRun(wl=None, where="cpu", out_dir=Path("."), params={}, results=results)
+    choice = choose(run)
+    assert choice["primary"] == "cupy" and choice["alternative"] is None
+    results["jax"] = row("jax", "jax", 5e-3)  # faster than the original: offered
+    assert choose(run)["alternative"] == "jax"

@@ -363,7 +363,7 @@ def _median(row: dict, which: str) -> float | None:
 
 def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     """Primary: the fastest correct candidate within budget, the original included (when nothing beats it,
-    it stays); alternative: the fastest correct one from another backend."""
+    it stays); alternative: the fastest correct one from another backend that is faster than the original."""
     from gpuspeed.timing import Measurement, compare
 
     key = "device_time" if rank_by == "device" else "e2e_time"
@@ -377,8 +377,11 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
                 r[label] = {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict}
     ok.sort(key=lambda r: _median(r, key))
     primary = ok[0] if ok else None
+    orig_t = _median(orig, key) if orig.get("status") == "ok" else None
+    # an alternative slower than the original is nothing to offer: it must beat the original too
     alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])
-                        and r["name"] != "original"), None) if ok else None
+                        and r["name"] != "original" and (orig_t is None or _median(r, key) < orig_t)),
+                       None) if ok else None
     dropins = [run.results[n] for n in ("cupy", "torch-compile", "torch-cuda") if n in run.results
                and run.results[n].get("status") == "ok"]
     best_dropin = min(dropins, key=lambda r: _median(r, key)) if dropins else None
