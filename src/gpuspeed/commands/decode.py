@@ -63,6 +63,12 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.device import resolve_device
         from gpuspeed.results import check_out_dir, write_results
 
+        from gpuspeed.errors import UserError
+
+        if prompt is not None and prompt_len is not None:  # the text sets the length: one would be ignored
+            raise UserError("--prompt and --prompt-len are exclusive: a text prompt's length is its tokens")
+        if temperature == 0 and (top_k is not None or top_p is not None):  # greedy would ignore them
+            raise UserError("--top-k and --top-p shape sampling: give --temperature > 0 too (0 is greedy)")
         check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         where = resolve_device(device)
         small = where != "cuda"

@@ -67,6 +67,8 @@ def args_from_hf_config(cfg: dict, name: str = "custom") -> ModelArgs:
         raise UserError(f"{name}: config.json is a JSON {type(cfg).__name__}, not an object")
     try:
         args = _args_from_hf_config(cfg, name)
+    except UserError:  # already one line that says what is wrong (a ValueError too: not "a bad value")
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         what = f"lacks {exc}" if isinstance(exc, KeyError) else f"has a bad value ({exc})"
         raise UserError(f"{name}: config.json {what}") from None

@@ -83,6 +83,17 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: str = "the model's") -> None:
+    """Every rung's cache (and RoPE table) holds V.max_len_for(P, T) positions: the prompt, the new tokens and
+    room for a capture's warm-up steps. Past the context, each rung would fail on it alone: refuse it up front."""
+    need = V.max_len_for(prompt_len, new_tokens)
+    if need > ctx:
+        fit = ctx // 16 * 16 - (4 * V.STEPS_PER_REPLAY + 8)  # the largest P + T that max_len_for keeps inside ctx
+        raise UserError(f"{what} of {prompt_len} tokens plus {new_tokens} new ones exceeds {whose} context of {ctx}: "
+                        f"the cache holds {need} positions (a graph capture's warm-up steps included), so prompt + "
+                        f"new tokens can be at most {fit}")
+
+
 def check_spec(spec: Spec) -> None:
     """User mistakes, before any work."""
     if spec.dtype not in DTYPES:
@@ -97,10 +108,8 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
     if spec.model in M.CONFIGS and spec.prompt is None:
         ctx = M.CONFIGS[spec.model].max_seq_len
-        for p in [spec.prompt_len] + ([spec.long_prompt] if spec.long_prompt else []):
-            if p + spec.new_tokens > ctx:
-                raise UserError(f"a prompt of {p} tokens plus {spec.new_tokens} new ones exceeds {spec.model}'s "
-                                f"context of {ctx}")
+        for what, p in [("a prompt", spec.prompt_len)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt else []):
+            check_context(what, p, spec.new_tokens, ctx, f"{spec.model}'s")
     for b in spec.batches:
         if b < 1:
             raise UserError(f"batch sizes must be >= 1, got {b}")
@@ -109,10 +118,16 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"unknown variant(s) {unknown}: use {', '.join(V.ORDER)}")
     if spec.tp < 1:
         raise UserError(f"--tp must be >= 1, got {spec.tp}")
+    if not -2**63 <= spec.seed < 2**63:  # torch's generators take 64 bits (seed + 1, + 2 ... for the prompts)
+        raise UserError(f"--seed must fit in 64 bits (-2**63 <= seed < 2**63), got {spec.seed}")
     if spec.quant not in (None, "int8"):
         raise UserError(f"unknown --quant {spec.quant!r}: use int8")
     if spec.max_layers is not None and spec.max_layers < 1:
         raise UserError(f"--layers must be >= 1, got {spec.max_layers}")
+    if spec.max_layers is not None and spec.model not in M.CONFIGS:  # the loaders read every layer
+        raise UserError(f"--layers shrinks a named model ({', '.join(M.CONFIGS)}); a checkpoint runs all its layers")
+    if spec.max_layers is not None and spec.max_layers > M.CONFIGS[spec.model].n_layers:
+        raise UserError(f"--layers {spec.max_layers}: {spec.model} has {M.CONFIGS[spec.model].n_layers} layers")
     if spec.long_prompt is not None and spec.long_prompt < 1:
         raise UserError(f"--long-prompt must be >= 1, got {spec.long_prompt}")
     # `not x > 0` also refuses NaN
@@ -120,8 +135,8 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"--time-cap is seconds and must be positive, got {spec.time_cap_s:g}")
     if not spec.bench_budget_s > 0:
         raise UserError(f"--budget is seconds of timing per variant and must be positive, got {spec.bench_budget_s:g}")
-    if spec.read_roof_GBps is not None and not spec.read_roof_GBps > 0:
-        raise UserError(f"--read-roof is GB/s and must be positive, got {spec.read_roof_GBps:g}")
+    if spec.read_roof_GBps is not None and not 0 < spec.read_roof_GBps < float("inf"):
+        raise UserError(f"--read-roof is GB/s and must be positive and finite, got {spec.read_roof_GBps:g}")
     compiled = [v for v in spec.variants if v in ("V3", "V4c", "V5")]
     if compiled:
         import torch._dynamo
@@ -166,6 +181,9 @@ def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[to
     tok = None
     if spec.prompt is not None:
         tok = ck.tokenizer()
+        if tok is None and ck.source == "hf":  # an HF folder, but its tokenizer files were not copied with it
+            raise UserError(f"--prompt needs a tokenizer: {ck.path} has no tokenizer.json, tokenizer.model or "
+                            "tokenizer_config.json; give --prompt-len for a random prompt")
         if tok is None:
             raise UserError("--prompt needs a checkpoint with a tokenizer (a .gguf file or an HF folder); "
                             "random-weight models take --prompt-len")
@@ -183,9 +201,7 @@ def make_prompt(spec: Spec, ck: checkpoints.Checkpoint, device: str) -> tuple[to
         raise UserError(f"the tokenizer gives token id {int(prompt.max())}, past the model's vocab of {a.vocab_size}: "
                         "the tokenizer is not this model's")
     for what, n in [("a prompt", p)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt else []):
-        if n + spec.new_tokens > a.max_seq_len:
-            raise UserError(f"{what} of {n} tokens plus {spec.new_tokens} new ones exceeds the model's context of "
-                            f"{a.max_seq_len}")
+        check_context(what, n, spec.new_tokens, a.max_seq_len)
     return prompt.to(device), tok
 
 
@@ -540,6 +556,9 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
         ck, ref_model = quant.prepare(ck, ref_model, spec, notes)  # the reference: the unquantized model
     m = ck.model
     prompt, tok = make_prompt(spec, ck, device)
+    if tp is None and spec.model not in M.CONFIGS:  # named models: check_fits, before their weights were made
+        check_run_memory(spec, m.args, prompt.shape[1], weight_bytes_per_token(m), _device.get_device(device).mem_bytes,
+                         device, model_key(spec.model))
     eos_ids = ck.eos_ids if spec.prompt is not None else None
     label = spec.label()
     trace_dir = Path(spec.out) / "traces" if (spec.out and spec.profile) else None
@@ -602,8 +621,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
             raise RuntimeError("no ladder variant succeeded")
         sub = Spec(**{**spec.__dict__, "profile": False, "agreement": False})
         if kind == "long_prompt":
-            if size + spec.new_tokens > m.args.max_seq_len:
-                raise UserError(f"prompt {size} + {spec.new_tokens} exceeds the context")
+            check_context("--long-prompt", size, spec.new_tokens, m.args.max_seq_len)
             g = torch.Generator().manual_seed(spec.seed + 2)
             p = torch.randint(0, m.args.vocab_size, (spec.batch, size), generator=g).to(device)
         else:
@@ -832,6 +850,21 @@ def merge(docs: list[dict], command=None) -> dict:
     return doc
 
 
+def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have: int | None, device: str,
+                     what: str) -> None:
+    """The largest run's static KV cache and the per-step logits the checks keep (fp32), beside weights that fit:
+    a huge --batch fails here in one line, not as every rung's allocation error (or the host's OOM killer)."""
+    elem = DTYPES[spec.dtype].itemsize
+    runs = [(b, prompt_len) for b in [spec.batch, *spec.batches]] + (
+        [(spec.batch, spec.long_prompt)] if spec.long_prompt else [])
+    kv = max(2 * args.n_layers * b * V.max_len_for(p, spec.new_tokens) * args.kv_rows * elem for b, p in runs)
+    run_bytes = kv + spec.batch * spec.new_tokens * args.vocab_size * 4
+    if have and weight_bytes <= 0.8 * have < weight_bytes + run_bytes:
+        raise UserError(f"{what} at batch {max(b for b, _ in runs)} needs about {run_bytes / 2**30:.1f} GiB of KV "
+                        f"cache and logits beside {weight_bytes / 2**30:.1f} GiB of weights; this {device} has "
+                        f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens")
+
+
 def check_fits(spec: Spec, device: str) -> None:
     """Refuse a named model whose weights would not fit this device's memory (before making them); under
     tensor parallel, rank 0's shard (the largest) on one GPU."""
@@ -848,6 +881,7 @@ def check_fits(spec: Spec, device: str) -> None:
             return
     need = args.param_count() * (4 if (spec.dtype == "fp32" or (spec.agreement and world == 1)) else 2)
     have = _device.get_device(device).mem_bytes
+    check_run_memory(spec, args, spec.prompt_len, need, have, device, spec.model)
     if have and need > 0.8 * have:
         if world > 1:
             raise UserError(f"{spec.model} in {spec.dtype} over {world} GPUs needs about {need / 2**30:.1f} GiB per "
