@@ -156,3 +156,21 @@ def test_a_checkpoint_at_a_batch_whose_cache_cannot_fit_is_one_line(tmp_path, ca
     _one_line(rc, cap, "of KV cache and logits")
     rc, cap = _cli(args + ["--batch", "2"], capsys)
     assert rc == 0, cap.err
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_run_that_measured_nothing_says_so_and_exits_1(tmp_path, capsys, as_json):
+    """Every rung skipped by --time-cap wrote a decode.json with no measurement and exited 0."""
+    rc, cap = _cli(SMALL + ["--prompt-len", "3", "--time-cap", "0.001", "--out", str(tmp_path)]
+                   + (["--json"] if as_json else []), capsys)
+    assert rc == 1, cap.err
+    said = cap.err if as_json else cap.out
+    assert "nothing was measured: every rung was skipped or failed (time cap of 0.001 s reached)" in said, said
+    assert (tmp_path / "decode.json").is_file()  # the rows say why, each
+    if as_json:
+        json.loads(cap.out)  # stdout stays the document
+
+
+def test_nothing_measured_is_silent_when_a_row_has_a_time():
+    assert study.nothing_measured({"rows": [{"variant": "V0", "skipped": "x"}, {"variant": "V2", "ms_per_token": 1.0}]}) is None
+    assert "no rung ran" in study.nothing_measured({"rows": []})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import typer
 
@@ -109,8 +110,12 @@ def register(app: typer.Typer) -> None:
         if out:
             paths.append(write_results(doc, out))
             paths += study.plots(doc, out)
+        nothing = study.nothing_measured(doc)
         if as_json:
             print(json.dumps(doc, indent=1))
+            if nothing:
+                print(f"gpuspeed: {nothing}", file=sys.stderr)
+                raise typer.Exit(1)
             return
         from rich.table import Table
 
@@ -131,3 +136,6 @@ def register(app: typer.Typer) -> None:
             console.print(f"[dim]{note}[/]")
         for p in paths:
             console.print(f"wrote {p}")
+        if nothing:  # the results are written (every row says why), but a run that measured nothing is not a success
+            console.print(f"[red]{nothing}[/]", highlight=False)
+            raise typer.Exit(1)

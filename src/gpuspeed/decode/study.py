@@ -904,6 +904,16 @@ COLUMNS = ("variant", "batch", "P", "ms/token", "tok/s", "prefill ms", "GB/s", "
            "syncs/tok", "tokens = V0", "compile s")
 
 
+def nothing_measured(doc: dict) -> str | None:
+    """A line saying why no row has a time (every rung skipped or failed), else None."""
+    rows = doc.get("rows") or []
+    if any("ms_per_token" in r for r in rows):
+        return None
+    whys = sorted({(r.get("error") or r.get("skipped") or "?").splitlines()[0][:120] for r in rows})
+    return ("nothing was measured: every rung was skipped or failed (" + "; ".join(whys) + ")" if rows
+            else "nothing was measured: no rung ran")
+
+
 def table_rows(doc: dict) -> list[list[str]]:
     """The ladder as strings, one list per row (COLUMNS)."""
     out = []
