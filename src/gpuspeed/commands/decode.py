@@ -137,5 +137,5 @@ def register(app: typer.Typer) -> None:
         for p in paths:
             console.print(f"wrote {p}")
         if nothing:  # the results are written (every row says why), but a run that measured nothing is not a success
-            console.print(f"[red]{nothing}[/]", highlight=False)
+            console.print(f"[red]{nothing}[/]", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
