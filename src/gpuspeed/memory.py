@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import re
 import sys
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from gpuspeed import device as _device
+from gpuspeed import trees
 from gpuspeed.errors import UserError
 
 HEADROOM = 0.15  # fragmentation, the CUDA context, library workspaces: keep 15 % of a budget free
@@ -97,8 +99,16 @@ class BudgetCheck:
         return f"peak {format_bytes(self.peak_bytes)} {verdict} in {limit}"
 
 
+def _check_headroom(headroom) -> None:
+    """headroom is the share of a budget kept free: 0.15, not 15 (a negative one would allow more than it)."""
+    if isinstance(headroom, bool) or not isinstance(headroom, numbers.Real) or not 0 <= headroom < 1:
+        raise UserError(f"headroom is the share of the budget kept free, in [0, 1) (0.15 keeps 15 %), "
+                        f"got {headroom!r}")
+
+
 def check_budget(peak_bytes: int, budget: str | int, total_bytes: int | None = None,
                  headroom: float = HEADROOM) -> BudgetCheck:
+    _check_headroom(headroom)
     b = parse_budget(budget, total_bytes)
     usable = int(b * (1 - headroom))
     return BudgetCheck(budget_bytes=b, usable_bytes=usable, peak_bytes=int(peak_bytes), fits=peak_bytes <= usable,
@@ -183,9 +193,18 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     fn runs `warmup` times first, unmeasured (default 1), so one-time costs (library workspaces, lazily
     loaded kernels, compiled code) do not count; warmup=0 measures the first call with them.
     """
+    if not callable(fn):
+        raise UserError(f"peak_memory() needs a callable, got {type(fn).__name__}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise UserError(f"warmup must be a whole number >= 0, got {warmup!r}")
     kwargs = kwargs or {}
+    from gpuspeed.timing import lazy_result
+
+    if (why := lazy_result(fn, trees.callable_name(fn), "peak_memory() would measure")) is not None:
+        raise UserError(why)
+    if warmup and (why := trees.one_pass_argument(args, kwargs)) is not None:
+        raise UserError(why + " in the warm-up, so the measured call would see it empty; pass a list or a tuple "
+                        "(or warmup=0)")
     where = _device.resolve_device(device)
     for _ in range(warmup):
         fn(*args, **kwargs)
@@ -385,6 +404,7 @@ def plan_chunks(size_a: int, peak_a: int, size_b: int, peak_b: int, budget: str 
         raise UserError("the chunk planner needs two different chunk sizes")
     if min(size_a, size_b) <= 0:
         raise UserError("chunk sizes must be positive")
+    _check_headroom(headroom)
     b = parse_budget(budget, total_bytes)
     usable = int(b * (1 - headroom))
     slope = (peak_b - peak_a) / (size_b - size_a)

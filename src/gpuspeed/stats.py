@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from gpuspeed.errors import UserError
 
 _Z95 = 1.959963984540054
 UNRELIABLE_NOISE = 0.05  # a median known only to over ±5 % is not a number to act on
@@ -194,10 +197,22 @@ def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000
     The verdict is "faster" (or "slower") only when the whole interval lies on one side of 1 and the
     speedup itself is beyond `threshold` (1 % by default); otherwise "same".
     """
+    for what, m in (("baseline", baseline), ("candidate", candidate)):
+        if not isinstance(m, Measurement):
+            raise UserError(f"compare() takes two Measurements (what bench() returns); the {what} is a "
+                            f"{type(m).__name__}")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real) or not 0 < confidence < 1:
+        raise UserError(f"confidence is a fraction in (0, 1), e.g. 0.95; got {confidence!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0 <= threshold < math.inf:
+        raise UserError(f"threshold is a fraction >= 0, e.g. 0.01 for 1 %; got {threshold!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral) or n_boot < 1:
+        raise UserError(f"n_boot must be a whole number >= 1, got {n_boot!r}")
     a = np.asarray(baseline.samples, dtype=np.float64)
     b = np.asarray(candidate.samples, dtype=np.float64)
     if a.size == 0 or b.size == 0:
-        raise ValueError("compare() needs measurements with samples")
+        raise UserError("compare() needs measurements with samples")
+    if not candidate.median > 0:  # the speedup divides by it
+        raise UserError(f"compare() needs a candidate with a positive median time, got {candidate.median:g}")
     rng = np.random.default_rng(seed)
     ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
     mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)

@@ -32,6 +32,18 @@ def leaves(obj) -> Iterator[Any]:
         yield obj
 
 
+def one_pass_argument(args: tuple, kwargs: dict) -> str | None:
+    """Which top-level argument is a one-pass iterator (a generator, map, zip, iter(list)...), in words, or
+    None: a function called more than once on it (timing, a warm-up) sees it empty after the first call."""
+    from collections.abc import Iterator
+
+    for label, value in [*((f"argument {i + 1}", a) for i, a in enumerate(args)),
+                         *((f"keyword argument {k!r}", v) for k, v in kwargs.items())]:
+        if isinstance(value, Iterator) and type(value).__module__ in ("builtins", "itertools"):
+            return f"{label} is a one-pass iterator ({type(value).__name__}): the first call uses it up"
+    return None
+
+
 def nbytes(obj) -> int:
     """Bytes held by the arrays of a tree (torch, NumPy, CuPy, JAX); scalars count nothing."""
     total = 0
@@ -195,6 +207,12 @@ def _clone_torch(members: list) -> list:
         for t, start in zip(members, starts, strict=True):
             c = torch.empty(0, dtype=t.dtype, device=t.device)
             c.set_(copy, (start - low) // t.element_size(), t.shape, t.stride())
+            # the bytes are the unconjugated, unnegated ones: a lazy x.conj() or x.conj().imag view reads them
+            # through its bit, which the clone must keep or it holds other values
+            if t.is_conj():
+                c = c.conj()
+            if t.is_neg():
+                c = torch._neg_view(c)
             if isinstance(t, torch.nn.Parameter):
                 c = torch.nn.Parameter(c, requires_grad=t.requires_grad)
             elif t.requires_grad:

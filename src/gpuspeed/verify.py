@@ -31,6 +31,12 @@ from gpuspeed.errors import UserError
 TOLERANCES: dict[str, float] = {
     "float64": 1e-12,
     "complex128": 1e-12,
+    # np.longdouble (x86's 80-bit extended, named float128; float96 on 32-bit): a reference more precise
+    # than float64 -- compared in float64, so held to float64's tolerance
+    "float128": 1e-12,
+    "float96": 1e-12,
+    "complex256": 1e-12,
+    "complex192": 1e-12,
     "float32": 1e-5,
     "complex64": 1e-5,
     "tf32": 3e-4,
@@ -45,6 +51,8 @@ TOLERANCES: dict[str, float] = {
 EXACT = 0.0  # integers and bools
 # A Python scalar does not say what precision made it; float32's is the common case on a GPU.
 PYTHON_SCALARS = {"python float": "float32", "python complex": "complex64"}
+# the short names the rest of gpuspeed uses (--dtype fp32|bf16|fp16, roofline units) read as their dtype
+SHORT_NAMES = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def default_rtol(dtype_name: str) -> float:
@@ -56,6 +64,7 @@ def default_rtol(dtype_name: str) -> float:
             pass
     name = str(dtype_name).replace("torch.", "").replace("jnp.", "")
     name = PYTHON_SCALARS.get(name, name)
+    name = SHORT_NAMES.get(name, name)
     if name in TOLERANCES:
         return TOLERANCES[name]
     if name.startswith(("int", "uint", "bool")):
@@ -72,13 +81,17 @@ def _to_host(x) -> tuple[np.ndarray, str]:
     """(NumPy array on the host, original dtype name) for any supported array or scalar."""
     mod = type(x).__module__.split(".")[0]
     if mod == "torch":
+        import torch
+
         name = str(x.dtype).replace("torch.", "")
         t = x.detach()
+        if t.device.type == "meta":
+            raise UserError("check() cannot compare a meta tensor: it holds no data")
+        if t.layout != torch.strided:  # sparse (torch.sparse.mm's result): its values, densely
+            t = t.to_dense()
         if t.is_floating_point() and t.element_size() <= 2 or str(t.dtype).startswith("torch.float8"):
             t = t.float()  # numpy has no bfloat16 or fp8; float32 holds them exactly
         if name == "complex32":
-            import torch
-
             t = t.to(torch.complex64)  # numpy has no complex32; complex64 holds it exactly
         # a lazily conjugated or negated view (x.conj(), x.conj().imag) is made real before NumPy sees it
         return t.cpu().resolve_conj().resolve_neg().numpy(), name
@@ -187,7 +200,10 @@ def _pairs(out, ref, path="out"):
             yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
             return
         if set(out) != set(ref):
-            yield path, None, None, f"keys differ: {sorted(map(str, out))} vs {sorted(map(str, ref))}"
+            missing, extra = set(ref) - set(out), set(out) - set(ref)  # repr: key 1 and key '1' read apart
+            parts = ([f"missing {', '.join(sorted(map(repr, missing)))}"] if missing else []) + (
+                [f"unexpected {', '.join(sorted(map(repr, extra)))}"] if extra else [])
+            yield path, None, None, "keys differ: " + "; ".join(parts)
             return
         for k in ref:
             yield from _pairs(out[k], ref[k], f"{path}[{k!r}]")
@@ -207,9 +223,21 @@ def _pairs(out, ref, path="out"):
         yield path, out, ref, None
 
 
+def _norm(x: np.ndarray) -> float:
+    """Euclidean norm of finite non-negative values, scaled by their largest first: squaring values past
+    ~1e154 would overflow to inf (and below ~1e-162 underflow to 0), which made the tolerance infinite."""
+    scale = float(np.max(x)) if x.size else 0.0
+    if not 0 < scale < math.inf:
+        return scale
+    return scale * float(np.sqrt(np.sum((x / scale) ** 2)))
+
+
 def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     out_host, out_dtype = _to_host(out)
     ref_host, ref_dtype_name = _to_host(ref)
+    for arr, which in ((out_host, "output"), (ref_host, "reference")):
+        if arr.dtype.kind not in "biufcOmM":  # strings, bytes, records: no numeric difference to take
+            raise UserError(f"check() compares numbers: the {which} at {path} is an array of {arr.dtype}")
     leaf = LeafCheck(path=path, passed=False, shape=tuple(out_host.shape), ref_shape=tuple(ref_host.shape),
                      dtype=out_dtype, ref_dtype=ref_dtype_name, n_elements=int(out_host.size))
     if out_host.shape != ref_host.shape:
@@ -217,6 +245,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         return leaf
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
     exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
+    ref_nan = 0
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
     # an integer or bool reference (a count, an index, a mask) is matched exactly, even by a float output
     exact_ref = exact or ref_host.dtype.kind in "biu" and out_host.dtype.kind == "f"
@@ -232,7 +261,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         bad = diff != 0
         ref_abs = np.asarray(np.abs(want), dtype=np.float64)
         leaf.rtol, leaf.atol = 0.0, 0.0
-        num, den = float(np.sqrt(np.sum(diff ** 2))), float(np.sqrt(np.sum(ref_abs ** 2)))
+        num, den = _norm(diff), _norm(ref_abs)
         leaf.rel_l2_err = num / den if den > 0 else (0.0 if num == 0 else math.inf)  # reported; exactness decides
     else:
         cplx = out_host.dtype.kind == "c" or ref_host.dtype.kind == "c"
@@ -241,9 +270,10 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         nan_out, inf_out = np.isnan(got), np.isinf(got)
         leaf.nan_count, leaf.inf_count = int(nan_out.sum()), int(inf_out.sum())
         finite_ref = np.isfinite(want)
+        ref_nan = int(np.isnan(want).sum())
         ref_abs = np.abs(np.where(finite_ref, want, 0))
         if atol is None:
-            atol = rtol * float(np.sqrt(np.mean(ref_abs ** 2))) if ref_abs.size else 0.0
+            atol = rtol * (_norm(ref_abs) / math.sqrt(ref_abs.size)) if ref_abs.size else 0.0  # rtol x RMS(ref)
         leaf.rtol, leaf.atol = float(rtol), float(atol)
         with np.errstate(invalid="ignore"):
             diff = np.abs(got - want)
@@ -255,8 +285,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         # tolerance (an infinite atol would otherwise take it)
         bad = ~(diff <= atol + rtol * ref_abs) | (~np.isfinite(got) & finite_ref)
         fin = np.isfinite(diff)
-        num = float(np.sqrt(np.sum(np.where(fin, diff, 0.0) ** 2)))
-        den = float(np.sqrt(np.sum(ref_abs ** 2)))
+        num = _norm(np.where(fin, diff, 0.0))
+        den = _norm(ref_abs)
         leaf.rel_l2_err = (num / den if den > 0 else (0.0 if num == 0 else math.inf)) if fin.all() else math.inf
     leaf.n_over_tol = int(bad.sum())
     if diff.size:
@@ -280,6 +310,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
             parts.append(f"{leaf.nan_count} NaN, {leaf.inf_count} Inf")
         l2 = f"rel L2 {leaf.rel_l2_err:.3g}" + ("" if l2_ok else f" > rtol {leaf.rtol:.3g}")
         parts.append(f"max abs {leaf.max_abs_err:.3g}, {l2}{where}")
+        if ref_nan and not equal_nan:  # else the failure reads as the output's fault alone
+            parts.append(f"the reference holds {ref_nan} NaN, which never match (equal_nan=True matches NaN with NaN)")
         if not exact and l2_rule and leaf.atol == 0 and ref_host.size and not np.any(ref_host):
             parts.append("the reference is all zero, so it sets no scale: pass atol=")
         notes.insert(0, "; ".join(parts))
@@ -295,6 +327,9 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
     rtol x RMS(ref). With atol left to its default the relative L2 error must also be within rtol; an
     explicit atol makes the rule purely elementwise: |out - ref| <= atol + rtol * |ref| (module docstring).
     """
+    for what, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and isinstance(value, (str, bytes, bool)):  # '1e-3' >= 0 is a TypeError
+            raise UserError(f"{what} must be a number >= 0, got {value!r}")
     if rtol is not None and not rtol >= 0 or atol is not None and not atol >= 0:  # NaN too
         raise UserError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
     if dtype is not None and rtol is not None:
@@ -341,7 +376,12 @@ def poison(buf):
     """Fill an output buffer in place with NaN (floats) or a sentinel (ints) so unwritten elements show."""
     mod = type(buf).__module__.split(".")[0]
     if mod == "torch":
-        buf.fill_(poison_value(str(buf.dtype)))
+        import torch
+
+        with torch.no_grad():  # an output buffer that requires grad (a Parameter) is still filled
+            buf.fill_(poison_value(str(buf.dtype)))
+    elif mod == "numpy" and hasattr(buf, "flags") and not buf.flags.writeable:
+        raise UserError("poison() needs a writable array: this NumPy array is read-only (a broadcast view?)")
     elif mod in ("numpy", "cupy") and hasattr(buf, "fill"):
         buf.fill(poison_value(str(buf.dtype)))
     else:
@@ -369,6 +409,9 @@ def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[in
 
     if isinstance(seeds, int):
         seeds = [random.randrange(2**31) for _ in range(seeds)]
+    seeds = list(seeds)
+    if not seeds:  # all() of no results is True: a check that ran nothing would read as passed
+        raise UserError("verify_function() needs at least one seed (default: 3 random seeds)")
     results = []
     for seed in seeds:
         args = make_inputs(seed)

@@ -9,6 +9,7 @@ device-memory bandwidth and the compute ceiling of its unit (bf16, tf32, fp32, .
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -105,6 +106,21 @@ def default_unit(args: Any, counted: bool) -> str:
     return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
 
 
+UNITS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")  # the compute ceilings ceilings() measures
+_UNIT_ALIASES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "bfloat16": "bf16",
+                 "float16": "fp16", "half": "fp16", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+
+
+def unit_name(unit: str) -> str:
+    """A compute unit as ceilings name it ('fp32', 'bf16', ...); dtype names ('bfloat16', torch.float16) read
+    as their unit. Anything else is refused: compute_TFLOPs would hold it to fp32's ceiling without a word."""
+    key = str(unit).strip().lower().removeprefix("torch.")
+    key = _UNIT_ALIASES.get(key, key)
+    if key not in UNITS:
+        raise UserError(f"unknown compute unit {unit!r}: use {', '.join(UNITS)}")
+    return key
+
+
 @dataclass
 class Placement:
     name: str
@@ -144,6 +160,7 @@ def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilin
     for what, v in (("bytes", nbytes), ("time", time_s)):
         if not 0 < v < math.inf:
             raise UserError(f"{name}: {what} must be positive and finite, got {v}")
+    unit = unit_name(unit)
     ai = model.intensity(flops, nbytes)
     cname, peak_T = ceilings.compute_TFLOPs(unit)
     bw = ceilings.mem_roof_GBps()
@@ -178,16 +195,17 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         if flops == 0:
             raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts matmul, conv and attention "
                             "only); pass flops=")
-    if not 0 < flops < math.inf:  # NaN too
-        raise UserError(f"{name}: flops must be positive and finite, got {flops}")
-    if bytes is not None and not 0 < bytes < math.inf:
-        raise UserError(f"{name}: bytes must be positive and finite, got {bytes}")
+    if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 < flops < math.inf:  # NaN too
+        raise UserError(f"{name}: flops must be positive and finite, got {flops!r}")
+    if bytes is not None and (isinstance(bytes, bool) or not isinstance(bytes, numbers.Real)
+                              or not 1 <= bytes < math.inf):  # 0.5 would be int()ed to 0 bytes
+        raise UserError(f"{name}: bytes must be a finite byte count >= 1, got {bytes!r}")
     nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
-    unit = unit or default_unit((args, kwargs), counted > 0)
-    if ceilings is None:
-        ceilings = cached_ceilings()
+    unit = unit_name(unit) if unit is not None else default_unit((args, kwargs), counted > 0)
+    if ceilings is None:  # the ceilings of the device the call is timed on (device="cpu" on a GPU machine too)
+        ceilings = cached_ceilings(bench_kwargs.get("device", "auto"))
     m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
     d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
     notes = list(m.notes) + ([ABOVE_ROOF[d["bound"]]] if d["above_roof"] else [])

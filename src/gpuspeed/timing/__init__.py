@@ -8,7 +8,13 @@ once the median is known to `max_noise` (timing.stopping). Every study in gpuspe
 
 from __future__ import annotations
 
+import inspect
+import math
+import numbers
+from collections.abc import Mapping
 from typing import Any, Callable
+
+import numpy as np
 
 from gpuspeed import device as _device
 from gpuspeed import trees
@@ -50,6 +56,22 @@ def choose_clock(device: str, mode: str, gpu_present: bool, args, probe: Callabl
     return "cuda", False
 
 
+def lazy_result(fn_or_result, name: str, measuring: str = "bench() would time") -> str | None:
+    """Why timing this would time nothing: a generator or async function (or the generator / coroutine one
+    call returned) does its work only when iterated or awaited, after the timed call. None when fine."""
+    x, call = fn_or_result, name if isinstance(name, str) and name.isidentifier() else "fn"
+    if inspect.isgeneratorfunction(x) or inspect.isgenerator(x):
+        what, how = "a generator", f"lambda: list({call}(...))"
+    elif inspect.isasyncgenfunction(x) or inspect.isasyncgen(x):
+        what, how = "an async generator", "an async loop run to its end"
+    elif inspect.iscoroutinefunction(x) or inspect.iscoroutine(x):
+        what, how = "a coroutine", f"lambda: asyncio.run({call}(...))"
+    else:
+        return None
+    return (f"{name} returns {what}, which does its work only when consumed, so {measuring} creating it; "
+            f"pass a call that runs it, e.g. {how}")
+
+
 def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
           mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
           min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
@@ -84,14 +106,28 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         to issue one call (measured in the warm-up; 50 us to 1 ms): the call's launches are queued when the
         start event fires, and a sample is the GPU's time, not a Python launcher's latency (kernel_report).
     """
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
     kwargs = kwargs or {}
     if not callable(fn):
         raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
+    if not (isinstance(flush, (bool, np.bool_)) or callable(flush)):  # None read as False
+        raise UserError(f"flush takes True, False or a callable that clears the cache, got {flush!r}")
+    if graph_calls is not None and (isinstance(graph_calls, bool) or not isinstance(graph_calls, numbers.Integral)
+                                    or graph_calls < 1):  # 0 meant the default; -5 captured nothing, times < 0
+        raise UserError(f"graph_calls must be a whole number >= 1 (calls per graph replay), got {graph_calls!r}")
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
     if not isinstance(rotate, int) or rotate < 0:
         raise UserError(f"rotate must be a whole number >= 0, got {rotate!r}")
     name = name or trees.callable_name(fn)
+    if (why := lazy_result(fn, name)) is not None:
+        raise UserError(why)
+    if (why := trees.one_pass_argument(args, kwargs)) is not None:
+        raise UserError(why + " and every later call would be timed on nothing; pass a list or a tuple")
+    if warmup_s is not None and (isinstance(warmup_s, bool) or not isinstance(warmup_s, numbers.Real)
+                                 or not 0 <= warmup_s < math.inf):  # NaN too: the warm-up would never end
+        raise UserError(f"warmup_s must be a finite number of seconds >= 0, got {warmup_s!r}")
     # before the budget's clock starts: finding the device may import torch, seconds in a fresh process
     gpu_present = _device.resolve_device(device) == "cuda"
     stopper = Stopper(max_noise, min_samples, max_samples, budget_s)

@@ -9,6 +9,7 @@ Everything here takes its clock as an argument, so the rules run under a fake cl
 
 from __future__ import annotations
 
+import numbers
 import time
 from typing import Any, Callable
 
@@ -25,10 +26,17 @@ class Stopper:
 
     def __init__(self, max_noise: float, min_samples: int, max_samples: int, budget_s: float,
                  clock: Callable[[], float] = time.perf_counter):
+        for what, v in (("max_noise", max_noise), ("budget_s", budget_s)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):  # '2' < 1 is a TypeError
+                raise UserError(f"{what} must be a number, got {v!r}")
+        for what, v in (("min_samples", min_samples), ("max_samples", max_samples)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):  # samples[:inf] fails at the end
+                raise UserError(f"{what} must be a whole number, got {v!r}")
         if not (0 < max_noise < 1):
             raise UserError(f"max_noise must be in (0, 1), got {max_noise}")
         if min_samples < 3 or max_samples < min_samples:
-            raise UserError("need 3 <= min_samples <= max_samples")
+            raise UserError(f"need 3 <= min_samples <= max_samples, got min_samples={min_samples}, "
+                            f"max_samples={max_samples}")
         if not budget_s > 0:  # NaN too
             raise UserError(f"budget_s must be positive, got {budget_s}")
         self.max_noise, self.min_samples, self.max_samples, self.budget_s = (
