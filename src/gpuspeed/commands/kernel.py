@@ -44,10 +44,12 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
         if backend not in ("auto", "torch", "numpy", "cupy"):
             raise UserError(f"unknown backend {backend!r}: use auto, torch, numpy or cupy")
-        if flops is not None and not flops > 0:
-            raise UserError(f"--flops must be positive, got {flops:g}")
+        if flops is not None and not 0 < flops < float("inf"):  # NaN too; inf would be recorded as null
+            raise UserError(f"--flops must be a positive finite number, got {flops:g}")
         if nbytes is not None and nbytes <= 0:
             raise UserError(f"--bytes must be positive, got {nbytes}")
+        if backend != "auto" and not inputs:  # the file's inputs(rng) makes its own arrays: it would be ignored
+            raise UserError("--backend goes with --input (the array library of the --input arrays)")
         if seed < 0:
             raise UserError(f"--seed must be >= 0, got {seed}")
         check_out_dir(out)

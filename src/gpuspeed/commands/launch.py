@@ -12,12 +12,30 @@ import typer
 def _ints(text: str | None, what: str) -> list[int] | None:
     from gpuspeed.errors import UserError
 
-    if not text:
+    if text is None:
         return None
+    words = [t.strip() for t in text.split(",") if t.strip()]
+    if not words:  # '' or ',' would silently mean the defaults
+        raise UserError(f"--{what} {text!r} names no value: give comma-separated numbers like 1,8,64")
     try:
-        return [int(float(t)) for t in text.split(",") if t.strip()]
-    except (ValueError, OverflowError):  # 'abc'; 'inf' and '1e400' overflow int()
+        values = [float(t) for t in words]
+        out = [int(v) for v in values]  # 'inf' and '1e400' overflow int(), 'nan' is a ValueError
+    except (ValueError, OverflowError):  # 'abc'
         raise UserError(f"--{what} takes comma-separated numbers like 1,8,64 or 1e3,1e6, got {text!r}") from None
+    fractional = [t for t, v in zip(words, values, strict=True) if v != int(v)]
+    if fractional:  # 1.5 would silently run as 1
+        raise UserError(f"--{what} takes whole numbers, got {fractional[0]}")
+    _no_repeats(out, what)
+    return out
+
+
+def _no_repeats(values: list, what: str) -> None:
+    """A value given twice would be measured twice (and --ks 4,4 failed its fit after the whole sweep)."""
+    from gpuspeed.errors import UserError
+
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise UserError(f"--{what} names {twice} more than once")
 
 
 def _explain_target(target: str, inputs: str | None = None):
@@ -32,6 +50,16 @@ def _explain_target(target: str, inputs: str | None = None):
     path, attr = split_target(target)
     mod = load_module(path)
     fn = attribute(mod, path, attr)
+    owner = mod
+    for part in attr.split(".")[:-1]:  # the object the function was read from (attribute() found the chain)
+        owner = getattr(owner, part)
+    if inspect.isclass(owner) and inspect.isfunction(inspect.getattr_static(owner, attr.rpartition(".")[2], None)):
+        raise UserError(f"{target} is a method of class {owner.__name__}: its first argument would be taken for "
+                        "self; name a function, a @staticmethod or a module-level instance's method")
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        what = "a generator function" if inspect.isgeneratorfunction(fn) else "an async function"
+        raise UserError(f"{target} is {what}: a call runs none of its body, so there is nothing to compile; "
+                        "name a plain function")
     if inputs:
         in_path, in_attr = split_target(inputs)
         same = Path(in_path).resolve() == Path(path).resolve()
@@ -120,7 +148,11 @@ def register(app: typer.Typer) -> None:
 
         where = resolve_device(device)
         k_list, n_list = _ints(ks, "ks"), _ints(ns, "ns")
-        v_list = [v.strip() for v in variants.split(",") if v.strip()] if variants else None
+        v_list = [v.strip() for v in variants.split(",") if v.strip()] if variants is not None else None
+        if v_list == []:  # '' or ',' would silently mean all of them
+            raise UserError(f"--variants {variants!r} names no variant: choose from {', '.join(study.VARIANTS)}")
+        if v_list:
+            _no_repeats(v_list, "variants")
         study.check_params(k_list, n_list, chain_k, tiny_k, budget, v_list)
         study.check_fits(max(n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS)), where)
         if where != "cuda" and not as_json:
@@ -140,7 +172,9 @@ def register(app: typer.Typer) -> None:
             bar.update(task, completed=total, description="done")
         paths = study.write_artifacts(doc, out) if out else []
         if as_json:
-            print(json.dumps(doc, indent=1))
+            from gpuspeed.results import _jsonable  # NaN and inf as null: strict JSON, as launch.json has it
+
+            print(json.dumps(_jsonable(doc), indent=1, allow_nan=False))
             return
         s = doc["summary"]
         t = Table(title=f"launch overhead on {doc['device'].get('name', '?')}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.profiling.backend import infer_backend, make_backend_inputs
         from gpuspeed.profiling.report import print_report, results_doc
         from gpuspeed.profiling.script import ScriptRunner, stdout_to_stderr
-        from gpuspeed.results import check_out_dir, write_results
+        from gpuspeed.results import check_out_dir, write_results, write_text_atomic
 
         console = make_console(stderr=as_json)
         if device not in ("auto", "cpu", "cuda"):
@@ -83,6 +84,10 @@ def register(app: typer.Typer) -> None:
         else:
             if inputs:
                 raise UserError("--input goes with --function, not with a script")
+            if backend != "auto":  # a script makes its own arrays: the option would be silently ignored
+                raise UserError("--backend goes with --function, not with a script")
+            if seed != 0:
+                raise UserError("--seed goes with --function (it seeds the --input arrays), not with a script")
             fn = runner = ScriptRunner(script, ctx.args)
             backend = None
             steps, warmup = steps or 1, 0 if warmup is None else warmup
@@ -91,10 +96,20 @@ def register(app: typer.Typer) -> None:
         for n in notes:
             console.print(f"[yellow]note:[/] {n}")
         trace_path = out / f"{fn.__name__}.trace.json.gz" if out else None
+        # the trace is written after the profiled steps, before the passes that place lines and time the Python
+        # side: it takes its name only once they all ran, so a run that fails later leaves no trace in --out
+        partial = trace_path.with_name(f".{trace_path.name}.unfinished.gz") if trace_path else None
         try:
-            with stdout_to_stderr() if as_json else _nothing():
-                res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
-                                  trace_path=trace_path, hotspots=hotspots)
+            try:
+                with stdout_to_stderr() if as_json else _nothing():
+                    res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
+                                      trace_path=partial, hotspots=hotspots)
+                if partial is not None and res.trace_path:
+                    os.replace(partial, trace_path)
+                    res.trace_path = str(trace_path)
+            finally:
+                if partial is not None:
+                    partial.unlink(missing_ok=True)
         except UserError:
             raise
         except Exception as exc:  # the user's code failed: one line, the traceback under --debug
@@ -114,12 +129,14 @@ def register(app: typer.Typer) -> None:
         if out:
             path = write_results(doc, out)
             md = out / "profile.md"
-            md.write_text(res.markdown())
+            write_text_atomic(md, res.markdown())
             console.print(f"wrote {path}, {md} and {res.trace_path}")
         if as_json:
-            print(json.dumps({"summary": doc["summary"], "findings": res.findings, "hotspots": res.hotspots,
-                              "recommendations": res.recommendations, "notes": res.notes,
-                              "params": doc["params"], "trace": res.trace_path}, default=str))
+            from gpuspeed.results import _jsonable  # NaN and inf as null: strict JSON, as profile.json has it
+
+            print(json.dumps(_jsonable({"summary": doc["summary"], "findings": res.findings, "hotspots": res.hotspots,
+                                        "recommendations": res.recommendations, "notes": res.notes,
+                                        "params": doc["params"], "trace": res.trace_path}), allow_nan=False))
         else:
             print_report(res, console)
 

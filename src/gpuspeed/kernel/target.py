@@ -47,14 +47,18 @@ def load_target(target: str) -> tuple[Callable, object, str]:
     if not attr:
         raise UserError(f"no function name after ':' in {target!r}")
     module = load_module(path)
-    obj = module
+    obj = parent = module
     for part in attr.split("."):
+        parent = obj
         if isinstance(obj, dict) and part in obj:
             obj = obj[part]
         elif hasattr(obj, part):
             obj = getattr(obj, part)
         else:
             raise UserError(f"{path} has no {attr!r}")
+    if inspect.isclass(parent) and inspect.isfunction(inspect.getattr_static(parent, attr.rsplit(".", 1)[-1], None)):
+        raise UserError(f"{target} is a method of class {parent.__name__}: its first argument would be taken for "
+                        "self; name a function, a @staticmethod or a module-level instance's method")
     kind = type(obj).__name__
     if kind in ("JITFunction", "Autotuner", "Heuristics", "InterpretedFunction"):
         raise UserError(f"{target} is a @triton.jit kernel, not a launcher: name the Python function that launches "
@@ -66,6 +70,10 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         raise UserError(f"{target} is a class, not a launcher: name the function that launches the kernel")
     if not callable(obj):
         raise UserError(f"{target} is not callable")
+    if inspect.iscoroutinefunction(obj) or inspect.isasyncgenfunction(obj) or inspect.isgeneratorfunction(obj):
+        what = "a generator function" if inspect.isgeneratorfunction(obj) else "an async function"
+        raise UserError(f"{target} is {what}: a call runs none of its body, so no kernel would launch; name a "
+                        "plain function that launches the kernel")
     return obj, module, attr
 
 

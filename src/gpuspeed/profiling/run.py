@@ -165,6 +165,7 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     kwargs = kwargs or {}
     if not callable(fn):
         raise UserError(f"profile() needs a callable, got {type(fn).__name__}")
+    _refuse_lazy(fn)
     whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup))
     if not whole or steps < 1 or warmup < 0:
         raise UserError(f"profile() needs whole numbers steps >= 1 and warmup >= 0, got steps={steps!r}, "
@@ -199,6 +200,21 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
                          findings=findings, hotspots=hs, recommendations=recs, notes=notes,
                          params={"steps": steps, "warmup": warmup, "device": where, "hotspots": hotspots,
                                  "calls": calls_made(steps, warmup, hotspots)})
+
+
+def _refuse_lazy(fn) -> None:
+    """A call to an async or generator function runs none of its body: profiling it would time making a
+    coroutine or generator object and call that the function's profile."""
+    import inspect
+
+    target = inspect.unwrap(fn) if not isinstance(fn, type) else fn
+    name = trees.callable_name(fn)
+    if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
+        raise UserError(f"{name} is an async function: a call only makes a coroutine, so nothing of it would be "
+                        f"profiled; profile a plain function that runs it (asyncio.run({name}(...)))")
+    if inspect.isgeneratorfunction(target):
+        raise UserError(f"{name} is a generator function: a call runs none of its body, so nothing of it would be "
+                        f"profiled; profile a plain function that consumes it (list({name}(...)))")
 
 
 def calls_made(steps: int, warmup: int, hotspots: bool) -> int:

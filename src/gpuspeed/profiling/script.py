@@ -23,6 +23,8 @@ class ScriptRunner:
 
     def __init__(self, script: str | os.PathLike, argv=()):
         p = Path(script)
+        if p.is_dir():
+            raise UserError(f"{p} is a folder, not a script: name the .py file to run")
         if not p.is_file():
             raise UserError(f"no such file: {p}")
         self.path = p.resolve()
@@ -43,6 +45,7 @@ class ScriptRunner:
         module.__dict__.update({"__file__": str(self.path), "__builtins__": builtins, "__spec__": None,
                                 "__loader__": None, "__package__": None, "__cached__": None})
         saved_main, saved_argv, saved_path = sys.modules.get("__main__"), sys.argv, sys.path[:]
+        saved_cwd = os.getcwd()  # each run starts where `python script.py` would, even after a script's os.chdir
         sys.modules["__main__"] = module  # pickling and `if __name__ == "__main__"` see the script
         sys.argv = list(self.argv)
         sys.path.insert(0, str(self.path.parent))  # neighbour modules import as under `python script.py`
@@ -61,6 +64,8 @@ class ScriptRunner:
             if exc.code not in (0, None):
                 self.exits.append(exc.code)
         finally:
+            with contextlib.suppress(OSError):  # the script removed the folder it started in: nothing to go back to
+                os.chdir(saved_cwd)
             os._exit = real_exit
             sys.argv = saved_argv
             sys.path[:] = saved_path

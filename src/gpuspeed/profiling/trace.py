@@ -366,6 +366,13 @@ class TraceAnalysis:
                                         "count": 0, "wait_s": 0.0})
             g["count"] += 1
             g["wait_s"] += occ["wait_us"] * 1e-6
+        if not self.gpu:  # x.cpu().numpy(): one copy to the host on a GPU tensor (.numpy() refuses one), not two
+            for (kind, file, line), g in list(groups.items()):
+                cpu = groups.get((".cpu()", file, line))
+                if kind == ".numpy()" and cpu is not None:
+                    g["count"] -= min(g["count"], cpu["count"])
+                    if not g["count"]:
+                        del groups[(kind, file, line)]
         rows = sorted(groups.values(), key=lambda g: (-g["wait_s"], -g["count"]))
         for g in rows:
             g["per_step"] = g["count"] / self.steps
