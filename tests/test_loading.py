@@ -100,3 +100,8 @@ def test_two_user_files_in_one_process_each_import_their_own_sibling(tmp_path, m
         for name in [n for n in sys.modules if n.split(".")[0] in ("helpers", "gpuspeed_user_work_a",
                                                                    "gpuspeed_user_work_b", "gpuspeed_user_work_a2")]:
             del sys.modules[name]
+
+
+def test_a_folder_given_as_the_file_says_it_is_a_folder(tmp_path):
+    with pytest.raises(UserError, match="is a folder, not a .py file"):
+        load_function(f"{tmp_path}:f")

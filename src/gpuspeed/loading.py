@@ -13,6 +13,8 @@ from gpuspeed.errors import UserError
 def load_module(path: str | Path, name: str | None = None):
     """Import a Python file as a module (its folder goes on sys.path so sibling imports work)."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p} is a folder, not a .py file: name the file (path/to/file.py:function)")
     if not p.is_file():
         raise UserError(f"no such file: {p}")
     if p.suffix != ".py":
