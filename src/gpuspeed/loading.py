@@ -108,6 +108,15 @@ def attribute(module, path: str, attr: str) -> Callable:
     return obj
 
 
+def refuse_unbound_method(owner, name: str, target: str) -> None:
+    """`file.py:Class.method` read from the class: its first argument would be taken for self."""
+    import inspect
+
+    if inspect.isclass(owner) and inspect.isfunction(inspect.getattr_static(owner, name, None)):
+        raise UserError(f"{target} is a method of class {owner.__name__}: its first argument would be taken for "
+                        "self; name a function, a @staticmethod or a module-level instance's method")
+
+
 def load_function(target: str) -> Callable:
     """'file.py:function' (or 'file.py:Class.method') -> the callable."""
     path, attr = split_target(target)

@@ -275,6 +275,19 @@ def _clone_cupy(members: list) -> list:
 _CLONERS = {"torch": _clone_torch, "numpy": _clone_numpy, "cupy": _clone_cupy}
 
 
+def lazy_kind(fn) -> str | None:
+    """'a generator function' or 'an async function' when a call to fn runs none of its body (it only makes a
+    generator or coroutine object), else None."""
+    import inspect
+
+    target = inspect.unwrap(fn) if callable(fn) and not isinstance(fn, type) else fn
+    if inspect.isgeneratorfunction(target):
+        return "a generator function"
+    if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
+        return "an async function"
+    return None
+
+
 def callable_name(fn, default: str = "fn", qualified: bool = False) -> str:
     """A readable name for what a user passed: a function's (its __qualname__ when qualified), a functools.partial's
     function's, a module's or other callable object's class name."""

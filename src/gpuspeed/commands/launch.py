@@ -45,7 +45,8 @@ def _explain_target(target: str, inputs: str | None = None):
 
     from gpuspeed.errors import UserError
     from gpuspeed.graph_breaks import explain
-    from gpuspeed.loading import _first_line, attribute, load_module, split_target
+    from gpuspeed.loading import _first_line, attribute, load_module, refuse_unbound_method, split_target
+    from gpuspeed.trees import lazy_kind
 
     path, attr = split_target(target)
     mod = load_module(path)
@@ -53,11 +54,8 @@ def _explain_target(target: str, inputs: str | None = None):
     owner = mod
     for part in attr.split(".")[:-1]:  # the object the function was read from (attribute() found the chain)
         owner = getattr(owner, part)
-    if inspect.isclass(owner) and inspect.isfunction(inspect.getattr_static(owner, attr.rpartition(".")[2], None)):
-        raise UserError(f"{target} is a method of class {owner.__name__}: its first argument would be taken for "
-                        "self; name a function, a @staticmethod or a module-level instance's method")
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
-        what = "a generator function" if inspect.isgeneratorfunction(fn) else "an async function"
+    refuse_unbound_method(owner, attr.rpartition(".")[2], target)
+    if (what := lazy_kind(fn)) is not None:
         raise UserError(f"{target} is {what}: a call runs none of its body, so there is nothing to compile; "
                         "name a plain function")
     if inputs:

@@ -39,7 +39,8 @@ def use_interpreters() -> None:
 
 def load_target(target: str) -> tuple[Callable, object, str]:
     """'file.py:name' (name may be dotted through attributes and dict keys) -> (callable, module, name)."""
-    from gpuspeed.loading import load_module
+    from gpuspeed.loading import load_module, refuse_unbound_method
+    from gpuspeed.trees import lazy_kind
 
     if ":" not in target:
         raise UserError(f"expected path/to/file.py:function, got {target!r}")
@@ -56,9 +57,7 @@ def load_target(target: str) -> tuple[Callable, object, str]:
             obj = getattr(obj, part)
         else:
             raise UserError(f"{path} has no {attr!r}")
-    if inspect.isclass(parent) and inspect.isfunction(inspect.getattr_static(parent, attr.rsplit(".", 1)[-1], None)):
-        raise UserError(f"{target} is a method of class {parent.__name__}: its first argument would be taken for "
-                        "self; name a function, a @staticmethod or a module-level instance's method")
+    refuse_unbound_method(parent, attr.rsplit(".", 1)[-1], target)
     kind = type(obj).__name__
     if kind in ("JITFunction", "Autotuner", "Heuristics", "InterpretedFunction"):
         raise UserError(f"{target} is a @triton.jit kernel, not a launcher: name the Python function that launches "
@@ -70,8 +69,7 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         raise UserError(f"{target} is a class, not a launcher: name the function that launches the kernel")
     if not callable(obj):
         raise UserError(f"{target} is not callable")
-    if inspect.iscoroutinefunction(obj) or inspect.isasyncgenfunction(obj) or inspect.isgeneratorfunction(obj):
-        what = "a generator function" if inspect.isgeneratorfunction(obj) else "an async function"
+    if (what := lazy_kind(obj)) is not None:
         raise UserError(f"{target} is {what}: a call runs none of its body, so no kernel would launch; name a "
                         "plain function that launches the kernel")
     return obj, module, attr
@@ -96,13 +94,6 @@ def _required_params(fn) -> list[str]:
     except (TypeError, ValueError):
         return []
     return [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-
-
-def _keyword_only(fn) -> set[str]:
-    try:
-        return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
-    except (TypeError, ValueError):
-        return set()
 
 
 def _move(args: tuple, where: str, device: str) -> tuple:
@@ -177,7 +168,7 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
     import numpy as np
 
     from gpuspeed.inputs import parse_specs
-    from gpuspeed.optimize.workload import CPU_SCALE, _spec_order, _takes_scale
+    from gpuspeed.optimize.workload import CPU_SCALE, _keyword_only, _spec_order, _takes_scale
     from gpuspeed.profiling.backend import infer_backend, make_backend_inputs
 
     notes: list[str] = []

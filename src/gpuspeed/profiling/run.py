@@ -205,14 +205,11 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
 def _refuse_lazy(fn) -> None:
     """A call to an async or generator function runs none of its body: profiling it would time making a
     coroutine or generator object and call that the function's profile."""
-    import inspect
-
-    target = inspect.unwrap(fn) if not isinstance(fn, type) else fn
-    name = trees.callable_name(fn)
-    if inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target):
+    what, name = trees.lazy_kind(fn), trees.callable_name(fn)
+    if what == "an async function":
         raise UserError(f"{name} is an async function: a call only makes a coroutine, so nothing of it would be "
                         f"profiled; profile a plain function that runs it (asyncio.run({name}(...)))")
-    if inspect.isgeneratorfunction(target):
+    if what == "a generator function":
         raise UserError(f"{name} is a generator function: a call runs none of its body, so nothing of it would be "
                         f"profiled; profile a plain function that consumes it (list({name}(...)))")
 
