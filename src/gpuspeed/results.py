@@ -140,13 +140,19 @@ def _umask() -> int:
     return mask
 
 
+def strict_json(obj: Any, indent: int | None = 1) -> str:
+    """JSON text as the results files hold it: NaN and infinities as null, arrays and measurements as lists and
+    dicts (a command's --json prints this, so its stdout parses as strict JSON)."""
+    return json.dumps(_jsonable(obj), indent=indent, allow_nan=False)
+
+
 def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
     """Write a results document atomically to <out>/<study>.json (out may also name a .json file that is
     not a folder: a command's `--out x.json` was made a folder by check_out_dir, and is written into)."""
     validate(doc)
     target = Path(out) if out is not None else default_dir()
     path = target if target.suffix == ".json" and not target.is_dir() else target / f"{doc['study']}.json"
-    return write_text_atomic(path, json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n")
+    return write_text_atomic(path, strict_json(doc) + "\n")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -170,9 +170,9 @@ def register(app: typer.Typer) -> None:
             bar.update(task, completed=total, description="done")
         paths = study.write_artifacts(doc, out) if out else []
         if as_json:
-            from gpuspeed.results import _jsonable  # NaN and inf as null: strict JSON, as launch.json has it
+            from gpuspeed.results import strict_json  # NaN and inf as null, as launch.json has them
 
-            print(json.dumps(_jsonable(doc), indent=1, allow_nan=False))
+            print(strict_json(doc))
             return
         s = doc["summary"]
         t = Table(title=f"launch overhead on {doc['device'].get('name', '?')}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -96,20 +94,10 @@ def register(app: typer.Typer) -> None:
         for n in notes:
             console.print(f"[yellow]note:[/] {n}")
         trace_path = out / f"{fn.__name__}.trace.json.gz" if out else None
-        # the trace is written after the profiled steps, before the passes that place lines and time the Python
-        # side: it takes its name only once they all ran, so a run that fails later leaves no trace in --out
-        partial = trace_path.with_name(f".{trace_path.name}.unfinished.gz") if trace_path else None
         try:
-            try:
-                with stdout_to_stderr() if as_json else _nothing():
-                    res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
-                                      trace_path=partial, hotspots=hotspots)
-                if partial is not None and res.trace_path:
-                    os.replace(partial, trace_path)
-                    res.trace_path = str(trace_path)
-            finally:
-                if partial is not None:
-                    partial.unlink(missing_ok=True)
+            with stdout_to_stderr() if as_json else _nothing():
+                res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
+                                  trace_path=trace_path, hotspots=hotspots)
         except UserError:
             raise
         except Exception as exc:  # the user's code failed: one line, the traceback under --debug
@@ -132,11 +120,11 @@ def register(app: typer.Typer) -> None:
             write_text_atomic(md, res.markdown())
             console.print(f"wrote {path}, {md} and {res.trace_path}")
         if as_json:
-            from gpuspeed.results import _jsonable  # NaN and inf as null: strict JSON, as profile.json has it
+            from gpuspeed.results import strict_json  # NaN and inf as null, as profile.json has them
 
-            print(json.dumps(_jsonable({"summary": doc["summary"], "findings": res.findings, "hotspots": res.hotspots,
-                                        "recommendations": res.recommendations, "notes": res.notes,
-                                        "params": doc["params"], "trace": res.trace_path}), allow_nan=False))
+            print(strict_json({"summary": doc["summary"], "findings": res.findings, "hotspots": res.hotspots,
+                               "recommendations": res.recommendations, "notes": res.notes,
+                               "params": doc["params"], "trace": res.trace_path}, indent=None))
         else:
             print_report(res, console)
 

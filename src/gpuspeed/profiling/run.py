@@ -184,17 +184,26 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     if path is not None and not path.name.endswith(".gz"):  # what is written is gzipped: the name says so
         path = path.with_name(path.name + ".gz")
         notes.append(f"the trace is gzipped: written to {path.name}")
-    trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=path)
-    notes += more
-    sites = _sites.record_sites(fn, args, kwargs)
-    _sync(on_gpu)
-    findings = TraceAnalysis(trace, sites, steps=steps).findings()
-    hs = None
-    if hotspots:
-        hs = _hotspots.analyze(fn, args, kwargs, line_backend=line_backend)
+    # the trace is written after the profiled steps, before the passes that place source lines and time the
+    # Python side: it takes its name only once they all ran, so a run that fails later leaves no trace behind
+    staged = path.with_name(f".{path.name}.unfinished.gz") if path is not None else None
+    try:
+        trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=staged)
+        notes += more
+        sites = _sites.record_sites(fn, args, kwargs)
         _sync(on_gpu)
-        if hs["lines"].get("note"):
-            notes.append(hs["lines"]["note"])
+        findings = TraceAnalysis(trace, sites, steps=steps).findings()
+        hs = None
+        if hotspots:
+            hs = _hotspots.analyze(fn, args, kwargs, line_backend=line_backend)
+            _sync(on_gpu)
+            if hs["lines"].get("note"):
+                notes.append(hs["lines"]["note"])
+        if staged is not None and staged.exists():
+            os.replace(staged, path)
+    finally:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
     recs = advice.recommend(findings, hs)
     return ProfileResult(name=name, device=where, steps=steps, trace_path=str(path) if path else None,
                          findings=findings, hotspots=hs, recommendations=recs, notes=notes,
