@@ -274,3 +274,14 @@ def test_one_pass_iterator_arguments_are_refused_not_timed_empty():
     with pytest.raises(UserError, match="one-pass iterator"):
         gpuspeed.peak_memory(lambda it: np.array(list(it)), iter(range(100_000)))
     assert gpuspeed.peak_memory(lambda it: np.array(list(it)), iter(range(100_000)), warmup=0).peak_bytes > 400_000
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a CUDA device")
+@pytest.mark.parametrize("call", [lambda t: t.flush_l2(), lambda t: t.hold_gpu(1e-4),
+                                  lambda t: t.record_graph(lambda: None)], ids=["flush_l2", "hold_gpu", "record_graph"])
+def test_gpu_only_timing_blocks_say_so_in_one_line_without_a_device(call):
+    # torch's own errors were an AssertionError ("Torch not compiled with CUDA enabled") or a RuntimeError
+    from gpuspeed import timing
+
+    with pytest.raises(UserError, match=r"needs a CUDA device; none is available here"):
+        call(timing)

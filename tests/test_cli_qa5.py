@@ -28,6 +28,9 @@ def _one_error_line(capsys) -> str:
     ("--ks", "4,4", "--ks names 4 more than once"),  # failed its fit only after the whole sweep
     ("--ns", "1e3,1000", "--ns names 1000 more than once"),  # measured the same N twice
     ("--variants", "eager,eager", "--variants names eager more than once"),
+    ("--ks", "1,1e12", "go up to 65536 kernels"),  # ran for ever, showing nothing
+    ("--tiny-k", "100000", "go up to 65536 kernels"),
+    ("--chain-k", "5000", "--chain-k goes up to 1024 ops"),
 ])
 def test_launch_lists_that_would_be_truncated_or_defaulted_are_refused(capsys, flag, value, says):
     assert main(["launch", "--device", "cpu", "--json", flag, value]) == 2
@@ -287,3 +290,12 @@ def test_launch_explain_refuses_an_unbound_method(tmp_path, capsys):
     assert "is a method of class K" in _one_error_line(capsys)
     assert main(["launch", "--explain", f"{f}:k.method", "--json"]) == 0
     assert '"graph_count": 1' in capsys.readouterr().out
+
+
+def test_profile_refuses_an_unbound_method_and_profiles_a_bound_one(tmp_path, capsys):
+    # profile -f file.py:K.method ran it and reported "missing 1 required positional argument: 'self'"
+    f = tmp_path / "classy.py"
+    f.write_text(_CLASSY)
+    assert main(["profile", "-f", f"{f}:K.method", "--json"]) == 2
+    assert "is a method of class K" in _one_error_line(capsys)
+    assert main(["profile", "-f", f"{f}:k.method", "-i", "x=float32[8]", "--json"]) == 0

@@ -97,14 +97,16 @@ def split_target(target: str) -> tuple[str, str]:
 
 
 def attribute(module, path: str, attr: str) -> Callable:
-    """The callable `attr` ('function' or 'Class.method') of a loaded module, or a one-line error."""
-    obj = module
+    """The callable `attr` ('function' or 'Class.method') of a loaded module, or a one-line error (also for a
+    method read from its class, whose first argument would be taken for self)."""
+    obj = owner = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UserError(f"{path} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+        owner, obj = obj, getattr(obj, part)
     if not callable(obj):
         raise UserError(f"{path}:{attr} is not callable")
+    refuse_unbound_method(owner, attr.rpartition(".")[2], f"{path}:{attr}")
     return obj
 
 

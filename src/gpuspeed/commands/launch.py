@@ -45,16 +45,12 @@ def _explain_target(target: str, inputs: str | None = None):
 
     from gpuspeed.errors import UserError
     from gpuspeed.graph_breaks import explain
-    from gpuspeed.loading import _first_line, attribute, load_module, refuse_unbound_method, split_target
+    from gpuspeed.loading import _first_line, attribute, load_module, split_target
     from gpuspeed.trees import lazy_kind
 
     path, attr = split_target(target)
     mod = load_module(path)
-    fn = attribute(mod, path, attr)
-    owner = mod
-    for part in attr.split(".")[:-1]:  # the object the function was read from (attribute() found the chain)
-        owner = getattr(owner, part)
-    refuse_unbound_method(owner, attr.rpartition(".")[2], target)
+    fn = attribute(mod, path, attr)  # refuses a method read from its class
     if (what := lazy_kind(fn)) is not None:
         raise UserError(f"{target} is {what}: a call runs none of its body, so there is nothing to compile; "
                         "name a plain function")

@@ -21,6 +21,8 @@ CPU_KS = tuple(2**i for i in range(9))  # 1 .. 256
 GPU_NS = (1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 CPU_NS = (1_000, 10_000, 100_000, 1_000_000)
 CHAIN_TINY = 1000  # ops in the chain whose graph speedup the issue asks for
+MAX_KERNELS = 65536  # K, --tiny-k: a captured graph of this many kernels already takes seconds to build
+MAX_CHAIN = 1024  # --chain-k: torch.compile traces every op of the chain, per N (minutes past this)
 
 TARGETS = {"graph_us_per_kernel": ("<=", 1.1), "chain1000_graph_speedup": (">=", 6.0),
            "compiled_chain_over_copy_at_1e8": ("<=", 1.10)}
@@ -36,6 +38,11 @@ def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, vari
     """Raise UserError on a bad request before anything is measured."""
     if any(k < 1 for k in ks or ()) or any(n < 1 for n in ns or ()) or chain_k < 1 or tiny_k < 1:
         raise UserError("K, N and chain lengths must be positive")
+    if max(ks or (1,)) > MAX_KERNELS or tiny_k > MAX_KERNELS:  # --ks 1e12 ran for ever, showing nothing
+        raise UserError(f"K and --tiny-k go up to {MAX_KERNELS} kernels (each is launched and captured into a "
+                        f"graph), got {max(max(ks or (1,)), tiny_k)}")
+    if chain_k > MAX_CHAIN:
+        raise UserError(f"--chain-k goes up to {MAX_CHAIN} ops (torch.compile traces each one), got {chain_k}")
     if budget_s is not None and not 0 < budget_s < math.inf:  # NaN too
         raise UserError(f"budget must be a positive number of seconds, got {budget_s}")
     bad = [v for v in (variants or ()) if v not in VARIANTS]

@@ -32,6 +32,17 @@ def profiled_before() -> bool:
     return _profiled
 
 
+def _need_cuda(what: str) -> None:
+    """A one-line error for the GPU-only building blocks called on a machine without CUDA (torch's own is an
+    AssertionError about how torch was compiled)."""
+    import torch
+
+    from gpuspeed.errors import UserError
+
+    if not torch.cuda.is_available():
+        raise UserError(f"{what} needs a CUDA device; none is available here (bench() times on the CPU without one)")
+
+
 def flush_l2() -> None:
     """Evict L2 by reading a buffer of three times its size (allocated once per device; summed row by row).
 
@@ -47,6 +58,7 @@ def flush_l2() -> None:
     latency on the H200's host, and bench() then chose events over graph mode)."""
     import torch
 
+    _need_cuda("flush_l2()")
     idx = torch.cuda.current_device()
     pair = _flush_buffers.get(idx)
     if pair is None:
@@ -61,6 +73,7 @@ def hold_gpu(seconds: float) -> None:
     """Keep the current stream busy for about `seconds` (a spin kernel), so later launches queue up."""
     import torch
 
+    _need_cuda("hold_gpu()")
     if not hasattr(torch.cuda, "_sleep"):
         return
     idx = torch.cuda.current_device()
@@ -134,6 +147,7 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
     """
     import torch
 
+    _need_cuda("record_graph()")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
