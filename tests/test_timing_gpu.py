@@ -65,7 +65,9 @@ def test_kernel_mode_stops_at_max_samples():
 
 def test_graph_mode_records_a_flush_per_replay():
     x = torch.randn(16, device="cuda")
-    g = bench(torch.add, x, x)
+    # graph mode asked for: auto's own choice for a 16-element add flips to events when 4 test workers share the
+    # H200's host (fd01cd5's GPU run), and what this test checks is graph mode's flush record
+    g = bench(torch.add, x, x, mode="graph")
     assert g.mode == "graph" and g.calls_per_sample >= 10
     assert g.flush == "per-replay" and g.flush_l2 is False
     assert any("L2 flushed once per replay" in n for n in g.notes)
