@@ -8,6 +8,7 @@ dynamo's "eager" backend, so it finds graphs and breaks without compiling kernel
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 from dataclasses import asdict, dataclass, field
@@ -39,7 +40,7 @@ class Explanation:
     calls: int  # calls made with changing inputs to count recompiles
     recompiles: int
     recompile_reasons: list[str]
-    fullgraph_ok: bool
+    fullgraph_ok: bool | None  # None: not checked (check_fullgraph=False)
     fullgraph_error: str | None
     notes: list[str] = field(default_factory=list)
 
@@ -48,8 +49,9 @@ class Explanation:
 
     def lines(self) -> list[str]:
         """The report, one screen: headline, breaks with their lines, recompiles, fullgraph."""
+        verdict = "not checked" if self.fullgraph_ok is None else "compiles" if self.fullgraph_ok else "fails"
         out = [f"{self.function}: {self.graph_count} graph(s), {self.break_count} graph break(s); "
-               f"fullgraph=True {'compiles' if self.fullgraph_ok else 'fails'}"]
+               f"fullgraph=True {verdict}"]
         for i, b in enumerate(self.breaks, 1):
             out.append(f"  break {i} at {b.where()}: {b.reason}")
             if b.source:
@@ -57,7 +59,7 @@ class Explanation:
         out.append(f"  recompiles over {self.calls} calls with changing inputs: {self.recompiles}")
         for r in self.recompile_reasons[:4]:
             out.append(f"    - {r}")
-        if not self.fullgraph_ok and self.fullgraph_error:
+        if self.fullgraph_ok is False and self.fullgraph_error:
             out.append(f"  fullgraph error: {self.fullgraph_error}")
         if self.fullgraph_ok and self.break_count:  # both are true: the two modes trace these constructs differently
             out.append("  (the breaks are what torch.compile's default mode does; under fullgraph=True torch traced "
@@ -107,7 +109,13 @@ def _quiet_dynamo():
     """Collect torch's log records (recompile reasons, graph-break warnings) instead of printing them."""
     import torch
 
-    torch._logging.set_logs(recompiles=True)
+    # the user's own settings (set_logs(graph_breaks=True) ...) come back after; under TORCH_LOGS torch ignores
+    # set_logs, with a warning each call, so it is left alone
+    from_env = "TORCH_LOGS" in os.environ
+    internal = getattr(torch._logging, "_internal", None)
+    saved = copy.deepcopy(internal.log_state) if internal is not None and hasattr(internal, "log_state") else None
+    if not from_env:
+        torch._logging.set_logs(recompiles=True)
     catcher = _LogCatcher()
     # torch attaches its handlers to several loggers under "torch" (artifact loggers do not propagate)
     swapped = {}
@@ -125,7 +133,11 @@ def _quiet_dynamo():
             lg.removeHandler(catcher)
             for h in handlers:
                 lg.addHandler(h)
-        torch._logging.set_logs()  # back to torch's defaults
+        if not from_env and saved is not None and hasattr(internal, "_set_log_state") and hasattr(internal, "_init_logs"):
+            internal._set_log_state(saved)
+            internal._init_logs()
+        elif not from_env:
+            torch._logging.set_logs()  # back to torch's defaults (torch without the private state to restore)
 
 
 def _recompile_reason(message: str) -> str:
@@ -203,6 +215,25 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
 
     if not callable(fn):
         raise UserError(f"explain() needs a callable, got {type(fn).__name__}")
+    from gpuspeed.timing import lazy_result
+
+    if (why := lazy_result(fn, trees.callable_name(fn), "explain() would trace")) is not None:
+        raise UserError(why)
+    if (why := trees.one_pass_argument(args, kwargs)) is not None:
+        raise UserError(why + "; explain() calls the function several times, so the later calls would see it empty: "
+                        "pass a list or a tuple")
+    if not (isinstance(check_fullgraph, bool) or (trees.module_of(check_fullgraph) == "numpy"
+                                                  and type(check_fullgraph).__name__ in ("bool", "bool_"))):
+        raise UserError(f"check_fullgraph is True or False, got {check_fullgraph!r}")
+    if variants is not None:
+        try:
+            variants = list(variants)
+        except TypeError:
+            raise UserError(f"variants is a list of argument tuples, got {type(variants).__name__}") from None
+        for i, v in enumerate(variants):
+            if not isinstance(v, (tuple, list)):
+                raise UserError(f"variants[{i}] is a {type(v).__name__}, not a tuple of arguments: write "
+                                "variants=[(x,), ...] for a function of one argument")
     name = trees.callable_name(fn, qualified=True)
     code = getattr(fn, "__code__", None)
     fn_file = os.path.abspath(code.co_filename) if code else None
@@ -253,7 +284,7 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
         logged = any(m.startswith("Recompiling") for m in log.messages)
         recompiles = len(recompile_msgs) if logged else counted
 
-        fullgraph_ok, fullgraph_error = True, None
+        fullgraph_ok, fullgraph_error = (True if check_fullgraph else None), None
         if check_fullgraph:
             dynamo.reset()
             try:

@@ -13,7 +13,9 @@ The torch.compile graph-break finder, explain(), is gpuspeed.graph_breaks (also 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import linecache
+import numbers
 import os
 import sys
 import warnings
@@ -59,6 +61,12 @@ _unflatten = trees.unflatten
 def _leaf_key(x):
     if _is_tensor(x):
         return ("T", tuple(x.shape), str(x.dtype), str(x.device))
+    if isinstance(x, float):  # its exact bits: 0.0 == -0.0 would replay x / -0.0 as +inf, NaN != NaN re-captured
+        return ("C", type(x).__name__, x.hex())
+    if trees.module_of(x) == "numpy" and hasattr(x, "tobytes") and not getattr(x.dtype, "hasobject", True):
+        # an array is baked in like any value: by its bytes, since its repr rounds (1.0000001 prints as 1.) and elides
+        digest = hashlib.blake2b(x.tobytes(), digest_size=16).hexdigest()
+        return ("C", type(x).__name__, x.shape, str(x.dtype), digest)
     try:
         hash(x)
         return ("C", type(x).__name__, x)
@@ -67,10 +75,13 @@ def _leaf_key(x):
 
 
 def signature(args: tuple):
-    """The cache key of a call: shapes, dtypes and devices of tensors, values of everything else."""
+    """The cache key of a call: shapes, dtypes and devices of tensors, values of everything else, and which
+    tensor arguments are one tensor (a graph captured with f(a, a) reads one static buffer for both)."""
     leaves: list = []
     spec = _flatten(args, leaves)
-    return (repr(spec), tuple(_leaf_key(x) for x in leaves))
+    first: dict = {}  # id of a tensor -> the position of its first appearance
+    same = tuple(first.setdefault(id(x), i) for i, x in enumerate(leaves) if _is_tensor(x))
+    return (repr(spec), tuple(_leaf_key(x) for x in leaves), same)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -183,8 +194,9 @@ class Graphed:
 
     # -- public -------------------------------------------------------------------------------------
     def __call__(self, *args):
-        if self.mode == "eager":
-            return self.fn(*args)
+        if self.mode == "eager":  # clone=True holds here too: nothing returned aliases an input or earlier output
+            out = self.fn(*args)
+            return timing.clone_tree(out) if self.clone else out
         key = signature(args)
         entry = self._cache.get(key)
         if entry is None:
@@ -208,17 +220,20 @@ class Graphed:
         self._last.graph.replay()
         return self._last.outputs
 
-    @property
-    def static_inputs(self) -> tuple:
+    def _need_graph(self) -> _Entry:
+        if self.mode == "eager":
+            raise UserError(f"no static buffers: {self.note}")
         if self._last is None:
             raise UserError("nothing captured yet")
-        return self._last.static_args
+        return self._last
+
+    @property
+    def static_inputs(self) -> tuple:
+        return self._need_graph().static_args
 
     @property
     def static_outputs(self):
-        if self._last is None:
-            raise UserError("nothing captured yet")
-        return self._last.outputs
+        return self._need_graph().outputs
 
     def cache_info(self) -> dict:
         return {"graphs": len(self._cache), "captures": self.captures, "max_cache": self.max_cache,
@@ -248,7 +263,11 @@ class Graphed:
             if _is_tensor(x) and x.device.type != "cuda":
                 raise CaptureError(f"capture(): input leaf {i} is a {x.device.type} tensor; CUDA graphs "
                                    f"need CUDA inputs (move it with .cuda())", kind="a CPU tensor")
-        static_leaves = [x.clone() if (self.own_inputs and _is_tensor(x)) else x for x in leaves]
+        clones: dict = {}  # one tensor passed twice stays one static buffer, as the signature says
+        for x in leaves:
+            if self.own_inputs and _is_tensor(x) and id(x) not in clones:
+                clones[id(x)] = x.clone()
+        static_leaves = [clones.get(id(x), x) for x in leaves]
         static_args = _unflatten(spec, static_leaves)
         pool = torch.cuda.graph_pool_handle()  # private pool: the graph's memory is its own
 
@@ -308,6 +327,13 @@ def capture(fn: Callable, *example_args, clone: bool = False, own_inputs: bool =
 
     if not callable(fn):
         raise UserError(f"capture() needs a callable, got {type(fn).__name__}")
+    name = trees.callable_name(fn)
+    if (why := timing.lazy_result(fn, name, "capture() would record")) is not None:
+        raise UserError(why)
+    for label, value, least in (("warmup", warmup, 0), ("max_cache", max_cache, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise UserError(f"capture(): {label} must be a whole number >= {least}, got {value!r}")
+    warmup, max_cache = int(warmup), int(max_cache)
     where = _device.resolve_device(device)
     if where != "cuda":
         note = ("no CUDA device: capture() runs the function eagerly" if not _device.cuda_available()

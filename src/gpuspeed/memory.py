@@ -20,6 +20,7 @@ import threading
 import time
 import tracemalloc
 import warnings
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -59,8 +60,9 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
         if not 0 < budget < float("inf"):  # NaN too
             raise UserError(f"budget must be a positive, finite size, got {budget}")
         if budget < SMALLEST_BARE:
-            raise UserError(f"budget {budget!r} has no unit and is under 1 MiB as bytes: write it with its "
-                            f"unit, e.g. '{budget:g}GiB' or '{budget:g}GB' (or '{budget:g}B' for bytes)")
+            n = f"{float(budget):.15g}"  # as written ('8.5', '1048575'): ':g' gave '1.04858e+06', which is no budget
+            raise UserError(f"budget {n} has no unit and is under 1 MiB as bytes: write it with its "
+                            f"unit, e.g. '{n}GiB' or '{n}GB' (or '{n}B' for bytes)")
         return int(budget)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[a-zA-Z]*)\s*", str(budget))
     if not m:
@@ -71,14 +73,28 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
             raise UserError(f"budget {budget!r} is a percentage but the device size is unknown")
         if not 0 < value <= 100:
             raise UserError(f"budget percentage must be in (0, 100], got {value}")
-        return int(total_bytes * value / 100)
+        return _whole_bytes(total_bytes * value / 100, budget)
     if unit not in _UNITS:
         raise UserError(f"unknown unit {m.group(2)!r} in budget {budget!r}")
     if value <= 0:
         raise UserError(f"budget must be positive, got {budget!r}")
     if unit == "":
         return parse_budget(value, total_bytes)  # a unitless string is a bare number
-    return int(value * _UNITS[unit])
+    return _whole_bytes(value * _UNITS[unit], budget)
+
+
+def _whole_bytes(n: float, budget) -> int:
+    """A budget in whole bytes: one that rounds down to 0 B ('0.5B', '0.00000001%') holds nothing."""
+    if int(n) < 1:
+        raise UserError(f"budget {budget!r} is under one byte")
+    return int(n)
+
+
+def _check_peak(peak_bytes) -> None:
+    """A peak is a number of bytes: finite and >= 0 (NaN, inf, a string or a negative one is refused)."""
+    if (isinstance(peak_bytes, bool) or not isinstance(peak_bytes, numbers.Real)
+            or not 0 <= peak_bytes < float("inf")):
+        raise UserError(f"a peak is a number of bytes, finite and >= 0, got {peak_bytes!r}")
 
 
 @dataclass
@@ -109,6 +125,7 @@ def _check_headroom(headroom) -> None:
 def check_budget(peak_bytes: int, budget: str | int, total_bytes: int | None = None,
                  headroom: float = HEADROOM) -> BudgetCheck:
     _check_headroom(headroom)
+    _check_peak(peak_bytes)
     b = parse_budget(budget, total_bytes)
     usable = int(b * (1 - headroom))
     return BudgetCheck(budget_bytes=b, usable_bytes=usable, peak_bytes=int(peak_bytes), fits=peak_bytes <= usable,
@@ -195,8 +212,11 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     """
     if not callable(fn):
         raise UserError(f"peak_memory() needs a callable, got {type(fn).__name__}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+    if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or warmup < 0:
         raise UserError(f"warmup must be a whole number >= 0, got {warmup!r}")
+    warmup = int(warmup)  # np.int64(2) is a whole number too
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"kwargs= is a dict of keyword arguments for fn, got {type(kwargs).__name__}")
     kwargs = kwargs or {}
     from gpuspeed.timing import lazy_result
 
@@ -400,20 +420,26 @@ def plan_chunks(size_a: int, peak_a: int, size_b: int, peak_b: int, budget: str 
                 max_size: int | None = None) -> ChunkPlan:
     """Fit peak = fixed + per_item * size through two measurements and return the largest chunk whose
     predicted peak stays under budget x (1 - headroom)."""
+    for label, n in (("size_a", size_a), ("size_b", size_b), ("max_size", max_size)):
+        if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1):
+            raise UserError(f"{label} is a number of items per chunk, a whole number >= 1, got {n!r}")
     if size_a == size_b:
         raise UserError("the chunk planner needs two different chunk sizes")
-    if min(size_a, size_b) <= 0:
-        raise UserError("chunk sizes must be positive")
+    _check_peak(peak_a)
+    _check_peak(peak_b)
     _check_headroom(headroom)
     b = parse_budget(budget, total_bytes)
     usable = int(b * (1 - headroom))
     slope = (peak_b - peak_a) / (size_b - size_a)
     fixed = peak_a - slope * size_a
-    if slope <= 0:
-        chunk = max_size
-        return ChunkPlan(slope, fixed, b, usable, chunk, fixed if fixed <= usable else None,
-                         "peak does not grow with the chunk size" + ("" if fixed <= usable else
-                                                                      "; the fixed part alone exceeds the budget"))
+    if slope <= 0 or not math.isfinite((usable - fixed) / slope):  # a slope under 1e-300 B/item is none either
+        # no growth: a chunk needs what was measured (the larger peak), not the line's value at 0 items, which a
+        # falling pair of peaks puts above both; past the budget nothing fits (0), as below, not None (unbounded)
+        top = max(peak_a, peak_b)
+        if top > usable:
+            return ChunkPlan(slope, fixed, b, usable, 0, None, "peak does not grow with the chunk size, but the "
+                             f"measured peak {format_bytes(top)} alone exceeds the budget")
+        return ChunkPlan(slope, fixed, b, usable, max_size, top, "peak does not grow with the chunk size")
     chunk = math.floor((usable - fixed) / slope)
     if max_size is not None:
         chunk = min(chunk, max_size)
