@@ -29,8 +29,7 @@ def register(app: typer.Typer) -> None:
 
         check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         console = make_console(stderr=as_json)
-        dtypes = [d.strip() for item in (dtype or []) for d in item.split(",") if d.strip()] or None
-        study = Study(device=device, quick=quick, dtypes=dtypes, sweep=not no_sweep, workloads=not no_place)
+        study = Study(device=device, quick=quick, dtypes=dtype or None, sweep=not no_sweep, workloads=not no_place)
         if study.kind == "cpu":
             console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
         steps = study.steps()
@@ -44,7 +43,10 @@ def register(app: typer.Typer) -> None:
         if out:
             from pathlib import Path
 
-            from gpuspeed.results import write_results
+            from rich.markup import escape
+
+            from gpuspeed.errors import one_line
+            from gpuspeed.results import write_results, write_text_atomic
             from gpuspeed.roofline.plot import plot
             from gpuspeed.roofline.report import markdown
 
@@ -52,15 +54,12 @@ def register(app: typer.Typer) -> None:
                 pics = plot(doc, out)
             except Exception as exc:  # a plot failure must not lose the numbers: they are written, with a note
                 pics = []
-                doc["notes"].append(f"plot failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
+                doc["notes"].append(f"plot failed: {one_line(exc)}")
             path = write_results(doc, out)
-            md = Path(out) / "roofline.md"
-            tmp = md.with_suffix(".md.tmp")
-            tmp.write_text(markdown(doc))
-            tmp.replace(md)  # never half-written
+            md = write_text_atomic(Path(out) / "roofline.md", markdown(doc))  # never half-written, no temp left
             console.print(f"wrote {path}, {md}" + "".join(f", {p}" for p in pics))
             if not pics:
-                console.print(f"[yellow]{doc['notes'][-1]}[/]", markup=True)
+                console.print(f"[yellow]{escape(doc['notes'][-1])}[/]", markup=True)
         if as_json:
             print(json.dumps(doc, indent=1))
             return

@@ -11,6 +11,7 @@ power-bound: each matmul candidate is the best of a few short runs (TENSOR_RUNS)
 
 from __future__ import annotations
 
+import numbers
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from gpuspeed import device as _device
+from gpuspeed.errors import UserError
 from gpuspeed.errors import one_line as _err
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, poison
@@ -166,6 +168,14 @@ COPY_CONFIGS = ([(b, w, e) for e in ("", "evict_last")
 ROUND = 16384 * 64  # sizes are multiples of every BLOCK and of the persistent grid's share
 
 
+def _size(nbytes: int) -> str:
+    """A buffer's size in a ceiling's label: '4.0 GiB', '128 MiB', or format_bytes' three figures below 10 MiB."""
+    from gpuspeed.memory import format_bytes
+
+    return (f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB" if nbytes >= 10 * 2**20
+            else format_bytes(nbytes))
+
+
 def _bench_kw(quick: bool) -> dict:
     return dict(budget_s=0.5 if quick else 1.0, warmup_s=0.2 if quick else 0.3)
 
@@ -178,10 +188,10 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
 
     state: dict = {}
     bench_options = _bench_kw(quick)
+    n = max(nbytes // 4 // ROUND, 1) * ROUND  # fp32 elements per buffer
 
     def buffers():
         if not state:
-            n = max(nbytes // 4 // ROUND, 1) * ROUND
             state["src"] = torch.rand(n, device="cuda") + 0.5  # never zeros
             state["dst"] = torch.empty_like(state["src"])
             small = torch.randn(ROUND, device="cuda")
@@ -265,7 +275,7 @@ def gpu_memory_steps(nbytes: int, quick: bool, device_name: str) -> list[tuple[s
     def cfg(b, w, e=""):
         return f"BLOCK={b}, {w} warps" + (f", {e}" if e else "")
 
-    gib = f"{nbytes / 2**30:.1f} GiB"
+    gib = _size(n * 4)  # what is measured: nbytes rounded to whole ROUNDs
     steps = [
         ("read (Triton)", lambda: best_of("read", "memory",
             [(f"Triton sum, {cfg(b, w, e)}, {gib}", read_grid(b, w, e)) for b, w, e in READ_CONFIGS]
@@ -426,7 +436,7 @@ def gpu_compute_steps(quick: bool, device_name: str, cc: tuple[int, int]) -> lis
 ALLOCATIONS = 3  # fresh buffers per CPU bandwidth ceiling
 
 
-def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
+def cpu_steps(quick: bool, nbytes: int | None = None) -> list[tuple[str, Callable]]:
     """Memory bandwidth far beyond the last-level cache, and torch.mm GFLOP/s per dtype.
 
     A shared CPU's speed wanders by tens of percent between one measurement and the next (neighbours,
@@ -438,7 +448,8 @@ def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
     import torch
 
     bench_options = dict(budget_s=0.3 if quick else 1.0, warmup_s=0.1 if quick else 0.3, device="cpu")
-    n = (2**25 if quick else 2**27)  # 128 MiB / 512 MiB of fp32 per buffer: >> a 32 MiB L3
+    # 128 MiB / 512 MiB of fp32 per buffer: >> a 32 MiB L3 (nbytes: the caller's size instead)
+    n = max(nbytes // 4, 1) if nbytes else (2**25 if quick else 2**27)
     state: dict = {}
 
     def buffers(k: int):
@@ -482,7 +493,7 @@ def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
                                 stat="min")
         return run
 
-    mib = f"{n * 4 / 2**20:.0f} MiB"
+    mib = _size(n * 4)
     # the best of several sizes: cache fit varies by CPU (on an AMD EPYC with bf16 instructions a 128^3 bf16 mm ran
     # 2.1x the FLOP rate of 256^3 and 512^3, so a ceiling without it had placed points far above their roof)
     sizes = [128, 256, 512] if quick else [128, 512, 1024]
@@ -501,10 +512,13 @@ def cpu_steps(quick: bool) -> list[tuple[str, Callable]]:
 
 
 def ceiling_steps(device: str = "auto", quick: bool = False, nbytes: int | None = None):
-    """The measuring steps for this device: a list of (label, fn returning a Ceiling or None)."""
+    """The measuring steps for this device: a list of (label, fn returning a Ceiling or None). nbytes: the size of
+    each bandwidth buffer (default 4 GiB on a GPU, 1 GiB quick; 512 MiB on a CPU, 128 MiB quick)."""
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 4):
+        raise UserError(f"nbytes must be a whole number of bytes >= 4 (one fp32 element), got {nbytes!r}")
     info = _device.get_device(device)
     if info.kind == "cpu":
-        return cpu_steps(quick)
+        return cpu_steps(quick, nbytes)
     import torch
 
     cc = torch.cuda.get_device_capability()
@@ -514,7 +528,7 @@ def ceiling_steps(device: str = "auto", quick: bool = False, nbytes: int | None 
 
 def ceilings(device: str = "auto", quick: bool = False, nbytes: int | None = None,
              progress: Callable[[str], None] | None = None) -> Ceilings:
-    """Measure every ceiling of this device (see the module docstring)."""
+    """Measure every ceiling of this device (see the module docstring); nbytes as in ceiling_steps."""
     info = _device.get_device(device)
     out = Ceilings(info.kind, info.name)
     for label, step in ceiling_steps(device, quick, nbytes):

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from gpuspeed import device as _device
 from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.roofline import model
@@ -172,6 +174,9 @@ def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilin
         r = model.roof(ai, peak_T * 1e12, bw * 1e9)
         d |= {"roof_TFLOPs": r / 1e12, "pct_of_roof": 100 * d["TFLOPs"] * 1e12 / r,
               "bound": model.bound(ai, peak_T * 1e12, bw * 1e9), "pct_of_mem_roof": 100 * d["GBps"] / bw}
+    elif bw and flops == 0:  # a copy: its roof is the memory roof (0 FLOP/s at AI 0), its % the bandwidth's
+        d |= {"roof_TFLOPs": 0.0, "pct_of_roof": 100 * d["GBps"] / bw, "bound": "memory",
+              "pct_of_mem_roof": 100 * d["GBps"] / bw}
     d["above_roof"] = d["pct_of_roof"] is not None and d["pct_of_roof"] > 100
     return d
 
@@ -179,12 +184,21 @@ def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilin
 def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
           ceilings: Ceilings | None = None, name: str | None = None, unit: str | None = None,
           kwargs: dict | None = None, **bench_kwargs) -> Placement:
-    """Time `fn(*args)` and place it on the roofline of `ceilings` (measured quickly when not given).
+    """Time `fn(*args)` and place it on the roofline of `ceilings` (measured quickly when not given: the
+    CPU's for a call on host data alone, unless bench_kwargs say device=).
 
     flops: FLOPs per call (default: counted by FlopCounterMode; elementwise ops count zero there, so give
-    them). bytes: bytes per call (default: the minimum traffic). unit: the compute ceiling (default from
-    the dtypes, see default_unit). bench_kwargs go to gpuspeed.timing.bench.
+    them; 0 places a copy on the memory roof). bytes: bytes per call (default: the minimum traffic). unit: the
+    compute ceiling (default from the dtypes, see default_unit). bench_kwargs go to gpuspeed.timing.bench.
     """
+    if not callable(fn):
+        raise UserError(f"place() needs a callable, got {type(fn).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
+    if ceilings is not None and not isinstance(ceilings, Ceilings):
+        raise UserError(f"ceilings= takes a Ceilings (gpuspeed.roofline.ceilings(), or "
+                        f"gpuspeed.roofline.study.ceilings_from_results(doc) for a results file), "
+                        f"got {type(ceilings).__name__}")
     kwargs = kwargs or {}
     name = name or trees.callable_name(fn)
     # counted even when given: FLOPs that FlopCounterMode sees are matmul-like, held to the tensor-core unit
@@ -193,10 +207,11 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     if flops is None:
         flops, source = counted, "counted by FlopCounterMode"
         if flops == 0:
-            raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts matmul, conv and attention "
-                            "only); pass flops=")
-    if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 < flops < math.inf:  # NaN too
-        raise UserError(f"{name}: flops must be positive and finite, got {flops!r}")
+            raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts torch's matmul, conv and "
+                            "attention ops only, not NumPy's or elementwise ones); pass flops= (0 for a copy)")
+    # 0 is a copy's: no FLOPs, placed on the memory roof (locate)
+    if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 <= flops < math.inf:  # NaN too
+        raise UserError(f"{name}: flops must be finite and >= 0, got {flops!r}")
     if bytes is not None and (isinstance(bytes, bool) or not isinstance(bytes, numbers.Real)
                               or not 1 <= bytes < math.inf):  # 0.5 would be int()ed to 0 bytes
         raise UserError(f"{name}: bytes must be a finite byte count >= 1, got {bytes!r}")
@@ -204,11 +219,18 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
     unit = unit_name(unit) if unit is not None else default_unit((args, kwargs), counted > 0)
+    host_note = None
     if ceilings is None:  # the ceilings of the device the call is timed on (device="cpu" on a GPU machine too)
-        ceilings = cached_ceilings(bench_kwargs.get("device", "auto"))
+        where = bench_kwargs.get("device", "auto")
+        if where == "auto" and not trees.has_gpu_data((args, kwargs, out)):
+            where = "cpu"  # host data in and out (NumPy, CPU tensors): bench times it on the host, the CPU's roof
+            if _device.cuda_available():  # a GPU kernel launched on host arrays would be judged against the CPU
+                host_note = ("host data in and out: placed on the CPU's roofline (device='cuda' places GPU work "
+                             "launched on host arrays on the GPU's)")
+        ceilings = cached_ceilings(where)
     m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
     d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
-    notes = list(m.notes) + ([ABOVE_ROOF[d["bound"]]] if d["above_roof"] else [])
+    notes = list(m.notes) + ([ABOVE_ROOF[d["bound"]]] if d["above_roof"] else []) + ([host_note] if host_note else [])
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
                      notes=notes)
 

@@ -124,8 +124,10 @@ def draw(doc: dict):
     for name, gbps in sorted(mem.items(), key=lambda kv: -kv[1]):
         if name not in MEM_STYLES:
             continue
-        ys = [min(gbps * 1e9 * x / 1e12 * scale, top) for x in xs]
-        ax.plot(xs, ys, linestyle=MEM_STYLES[name], color="0.25" if name != "l2" else "0.6", lw=1.2,
+        corner = top / (gbps * 1e9 / 1e12 * scale)  # where the line meets the top: a vertex, not cut between xs
+        line_xs = sorted(set(xs) | ({corner} if xs[0] < corner < xs[-1] else set()))
+        ys = [min(gbps * 1e9 * x / 1e12 * scale, top) for x in line_xs]
+        ax.plot(line_xs, ys, linestyle=MEM_STYLES[name], color="0.25" if name != "l2" else "0.6", lw=1.2,
                 label=f"{name} {gbps:,.0f} GB/s")
     for name, peak in comp.items():
         ax.hlines(peak, ridges.get(name, x0), x1, colors="tab:orange", lw=1.2)

@@ -11,6 +11,7 @@ import gc
 from typing import Callable
 
 from gpuspeed import device as _device
+from gpuspeed.errors import UserError
 from gpuspeed.errors import one_line as _err
 from gpuspeed.results import make_results
 from gpuspeed.roofline import sweep as ai_sweep
@@ -22,19 +23,32 @@ DTYPES = ("fp32", "tf32", "bf16")
 SECOND_PASS_GPU = ("TF32 matmul", "BF16 matmul", "FP16 matmul")  # power-bound ceilings, measured twice
 
 
+def parse_dtypes(dtypes) -> list[str]:
+    """The dtypes of the sweep and the placements: None for all of DTYPES, else a name, a comma-separated string
+    or a list of them (repeats once); an empty choice or an unknown name is refused."""
+    if dtypes is None:
+        return list(DTYPES)
+    items = [dtypes] if isinstance(dtypes, str) else list(dtypes)
+    names = [d.strip() for item in items for d in str(item).split(",") if d.strip()]
+    if not names:
+        raise UserError(f"no dtype named in {','.join(map(str, items))!r}: use {', '.join(DTYPES)} "
+                        "(all three when none is given)")
+    bad = [d for d in names if d not in DTYPES]
+    if bad:
+        raise UserError(f"unknown dtype {bad[0]!r}: use {', '.join(DTYPES)}")
+    return list(dict.fromkeys(names))
+
+
 class Study:
     def __init__(self, device: str = "auto", quick: bool = False, dtypes: list[str] | None = None,
                  sweep: bool = True, workloads: bool = True):
         self.info = _device.get_device(device)
         self.kind = self.info.kind
         self.quick = quick
-        self.dtypes = list(dtypes or DTYPES)
-        bad = [d for d in self.dtypes if d not in DTYPES]
-        if bad:
-            from gpuspeed.errors import UserError
-
-            raise UserError(f"unknown dtype {bad[0]!r}: use {', '.join(DTYPES)}")
+        self.dtypes = parse_dtypes(dtypes)
         self.do_sweep, self.do_workloads = sweep, workloads
+        if dtypes is not None:  # dtypes the user chose must choose something (the ceilings measure every dtype)
+            self._check_dtypes_used()
         self.ceil = Ceilings(self.kind, self.info.name)
         self.sweep_rows: list[dict] = []
         self.placements: list[dict] = []
@@ -43,12 +57,27 @@ class Study:
             self.notes.append("no CUDA device: CPU roofline (torch copy/sum/fill bandwidth, torch.mm GFLOP/s); "
                               "no AI sweep (Triton kernels need a GPU)")
 
+    def _check_dtypes_used(self) -> None:
+        sweeps = self.do_sweep and self.kind == "cuda" and any(d in ("fp32", "bf16") for d in self.dtypes)
+        if sweeps or (self.do_workloads and builtin(self.kind, self.quick, self.dtypes)):
+            return
+        where = "GPU" if self.kind == "cuda" else "CPU"
+        why = ["the placements are off (--no-place)" if not self.do_workloads
+               else f"no built-in workload runs in {', '.join(self.dtypes)} on the {where} (tf32 is a GPU's)"]
+        why.append("the CPU has no AI sweep" if self.kind != "cuda" else "the AI sweep is off (--no-sweep)"
+                   if not self.do_sweep else "the AI sweep runs fp32 and bf16 only")
+        one = len(self.dtypes) == 1
+        raise UserError(f"dtype{'' if one else 's'} {','.join(self.dtypes)} choose{'s' if one else ''} nothing to "
+                        f"run: {'; '.join(why)}")
+
     # -- the plan -----------------------------------------------------------------------------------
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         out = [(label, self._ceiling_step(label, fn)) for label, fn in ceiling_steps(self.kind, self.quick)]
         if self.do_sweep and self.kind == "cuda":
             sweep_dtypes = [d for d in ("fp32", "bf16") if d in self.dtypes]
+            if not sweep_dtypes:
+                self.notes.append(f"no AI sweep: it runs fp32 and bf16 only, and the dtypes are {', '.join(self.dtypes)}")
             n = 2**26 if self.quick else 2**28
             out += [(label, self._sweep_step(fn)) for label, fn in ai_sweep.sweep_steps(sweep_dtypes, n, self.quick)]
         if self.do_workloads:
@@ -185,10 +214,15 @@ class Study:
         params = {"device": self.kind, "quick": self.quick, "dtypes": self.dtypes, "sweep": self.do_sweep,
                   "workloads": self.do_workloads, "device_name": self.info.name}
         notes = list(self.notes) + [
-            "ceilings: best candidate of each row; every candidate was checked for correctness before timing",
+            "ceilings: best candidate of each row; " + (
+                "gpuspeed's kernels and the matmuls were checked for correctness before timing (torch's copy_, sum "
+                "and fill_ and the L2 read are timed as they are)" if self.kind == "cuda" else
+                "the copy and the matmuls were checked for correctness before timing (torch's sum and fill_ are timed "
+                "as they are)"),
             "memory roof of placements = best measured device-memory stream (copy, read, write, torch); "
             "ridge_<unit> = that unit's ceiling over it",
-            "bf16 ceiling = best torch.mm (cuBLAS) shape/layout; bf16_mm_torch_TFLOPs = the largest bf16 torch.mm "
+            f"bf16 ceiling = best torch.mm ({'cuBLAS' if self.kind == 'cuda' else 'CPU'}) "
+            f"{'shape/layout' if self.kind == 'cuda' else 'size'}; bf16_mm_torch_TFLOPs = the largest bf16 torch.mm "
             "placement, timed separately",
         ]
         if self.kind == "cuda":
