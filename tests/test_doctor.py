@@ -24,3 +24,37 @@ def test_cli_says_it_once(capsys):
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert doctor.report()["headline"] in out
     assert out.lower().count("no cuda gpu") == 1
+
+
+def test_torch_compile_on_the_cpu_needs_a_cpp_compiler(monkeypatch):
+    # doctor said "usable" on a CPU machine without g++, where inductor fails at its first compile
+    import shutil
+
+    import torch
+
+    from gpuspeed import device
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    b = device._torch_compile(torch, False, None)
+    assert not b.usable and "no C++ compiler" in b.why
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    b = device._torch_compile(torch, False, None)
+    assert b.usable and "C++ on CPU" in b.why
+
+
+def test_a_backend_probe_failing_without_a_message_is_still_one_line(monkeypatch):
+    # str(exc).splitlines()[0] raised IndexError on an empty message, and doctor crashed
+    import importlib
+
+    from gpuspeed import device
+
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "torch":
+            raise ImportError()
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    mod, why = device._probe("torch")
+    assert mod is None and why == "import failed: ImportError"

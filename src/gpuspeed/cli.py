@@ -7,7 +7,6 @@ User mistakes print `gpuspeed: error: <one line>` and exit 2; `--debug` shows th
 from __future__ import annotations
 
 import importlib
-import json
 import pkgutil
 import sys
 
@@ -74,7 +73,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
     rep = report()
     if as_json:
-        print(json.dumps(rep, indent=1))
+        from gpuspeed.results import strict_json  # as every other --json: a NaN clock reading prints as null
+
+        print(strict_json(rep))
         return
     d = rep["device"]
     if not rep["gpu"]:

@@ -14,7 +14,7 @@ import platform
 import re
 from dataclasses import asdict, dataclass, field
 
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, one_line
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def _probe(module: str) -> tuple[object | None, str | None]:
     try:
         return importlib.import_module(module), None
     except Exception as exc:  # a broken install must not break doctor
-        return None, f"import failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return None, f"import failed: {one_line(exc, 120)}"
 
 
 def _numba_cuda_runs(ncuda) -> Backend:
@@ -395,8 +395,27 @@ def _numba_cuda_runs(ncuda) -> Backend:
         why = "a kernel compiles and runs" + (f" (with the shim {shim[0]})" if shim else "")
         return Backend("numba.cuda", ok, why if ok else "a probe kernel ran but did not write its output")
     except Exception as exc:
-        return Backend("numba.cuda", False, f"a probe kernel failed: {type(exc).__name__}: "
-                                            f"{str(exc).splitlines()[0][:100] if str(exc) else ''}")
+        return Backend("numba.cuda", False, f"a probe kernel failed: {one_line(exc, 100)}")
+
+
+def _torch_compile(torch, has_cuda: bool, why: str | None) -> Backend:
+    """torch.compile's inductor builds C++ kernels on the CPU: usable there only with a C++ compiler on PATH."""
+    if torch is None or not hasattr(torch, "compile"):
+        return Backend("torch.compile", False, why or "this torch has no torch.compile")
+    if has_cuda:
+        return Backend("torch.compile", True, "inductor (Triton on GPU, C++ on CPU)")
+    import shutil
+
+    try:
+        from torch._inductor import config
+
+        cxx = config.cpp.cxx[-1] or "g++"
+    except Exception:  # a torch without inductor's config: its usual default
+        cxx = os.environ.get("CXX") or "g++"
+    if shutil.which(cxx) is None:
+        return Backend("torch.compile", False, f"no C++ compiler ({cxx} not on PATH): inductor builds its CPU kernels "
+                                               "with one")
+    return Backend("torch.compile", True, f"inductor (C++ on CPU, {cxx})")
 
 
 def backends() -> list[Backend]:
@@ -411,8 +430,7 @@ def backends() -> list[Backend]:
     else:
         built = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
         out.append(Backend("torch (CUDA)", False, f"{built}; torch runs on the CPU"))
-    out.append(Backend("torch.compile", torch is not None and hasattr(torch, "compile"),
-                       "inductor (Triton on GPU, C++ on CPU)" if torch is not None else why))
+    out.append(_torch_compile(torch, has_cuda, why))
 
     triton, why = _probe("triton")
     if triton is None:
@@ -430,7 +448,7 @@ def backends() -> list[Backend]:
             n = cupy.cuda.runtime.getDeviceCount()
             out.append(Backend("cupy", n > 0, f"{n} device(s)" if n else "no CUDA device visible"))
         except Exception as exc:
-            out.append(Backend("cupy", False, f"no usable device: {str(exc).splitlines()[0][:100]}"))
+            out.append(Backend("cupy", False, f"no usable device: {one_line(exc, 100)}"))
 
     if importlib.util.find_spec("numba") is None:
         out.append(Backend("numba.cuda", False, "not installed (pip install numba numba-cuda)"))
@@ -445,7 +463,7 @@ def backends() -> list[Backend]:
             else:  # a driver is not enough: compile and run one kernel (numba-cuda 0.68 on NumPy 2.5 could not compile)
                 out.append(_numba_cuda_runs(ncuda))
         except Exception as exc:
-            out.append(Backend("numba.cuda", False, f"import failed: {str(exc).splitlines()[0][:100]}"))
+            out.append(Backend("numba.cuda", False, f"import failed: {one_line(exc, 100)}"))
 
     if importlib.util.find_spec("jax") is None:
         out.append(Backend("jax", False, "not installed (pip install jax)"))
@@ -456,7 +474,7 @@ def backends() -> list[Backend]:
             gpus = [d for d in jax.devices() if d.platform == "gpu"]
             out.append(Backend("jax", True, f"{len(gpus)} GPU(s)" if gpus else "CPU only (no jax CUDA plugin)"))
         except Exception as exc:
-            out.append(Backend("jax", False, f"failed to start: {str(exc).splitlines()[0][:100]}"))
+            out.append(Backend("jax", False, f"failed to start: {one_line(exc, 100)}"))
 
     if importlib.util.find_spec("pynvml") is None:
         out.append(Backend("nvml", False, "not installed (pip install nvidia-ml-py); clocks are not read"))

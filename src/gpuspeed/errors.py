@@ -13,4 +13,4 @@ class UserError(ValueError):
 def one_line(exc: BaseException, limit: int = 200) -> str:
     """An exception as one line for a note or a row: its type and the first `limit` characters of its first line."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:limit] if text else ''}".strip()
+    return f"{type(exc).__name__}: {text[0][:limit]}" if text else type(exc).__name__  # no 'MemoryError:'
