@@ -322,6 +322,10 @@ def capture(fn: Callable, *example_args, clone: bool = False, own_inputs: bool =
     themselves are the static inputs, so passing them again in place costs no copy).
     Python scalars are baked into the graph: a new value re-captures (pass changing scalars as tensors).
     max_cache: how many signatures keep a graph. Without a CUDA device fn runs eagerly and g.note says so.
+    Each capture (here, and for every new signature) runs fn `warmup` times and once more while recording,
+    on the real inputs: a function that updates its inputs in place (x.add_(1), a cache write) applies its
+    update warmup + 1 times then: capture it on scratch copies, or with own_inputs=True (the updates land in the
+    private buffers, g.static_inputs, not in the tensors passed).
     """
     from gpuspeed import device as _device
 
