@@ -26,7 +26,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
-# GPU tests only; works where nothing can be installed and torch is already present.
+# GPU tests only; works where nothing can be installed and torch is already present. One process on purpose: the
+# timing tests need the GPU to themselves (other workers' kernels hide a launcher's latency, aaea229's GPU log).
 gpu-test:
 	PYTHONPATH=src $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider
 
