@@ -37,7 +37,7 @@ def recipe(name, backend, precision="as-written", **kw) -> dict:
 
 def fp32_allowed(wl, float64: bool) -> tuple[bool, str]:
     if not float64:
-        return False, "no float64 data to demote"
+        return False, "no float64 arrays among the inputs to demote"
     if wl.rtol is None:
         return False, ("the tolerance is float64's default (rtol 1e-12): state TOLERANCE or --rtol to let a float32 "
                        "candidate compete")
@@ -237,8 +237,26 @@ def _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested,
         why = "array code: parallel array expressions"
     row("numba", "tried", why)
     recipes.append(recipe("numba", "numba"))
-    if loop_bound and not sequential:
+    if loop_bound and not sequential and range_loops(wl.original):
         recipes.append(recipe("numba-prange", "numba", prange=True))
+
+
+def range_loops(fn) -> bool:
+    """Whether fn's body has an outermost `for ... in range(...)`: the only loops the prange candidate rewrites
+    (numba_cpu._with_prange), so without one it would compile and time the plain njit candidate a second time
+    (`for g, v in zip(ids, values)`, a loop inside `with` or `if`). Unknown source: assumed to have one."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    fdef = tree.body[0] if tree.body else None
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    return any(isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
+               and node.iter.func.id == "range" for node in fdef.body)
 
 
 def derived(results: dict, wl, where: str, requested=None, graph_below_s: float = 1e-3) -> list[dict]:

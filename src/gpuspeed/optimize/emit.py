@@ -96,7 +96,7 @@ Run:
     python optimized_{name}.py            # correctness test against the original, then exit 0 / 1
     python optimized_{name}.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
     python optimized_{name}.py --cpu      # force the CPU fallback
-{fallback_when} it falls back to {fallback}.
+{fallback_line}
 """
 
 import argparse
@@ -408,9 +408,7 @@ def script_text(run) -> str:
         n_seeds=len(run.params["seeds"]), lib=lib,
         install="\n    ".join(x for x in dict.fromkeys(["pip install numpy", INSTALL.get(backend, "")]) if x),
         import_root=run.params.get("cwd") or os.getcwd(),
-        fallback="the original NumPy code on the CPU" if backend in GPU_BACKENDS and rec.get("device") != "cpu"
-        else "the original",
-        fallback_when=f"Without {lib}" if rec.get("device") == "cpu" else f"Without a GPU (or without {lib})",
+        fallback_line=_fallback_line(backend, rec, lib),
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
@@ -418,6 +416,18 @@ def script_text(run) -> str:
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
     return text
+
+
+def _fallback_line(backend: str, rec: dict, lib: str) -> str:
+    """What the script runs where the primary cannot: a GPU backend chosen on a GPU needs one, a CPU primary
+    (Numba, or any backend chosen without a GPU) needs only its library, and the original needs nothing."""
+    if backend == "original":
+        return "Nothing beat the original: the script runs it unchanged (its check and benchmark still work)."
+    if backend == "variant":
+        return "A variant that takes GPU inputs falls back to the original without a GPU."
+    if backend in GPU_BACKENDS and rec.get("device") != "cpu":
+        return f"Without a GPU (or without {lib}) it falls back to the original code on the CPU."
+    return f"Without {lib} it falls back to the original."
 
 
 def _tolerance_text(rtol, atol) -> str:

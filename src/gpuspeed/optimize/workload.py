@@ -1,7 +1,7 @@
 """The workload file: load it as an ordinary module and validate what `gpuspeed optimize` needs from it.
 
 A workload defines `original(*args)` (the code to speed up) and `inputs(rng)` (or `inputs(rng, scale)`)
-returning the argument tuple; optionally TOLERANCE = dict(rtol=, atol=), BATCH_AXIS = {arg: axis} and
+returning the argument tuple; optionally TOLERANCE = dict(rtol=, atol=), BATCH_AXIS = {arg (index or name): axis} and
 variants = {"name": callable}. `--input` specs can stand in for `inputs`. Every mistake is a one-line
 UserError (exit 2) before anything is written. A variant that computes in float32 says so with
 `fn.precision = "float32"`: it then runs as the float32-demoted candidates do (float64 inputs cast to float32
@@ -173,6 +173,7 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
         raise
     except (Exception, SystemExit) as exc:  # sys.exit() in inputs() too: one line, not gpuspeed exiting with its code
         raise UserError(f"{path.name}: inputs(rng) raised {_what(exc)}") from exc
+    _misspelled_settings(path, module)
     tol = getattr(module, "TOLERANCE", None)
     source = "dtype defaults (gpuspeed.verify)"
     t_rtol = t_atol = None
@@ -183,15 +184,18 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
         source = "the workload's TOLERANCE"
     if rtol is not None or atol is not None:
         source = "--rtol/--atol"
+    from_tolerance = {"rtol": rtol is None and t_rtol is not None, "atol": atol is None and t_atol is not None}
     rtol = t_rtol if rtol is None else rtol
     atol = t_atol if atol is None else atol
     for label, v in (("rtol", rtol), ("atol", atol)):
         # a NumPy scalar too (np.finfo(np.float32).eps * 10): kept as a Python float
         if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating))
                               or not 0 <= v < float("inf")):  # NaN and inf too
-            raise UserError(f"{label} must be a number >= 0, got {v!r}")
+            # where the bad value was written: the workload's TOLERANCE or the command line
+            where = f"{path.name}: TOLERANCE's {label}" if from_tolerance[label] else f"--{label}"
+            raise UserError(f"{where} must be a number >= 0, got {v!r}")
     rtol, atol = (None if v is None else float(v) for v in (rtol, atol))
-    batch_axis = _batch_axis(path, getattr(module, "BATCH_AXIS", None), args)
+    batch_axis = _batch_axis(path, getattr(module, "BATCH_AXIS", None), args, fn)
     variants = getattr(module, "variants", None) or {}
     if not isinstance(variants, dict) or not all(isinstance(k, str) and callable(v) for k, v in variants.items()):
         raise UserError(f"{path.name}: variants must be a dict of name -> callable")
@@ -220,11 +224,54 @@ def _spec_order(fn, names: list[str]) -> list[str]:
     return names
 
 
-def _batch_axis(path: Path, value, args: tuple) -> dict[int, int]:
+# the optional settings a workload defines, and the shape each has: a near-miss spelling of one is a mistake
+_SETTINGS = {"TOLERANCE": "dict(rtol=..., atol=...)", "BATCH_AXIS": "{argument: axis}",
+             "variants": '{"name": callable}'}
+
+
+def _misspelled_settings(path: Path, module) -> None:
+    """A one-line error for a setting under a near-miss name (TOLERANCES, tolerance, BATCH_AXES, VARIANTS): it
+    would be silently ignored, and the run would go on under the defaults (float64's rtol 1e-12, no chunking
+    axis, no variants). Only dicts count (a `tolerance = 1e-8` the original reads is the user's own), and only
+    while the real name is not defined; a dict of rtol/atol under any other name is a TOLERANCE too."""
+    import difflib
+
+    for name, value in vars(module).items():
+        if not isinstance(value, dict) or name.startswith("__") or name in _SETTINGS:
+            continue
+        for setting, shape in _SETTINGS.items():
+            if hasattr(module, setting):
+                continue
+            like = difflib.SequenceMatcher(None, name.upper(), setting.upper()).ratio() >= 0.85 and bool(value)
+            if setting == "TOLERANCE":
+                like = like or bool(value) and all(isinstance(k, str) for k in value) and \
+                    set(value) <= {"rtol", "atol"}
+            elif setting == "BATCH_AXIS":
+                like = like and all(isinstance(v, int) for v in value.values())
+            else:
+                like = like and all(callable(v) for v in value.values())
+            if like:
+                raise UserError(f"{path.name}: {name} is not a setting gpuspeed reads (it would be ignored): "
+                                f"did you mean {setting} = {shape}?")
+
+
+def _batch_axis(path: Path, value, args: tuple, fn=None) -> dict[int, int]:
     if value is None:
         return {}
+    if isinstance(value, dict) and any(isinstance(k, str) for k in value):
+        # {"x": 0}: a parameter's name stands for its position (the arguments are passed by position)
+        try:
+            params = [n for n, p in inspect.signature(fn).parameters.items()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            params = []
+        unknown = [k for k in value if isinstance(k, str) and k not in params]
+        if unknown:
+            raise UserError(f"{path.name}: BATCH_AXIS names {unknown[0]!r}, which is not a positional parameter of "
+                            f"the function ({', '.join(params) or 'none'})")
+        value = {params.index(k) if isinstance(k, str) else k: v for k, v in value.items()}
     if not isinstance(value, dict) or not all(isinstance(k, int) and isinstance(v, int) for k, v in value.items()):
-        raise UserError(f"{path.name}: BATCH_AXIS must be a dict {{arg_index: axis}}, got {value!r}")
+        raise UserError(f"{path.name}: BATCH_AXIS must be a dict {{argument (index or name): axis}}, got {value!r}")
     for i, ax in value.items():
         if not 0 <= i < len(args) or not hasattr(args[i], "shape"):
             raise UserError(f"{path.name}: BATCH_AXIS names argument {i}, which is not an array")
@@ -323,6 +370,8 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
             hint = ""
             if isinstance(exc, TypeError) and "positional argument" in str(exc) and wl.inputs_list:
                 hint = " (inputs(rng) returned a list: its items are the arguments; return (the_list,) to pass one list)"
+            elif not wl.input_specs and len(args) == 1:
+                hint = _one_argument_hint(args[0])
             raise UserError(f"{wl.path.name}: {wl.func}({', '.join(described)}) raised {_what(exc)}{hint}") from exc
         per_call = (time.perf_counter() - t0) / (n + 1)
         if limit_s is not None and n + 1 < len(seeds) and per_call * len(seeds) > limit_s:
@@ -358,6 +407,22 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
             raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")
         _check_leaves(wl, out)
     return outs, bool(changed), in_place
+
+
+def _one_argument_hint(arg) -> str:
+    """Why the original got one odd argument from inputs(): its return statement was missing, or it returned a
+    dict or a generator, each passed whole as the only argument (only a tuple or a list is the arguments)."""
+    import types
+
+    if arg is None:
+        return " (inputs(rng) returned None: is its `return` missing? return the arguments as a tuple)"
+    if isinstance(arg, dict):
+        return (" (inputs(rng) returned a dict: it is passed whole as the only argument, not as keyword arguments; "
+                "return a tuple of the arguments in the function's order)")
+    if isinstance(arg, (types.GeneratorType, map, filter, zip)):
+        return (f" (inputs(rng) returned a {type(arg).__name__}: it is passed whole as the only argument; "
+                "return a tuple of the arguments)")
+    return ""
 
 
 def _digest(args) -> bytes:

@@ -48,7 +48,14 @@ def _what_failed(exc) -> str:
                                                       "No implementation", "Cannot unify", "NameError",
                                                       "Unsupported context manager"))), None)
     what = (what or (lines[1] if len(lines) > 1 else lines[0] if lines else type(exc).__name__)).lstrip("> ")
-    where = [ln for ln in lines if ln.startswith("File ") and "site-packages" not in ln]
+    if what.startswith("No implementation") and what.endswith("signature:"):
+        # "No implementation of function Function(<function argsort at 0x..>) found for signature:": the call it
+        # could not type is on the next line (">>> argsort(array(float64, 2d, C), axis=...)"), and why after it
+        call = next((ln.lstrip("> ") for ln in lines[lines.index(what) + 1:] if ln.startswith(">>>")), None)
+        why = next((ln for ln in lines if ln.startswith("Unsupported keywords")), None)
+        if call:
+            what = f"no implementation for {call}" + (f" ({why})" if why else "")
+    where = [ln.rstrip(":") for ln in lines if ln.startswith("File ") and "site-packages" not in ln]
     return what + (f" ({where[-1]})" if where else "")
 
 
@@ -72,6 +79,15 @@ class _Compiled:
     def __call__(self, *args):
         first = not self.jitted.signatures
         try:
+            if first:  # the compile: parallel=True on a loop it cannot parallelize (a sequential recurrence) warns
+                # "no transformation for parallel execution was possible", a dozen lines on stderr of every run
+                import warnings
+
+                from numba.core.errors import NumbaPerformanceWarning
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                    return self.jitted(*args)
             return self.jitted(*args)
         except self.compile_errors as exc:
             if not first:  # compiled before: an error of the code itself on these inputs
