@@ -8,6 +8,9 @@ a seed name one exact set of inputs, whatever the backend. Never all zeros: zero
 
 from __future__ import annotations
 
+import keyword
+import math
+import numbers
 import os
 import re
 from dataclasses import dataclass
@@ -23,6 +26,8 @@ _ALIASES = {"half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "
 INT_HIGH = 16  # integers drawn from [0, INT_HIGH): small enough to index with, large enough to be random
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ARRAY = re.compile(r"^([A-Za-z0-9_]+)\[([^\]]*)\]$")
+_DIM = re.compile(r"^[0-9]+$")  # ASCII digits only: str.isdigit() also takes '³', which int() refuses
+_MAX_BYTES = 2**63 - 1  # what numpy can address; a zero dimension does not let the others pass it
 
 
 @dataclass(frozen=True)
@@ -60,13 +65,18 @@ def parse_spec(text: str) -> InputSpec:
     name, _, rhs = (part.strip() for part in text.partition("="))
     if not _NAME.match(name):
         raise UserError(f"bad input spec {text!r}: {name!r} is not a Python identifier")
-    rhs = rhs.replace(" ", "")
-    if rhs.startswith(("int:", "float:")):
+    if keyword.iskeyword(name):
+        raise UserError(f"bad input spec {text!r}: {name!r} is a Python keyword, which no parameter can be named")
+    rhs = re.sub(r"\s+", "", rhs)  # tabs and newlines too, as a shell-quoted spec may hold
+    if rhs.lower().startswith(("int:", "float:")):  # the dtype is case-blind: so is the scalar kind
         kind, _, val = rhs.partition(":")
+        kind = kind.lower()
         try:
             value = int(val) if kind == "int" else float(val)
         except ValueError:
             raise UserError(f"bad input spec {text!r}: {val!r} is not a valid {kind}") from None
+        if kind == "float" and not math.isfinite(value) and val.lower().lstrip("+-") not in ("inf", "infinity", "nan"):
+            raise UserError(f"bad input spec {text!r}: {val} overflows a float (write inf if that is meant)")
         return InputSpec(name=name, kind=kind, value=value)
     m = _ARRAY.match(rhs)
     if not m:
@@ -77,23 +87,22 @@ def parse_spec(text: str) -> InputSpec:
     dims = [d for d in m.group(2).split(",")] if m.group(2) else []
     shape = []
     for d in dims:
-        if not d.isdigit():
+        if not _DIM.match(d):
             raise UserError(f"bad input spec {text!r}: dimension {d!r} is not a non-negative integer")
         if int(d) >= 2**62:  # past what any array library can index (a zero elsewhere would hide it from the memory check)
             raise UserError(f"bad input spec {text!r}: dimension {d} is too large")
         shape.append(int(d))
-    return InputSpec(name=name, kind="array", dtype=dtype, shape=tuple(shape))
+    spec = InputSpec(name=name, kind="array", dtype=dtype, shape=tuple(shape))
+    # numpy refuses a shape whose nonzero dimensions span more bytes than it can address, even with a zero
+    # dimension beside them (an empty array the memory check sees as 0 bytes): say so here, in one line
+    if _numel(d for d in shape if d) * _itemsize(_made_as(spec)) > _MAX_BYTES:
+        raise UserError(f"bad input spec {text!r}: the dimensions multiply past what an array can hold")
+    return spec
 
 
 def parse_specs(texts) -> list[InputSpec]:
-    """Parse a list of specs; names must be unique."""
-    specs = [parse_spec(t) for t in texts or []]
-    seen = set()
-    for s in specs:
-        if s.name in seen:
-            raise UserError(f"input {s.name!r} is given twice")
-        seen.add(s.name)
-    return specs
+    """Parse a list of specs (one string is a list of one); names must be unique."""
+    return _as_specs(texts)
 
 
 def _numel(shape) -> int:
@@ -187,9 +196,45 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**27 else f"{n / 2**20:.1f} MiB"
 
 
+def _as_specs(specs) -> list[InputSpec]:
+    """Specs as InputSpecs (one spec string counts as a list of one); a name given twice is refused, as
+    parse_specs refuses it, rather than the later one silently replacing the earlier."""
+    if isinstance(specs, (str, InputSpec)):
+        specs = [specs]
+    out = [s if isinstance(s, InputSpec) else parse_spec(s) for s in specs or []]
+    seen: set = set()
+    for s in out:
+        if s.name in seen:
+            raise UserError(f"input {s.name!r} is given twice")
+        seen.add(s.name)
+    return out
+
+
+def _check_torch_device(device) -> None:
+    """A one-line UserError, before anything is made, for a device torch cannot put the inputs on here."""
+    if device == "cpu":
+        return
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise UserError(f"unknown device {device!r} for the inputs: use cpu or cuda[:N]") from None
+    if dev.type == "cpu" or dev.type == "meta":
+        return
+    if dev.type != "cuda":
+        raise UserError(f"unknown device {device!r} for the inputs: use cpu or cuda[:N]")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise UserError(f"inputs on {device!r} need a CUDA GPU and there is none here (see `gpuspeed doctor`)")
+    if dev.index is not None and dev.index >= count:
+        raise UserError(f"inputs on {device!r}: there is no such GPU here ({count} visible: cuda:0"
+                        f"{f'..cuda:{count - 1}' if count > 1 else ''})")
+
+
 def check_memory(specs, *, backend: str = "torch", device: str = "cpu") -> None:
     """Raise UserError, before anything is allocated, when the inputs cannot fit in free memory."""
-    specs = [parse_spec(s) if isinstance(s, str) else s for s in specs]
+    specs = _as_specs(specs)
     gpu, host = memory_needed(specs, backend=backend, device=device)
     arrays = sorted((s for s in specs if s.kind == "array"), key=lambda s: s.nbytes, reverse=True)
     largest = f" (largest {arrays[0]}: {_gib(arrays[0].nbytes)})" if len(arrays) > 1 else ""
@@ -247,7 +292,11 @@ def make_inputs(specs, *, seed: int = 0, backend: str = "torch", device: str = "
 
     if backend not in BACKENDS:
         raise UserError(f"unknown input backend {backend!r}: use {', '.join(BACKENDS)}")
-    specs = [parse_spec(s) if isinstance(s, str) else s for s in specs]
+    specs = _as_specs(specs)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise UserError(f"the input seed is a whole number >= 0, got {seed!r}")
+    if backend == "torch":
+        _check_torch_device(device)
     if backend != "torch":
         for s in specs:
             if s.dtype == "bfloat16":

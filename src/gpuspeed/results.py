@@ -7,6 +7,7 @@ Writes are atomic (temp file + rename), so a crash never leaves a half-written r
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -57,13 +58,24 @@ def environment(device: str = "auto") -> dict:
 
 
 def _jsonable(obj: Any):
-    """Plain JSON: NaN/inf become None, numpy and torch scalars become Python numbers."""
+    """Plain JSON: NaN/inf become None, numpy and torch scalars become Python numbers, dataclasses dicts, sets
+    sorted lists, bytes text (undecodable bytes as \\xNN escapes)."""
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        items = [_jsonable(v) for v in obj]
+        try:
+            return sorted(items)
+        except TypeError:  # mixed kinds: a stable order all the same
+            return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj).decode("utf-8", errors="backslashreplace")
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
         return _jsonable(obj.to_dict())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
     if hasattr(obj, "tolist") and callable(obj.tolist) and hasattr(obj, "ndim"):  # numpy/torch arrays, scalars
         return _jsonable(obj.tolist())
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -97,9 +109,15 @@ def check_out_dir(out: str | os.PathLike | None) -> Path | None:
     names an existing file or a folder that cannot be created or written. Creates the folder."""
     if out is None:
         return None
+    if not str(out).strip():  # Path("") is ".": an unset $VAR in `--out "$VAR"` would write into the cwd
+        raise UserError(f"--out {str(out)!r}: an empty path (give a folder, '.' for this one)")
+    if "\0" in str(out):
+        raise UserError(f"--out {str(out)!r}: a path cannot hold a NUL character")
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise UserError(f"--out {path}: exists and is not a directory")
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"--out {path}: a symlink to {os.readlink(path)}, which does not exist")
     try:
         missing = [p for p in (path, *path.parents) if not p.exists()]
         path.mkdir(parents=True, exist_ok=True)
@@ -149,10 +167,14 @@ def strict_json(obj: Any, indent: int | None = 1) -> str:
 def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
     """Write a results document atomically to <out>/<study>.json (out may also name a .json file that is
     not a folder: a command's `--out x.json` was made a folder by check_out_dir, and is written into)."""
-    validate(doc)
+    text = strict_json(doc) + "\n"  # all of it before anything is written: a failure leaves no file behind
+    validate(json.loads(text))  # what the file holds: numpy scalars in the summary are numbers there
     target = Path(out) if out is not None else default_dir()
     path = target if target.suffix == ".json" and not target.is_dir() else target / f"{doc['study']}.json"
-    return write_text_atomic(path, strict_json(doc) + "\n")
+    try:
+        return write_text_atomic(path, text)
+    except OSError as exc:  # a full disk, a folder where the file goes, a parent that is a file
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -161,7 +183,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:  # not the locale's: "µs" under LC_ALL=C
             f.write(text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a results file reads like any other file
         os.replace(tmp, path)
@@ -177,7 +199,7 @@ def read_results(path: str | os.PathLike) -> dict:
     if not p.is_file():
         raise UserError(f"no results file at {p}")
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise UserError(f"{p} is not valid JSON: {exc}") from exc
     validate(doc)

@@ -92,7 +92,7 @@ class Measurement:
 
 def format_time(seconds: float) -> str:
     if not math.isfinite(seconds):
-        return "nan"
+        return "nan" if math.isnan(seconds) else "inf" if seconds > 0 else "-inf"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3f} {unit}"
@@ -116,14 +116,37 @@ def median_rel_error(samples) -> float:
     return float((x[hi] - x[lo]) / (2 * _Z95) / med) if med > 0 else float("inf")
 
 
+def _pct(fraction: float, decimals: int) -> str:
+    """A fraction as a percentage for a note: fixed-point up to 10^6 %, then in powers of ten (not 300 digits)."""
+    v = 100 * fraction
+    return f"{v:.{decimals}f}" if not math.isfinite(v) or abs(v) < 1e6 else f"{v:.2e}"
+
+
+def _quantiles(x, qs) -> list[float]:
+    """np.percentile's linear quantiles (`qs` in percent), exact where a sample is infinite: numpy interpolates
+    with 0 * inf there, so the median of [1, 2, inf] would read NaN (it is 2) and the top decile NaN (it is inf)."""
+    x = np.asarray(x, dtype=np.float64)
+    if np.isfinite(x).all() or np.isnan(x).any():  # all finite: numpy's own; a NaN makes every quantile NaN
+        return [float(v) for v in np.percentile(x, qs)]
+    x = np.sort(x)
+    out = []
+    for q in qs:
+        h = (x.size - 1) * q / 100
+        lo = int(math.floor(h))
+        hi = min(lo + 1, x.size - 1)
+        a, b, t = float(x[lo]), float(x[hi]), h - lo
+        out.append(a if t == 0 or a == b else a + (b - a) * t)  # a finite, b = inf: inf
+    return out
+
+
 def reliability(rel_noise: float, rel_iqr: float) -> str | None:
     """Why a median with this noise and spread should not be trusted, or None when it can be."""
     if not math.isfinite(rel_noise) or rel_noise > UNRELIABLE_NOISE:
-        return (f"unreliable: the median is known only to ±{100 * rel_noise:.1f}% (over "
+        return (f"unreliable: the median is known only to ±{_pct(rel_noise, 1)}% (over "
                 f"{100 * UNRELIABLE_NOISE:.0f}%); take more samples (budget_s, max_samples) or quiet the machine")
     if math.isfinite(rel_iqr) and rel_iqr > UNRELIABLE_SPREAD:
-        return (f"unreliable: IQR/median is {100 * rel_iqr:.0f}% beside a median error of "
-                f"±{100 * rel_noise:.2f}%: the samples spread over more than one level (two modes, "
+        return (f"unreliable: IQR/median is {_pct(rel_iqr, 0)}% beside a median error of "
+                f"±{_pct(rel_noise, 2)}%: the samples spread over more than one level (two modes, "
                 "interference), so another run's median can land elsewhere; look at the samples")
     return None
 
@@ -133,15 +156,16 @@ def summarize(samples, *, name: str, device: str, mode: str, **extra) -> Measure
     x = np.asarray(samples, dtype=np.float64)
     if x.size == 0:
         raise ValueError("no samples")
-    q10, q25, q50, q75, q90 = np.percentile(x, [10, 25, 50, 75, 90])
+    q10, q25, q50, q75, q90 = _quantiles(x, [10, 25, 50, 75, 90])
     notes = list(extra.pop("notes", []))
     rel_noise = median_rel_error(x)
-    why = reliability(rel_noise, float((q75 - q25) / q50) if q50 > 0 else float("nan"))
+    iqr = q75 - q25 if q75 != q25 else 0.0  # inf - inf: no spread, not NaN
+    why = reliability(rel_noise, float(iqr / q50) if q50 > 0 else float("nan"))
     if why:
         notes.append(why)
     return Measurement(
         name=name, median=float(q50), mean=float(x.mean()), min=float(x.min()), max=float(x.max()),
-        iqr=float(q75 - q25), p10=float(q10), p90=float(q90), n=int(x.size),
+        iqr=float(iqr), p10=float(q10), p90=float(q90), n=int(x.size),
         rel_noise=rel_noise, samples=[float(v) for v in x], device=device, mode=mode, notes=notes,
         unreliable=why is not None, **extra,
     )
@@ -161,6 +185,9 @@ def _digits(*gaps: float) -> int:
 def format_speedup(speedup: float, ci_low: float, ci_high: float, confidence: float = 0.95) -> str:
     """"1.0032x [95% CI 1.0011, 1.0054]": enough digits that the interval's ends differ from each other
     and from 1, so the verdict's basis can be read off the line."""
+    finite = [abs(v) for v in (speedup, ci_low, ci_high) if math.isfinite(v) and v]
+    if finite and (max(finite) >= 1e6 or min(finite) < 1e-3):  # fixed-point would print 300 digits, or 0.000x
+        return f"{speedup:.3g}x [{100 * confidence:.0f}% CI {ci_low:.3g}, {ci_high:.3g}]"
     d = _digits(ci_high - ci_low, ci_low - 1, ci_high - 1)
     return f"{speedup:.{d}f}x [{100 * confidence:.0f}% CI {ci_low:.{d}f}, {ci_high:.{d}f}]"
 
@@ -211,14 +238,19 @@ def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000
     b = np.asarray(candidate.samples, dtype=np.float64)
     if a.size == 0 or b.size == 0:
         raise UserError("compare() needs measurements with samples")
+    if math.isnan(baseline.median) or math.isnan(candidate.median) or np.isnan(a).any() or np.isnan(b).any():
+        raise UserError("compare() needs measurements without NaN times: a NaN sample has no speed to compare")
     if not candidate.median > 0:  # the speedup divides by it
         raise UserError(f"compare() needs a candidate with a positive median time, got {candidate.median:g}")
     rng = np.random.default_rng(seed)
     ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
     mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)
-    ratios = ma / mb
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a resampled median of 0: an infinite ratio (0/0: NaN)
+        ratios = ma / mb
+    ratios = ratios[~np.isnan(ratios)]  # 0/0 says nothing about the ratio: left out, not made the whole CI NaN
     alpha = (1 - confidence) / 2
-    lo, hi = (float(v) for v in np.quantile(ratios, [alpha, 1 - alpha]))
+    lo, hi = (_quantiles(ratios, [100 * alpha, 100 * (1 - alpha)]) if ratios.size  # an infinite end stays infinite
+              else (math.nan, math.nan))
     speedup = baseline.median / candidate.median
     if lo > 1 and speedup > 1 + threshold:
         verdict = "faster"
