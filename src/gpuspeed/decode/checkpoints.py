@@ -72,7 +72,11 @@ def args_from_hf_config(cfg: dict, name: str = "custom") -> ModelArgs:
     except (KeyError, TypeError, ValueError) as exc:
         what = f"lacks {exc}" if isinstance(exc, KeyError) else f"has a bad value ({exc})"
         raise UserError(f"{name}: config.json {what}") from None
-    rope_inv_freq(args)  # an unsupported or incomplete rope scaling fails here, before any work
+    try:
+        rope_inv_freq(args)  # an unsupported or incomplete rope scaling fails here, before any work
+    except UserError as exc:
+        field = "rope_scaling" if cfg.get("rope_scaling") else "rope_parameters"
+        raise UserError(f"{name}: config.json {field}: {exc}") from None
     return args
 
 
@@ -81,14 +85,13 @@ def _args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
     if cfg.get("model_type") != "llama" and not (set(archs) & LLAMA_ARCHS):
         raise UserError(f"{name}: not a Llama checkpoint (model_type {cfg.get('model_type')!r}, "
                         f"architectures {archs})")
-    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-        raise UserError(f"{name}: Llama with attention/MLP biases is not supported")
-    if cfg.get("hidden_act", "silu") != "silu":
+    for bias in ("attention_bias", "mlp_bias"):
+        if cfg.get(bias):
+            raise UserError(f"{name}: config.json sets {bias} true: Llama with attention/MLP biases is not supported")
+    if cfg.get("hidden_act", "silu") not in ("silu", "swish"):  # transformers' ACT2FN: both are SiLU
         raise UserError(f"{name}: activation {cfg.get('hidden_act')!r} is not SwiGLU's silu")
     n_heads = int(cfg["num_attention_heads"])
-    rp = cfg.get("rope_parameters") or {}  # transformers 5 keeps theta and scaling here
-    theta = float(cfg.get("rope_theta") or rp.get("rope_theta") or 10000.0)
-    scaling = cfg.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
+    theta, scaling = _rope_from_hf_config(cfg)
     return ModelArgs(vocab_size=int(cfg["vocab_size"]), dim=int(cfg["hidden_size"]),
                      n_layers=int(cfg["num_hidden_layers"]), n_heads=n_heads,
                      n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
@@ -97,6 +100,28 @@ def _args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                      max_seq_len=int(cfg.get("max_position_embeddings", 2048)),
                      head_dim=int(cfg.get("head_dim") or 0), name=name)
+
+
+def _rope_from_hf_config(cfg: dict) -> tuple[float, dict | None]:
+    """(rope_theta, scaling or None) read as transformers 5 reads them (PreTrainedConfig.convert_rope_params_to_dict
+    and standardize_rope_params): a legacy `rope_scaling` dict wins over `rope_parameters`; theta comes from that
+    dict, else the top-level `rope_theta`, else 10000; the kind from its `rope_type`, else its legacy `type`; and
+    for llama3 a top-level `original_max_position_embeddings` wins over the dict's, which defaults to
+    `max_position_embeddings`."""
+    rp = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if not isinstance(rp, dict):
+        raise TypeError(f"rope_scaling / rope_parameters is a JSON {type(rp).__name__}, not an object")
+    theta = float(rp.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    if kind in (None, "default"):
+        return theta, None
+    scaling = {k: v for k, v in rp.items() if k not in ("type", "rope_theta")} | {"rope_type": kind}
+    if kind == "llama3":
+        if "original_max_position_embeddings" in cfg:
+            scaling["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
+        elif "max_position_embeddings" in cfg:
+            scaling.setdefault("original_max_position_embeddings", cfg["max_position_embeddings"])
+    return theta, scaling
 
 
 def hf_config(args: ModelArgs) -> dict:
@@ -241,6 +266,18 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
             raise UserError(f"{folder}: config.json says tie_word_embeddings false, but the checkpoint has no "
                             "lm_head.weight")
         args = ModelArgs(**{**args.__dict__, "tie_embeddings": True})  # not said either way: the embedding serves
+    elif args.tie_embeddings and "lm_head.weight" in weight_map and "model.embed_tokens.weight" in weight_map:
+        # said tied, yet the file holds a head of its own: transformers 5 ties them only where the two are equal
+        # ("both are present in the checkpoints with different values, so we will NOT tie them"), so do the same
+        def whole(name: str) -> torch.Tensor:
+            try:
+                return opened(weight_map[name]).get_tensor(name)
+            except UserError:
+                raise
+            except Exception as exc:
+                raise UserError(f"{folder / weight_map[name]}: cannot read {name} ({_first(exc)})") from None
+        if not torch.equal(whole("lm_head.weight"), whole("model.embed_tokens.weight")):
+            args = ModelArgs(**{**args.__dict__, "tie_embeddings": False})
 
     def get(name: str) -> torch.Tensor:
         if name not in weight_map:
@@ -258,8 +295,17 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     eos = cfg.get("eos_token_id")
     gen_cfg = folder / "generation_config.json"
     if gen_cfg.is_file():
-        eos = json.loads(gen_cfg.read_text()).get("eos_token_id", eos)
-    eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
+        try:
+            gen = json.loads(gen_cfg.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{gen_cfg}: not valid JSON ({exc.msg})") from None
+        if not isinstance(gen, dict):
+            raise UserError(f"{gen_cfg}: a JSON {type(gen).__name__}, not an object")
+        eos = gen.get("eos_token_id", eos)
+    try:
+        eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
+    except (TypeError, ValueError):
+        raise UserError(f"{folder}: eos_token_id {eos!r} is not a token id or a list of them") from None
     has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
     return Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
                       tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
@@ -312,12 +358,26 @@ def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
     if meta("rope.scaling.type") == "llama3" or "rope_freqs.weight" in tensors:
         raise UserError(f"{path.name}: GGUF rope frequency tensors (Llama-3.1 scaling) are not supported; "
                         "use the Hugging Face folder")
+    # llama.cpp scales RoPE by these (transformers' GGUF loader drops them): refuse rather than decode unscaled
+    kind = meta("rope.scaling.type")
+    if kind not in (None, "none"):
+        raise UserError(f"{path.name}: GGUF llama.rope.scaling.type {kind!r} is not supported (only none)")
+    experts = meta("expert_count")
+    if experts:
+        raise UserError(f"{path.name}: GGUF llama.expert_count {experts}: mixture-of-experts models are not supported")
+    # llama.cpp's head size is attention.key_length (default embedding / heads); transformers' GGUF loader reads
+    # it from rope.dimension_count, the rotated part, which a Llama rotates whole
+    head_dim = int(meta("attention.key_length") or meta("rope.dimension_count") or dim // n_heads)
+    for key in ("attention.value_length", "rope.dimension_count"):
+        if meta(key) is not None and int(meta(key)) != head_dim:
+            raise UserError(f"{path.name}: GGUF llama.{key} {meta(key)} differs from the head size {head_dim}: "
+                            "not supported")
     args = ModelArgs(vocab_size=int(vocab), dim=dim, n_layers=int(meta("block_count")), n_heads=n_heads,
                      n_kv_heads=n_kv, ffn_dim=int(meta("feed_forward_length")),
                      rope_theta=float(meta("rope.freq_base", 10000.0)), rope_scaling=scaling,
                      norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
                      tie_embeddings="output.weight" not in tensors,
-                     max_seq_len=int(meta("context_length", 2048)), name=path.stem)
+                     max_seq_len=int(meta("context_length", 2048)), head_dim=head_dim, name=path.stem)
 
     def get(name: str) -> torch.Tensor:
         if name not in tensors:

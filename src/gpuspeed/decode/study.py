@@ -89,6 +89,10 @@ def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: 
     need = V.max_len_for(prompt_len, new_tokens)
     if need > ctx:
         fit = ctx // 16 * 16 - (4 * V.STEPS_PER_REPLAY + 8)  # the largest P + T that max_len_for keeps inside ctx
+        if fit < 3:  # a one-token prompt and --new-tokens 2 are the least a run takes
+            raise UserError(f"{whose} context of {ctx} is too short for gpuspeed decode: every rung's cache holds "
+                            f"prompt + new tokens + {4 * V.STEPS_PER_REPLAY + 8} positions of a graph capture's "
+                            f"warm-up (rounded up to 16), so it needs a context of at least {V.max_len_for(1, 2)}")
         raise UserError(f"{what} of {prompt_len} tokens plus {new_tokens} new ones exceeds {whose} context of {ctx}: "
                         f"the cache holds {need} positions (a graph capture's warm-up steps included), so prompt + "
                         f"new tokens can be at most {fit}")
