@@ -111,3 +111,14 @@ def test_a_slow_moment_at_calibration_does_not_wipe_out_a_later_runs_hot_loop(mo
         hotspots.analyze(_recurrence, (np.zeros(8), 2000), {}, line_backend="settrace")
     res = hotspots.analyze(_recurrence, (np.zeros(8), 20000), {}, line_backend="settrace")
     assert [lp["function"] for lp in res["hot_loops"]] == ["_recurrence"], res["hot_loops"]
+
+
+def test_a_loops_share_counts_its_header_line():
+    # the `for` line (next() on a zip, the loop's own overhead) was left out: a loop whose lines were all of the
+    # function's time was reported at 74 %
+    from gpuspeed.profiling.loops import loop_nests
+
+    src = "def f(g, v, out):\n    for a, b in zip(g, v):\n        out[a] += b\n    return out\n"
+    nests = loop_nests(src, 1, {2: 0.26, 3: 0.74}, 1.0)
+    assert len(nests) == 1 and nests[0]["time_s"] == pytest.approx(1.0)
+    assert nests[0]["share_of_function"] == pytest.approx(1.0)

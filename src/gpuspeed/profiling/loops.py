@@ -44,7 +44,7 @@ def loop_nests(source: str, first_line: int, times: dict, total: float, module: 
     out = []
     for loop in _outer_loops(top):
         lo, hi = loop.lineno + first_line - 1, loop.end_lineno + first_line - 1
-        t = sum(v for ln, v in times.items() if lo <= ln <= hi and ln != lo) or times.get(lo, 0.0)
+        t = sum(v for ln, v in times.items() if lo <= ln <= hi)  # the header too: next() on its iterator is loop time
         info = analyze_loop(loop, first_line, lines)
         share = t / total if total > 0 else None
         out.append({"line": lo, "end_line": hi, "time_s": t, "share_of_function": share} | info)
