@@ -90,7 +90,7 @@ def device_tensor(x, interpreter: bool):
     import numpy as np
     import torch
 
-    if isinstance(x, np.ndarray):
+    if not isinstance(x, torch.Tensor):  # a NumPy array, or a list or scalar as the original takes them
         x = torch.from_numpy(np.ascontiguousarray(x))
         if torch.cuda.is_available() and not interpreter:
             x = x.cuda()
@@ -98,6 +98,34 @@ def device_tensor(x, interpreter: bool):
         raise KernelUnavailable("the hand kernels need a CUDA device (or TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 "
                                 "on the CPU)")
     return x.contiguous()
+
+
+def result_dtype(*tensors):
+    """The original's floating dtype for these inputs (NumPy's promotion: float32 inputs give float32 results),
+    float64 where none is floating: the launchers compute in float64 and store in this dtype."""
+    import numpy as np
+    import torch
+
+    if any(t.dtype == torch.bfloat16 for t in tensors):  # no NumPy dtype: the original could not take it
+        return torch.float64
+    dt = np.result_type(*(torch.empty(0, dtype=t.dtype).numpy().dtype for t in tensors))
+    return torch.from_numpy(np.empty(0, dtype=dt)).dtype if dt.kind == "f" else torch.float64
+
+
+def check_out(out, shape, dtype, device, name: str = "out", row_stride: bool = False):
+    """Refuses, in one line, an `out` buffer the kernel would write wrongly or past the end: it must be a torch
+    tensor of exactly `shape`, `dtype` and `device`, contiguous (row_stride: only its last axis need be)."""
+    import torch
+
+    shape = tuple(int(s) for s in shape)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(f"{name} must be a torch tensor of shape {shape} and dtype {dtype}, got {type(out).__name__}")
+    dense = (out.stride(-1) == 1 or out.shape[-1] <= 1) if row_stride and out.dim() else out.is_contiguous()
+    if tuple(out.shape) != shape or out.dtype != dtype or out.device != device or not dense:
+        raise ValueError(f"{name} must be a {'row-major' if row_stride else 'contiguous'} {dtype} tensor of shape "
+                         f"{shape} on {device}, got {out.dtype} {tuple(out.shape)} strides {out.stride()} "
+                         f"on {out.device}")
+    return out
 
 
 def launch(kernel, grid, *args, config=None, **kw):

@@ -241,15 +241,26 @@ def _graphed(key, steps_fn, u, steps: int):
     return steps_fn(middle, 1)  # a fresh grid: the next replay overwrites `middle`
 
 
+def _grid_steps(grid, steps, sim: bool, dtype):
+    """The grid as the kernels read it (2-D, else refused) and the step count (a whole number, as the original's
+    range() needs)."""
+    u = device_tensor(grid, sim)
+    if u.dim() != 2:
+        raise ValueError(f"grid must be a 2-D plate, got shape {tuple(u.shape)}")
+    if int(steps) != steps:
+        raise ValueError(f"steps must be a whole number, got {steps}")
+    return u.to(dtype), int(steps)  # .to() keeps a tensor of that dtype itself: it is only read
+
+
 def _heat(grid, alpha, steps, config, dtype, kernel):
-    u = device_tensor(grid, interpreting()).to(dtype)  # .to() keeps a tensor of that dtype itself: it is only read
-    steps = int(steps)
-    if steps <= 0:
+    u, steps = _grid_steps(grid, steps, interpreting(), dtype)
+    if steps <= 0 or u.numel() == 0:
         return u.clone()
     coeff = _alpha(float(alpha), u.device, dtype)
     if _eager(u):
         return _triton_steps(u, coeff, steps, config, kernel)
-    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config))
+    # alpha in the key: the graph reads the coefficient tensor it was captured with (one per alpha)
+    key = (kernel.fn.__name__, steps, tuple(u.shape), str(u.device), repr(config), float(alpha))
     if key not in _GRAPHS and config is None:  # autotune once, eagerly: a capture cannot time configs
         _triton_steps(u, coeff, steps, None, kernel)
         config = kernel.best_config
@@ -327,9 +338,9 @@ def _numba_steps(u, alpha: float, steps: int, out=None):
 def heat_numba(grid, alpha, steps):
     """The example's `original(grid, alpha, steps)` on the GPU through Numba CUDA."""
     require_numba(cuda)
-    u = device_tensor(grid, cudasim()).to(torch.float64)
-    steps, alpha = int(steps), float(alpha)
-    if steps <= 0:
+    u, steps = _grid_steps(grid, steps, cudasim(), torch.float64)
+    alpha = float(alpha)
+    if steps <= 0 or u.numel() == 0:  # (a grid of no blocks is an invalid launch on the GPU)
         return u.clone()
     if _eager(u):
         return _numba_steps(u, alpha, steps)

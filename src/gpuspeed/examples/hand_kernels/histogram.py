@@ -179,34 +179,69 @@ def histogram_kernel(x_ptr, edges_ptr, range_ptr, out_ptr, n, bins, BINS: tl.con
     tl.atomic_add(out_ptr + b, hist.to(tl.int64), mask=(b < bins) & (hist > 0))
 
 
-@functools.lru_cache(maxsize=64)
-def _edges_host(bins: int, lo: float, hi: float):
-    """np.histogram's range and edges: (lo, hi) widened by 0.5 when equal, np.linspace(lo, hi, bins + 1); and
-    linspace's step with whether i * step + lo (each operation rounded) gives every edge but the last bit for bit
-    (the kernel's ARITH edges: the last one it never reads)."""
+@functools.lru_cache(maxsize=64, typed=True)  # typed: a float32 lo makes other edges than a float lo of one value
+def _edges_host(bins: int, lo, hi, dtype=np.dtype(np.float64)):
+    """np.histogram's range and edges for samples of `dtype`: the range as its keep test compares it (a float32
+    sample against float32(lo)), widened by 0.5 when equal, and its edges as float64 (np.histogram_bin_edges: float32
+    samples are binned against float32 edges); and linspace's step with whether i * step + lo (each operation
+    rounded) gives every edge but the last bit for bit (the kernel's ARITH edges: the last one it never reads)."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ValueError(f"supplied range of [{lo}, {hi}] is not finite")
     if lo > hi:
         raise ValueError("max must be larger than min in range parameter.")
-    if lo == hi:
-        lo, hi = lo - 0.5, hi + 0.5
-    edges = np.linspace(lo, hi, bins + 1)
+    a = np.empty(0, dtype=dtype)
+    first, last = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
+    try:
+        edges = np.histogram_bin_edges(a, bins, range=(lo, hi)).astype(np.float64)
+    except ValueError:  # "too many bins for data range" (NumPy refuses; _usable refuses it too)
+        edges = np.linspace(float(first), float(last), bins + 1)
+    lo, hi = (float(np.asarray(v).astype(np.result_type(a, v))) for v in (first, last))  # as `a >= first` compares
     step = (hi - lo) / bins
     arith = step > 0 and bool(np.array_equal(np.arange(bins, dtype=np.float64) * step + lo, edges[:-1]))
     return lo, hi, edges, step, arith
+
+
+def _usable(bins: int, lo: float, hi: float, edges, dtype) -> None:
+    """Refuses, in one line, a range where the kernels' index estimate, (x - lo) * (bins / (hi - lo)) corrected by
+    one bin at most, could miss NumPy's bin: bins / (hi - lo) overflows, or the edges (rounded to float32 samples'
+    dtype) stray a quarter bin from their ideal place."""
+    with np.errstate(all="ignore"):
+        step = (hi - lo) / bins
+        scale = bins / (hi - lo)
+        off = np.max(np.abs(edges - (np.arange(bins + 1, dtype=np.float64) * step + lo))) * 4 > step
+    if not np.isfinite(scale) or edges[0] != lo or edges[-1] != hi or off:
+        raise ValueError(f"the range [{lo}, {hi}] is too narrow for {bins} bins of {np.dtype(dtype).name} samples "
+                         "(the kernels' bin estimate would overflow or miss NumPy's bin): use np.histogram")
 
 
 _EDGES: dict = {}
 
 
 def _setup(samples, bins, lo, hi, sim):
-    x = device_tensor(samples, sim).reshape(-1).to(torch.float64)
+    """The samples as float64 (exact), the bin count (refused as np.histogram refuses it), NumPy's range and edges
+    for the samples' dtype (kept on the device), and zeroed counts. `near`: the Numba kernel's edge tolerance, its
+    NEAR_EDGE only where the edges are float64 linspace's (else it corrects every value)."""
+    x = device_tensor(samples, sim).reshape(-1)
+    if isinstance(bins, (bool, np.bool_)) or int(bins) != bins:
+        raise TypeError("`bins` must be an integer (this kernel takes no edges array or estimator name)")
     bins = int(bins)
-    lo, hi, edges, step, arith = _edges_host(bins, float(lo), float(hi))
-    key = (bins, lo, hi, str(x.device))
+    if bins < 1:
+        raise ValueError("`bins` must be positive, when an integer")
+    try:
+        dtype = torch.empty(0, dtype=x.dtype).numpy().dtype
+    except TypeError:  # bfloat16: no NumPy dtype (np.histogram cannot take it), binned as its float64 values
+        dtype = np.dtype(np.float64)
+    x = x.to(torch.float64)
+    lo = lo if isinstance(lo, (int, float, np.generic)) else float(lo)
+    hi = hi if isinstance(hi, (int, float, np.generic)) else float(hi)
+    lo, hi, edges, step, arith = _edges_host(bins, lo, hi, dtype)
+    key = (bins, lo, hi, edges.tobytes(), str(x.device))
     if key not in _EDGES:  # copied to the device once, not on every call
+        _usable(bins, lo, hi, edges, dtype)
+        exact = bool(np.array_equal(edges, np.linspace(lo, hi, bins + 1)))
         _EDGES[key] = (torch.from_numpy(edges).to(x.device),
-                       torch.tensor([lo, hi, step], dtype=torch.float64, device=x.device), arith)
+                       torch.tensor([lo, hi, step], dtype=torch.float64, device=x.device), arith,
+                       NEAR_EDGE if exact else 1.0)
     out = torch.zeros(bins, dtype=torch.int64, device=x.device)
     return x, bins, lo, hi, _EDGES[key], out
 
@@ -215,7 +250,7 @@ def histogram_triton(samples, bins, lo, hi, config=None, smem=None):
     """The example's `original(samples, bins, lo, hi)` on the GPU: int64 counts per bin. smem: count in shared
     memory (inline PTX; the default on a GPU up to SMEM_MAX_BINS bins) or with tl.histogram (the interpreter's
     path, which runs no PTX, and the one for more bins)."""
-    x, bins, lo, hi, (edges, bounds, arith), out = _setup(samples, bins, lo, hi, interpreting())
+    x, bins, lo, hi, (edges, bounds, arith, _), out = _setup(samples, bins, lo, hi, interpreting())
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
     bins_p2 = triton.next_power_of_2(bins)
@@ -242,8 +277,9 @@ COPIES = 4
 
 
 @functools.lru_cache(maxsize=None)
-def numba_kernel(bins: int):
-    """The Numba CUDA kernel for `bins` bins (shared-array sizes must be constants)."""
+def numba_kernel(bins: int, near: float = NEAR_EDGE):
+    """The Numba CUDA kernel for `bins` bins (shared-array sizes must be constants); `near`: NEAR_EDGE, or 1.0 to
+    correct every value against the edges (edges not float64 linspace's: float32 samples')."""
     n_edges = bins + 1  # literals for Numba: an expression in the shape would not be one
     n_counts = bins * COPIES
 
@@ -255,7 +291,7 @@ def numba_kernel(bins: int):
         pos = (v - lo) * scale
         j = int(pos)
         frac = pos - j
-        if frac < NEAR_EDGE or frac > 1.0 - NEAR_EDGE or j >= bins:  # near an edge: NumPy's corrections
+        if frac < near or frac > 1.0 - near or j >= bins:  # near an edge: NumPy's corrections
             if j >= bins:
                 j = bins - 1
             if v < e[j]:
@@ -309,9 +345,9 @@ def histogram_numba(samples, bins, lo, hi):
     """The example's `original(samples, bins, lo, hi)` on the GPU through Numba CUDA."""
     require_numba(cuda)
     sim = cudasim()
-    x, bins, lo, hi, (edges, _, _), out = _setup(samples, bins, lo, hi, sim)
+    x, bins, lo, hi, (edges, _, _, near), out = _setup(samples, bins, lo, hi, sim)
     n = x.numel()
     sms = sm_count(x.device.index or 0) if x.device.type == "cuda" else 4
     blocks = max(1, min(triton.cdiv(n, THREADS), sms * BLOCKS_PER_SM))
-    numba_kernel(bins)[blocks, THREADS, numba_stream()](numba_array(x), numba_array(edges), lo, hi, numba_array(out))
+    numba_kernel(bins, near)[blocks, THREADS, numba_stream()](numba_array(x), numba_array(edges), lo, hi, numba_array(out))
     return out

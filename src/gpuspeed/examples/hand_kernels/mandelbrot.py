@@ -21,13 +21,14 @@ slowest pixel escapes.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import triton
 import triton.language as tl
 
 from gpuspeed.examples.hand_kernels import (
-    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
+    autotune, check_out, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -71,15 +72,32 @@ def mandelbrot_kernel(xs_ptr, ys_ptr, out_ptr, width, height, max_iter,
     tl.store(out_ptr + rows[:, None].to(tl.int64) * width + cols[None, :], count, mask=m)
 
 
+def _inputs(xs, ys, max_iter, sim: bool, out):
+    """The axes as float64 vectors (anything else refused, as the original's complex() refuses it), the step count
+    the original's `while n < max_iter` makes (ceil of a fractional one), and the int64 counts (`out` checked)."""
+    xs, ys = device_tensor(xs, sim), device_tensor(ys, sim)
+    if xs.dim() != 1 or ys.dim() != 1:
+        raise ValueError(f"xs and ys must be 1-D axes, got shapes {tuple(xs.shape)} and {tuple(ys.shape)}")
+    it = float(max_iter)
+    if math.isnan(it) or it == math.inf:
+        raise ValueError(f"max_iter must be a finite number of steps, got {max_iter}")
+    shape = (ys.numel(), xs.numel())
+    if out is None:
+        out = torch.empty(shape, dtype=torch.int64, device=xs.device)
+    else:
+        check_out(out, shape, torch.int64, xs.device)
+    return xs.to(torch.float64), ys.to(torch.float64), max(0, math.ceil(it)), out
+
+
 def mandelbrot_triton(xs, ys, max_iter, config=None, out=None):
     """The example's `original(xs, ys, max_iter)` on the GPU: int64 counts, (len(ys), len(xs)) (into `out`
     when given: a test passes a poisoned buffer)."""
-    interp = interpreting()
-    xs, ys = device_tensor(xs, interp).to(torch.float64), device_tensor(ys, interp).to(torch.float64)
+    xs, ys, max_iter, out = _inputs(xs, ys, max_iter, interpreting(), out)
     width, height = xs.numel(), ys.numel()
-    out = torch.empty((height, width), dtype=torch.int64, device=xs.device) if out is None else out
+    if out.numel() == 0:
+        return out
     launch(mandelbrot_kernel, lambda meta: (triton.cdiv(height, meta["BLOCK_Y"]), triton.cdiv(width, meta["BLOCK_X"])),
-           xs, ys, out, width, height, int(max_iter), config=config)
+           xs, ys, out, width, height, max_iter, config=config)
     return out
 
 
@@ -118,9 +136,9 @@ def _numba_kernel():
 def mandelbrot_numba(xs, ys, max_iter, out=None):
     """The example's `original(xs, ys, max_iter)` on the GPU through Numba CUDA."""
     require_numba(cuda)
-    sim = cudasim()
-    xs, ys = device_tensor(xs, sim).to(torch.float64), device_tensor(ys, sim).to(torch.float64)
-    out = torch.empty((ys.numel(), xs.numel()), dtype=torch.int64, device=xs.device) if out is None else out
+    xs, ys, max_iter, out = _inputs(xs, ys, max_iter, cudasim(), out)
+    if out.numel() == 0:  # a grid of no blocks is an invalid launch on the GPU
+        return out
     blocks = (triton.cdiv(xs.numel(), THREADS_X), triton.cdiv(ys.numel(), THREADS_Y))
     _numba_kernel()[blocks, (THREADS_X, THREADS_Y), numba_stream()](numba_array(xs), numba_array(ys), int(max_iter),
                                                              numba_array(out))

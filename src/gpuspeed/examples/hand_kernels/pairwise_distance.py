@@ -16,7 +16,8 @@ import triton
 import triton.language as tl
 
 from gpuspeed.examples.hand_kernels import (
-    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
+    autotune, check_out, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba,
+    result_dtype)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -53,14 +54,30 @@ def pairwise_kernel(a_ptr, b_ptr, out_ptr, n, m, D: tl.constexpr, BLOCK_M: tl.co
     tl.store(out_ptr + rows[:, None] * m + cols[None, :], tl.sqrt(acc), mask=rm[:, None] & cm[None, :])
 
 
+def _inputs(a, b, sim: bool, out):
+    """a and b as the kernels read them (point clouds of one dimension, else refused as the original's broadcast
+    refuses them) and the output, `out` checked: contiguous, (n, m), the original's dtype."""
+    a, b = device_tensor(a, sim), device_tensor(b, sim)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"a and b must be (n, d) and (m, d) point clouds, got shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    dtype = result_dtype(a, b)  # float32 points give float32 distances, as in the original (computed in float64)
+    shape = (a.shape[0], b.shape[0])
+    if out is None:
+        out = torch.empty(shape, dtype=dtype, device=a.device)
+    else:
+        check_out(out, shape, dtype, a.device)
+    return a.to(torch.float64), b.to(torch.float64), out  # the points are few: float64 copies cost nothing
+
+
 def pairwise_triton(a, b, config=None, out=None):
-    """The example's `original(a, b)` on the GPU: the (n, m) float64 distances between rows of a and b (into
-    `out` when given: a test passes a poisoned buffer)."""
-    interp = interpreting()
-    a, b = device_tensor(a, interp), device_tensor(b, interp)
+    """The example's `original(a, b)` on the GPU: the (n, m) distances between rows of a and b, float64 (float32
+    for float32 points) (into `out` when given: a test passes a poisoned buffer)."""
+    a, b, out = _inputs(a, b, interpreting(), out)
     n, d = a.shape
     m = b.shape[0]
-    out = torch.empty((n, m), dtype=torch.float64, device=a.device) if out is None else out
+    if out.numel() == 0:
+        return out
     launch(pairwise_kernel, lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(m, meta["BLOCK_N"])),
            a, b, out, n, m, config=config, D=d)
     return out
@@ -130,11 +147,11 @@ def numba_kernel(d: int):
 def pairwise_numba(a, b, out=None):
     """The example's `original(a, b)` on the GPU through Numba CUDA."""
     require_numba(cuda)
-    sim = cudasim()
-    a, b = device_tensor(a, sim), device_tensor(b, sim)
+    a, b, out = _inputs(a, b, cudasim(), out)
     n, d = a.shape
     m = b.shape[0]
-    out = torch.empty((n, m), dtype=torch.float64, device=a.device) if out is None else out
+    if out.numel() == 0:  # a grid of no blocks is an invalid launch on the GPU
+        return out
     grid = (triton.cdiv(m, TILE_N), triton.cdiv(n, TILE_M))
     numba_kernel(d)[grid, (THREADS_X, THREADS_Y), numba_stream()](numba_array(a), numba_array(b), numba_array(out))
     return out

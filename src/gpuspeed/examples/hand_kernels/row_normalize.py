@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpuspeed.examples.hand_kernels import autotune, device_tensor, interpreting, launch
+from gpuspeed.examples.hand_kernels import autotune, check_out, device_tensor, interpreting, launch, result_dtype
 
 MAX_SINGLE = 2048  # rows up to this long are held in registers whole (one read)
 CHUNK = 1024  # a longer row is read in chunks of this many columns (three passes): 4096 spilled (ptxas, sm_90)
@@ -96,10 +96,19 @@ def normalize_rows_f32_kernel(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_o
     _NORMALIZE(x_ptr, out_ptr, n_rows, n_cols, stride_x, stride_out, EPS, ROWS, BLOCK, SINGLE)
 
 
-def _normalize(x, config, out, dtype, kernel):
-    x = device_tensor(x, interpreting()).to(dtype)  # .to() keeps a tensor of that dtype itself
+def _normalize(x, config, out, dtype, kernel, out_dtype=None):
+    x = device_tensor(x, interpreting())
+    if x.dim() != 2:
+        raise ValueError(f"x must be a 2-D (rows, cols) matrix, got shape {tuple(x.shape)}")
+    out_dtype = out_dtype or dtype
+    x = x.to(dtype)  # .to() keeps a tensor of that dtype itself
     n_rows, n_cols = x.shape
-    out = torch.empty_like(x) if out is None else out
+    if out is None:
+        out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+    else:  # the kernel writes n_rows x n_cols at out's row stride, columns adjacent: anything else is refused
+        check_out(out, x.shape, out_dtype, x.device, row_stride=True)
+    if n_rows == 0 or n_cols == 0:  # nothing to write (a zero-width row would make a zero-sized block)
+        return out
     single = n_cols <= MAX_SINGLE
     block = triton.next_power_of_2(n_cols) if single else CHUNK
     launch(kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, out, n_rows, n_cols,
@@ -109,8 +118,10 @@ def _normalize(x, config, out, dtype, kernel):
 
 def normalize_rows_triton(x, config=None, out=None):
     """The example's `original(x)` on the GPU: a float64 (rows, cols) matrix, standardized row by row
-    (into `out` when given: a test passes a poisoned buffer)."""
-    return _normalize(x, config, out, torch.float64, normalize_rows_kernel)
+    (into `out` when given: a test passes a poisoned buffer). Computed in float64; stored in the original's dtype
+    (a float32 or float16 x gives a float32 or float16 result, as np.empty_like(x) does; any other x float64)."""
+    x = device_tensor(x, interpreting())
+    return _normalize(x, config, out, torch.float64, normalize_rows_kernel, result_dtype(x))
 
 
 def normalize_rows_triton_fp32(x, config=None, out=None):

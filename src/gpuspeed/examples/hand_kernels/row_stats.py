@@ -18,7 +18,8 @@ import triton
 import triton.language as tl
 
 from gpuspeed.examples.hand_kernels import (
-    autotune, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba)
+    autotune, check_out, cudasim, device_tensor, interpreting, launch, numba_array, numba_stream, require_numba,
+    result_dtype)
 
 try:  # a module global, as Numba's simulator expects (it swaps `cuda` in the kernel's globals)
     from numba import cuda
@@ -55,7 +56,7 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
         wsum = tl.sum(w, axis=0)
         x = tl.load(x_row + cols[None, :], mask=m, other=0.0)
         mean = tl.sum(x * w[None, :], axis=1) / wsum
-        c = x - mean[:, None]
+        c = tl.where(m, x - mean[:, None], 0.0)  # padding: 0, not -mean (whose square can overflow: inf * 0 is NaN)
         cw = c * c * w[None, :]
         var = tl.sum(cw, axis=1) / wsum
         m3 = tl.sum(cw * c, axis=1) / wsum
@@ -74,8 +75,8 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
         for start in range(0, n_cols, BLOCK):
             cm = start + cols < n_cols
             w = tl.load(w_ptr + start + cols, mask=cm, other=0.0)
-            x = tl.load(x_row + start + cols[None, :], mask=row_ok[:, None] & cm[None, :], other=0.0)
-            c = x - mean[:, None]
+            xm = row_ok[:, None] & cm[None, :]
+            c = tl.where(xm, tl.load(x_row + start + cols[None, :], mask=xm, other=0.0) - mean[:, None], 0.0)
             cw = c * c * w[None, :]
             s2 += cw
             s3 += cw * c
@@ -87,14 +88,37 @@ def row_stats_kernel(x_ptr, w_ptr, mean_ptr, std_ptr, skew_ptr, n_rows, n_cols, 
     tl.store(skew_ptr + rows, m3 / tl.where(row_ok, std * std * std, 1.0), mask=row_ok)  # padding rows: no 0/0
 
 
+def _inputs(x, w, sim: bool, out):
+    """x and w as the kernels read them (w refused unless it is one weight per column of x, as the original's
+    broadcast needs; integer inputs as float64), and the three output vectors (`out`'s, checked)."""
+    x, w = device_tensor(x, sim), device_tensor(w, sim)
+    if x.dim() != 2:
+        raise ValueError(f"x must be a 2-D (rows, cols) matrix, got shape {tuple(x.shape)}")
+    n_rows, n_cols = x.shape
+    if w.dim() < 1 or w.shape[-1] != n_cols or w.numel() != n_cols:  # a scalar w: the original divides by w itself
+        raise ValueError(f"w must hold one weight per column of x ({n_cols}), got shape {tuple(w.shape)}")
+    dtype = result_dtype(x, w)
+    x = x if x.dtype.is_floating_point else x.to(torch.float64)  # integer sums would be integer in the kernel
+    w = w.to(torch.float64).reshape(n_cols)  # a vector: float64 weights make the kernels' sums float64 for any x
+    if out is None:
+        out = tuple(torch.empty(n_rows, dtype=dtype, device=x.device) for _ in range(3))
+    elif not isinstance(out, (tuple, list)) or len(out) != 3:
+        raise ValueError("out must be three vectors (mean, std, skew)")
+    else:
+        out = tuple(check_out(o, (n_rows,), dtype, x.device, f"out[{i}]") for i, o in enumerate(out))
+    return x, w, out
+
+
 def row_stats_triton(x, w, config=None, out=None):
     """The example's `original(x, w)` on the GPU: (mean, std, skew) of each row of x, weighted by w (into
-    `out`, three float64 vectors, when given: a test passes poisoned buffers)."""
-    interp = interpreting()
-    x, w = device_tensor(x, interp), device_tensor(w, interp)
+    `out`, three vectors, when given: a test passes poisoned buffers). Computed in float64, stored in the original's
+    dtype (float32 where x and w are float32)."""
+    x, w, (mean, std, skew) = _inputs(x, w, interpreting(), out)
     n_rows, n_cols = x.shape
-    mean, std, skew = out if out is not None else (torch.empty(n_rows, dtype=torch.float64, device=x.device)
-                                                    for _ in range(3))
+    if n_rows == 0 or n_cols == 0:  # no rows, or rows of nothing: the original's 0 / 0 is NaN
+        for o in (mean, std, skew):
+            o.fill_(float("nan"))
+        return mean, std, skew
     single = n_cols <= MAX_SINGLE
     block = triton.next_power_of_2(n_cols) if single else CHUNK
     launch(row_stats_kernel, lambda meta: (triton.cdiv(n_rows, meta["ROWS"]),), x, w, mean, std, skew,
@@ -159,7 +183,9 @@ def _numba_kernel():
         row = cuda.blockIdx.x * WARPS + cuda.threadIdx.x // 32
         r = min(row, n_rows - 1)  # a warp past the last row repeats it and writes nothing (no early return:
         # every thread reaches the simulator's barriers)
-        k = warp_sum(x[r, lane] if lane < n_cols else 0.0, scratch) / min(32, n_cols)
+        k = warp_sum(x[r, lane] if lane < n_cols else 0.0, scratch) / max(1, min(32, n_cols))
+        if not math.isfinite(k):  # an inf among those values: shift by 0 (inf - inf would make the mean NaN)
+            k = 0.0
         sw = 0.0
         s1 = 0.0
         s2 = 0.0
@@ -197,12 +223,12 @@ def row_stats_numba(x, w, out=None):
     """The example's `original(x, w)` on the GPU through Numba CUDA (into `out`, three float64 vectors, when
     given)."""
     require_numba(cuda)
-    sim = cudasim()
-    x, w = device_tensor(x, sim), device_tensor(w, sim)
-    n_rows = x.shape[0]
-    mean, std, skew = out if out is not None else (torch.empty(n_rows, dtype=torch.float64, device=x.device)
-                                                    for _ in range(3))
-    if n_rows:
+    x, w, (mean, std, skew) = _inputs(x, w, cudasim(), out)
+    n_rows, n_cols = x.shape
+    if n_cols == 0:  # rows of nothing: the original's 0 / 0 is NaN
+        for o in (mean, std, skew):
+            o.fill_(float("nan"))
+    elif n_rows:
         _numba_kernel()[triton.cdiv(n_rows, WARPS), THREADS, numba_stream()](
             numba_array(x), numba_array(w), numba_array(mean), numba_array(std), numba_array(skew))
     return mean, std, skew
