@@ -34,8 +34,10 @@ def register(app: typer.Typer) -> None:
         batches: str = typer.Option(None, "--batches", help="Also time the best variant at these batch sizes (8,32)."),
         long_prompt: int = typer.Option(None, "--long-prompt", help="Also time the best variant at this prompt length."),
         temperature: float = typer.Option(0.0, "--temperature", help="0: greedy (the exactness checks need it)."),
-        top_k: int = typer.Option(None, "--top-k", help="Sample among the k most likely tokens."),
-        top_p: float = typer.Option(None, "--top-p", help="Sample from the smallest set with this much mass."),
+        top_k: int = typer.Option(None, "--top-k", help="Sample among the k most likely tokens (ties with the "
+                                                        "k-th kept, as transformers does; 1 is greedy)."),
+        top_p: float = typer.Option(None, "--top-p", help="Sample from the smallest most-likely-first set whose "
+                                                          "mass reaches this (after --top-k)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random weights, prompt and sampling."),
         layers: int = typer.Option(None, "--layers", help="Use only this many layers of a named model (CPU demos)."),
         compile_backend: str = typer.Option("inductor", "--compile-backend",

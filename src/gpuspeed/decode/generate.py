@@ -48,16 +48,19 @@ def sample(logits: torch.Tensor, s: Sampling, gen: torch.Generator | None) -> to
 
     Sampling draws by the exponential race (argmax of p / E, E ~ Exp(1)), which picks index i with
     probability p_i and needs neither multinomial's host-side checks nor a sync."""
-    if s.greedy:
+    if s.greedy or s.top_k == 1:  # top-k 1 is greedy: a tie at the top goes to the lowest index, as argmax's
         return logits.argmax(-1)
     x = logits.float() / s.temperature
     if s.top_k is not None and s.top_k < x.shape[-1]:
+        # transformers' TopKLogitsWarper: every token tied with the k-th is kept
         kth = torch.topk(x, s.top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
     if s.top_p is not None and s.top_p < 1:
-        srt, idx = torch.sort(x, dim=-1, descending=True)
+        # the smallest prefix (most likely first, ties by index) whose mass reaches top_p: a token goes when the
+        # mass before it already reaches top_p (transformers' TopPLogitsWarper: the tail with mass <= 1 - top_p)
+        srt, idx = torch.sort(x, dim=-1, descending=True, stable=True)
         cum = srt.softmax(-1).cumsum(-1)
-        drop = cum - srt.softmax(-1) > s.top_p  # keep the smallest prefix whose mass reaches top_p
+        drop = torch.cat([torch.zeros_like(cum[..., :1], dtype=torch.bool), cum[..., :-1] >= s.top_p], dim=-1)
         x = x.masked_fill(drop.scatter(-1, idx, drop), float("-inf"))
     p = x.softmax(-1)
     race = torch.empty_like(p).exponential_(1.0, generator=gen)

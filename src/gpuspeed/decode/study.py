@@ -286,6 +286,19 @@ def timed_steps_for(engine, steps: int) -> int:
     return min(steps, EAGER_TIMED_STEPS) if engine.eager else steps
 
 
+def generated_tokens(tokens: torch.Tensor, steps: int, eos_ids=None) -> int:
+    """Tokens the first `steps` decode steps generated (tokens [B, 1 + T]: the prefill's first): in each row, those
+    up to and including its first EOS. The EOS a finished row repeats until the next check are not generated."""
+    dec = tokens[:, :steps + 1]
+    if not eos_ids:
+        return int(dec[:, 1:].numel())
+    hit = torch.zeros_like(dec, dtype=torch.bool)
+    for e in eos_ids:
+        hit |= dec == int(e)
+    after = (hit.long().cumsum(1) - hit.long()) > 0  # an EOS came before: padding
+    return int((~after[:, 1:]).sum())
+
+
 def teacher_forced(engine, prompt: torch.Tensor, ref_tokens: torch.Tensor, steps: int) -> tuple[torch.Tensor, list]:
     """The variant's greedy tokens [B, steps + 1] and logits when every step is fed the reference's previous
     token (the prefill sees the prompt): what it predicts given the same prefix as the reference."""
@@ -354,9 +367,14 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     mp = bench(lambda: engine.prefill(prompt), **_bench_kw(device, budget / 2))
     first = engine.prefill(prompt)
     md = bench(lambda: engine.decode(first, steps), **_bench_kw(device, budget))
+    made = generated_tokens(tokens, steps, eos_ids)
     row |= {"prefill_ms": mp.median * 1e3, "prefill_rel_iqr": mp.rel_iqr, "decode_ms": md.median * 1e3,
             "ms_per_token": md.median * 1e3 / steps, "decode_rel_iqr": md.rel_iqr, "decode_samples": md.n,
-            "decode_throttled": md.throttled, "timed_steps": steps, "tokens_per_s": b * steps / md.median}
+            "decode_throttled": md.throttled, "timed_steps": steps, "generated_tokens": made,
+            "tokens_per_s": made / md.median}
+    if made < b * steps:
+        row["notes"].append(f"tokens/s counts the {made} tokens generated in the {steps} timed steps (each row's up "
+                            f"to its EOS), not the {b * steps - made} EOS after them; ms/token is per decode step")
     wb = weight_bytes_per_token(m)  # as stored: int8 + scales under --quant, a rank's shard under --tp
     row["weight_bytes_per_token"] = wb
     row["weight_GBps"] = wb / (md.median / steps) / 1e9

@@ -80,6 +80,7 @@ class Engine:
         self.info: dict = {"notes": []}  # compile_s, capture_s, explain, ... (what the results record)
         self.prompt_len = 0
         self.gen = None
+        self._gen_state = None  # the generator as prefill left it: every decode() draws from there
         model.setup_rope(max_len)
 
     def _choose(self, logits: torch.Tensor) -> torch.Tensor:
@@ -92,6 +93,16 @@ class Engine:
             raise UserError(f"prompt of {prompt.shape[1]} tokens does not fit the cache of {self.max_len}")
         self.prompt_len = prompt.shape[1]
         self.gen = None if self.sampling.greedy else self.sampling.generator(self.device)
+        self._gen_state = None
+
+    def _save_gen(self) -> None:
+        """After prefill's draw: decode() restarts from the state prefill left, the generator's included, so a
+        timed decode draws the warm generation's tokens (and stops at the same EOS). The state is host-side."""
+        self._gen_state = self.gen.get_state() if self.gen is not None else None
+
+    def _restore_gen(self) -> None:
+        if self.gen is not None and self._gen_state is not None:
+            self.gen.set_state(self._gen_state)
 
     def prefill(self, prompt, on_logits=None) -> torch.Tensor:
         raise NotImplementedError
@@ -135,12 +146,15 @@ class _HostLoop(Engine):
         if on_logits:
             on_logits(logits)
         self.first_done = [False] * self.batch
-        return torch.tensor(self._host_next(logits, self.first_done), device=self.device)
+        first = torch.tensor(self._host_next(logits, self.first_done), device=self.device)
+        self._save_gen()
+        return first
 
     def _prefill_state(self, prompt):
         pass
 
     def decode(self, first, steps, on_logits=None, forced=None):
+        self._restore_gen()
         done = list(self.first_done)
         seq = torch.cat([self.prompt, first[:, None]], dim=1)
         out: list[list[int]] = []
@@ -242,6 +256,7 @@ class Static(Engine):
         if on_logits:
             on_logits(logits)
         first = self._choose(logits)
+        self._save_gen()
         self.first_done = None
         if self.eos is not None:
             self.first_done = (first[:, None] == self.eos[None, :]).any(-1)
@@ -251,6 +266,7 @@ class Static(Engine):
         self.tok.copy_(first[:, None])
         self.pos.fill_(self.prompt_len)
         self.idx.zero_()
+        self._restore_gen()
         if self.eos is not None:
             self.done.copy_(self.first_done)
 
@@ -273,7 +289,7 @@ class Static(Engine):
             if self.eos is not None and (i + 1) % self.check_every == 0 and bool(self.done.all()):
                 done_at = i + 1  # one host read every check_every steps, never per token
                 break
-        return self.out[:, :done_at].cpu()
+        return self.out[:, :done_at].to("cpu", copy=True)  # not the buffer itself (.cpu() on the CPU)
 
 
 def _compile(fn, backend: str):
@@ -407,11 +423,11 @@ class Graphed(Static):
             done_steps += self.k
             n += 1
             if self.eos is not None and n % checks_every == 0 and bool(self.done.all()):
-                return self.out[:, :done_steps].cpu()
+                return self.out[:, :done_steps].to("cpu", copy=True)
         while done_steps < steps:
             one()
             done_steps += 1
-        return self.out[:, :steps].cpu()
+        return self.out[:, :steps].to("cpu", copy=True)
 
 
 class GraphedCompiled(Graphed):
