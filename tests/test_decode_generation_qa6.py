@@ -248,3 +248,15 @@ def test_greedy_batch_with_eos_matches_transformers_generate():
         for row, stop in enumerate(stops):
             assert ours[row, :stop + 1].tolist() == theirs[row, :stop + 1].tolist(), name
             assert int(theirs[row, stop]) in eos
+
+
+def test_a_partial_summary_leaves_tokens_identical_open_until_the_rows_are_compared():
+    # a results file written mid-run (rows timed, V0's comparison not yet made) said tokens_identical False
+    spec = study.Spec(model="tiny", hf=False)
+    row = {"ms_per_token": 1.0, "weight_GBps": 1.0}
+    rows = [dict(row, variant="V4"), dict(row, variant="V0")]
+    assert study.summarize("tiny_fp32", rows, [], [], spec)["tiny_fp32_tokens_identical"] is None
+    compared = [dict(r, tokens_identical_to_V0=True) for r in rows]
+    assert study.summarize("tiny_fp32", compared, [], [], spec)["tiny_fp32_tokens_identical"] is True
+    compared[0]["tokens_identical_to_V0"] = False
+    assert study.summarize("tiny_fp32", compared, [], [], spec)["tiny_fp32_tokens_identical"] is False

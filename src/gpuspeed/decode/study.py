@@ -802,8 +802,10 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     s[f"{label}_variants_failed_or_skipped"] = len(rows) - len(ok)
     if spec.dtype == "fp32":
         # over the rungs measured; without V0 there is nothing to compare with: None, not a false "NO"
-        s[f"{label}_tokens_identical"] = (all(r.get("tokens_identical_to_V0") for r in ok)
-                                          if any(r["variant"] == "V0" for r in ok) else None)
+        # and None while any row is not yet compared (a partial results file written mid-run): not a false "NO"
+        compared = [r.get("tokens_identical_to_V0") for r in ok]
+        s[f"{label}_tokens_identical"] = (all(compared) if any(r["variant"] == "V0" for r in ok)
+                                          and None not in compared else None)
     by = {r["variant"]: r for r in ok}
     if "V0" in by and "V2" in by:
         s[f"{label}_v0_over_v2"] = by["V0"]["ms_per_token"] / by["V2"]["ms_per_token"]
