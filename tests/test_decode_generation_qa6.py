@@ -253,7 +253,7 @@ def test_greedy_batch_with_eos_matches_transformers_generate():
 def test_a_partial_summary_leaves_tokens_identical_open_until_the_rows_are_compared():
     # a results file written mid-run (rows timed, V0's comparison not yet made) said tokens_identical False
     spec = study.Spec(model="tiny", hf=False)
-    row = {"ms_per_token": 1.0, "weight_GBps": 1.0}
+    row = {"ms_per_token": 1.0, "weight_GBps": 1.0, "tokens_per_s": 1e3, "batch": 1}
     rows = [dict(row, variant="V4"), dict(row, variant="V0")]
     assert study.summarize("tiny_fp32", rows, [], [], spec)["tiny_fp32_tokens_identical"] is None
     compared = [dict(r, tokens_identical_to_V0=True) for r in rows]
