@@ -107,3 +107,30 @@ def numba_hidden_path(tmp_path):
     hide.mkdir()
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules.update(numba=None, numba_cuda=None)\n")
     return os.pathsep.join(p for p in (str(hide), os.environ.get("PYTHONPATH")) if p)
+
+
+@pytest.fixture(scope="module")
+def interpreter_child():
+    """run(path, timeout) -> {case id: result}: runs a test file as a child under TRITON_INTERPRET=1 and
+    NUMBA_ENABLE_CUDASIM=1 (with no GPU visible), reading the JSON line it prints per case (its child_main)."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    root = Path(__file__).resolve().parents[1]
+
+    def run(path: str, timeout: float) -> dict:
+        env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1", CUDA_VISIBLE_DEVICES="")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(root / "src"), env.get("PYTHONPATH")] if p)
+        proc = subprocess.run([sys.executable, path], capture_output=True, text=True, env=env, timeout=timeout,
+                              cwd=root)
+        lines = {}
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                d = json.loads(line)
+                lines[d["id"]] = d
+        assert lines, f"the child printed nothing (rc {proc.returncode}): {proc.stderr[-2000:]}"
+        return lines
+
+    return run

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -283,18 +281,8 @@ def child_main() -> int:
 # ---- the tests --------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def child_results():
-    pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1", CUDA_VISIBLE_DEVICES="")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
-    lines = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            d = json.loads(line)
-            lines[d["id"]] = d
-    assert lines, f"the child printed nothing (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    return lines
+def child_results(interpreter_child):
+    return interpreter_child(__file__, timeout=300)
 
 
 @pytest.mark.parametrize("case", list(CASES))
