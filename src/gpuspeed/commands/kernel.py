@@ -28,7 +28,8 @@ def register(app: typer.Typer) -> None:
                                                                    "+ outputs written once; for several launches "
                                                                    "whose arguments add up to more, each launch's "
                                                                    "arguments once)."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Write kernel_report.json into this folder."),
+        # a str, not a Path: typer makes --out '' Path("."), which check_out_dir could no longer tell from the cwd
+        out: Optional[str] = typer.Option(None, "--out", help="Write kernel_report.json into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ):
         """Launch geometry, registers, spills, shared memory, occupancy, autotuning, roof position and a verdict."""
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
             raise UserError("--backend goes with --input (the array library of the --input arrays)")
         if seed < 0:
             raise UserError(f"--seed must be >= 0, got {seed}")
-        check_out_dir(out)
+        out = check_out_dir(out)
         where = resolve_device(device)
         console = make_console(stderr=as_json)
         if where != "cuda":

@@ -19,6 +19,7 @@ from typing import Callable
 
 from gpuspeed.errors import UserError
 
+LAZY_HOME = "gpuspeed.examples.hand_kernels"  # where the lazy variants' launchers live
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "NUMBA_ENABLE_CUDASIM": "1"}
 
 
@@ -47,6 +48,8 @@ def load_target(target: str) -> tuple[Callable, object, str]:
     path, _, attr = target.rpartition(":")
     if not attr:
         raise UserError(f"no function name after ':' in {target!r}")
+    if not path.strip():  # Path('') is '.': it would be called a folder
+        raise UserError(f"no file before ':' in {target!r}: expected path/to/file.py:function")
     module = load_module(path)
     obj = parent = module
     for part in attr.split("."):
@@ -79,7 +82,9 @@ def unwrap_lazy(fn, device: str) -> tuple[Callable, list[str]]:
     """Without a GPU, a bundled example's lazy variant (gpuspeed.examples.hand_kernels.lazy: it refuses there, so that
     optimize never times interpreted kernels) is swapped for the launcher it names, which the interpreters run."""
     where = getattr(fn, "target", None)
-    if device == "cuda" or not (isinstance(where, tuple) and len(where) == 2):
+    # only hand_kernels.lazy's mark: a user's launcher may carry a `target` attribute of its own (a shape, a pair)
+    if device == "cuda" or not (isinstance(where, tuple) and len(where) == 2 and all(isinstance(w, str) for w in where)
+                                and where[0].startswith(LAZY_HOME + ".")):
         return fn, []
     import importlib
 

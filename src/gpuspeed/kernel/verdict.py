@@ -3,27 +3,28 @@
   1. no_launch    no Triton or Numba CUDA launch was seen (on the GPU or under the interpreters)
   2. wrong        its output failed the check against the reference (a workload's original()): fix that first
   3. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
-  4. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
-  5. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
+  4. empty        every launch had an empty grid (0 programs / blocks: empty inputs): nothing ran to judge
+  5. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
+  6. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
                  at the practical roof for its launch size; more bytes per launch is the only lever
-  6. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
-  7. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
-  8. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource (skipped where the
+  7. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
+  8. small_grid   the main launch has fewer blocks (programs) than SMs: split the work
+  9. occupancy    the main launch's occupancy <= LOW_OCCUPANCY_PCT %, named by its limiting resource (skipped where the
                  autotuner already timed the lever it would name, half the warps or fewer stages, and chose otherwise)
-  9. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
- 10. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
-                 lever spent, as in 8), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
+ 10. launch_bound under LAUNCH_BOUND_S per call and under LOW_ROOF_PCT % of the roof: fuse / CUDA graph
+ 11. own_work     memory-bound, under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT % (or its
+                 lever spent, as in 9), while device copies of the same bytes reach OWN_WORK_GAP x its %: the loads
                  are not what holds it back, the instructions between them are (issue or dependent arithmetic),
                  named by the main launch's instruction mix (kernel.instructions): fewer instructions per element;
                  a Triton < 3.7 kernel whose loop is warp ballots (tl.histogram's lowering then): upgrade Triton,
                  or count in shared memory through inline PTX
- 11. compute_mix  compute-bound under LOW_ROOF_PCT % of an fp64 or fp32 roof with occupancy above
+ 12. compute_mix  compute-bound under LOW_ROOF_PCT % of an fp64 or fp32 roof with occupancy above
                  LOW_OCCUPANCY_PCT %, its loop holding instructions of that precision: the mix and how many of them
                  are FMAs (the roof's rate is all FMAs): more flops per instruction, fewer idle lanes
- 12. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
- 13. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
+ 13. latency      under LOW_ROOF_PCT % of the roof with occupancy above LOW_OCCUPANCY_PCT %: more work per program
+ 14. tune         between LOW_ROOF_PCT and DONE_PCT % of the roof: tune the block sizes, warps and stages (Triton),
                  the block shape and work per thread (Numba)
- 14. unplaced     no roof position (no ceilings): the occupancy alone
+ 15. unplaced     no roof position (no bytes counted: no array among its arguments or output): the occupancy alone
 The main launch is the one that starts the most threads (over all the times it ran). `facts` is a plain dict
 (built by report.kernel_report: gpu, launches, main, sms, pct_of_roof, bound, roof, time_s, occupancy_pct,
 limiter, copy_pct, triton_version, check), so the rules are testable on synthetic inputs.
@@ -73,6 +74,14 @@ def wrong(f):
 def no_launch(f):
     if not f.get("launches"):
         return ("no Triton or Numba CUDA kernel launch seen", "make the launcher call a @triton.jit or @cuda.jit kernel")
+
+
+def empty(f):
+    m = f.get("main")
+    if m and all(ln["grid"][0] * ln["grid"][1] * ln["grid"][2] == 0 for ln in f.get("launches") or [m]):
+        # not a small grid to split: no program ran, so no time, roof or occupancy describes the kernel
+        return ("an empty grid (0 programs): the launch ran no work (empty inputs?), so nothing here describes the "
+                "kernel", "give it inputs of the size it runs on (--input NAME=DTYPE[SHAPE])")
 
 
 def at_roof(f):
@@ -240,11 +249,13 @@ def tune(f):
 def unplaced(f):
     occ = f.get("occupancy_pct")
     text = f"occupancy {_pct(occ)} ({f.get('limiter')}-limited)" if occ is not None else "no occupancy figures"
-    return f"{text}; no roof position (no ceilings)", "give flops=/bytes= and ceilings to place it on the roofline"
+    # on a GPU the ceilings are always found (committed or measured now): only a call moving no counted bytes is unplaced
+    return (f"{text}; no roof position (no bytes counted: no array among its arguments or output)",
+            "pass bytes= (--bytes) and flops= (--flops) to place it on the roofline")
 
 
-RULES = [no_launch, wrong, no_gpu, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work, compute_mix, latency,
-         tune, unplaced]
+RULES = [no_launch, wrong, no_gpu, empty, at_roof, at_copy, spills, small_grid, occupancy, launch_bound, own_work,
+         compute_mix, latency, tune, unplaced]
 
 
 def judge(facts: dict) -> tuple[str, str, str]:
