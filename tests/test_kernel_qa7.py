@@ -122,3 +122,26 @@ def test_unplaced_names_the_missing_bytes_not_missing_ceilings():
     assert rule == "unplaced"
     assert "no ceilings" not in said and "bytes" in said
     assert "--bytes" in lever
+
+
+@pytest.mark.parametrize("body,words", [
+    ("    x = rng.standard_normal(4)\n", "inputs(rng) returned None (is its `return` missing?)"),
+    ("    yield rng.standard_normal(4)\n", "inputs(rng) returned a generator"),
+])
+def test_inputs_that_are_not_arguments_are_one_line(tmp_path, monkeypatch, capsys, body, words):
+    # they were passed whole as the launcher's one argument: launch(None) ran, or the launcher's error was blamed
+    p = tmp_path / "w.py"
+    p.write_text("def launch(x):\n    return x.sum()\n\ndef inputs(rng):\n" + body)
+    monkeypatch.setattr("gpuspeed.kernel.kernel_report", lambda *a, **k: pytest.fail("the launcher ran"))
+    rc, got = _cli([f"{p}:launch", "--device", "cpu"], monkeypatch, capsys)
+    assert rc == 2
+    assert words in _one_error_line(got.err)
+
+
+def test_a_dict_from_inputs_is_named_when_the_launcher_fails_on_it(tmp_path, monkeypatch, capsys):
+    p = tmp_path / "w.py"
+    p.write_text("def launch(x, y):\n    return x\n\ndef inputs(rng):\n    return {'x': rng.standard_normal(4), 'y': 1}\n")
+    rc, got = _cli([f"{p}:launch", "--device", "cpu"], monkeypatch, capsys)
+    assert rc == 2
+    line = _one_error_line(got.err)
+    assert "launch raised TypeError" in line and "inputs(rng) returned a dict" in line

@@ -81,7 +81,12 @@ def register(app: typer.Typer) -> None:
                 if ctx.find_root().params.get("debug"):
                     raise
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
+                hint = ""
+                if host_args is not None and len(host_args) == 1 and isinstance(host_args[0], dict):
+                    from gpuspeed.optimize.workload import _one_argument_hint
+
+                    hint = _one_argument_hint(host_args[0])  # a dict from inputs(rng) is one argument, not keywords
+                raise UserError(f"{name} raised {type(exc).__name__}: {first}{hint}") from exc
         rep.notes[:0] = notes
         if out:
             doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,

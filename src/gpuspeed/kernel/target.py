@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import types
 from typing import Callable
 
 from gpuspeed.errors import UserError
@@ -201,6 +202,9 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
         except (Exception, SystemExit) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise UserError(f"inputs(rng) raised {type(exc).__name__}: {first}") from exc
+        if out is None or isinstance(out, (types.GeneratorType, map, filter, zip)):  # not arguments: say so now
+            what = "None (is its `return` missing?)" if out is None else f"a {type(out).__name__}"
+            raise UserError(f"the file's inputs(rng) returned {what}: return the launcher's arguments as a tuple")
         args = out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
         if _takes_scale(maker) and device != "cuda":
             notes.append(f"no GPU: inputs(rng, scale={scale:g}), a tenth of their typical size")
