@@ -93,7 +93,10 @@ def register(app: typer.Typer) -> None:
             console.print("[yellow]note:[/] no CUDA device: profiling the host side only (no kernels, gaps or transfers).")
         for n in notes:
             console.print(f"[yellow]note:[/] {n}")
-        trace_path = out / f"{fn.__name__}.trace.json.gz" if out else None
+        from gpuspeed.trees import callable_name
+
+        name = callable_name(fn)  # an nn.Module, a functools.partial or a callable object has no __name__
+        trace_path = out / f"{name}.trace.json.gz" if out else None
         try:
             with stdout_to_stderr() if as_json else _nothing():
                 res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
@@ -104,7 +107,7 @@ def register(app: typer.Typer) -> None:
             if ctx.find_root().params.get("debug"):
                 raise
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise UserError(f"{fn.__name__} raised {type(exc).__name__}: {first}") from exc
+            raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
         res.notes[:0] = notes
         if runner is not None:
             res.notes.append(f"ran {script} {runner.runs} times ({warmup} warm-up, {steps} profiled, 1 to place "

@@ -123,10 +123,19 @@ def _rebook_array_lines(cp: dict, lt: dict) -> None:
     cp["rebooked_share"] = shift  # of the total: array operators' time, read from the line times
 
 
+def _root_code(fn):
+    """The code object a call of fn runs: a function's own, or a script's module code (profiling.script: the
+    runner's own bookkeeping around it, pathlib and os.chdir, is gpuspeed's, not the script's)."""
+    root = getattr(fn, "code_root", None)
+    if isinstance(root, types.CodeType):
+        return root
+    return getattr(inspect.unwrap(fn), "__code__", None)
+
+
 def _call_tree(stats: dict, fn) -> dict:
     """The entries of `fn`'s own call tree: from Python 3.12 cProfile sees every thread, and what another
     thread ran while the call had released the GIL is not the call's."""
-    code = getattr(inspect.unwrap(fn), "__code__", None)
+    code = _root_code(fn)
     root = (code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
     if root not in stats:
         return stats  # a builtin or a callable object: nothing to anchor the tree on
@@ -366,7 +375,7 @@ def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
     _rebook_array_lines(cp, lt)
     total = cp["total_s"]
     cum = {(str(Path(r["file"]).resolve()), r["line"]): r["cumtime_s"] for r in cp["top"] if r["file"]}
-    code = getattr(inspect.unwrap(fn), "__code__", None)
+    code = _root_code(fn)
     root = (str(Path(code.co_filename).resolve()), code.co_firstlineno) if code is not None else None
     if root in cum:  # the called function is the whole call; the others' shares are of its cProfile time
         total = cum[root]

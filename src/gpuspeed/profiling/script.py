@@ -27,13 +27,17 @@ class ScriptRunner:
             raise UserError(f"{p} is a folder, not a script: name the .py file to run")
         if not p.is_file():
             raise UserError(f"no such file: {p}")
+        if p.name.lower().endswith((".json", ".json.gz", ".gz")):  # it would be run as Python: `false` a NameError
+            raise UserError(f"{p} is a trace or data file, not a Python script: gpuspeed profile runs a script (open "
+                            "a Chrome trace in https://ui.perfetto.dev)")
         self.path = p.resolve()
         self.argv = [str(p)] + [str(a) for a in argv]
         try:
             source = self.path.read_bytes()
             self.code_root = compile(source, str(self.path), "exec", dont_inherit=True)
         except SyntaxError as exc:
-            raise UserError(f"{p}:{exc.lineno}: syntax error: {exc.msg}") from exc
+            at = f"{p}:{exc.lineno}" if exc.lineno else str(p)  # null bytes: a SyntaxError with no line
+            raise UserError(f"{at}: syntax error: {exc.msg}") from exc
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot read {p}: {exc}") from exc
         self.__name__ = p.stem

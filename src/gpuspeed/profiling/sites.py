@@ -213,11 +213,21 @@ def _op_mode(sites: Sites, user):
     except ImportError:
         return None
 
+    seen = _dispatch_recorder()
+
     class _Lines(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             frame = sys._getframe(1)
             if user(frame.f_code, frame):
                 name = getattr(func, "__name__", "")
+                if name in _INDEXING and seen is not None:
+                    # x[i], x[a:b], x[mask], x[idx] = v: which ATen ops run depends on the index, and noting every
+                    # candidate put x[mask]'s aten::index at the line of the busiest x[i] (its select)
+                    with seen() as ops:
+                        out = func(*args, **(kwargs or {}))
+                    for op in ops:
+                        sites._note(frame, op_key_of(op))
+                    return out
                 for k in op_keys(name):
                     sites._note(frame, k)
                 if name in CONVERSIONS:
@@ -225,3 +235,33 @@ def _op_mode(sites: Sites, user):
             return func(*args, **(kwargs or {}))
 
     return _Lines()
+
+
+_INDEXING = ("__getitem__", "__setitem__")
+
+
+def _dispatch_recorder():
+    """A context manager giving the list of ATen ops (`aten::select`, ...) that one call dispatches at its top
+    level, in order, or None where this torch has no TorchDispatchMode."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:
+        return None
+    import contextlib
+
+    class _Seen(TorchDispatchMode):
+        def __init__(self, ops):
+            super().__init__()
+            self.ops = ops
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func.name())  # 'aten::index.Tensor': the op the profiler shows, overload aside
+            return func(*args, **(kwargs or {}))
+
+    @contextlib.contextmanager
+    def seen():
+        ops: list = []
+        with _Seen(ops):
+            yield ops
+
+    return seen

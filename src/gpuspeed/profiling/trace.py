@@ -342,7 +342,7 @@ class TraceAnalysis:
             markers = [n for n in self.host if n.cat in ("cuda_runtime", "cuda_driver") and n.name in SYNC_APIS]
         else:
             markers = [n for n in self.host if (n.cat == "python_function" and _SYNC_PRONE.search(n.name))
-                       or (n.cat == "cpu_op" and n.name in SYNC_OPS)]
+                       or (n.cat == "cpu_op" and n.name in SYNC_OPS and not _value_read(n))]
         for m in markers:
             if self.steps_ann and m.step is None:
                 continue
@@ -470,6 +470,16 @@ def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
 
+def _value_read(node: Node) -> bool:
+    """`x[mask] = 0.0`: index_put_ reads its one-element value with item() to take masked_fill_, and that value is
+    a host tensor (torch puts a Python scalar stored into a CUDA tensor on the CPU), so no GPU wait."""
+    p = node.parent
+    while p is not None and p.name in ("aten::item", "aten::_local_scalar_dense"):
+        p = p.parent
+    return node.name in ("aten::item", "aten::_local_scalar_dense") and p is not None and \
+        p.name == "aten::_index_put_impl_"
+
+
 def _sync_kind(call: str, chain: list[str]) -> str:
     names = " ".join([call] + chain)
     if "built-in function print" in call or re.search(r"__repr__|__format__|__str__|_tensor_str", names):
@@ -480,6 +490,9 @@ def _sync_kind(call: str, chain: list[str]) -> str:
             return kind
     if "synchronize" in call:
         return "torch.cuda.synchronize()"
+    if "aten::nonzero" in chain and call in ("aten::index", "aten::index_put_", "aten::_index_put_impl_"):
+        # x[mask] / x[mask] = v: the size of the result is the mask's count, read back to the host
+        return "boolean-mask assignment" if "index_put" in call else "boolean-mask indexing"
     ops = [n for n in chain if n.startswith("aten::")]
     return f"{_short(call)} ({ops[-1]})" if ops else _short(call)
 
