@@ -144,3 +144,30 @@ def test_callables_without_a_name_profile_with_out(tmp_path, capsys, target):
     assert main(argv[:-2] + ["--input", "input=float32[2,4]", "--input", "zzz=int:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpuspeed: error: ") and "TypeError" in err and err.count("\n") == 1
+
+
+def test_auto_backend_of_a_partial_reads_its_functions_module(tmp_path, capsys):
+    """--backend auto read functools.py for a functools.partial ('imports none of torch') and made NumPy inputs for
+    a torch function, which then failed."""
+    src = _write(tmp_path, """\
+        import functools
+        import torch
+
+        def base(input, k):
+            return torch.sin(input) * k
+
+        part = functools.partial(base, k=3)
+        """, name="partial_backend_qa7.py")
+    assert main(["profile", "--device", "cpu", "--no-hotspots", "--json", "--function", f"{src}:part",
+                 "--input", "input=float32[8]"]) == 0, capsys.readouterr().err
+    doc = _json_out(capsys)
+    assert doc["params"]["backend"] == "torch"
+    assert any("partial_backend_qa7.py imports torch" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_the_backend_note_is_printed_once(tmp_path, capsys):
+    src = _write(tmp_path, "import numpy as np\n\ndef f(x):\n    return x * 2\n", name="np_note_qa7.py")
+    assert main(["profile", "--device", "cpu", "--no-hotspots", "--function", f"{src}:f",
+                 "--input", "x=float64[8]"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("inputs as numpy arrays") == 1, out

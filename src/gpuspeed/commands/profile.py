@@ -91,8 +91,9 @@ def register(app: typer.Typer) -> None:
             steps, warmup = steps or 1, 0 if warmup is None else warmup
         if where == "cpu":
             console.print("[yellow]note:[/] no CUDA device: profiling the host side only (no kernels, gaps or transfers).")
-        for n in notes:
-            console.print(f"[yellow]note:[/] {n}")
+        if as_json:  # the report prints res.notes, which start with these: once is enough
+            for n in notes:
+                console.print(f"[yellow]note:[/] {n}")
         from gpuspeed.trees import callable_name
 
         name = callable_name(fn)  # an nn.Module, a functools.partial or a callable object has no __name__

@@ -7,6 +7,7 @@ none of them gets NumPy arrays, the plainest thing to index from Python.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import types
@@ -17,12 +18,20 @@ BACKENDS = ("torch", "cupy", "numpy")  # in order of preference when a module im
 _TOP = {"torch": "torch", "cupy": "cupy", "cupyx": "cupy", "numpy": "numpy"}
 
 
+def _target(fn):
+    """The function whose module says the library: a functools.partial's function (the partial's own module is
+    functools), unwrapped."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    try:
+        return inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ cycle: read the outer object
+        return fn
+
+
 def libraries_used(fn) -> set[str]:
     """The array libraries (torch, cupy, numpy) that fn's module has imported, as modules or as names."""
-    try:
-        target = inspect.unwrap(fn)
-    except ValueError:  # a __wrapped__ cycle: read the outer object
-        target = fn
+    target = _target(fn)
     names = getattr(target, "__globals__", None)
     if names is None:
         module = sys.modules.get(getattr(target, "__module__", None) or "")
@@ -41,6 +50,7 @@ def libraries_used(fn) -> set[str]:
 def infer_backend(fn) -> tuple[str, str]:
     """(backend, why): the library fn's inputs should come from, and a few words saying how it was chosen."""
     used = libraries_used(fn)
+    fn = _target(fn)
     where = getattr(inspect.getmodule(fn), "__file__", None) or getattr(fn, "__module__", "its module")
     for backend in BACKENDS:
         if backend in used:

@@ -10,6 +10,7 @@ its dependences between iterations and a verdict (profiling.loops).
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import os
@@ -129,6 +130,8 @@ def _root_code(fn):
     root = getattr(fn, "code_root", None)
     if isinstance(root, types.CodeType):
         return root
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     return getattr(inspect.unwrap(fn), "__code__", None)
 
 
