@@ -41,7 +41,18 @@ class Checkpoint:
             from transformers import AutoTokenizer
         except ImportError as exc:
             raise UserError("a text prompt needs transformers (pip install 'gpuspeed[hf]')") from exc
-        return AutoTokenizer.from_pretrained(**self.tokenizer_args)
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its warnings here are about the model's config fields, not the tokenizer
+        try:
+            return AutoTokenizer.from_pretrained(**self.tokenizer_args)
+        except Exception as exc:  # a corrupt tokenizer.json, a config with no vocabulary, a GGUF with no tokenizer
+            where = Path(self.tokenizer_args["pretrained_model_name_or_path"]) / self.tokenizer_args.get("gguf_file", "")
+            raise UserError(f"{where}: cannot load its tokenizer ({_first(exc)}); give --prompt-len for a random "
+                            "prompt") from None
+        finally:
+            hf_logging.set_verbosity(level)
 
 
 def smollm2_gguf() -> Path | None:
@@ -90,16 +101,38 @@ def _args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
             raise UserError(f"{name}: config.json sets {bias} true: Llama with attention/MLP biases is not supported")
     if cfg.get("hidden_act", "silu") not in ("silu", "swish"):  # transformers' ACT2FN: both are SiLU
         raise UserError(f"{name}: activation {cfg.get('hidden_act')!r} is not SwiGLU's silu")
-    n_heads = int(cfg["num_attention_heads"])
+    quant = cfg.get("quantization_config")
+    if quant:  # fp8 / GPTQ / AWQ / bitsandbytes weights need their scales: decoding the raw values is wrong numbers
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        raise UserError(f"{name}: config.json has a quantization_config ({method or quant!r}): quantized checkpoints "
+                        "are not supported; use the unquantized weights (--quant int8 quantizes them here)")
+
+    def size(key: str, value) -> int:
+        return _size(f"{name}: config.json", key, value)
+
+    n_heads = size("num_attention_heads", cfg["num_attention_heads"])
     theta, scaling = _rope_from_hf_config(cfg)
-    return ModelArgs(vocab_size=int(cfg["vocab_size"]), dim=int(cfg["hidden_size"]),
-                     n_layers=int(cfg["num_hidden_layers"]), n_heads=n_heads,
-                     n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
-                     ffn_dim=int(cfg["intermediate_size"]), rope_theta=theta,
+    return ModelArgs(vocab_size=size("vocab_size", cfg["vocab_size"]), dim=size("hidden_size", cfg["hidden_size"]),
+                     n_layers=size("num_hidden_layers", cfg["num_hidden_layers"]), n_heads=n_heads,
+                     n_kv_heads=size("num_key_value_heads", cfg.get("num_key_value_heads") or n_heads),
+                     ffn_dim=size("intermediate_size", cfg["intermediate_size"]), rope_theta=theta,
                      rope_scaling=scaling, norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                      max_seq_len=int(cfg.get("max_position_embeddings", 2048)),
-                     head_dim=int(cfg.get("head_dim") or 0), name=name)
+                     head_dim=size("head_dim", cfg["head_dim"]) if cfg.get("head_dim") else 0, name=name)
+
+
+def _size(where: str, key: str, value) -> int:
+    """A shape field as a positive integer (a JSON 64 or "64" or 64.0), else a one-line error naming it: a negative
+    size failed deep in torch, 0 layers decoded nothing, and 32.5 was truncated without a word."""
+    try:
+        n = int(value)
+        whole = not isinstance(value, bool) and n == float(value)
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole or n < 1:
+        raise UserError(f"{where} has a bad value ({key} {value!r}: not a positive integer)")
+    return n
 
 
 def _rope_from_hf_config(cfg: dict) -> tuple[float, dict | None]:
@@ -224,18 +257,15 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise UserError(f"{folder}: no config.json (not a Hugging Face model folder)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{cfg_path}: not valid JSON ({exc.msg})") from exc
+    cfg = _read_json(cfg_path)
     args = args_from_hf_config(cfg, name=folder.name)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = _read_json(index)["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError("weight_map is not an object")
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise UserError(f"{index}: not a safetensors index ({type(exc).__name__}: {exc})") from None
     else:
         files = sorted(folder.glob("*.safetensors"))
@@ -279,6 +309,8 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
         if not torch.equal(whole("lm_head.weight"), whole("model.embed_tokens.weight")):
             args = ModelArgs(**{**args.__dict__, "tie_embeddings": False})
 
+    _unused(str(folder), weight_map, HF_NAMES, args.n_layers)
+
     def get(name: str) -> torch.Tensor:
         if name not in weight_map:
             raise UserError(f"{folder}: checkpoint lacks {name}")
@@ -295,10 +327,7 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     eos = cfg.get("eos_token_id")
     gen_cfg = folder / "generation_config.json"
     if gen_cfg.is_file():
-        try:
-            gen = json.loads(gen_cfg.read_text())
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{gen_cfg}: not valid JSON ({exc.msg})") from None
+        gen = _read_json(gen_cfg)
         if not isinstance(gen, dict):
             raise UserError(f"{gen_cfg}: a JSON {type(gen).__name__}, not an object")
         eos = gen.get("eos_token_id", eos)
@@ -309,6 +338,30 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
     return Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
                       tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
+
+
+def _read_json(path: Path):
+    """A JSON file's value, or a one-line error (a binary or non-UTF-8 file was a UnicodeDecodeError traceback)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
+
+
+def _unused(where: str, present, names: dict, n_layers: int) -> None:
+    """Refuse tensors the model would not read (names: HF_NAMES or GGUF_NAMES): a bias the config does not declare
+    (a Qwen2-style checkpoint relabelled llama; llama.cpp's optional attn_q.bias), layers past the layer count,
+    quantization scales. Dropping them decodes other numbers than the checkpoint's own model; transformers only warns.
+    Skipped without a word: RoPE's inv_freq buffers (old checkpoints) and a tied checkpoint's copy of its head."""
+    used = {names["tok_emb"], names["norm"], names["lm_head"]}
+    used |= {v.format(i=i) for i in range(n_layers) for v in names["layer"].values()}
+    extra = sorted(k for k in present if k not in used and not k.endswith("rotary_emb.inv_freq"))
+    if extra:
+        more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        raise UserError(f"{where}: checkpoint holds {extra[0]}{more}, which this Llama does not use (biases, layers "
+                        f"past its {n_layers}, quantization scales): not supported")
 
 
 def _first(exc: BaseException) -> str:
@@ -350,10 +403,19 @@ def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
     def meta(key, default=None):
         return _gguf_field(reader, f"llama.{key}", default)
 
+    def size(key, default=None) -> int:
+        value = meta(key, default)
+        if value is None:
+            raise UserError(f"{path.name}: GGUF lacks llama.{key}, which a Llama needs")
+        return _size(f"{path.name}: GGUF", f"llama.{key}", value)
+
     tensors = {t.name: t for t in reader.tensors}
-    n_heads, n_kv = int(meta("attention.head_count")), int(meta("attention.head_count_kv") or meta("attention.head_count"))
-    dim = int(meta("embedding_length"))
-    vocab = meta("vocab_size") or int(tensors["token_embd.weight"].shape[-1])
+    if "token_embd.weight" not in tensors:
+        raise UserError(f"{path.name}: checkpoint lacks token_embd.weight")
+    n_heads = size("attention.head_count")
+    n_kv = size("attention.head_count_kv", n_heads)  # llama.cpp's default: as many as the query heads
+    dim = size("embedding_length")
+    vocab = size("vocab_size", int(tensors["token_embd.weight"].shape[-1]))
     scaling = None
     if meta("rope.scaling.type") == "llama3" or "rope_freqs.weight" in tensors:
         raise UserError(f"{path.name}: GGUF rope frequency tensors (Llama-3.1 scaling) are not supported; "
@@ -367,17 +429,18 @@ def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
         raise UserError(f"{path.name}: GGUF llama.expert_count {experts}: mixture-of-experts models are not supported")
     # llama.cpp's head size is attention.key_length (default embedding / heads); transformers' GGUF loader reads
     # it from rope.dimension_count, the rotated part, which a Llama rotates whole
-    head_dim = int(meta("attention.key_length") or meta("rope.dimension_count") or dim // n_heads)
+    head_dim = size("attention.key_length", meta("rope.dimension_count") or dim // n_heads)
     for key in ("attention.value_length", "rope.dimension_count"):
         if meta(key) is not None and int(meta(key)) != head_dim:
             raise UserError(f"{path.name}: GGUF llama.{key} {meta(key)} differs from the head size {head_dim}: "
                             "not supported")
-    args = ModelArgs(vocab_size=int(vocab), dim=dim, n_layers=int(meta("block_count")), n_heads=n_heads,
-                     n_kv_heads=n_kv, ffn_dim=int(meta("feed_forward_length")),
+    args = ModelArgs(vocab_size=vocab, dim=dim, n_layers=size("block_count"), n_heads=n_heads,
+                     n_kv_heads=n_kv, ffn_dim=size("feed_forward_length"),
                      rope_theta=float(meta("rope.freq_base", 10000.0)), rope_scaling=scaling,
                      norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
                      tie_embeddings="output.weight" not in tensors,
                      max_seq_len=int(meta("context_length", 2048)), head_dim=head_dim, name=path.stem)
+    _unused(path.name, tensors, GGUF_NAMES, args.n_layers)
 
     def get(name: str) -> torch.Tensor:
         if name not in tensors:
