@@ -171,3 +171,13 @@ def test_the_backend_note_is_printed_once(tmp_path, capsys):
                  "--input", "x=float64[8]"]) == 0
     out = capsys.readouterr().out
     assert out.count("inputs as numpy arrays") == 1, out
+
+
+def test_a_sweep_of_one_k_says_why_it_has_no_per_launch_figure():
+    """--ks 1 gave eager_us_per_launch null with no word of why (the fit needs two K values)."""
+    from gpuspeed.launch.sweep import launch_sweep
+
+    notes: list = []
+    rows, fits = launch_sweep((1,), "cpu", 0.01, lambda what: None, notes)
+    assert not fits and rows[0]["K"] == 1 and "time_s" in rows[0]
+    assert any("eager-torch: no fit" in n and "two K values" in n for n in notes), notes

@@ -131,6 +131,8 @@ def launch_sweep(ks, where: str, budget_s: float, progress: Progress, notes: lis
             rows.append(row)
         if len(ks_ok) >= 2:
             fits[f"eager-{name}"] = fit_linear(ks_ok, meds)
+        else:
+            notes.append(_no_fit(f"eager-{name}", ks_ok))
     if where != "cuda":
         return rows, fits
 
@@ -154,4 +156,13 @@ def launch_sweep(ks, where: str, budget_s: float, progress: Progress, notes: lis
         rows.append(row)
     if len(ks_ok) >= 2:
         fits["graph"] = fit_linear(ks_ok, meds)
+    else:
+        notes.append(_no_fit("graph", ks_ok))
     return rows, fits
+
+
+def _no_fit(series: str, ks_ok: list) -> str:
+    """Why a series has no per-launch figure: the fit T(K) = fixed + per_launch*K needs two K values."""
+    return (f"{series}: no fit of the per-launch cost (its summary figures are null): it needs at least two K values "
+            f"that ran, got {len(ks_ok)}" + (f" (K={ks_ok[0]}; see its row)" if ks_ok else "") +
+            ": pass more --ks")
