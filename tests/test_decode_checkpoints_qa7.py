@@ -262,3 +262,25 @@ def test_int8_torch_form_in_fp16_stays_finite_where_the_answer_is(seed):
     assert res.passed, res.summary
     yb = dequant_linear(x.bfloat16(), qw.q, qw.scale)  # bf16 keeps gpt-fast's form: fp32's range, no overflow
     assert torch.isfinite(yb).all() and yb.dtype == torch.bfloat16
+
+
+def test_other_safetensors_files_beside_model_safetensors_are_not_read(tmp_path):
+    """transformers reads model.safetensors alone: a LoRA adapter or Mistral's consolidated.safetensors beside it is
+    not the model (read with it, their tensors were refused as unused); alone, the folder lacks the model's names."""
+    from safetensors.torch import save_file
+
+    d = folder(tmp_path, tie_word_embeddings=True)
+    save_file({"base_model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(4, 32)},
+              d / "adapter_model.safetensors")
+    save_file({"layers.0.attention.wq.weight": torch.zeros(32, 32)}, d / "consolidated.safetensors")
+    ours = C.load(d).model
+    ref = hf_model(tie_word_embeddings=True)
+    prompt = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(0))
+    ours.setup_rope(16)
+    with torch.no_grad():
+        res = check(ours(prompt, torch.arange(5)), ref(prompt).logits)
+    assert res.passed, res.summary
+    (d / "model.safetensors").unlink()
+    (d / "adapter_model.safetensors").unlink()
+    with pytest.raises(UserError, match=r"lacks model\.embed_tokens\.weight \(and \d+ more\)"):
+        C.load(d)

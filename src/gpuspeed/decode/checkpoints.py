@@ -268,7 +268,10 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
         except (KeyError, TypeError) as exc:
             raise UserError(f"{index}: not a safetensors index ({type(exc).__name__}: {exc})") from None
     else:
-        files = sorted(folder.glob("*.safetensors"))
+        # transformers reads model.safetensors alone where it is: other files beside it (a LoRA adapter, Mistral's
+        # consolidated.safetensors) are not this model's weights
+        files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else \
+            sorted(folder.glob("*.safetensors"))
         if not files:
             raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
         weight_map = None
@@ -309,7 +312,7 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
         if not torch.equal(whole("lm_head.weight"), whole("model.embed_tokens.weight")):
             args = ModelArgs(**{**args.__dict__, "tie_embeddings": False})
 
-    _unused(str(folder), weight_map, HF_NAMES, args.n_layers)
+    _check_names(str(folder), weight_map, HF_NAMES, args)
 
     def get(name: str) -> torch.Tensor:
         if name not in weight_map:
@@ -350,13 +353,20 @@ def _read_json(path: Path):
         raise UserError(f"{path}: not valid JSON (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
 
 
-def _unused(where: str, present, names: dict, n_layers: int) -> None:
-    """Refuse tensors the model would not read (names: HF_NAMES or GGUF_NAMES): a bias the config does not declare
+def _check_names(where: str, present, names: dict, args: ModelArgs) -> None:
+    """Before any weight is made: the first tensor the model needs and the checkpoint lacks, else refuse tensors the
+    model would not read (names: HF_NAMES or GGUF_NAMES): a bias the config does not declare
     (a Qwen2-style checkpoint relabelled llama; llama.cpp's optional attn_q.bias), layers past the layer count,
     quantization scales. Dropping them decodes other numbers than the checkpoint's own model; transformers only warns.
     Skipped without a word: RoPE's inv_freq buffers (old checkpoints) and a tied checkpoint's copy of its head."""
-    used = {names["tok_emb"], names["norm"], names["lm_head"]}
-    used |= {v.format(i=i) for i in range(n_layers) for v in names["layer"].values()}
+    n_layers = args.n_layers
+    need = [names["tok_emb"]] + [v.format(i=i) for i in range(n_layers) for v in names["layer"].values()] + \
+        [names["norm"]] + ([] if args.tie_embeddings else [names["lm_head"]])
+    missing = [k for k in need if k not in present]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"{where}: checkpoint lacks {missing[0]}{more}")
+    used = set(need) | {names["lm_head"]}
     extra = sorted(k for k in present if k not in used and not k.endswith("rotary_emb.inv_freq"))
     if extra:
         more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
@@ -440,7 +450,7 @@ def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
                      norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
                      tie_embeddings="output.weight" not in tensors,
                      max_seq_len=int(meta("context_length", 2048)), head_dim=head_dim, name=path.stem)
-    _unused(path.name, tensors, GGUF_NAMES, args.n_layers)
+    _check_names(path.name, tensors, GGUF_NAMES, args)
 
     def get(name: str) -> torch.Tensor:
         if name not in tensors:
