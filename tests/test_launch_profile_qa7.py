@@ -181,3 +181,34 @@ def test_a_sweep_of_one_k_says_why_it_has_no_per_launch_figure():
     rows, fits = launch_sweep((1,), "cpu", 0.01, lambda what: None, notes)
     assert not fits and rows[0]["K"] == 1 and "time_s" in rows[0]
     assert any("eager-torch: no fit" in n and "two K values" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("line_backend", ["settrace", "auto"])
+def test_a_function_calling_torch_compiled_code_profiles(tmp_path, line_backend):
+    """The source-line pass looked code objects up in a dict: dynamo's code holds slice constants, which do not hash,
+    so profiling anything that called a torch.compile'd function failed with 'TypeError: unhashable type: slice'."""
+    src = _write(tmp_path, """\
+        import torch
+
+        @torch.compile(backend="eager")
+        def g(x):
+            y = x[1:] * 2
+            y[0] = 3.0
+            return y[y > 0]
+
+        def f(x):
+            s = 0
+            for i in range(3):
+                s = s + g(x).sum()
+            return s
+        """, name="compiled_user_qa7.py")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compiled_user_qa7", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import torch
+
+    res = profile(mod.f, torch.randn(64), steps=1, warmup=1, device="cpu", line_backend=line_backend)
+    assert res.hotspots["lines"]["functions"], res.hotspots["lines"]
+    assert any(f["function"] == "f" for f in res.hotspots["lines"]["functions"])

@@ -121,9 +121,11 @@ def record_sites(fn, args=(), kwargs=None) -> Sites:
     user_cache: dict = {}
 
     def user(code) -> bool:
-        u = user_cache.get(code)
+        # keyed by file name, not by the code object: hashing a code object hashes its constants, and the code
+        # torch.compile (dynamo) runs holds slices, which do not hash (TypeError: unhashable type: 'slice')
+        u = user_cache.get(code.co_filename)
         if u is None:
-            u = user_cache[code] = is_user_file(code.co_filename)
+            u = user_cache[code.co_filename] = is_user_file(code.co_filename)
         return u
 
     live: dict = {}  # id(frame) of a running user frame -> {callee: [lines in call order]}
