@@ -4,13 +4,19 @@ In this process the interpreter switches are kept out of the shared environment 
 test_kernel_report); the launchers here launch nothing, or the tests stop before anything runs.
 """
 
+import json
+import os
+import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
 
 from gpuspeed.kernel import verdict
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cli(args, monkeypatch, capsys):
@@ -145,3 +151,52 @@ def test_a_dict_from_inputs_is_named_when_the_launcher_fails_on_it(tmp_path, mon
     assert rc == 2
     line = _one_error_line(got.err)
     assert "launch raised TypeError" in line and "inputs(rng) returned a dict" in line
+
+
+AUTOTUNE_CHILD = """
+import json, os
+import gpuspeed.kernel.capture as capture
+capture._cuda_here = lambda: True  # what --device cpu on a GPU machine saw: a CUDA device beside the interpreter
+import torch, triton
+import triton.language as tl
+from gpuspeed import kernel_report
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 256}, num_warps=8)],
+                 key=["n"])
+@triton.jit
+def scale(x, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(o + offs, tl.load(x + offs, mask=offs < n) * 2, mask=offs < n)
+
+def launch(x):
+    o = torch.empty_like(x)
+    scale[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, o, x.numel())
+    return o
+
+rep = kernel_report(launch, torch.arange(1000, dtype=torch.float32), device="cpu")
+print(json.dumps(rep.to_dict()["launches"][0]["autotune"]["chosen"]))
+"""
+
+
+def test_an_interpreted_autotuner_times_nothing_even_with_a_gpu_beside_it(tmp_path):
+    # --device cpu on a GPU machine: triton's do_bench timed the interpreter's host work with CUDA events and picked
+    # BLOCK 256, while the report said "nothing timed under the interpreter; the first of 2 configs ran"
+    pytest.importorskip("triton")
+    p = tmp_path / "child.py"
+    p.write_text(AUTOTUNE_CHILD)
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    r = subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"BLOCK": 128, "num_warps": 4, "num_stages": 3}
+
+
+@pytest.mark.gpu
+def test_cli_device_cpu_on_a_gpu_machine_runs_the_first_autotune_config(tmp_path):
+    p = tmp_path / "auto.py"
+    p.write_text(AUTOTUNE_CHILD.split("rep = kernel_report")[0].replace(
+        "capture._cuda_here = lambda: True", "pass"))
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", f"{p}:launch", "--input", "x=float32[1000]",
+                        "--device", "cpu", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["launches"][0]["autotune"]["chosen"]["BLOCK"] == 128

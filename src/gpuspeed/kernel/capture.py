@@ -7,8 +7,8 @@ While a `Capture` is open it wraps, at class level, the methods every launch goe
   `Autotuner._bench` marks its benchmarking launches so they are not counted as the launcher's.
 - Numba: `_Kernel.launch` (the compiled kernel: registers, static shared memory, local memory per
   thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__`.
-Without a GPU an interpreted kernel's autotuner has no device to time its configs on, so its benchmark runs
-each config once (a correctness run) and calls them all equal: the first config is chosen.
+An interpreted kernel's autotuner has no device to time its configs on (none here, or --device cpu), so its
+benchmark runs each config once (a correctness run) and calls them all equal: the first config is chosen.
 Backends are patched once imported: at entry, and again at `refresh()` (kernel_report calls it after the
 warm-up call, which may have imported the kernels lazily).
 """
@@ -178,8 +178,10 @@ class Capture:
         self._patch(at, "run", wrap_run)
         if hasattr(at, "_bench"):
             self._patch(at, "_bench", wrap_bench)
-        if "do_bench" in at.__dict__ and not _cuda_here():
-            # no device to time an interpreted kernel's configs on: run each once (a correctness run), call them equal
+        if "do_bench" in at.__dict__:
+            # an interpreted kernel's configs are not timed, GPU here or not (--device cpu on a GPU machine: triton's
+            # do_bench would time the interpreter's host work with CUDA events and pick by that): run each once (a
+            # correctness run), call them equal, so the first config is chosen, as the report says
             def wrap_do_bench(orig):
                 def do_bench(tuner):
                     if _interpreted(tuner):
@@ -258,15 +260,6 @@ def _run_once(fn, quantiles=None, **_):
     """The interpreter's stand-in for the autotuner's benchmark: one correctness run, no time."""
     fn()
     return [0.0] * len(quantiles) if quantiles else 0.0
-
-
-def _cuda_here() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # no torch: no CUDA through it either
-        return False
 
 
 def _interpreted(tuner) -> bool:
