@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         rows: int = typer.Option(0, help="Rows of the input (0: 8192 on a GPU, 1024 on the CPU)."),
         cols: int = typer.Option(0, help="Columns of the input (0: 8192 on a GPU, 2048 on the CPU)."),
         budget: float = typer.Option(2.0, help="Seconds each measurement may take at most."),
-        out: Path = typer.Option(None, help="Write bench_demo.json into this folder."),
+        out: Optional[str] = typer.Option(None, "--out", help="Write bench_demo.json into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Time a NumPy row softmax and its torch version: bench(), check() and compare() at work."""
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.results import check_out_dir, write_results
         from gpuspeed.timing import format_speedup, format_time
 
-        check_out_dir(out)  # a bad --out fails now, before the measuring
+        out = check_out_dir(out)  # a bad --out fails now, before the measuring
         if (rows > 0) != (cols > 0) or rows < 0 or cols < 0:
             raise UserError("--rows and --cols go together and must be positive")
         if not budget > 0:

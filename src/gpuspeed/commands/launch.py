@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -96,7 +97,7 @@ def register(app: typer.Typer) -> None:
                                                            "instead of running the study."),
         inputs: str = typer.Option(None, "--inputs", help="With --explain: file.py:make_inputs giving the "
                                                          "example arguments (default: make_inputs in the file)."),
-        out: Path = typer.Option(None, help="Write launch.json, launch.md and launch.png into this folder "
+        out: Optional[str] = typer.Option(None, "--out", help="Write launch.json, launch.md and launch.png into this folder "
                                             "(with --explain: explain.json)."),
         as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
     ):
@@ -109,7 +110,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.launch.report import fmt
         from gpuspeed.results import check_out_dir
 
-        check_out_dir(out)  # a bad --out fails now, not after the whole study
+        out = check_out_dir(out)  # a bad --out fails now, not after the whole study
         console = make_console()
         if explain:
             study_flags = {"--device": device != "auto", "--ks": ks is not None, "--ns": ns is not None,

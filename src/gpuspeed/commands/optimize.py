@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -34,7 +33,7 @@ def register(app: typer.Typer) -> None:
                                                      "each candidate (default 1.5 with a GPU, 0.5 without)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", help="Candidates built and checked at once (default 3 with "
                                                                 "a GPU, 1 without); timing is always one at a time."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Folder for the report (default "
+        out: Optional[str] = typer.Option(None, "--out", help="Folder for the report (default "
                                                                "results/<gpu>/optimize/<name>)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
@@ -47,7 +46,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.results import check_out_dir
 
         console = make_console(stderr=True)
-        check_out_dir(out)
+        out = check_out_dir(out)
         # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
         signal.signal(signal.SIGTERM, _terminate)
         # with --json, stdout holds the JSON alone: what the workload prints while it is loaded and run goes to stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -36,7 +35,7 @@ def register(app: typer.Typer) -> None:
                                                  "torch, else cupy, else numpy)."),
         device: str = typer.Option("auto", help="cpu, cuda or auto."),
         hotspots: bool = typer.Option(True, "--hotspots/--no-hotspots", help="Also profile the Python side."),
-        out: Optional[Path] = typer.Option(None, "--out", help="Write profile.json, profile.md and the trace here."),
+        out: Optional[str] = typer.Option(None, "--out", help="Write profile.json, profile.md and the trace here."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary and findings as JSON on stdout (the "
                                                            "profiled code's own output goes to stderr)."),
     ):
@@ -63,7 +62,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--warmup {warmup}: cannot be negative")
         if (script is None) == (function is None):
             raise UserError("give either a script to run or --function path/to/file.py:name")
-        check_out_dir(out)
+        out = check_out_dir(out)
         where = _device.resolve_device(device)
         kwargs: dict = {}
         notes = []
