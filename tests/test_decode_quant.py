@@ -234,3 +234,23 @@ def test_int8_model_with_fused_triton_gemvs_decodes_its_dequantized_weights():
     assert check(got, want.double()).passed  # the prompt's rows: more than one row, so the torch form
     one = prompt[:, -1:]
     assert check(m(one, pos[-1:], opts=fused), deq(one, pos[-1:], opts=plain).double()).passed
+
+
+def test_int8_prepare_runs_with_no_fp32_copy_alive(tmp_path, monkeypatch):
+    # the fp32 model the bf16 one came from is not int8's reference: it must be gone before prepare() copies
+    # the bf16 model (held, a run had three copies of the weights at once)
+    import gc
+
+    seen = []
+    prepare = Q.prepare
+
+    def watching(ck, ref_model, spec, notes):
+        gc.collect()
+        seen.extend(o.dtype for o in gc.get_objects() if isinstance(o, M.Transformer))
+        return prepare(ck, ref_model, spec, notes)
+
+    monkeypatch.setattr(Q, "prepare", watching)
+    doc = study.run(study.Spec(model="tiny", max_layers=1, dtype="bf16", quant="int8", variants=["V2"], new_tokens=3,
+                               prompt_len=4, device="cpu", profile=False, bench_budget_s=0.05, compile_backend="eager"))
+    assert seen and torch.float32 not in seen, seen
+    assert doc["summary"]["tiny_int8_best_ms_per_token"] > 0

@@ -575,7 +575,11 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
     if spec.quant:
         from gpuspeed.decode import quant
 
-        ck, ref_model = quant.prepare(ck, ref_model, spec, notes)  # the reference: the unquantized model
+        # int8 is compared with the dtype it replaces: drop the fp32 copy before prepare() makes that dtype's copy
+        # (held here, it made three copies at once: fp32, the model and the reference; 8 bytes a parameter)
+        ref_model = None
+        _free(device)
+        ck, ref_model = quant.prepare(ck, None, spec, notes)  # the reference: the unquantized model
     m = ck.model
     prompt, tok = make_prompt(spec, ck, device)
     if tp is None and spec.model not in M.CONFIGS:  # named models: check_fits, before their weights were made
