@@ -200,3 +200,11 @@ def test_cli_device_cpu_on_a_gpu_machine_runs_the_first_autotune_config(tmp_path
                         "--device", "cpu", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["launches"][0]["autotune"]["chosen"]["BLOCK"] == 128
+
+
+def test_verdict_percentages_under_ten_keep_two_digits():
+    # a 4 KiB add on the H100 read "at 0 % of the copy roof, where device copies ... reach 0 %"
+    from gpuspeed.kernel.verdict import _pct
+
+    assert _pct(0.42) == "0.42 %" and _pct(6.86) == "6.9 %" and _pct(9.96) == "10 %" and _pct(68.2) == "68 %"
+    assert _pct(100.46) == "100 %"

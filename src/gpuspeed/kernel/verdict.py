@@ -45,7 +45,8 @@ BALLOT_SHARE = 0.05  # warp votes this large a share of a loop body: counting by
 
 
 def _pct(x: float) -> str:
-    return f"{x:.0f} %"
+    # two significant digits under 10 %: a 4 KiB add "at 0 % of the copy roof, where copies reach 0 %" said nothing
+    return f"{x:.0f} %" if abs(x) >= 9.95 else f"{x:.2g} %"
 
 
 def _roof_name(f: dict) -> str:
@@ -106,7 +107,9 @@ def at_copy(f):
 def spills(f):
     worst = max(f.get("launches") or [], key=lambda la: la.get("spills") or 0, default=None)
     if worst and (worst.get("spills") or 0) > 0:
-        lever = ("lower BLOCK / num_warps" if worst.get("backend") == "triton"
+        # the spilled values are per thread: fewer elements per thread, so a smaller BLOCK or more warps for it
+        # (fewer warps for the same BLOCK spills more)
+        lever = ("fewer elements per thread: a smaller BLOCK, or more num_warps" if worst.get("backend") == "triton"
                  else "fewer live values or smaller local arrays per thread")
         return f"{worst['kernel']} spills {worst['spills']} bytes per thread: {lever}", lever
 
