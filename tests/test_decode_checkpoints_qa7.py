@@ -74,6 +74,13 @@ def test_a_size_that_is_not_a_positive_integer_is_one_line(tmp_path, capsys, key
     _one_line(rc, cap, says)
 
 
+def test_tie_word_embeddings_as_a_string_is_one_line(tmp_path):
+    # bool("false") is True: a quoted false tied the head to the embedding
+    d = folder(tmp_path, edit=lambda cfg: cfg.update({"tie_word_embeddings": "false"}))
+    with pytest.raises(UserError, match="tie_word_embeddings 'false': not true or false"):
+        C.load(d)
+
+
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json", "model.safetensors.index.json"])
 def test_a_json_file_that_is_not_utf8_is_one_line(tmp_path, capsys, name):
     """A binary config.json was a UnicodeDecodeError traceback."""

@@ -117,9 +117,17 @@ def _args_from_hf_config(cfg: dict, name: str) -> ModelArgs:
                      n_kv_heads=size("num_key_value_heads", cfg.get("num_key_value_heads") or n_heads),
                      ffn_dim=size("intermediate_size", cfg["intermediate_size"]), rope_theta=theta,
                      rope_scaling=scaling, norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                     tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                     tie_embeddings=_flag(f"{name}: config.json", "tie_word_embeddings",
+                                          cfg.get("tie_word_embeddings", False)),
                      max_seq_len=int(cfg.get("max_position_embeddings", 2048)),
                      head_dim=size("head_dim", cfg["head_dim"]) if cfg.get("head_dim") else 0, name=name)
+
+
+def _flag(where: str, key: str, value) -> bool:
+    """A JSON true/false (null: false, as transformers' default), else a one-line error: bool("false") is True."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise UserError(f"{where} has a bad value ({key} {value!r}: not true or false)")
 
 
 def _size(where: str, key: str, value) -> int:
