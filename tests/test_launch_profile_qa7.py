@@ -212,3 +212,12 @@ def test_a_function_calling_torch_compiled_code_profiles(tmp_path, line_backend)
     res = profile(mod.f, torch.randn(64), steps=1, warmup=1, device="cpu", line_backend=line_backend)
     assert res.hotspots["lines"]["functions"], res.hotspots["lines"]
     assert any(f["function"] == "f" for f in res.hotspots["lines"]["functions"])
+
+
+@pytest.mark.parametrize("args,says", [(["--ks", "0"], "--ks must be 1 or more, got 0"),
+                                       (["--ns", "1,-3"], "--ns must be 1 or more, got -3"),
+                                       (["--chain-k", "0"], "--chain-k must be 1 or more, got 0"),
+                                       (["--tiny-k", "0"], "--tiny-k must be 1 or more, got 0")])
+def test_launch_names_the_flag_that_is_not_positive(args, says, capsys):
+    assert main(["launch", "--device", "cpu", *args]) == 2
+    assert capsys.readouterr().err.strip() == f"gpuspeed: error: {says}"

@@ -36,8 +36,10 @@ def count_steps(ks, ns, variants, where: str) -> int:
 
 def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, variants) -> None:
     """Raise UserError on a bad request before anything is measured."""
-    if any(k < 1 for k in ks or ()) or any(n < 1 for n in ns or ()) or chain_k < 1 or tiny_k < 1:
-        raise UserError("K, N and chain lengths must be positive")
+    for flag, values in (("--ks", ks or ()), ("--ns", ns or ()), ("--chain-k", [chain_k]), ("--tiny-k", [tiny_k])):
+        low = next((v for v in values if v < 1), None)
+        if low is not None:  # name the flag: "K, N and chain lengths must be positive" left the user to guess
+            raise UserError(f"{flag} must be 1 or more, got {low}")
     if max(ks or (1,)) > MAX_KERNELS or tiny_k > MAX_KERNELS:  # --ks 1e12 ran for ever, showing nothing
         raise UserError(f"K and --tiny-k go up to {MAX_KERNELS} kernels (each is launched and captured into a "
                         f"graph), got {max(max(ks or (1,)), tiny_k)}")
