@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
         rows: int = typer.Option(0, help="Rows of the input (0: 8192 on a GPU, 1024 on the CPU)."),
         cols: int = typer.Option(0, help="Columns of the input (0: 8192 on a GPU, 2048 on the CPU)."),
         budget: float = typer.Option(2.0, help="Seconds each measurement may take at most."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write bench_demo.json into this folder."),
+        out: Optional[str] = typer.Option(None, "--out", metavar="<path>", help="Write bench_demo.json into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Time a NumPy row softmax and its torch version: bench(), check() and compare() at work."""

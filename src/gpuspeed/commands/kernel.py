@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
                                                                    "whose arguments add up to more, each launch's "
                                                                    "arguments once)."),
         # a str, not a Path: typer makes --out '' Path("."), which check_out_dir could no longer tell from the cwd
-        out: Optional[str] = typer.Option(None, "--out", help="Write kernel_report.json into this folder."),
+        out: Optional[str] = typer.Option(None, "--out", metavar="<path>", help="Write kernel_report.json into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ):
         """Launch geometry, registers, spills, shared memory, occupancy, autotuning, roof position and a verdict."""

@@ -97,7 +97,8 @@ def register(app: typer.Typer) -> None:
                                                            "instead of running the study."),
         inputs: str = typer.Option(None, "--inputs", help="With --explain: file.py:make_inputs giving the "
                                                          "example arguments (default: make_inputs in the file)."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write launch.json, launch.md and launch.png into this folder "
+        out: Optional[str] = typer.Option(None, "--out", metavar="<path>",
+                                         help="Write launch.json, launch.md and launch.png into this folder "
                                             "(with --explain: explain.json)."),
         as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
     ):

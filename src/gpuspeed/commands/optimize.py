@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
                                                      "each candidate (default 1.5 with a GPU, 0.5 without)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", help="Candidates built and checked at once (default 3 with "
                                                                 "a GPU, 1 without); timing is always one at a time."),
-        out: Optional[str] = typer.Option(None, "--out", help="Folder for the report (default "
+        out: Optional[str] = typer.Option(None, "--out", metavar="<path>", help="Folder for the report (default "
                                                                "results/<gpu>/optimize/<name>)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),

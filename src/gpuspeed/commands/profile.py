@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
                                                  "torch, else cupy, else numpy)."),
         device: str = typer.Option("auto", help="cpu, cuda or auto."),
         hotspots: bool = typer.Option(True, "--hotspots/--no-hotspots", help="Also profile the Python side."),
-        out: Optional[str] = typer.Option(None, "--out", help="Write profile.json, profile.md and the trace here."),
+        out: Optional[str] = typer.Option(None, "--out", metavar="<path>",
+                                         help="Write profile.json, profile.md and the trace here."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary and findings as JSON on stdout (the "
                                                            "profiled code's own output goes to stderr)."),
     ):
