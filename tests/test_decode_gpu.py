@@ -46,6 +46,19 @@ def test_full_tiny_fp32_every_variant_gives_v0s_tokens():
         assert float(top2[0] - top2[1]) < 1e-4 * float(ref_logits[i][0].abs().max()), (name, i, top2)
 
 
+def test_a_cpu_model_on_a_gpu_machine_runs_its_graph_rungs_eagerly():
+    # capture() resolved 'auto' to the GPU, recorded none of the CPU model's work and replayed nothing: V5's tokens
+    # were the prefill's argmax repeated
+    m = M.build(M.named_config("tiny", vocab_size=257, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96),
+                seed=3)
+    prompt = torch.randint(0, 257, (2, 5), generator=torch.Generator().manual_seed(1))
+    want = generate(V.make_engine("V2", m, 2, 32), prompt, 9)
+    for name in ("V4", "V5"):
+        e = V.make_engine(name, m, 2, 32, compile_backend="eager")
+        assert torch.equal(generate(e, prompt, 9), want), name
+        assert e.info["graph_mode"] == "eager", name
+
+
 def test_smollm2_bf16_v5_agrees_with_v2():
     m = M.build(M.named_config("smollm2-135m"), device="cuda", dtype=torch.bfloat16, seed=0)
     prompt = _prompt(m)

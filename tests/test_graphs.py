@@ -251,6 +251,39 @@ def test_capture_rejects_cpu_inputs():
         graphs.capture(lambda x: x + 1, torch.randn(8))
 
 
+@pytest.mark.gpu
+def test_capture_refuses_a_closure_whose_work_is_on_the_cpu():
+    # no tensor argument to refuse: the graph records nothing and a replay would leave the output as the capture did
+    from gpuspeed import timing
+
+    state = torch.zeros(4)
+
+    def step():
+        state.add_(1)
+        return state
+
+    with pytest.raises(graphs.CaptureError, match="recorded no GPU work") as err:
+        graphs.capture(step)()
+    assert err.value.kind == "no GPU work"
+    with pytest.raises(timing.EmptyGraph):
+        timing.record_graph(step, warmup=0)
+    g = graphs.capture(step, device="cpu")  # asked for: runs eagerly
+    before = float(state[0])
+    g()
+    assert float(state[0]) == before + 1
+    # GPU work with a CPU side effect still captures, and the body's own warnings reach the caller
+    x = torch.randn(16, device="cuda")
+
+    def warns(x):
+        warnings.warn("the body's own warning", UserWarning, stacklevel=2)
+        return x * 2
+
+    with pytest.warns(UserWarning, match="the body's own warning"):
+        gw = graphs.capture(warns, x)
+        out = gw(x)
+    assert torch.equal(out, x * 2)
+
+
 def test_default_variants_change_values_and_first_dims_keep_structure():
     from gpuspeed.graph_breaks import default_variants
 

@@ -70,7 +70,14 @@ def test_triton_autotuned_stream_on_the_copy_roof():
     assert mix["scope"] == "whole kernel (no loop)" and mix["kinds"]["global memory"] >= 3 and mix["kinds"]["fp32"] >= 1
     p = d["placement"]
     assert p["bound"] == "memory" and p["roof"] == "copy" and p["bytes"] == 3 * 4 * n
-    assert 0 < d["pct_of_roof"] < 130 and d["ceilings_source"].endswith("roofline.json")
+    # this GPU's committed roofline.json where there is one (the H200's), else measured now (an H100 here has none)
+    from pathlib import Path
+
+    from gpuspeed import device
+
+    committed = (Path(__file__).resolve().parents[1] / "results" / device.get_device("cuda").slug / "roofline.json")
+    want = "roofline.json" if committed.is_file() else "measured now (quick)"
+    assert 0 < d["pct_of_roof"] < 130 and d["ceilings_source"].endswith(want), (d["ceilings_source"], want)
     # 400 MB in one launch: a device copy of those bytes is near the copy roof, and the kernel near the copy
     assert 60 < d["copy_pct_of_roof"] < 130 and d["pct_of_roof"] > 0.5 * d["copy_pct_of_roof"]
     assert any("device copies of the same bytes" in line for line in rep.lines())

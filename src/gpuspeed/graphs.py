@@ -279,6 +279,9 @@ class Graphed:
             graph, out = timing.record_graph(body, warmup=self.warmup, pool=pool)
         except CaptureError:
             raise
+        except timing.EmptyGraph as exc:  # a closure over CPU tensors: nothing to replay, and no op to name
+            raise CaptureError(f"capture({trees.callable_name(self.fn)}): {exc} (pass device='cpu' to run it "
+                               "eagerly)", kind="no GPU work") from exc
         except Exception as exc:
             torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture stream current
             raise self._diagnose(static_args, exc) from exc

@@ -381,7 +381,8 @@ class Graphed(Static):
                 _sync(self.device)
                 self.info["compile_s"] = time.perf_counter() - t0
                 t0 = time.perf_counter()
-            g = capture(steps_k)
+            # a CPU model on a machine with a GPU runs eagerly (a CUDA graph of its steps would record nothing)
+            g = capture(steps_k, device="cuda" if self.device.type == "cuda" else "cpu")
             g()  # captured at the first call
         _sync(self.device)
         self.info[f"capture_s_k{k}"] = time.perf_counter() - t0

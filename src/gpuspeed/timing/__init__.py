@@ -20,13 +20,13 @@ from gpuspeed import device as _device
 from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.stats import Comparison, Measurement, compare, format_speedup, format_time, median_rel_error, summarize
-from gpuspeed.timing.gpu import block_until_ready, flush_l2, hold_gpu, record_graph
+from gpuspeed.timing.gpu import EmptyGraph, block_until_ready, flush_l2, hold_gpu, record_graph
 from gpuspeed.timing.stopping import WARMUP_SHARE, Stopper
 from gpuspeed.trees import clone_tree, has_gpu_data, is_gpu_array
 
 __all__ = ["bench", "Measurement", "Comparison", "compare", "format_speedup", "format_time", "median_rel_error",
-           "summarize", "record_graph", "flush_l2", "hold_gpu", "block_until_ready", "clone_tree", "has_gpu_data",
-           "is_gpu_array", "choose_clock"]
+           "summarize", "record_graph", "EmptyGraph", "flush_l2", "hold_gpu", "block_until_ready", "clone_tree",
+           "has_gpu_data", "is_gpu_array", "choose_clock"]
 
 MODES = ("auto", "events", "graph", "kernel", "cpu")
 

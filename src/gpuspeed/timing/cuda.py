@@ -130,7 +130,8 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
             if mode == "graph":
                 raise UserError(f"graph mode: capture failed: {type(exc).__name__}: "
                                 f"{str(exc).splitlines()[0]}") from exc
-            notes.append(f"graph capture failed ({type(exc).__name__}); timed with events instead")
+            why = str(exc).splitlines()[0] if isinstance(exc, gpu.EmptyGraph) else type(exc).__name__
+            notes.append(f"graph capture failed ({why}); timed with events instead")
             graph, calls_per_sample = None, 1
 
     watch = ClockWatch()

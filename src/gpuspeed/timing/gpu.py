@@ -4,11 +4,13 @@ results, CUDA event pairs, and the one CUDA-graph primitive (graphs.capture() bu
 from __future__ import annotations
 
 import itertools
+import warnings
 
 from typing import Any, Callable
 
 from gpuspeed import device as _device
 from gpuspeed import trees
+from gpuspeed.errors import UserError
 
 _flush_buffers: dict = {}
 _spin_rate: dict = {}
@@ -143,7 +145,9 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
     """Warm `body` up on a side stream, then capture one call of it into a CUDA graph.
 
     Returns (graph, output of the captured call). Raises whatever capture raises (a host sync, a CPU
-    tensor, a data-dependent shape); callers turn that into their own message.
+    tensor, a data-dependent shape); callers turn that into their own message. A body that queued no GPU
+    work on the capture stream (its tensors on the CPU, or on another GPU) raises EmptyGraph: torch only
+    warns, and the graph's replay would do nothing while the body's outputs stay as the capture left them.
     """
     import torch
 
@@ -159,8 +163,10 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.current_stream()
     try:
-        with torch.cuda.graph(graph, pool=pool):
-            out = body()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(graph, pool=pool):
+                out = body()
     except BaseException:
         # a failing body makes the context's capture_end raise before it restores the stream
         torch.cuda.set_stream(stream)
@@ -169,7 +175,23 @@ def record_graph(body: Callable[[], Any], *, warmup: int = 3, pool=None):
     finally:
         _own_cublas_workspace()  # the graph's workspace stays in its pool, out of torch's cache
     torch.cuda.synchronize()
+    empty = False
+    for w in caught:  # capture_end's own warning (CUDAGraph.cpp: no nodes); the body's warnings pass on
+        if str(w.message).startswith(EMPTY_GRAPH_WARNING):
+            empty = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if empty:
+        raise EmptyGraph("the CUDA graph recorded no GPU work: the function's tensors are on the CPU or on "
+                         "another GPU, so a replay would do nothing")
     return graph, out
+
+
+EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
+
+
+class EmptyGraph(UserError):
+    """A capture that recorded no GPU work (see record_graph)."""
 
 
 def _own_cublas_workspace() -> None:
