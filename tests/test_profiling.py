@@ -15,6 +15,7 @@ from planted import workloads as w  # noqa: E402
 from gpuspeed.cli import main  # noqa: E402
 from gpuspeed.profiling import profile  # noqa: E402
 from gpuspeed.profiling.hotspots import loop_nests  # noqa: E402
+from gpuspeed.errors import UserError  # noqa: E402
 
 
 def test_item_syncs_exact_on_cpu():
@@ -230,3 +231,18 @@ def test_a_trace_path_without_gz_is_written_under_a_name_that_says_gzip(tmp_path
     assert res.trace_path.endswith("t.json.gz")
     with gzip.open(res.trace_path) as f:
         json.load(f)
+
+
+def _work():
+    return sum(range(10))
+
+
+def test_a_trace_path_that_is_a_folder_gets_the_trace_inside_it(tmp_path):
+    # it was written beside the folder, as <folder>.gz
+    res = profile(_work, steps=1, warmup=0, device="cpu", hotspots=False, trace_path=tmp_path)
+    assert res.trace_path == str(tmp_path / "_work.trace.json.gz")
+    with gzip.open(res.trace_path) as f:
+        json.load(f)
+    assert not (tmp_path.parent / (tmp_path.name + ".gz")).exists()
+    with pytest.raises(UserError, match="does not exist"):  # not a FileNotFoundError from deep in the writer
+        profile(_work, steps=1, warmup=0, device="cpu", hotspots=False, trace_path=tmp_path / "no" / "t.json.gz")

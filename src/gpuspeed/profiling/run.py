@@ -181,6 +181,10 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
         fn(*args, **kwargs)
     _sync(on_gpu)
     path = Path(trace_path) if trace_path else None
+    if path is not None and path.is_dir():  # a folder: the trace goes inside it, named after the function
+        path = path / f"{_file_stem(name)}.trace.json.gz"
+    if path is not None and not path.parent.is_dir():
+        raise UserError(f"trace_path {str(trace_path)!r}: its folder {str(path.parent)!r} does not exist")
     if path is not None and not path.name.endswith(".gz"):  # what is written is gzipped: the name says so
         path = path.with_name(path.name + ".gz")
         notes.append(f"the trace is gzipped: written to {path.name}")
@@ -209,6 +213,12 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
                          findings=findings, hotspots=hs, recommendations=recs, notes=notes,
                          params={"steps": steps, "warmup": warmup, "device": where, "hotspots": hotspots,
                                  "calls": calls_made(steps, warmup, hotspots)})
+
+
+def _file_stem(name: str) -> str:
+    """A function's name as a file name: letters, digits, '.', '_' and '-' kept, the rest '_'."""
+    stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).strip(".")  # no hidden file
+    return stem or "profile"
 
 
 def _refuse_lazy(fn) -> None:
