@@ -291,3 +291,17 @@ def test_other_safetensors_files_beside_model_safetensors_are_not_read(tmp_path)
     (d / "adapter_model.safetensors").unlink()
     with pytest.raises(UserError, match=r"lacks model\.embed_tokens\.weight \(and \d+ more\)"):
         C.load(d)
+
+
+def test_a_gguf_file_without_the_suffix_is_known_by_its_magic_bytes(tmp_path):
+    """A blob store or a renamed download drops `.gguf`: it was refused as 'not a .gguf file'."""
+    path = write_gguf(tmp_path / "m.gguf")
+    bare = tmp_path / "model-blob"
+    bare.write_bytes(path.read_bytes())
+    want, got = C.load(path), C.load(bare)
+    assert got.source == "gguf"
+    assert torch.equal(got.model.tok_emb, want.model.tok_emb)
+    other = tmp_path / "notes.gguf"  # the suffix alone does not make a GGUF
+    other.write_text("not a checkpoint")
+    with pytest.raises(UserError, match="not a GGUF file"):
+        C.load(other)

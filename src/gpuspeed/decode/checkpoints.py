@@ -245,15 +245,24 @@ GGUF_NAMES = {"tok_emb": "token_embd.weight", "norm": "output_norm.weight", "lm_
 
 
 def load(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
-    """A .gguf file or a Hugging Face folder."""
+    """A GGUF file (by its magic bytes: a download or a blob store may have dropped the .gguf suffix) or a
+    Hugging Face folder."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"no checkpoint at {p}")
-    if p.is_file() and p.suffix == ".gguf":
+    if p.is_file() and _is_gguf(p):
         return load_gguf(p, device=device, dtype=dtype)
     if p.is_dir():
         return load_hf(p, device=device, dtype=dtype)
-    raise UserError(f"{p}: not a .gguf file or a folder with config.json and safetensors")
+    raise UserError(f"{p}: not a GGUF file or a folder with config.json and safetensors")
+
+
+def _is_gguf(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
 
 
 def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args=None, read=None) -> Checkpoint:
