@@ -21,6 +21,7 @@ UNRELIABLE_NOISE = 0.05  # a median known only to over ±5 % is not a number to 
 # IQR over a quarter of the median: the samples spread over several levels (two modes, interference),
 # and the median can land on a different one next run however tight its own error bar looks
 UNRELIABLE_SPREAD = 0.25
+MIN_COMPARE_SAMPLES = 3  # compare() bootstraps an interval only from this many samples a side (median_rel_error's too)
 
 
 @dataclass
@@ -200,10 +201,13 @@ class Comparison:
     verdict: str  # "faster", "slower" or "same"
     confidence: float = 0.95
     threshold: float = 0.01
+    note: str = ""  # set when the interval could not be estimated (too few samples): the basis says so
 
     @property
     def basis(self) -> str:
         """Why the verdict is what it is, in words."""
+        if self.note:
+            return self.note
         if self.verdict == "faster":
             return f"whole interval above 1, speedup over {1 + self.threshold:g}"
         if self.verdict == "slower":
@@ -222,7 +226,9 @@ def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000
     """Speedup of `candidate` over `baseline`, with a bootstrap confidence interval of the median ratio.
 
     The verdict is "faster" (or "slower") only when the whole interval lies on one side of 1 and the
-    speedup itself is beyond `threshold` (1 % by default); otherwise "same".
+    speedup itself is beyond `threshold` (1 % by default); otherwise "same". A measurement of fewer than
+    MIN_COMPARE_SAMPLES samples has no error estimate (its rel_noise is inf): resampling one or two values
+    gives a zero-width interval that is no evidence, so the interval is [0, inf] and the verdict "same".
     """
     for what, m in (("baseline", baseline), ("candidate", candidate)):
         if not isinstance(m, Measurement):
@@ -242,6 +248,13 @@ def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000
         raise UserError("compare() needs measurements without NaN times: a NaN sample has no speed to compare")
     if not candidate.median > 0:  # the speedup divides by it
         raise UserError(f"compare() needs a candidate with a positive median time, got {candidate.median:g}")
+    speedup = baseline.median / candidate.median
+    few = min(a.size, b.size)
+    if few < MIN_COMPARE_SAMPLES:  # the bootstrap of one or two values is a point, not an interval
+        return Comparison(speedup=float(speedup), ci_low=0.0, ci_high=math.inf, verdict="same",
+                          confidence=confidence, threshold=threshold,
+                          note=f"too few samples to tell (n={a.size} vs {b.size}; at least "
+                               f"{MIN_COMPARE_SAMPLES} each give an interval)")
     rng = np.random.default_rng(seed)
     ma = np.median(a[rng.integers(0, a.size, (n_boot, a.size))], axis=1)
     mb = np.median(b[rng.integers(0, b.size, (n_boot, b.size))], axis=1)
@@ -251,7 +264,6 @@ def compare(baseline: Measurement, candidate: Measurement, *, n_boot: int = 2000
     alpha = (1 - confidence) / 2
     lo, hi = (_quantiles(ratios, [100 * alpha, 100 * (1 - alpha)]) if ratios.size  # an infinite end stays infinite
               else (math.nan, math.nan))
-    speedup = baseline.median / candidate.median
     if lo > 1 and speedup > 1 + threshold:
         verdict = "faster"
     elif hi < 1 and speedup < 1 / (1 + threshold):
