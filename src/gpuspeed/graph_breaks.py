@@ -203,11 +203,24 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
     return [trees.unflatten(spec, [vary(x, 1 if i == 0 else i + 1, i) for x in leaves]) for i in range(n)]
 
 
+def _default_calls(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
+    """default_variants' calls as (args, kwargs): the keyword arguments' tensors change as the positional ones do;
+    their other values (dim=, an int option) are kept, since a changed option is another call, not new inputs."""
+    k_leaves, k_spec = trees.flatten(kwargs)
+    out = []
+    for a, k in default_variants((args, kwargs)):
+        changed, _ = trees.flatten(k)
+        keep = [new if trees.module_of(old) == "torch" else old for old, new in zip(k_leaves, changed, strict=True)]
+        out.append((tuple(a), trees.unflatten(k_spec, keep)))
+    return out
+
+
 def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_fullgraph: bool = True,
             **kwargs) -> Explanation:
     """Graph breaks, recompiles and fullgraph-ability of `fn(*args, **kwargs)` under torch.compile.
 
-    variants: argument tuples for the extra calls that count recompiles (default: default_variants(args)).
+    variants: argument tuples for the extra calls that count recompiles, each called with `kwargs` (default:
+        default_variants of the arguments and keyword arguments together: keyword tensors change too).
     Uses dynamo's "eager" backend throughout: it finds graphs and breaks without compiling kernels.
     """
     import torch
@@ -261,14 +274,17 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
         if variants is None and not trees.flatten((tuple(args), kwargs))[0]:
             variants = []  # no inputs to change: the one call is all there is
             notes.append("no inputs to change: recompiles are not counted")
-        calls = [tuple(args)] + list(variants if variants is not None else default_variants(tuple(args)))
+        # (args, kwargs) per call: the default variants change keyword tensors too (a tensor passed by keyword was
+        # passed unchanged to every call, and its shape's recompiles never showed); the caller's keep kwargs
+        calls = [(tuple(args), kwargs)] + ([(tuple(v), kwargs) for v in variants] if variants is not None else
+                                           _default_calls(tuple(args), kwargs))
         made = 0
         recompile_msgs: list[str] = []
         counted = 0  # compiles after the first call, from the calls that ran (when dynamo logs no recompiles)
-        for i, a in enumerate(calls):
+        for i, (a, kw) in enumerate(calls):
             seen, before = len(log.messages), compiles[0]
             try:
-                compiled(*a, **kwargs)
+                compiled(*a, **kw)
                 made += 1
             except Exception as exc:  # a variant the function does not accept: say so, go on
                 notes.append(f"call {i} with changed inputs failed: {graphs._first_line(exc)}")
