@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import itertools
 import math
 
 import pytest
 import torch
 
+from gpuspeed.errors import UserError
+from gpuspeed.memory import peak_memory
 from gpuspeed.stats import compare, summarize
+from gpuspeed.timing import bench
 
 
 def _m(samples, name="x"):
@@ -50,3 +55,35 @@ def test_explain_varies_tensors_passed_by_keyword_and_keeps_keyword_options():
     # the same function with the tensor passed positionally reads the same
     positional = explain(_scaled_sin, torch.randn(8), scale=2, check_fullgraph=False)
     assert positional.recompiles == by_name.recompiles
+
+
+# --- lazy results --------------------------------------------------------------------------------------------
+
+_DATA = [float(i) for i in range(2000)]
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda: map(math.sqrt, _DATA), "map"), (lambda: filter(None, _DATA), "filter"),
+    (lambda: zip(map(math.sqrt, _DATA), _DATA, strict=True), "zip"), (lambda: itertools.accumulate(_DATA), "accumulate")])
+def test_bench_refuses_a_lazy_iterator_result_instead_of_timing_its_creation(make, kind):
+    # bench(lambda: map(f, data)) read ~100 ns: the map object's creation, none of f's calls
+    with pytest.raises(UserError, match=f"lazy iterator \\({kind}\\).*list\\("):
+        bench(make, device="cpu", budget_s=0.05)
+
+
+def test_bench_refuses_a_future_result():
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, pytest.raises(UserError, match=r"Future.*\.result\(\)"):
+        bench(lambda: pool.submit(sum, _DATA), device="cpu", budget_s=0.05)
+
+
+def test_peak_memory_refuses_a_lazy_result_instead_of_measuring_its_creation():
+    big = lambda: map(lambda i: bytearray(1 << 20), range(64))  # noqa: E731  64 MiB once consumed
+    with pytest.raises(UserError, match="lazy iterator"):
+        peak_memory(big, device="cpu")
+    with pytest.raises(UserError, match="lazy iterator"):
+        peak_memory(big, device="cpu", warmup=0)
+
+
+def test_eager_results_that_are_iterable_are_still_timed():
+    assert bench(lambda: iter(sorted(_DATA)), device="cpu", budget_s=0.05, min_samples=3).n >= 3
+    assert bench(lambda: range(10), device="cpu", budget_s=0.05, min_samples=3).n >= 3

@@ -226,10 +226,14 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
         raise UserError(why + " in the warm-up, so the measured call would see it empty; pass a list or a tuple "
                         "(or warmup=0)")
     where = _device.resolve_device(device)
-    for _ in range(warmup):
-        fn(*args, **kwargs)
+    name = trees.callable_name(fn)
+    for i in range(warmup):
+        out = fn(*args, **kwargs)
+        if i == 0 and (why := lazy_result(out, name, "peak_memory() would measure")) is not None:
+            raise UserError(why)  # lambda: map(f, xs): the work, and its memory, come only when consumed
+        del out
     if where == "cpu":
-        rep = _peak_host(fn, args, kwargs)
+        rep = _peak_host(fn, args, kwargs, None if warmup else name)
         rep.warmup = warmup
         return rep
     import torch
@@ -258,6 +262,8 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
                 cupy.cuda.Device().synchronize()
     finally:
         nvml_peak = sampler.stop() if sampler else None
+    if not warmup and (why := lazy_result(out, name, "peak_memory() would measure")) is not None:
+        raise UserError(why)
     del out
     torch_peak = torch.cuda.max_memory_allocated() - base_alloc
     reserved_peak = torch.cuda.max_memory_reserved() - base_reserved
@@ -297,7 +303,8 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
                         notes=notes)
 
 
-def _peak_host(fn, args, kwargs) -> MemoryReport:
+def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
+    """The host peak of one call; `name` set: refuse a lazy result (the call was not seen in a warm-up)."""
     rss0 = _rss_bytes()
     sampler = _Sampler(_rss_bytes) if rss0 is not None else None
     was_tracing = tracemalloc.is_tracing()
@@ -314,6 +321,10 @@ def _peak_host(fn, args, kwargs) -> MemoryReport:
         _, traced_peak = tracemalloc.get_traced_memory()
         if not was_tracing:
             tracemalloc.stop()
+    from gpuspeed.timing import lazy_result
+
+    if name is not None and (why := lazy_result(out, name, "peak_memory() would measure")) is not None:
+        raise UserError(why)
     del out
     traced = max(traced_peak - base, 0)
     rss_delta = max(rss_peak - rss0, 0) if rss_peak is not None else 0

@@ -56,12 +56,25 @@ def choose_clock(device: str, mode: str, gpu_present: bool, args, probe: Callabl
     return "cuda", False
 
 
+# results that hold their work back until consumed: map and filter call their function per item as they are
+# iterated, zip and enumerate pass on whatever lazy iterables they wrap, and every itertools object is lazy
+_LAZY_ITERATORS = (map, filter, zip, enumerate)
+
+
 def lazy_result(fn_or_result, name: str, measuring: str = "bench() would time") -> str | None:
     """Why timing this would time nothing: a generator or async function (or the generator / coroutine one
-    call returned) does its work only when iterated or awaited, after the timed call. None when fine."""
+    call returned), a lazy iterator (map, filter, zip, enumerate, itertools) or a concurrent.futures.Future
+    does its work only when iterated, awaited or waited on, after the timed call. None when fine."""
+    import concurrent.futures
+
     x, call = fn_or_result, name if isinstance(name, str) and name.isidentifier() else "fn"
     if inspect.isgeneratorfunction(x) or inspect.isgenerator(x):
         what, how = "a generator", f"lambda: list({call}(...))"
+    elif isinstance(x, _LAZY_ITERATORS) or type(x).__module__ == "itertools":
+        what, how = f"a lazy iterator ({type(x).__name__})", f"lambda: list({call}(...))"
+    elif isinstance(x, concurrent.futures.Future):
+        return (f"{name} returns a Future, whose work runs in another thread, so {measuring} submitting it; "
+                f"pass a call that waits for it, e.g. lambda: {call}(...).result()")
     elif inspect.isasyncgenfunction(x) or inspect.isasyncgen(x):
         what, how = "an async generator", "an async loop run to its end"
     elif inspect.iscoroutinefunction(x) or inspect.iscoroutine(x):
