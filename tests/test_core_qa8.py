@@ -6,6 +6,7 @@ import concurrent.futures
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -87,3 +88,39 @@ def test_peak_memory_refuses_a_lazy_result_instead_of_measuring_its_creation():
 def test_eager_results_that_are_iterable_are_still_timed():
     assert bench(lambda: iter(sorted(_DATA)), device="cpu", budget_s=0.05, min_samples=3).n >= 3
     assert bench(lambda: range(10), device="cpu", budget_s=0.05, min_samples=3).n >= 3
+
+
+# --- bench() options on the host clock ---------------------------------------------------------------------
+
+
+def test_a_callable_flush_runs_before_every_call_on_the_host_clock():
+    # it was called only with a GPU present: bench(fn, device="cpu", flush=clear_caches) never cleared anything
+    log = []
+    m = bench(lambda: log.append("call"), device="cpu", flush=lambda: log.append("flush"), budget_s=0.05,
+              min_samples=5, max_samples=50)
+    assert m.flush == "custom per-call" and m.calls_per_sample == 1
+    assert log and all(a == "flush" and b == "call" for a, b in zip(log[::2], log[1::2], strict=True))
+    assert not any("back-to-back" in n for n in m.notes)  # a fast call is not batched past its flushes
+    assert bench(lambda: None, device="cpu", budget_s=0.05).flush == "none"  # True: no L2 flush on the host
+
+
+@pytest.mark.parametrize("budget", [math.inf, np.float64("inf")])
+def test_an_infinite_budget_is_refused_its_warm_up_would_have_no_bound(budget):
+    # the default warm-up is a third of budget_s: inf let a call whose time drifts warm up forever
+    with pytest.raises(UserError, match="budget_s must be a positive, finite"):
+        bench(lambda: None, device="cpu", budget_s=budget)
+
+
+def test_cli_bench_infinite_budget_is_one_line(capsys):
+    from gpuspeed.cli import main
+
+    rc = main(["bench", "--device", "cpu", "--budget", "inf"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("gpuspeed: error: --budget") and err.count("\n") == 1, err
+
+
+def test_rotate_takes_whole_numbers_not_bools():
+    with pytest.raises(UserError, match="rotate"):
+        bench(lambda: None, device="cpu", budget_s=0.05, rotate=True)  # was taken and recorded as rotate=True
+    m = bench(lambda a: None, np.ones(4), device="cpu", budget_s=0.05, rotate=np.int64(2))
+    assert m.rotate == 2 and type(m.rotate) is int

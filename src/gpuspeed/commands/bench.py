@@ -30,8 +30,8 @@ def register(app: typer.Typer) -> None:
         out = check_out_dir(out)  # a bad --out fails now, before the measuring
         if (rows > 0) != (cols > 0) or rows < 0 or cols < 0:
             raise UserError("--rows and --cols go together and must be positive")
-        if not budget > 0:
-            raise UserError(f"--budget is seconds per measurement and must be positive, got {budget:g}")
+        if not 0 < budget < float("inf"):  # NaN too
+            raise UserError(f"--budget is seconds per measurement and must be positive and finite, got {budget:g}")
         doc = run_demo(device=device, shape=(rows, cols) if rows else None, budget_s=budget)
         path = write_results(doc, out) if out else None
         if as_json:

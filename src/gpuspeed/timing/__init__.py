@@ -103,7 +103,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         the process (pytorch/pytorch#144455): host-bound calls timed after it, in any mode, read slower.
     flush: read 3x L2 before each timed call, outside the timed window: it evicts the inputs and leaves clean
         lines behind (False: warm-cache timing; a callable: your own cache clear, e.g. to match another tool's:
-        one that writes a buffer leaves dirty lines, which the timed call then writes back). Graph mode flushes
+        one that writes a buffer leaves dirty lines, which the timed call then writes back; on the host clock a
+        callable runs before every call too, and calls are then never batched). Graph mode flushes
         once per replay of K calls, so calls 2..K run with a warm L2: Measurement.flush says "per-replay" and
         flush_l2 is False.
     rotate: N > 1 clones the arguments N times and cycles through them, so inputs are not L2-resident.
@@ -131,8 +132,9 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         raise UserError(f"graph_calls must be a whole number >= 1 (calls per graph replay), got {graph_calls!r}")
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
-    if not isinstance(rotate, int) or rotate < 0:
+    if isinstance(rotate, bool) or not isinstance(rotate, numbers.Integral) or rotate < 0:  # True was kept as True
         raise UserError(f"rotate must be a whole number >= 0, got {rotate!r}")
+    rotate = int(rotate)
     name = name or trees.callable_name(fn)
     if (why := lazy_result(fn, name)) is not None:
         raise UserError(why)

@@ -36,8 +36,10 @@ BATCH_SAMPLE_S = 200e-6  # what such a batch of calls takes
 def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate: int,
                device_sync: bool = False, flush=False) -> Measurement:
     """Time on the host clock; device_sync brackets every call with device synchronizes (and flushes L2
-    before it when `flush` is set), so whatever GPU work the call launched is inside its time. On the bare
-    host clock a call under 20 us is timed in batches of back-to-back calls (a sample is their mean)."""
+    before it when `flush` is set), so whatever GPU work the call launched is inside its time. A callable
+    `flush` (the caller's own cache clear) runs before every call, on the bare host clock too. On the bare
+    host clock a call under 20 us is timed in batches of back-to-back calls (a sample is their mean), unless
+    a callable flush must run before each."""
     position = 0
     wait = [None]  # whether results hold JAX / CuPy arrays to wait for: settled by the first call's result
 
@@ -56,11 +58,11 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
             gpu.block_until_ready(out)
 
     def one() -> float:
+        if callable(flush):  # the caller's cache clear, on the bare host clock too
+            flush()
+        elif flush and device_sync:
+            gpu.flush_l2()
         if device_sync:
-            if callable(flush):
-                flush()
-            elif flush:
-                gpu.flush_l2()
             gpu.synchronize()  # nothing queued earlier runs inside this call's time
         t = time.perf_counter()
         call()
@@ -70,7 +72,7 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
 
     typical, n_warm, settled = settle(one, warmup_s)
     per_sample = 1
-    if not device_sync and typical < BATCH_BELOW_S:
+    if not device_sync and not callable(flush) and typical < BATCH_BELOW_S:  # a flush goes before every call
         per_sample = int(min(10_000, max(2, BATCH_SAMPLE_S // max(typical, 1e-8))))
 
     # the argument sets of one batch, in rotation order: the timed loop does nothing but call
@@ -99,7 +101,7 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
     if per_sample > 1:
         notes.append(f"each sample is the mean of {per_sample} back-to-back calls: one takes ~{typical * 1e6:.2g} us, "
                      "where the clock's own cost would be much of a single call's time")
-    flush_l2, flush_done = False, "none"
+    flush_l2, flush_done = False, "custom per-call" if callable(flush) else "none"
     if device_sync:
         notes.append(f"host clock with a device synchronize before and after each call: host data in and out, "
                      f"but the call may launch GPU work; each sample includes one synchronize "

@@ -37,8 +37,8 @@ class Stopper:
         if min_samples < 3 or max_samples < min_samples:
             raise UserError(f"need 3 <= min_samples <= max_samples, got min_samples={min_samples}, "
                             f"max_samples={max_samples}")
-        if not budget_s > 0:  # NaN too
-            raise UserError(f"budget_s must be positive, got {budget_s}")
+        if not 0 < budget_s < float("inf"):  # NaN too; inf made the default warm-up endless for a drifting call
+            raise UserError(f"budget_s must be a positive, finite number of seconds, got {budget_s}")
         self.max_noise, self.min_samples, self.max_samples, self.budget_s = (
             max_noise, min_samples, max_samples, budget_s)
         self.clock = clock
