@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gpuspeed.errors import UserError
-from gpuspeed.memory import peak_memory
+from gpuspeed.memory import check_budget, parse_budget, peak_memory
 from gpuspeed.stats import compare, summarize
 from gpuspeed.timing import bench
 
@@ -124,3 +124,17 @@ def test_rotate_takes_whole_numbers_not_bools():
         bench(lambda: None, device="cpu", budget_s=0.05, rotate=True)  # was taken and recorded as rotate=True
     m = bench(lambda a: None, np.ones(4), device="cpu", budget_s=0.05, rotate=np.int64(2))
     assert m.rotate == 2 and type(m.rotate) is int
+
+
+# --- budgets -------------------------------------------------------------------------------------------------
+
+
+def test_a_budget_too_large_for_a_float_is_one_line_not_an_overflow():
+    with pytest.raises(UserError, match="too large"):
+        parse_budget("1" * 400 + "GiB")  # was OverflowError: cannot convert float infinity to integer
+
+
+def test_numpy_budgets_and_peaks():
+    assert parse_budget(np.float32(2**30)) == 2**30  # was "cannot read budget np.float32(1.0737418e+09)"
+    fits = check_budget(np.int64(5), "1GiB").fits
+    assert fits is True  # was np.True_, which json.dumps of the check's asdict() refuses

@@ -56,7 +56,8 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
 
     A bare number is bytes; one under 1 MiB is refused as ambiguous, since fits(8.5) almost surely
     meant 8.5 GiB: write the unit."""
-    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+    if isinstance(budget, numbers.Real) and not isinstance(budget, bool):  # np.float32 and np.int64 too
+        budget = float(budget) if not isinstance(budget, numbers.Integral) else int(budget)
         if not 0 < budget < float("inf"):  # NaN too
             raise UserError(f"budget must be a positive, finite size, got {budget}")
         if budget < SMALLEST_BARE:
@@ -80,6 +81,8 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
         raise UserError(f"budget must be positive, got {budget!r}")
     if unit == "":
         return parse_budget(value, total_bytes)  # a unitless string is a bare number
+    if not value * _UNITS[unit] < float("inf"):  # 400 digits read as inf: int(inf) was an OverflowError
+        raise UserError(f"budget {m.group(1)[:12]}...{unit} ({len(m.group(1))} digits) is too large to be a size")
     return _whole_bytes(value * _UNITS[unit], budget)
 
 
@@ -128,7 +131,7 @@ def check_budget(peak_bytes: int, budget: str | int, total_bytes: int | None = N
     _check_peak(peak_bytes)
     b = parse_budget(budget, total_bytes)
     usable = int(b * (1 - headroom))
-    return BudgetCheck(budget_bytes=b, usable_bytes=usable, peak_bytes=int(peak_bytes), fits=peak_bytes <= usable,
+    return BudgetCheck(budget_bytes=b, usable_bytes=usable, peak_bytes=int(peak_bytes), fits=bool(peak_bytes <= usable),
                        headroom=headroom)
 
 
