@@ -138,3 +138,39 @@ def test_numpy_budgets_and_peaks():
     assert parse_budget(np.float32(2**30)) == 2**30  # was "cannot read budget np.float32(1.0737418e+09)"
     fits = check_budget(np.int64(5), "1GiB").fits
     assert fits is True  # was np.True_, which json.dumps of the check's asdict() refuses
+
+
+# --- verify_function() -----------------------------------------------------------------------------------------
+
+
+def _scale_into(x, out, how="twice"):
+    out[:] = x * 2
+
+
+def _scale_into_wrong(x, out, how="twice"):
+    out[:] = x * 3
+
+
+def _make(seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(16), np.zeros(16), "twice"
+
+
+def test_verify_function_of_in_place_functions_compares_what_they_wrote():
+    from gpuspeed.verify import verify_function
+
+    # both return None: every seed read "PASS: nothing to compare (empty structure)", the wrong one too
+    wrong = verify_function(_scale_into_wrong, _scale_into, _make, seeds=(1, 2))
+    assert [r.passed for r in wrong] == [False, False], [r.summary for r in wrong]
+    assert "argument" in wrong[0].summary
+    right = verify_function(_scale_into, _scale_into, _make, seeds=(1, 2))
+    assert all(right) and all(r.leaves and r.leaves[0].n_elements >= 16 for r in right)
+
+
+def test_verify_function_seed_count_mistakes_are_one_line():
+    from gpuspeed.verify import verify_function
+
+    assert len(verify_function(_scale_into, _scale_into, _make, seeds=np.int64(2))) == 2  # was a TypeError
+    for bad in (2.5, True):
+        with pytest.raises(UserError, match="seeds"):
+            verify_function(_scale_into, _scale_into, _make, seeds=bad)

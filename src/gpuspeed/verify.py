@@ -398,25 +398,48 @@ def count_poisoned(buf) -> int:
     return int((arr == value).sum())
 
 
+def _argument_arrays(args: tuple, ref_args: tuple) -> tuple[dict, dict]:
+    """The arrays among fn's and the reference's arguments (leaf by leaf, by position), as two dicts to check."""
+    from gpuspeed import trees
+
+    mine, theirs = trees.flatten(args)[0], trees.flatten(ref_args)[0]
+    keep = [i for i, x in enumerate(mine) if hasattr(x, "shape") and hasattr(x, "dtype")]
+    return ({f"argument leaf {i}": mine[i] for i in keep}, {f"argument leaf {i}": theirs[i] for i in keep})
+
+
 def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[int], tuple], *,
                     seeds: Iterable[int] | int = 3, rtol: float | None = None, atol: float | None = None,
                     dtype: str | None = None) -> list[CheckResult]:
     """Check fn against reference on fresh inputs from each seed (default: 3 random seeds).
 
-    make_inputs(seed) returns the argument tuple; the reference sees its own copy of the inputs.
+    make_inputs(seed) returns the argument tuple; the reference sees its own copy of the inputs. When both
+    return nothing to compare (None: functions that write their result into an argument), the arguments are
+    compared after the calls, fn's against the reference's copy.
     """
+    import numbers
+
     from gpuspeed.timing import clone_tree
 
-    if isinstance(seeds, int):
-        seeds = [random.randrange(2**31) for _ in range(seeds)]
-    seeds = list(seeds)
+    if isinstance(seeds, bool):
+        raise UserError(f"seeds is a count or a list of seeds, got {seeds!r}")
+    if isinstance(seeds, numbers.Integral):  # np.int64(3) too
+        seeds = [random.randrange(2**31) for _ in range(int(seeds))]
+    try:
+        seeds = list(seeds)
+    except TypeError:
+        raise UserError(f"seeds is a count or a list of seeds, got {seeds!r}") from None
     if not seeds:  # all() of no results is True: a check that ran nothing would read as passed
         raise UserError("verify_function() needs at least one seed (default: 3 random seeds)")
     results = []
     for seed in seeds:
         args = make_inputs(seed)
         args = args if isinstance(args, tuple) else (args,)
-        expected = reference(*clone_tree(args))
-        results.append(check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype))
-        results[-1].summary = f"seed {seed}: {results[-1].summary}"
+        ref_args = clone_tree(args)
+        expected = reference(*ref_args)
+        result = check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype)
+        if not result.leaves:  # both returned None: an in-place pair passed on nothing ("nothing to compare")
+            result = check(*_argument_arrays(args, ref_args), rtol=rtol, atol=atol, dtype=dtype)
+            result.summary += " (both returned nothing: their argument arrays compared after the calls)"
+        result.summary = f"seed {seed}: {result.summary}"
+        results.append(result)
     return results
