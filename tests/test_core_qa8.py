@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import itertools
 import math
 
@@ -14,6 +15,7 @@ from gpuspeed.errors import UserError
 from gpuspeed.memory import check_budget, parse_budget, peak_memory
 from gpuspeed.stats import compare, summarize
 from gpuspeed.timing import bench
+from gpuspeed.verify import check
 
 
 def _m(samples, name="x"):
@@ -174,3 +176,28 @@ def test_verify_function_seed_count_mistakes_are_one_line():
     for bad in (2.5, True):
         with pytest.raises(UserError, match="seeds"):
             verify_function(_scale_into, _scale_into, _make, seeds=bad)
+
+
+# --- check() on dataclasses ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Stats:
+    mean: object
+    var: object
+
+
+@dataclasses.dataclass
+class _Other:
+    mean: object
+    std: object
+
+
+def test_check_compares_dataclass_outputs_field_by_field():
+    x = np.linspace(0, 1, 8)
+    ok = check(_Stats(x.astype(np.float32), 1.0), _Stats(x, 1.0))  # was "check() cannot compare _Stats values"
+    assert ok.passed and [lf.path for lf in ok.leaves] == ["out.mean", "out.var"]
+    bad = check(_Stats(x, 1.5), _Stats(x, 1.0))
+    assert not bad.passed and "out.var" in bad.summary
+    assert not check({"s": _Stats(x, 1.0)}, {"s": _Other(x, 1.0)}).passed  # fields differ
+    assert not check(_Stats(x, 1.0), (x, 1.0)).passed  # a tuple is not the record

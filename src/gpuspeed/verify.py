@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -193,6 +193,11 @@ class CheckResult:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _is_record(x) -> bool:
+    """A dataclass instance (not the class itself)."""
+    return is_dataclass(x) and not isinstance(x, type)
+
+
 def _pairs(out, ref, path="out"):
     """Walk two nested structures together, yielding (path, out_leaf, ref_leaf) or a structure error."""
     if isinstance(ref, dict) or isinstance(out, dict):
@@ -216,6 +221,16 @@ def _pairs(out, ref, path="out"):
             return
         for i, (o, r) in enumerate(zip(out, ref, strict=True)):
             yield from _pairs(o, r, f"{path}[{i}]")
+    elif _is_record(ref) or _is_record(out):  # a dataclass instance: its fields, by name
+        if not (_is_record(ref) and _is_record(out)):
+            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            return
+        names, ref_names = [f.name for f in fields(out)], [f.name for f in fields(ref)]
+        if names != ref_names:
+            yield path, None, None, f"fields differ: {type(out).__name__}{tuple(names)} vs {type(ref).__name__}{tuple(ref_names)}"
+            return
+        for name in ref_names:
+            yield from _pairs(getattr(out, name), getattr(ref, name), f"{path}.{name}")
     elif out is None or ref is None:  # a function that returned None where a value was expected, or the reverse
         if out is not ref:
             yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
@@ -321,7 +336,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
 
 def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = None, *,
           dtype: str | None = None, equal_nan: bool = False) -> CheckResult:
-    """Compare `out` against `ref` (arrays, scalars, or nested tuples/lists/dicts of them).
+    """Compare `out` against `ref` (arrays, scalars, or nested tuples/lists/dicts/dataclasses of them).
 
     rtol defaults by dtype (the less precise of out and ref; `dtype="tf32"` picks that row instead), atol to
     rtol x RMS(ref). With atol left to its default the relative L2 error must also be within rtol; an
