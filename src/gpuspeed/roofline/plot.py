@@ -1,5 +1,6 @@
 """The roofline plot: log-log FLOP/s against FLOP/byte with every measured ceiling, the AI sweep curves,
-the ridges and each placed point labelled. Reads a roofline results document; writes PNG and SVG.
+the ridges and each placed point labelled (a 0-FLOP copy, which log FLOP/s axes cannot show, is listed in a box
+with its GB/s and % of the memory roof). Reads a roofline results document; writes PNG and SVG.
 
 A plot is read, not decoded: no label may cover another label, a point or the legend. Labels are placed
 greedily (ceilings first, then ridges, then points from the top down): each tries positions around its
@@ -113,6 +114,9 @@ def draw(doc: dict):
     comp = {k: v["value"] * scale for k, v in ceil.items() if v["kind"] == "compute"}
     sweep = [r for r in doc["rows"] if r.get("section") == "sweep" and "TFLOPs" in r]
     placed = [r for r in doc["rows"] if r.get("section") == "placement" and r.get("ai")]
+    # a copy placed with 0 FLOP (place(..., flops=0)) has no point on log FLOP/s axes: it is listed in a box instead
+    no_flops = [r for r in doc["rows"] if r.get("section") == "placement" and not r.get("error")
+                and r.get("flops") == 0 and r.get("GBps")]
     roof_bw = max((v for k, v in mem.items() if k != "l2"), default=None)
     ridges = {name: peak / scale * 1e12 / (roof_bw * 1e9) for name, peak in comp.items()} if roof_bw else {}
     shown_ridges = {k: v for k, v in ridges.items() if k in ("bf16", "fp32")}
@@ -180,7 +184,22 @@ def draw(doc: dict):
     for r in sorted(placed, key=lambda r: -r["TFLOPs"]):
         labels.place(_label_of(r), (r["ai"], r["TFLOPs"] * scale), _rings(7.0, 10), fontsize=LABEL_SIZE,
                      bbox=BACKDROP)
+    if no_flops:  # top left, moved down or right until free
+        labels.place(_no_flops_text(no_flops), (x0, top * 2.5),
+                     [(4 + 12 * i, -4 - 8 * j, "left", "top") for j in range(30) for i in range(4)],
+                     leader_beyond=1e9, fontsize=LABEL_SIZE, bbox=BACKDROP)
     return fig
+
+
+def _no_flops_text(rows: list[dict]) -> str:
+    """The 0-FLOP placements (copies), which log FLOP/s axes cannot show: bandwidth and % of the memory roof."""
+    from gpuspeed.roofline.report import pct_text
+
+    lines = ["0 FLOP, not on these axes (GB/s, % of memory roof):"]
+    for r in rows:
+        pct = pct_text(r)
+        lines.append(f"{r['name']}: {r['GBps']:,.4g} GB/s, " + (f"{pct} %" if pct[:1].isdigit() else pct))
+    return "\n".join(lines)
 
 
 def plot(doc: dict, out_dir: str | Path, stem: str = "roofline") -> list[Path]:
