@@ -4,8 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
-from gpuspeed.decode import model as M
+from gpuspeed.decode import model as M, study
+from gpuspeed.decode.generate import Sampling
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = dict(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96)
@@ -56,3 +58,43 @@ def test_a_zero_flop_placement_is_shown_on_the_plot_not_dropped(gpu):
         assert not clashes, clashes
     finally:
         plt.close(fig)
+
+
+# --- decode study ------------------------------------------------------------------------------------------------------
+
+
+def _prompt(m, b=2, p=5, seed=2):
+    return torch.randint(0, m.args.vocab_size, (b, p), generator=torch.Generator().manual_seed(seed))
+
+
+def test_transformers_rows_sample_as_the_rungs_do_under_sampling():
+    """With --temperature > 0 the rungs sample, but the transformers rows ran greedy generate(do_sample=False): the
+    summary's best_over_hf_static set sampled decoding against greedy. (transformers' own sampling default adds a
+    top-k of 50, so the rows must also turn that off to time the rungs' work.)"""
+    pytest.importorskip("transformers", reason="transformers not installed")
+    from gpuspeed.decode import checkpoints as C
+
+    m = micro()
+    prompt = _prompt(m)
+    hf = C.to_hf(m)
+    real, seen = hf.generate, []
+
+    def spy(*a, **kw):  # transformers' generate itself, its arguments and tokens kept
+        out = real(*a, **kw)
+        seen.append((kw, out[:, prompt.shape[1]:]))
+        return out
+
+    hf.generate = spy
+    greedy = real(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                  pad_token_id=0)[:, prompt.shape[1]:]
+    spec = study.Spec(model="tiny", new_tokens=8, bench_budget_s=0.02, device="cpu",
+                      sampling=Sampling(temperature=50.0, seed=1))
+    row = study.hf_row(hf, "HF dynamic", m, spec, prompt, "cpu", None)
+    kw, toks = seen[0]
+    assert kw["do_sample"] is True and kw["temperature"] == 50.0 and kw.get("top_k") == 0, kw
+    assert not torch.equal(toks, greedy)  # sampled at a high temperature: not the greedy tokens
+    assert "sampled (temperature 50" in row["what"]
+    seen.clear()
+    spec.sampling = Sampling()
+    study.hf_row(hf, "HF dynamic", m, spec, prompt, "cpu", None)
+    assert seen[0][0]["do_sample"] is False and torch.equal(seen[0][1], greedy)

@@ -489,21 +489,29 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     # the static cache is sized by max_new_tokens (another count compiles another shape): it runs them all;
     # the Python-driven kinds run as many steps as our eager rungs time
     t = spec.new_tokens if label == "HF static" else min(spec.new_tokens, EAGER_TIMED_STEPS + 1)
-    kw = HF_KINDS[label]
-    row = {"variant": label, "what": f"transformers generate, {label.split()[1]}{'' if 'no-' in label else ' cache'}",
+    kw = dict(HF_KINDS[label])
+    s = spec.sampling
+    what = f"transformers generate, {label.split()[1]}{'' if 'no-' in label else ' cache'}"
+    if s.greedy:
+        kw["do_sample"] = False
+    else:  # the rungs' sampling, so the rows time the same work; transformers' own default top-k (50) is turned off
+        kw |= {"do_sample": True, "temperature": s.temperature, "top_k": s.top_k or 0,
+               "top_p": 1.0 if s.top_p is None else s.top_p}
+        what += (f", sampled (temperature {s.temperature:g}" + (f", top-k {s.top_k}" if s.top_k else "")
+                 + (f", top-p {s.top_p:g}" if s.top_p is not None else "") + ")")
+    row = {"variant": label, "what": what,
            "batch": prompt.shape[0], "prompt_len": prompt.shape[1], "new_tokens": t, "timed_steps": t - 1}
 
     def run(n):
         # to_hf's model has no EOS: exactly n tokens, the same count each timed call
-        return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, do_sample=False,
-                           pad_token_id=0, **kw)
+        return hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, pad_token_id=0, **kw)
 
     t0 = time.perf_counter()
     out = run(t)
     _sync(device)
     row["first_generation_s"] = time.perf_counter() - t0
     toks = out[:, prompt.shape[1]:].cpu()
-    if our_tokens is not None and spec.dtype == "fp32" and spec.sampling.greedy:  # transformers runs greedy here
+    if our_tokens is not None and spec.dtype == "fp32" and spec.sampling.greedy:  # sampled: other random numbers
         # ours stop at an EOS (a checkpoint's prompt), transformers' run on: compared up to each row's first EOS
         a, b = _same_length(toks, our_tokens[:, :t], eos_ids)
         row["tokens_identical_to_V0"] = bool(a.shape == b.shape and (a == b).all())
