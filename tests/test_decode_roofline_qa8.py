@@ -98,3 +98,16 @@ def test_transformers_rows_sample_as_the_rungs_do_under_sampling():
     spec.sampling = Sampling()
     study.hf_row(hf, "HF dynamic", m, spec, prompt, "cpu", None)
     assert seen[0][0]["do_sample"] is False and torch.equal(seen[0][1], greedy)
+
+
+def test_a_text_prompt_on_a_random_weight_model_is_refused_before_any_work(capsys):
+    """--prompt on a named model (random weights, no tokenizer) was refused by make_prompt, after the model's weights
+    were made (the 8B's 32 GB of fp32 on a GPU) and after the run's banner: check_spec refuses it up front."""
+    from gpuspeed.cli import main
+
+    with pytest.raises(Exception, match="--prompt needs a checkpoint"):
+        study.check_spec(study.Spec(model="tiny", prompt="hello", device="cpu"))
+    rc = main(["decode", "--model", "llama-3-8b", "--prompt", "hello", "--device", "cpu", "--no-hf"])
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == "", cap.out
+    assert cap.err.startswith("gpuspeed: error: --prompt needs a checkpoint") and cap.err.count("\n") == 1

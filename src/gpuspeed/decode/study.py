@@ -110,6 +110,9 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
     if spec.model not in M.CONFIGS and not Path(spec.model).exists():
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
+    if spec.prompt is not None and spec.model in M.CONFIGS:  # before its random weights are made (an 8B: 32 GB)
+        raise UserError("--prompt needs a checkpoint with a tokenizer (a .gguf file or an HF folder); "
+                        "random-weight models take --prompt-len")
     if spec.model in M.CONFIGS and spec.prompt is None:
         ctx = M.CONFIGS[spec.model].max_seq_len
         for what, p in [("a prompt", spec.prompt_len)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt else []):
