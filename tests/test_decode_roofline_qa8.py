@@ -111,3 +111,13 @@ def test_a_text_prompt_on_a_random_weight_model_is_refused_before_any_work(capsy
     cap = capsys.readouterr()
     assert rc == 2 and cap.out == "", cap.out
     assert cap.err.startswith("gpuspeed: error: --prompt needs a checkpoint") and cap.err.count("\n") == 1
+
+
+def test_skipped_batch_and_long_prompt_rows_are_named_in_the_table():
+    """A --batches or --long-prompt row skipped by --time-cap (or failed with no rung to run) has no variant: the
+    table showed it as '?'."""
+    spec = study.Spec(model="tiny", new_tokens=4, batches=[3], long_prompt=12, time_cap_s=1e-9, hf=False,
+                      device="cpu", bench_budget_s=0.02, max_layers=1, variants=["V2"], read_roof_GBps=10.0)
+    doc = study.run(spec)
+    names = [cells[0] for cells in study.table_rows(doc)]
+    assert "?" not in names and {"batch 3", "prompt 12"} <= set(names), names

@@ -957,7 +957,9 @@ def table_rows(doc: dict) -> list[list[str]]:
     """The ladder as strings, one list per row (COLUMNS)."""
     out = []
     for r in doc["rows"]:
-        name = r.get("variant", "?")
+        # a batch or long-prompt row skipped or failed before a rung was chosen names its study, not "?"
+        name = r.get("variant") or {"batch": f"batch {r.get('batch')}", "long_prompt": f"prompt {r.get('prompt_len')}"
+                                    }.get(r.get("study"), "?")
         if "ms_per_token" not in r:
             why = r.get("error") or r.get("skipped") or "?"
             out.append([name, _fmt(r.get("batch")), _fmt(r.get("prompt_len")), "failed" if "error" in r else "skipped",
