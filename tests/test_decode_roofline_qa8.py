@@ -115,9 +115,11 @@ def test_a_text_prompt_on_a_random_weight_model_is_refused_before_any_work(capsy
 
 def test_skipped_batch_and_long_prompt_rows_are_named_in_the_table():
     """A --batches or --long-prompt row skipped by --time-cap (or failed with no rung to run) has no variant: the
-    table showed it as '?'."""
-    spec = study.Spec(model="tiny", new_tokens=4, batches=[3], long_prompt=12, time_cap_s=1e-9, hf=False,
+    table showed it as '?'. A batch size given twice was measured twice."""
+    spec = study.Spec(model="tiny", new_tokens=4, batches=[3, 3, 1], long_prompt=12, time_cap_s=1e-9, hf=False,
                       device="cpu", bench_budget_s=0.02, max_layers=1, variants=["V2"], read_roof_GBps=10.0)
     doc = study.run(spec)
     names = [cells[0] for cells in study.table_rows(doc)]
     assert "?" not in names and {"batch 3", "prompt 12"} <= set(names), names
+    # --batches 3,3 is one batch-3 row (it was measured twice), and the run's own batch is the ladder's
+    assert sorted(r.get("batch") for r in doc["rows"] if r.get("study") == "batch") == [3], doc["rows"]

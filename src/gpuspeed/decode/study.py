@@ -692,7 +692,9 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
         if m.args.param_count() < HF_NOCACHE_MAX_PARAMS:
             tasks.append((f"{label} transformers no-cache", "hf", "HF no-cache",
                           lambda: transformers_row("HF no-cache")))
-    tasks += [(f"{label} batch {b}", "batch", b, lambda b=b: extra("batch", b)) for b in spec.batches if b != spec.batch]
+    # each batch size once (--batches 8,8 measured it twice, two rows for one summary key); the run's own is the ladder
+    tasks += [(f"{label} batch {b}", "batch", b, lambda b=b: extra("batch", b)) for b in dict.fromkeys(spec.batches)
+              if b != spec.batch]
 
     for what, kind, key, task in tasks:
         say(what)
