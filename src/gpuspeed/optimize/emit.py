@@ -267,7 +267,11 @@ def check_against_original(fn, seeds=(101, 202, 303)):
         args = make_args(module, seed)
         with on_the_host():  # a copy: an original may return a buffer it reuses
             ref = copy.deepcopy(host_tree(original(*make_args(module, seed))))
-        out = host_tree(fn(*args))
+        out, problem = keyed_like(host_tree(fn(*args)), ref)
+        if problem:
+            print(f"seed {{seed}}: {{problem}}")
+            ok = False
+            continue
         lo, lr = leaves(out), leaves(ref)
         if len(lo) != len(lr):
             print(f"seed {{seed}}: {{len(lo)}} outputs against the original's {{len(lr)}}")
@@ -309,6 +313,21 @@ def check_against_original(fn, seeds=(101, 202, 303)):
         print(f"  (gpuspeed optimize found that {{FUNC}} is not deterministic: {{NONDETERMINISTIC}}; no check against it "
               "can pass, whatever the optimized code does: seed its randomness to check it)")
     return ok
+
+
+def keyed_like(out, ref):
+    """(out with each dict's items in the order of the original's, a problem or None): outputs are paired by key,
+    as gpuspeed.check pairs them, and a dict whose keys differ from the original's is a mismatch."""
+    if isinstance(out, dict) and isinstance(ref, dict):
+        if set(out) != set(ref):
+            return out, (f"keys {{', '.join(sorted(map(repr, out)))}} against the original's "
+                         f"{{', '.join(sorted(map(repr, ref)))}}")
+        pairs = [keyed_like(out[k], ref[k]) for k in ref]
+        return {{k: o for k, (o, _) in zip(ref, pairs)}}, next((p for _, p in pairs if p), None)
+    if isinstance(out, (list, tuple)) and isinstance(ref, (list, tuple)) and len(out) == len(ref):
+        pairs = [keyed_like(o, r) for o, r in zip(out, ref)]
+        return [o for o, _ in pairs], next((p for _, p in pairs if p), None)
+    return out, None
 
 
 def default_rtol(x):

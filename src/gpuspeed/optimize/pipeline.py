@@ -116,14 +116,28 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     if resume:
         if not run_file.is_file() or not refs_file.is_file():
             raise UserError(f"--resume: no interrupted run in {out_dir} (run.json / refs.pkl missing)")
-        saved = json.loads(run_file.read_text())
+        try:
+            saved = json.loads(run_file.read_text())
+            if not isinstance(saved, dict):
+                raise ValueError(f"a JSON {type(saved).__name__}, not the run's settings")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # cut short by a kill, or edited by hand
+            raise UserError(f"--resume: {run_file} cannot be read ({type(exc).__name__}: {W._first_line(exc)}): "
+                            "run without --resume") from None
         if saved.get("workload_sha256") not in (None, source_hash) and {k: saved.get(k) for k in key} == key:
             raise UserError(f"--resume: {wl.path.name} changed since the run in {out_dir} began: its references and "
                             "results are of the old code (run without --resume)")
         if {k: saved.get(k) for k in key} != key or saved.get("workload_sha256") is None:
             raise UserError(f"--resume: {out_dir} holds a run of another workload or settings")
-        seeds = saved["seeds"]
-        refs = W.load_refs(refs_file)
+        seeds = saved.get("seeds")
+        if not isinstance(seeds, list) or not seeds:
+            raise UserError(f"--resume: {run_file} names no seeds: run without --resume")
+        try:
+            refs = W.load_refs(refs_file)
+            if not isinstance(refs, dict) or any(seed not in refs for seed in seeds):
+                raise ValueError("it does not hold the outputs of the run's seeds")
+        except Exception as exc:  # noqa: BLE001 - a truncated or foreign pickle: unpickling raises many kinds
+            raise UserError(f"--resume: {refs_file} cannot be read ({type(exc).__name__}: {W._first_line(exc)}): "
+                            "run without --resume") from None
         mutates = saved.get("original_mutates", False)
         in_place = saved.get("in_place")
         wl.in_place_returns = bool(saved.get("in_place_returns"))
@@ -142,10 +156,12 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         for stale in ("candidates.jsonl", "report.md"):
             (out_dir / stale).unlink(missing_ok=True)
         W.save_refs(refs_file, refs)
-        run_file.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
-                                               "original_mutates": mutates, "in_place": in_place,
-                                               "in_place_returns": wl.in_place_returns,
-                                               "reference_s": reference_s}, indent=1))
+        tmp = run_file.with_suffix(".json.tmp")  # whole or not at all: a kill mid-write leaves the old one
+        tmp.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
+                                         "original_mutates": mutates, "in_place": in_place,
+                                         "in_place_returns": wl.in_place_returns,
+                                         "reference_s": reference_s}, indent=1))
+        tmp.replace(run_file)
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,

@@ -91,6 +91,12 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _stopped_at_deadline(row: dict) -> bool:
+    """A candidate the run's --time-budget stopped (rather than its own time limit): it never had its turn."""
+    return row.get("status") == "timeout" and (bool(row.get("at_deadline")) or
+                                              str(row.get("reason") or "").startswith("stopped at the run's time budget"))
+
+
 class Runner:
     def __init__(self, run_dir: Path, base_spec: dict, resume: bool = False):
         self.dir = Path(run_dir)
@@ -104,6 +110,9 @@ class Runner:
         self.deadline: float | None = None
         if resume:
             for row in read_jsonl(self.path):
+                if _stopped_at_deadline(row):  # interrupted by the run's end, not done: a resumed run runs it again
+                    self.done.pop(row["name"], None)
+                    continue
                 self.done[row["name"]] = row
         else:
             self.path.write_text("")
@@ -149,6 +158,7 @@ class Runner:
             stage = row.get("stage", job.stage)
             if timed_out:
                 row["status"] = "timeout"
+                row["at_deadline"] = at_deadline
                 row["reason"] = (f"stopped at the run's time budget during {stage}" if at_deadline else
                                  f"killed after {job.limit_s:.0f} s (time limit) during {stage}")
             else:

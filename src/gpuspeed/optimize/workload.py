@@ -157,6 +157,7 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
             raise UserError(f"--scale must be a positive finite number, got {scale}")
         if not scale_used and scale is not None and scale != 1.0:
             notes.append(f"inputs(rng) takes no `scale`: --scale {scale:g} ignored")
+        if not scale_used:  # its inputs are their one size: no GPU's 0.1 recorded (nor a resume key that differs)
             eff_scale = 1.0
         if scale_used and scale is None and not gpu:
             notes.append(f"no GPU: inputs at scale {eff_scale:g} of their typical size (--scale 1 for full size)")
