@@ -3,6 +3,7 @@ inputs() takes none, a candidate stopped by the run's --time-budget run again by
 a float32 candidate on the CPU (its casts included)."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -183,3 +184,83 @@ def test_a_variant_returning_the_same_dict_in_another_key_order_is_correct(tmp_p
         assert (r.returncode == 0) is passes and ("correctness: PASS" in r.stdout) is passes, r.stdout + r.stderr
         if not passes:
             assert "keys 'center', 'label' against the original's 'centers', 'labels'" in r.stdout, r.stdout
+
+
+BF16 = '''
+import torch
+
+
+def original(x, y):
+    return torch.tanh(x * 1.7 + y) * torch.sigmoid(y - x) + x * y
+
+
+def fused(x, y):  # computed in float32 and rounded once, as a fused kernel (Inductor's, a hand kernel) does
+    x32, y32 = x.float(), y.float()
+    return (torch.tanh(x32 * 1.7 + y32) * torch.sigmoid(y32 - x32) + x32 * y32).to(torch.bfloat16)
+
+
+variants = {"fused": fused}
+
+
+def inputs(rng):
+    g = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    return (torch.randn(2048, 64, generator=g, dtype=torch.bfloat16),
+            torch.randn(2048, 64, generator=g, dtype=torch.bfloat16))
+'''
+
+
+def test_bfloat16_outputs_are_checked_at_bfloat16s_tolerance(tmp_path):
+    # NumPy has no bfloat16: the outputs reached gpuspeed.check as float32 and were held to float32's rtol 1e-5, so
+    # a candidate one bfloat16 rounding away (torch.compile, a fused kernel, the GPU's own ops) was WRONG
+    p = _write(tmp_path, "bf.py", BF16)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05)
+    row = run.results["variant:fused"]
+    assert row["status"] == "ok", row.get("reason")
+    assert row["max_abs_err"] > 0  # not bit-identical: float32's default would have failed it
+    assert run.params["rtol"] == 1e-2 and "bfloat16" in run.params["tolerance_source"]
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["bf16_outputs"] is True
+    run.choice = {"primary": "variant:fused"}
+    from gpuspeed.optimize import emit
+
+    script = tmp_path / "out" / "optimized_bf.py"
+    script.write_text(emit.script_text(run))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+    # a stated tolerance still rules
+    (tmp_path / "bf_tol.py").write_text("TOLERANCE = dict(rtol=1e-5)\n" + textwrap.dedent(BF16))
+    run = optimize(tmp_path / "bf_tol.py", device="cpu", out=tmp_path / "out2", backends=["variant"], time_budget=60,
+                   bench_budget_s=0.05)
+    assert run.results["variant:fused"]["status"] == "incorrect"
+
+
+CHDIR = '''
+import os
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def original(x):
+    os.chdir(os.path.join(HERE, "data"))  # code that moves to its data folder (and stays there)
+    return np.sin(x) * 2.0
+
+
+def inputs(rng):
+    return (rng.standard_normal(1000),)
+'''
+
+
+def test_an_original_that_changes_the_working_directory_does_not_move_the_report(tmp_path, monkeypatch):
+    # the reference calls ran in the optimize process: the relative --out (and the run's work files) then resolved
+    # in the folder the original moved to, and `report: out/report.md` named a file that was not there
+    p = _write(tmp_path, "cd.py", CHDIR)
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    run = optimize("cd.py", device="cpu", out="out", backends=["numpy"], time_budget=60, bench_budget_s=0.05)
+    assert run.results["original"]["status"] == "ok", run.results["original"].get("reason")
+    assert (tmp_path / "out" / "report.md").is_file() and (tmp_path / "out" / "optimized_cd.py").is_file()
+    assert not (tmp_path / "data" / "out").exists()
+    assert os.getcwd() == str(tmp_path)
+    assert any("changes the working directory" in n for n in run.notes)
+    assert p.is_file()

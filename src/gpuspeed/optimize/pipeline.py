@@ -141,6 +141,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         mutates = saved.get("original_mutates", False)
         in_place = saved.get("in_place")
         wl.in_place_returns = bool(saved.get("in_place_returns"))
+        wl.bf16_outputs = bool(saved.get("bf16_outputs"))
         reference_s = saved.get("reference_s")
     else:
         seeds = [random.SystemRandom().randrange(1, 2**31) for _ in range(N_SEEDS)]
@@ -151,6 +152,13 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                                               why=f" ({REFERENCE_SHARE:.0%} of --time-budget {time_budget:g} s)")
         reference_s = (time.perf_counter() - t_ref) / len(seeds)
     wl.in_place = in_place
+    spec_rtol = rtol
+    if wl.bf16_outputs and wl.rtol is None:
+        # its bfloat16 outputs reach the check as float32 (NumPy has none): held to bfloat16's default, not float32's
+        from gpuspeed.verify import TOLERANCES
+
+        wl.rtol = spec_rtol = TOLERANCES["bfloat16"]
+        wl.tolerance_source = "gpuspeed.verify's default for its bfloat16 outputs"
     check_out_dir(out_dir)
     if not resume:
         for stale in ("candidates.jsonl", "report.md"):
@@ -160,7 +168,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         tmp.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
                                          "original_mutates": mutates, "in_place": in_place,
                                          "in_place_returns": wl.in_place_returns,
-                                         "reference_s": reference_s}, indent=1))
+                                         "bf16_outputs": wl.bf16_outputs, "reference_s": reference_s}, indent=1))
         tmp.replace(run_file)
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
@@ -181,7 +189,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     elif mutates:
         run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
-                 "rtol": rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
+                 "rtol": spec_rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
                  "in_place": in_place, "in_place_returns": wl.in_place_returns,
                  "budget_bytes": budget_bytes if where == "cuda" else None,

@@ -97,6 +97,9 @@ class Workload:
     in_place: list[int] | None = None  # set by the pipeline: the arguments the original writes into
     in_place_returns: bool = False  # ... and it returns a result too (checked with them), not None
     inputs_list: bool = False  # inputs() returned a list, splatted into the arguments
+    # set by reference(): the original's output holds torch bfloat16 tensors, which reach NumPy (and the check) as
+    # float32: without a stated rtol they are checked at bfloat16's, not float32's
+    bf16_outputs: bool = False
 
     def describe_args(self, args: tuple) -> list[str]:
         return [_describe(a) for a in args]
@@ -351,6 +354,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
 
     outs, afters = {}, {}
     changed: set[int] = set()
+    bf16_result = False  # a torch bfloat16 tensor among the original's results
     t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
     for n, seed in enumerate(seeds):
         args = wl.make_args(seed)
@@ -382,6 +386,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         changed |= {i for i, (a, b) in enumerate(zip(before, args, strict=False)) if not same_inputs((a,), (b,))}
         if out is not None:
             _check_leaves(wl, out)  # before the copy: a generator, say, cannot be copied (nor checked)
+        bf16_result = bf16_result or _has_bf16(out)
         # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
         outs[seed] = copy.deepcopy(host_tree(out))
         afters[seed] = args
@@ -393,6 +398,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
                         "module-level ones that the original changes")
     in_place = None
     wl.in_place_returns = False
+    wl.bf16_outputs = False
     if all(out is None for out in outs.values()):
         if not changed:
             raise UserError(f"{wl.path.name}: {wl.func} returned None and changed none of its arguments: nothing "
@@ -407,7 +413,14 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         if out is None or not leaves(out):
             raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")
         _check_leaves(wl, out)
+    # a bfloat16 argument counts where it is written into (then it is the output)
+    wl.bf16_outputs = bf16_result or any(_has_bf16(afters[seeds[0]][i]) for i in in_place or [])
     return outs, bool(changed), in_place
+
+
+def _has_bf16(tree) -> bool:
+    """A torch bfloat16 tensor among the leaves (NumPy has no bfloat16: host_tree makes them float32)."""
+    return any(kind_of(x) == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16" for x in leaves(tree))
 
 
 def _one_argument_hint(arg) -> str:
