@@ -82,6 +82,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     host = contextlib.ExitStack()
     early_notes: list = []
     host.enter_context(_host_work(until=t_start + HOST_WAIT_FRACTION * max(time_budget, 0.0), notes=early_notes))
+    home = _Home(early_notes)  # the user's code runs in this process too: a chdir there must not move the run
     where = _device.resolve_device(device)
     requested = _backends(backends)
     total = (_device.get_device("cuda").mem_bytes or 0) if where == "cuda" else 0
@@ -105,7 +106,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     n_jobs = jobs if jobs is not None else (DEFAULT_GPU_JOBS if where == "cuda" else 1)
     if n_jobs < 1:
         raise UserError("--jobs must be at least 1")
-    wl = W.load(target, func=func, input_specs=inputs, rtol=rtol, atol=atol, scale=scale, gpu=where == "cuda")
+    with home:
+        wl = W.load(target, func=func, input_specs=inputs, rtol=rtol, atol=atol, scale=scale, gpu=where == "cuda")
     out_dir = Path(out) if out is not None else default_dir(where) / "optimize" / wl.name
     run_file = out_dir / "run.json"
     refs_file = out_dir / "refs.pkl"
@@ -148,8 +150,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         t_ref = time.perf_counter()  # a rough time per call (inputs made too) for planning, not a benchmark
         # a failing original stops here, before anything is written; so do references that would take more than
         # half the time budget (the original's own timing and every candidate need the rest)
-        refs, mutates, in_place = W.reference(wl, seeds, limit_s=REFERENCE_SHARE * time_budget,
-                                              why=f" ({REFERENCE_SHARE:.0%} of --time-budget {time_budget:g} s)")
+        with home:
+            refs, mutates, in_place = W.reference(wl, seeds, limit_s=REFERENCE_SHARE * time_budget,
+                                                  why=f" ({REFERENCE_SHARE:.0%} of --time-budget {time_budget:g} s)")
         reference_s = (time.perf_counter() - t_ref) / len(seeds)
     wl.in_place = in_place
     spec_rtol = rtol
@@ -176,6 +179,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
               "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by,
               "in_place": in_place, "in_place_returns": wl.in_place_returns, "cwd": os.getcwd()}
     run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
+    home.notes = run.notes  # a later move (the hotspot pass's calls) is said in the run's notes
     if in_place and wl.in_place_returns:
         names = W.param_names(wl, in_place)
         run.notes.append(f"{wl.func} returns its result and also changes {names}: both are its output, checked in "
@@ -190,7 +194,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": spec_rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
-                 "refs": str(refs_file), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
+                 "refs": str(refs_file.absolute()), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
                  "in_place": in_place, "in_place_returns": wl.in_place_returns,
                  "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
@@ -218,8 +222,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     # worker then runs alongside the first candidates instead of before them (its timing still holds the
     # measure slot alone)
     tick("hotspots")
-    run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
-    run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
+    with home:
+        run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
+        run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 
@@ -271,7 +276,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             r["reason"] = (r.get("reason") or "") + f"; not re-run chunked: {run.chunking['note']}"
     elif over:
         with _host_work(until=deadline - MIN_LIMIT_S, notes=run.notes):
-            run.chunking = _budget.propose_axes(wl, original_s=original_s)
+            with home:
+                run.chunking = _budget.propose_axes(wl, original_s=original_s)
         chunk_recs = []
         for r in over:
             if run.chunking.get("axes") is not None:
@@ -299,6 +305,29 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.elapsed_s = time.perf_counter() - t_start
     write_results(report.results_doc(run), out_dir)
     return run
+
+
+class _Home:
+    """Around the user's code run in this process (import, reference calls, hotspots, the axis check): the working
+    directory it leaves is put back, so a relative --out and the run's files stay where the run began (workers
+    are given absolute paths: their own calls may move them too). The first move is said in a note."""
+
+    def __init__(self, notes: list):
+        self.path, self.notes = os.getcwd(), notes
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            moved = os.getcwd() != self.path
+        except FileNotFoundError:  # it removed the folder it was in
+            moved = True
+        if moved:
+            os.chdir(self.path)
+            if not any(n.startswith("the workload changes the working directory") for n in self.notes):
+                self.notes.append(f"the workload changes the working directory: gpuspeed goes back to {self.path} "
+                                  "after its calls (each candidate's calls still start from there)")
 
 
 def _host_work(until: float | None = None, notes: list | None = None):

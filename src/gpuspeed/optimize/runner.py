@@ -99,7 +99,7 @@ def _stopped_at_deadline(row: dict) -> bool:
 
 class Runner:
     def __init__(self, run_dir: Path, base_spec: dict, resume: bool = False):
-        self.dir = Path(run_dir)
+        self.dir = Path(run_dir).absolute()  # a worker's paths hold wherever the user's code moves it
         self.work = self.dir / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "candidates.jsonl"
