@@ -264,3 +264,31 @@ def test_an_original_that_changes_the_working_directory_does_not_move_the_report
     assert os.getcwd() == str(tmp_path)
     assert any("changes the working directory" in n for n in run.notes)
     assert p.is_file()
+
+
+def test_numba_of_an_original_that_is_no_python_function_is_unavailable_not_failed(tmp_path):
+    # `from numpy import sin as original` (a ufunc) or a functools.partial: numba.njit's TypeError made the candidate
+    # 'failed' (a crash, as the report's 'why below 2x' read it) where Numba simply does not apply
+    p = _write(tmp_path, "uf.py", '''
+        import functools
+
+        import numpy as np
+        from numpy import sin as original
+
+
+        def scaled(x, k):
+            return np.sin(x) * k
+
+
+        partial_one = functools.partial(scaled, k=2.0)
+
+
+        def inputs(rng):
+            return (rng.standard_normal(1000),)
+    ''')
+    for func in ("original", "partial_one"):
+        run = optimize(p, func=func, device="cpu", out=tmp_path / func, backends=["numba"], time_budget=60,
+                       bench_budget_s=0.05)
+        row = run.results["numba"]
+        assert row["status"] == "unavailable", row
+        assert "Numba compiles Python functions" in row["reason"]

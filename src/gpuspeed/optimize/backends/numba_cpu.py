@@ -140,6 +140,9 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
                 key != "variants" and _users_own(val, module):
             setattr(module, key, numba.njit(val))  # the name in the workload only: the neighbour module is untouched
     fn = getattr(module, func)
+    if not isinstance(fn, types.FunctionType):  # numba.njit takes Python functions only ("not a function" TypeError)
+        raise NumbaUnsupported(f"Numba compiles Python functions: {func} is a {type(fn).__name__} "
+                               "(a NumPy ufunc, a functools.partial, a callable object)")
     kw_only = [n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY] \
         if isinstance(fn, types.FunctionType) else []
     if kw_only:  # Numba takes them for required positional ones: "not enough arguments: expected at least 3, got 1"
