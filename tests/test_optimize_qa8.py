@@ -292,3 +292,24 @@ def test_numba_of_an_original_that_is_no_python_function_is_unavailable_not_fail
         row = run.results["numba"]
         assert row["status"] == "unavailable", row
         assert "Numba compiles Python functions" in row["reason"]
+
+
+def test_numba_that_cannot_lower_a_ufuncs_out_argument_is_unavailable_not_failed(tmp_path):
+    # np.sin(x, out=out), the usual in-place idiom: Numba's lowering raises the builtin NotImplementedError ('unsupported
+    # keyword arguments when calling Function(<ufunc 'sin'>)'), which made the candidate 'failed' (a crash)
+    p = _write(tmp_path, "outarg.py", '''
+        import numpy as np
+
+
+        def original(x, out):
+            np.sin(x, out=out)
+            out *= 2.0
+
+
+        def inputs(rng):
+            return rng.standard_normal(1000), np.zeros(1000)
+    ''')
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numba"], time_budget=60, bench_budget_s=0.05)
+    row = run.results["numba"]
+    assert row["status"] == "unavailable", row
+    assert "cannot compile original" in row["reason"] and "unsupported keyword arguments" in row["reason"]

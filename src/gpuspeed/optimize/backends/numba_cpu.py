@@ -93,6 +93,12 @@ class _Compiled:
             if not first:  # compiled before: an error of the code itself on these inputs
                 raise
             raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
+        except NotImplementedError as exc:
+            # Numba's lowering raises the builtin one for what it cannot lower (np.sin(x, out=out): "unsupported
+            # keyword arguments when calling Function(<ufunc 'sin'>)"); no signature compiled: not the code's own
+            if not first or self.jitted.signatures:
+                raise
+            raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
         except AssertionError as exc:
             if self.serial or "do not match" not in str(exc):
                 raise
