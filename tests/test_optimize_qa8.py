@@ -1,6 +1,8 @@
 """`gpuspeed optimize` as a demanding user drives it (QA pass 8), CPU only: the recorded scale of a workload whose
-inputs() takes none, a candidate stopped by the run's --time-budget run again by --resume, and the end-to-end time of
-a float32 candidate on the CPU (its casts included)."""
+inputs() takes none, a candidate stopped by the run's --time-budget run again by --resume, the end-to-end time of a
+float32 candidate on the CPU (its casts included), an unreadable run.json / refs.pkl under --resume, dict outputs paired
+by key, bfloat16 outputs held to bfloat16's tolerance, an original that changes the working directory, Numba on what it
+cannot compile (a ufunc, a partial, a ufunc's out=) as unavailable, and a kept original not reported as checked."""
 
 import json
 import os
@@ -313,3 +315,14 @@ def test_numba_that_cannot_lower_a_ufuncs_out_argument_is_unavailable_not_failed
     row = run.results["numba"]
     assert row["status"] == "unavailable", row
     assert "cannot compile original" in row["reason"] and "unsupported keyword arguments" in row["reason"]
+
+
+def test_a_kept_original_is_not_reported_correct_on_three_fresh_seeds(tmp_path):
+    # the summary said 'Correct on 3 fresh seeds: max abs error 0' of the original itself, which is the reference
+    # and was called once, on one seed, against its own output
+    p = _write(tmp_path, "noscale.py", NO_SCALE)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=60, bench_budget_s=0.05)
+    assert run.choice["primary"] == "original"
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "Correct on 3 fresh seeds" not in text
+    assert "The original is the reference every candidate was checked against" in text

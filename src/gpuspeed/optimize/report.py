@@ -107,6 +107,8 @@ def markdown(run) -> str:
             mem = f"peak memory {_gib(prim.get('peak_bytes'))} against a budget of {run.params['budget']} with 15 % headroom"
         if prim.get("nondeterministic"):
             L.append(f"- Not verifiable: the original does not reproduce its own outputs; {mem}.")
+        elif p == "original":  # the reference itself, called once against its own output: no check to report
+            L.append(f"- The original is the reference every candidate was checked against; {mem}.")
         else:
             L.append(f"- Correct on {len(run.params['seeds'])} fresh seeds: max abs error {prim.get('max_abs_err'):.3g}, "
                      f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); {mem}.")
