@@ -85,7 +85,7 @@ def test_int8_gemv_reads_words_only_where_they_align():
 
 def _dequantized_copy(m):
     """The int8 model's weights dequantized back into a plain model: what int8 decode must compute exactly."""
-    ref = M.build(m.args, dtype=torch.float32, seed=None)
+    ref = M.build(m.args, device=m.tok_emb.device, dtype=torch.float32, seed=None)
     with torch.no_grad():
         ref.tok_emb.copy_(m.tok_emb)
         ref.norm.copy_(m.norm)
@@ -219,14 +219,14 @@ def test_int8_model_with_fused_triton_gemvs_decodes_its_dequantized_weights():
     pytest.importorskip("triton")
     from gpuspeed.decode.kernels import gemv_uses
 
-    m = M.build(M.named_config("tiny", **MICRO), seed=5)
+    m = M.build(M.named_config("tiny", **MICRO), device=DEV, seed=5)  # on a GPU the kernels compile, not interpret
     Q.quantize_model(m)
     deq = _dequantized_copy(m)
-    prompt = torch.randint(0, 257, (1, 5), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 257, (1, 5), generator=torch.Generator().manual_seed(1)).to(DEV)
     table = {shape: (8, 64, 1 if shape != (257, 64) else 2, 4, 1) for shape in gemv_uses(m.args)}
     fused = M.Options(fused_qkv=True, fused_gate_up=True, gemv=table)
     plain = M.Options(fused_qkv=True, fused_gate_up=True)
-    pos = torch.arange(5)
+    pos = torch.arange(5, device=DEV)
     m.setup_rope(8)
     deq.setup_rope(8)
     got = m(prompt, pos, opts=fused)

@@ -58,3 +58,21 @@ def test_a_backend_probe_failing_without_a_message_is_still_one_line(monkeypatch
     monkeypatch.setattr(importlib, "import_module", broken)
     mod, why = device._probe("torch")
     assert mod is None and why == "import failed: ImportError"
+
+
+def test_a_reason_with_brackets_prints_as_written(monkeypatch, capsys):
+    # a library error quoted as a reason ("[/usr/lib]", "[/]") was read as rich markup: a MarkupError traceback
+    real = device.backends
+
+    def quoting():
+        return [device.Backend("cupy", False, "import failed: cannot open [/usr/lib/libcuda.so] [/] [red]")] + real()
+
+    monkeypatch.setattr(device, "backends", quoting)
+    from rich.console import Console
+
+    from gpuspeed import cli
+
+    monkeypatch.setattr(cli, "console", Console(width=400))  # no wrapping inside the table's cells
+    assert main(["doctor"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[/usr/lib/libcuda.so] [/] [red]" in out

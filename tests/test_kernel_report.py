@@ -32,6 +32,10 @@ if not CUDA:
 triton = pytest.importorskip("triton")
 tl = triton.language
 INTERPRETED = type(tl.sum).__name__ == "InterpretedFunction"
+# kernel_report(..., device="cpu") in this process needs the interpreter: CPU tensors reach no compiled kernel
+in_process_interpreter = pytest.mark.skipif(
+    not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU): "
+                            "the command-line tests cover the interpreter in fresh processes")
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4, num_stages=2),
@@ -230,8 +234,7 @@ def test_placement_on_the_copy_roof():
 
 
 # --- capture under the Triton interpreter (this process)
-@pytest.mark.skipif(not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU): "
-                                            "the command-line tests cover the interpreter in fresh processes")
+@in_process_interpreter
 def test_a_launcher_that_launches_nothing_says_so_on_the_cpu():
     from gpuspeed import kernel_report
 
@@ -240,6 +243,7 @@ def test_a_launcher_that_launches_nothing_says_so_on_the_cpu():
     assert rep.lines()[0] == "nothing: no Triton or Numba CUDA launch seen (interpreted, no GPU)"
 
 
+@in_process_interpreter
 def test_triton_launcher_interpreted():
     from gpuspeed import kernel_report
 
@@ -279,6 +283,7 @@ def test_call_bytes_counts_each_launchs_arguments_for_multi_pass_launchers():
     assert call_bytes(123, 1600, steps) == (123, "given")
 
 
+@in_process_interpreter
 def test_kernel_report_checks_the_output_against_an_expected_one():
     from gpuspeed import kernel_report
 
@@ -681,6 +686,7 @@ def test_cli_bad_out_fails_before_any_work(tmp_path, monkeypatch, capsys):
     assert "gpuspeed: error: --out" in capsys.readouterr().err
 
 
+@in_process_interpreter
 def test_an_in_place_launcher_writing_one_argument_is_checked_against_one_array():
     from gpuspeed import kernel_report
 

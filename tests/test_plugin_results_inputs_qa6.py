@@ -19,6 +19,21 @@ from gpuspeed.stats import compare, format_speedup, format_time, median_rel_erro
 pytest_plugins = ["pytester"]
 
 
+def _plugin_args() -> list[str]:
+    """Installed (make test), the pytest11 entry point loads the plugin in the inner run; from source
+    (PYTHONPATH=src, as on the GPU machine) it must be named."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("gpuspeed")
+        return []
+    except importlib.metadata.PackageNotFoundError:
+        return ["-p", "gpuspeed.pytest_plugin"]
+
+
+PLUGIN = _plugin_args()
+
+
 # --- inputs ----------------------------------------------------------------------------------------------------
 
 
@@ -228,7 +243,7 @@ def test_many(gpubench):
 def test_plugin_writes_the_named_file_names_repeats_and_flags_unreliable(pytester):
     pytester.makepyfile(test_user=_TESTS)
     out = pytester.path / "bench.out"
-    result = pytester.runpytest("-p", "no:cacheprovider", f"--gpubench-json={out}")
+    result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--gpubench-json={out}")
     result.assert_outcomes(passed=1)
     assert out.is_file()  # was a folder bench.out/ holding gpubench.json
     names = [r["name"] for r in json.loads(out.read_text())["rows"]]
@@ -240,7 +255,7 @@ def test_plugin_refuses_an_unwritable_json_path_before_any_test(pytester):
     pytester.makepyfile(test_user="def test_x(gpubench):\n    raise AssertionError('must not run')\n")
     (pytester.path / "afile").write_text("x")
     for bad, why in (("afile/x.json", "is not a folder"), ("", "an empty path")):
-        result = pytester.runpytest("-p", "no:cacheprovider", f"--gpubench-json={bad}")
+        result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--gpubench-json={bad}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR  # was a traceback after the session, or nothing written
         result.stderr.fnmatch_lines([f"ERROR: --gpubench-json*{why}*"])
         assert "must not run" not in result.stdout.str()
@@ -252,7 +267,7 @@ def test_plugin_write_failure_at_the_end_is_one_line_and_fails_the_run(pytester)
             gpubench(sum, [1, 2], device="cpu", max_samples=5, min_samples=5)
             open("sub", "w").write("now a file where the results folder was to go")
         """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gpubench-json=sub/r.json")
+    result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", "--gpubench-json=sub/r.json")
     result.stdout.fnmatch_lines(["gpubench: ERROR: cannot write *sub/r.json: *"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str() and result.ret == pytest.ExitCode.TESTS_FAILED
 
@@ -260,7 +275,7 @@ def test_plugin_write_failure_at_the_end_is_one_line_and_fails_the_run(pytester)
 def test_plugin_writes_the_file_when_no_test_measured(pytester):
     pytester.makepyfile(test_user="def test_x():\n    pass\n")
     out = pytester.path / "r.json"
-    pytester.runpytest("-p", "no:cacheprovider", f"--gpubench-json={out}").assert_outcomes(passed=1)
+    pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--gpubench-json={out}").assert_outcomes(passed=1)
     doc = json.loads(out.read_text())  # none was written before: a CI step reading it failed
     assert doc["rows"] == [] and doc["summary"]["measurements"] == 0
 
@@ -272,7 +287,7 @@ def test_plugin_counts_the_xdist_workers_that_ran(pytester):
     args, workers = ("-n", "2", "--maxprocesses", "1"), 1
     pytester.makepyfile(test_user="def test_x(gpubench):\n    gpubench(sum, [1], device='cpu', max_samples=5, min_samples=5)\n")
     out = pytester.path / "r.json"
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, f"--gpubench-json={out}")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *args, f"--gpubench-json={out}")
     result.assert_outcomes(passed=1)
     assert json.loads(out.read_text())["summary"]["parallel_workers"] == workers
     assert "pytest-xdist workers ran tests" not in result.stdout.str()

@@ -64,7 +64,8 @@ def test_script_line_times_module_and_functions(tmp_path, capsys):
     doc = _json_out(capsys)
     fns = {f["function"]: f for f in doc["hotspots"]["lines"]["functions"]}
     assert {"<module>", "hot"} <= fns.keys()
-    assert fns["hot"]["hot_line"] == 4 and fns["hot"]["lines"]
+    # the loop's body or its header: Python 3.12 charges each iteration's FOR_ITER to line 3 (seen on the device)
+    assert fns["hot"]["hot_line"] in (3, 4) and fns["hot"]["lines"]
     assert {r["line"] for r in fns["<module>"]["lines"]} >= {8, 9, 10}
     loops = {(lp["line"], lp["kind"]) for lp in fns["<module>"]["loops"] + fns["hot"]["loops"]}
     assert loops == {(8, "reduction"), (3, "sequential-loop")}

@@ -5,6 +5,21 @@ import json
 pytest_plugins = ["pytester"]
 
 
+def _plugin_args() -> list[str]:
+    """Installed (make test), the pytest11 entry point loads the plugin in the inner run; from source
+    (PYTHONPATH=src, as on the GPU machine) it must be named."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("gpuspeed")
+        return []
+    except importlib.metadata.PackageNotFoundError:
+        return ["-p", "gpuspeed.pytest_plugin"]
+
+
+PLUGIN = _plugin_args()
+
+
 def test_gpubench_fixture_table_and_json(pytester, tmp_path):
     pytester.makepyfile(
         """
@@ -16,7 +31,7 @@ def test_gpubench_fixture_table_and_json(pytester, tmp_path):
         """
     )
     out = tmp_path / "gb.json"
-    result = pytester.runpytest_subprocess(f"--gpubench-json={out}")  # the pytest11 entry point loads it
+    result = pytester.runpytest_subprocess(*PLUGIN, f"--gpubench-json={out}")  # the pytest11 entry point loads it
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*gpubench*", "*test_sleep:sleep*ms*cpu*"])
     doc = json.loads(out.read_text())
@@ -44,7 +59,7 @@ def test_gpubench_under_xdist_reports_the_workers_measurements_and_warns(pyteste
         """,
     )
     out = tmp_path / "gb.json"
-    result = pytester.runpytest_subprocess("-n", "2", f"--gpubench-json={out}")
+    result = pytester.runpytest_subprocess(*PLUGIN, "-n", "2", f"--gpubench-json={out}")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_one:sleep*", "*WARNING: 2 pytest-xdist workers*"])
     doc = json.loads(out.read_text())

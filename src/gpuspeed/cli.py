@@ -77,10 +77,11 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
         print(strict_json(rep))
         return
+    from rich.markup import escape  # reasons quote library errors, whose brackets are not markup
+
     d = rep["device"]
-    if not rep["gpu"]:
-        console.print(f"[yellow]{rep['headline']}[/]")
-    else:
+    console.print(f"[yellow]{escape(rep['headline'])}[/]" if not rep["gpu"] else escape(rep["headline"]))
+    if rep["gpu"]:
         t = Table(title="Device", show_header=False)
         clocks = d.get("clocks") or {}
         for key, value in [
@@ -92,18 +93,18 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
              if clocks else "not read (no NVML)"),
             ("driver", d.get("driver") or "?"), ("CUDA (torch)", d.get("cuda") or "?"),
         ]:
-            t.add_row(key, str(value))
+            t.add_row(key, escape(str(value)))
         console.print(t)
     v = Table(title="Versions", show_header=False)
     for k, val in rep["versions"].items():
-        v.add_row(k, val or "[dim]not installed[/]")
+        v.add_row(k, escape(val) if val else "[dim]not installed[/]")
     console.print(v)
     b = Table(title="Backends")
     b.add_column("backend")
     b.add_column("usable")
     b.add_column("why")
     for row in rep["backends"]:
-        b.add_row(row["name"], "[green]yes[/]" if row["usable"] else "[red]no[/]", row["why"])
+        b.add_row(escape(row["name"]), "[green]yes[/]" if row["usable"] else "[red]no[/]", escape(row["why"]))
     console.print(b)
     s = Table(title="Datasheet peaks (dense)")
     for col in ("device", "mem GB/s", "FP32", "TF32", "FP16", "BF16", "FP64", "FP8"):
@@ -116,7 +117,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         s.add_row(*cells, style="bold green" if sheet["name"] == mine else None)
     console.print(s)
     if rep["datasheet_note"]:
-        console.print(f"[yellow]{rep['datasheet_note']}[/]: '% of datasheet' figures are left out.")
+        console.print(f"[yellow]{escape(rep['datasheet_note'])}[/]: '% of datasheet' figures are left out.")
     console.print("TFLOP/s; tensor rates with FP32 accumulate.")
 
 

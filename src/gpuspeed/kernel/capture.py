@@ -151,6 +151,9 @@ class Capture:
         try:
             from triton.runtime.interpreter import InterpretedFunction
 
+            from gpuspeed.compat import triton_interpreter_index
+
+            triton_interpreter_index()  # triton 3.6's interpreter with NumPy >= 2.4: loops over runtime bounds
             self._patch(InterpretedFunction, "run", lambda orig: cap._triton_run(orig, interpreted=True))
         except (ImportError, KeyError):  # no interpreter in this triton
             pass

@@ -134,6 +134,10 @@ def launch(kernel, grid, *args, config=None, **kw):
     function runs with that config (the interpreter: the first)."""
     if config is None and not interpreting():
         return kernel[grid](*args, **kw)
+    if interpreting():
+        from gpuspeed.compat import triton_interpreter_index
+
+        triton_interpreter_index()  # triton 3.6's interpreter with NumPy >= 2.4: loops over runtime bounds
     cfg = config if config is not None else kernel.configs[0]
     meta = dict(kw, **cfg.kwargs)
     shape = grid(meta) if callable(grid) else grid
