@@ -174,3 +174,23 @@ def test_a_run_that_measured_nothing_says_so_and_exits_1(tmp_path, capsys, as_js
 def test_nothing_measured_is_silent_when_a_row_has_a_time():
     assert study.nothing_measured({"rows": [{"variant": "V0", "skipped": "x"}, {"variant": "V2", "ms_per_token": 1.0}]}) is None
     assert "no rung ran" in study.nothing_measured({"rows": []})
+
+
+def test_bf16_with_the_agreement_check_counts_its_fp32_copy(monkeypatch):
+    """load_model keeps the fp32 model the bf16 one was cast from, for the agreement columns: 6 bytes a weight,
+    where check_fits counted 4 (a 1B model passed on an 8 GB card and ran out of memory while casting)."""
+    from gpuspeed import device as D
+    from gpuspeed.decode import model as M
+
+    params = M.named_config("llama-3.2-1b").param_count()
+    mem = int(params * 5 / 0.8)  # 80 % of it holds 5 bytes a weight: bf16 alone fits, bf16 + its fp32 copy does not
+    monkeypatch.setattr(D, "get_device", lambda device: types.SimpleNamespace(mem_bytes=mem))
+    base = dict(model="llama-3.2-1b", dtype="bf16", prompt_len=8, new_tokens=4, variants=["V2"])
+    with pytest.raises(UserError, match=r"its fp32 copy for the agreement check included"):
+        study.check_fits(study.Spec(**base), "cuda")
+    study.check_fits(study.Spec(**base, agreement=False), "cuda")  # 2 bytes a weight: fits
+    study.check_fits(study.Spec(**{**base, "dtype": "fp32"}), "cuda")  # fp32 is its own reference: 4 bytes, fits
+    monkeypatch.setattr(D, "get_device", lambda device: types.SimpleNamespace(mem_bytes=int(params * 3 / 0.8)))
+    with pytest.raises(UserError) as err:  # fp32 at 3 bytes a weight: refused, with no fp32 copy named
+        study.check_fits(study.Spec(**{**base, "dtype": "fp32"}), "cuda")
+    assert "needs about" in str(err.value) and "agreement" not in str(err.value)

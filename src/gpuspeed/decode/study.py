@@ -920,15 +920,18 @@ def check_fits(spec: Spec, device: str) -> None:
         args = local_args(args, world)  # rank 0's shard, the largest (too few KV heads for N ranks: an error)
         if device != "cuda":  # the CPU's gloo ranks share the host: no per-rank check
             return
-    need = args.param_count() * (4 if (spec.dtype == "fp32" or (spec.agreement and world == 1)) else 2)
+    # a bf16/fp16 run with the agreement check holds the fp32 model it was cast from beside it: 2 + 4 bytes a weight
+    with_ref = spec.agreement and world == 1 and spec.dtype != "fp32"
+    need = args.param_count() * (DTYPES[spec.dtype].itemsize + (4 if with_ref else 0))
     have = _device.get_device(device).mem_bytes
     check_run_memory(spec, args, spec.prompt_len, need, have, device, spec.model)
     if have and need > 0.8 * have:
         if world > 1:
             raise UserError(f"{spec.model} in {spec.dtype} over {world} GPUs needs about {need / 2**30:.1f} GiB per "
                             f"GPU; each has {have / 2**30:.1f} GiB: use a larger --tp")
-        raise UserError(f"{spec.model} in {spec.dtype} needs about {need / 2**30:.1f} GiB (fp32 copy for the "
-                        f"agreement check included); this {device} has {have / 2**30:.1f} GiB: try --layers 2")
+        ref = " (its fp32 copy for the agreement check included)" if with_ref else ""
+        raise UserError(f"{spec.model} in {spec.dtype} needs about {need / 2**30:.1f} GiB{ref}; this {device} has "
+                        f"{have / 2**30:.1f} GiB: try --layers 2")
 
 
 def _fmt(v, spec: str = ".3g") -> str:
