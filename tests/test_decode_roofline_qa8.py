@@ -123,3 +123,15 @@ def test_skipped_batch_and_long_prompt_rows_are_named_in_the_table():
     assert "?" not in names and {"batch 3", "prompt 12"} <= set(names), names
     # --batches 3,3 is one batch-3 row (it was measured twice), and the run's own batch is the ladder's
     assert sorted(r.get("batch") for r in doc["rows"] if r.get("study") == "batch") == [3], doc["rows"]
+
+
+def test_longer_rope_tables_leave_the_old_ones_alive_for_graphs_captured_on_them():
+    # a --long-prompt row re-made the tables after V4/V5 had captured graphs reading the old ones: freed memory
+    m = M.build(M.named_config("tiny", vocab_size=64, dim=64, n_layers=1, n_heads=4, n_kv_heads=4, ffn_dim=96), seed=0)
+    m.setup_rope(32)
+    cos, sin = m.rope_cos, m.rope_sin
+    m.setup_rope(16)  # shorter: the same tables
+    assert m.rope_cos is cos and m.retired_rope == []
+    m.setup_rope(256)
+    assert m.rope_cos.shape[0] == 256 and m.retired_rope[0][0] is cos and m.retired_rope[0][1] is sin
+    assert torch.equal(m.rope_cos[:32], cos)  # the first positions are the same values

@@ -276,6 +276,8 @@ class Transformer(nn.Module):
         self.lm_head = None if args.tie_embeddings else nn.Parameter(torch.empty(args.vocab_size, args.dim))
         self.rope_cos: torch.Tensor | None = None
         self.rope_sin: torch.Tensor | None = None
+        # tables replaced by longer ones, kept alive: a captured graph holds their addresses, not the tensors
+        self.retired_rope: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.tp = None  # tp.TP on a rank's shard: vocab-sharded embedding / head, all-reduces (tp.py)
 
     @property
@@ -296,6 +298,8 @@ class Transformer(nn.Module):
             raise UserError(f"{length} positions exceed {self.args.name}'s context of {self.args.max_seq_len}")
         if self.rope_cos is None or self.rope_cos.shape[0] < length or self.rope_cos.dtype != self.dtype \
                 or self.rope_cos.device != self.device:
+            if self.rope_cos is not None:  # a graph captured by an earlier engine still reads the old tables
+                self.retired_rope.append((self.rope_cos, self.rope_sin))
             self.rope_cos, self.rope_sin = rope_tables(self.args, length, self.device, self.dtype)
 
     def _ffn(self, x, layer, opts: Options):
