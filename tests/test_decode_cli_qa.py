@@ -194,3 +194,22 @@ def test_bf16_with_the_agreement_check_counts_its_fp32_copy(monkeypatch):
     with pytest.raises(UserError) as err:  # fp32 at 3 bytes a weight: refused, with no fp32 copy named
         study.check_fits(study.Spec(**{**base, "dtype": "fp32"}), "cuda")
     assert "needs about" in str(err.value) and "agreement" not in str(err.value)
+
+
+def test_a_checkpoint_folder_too_large_for_the_device_is_refused_before_its_weights_are_read(tmp_path, monkeypatch):
+    """check_fits read only named models: a folder larger than the GPU was loaded to the last shard and failed in
+    an allocation. Its config.json gives the shapes; the weights here are a placeholder never opened."""
+    from gpuspeed import device as D
+    from gpuspeed.decode import model as M
+
+    args = M.named_config("llama-3.2-1b")
+    (tmp_path / "config.json").write_text(json.dumps(C.hf_config(args)))
+    (tmp_path / "model.safetensors").write_bytes(b"not read")
+    params = args.param_count()
+    monkeypatch.setattr(D, "get_device", lambda device: types.SimpleNamespace(mem_bytes=int(params * 3 / 0.8)))
+    base = dict(model=str(tmp_path), prompt_len=8, new_tokens=4, variants=["V2"])
+    with pytest.raises(UserError, match=r"needs about .* GiB; this cuda has .*: try --dtype bf16"):
+        study.check_fits(study.Spec(**base, dtype="fp32"), "cuda")
+    study.check_fits(study.Spec(**base, dtype="bf16", agreement=False), "cuda")  # 2 bytes a weight: fits
+    (tmp_path / "config.json").write_text("{}")  # no Llama config: the loader says why, not check_fits
+    study.check_fits(study.Spec(**base, dtype="fp32"), "cuda")

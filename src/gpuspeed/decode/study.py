@@ -906,13 +906,28 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
                         f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens")
 
 
+def _folder_args(model: str):
+    """The shapes of a Hugging Face folder's model from its config.json, before any weight is read; None where
+    there is no readable Llama config (the loader says why)."""
+    cfg = Path(model) / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=Path(model).name)
+    except UserError:
+        return None
+
+
 def check_fits(spec: Spec, device: str) -> None:
-    """Refuse a named model whose weights would not fit this device's memory (before making them); under
-    tensor parallel, rank 0's shard (the largest) on one GPU."""
-    if spec.model not in M.CONFIGS:
-        return
-    over = {"n_layers": spec.max_layers} if spec.max_layers else {}
-    args = M.named_config(spec.model, **over)
+    """Refuse a named model or a Hugging Face folder whose weights would not fit this device's memory (before
+    making or reading them); under tensor parallel, rank 0's shard (the largest) on one GPU."""
+    if spec.model in M.CONFIGS:
+        over = {"n_layers": spec.max_layers} if spec.max_layers else {}
+        args = M.named_config(spec.model, **over)
+    else:
+        args = _folder_args(spec.model)
+        if args is None:  # a GGUF file, or a folder the loader will refuse in its own words
+            return
     world = spec.tp or 1
     if world > 1:
         from gpuspeed.decode.tp import local_args
@@ -930,8 +945,9 @@ def check_fits(spec: Spec, device: str) -> None:
             raise UserError(f"{spec.model} in {spec.dtype} over {world} GPUs needs about {need / 2**30:.1f} GiB per "
                             f"GPU; each has {have / 2**30:.1f} GiB: use a larger --tp")
         ref = " (its fp32 copy for the agreement check included)" if with_ref else ""
-        raise UserError(f"{spec.model} in {spec.dtype} needs about {need / 2**30:.1f} GiB{ref}; this {device} has "
-                        f"{have / 2**30:.1f} GiB: try --layers 2")
+        hint = "--layers 2" if spec.model in M.CONFIGS else "--dtype bf16" if spec.dtype == "fp32" else "--tp over more GPUs"
+        raise UserError(f"{model_key(spec.model)} in {spec.dtype} needs about {need / 2**30:.1f} GiB{ref}; this {device} "
+                        f"has {have / 2**30:.1f} GiB: try {hint}")
 
 
 def _fmt(v, spec: str = ".3g") -> str:
