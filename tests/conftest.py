@@ -16,6 +16,13 @@ except importlib.metadata.PackageNotFoundError:  # PYTHONPATH=src (make gpu-test
     pytest_plugins = ["gpuspeed.pytest_plugin"]
 
 
+@pytest.fixture
+def plugin_args() -> list[str]:
+    """What loads the gpubench plugin in a pytester run: nothing where installed (its entry point), from source
+    `-p gpuspeed.pytest_plugin` (as pytest_plugins above)."""
+    return [arg for plugin in pytest_plugins for arg in ("-p", plugin)]
+
+
 def _cuda() -> bool:
     try:
         import torch

@@ -19,21 +19,6 @@ from gpuspeed.stats import compare, format_speedup, format_time, median_rel_erro
 pytest_plugins = ["pytester"]
 
 
-def _plugin_args() -> list[str]:
-    """Installed (make test), the pytest11 entry point loads the plugin in the inner run; from source
-    (PYTHONPATH=src, as on the GPU machine) it must be named."""
-    import importlib.metadata
-
-    try:
-        importlib.metadata.distribution("gpuspeed")
-        return []
-    except importlib.metadata.PackageNotFoundError:
-        return ["-p", "gpuspeed.pytest_plugin"]
-
-
-PLUGIN = _plugin_args()
-
-
 # --- inputs ----------------------------------------------------------------------------------------------------
 
 
@@ -240,10 +225,10 @@ def test_many(gpubench):
 """
 
 
-def test_plugin_writes_the_named_file_names_repeats_and_flags_unreliable(pytester):
+def test_plugin_writes_the_named_file_names_repeats_and_flags_unreliable(plugin_args, pytester):
     pytester.makepyfile(test_user=_TESTS)
     out = pytester.path / "bench.out"
-    result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--gpubench-json={out}")
+    result = pytester.runpytest(*plugin_args, "-p", "no:cacheprovider", f"--gpubench-json={out}")
     result.assert_outcomes(passed=1)
     assert out.is_file()  # was a folder bench.out/ holding gpubench.json
     names = [r["name"] for r in json.loads(out.read_text())["rows"]]
@@ -251,43 +236,43 @@ def test_plugin_writes_the_named_file_names_repeats_and_flags_unreliable(pyteste
     result.stdout.fnmatch_lines(["*test_many:<lambda>*cpu UNRELIABLE*", f"gpubench: wrote {out}"])
 
 
-def test_plugin_refuses_an_unwritable_json_path_before_any_test(pytester):
+def test_plugin_refuses_an_unwritable_json_path_before_any_test(plugin_args, pytester):
     pytester.makepyfile(test_user="def test_x(gpubench):\n    raise AssertionError('must not run')\n")
     (pytester.path / "afile").write_text("x")
     for bad, why in (("afile/x.json", "is not a folder"), ("", "an empty path")):
-        result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--gpubench-json={bad}")
+        result = pytester.runpytest(*plugin_args, "-p", "no:cacheprovider", f"--gpubench-json={bad}")
         assert result.ret == pytest.ExitCode.USAGE_ERROR  # was a traceback after the session, or nothing written
         result.stderr.fnmatch_lines([f"ERROR: --gpubench-json*{why}*"])
         assert "must not run" not in result.stdout.str()
 
 
-def test_plugin_write_failure_at_the_end_is_one_line_and_fails_the_run(pytester):
+def test_plugin_write_failure_at_the_end_is_one_line_and_fails_the_run(plugin_args, pytester):
     pytester.makepyfile(test_user="""
         def test_x(gpubench):
             gpubench(sum, [1, 2], device="cpu", max_samples=5, min_samples=5)
             open("sub", "w").write("now a file where the results folder was to go")
         """)
-    result = pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", "--gpubench-json=sub/r.json")
+    result = pytester.runpytest(*plugin_args, "-p", "no:cacheprovider", "--gpubench-json=sub/r.json")
     result.stdout.fnmatch_lines(["gpubench: ERROR: cannot write *sub/r.json: *"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str() and result.ret == pytest.ExitCode.TESTS_FAILED
 
 
-def test_plugin_writes_the_file_when_no_test_measured(pytester):
+def test_plugin_writes_the_file_when_no_test_measured(plugin_args, pytester):
     pytester.makepyfile(test_user="def test_x():\n    pass\n")
     out = pytester.path / "r.json"
-    pytester.runpytest(*PLUGIN, "-p", "no:cacheprovider", f"--gpubench-json={out}").assert_outcomes(passed=1)
+    pytester.runpytest(*plugin_args, "-p", "no:cacheprovider", f"--gpubench-json={out}").assert_outcomes(passed=1)
     doc = json.loads(out.read_text())  # none was written before: a CI step reading it failed
     assert doc["rows"] == [] and doc["summary"]["measurements"] == 0
 
 
-def test_plugin_counts_the_xdist_workers_that_ran(pytester):
+def test_plugin_counts_the_xdist_workers_that_ran(plugin_args, pytester):
     """-n 2 --maxprocesses 1 runs one worker: no warning, parallel_workers 1 (it was -n's 2; and `--tx 2*popen`,
     two workers without -n, read as 1 and gave no warning)."""
     pytest.importorskip("xdist")
     args, workers = ("-n", "2", "--maxprocesses", "1"), 1
     pytester.makepyfile(test_user="def test_x(gpubench):\n    gpubench(sum, [1], device='cpu', max_samples=5, min_samples=5)\n")
     out = pytester.path / "r.json"
-    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", *args, f"--gpubench-json={out}")
+    result = pytester.runpytest_subprocess(*plugin_args, "-p", "no:cacheprovider", *args, f"--gpubench-json={out}")
     result.assert_outcomes(passed=1)
     assert json.loads(out.read_text())["summary"]["parallel_workers"] == workers
     assert "pytest-xdist workers ran tests" not in result.stdout.str()

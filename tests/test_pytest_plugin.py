@@ -5,22 +5,7 @@ import json
 pytest_plugins = ["pytester"]
 
 
-def _plugin_args() -> list[str]:
-    """Installed (make test), the pytest11 entry point loads the plugin in the inner run; from source
-    (PYTHONPATH=src, as on the GPU machine) it must be named."""
-    import importlib.metadata
-
-    try:
-        importlib.metadata.distribution("gpuspeed")
-        return []
-    except importlib.metadata.PackageNotFoundError:
-        return ["-p", "gpuspeed.pytest_plugin"]
-
-
-PLUGIN = _plugin_args()
-
-
-def test_gpubench_fixture_table_and_json(pytester, tmp_path):
+def test_gpubench_fixture_table_and_json(plugin_args, pytester, tmp_path):
     pytester.makepyfile(
         """
         import time
@@ -31,14 +16,14 @@ def test_gpubench_fixture_table_and_json(pytester, tmp_path):
         """
     )
     out = tmp_path / "gb.json"
-    result = pytester.runpytest_subprocess(*PLUGIN, f"--gpubench-json={out}")  # the pytest11 entry point loads it
+    result = pytester.runpytest_subprocess(*plugin_args, f"--gpubench-json={out}")  # the pytest11 entry point loads it
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*gpubench*", "*test_sleep:sleep*ms*cpu*"])
     doc = json.loads(out.read_text())
     assert doc["study"] == "gpubench" and doc["rows"][0]["n"] >= 5
 
 
-def test_gpubench_under_xdist_reports_the_workers_measurements_and_warns(pytester, tmp_path):
+def test_gpubench_under_xdist_reports_the_workers_measurements_and_warns(plugin_args, pytester, tmp_path):
     """Under pytest-xdist each measurement is made in a worker: the controller's table and file must still hold
     all of them, and say that parallel workers shared the machine while they were timed."""
     import pytest
@@ -59,7 +44,7 @@ def test_gpubench_under_xdist_reports_the_workers_measurements_and_warns(pyteste
         """,
     )
     out = tmp_path / "gb.json"
-    result = pytester.runpytest_subprocess(*PLUGIN, "-n", "2", f"--gpubench-json={out}")
+    result = pytester.runpytest_subprocess(*plugin_args, "-n", "2", f"--gpubench-json={out}")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_one:sleep*", "*WARNING: 2 pytest-xdist workers*"])
     doc = json.loads(out.read_text())

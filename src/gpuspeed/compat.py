@@ -40,10 +40,12 @@ def triton_interpreter_index() -> bool:
         from triton.runtime import interpreter
 
         original = interpreter._patch_lang_tensor
+        if getattr(original, "gpuspeed_shim", False):  # applied already (this runs at every interpreted launch)
+            return False
         unfixed = "int(self.handle.data))" in inspect.getsource(original)
     except Exception:  # noqa: BLE001 - no triton, or an interpreter laid out otherwise: nothing to mend
         return False
-    if not unfixed or getattr(original, "gpuspeed_shim", False):
+    if not unfixed:
         return False
 
     def index(self):
