@@ -12,6 +12,10 @@ so elements far smaller than the output's typical magnitude are judged on that s
 A Python float carries no record of the precision it was computed in (`x.sum().item()` of a float32
 tensor is one), so it is held to float32's tolerance; pass dtype="float64" or rtol= to hold it tighter.
 Integer and bool outputs compare exactly, and so does a float output against an integer or bool reference.
+Quantized torch tensors (qint8, quint8, ...) are compared by their dequantized values, at the rtol and atol
+you pass: they have no default tolerance, since their scale, not their dtype, sets their error.
+NumPy masked arrays (numpy.ma): the masks must match exactly (a plain array is one with nothing masked), and
+only the unmasked elements are compared -- what a masked element holds, NaN included, is never looked at.
 """
 
 from __future__ import annotations
@@ -69,6 +73,9 @@ def default_rtol(dtype_name: str) -> float:
         return TOLERANCES[name]
     if name.startswith(("int", "uint", "bool")):
         return EXACT
+    if name.startswith(("qint", "quint")):  # torch.quantize_per_tensor's: an error set by the scale, not the type
+        raise UserError(f"no default tolerance for the quantized dtype {dtype_name!r}: check() compares its "
+                        "dequantized values, whose error its scale sets; pass rtol= and atol= (e.g. atol=the scale)")
     raise UserError(f"no default tolerance for dtype {dtype_name!r}; pass rtol= and atol=")
 
 
@@ -89,6 +96,8 @@ def _to_host(x) -> tuple[np.ndarray, str]:
             raise UserError("check() cannot compare a meta tensor: it holds no data")
         if t.layout != torch.strided:  # sparse (torch.sparse.mm's result): its values, densely
             t = t.to_dense()
+        if t.is_quantized:  # qint8 & co.: the real values it stands for (float32, exactly)
+            t = t.dequantize()
         if t.is_floating_point() and t.element_size() <= 2 or str(t.dtype).startswith("torch.float8"):
             t = t.float()  # numpy has no bfloat16 or fp8; float32 holds them exactly
         if name == "complex32":
@@ -258,6 +267,18 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     if out_host.shape != ref_host.shape:
         leaf.message = f"shape {tuple(out_host.shape)} != reference {tuple(ref_host.shape)}"
         return leaf
+    shape, kept = out_host.shape, None  # kept: the flat positions compared, where a mask leaves some out
+    if isinstance(out, np.ma.MaskedArray) or isinstance(ref, np.ma.MaskedArray):
+        out_mask, ref_mask = np.ma.getmaskarray(out), np.ma.getmaskarray(ref)
+        if not np.array_equal(out_mask, ref_mask):
+            apart = out_mask != ref_mask
+            first = tuple(int(i) for i in np.unravel_index(int(np.argmax(apart)), shape)) if apart.ndim else ()
+            leaf.message = (f"masks differ: {int(apart.sum())}/{apart.size} elements masked in one and not the "
+                            f"other (first at {first}; output masked there: {bool(out_mask[first])})")
+            return leaf
+        kept = np.flatnonzero(~ref_mask)
+        out_host, ref_host = out_host.reshape(-1)[kept], ref_host.reshape(-1)[kept]  # the unmasked values alone
+        leaf.n_elements = int(kept.size)
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
     exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
     ref_nan = 0
@@ -314,7 +335,9 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         with np.errstate(invalid="ignore"):  # an infinite tolerance: inf - inf
             score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
         worst = int(np.argmax(np.where(np.isnan(score), np.inf, score)))
-        leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, diff.shape)) if diff.ndim else ()
+        if kept is not None:  # a position among the unmasked values: where it sits in the array
+            worst = int(kept[worst])
+        leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, shape)) if len(shape) else ()
     l2_ok = exact or not l2_rule or leaf.rel_l2_err <= rtol or leaf.rel_l2_err == 0.0
     ok = leaf.n_over_tol == 0 and l2_ok
     leaf.passed = bool(ok)
@@ -337,6 +360,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
 def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = None, *,
           dtype: str | None = None, equal_nan: bool = False) -> CheckResult:
     """Compare `out` against `ref` (arrays, scalars, or nested tuples/lists/dicts/dataclasses of them).
+
+    NumPy masked arrays must be masked alike; only their unmasked elements are compared.
 
     rtol defaults by dtype (the less precise of out and ref; `dtype="tf32"` picks that row instead), atol to
     rtol x RMS(ref). With atol left to its default the relative L2 error must also be within rtol; an
