@@ -263,16 +263,23 @@ def _make_array(rng, s: InputSpec, backend: str, device: str):
     import numpy as np
 
     if backend == "numpy":
-        return np.ascontiguousarray(_host_array(rng, s).astype(s.dtype, copy=False))
+        return _c_order(_host_array(rng, s).astype(s.dtype, copy=False))
     if backend == "cupy":
         import cupy
 
         with cupy.cuda.Device(_cuda_index(device)):
-            return cupy.asarray(np.ascontiguousarray(_host_array(rng, s).astype(s.dtype, copy=False)))
+            return cupy.asarray(_c_order(_host_array(rng, s).astype(s.dtype, copy=False)))
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(_host_array(rng, s))).to(getattr(torch, s.dtype))
+    t = torch.from_numpy(_c_order(_host_array(rng, s))).to(getattr(torch, s.dtype))
     return t.to(device) if device != "cpu" else t
+
+
+def _c_order(a):
+    """The array in C order, its shape kept: np.ascontiguousarray makes a 0-d array (`x=float64[]`) 1-d."""
+    import numpy as np
+
+    return np.asarray(a, order="C")
 
 
 def _cuda_index(device: str) -> int | None:
