@@ -3,14 +3,17 @@ Measurement records read back from strict JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
+from gpuspeed import trees
 from gpuspeed.errors import UserError
-from gpuspeed.verify import check
+from gpuspeed.timing import bench
+from gpuspeed.verify import check, verify_function
 
 
 def _rng():
@@ -72,3 +75,55 @@ def test_check_of_a_quantized_tensor_needs_a_stated_tolerance():
     q = _quantized(torch.randn(8))
     with pytest.raises(UserError, match="quantized dtype 'qint8'.*pass rtol= and atol="):
         check(q, q.dequantize())
+
+
+# --- dataclass arguments: cloned, rotated and compared like tuples of their fields ------------------------
+
+
+@dataclasses.dataclass
+class _Batch:
+    x: torch.Tensor
+    out: torch.Tensor
+    scale: float = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    a: np.ndarray
+    tag: str = dataclasses.field(init=False, default="kept")
+
+
+def test_clone_tree_copies_the_arrays_inside_a_dataclass():
+    b, f = _Batch(torch.randn(64), torch.randn(64)), _Frozen(_rng().standard_normal(16))
+    cb, cf = trees.clone_tree((b, f))
+    assert type(cb) is _Batch and type(cf) is _Frozen and cf.tag == "kept" and cb.scale == 2.0
+    assert cb.x is not b.x and cb.x.data_ptr() != b.x.data_ptr() and torch.equal(cb.x, b.x)  # was the same object
+    assert cf.a is not f.a and np.array_equal(cf.a, f.a)
+    assert trees.nbytes(b) == 2 * 64 * 4  # nbytes saw no arrays in it
+
+
+def test_bench_rotate_cycles_fresh_copies_of_a_dataclass_argument():
+    seen = set()
+
+    def fn(batch):
+        seen.add(batch.x.data_ptr())
+        return batch.x.sum()
+
+    bench(fn, _Batch(torch.randn(256), torch.randn(256)), rotate=3, device="cpu", budget_s=0.2, min_samples=3)
+    assert len(seen) == 3  # every "rotation" was the one dataclass, its inputs L2-resident
+
+
+def test_verify_function_compares_what_in_place_functions_wrote_into_a_dataclass():
+    def reference(batch):
+        batch.out.copy_(batch.x * batch.scale)
+
+    def wrong(batch):
+        batch.out.copy_(batch.x * 3)
+
+    def make(seed):
+        g = torch.Generator().manual_seed(seed)
+        return (_Batch(torch.randn(128, generator=g), torch.randn(128, generator=g)),)
+
+    # both wrote into the one shared dataclass and were compared on nothing: "PASS" for the wrong function
+    assert not any(r.passed for r in verify_function(wrong, reference, make, seeds=2))
+    assert all(r.passed for r in verify_function(reference, reference, make, seeds=2))

@@ -1,4 +1,4 @@
-"""Argument trees: nested tuples, lists and dicts of arrays and plain values.
+"""Argument trees: nested tuples, lists, dicts and dataclass instances of arrays and plain values.
 
 The one walker of gpuspeed's call arguments and results: `leaves` / `flatten` / `unflatten`, which
 leaves are GPU arrays, and `clone_tree`, the copy bench's `rotate` and verify use. A clone keeps what
@@ -8,6 +8,8 @@ alias each other (views of one buffer stay views of one new buffer).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any, Iterator
 
 # Each cloned buffer starts at this byte alignment relative to the original's, so a clone is exactly as
@@ -20,14 +22,22 @@ def module_of(x) -> str:
     return type(x).__module__.split(".")[0]
 
 
+def is_record(x) -> bool:
+    """A dataclass instance (not the class itself): walked field by field, like a dict of its fields."""
+    return dataclasses.is_dataclass(x) and not isinstance(x, type)
+
+
 def leaves(obj) -> Iterator[Any]:
-    """Every leaf of nested tuples/lists/dicts, in order."""
+    """Every leaf of nested tuples/lists/dicts/dataclass instances, in order."""
     if isinstance(obj, (list, tuple)):
         for o in obj:
             yield from leaves(o)
     elif isinstance(obj, dict):
         for o in obj.values():
             yield from leaves(o)
+    elif is_record(obj):
+        for f in dataclasses.fields(obj):
+            yield from leaves(getattr(obj, f.name))
     else:
         yield obj
 
@@ -66,8 +76,32 @@ def _spec(obj, out: list):
         return (type(obj), [_spec(o, out) for o in obj])
     if isinstance(obj, dict):
         return (type(obj), [(k, _spec(v, out)) for k, v in obj.items()])
+    if is_record(obj):
+        names = [f.name for f in dataclasses.fields(obj)]
+        return (_Record(obj, names), [(n, _spec(getattr(obj, n), out)) for n in names])
     out.append(obj)
     return None
+
+
+class _Record:
+    """The spec of a dataclass instance: rebuilt as a shallow copy of it with its fields replaced (so fields
+    outside __init__, frozen classes and attributes set after construction come through). Its repr names the
+    class and fields only, never their values: graphs key their cache on a spec's repr."""
+
+    __slots__ = ("template", "names")
+
+    def __init__(self, template, names: list[str]):
+        self.template, self.names = template, names
+
+    def __repr__(self) -> str:
+        kind = type(self.template)
+        return f"{kind.__module__}.{kind.__qualname__}({', '.join(self.names)})"
+
+    def build(self, items: list):
+        new = copy.copy(self.template)
+        for name, value in items:
+            object.__setattr__(new, name, value)  # object's: a frozen dataclass refuses its own
+        return new
 
 
 def unflatten(spec, values: list):
@@ -80,6 +114,8 @@ def _build(spec, position):
     if spec is None:
         return next(position)
     kind, items = spec
+    if isinstance(kind, _Record):
+        return kind.build([(k, _build(s, position)) for k, s in items])
     if issubclass(kind, dict):
         built = [(k, _build(s, position)) for k, s in items]
         try:
