@@ -4,6 +4,8 @@ Measurement records read back from strict JSON."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import warnings
 
 import numpy as np
@@ -12,6 +14,8 @@ import torch
 
 from gpuspeed import trees
 from gpuspeed.errors import UserError
+from gpuspeed.results import strict_json
+from gpuspeed.stats import Measurement, compare, summarize
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, verify_function
 
@@ -127,3 +131,24 @@ def test_verify_function_compares_what_in_place_functions_wrote_into_a_dataclass
     # both wrote into the one shared dataclass and were compared on nothing: "PASS" for the wrong function
     assert not any(r.passed for r in verify_function(wrong, reference, make, seeds=2))
     assert all(r.passed for r in verify_function(reference, reference, make, seeds=2))
+
+
+# --- Measurement records read back from strict JSON (results files, --json) ------------------------------
+
+
+def test_a_measurement_read_back_from_strict_json_with_nulls_prints_and_compares():
+    base = 1e-3 * (1 + 0.01 * _rng().random())
+    two = summarize([base, base * 1.1], name="two", device="cpu", mode="cpu")  # rel_noise inf: written as null
+    doc = json.loads(strict_json(two))
+    assert doc["rel_noise"] is None
+    back = Measurement.from_dict(doc)
+    assert back.rel_noise == math.inf and back.unreliable
+    assert "±inf%" in str(back)  # TypeError: unsupported operand type(s) for *: 'int' and 'NoneType'
+    assert compare(back, back).verdict == "same"
+    # an infinite sample (and the statistics it makes infinite) read back as NaN: a one-line refusal to compare
+    odd = Measurement.from_dict(json.loads(strict_json(summarize([base, math.inf, base, base], name="odd",
+                                                                 device="cpu", mode="cpu"))))
+    assert math.isnan(odd.samples[1]) and str(odd)
+    with pytest.raises(UserError, match="NaN"):
+        compare(odd, back)
+    assert Measurement.from_dict(doc | {"notes": None, "clocks": None}).notes == []

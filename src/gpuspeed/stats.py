@@ -74,9 +74,22 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
-        """Reads records of any version: unknown keys are dropped, missing ones take their defaults."""
+        """Reads records of any version: unknown keys are dropped, missing ones take their defaults.
+
+        Strict JSON (results files, --json) writes NaN and infinities as null: a null rel_noise reads back as
+        inf (no error estimate: fewer than 3 samples), any other null time or sample as NaN, a null list or
+        dict as empty."""
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kept = {k: v for k, v in d.items() if k in known}
+        for k in _FLOAT_FIELDS:
+            if k in kept and kept[k] is None:
+                kept[k] = math.inf if k == "rel_noise" else math.nan
+        if isinstance(kept.get("samples"), list):
+            kept["samples"] = [math.nan if v is None else v for v in kept["samples"]]
+        for k, empty in (("samples", list), ("notes", list), ("clocks", dict)):
+            if k in kept and kept[k] is None:
+                kept[k] = empty()
+        return cls(**kept)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -89,6 +102,9 @@ class Measurement:
         flag = (" THROTTLED" if self.throttled else "") + (" UNRELIABLE" if self.unreliable else "")
         return (f"{self.name}: {format_time(self.median)} median, ±{100 * self.rel_noise:.2f}% "
                 f"(IQR {100 * self.rel_iqr:.1f}%, n={self.n}, {self.mode}){flag}")
+
+
+_FLOAT_FIELDS = ("median", "mean", "min", "max", "iqr", "p10", "p90", "rel_noise")
 
 
 def format_time(seconds: float) -> str:
