@@ -246,3 +246,12 @@ def test_a_trace_path_that_is_a_folder_gets_the_trace_inside_it(tmp_path):
     assert not (tmp_path.parent / (tmp_path.name + ".gz")).exists()
     with pytest.raises(UserError, match="does not exist"):  # not a FileNotFoundError from deep in the writer
         profile(_work, steps=1, warmup=0, device="cpu", hotspots=False, trace_path=tmp_path / "no" / "t.json.gz")
+
+
+def test_cli_function_given_as_script_points_to_function_flag(tmp_path, capsys):
+    # `gpuspeed profile f.py:work` (the form bench and kernel take) names --function instead of "no such file" alone
+    f = tmp_path / "f.py"
+    f.write_text("def work(x):\n    return x * 2\n")
+    assert main(["profile", "--device", "cpu", f"{f}:work"]) == 2
+    err = capsys.readouterr().err
+    assert f"--function {f}:work" in err and len(err.strip().splitlines()) == 1

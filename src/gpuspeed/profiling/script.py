@@ -26,6 +26,9 @@ class ScriptRunner:
         if p.is_dir():
             raise UserError(f"{p} is a folder, not a script: name the .py file to run")
         if not p.is_file():
+            file, colon, name = str(script).rpartition(":")
+            if colon and name.isidentifier() and Path(file).is_file():  # FILE.py:NAME given where a script goes
+                raise UserError(f"no such file: {p}: to profile the function {name} of {file}, use --function {p}")
             raise UserError(f"no such file: {p}")
         if p.name.lower().endswith((".json", ".json.gz", ".gz")):  # it would be run as Python: `false` a NameError
             raise UserError(f"{p} is a trace or data file, not a Python script: gpuspeed profile runs a script (open "
