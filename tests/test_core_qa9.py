@@ -152,3 +152,14 @@ def test_a_measurement_read_back_from_strict_json_with_nulls_prints_and_compares
     with pytest.raises(UserError, match="NaN"):
         compare(odd, back)
     assert Measurement.from_dict(doc | {"notes": None, "clocks": None}).notes == []
+
+
+def test_check_takes_a_zero_d_tensor_or_array_as_its_tolerance():
+    x = torch.randn(32, dtype=torch.float64)
+    near = x + 1e-4 * x.abs().mean()
+    eps = torch.tensor(1e-3, dtype=torch.float64)  # TypeError: '<=' between 'numpy.ndarray' and 'Tensor'
+    assert check(near, x, rtol=eps).passed
+    assert check(near, x, rtol=np.array(1e-3), atol=np.float32(1.0)).passed
+    assert not check(near, x, rtol=torch.tensor(0.0), atol=torch.tensor(0.0)).passed
+    with pytest.raises(UserError, match="rtol must be one number"):
+        check(near, x, rtol=[1e-3, 1e-2])

@@ -367,9 +367,19 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
     rtol x RMS(ref). With atol left to its default the relative L2 error must also be within rtol; an
     explicit atol makes the rule purely elementwise: |out - ref| <= atol + rtol * |ref| (module docstring).
     """
-    for what, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and isinstance(value, (str, bytes, bool)):  # '1e-3' >= 0 is a TypeError
+    tolerances = {"rtol": rtol, "atol": atol}
+    for what, value in tolerances.items():
+        if value is None:
+            continue
+        if isinstance(value, (str, bytes, bool)):  # '1e-3' >= 0 is a TypeError
             raise UserError(f"{what} must be a number >= 0, got {value!r}")
+        try:  # one number: a 0-d tensor or array (torch.finfo(...).eps * 4 on a tensor) is one too
+            tolerances[what] = value if isinstance(value, float) else float(value)
+        except OverflowError:  # an int past any float: as good as infinite
+            tolerances[what] = math.inf
+        except (TypeError, ValueError, RuntimeError):  # a list, an array of several, a complex
+            raise UserError(f"{what} must be one number >= 0, got {type(value).__name__} {value!r}") from None
+    rtol, atol = tolerances["rtol"], tolerances["atol"]
     if rtol is not None and not rtol >= 0 or atol is not None and not atol >= 0:  # NaN too
         raise UserError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
     if dtype is not None and rtol is not None:
