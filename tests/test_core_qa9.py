@@ -14,7 +14,7 @@ import torch
 
 from gpuspeed import trees
 from gpuspeed.errors import UserError
-from gpuspeed.results import strict_json
+from gpuspeed.results import make_results, read_results, strict_json, write_results
 from gpuspeed.stats import Measurement, compare, summarize
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, verify_function
@@ -163,3 +163,26 @@ def test_check_takes_a_zero_d_tensor_or_array_as_its_tolerance():
     assert not check(near, x, rtol=torch.tensor(0.0), atol=torch.tensor(0.0)).passed
     with pytest.raises(UserError, match="rtol must be one number"):
         check(near, x, rtol=[1e-3, 1e-2])
+
+
+# --- read_results(): what is not a results document is a one-line error ---------------------------------
+
+
+@pytest.mark.parametrize("content, match", [(b"42", "JSON object, got a number"),
+                                            (b"null", "JSON object, got null"),
+                                            (b'"study schema created"', "JSON object, got a string"),
+                                            (b"\x89PNG\r\n\x1a\n\xff\xfe", "not UTF-8 text")])
+def test_read_results_of_something_else_is_one_line(tmp_path, content, match):
+    path = tmp_path / "r.json"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=match):  # TypeError / UnicodeDecodeError tracebacks
+        read_results(path)
+
+
+def test_read_results_names_a_schema_given_as_text(tmp_path):
+    doc = make_results("qa9", summary={"x": float(_rng().random())}, device="cpu")
+    path = write_results(doc, tmp_path)
+    assert read_results(path)["summary"] == doc["summary"]
+    path.write_text(json.dumps(doc | {"schema": "1"}))
+    with pytest.raises(UserError, match="schema '1' is not 1"):  # read "results schema 1 is not 1"
+        read_results(path)

@@ -202,16 +202,24 @@ def read_results(path: str | os.PathLike) -> dict:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise UserError(f"{p} is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError:  # a binary file (a plot, a pickle) named in its place
+        raise UserError(f"{p} is not a results file: not UTF-8 text") from None
+    except OSError as exc:  # unreadable: permissions, a dangling mount
+        raise UserError(f"cannot read {p}: {exc.strerror or exc}") from exc
     validate(doc)
     return doc
 
 
 def validate(doc: dict) -> None:
+    if not isinstance(doc, dict):  # `42`, `null`, a list: `"study" in 42` was a TypeError, in a string a substring test
+        kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+                type(None): "null"}.get(type(doc), type(doc).__name__)
+        raise UserError(f"a results document is a JSON object, got {kind}")
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
         raise UserError(f"results document lacks {', '.join(missing)}")
-    if doc["schema"] != SCHEMA:
-        raise UserError(f"results schema {doc['schema']} is not {SCHEMA}")
+    if doc["schema"] != SCHEMA or isinstance(doc["schema"], bool):  # True == 1
+        raise UserError(f"results schema {doc['schema']!r} is not {SCHEMA}")
     if not isinstance(doc["summary"], dict) or not isinstance(doc["rows"], list):
         raise UserError("results summary must be a dict and rows a list")
     for key, value in doc["summary"].items():
