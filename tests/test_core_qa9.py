@@ -186,3 +186,16 @@ def test_read_results_names_a_schema_given_as_text(tmp_path):
     path.write_text(json.dumps(doc | {"schema": "1"}))
     with pytest.raises(UserError, match="schema '1' is not 1"):  # read "results schema 1 is not 1"
         read_results(path)
+
+
+# --- the GPU clocks refuse a lazy result as the host clock does ------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["auto", "events", "graph", "kernel"])
+def test_bench_on_the_gpu_refuses_a_lambda_returning_a_lazy_iterator(mode):
+    xs = [torch.randn(1 << 16, device="cuda") for _ in range(4)]
+    # events and graph timed the map object's creation (~100 ns, no launch); kernel said "saw no GPU work"
+    with pytest.raises(UserError, match=r"lazy iterator \(map\).*list\("):
+        bench(lambda: map(torch.exp, xs), mode=mode, budget_s=0.2)
+    assert bench(lambda: list(map(torch.exp, xs)), mode=mode, budget_s=0.2, min_samples=3).median > 0

@@ -85,6 +85,15 @@ def lazy_result(fn_or_result, name: str, measuring: str = "bench() would time") 
             f"pass a call that runs it, e.g. {how}")
 
 
+def refuse_lazy_result(out, name: str) -> None:
+    """Raise lazy_result's one line for a first call's result that holds its work back (`lambda: gen()`,
+    `lambda: map(f, xs)`: bench() itself sees only the lambda); a coroutine is closed first, so it does not warn."""
+    if (why := lazy_result(out, name)) is not None:
+        if hasattr(out, "close"):
+            out.close()
+        raise UserError(why)
+
+
 def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
           mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
           min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,

@@ -12,10 +12,9 @@ import time
 import numpy as np
 
 from gpuspeed import device as _device
-from gpuspeed.errors import UserError
 from gpuspeed.stats import Measurement, summarize
 from gpuspeed.timing import gpu
-from gpuspeed.timing import lazy_result as _lazy_result
+from gpuspeed.timing import refuse_lazy_result as _refuse_lazy_result
 from gpuspeed.timing.stopping import Stopper, settle
 
 
@@ -49,10 +48,7 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
         position += 1
         out = fn(*args, **kwargs)
         if wait[0] is None:
-            if (why := _lazy_result(out, name)) is not None:  # lambda: gen(): the first result shows it
-                if hasattr(out, "close"):
-                    out.close()  # a coroutine never awaited would warn
-                raise UserError(why)
+            _refuse_lazy_result(out, name)  # lambda: gen(): the first result shows it
             wait[0] = gpu.needs_wait(out)  # a walk over every leaf, made once: not in each sample's time
         if wait[0]:
             gpu.block_until_ready(out)

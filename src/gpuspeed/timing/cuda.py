@@ -60,13 +60,18 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
                graph_calls: int | None, hide_launch_latency: bool = False) -> Measurement:
     import torch
 
+    from gpuspeed.timing import refuse_lazy_result
+
     position = 0
 
     def call():
         nonlocal position
         args, kwargs = argsets[position % len(argsets)]
         position += 1
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        if position == 1:  # lambda: map(f, xs): events would time the map's creation, none of f's launches
+            refuse_lazy_result(out, name)
+        return out
 
     hold = [prelaunch_hold(bool(flush), False, 0.0)]  # hide_launch_latency: re-set once the warm-up has timed the host
     host_times: list[float] = []  # that time per warm-up call (a call that synchronizes includes its wait)
