@@ -65,3 +65,59 @@ def test_a_0d_input_spec_is_0d_in_the_run_and_in_the_emitted_script(tmp_path):
             b = got[f"arr_{i}"]
             assert b.shape == np.shape(a) and b.dtype == np.asarray(a).dtype, (i, b.shape, np.shape(a))
             assert np.array_equal(b, np.asarray(a))
+
+
+TIMED_WHERE = '''
+import numpy as np
+
+
+def original(x):
+    return np.tanh(x) * 2.0
+
+
+def plain(x):
+    return np.tanh(x) + np.tanh(x)
+
+
+variants = {"plain": plain}
+TOLERANCE = dict(rtol=1e-4)  # NumPy in float32 is tried too
+
+
+def inputs(rng):
+    return (rng.standard_normal(3000),)
+'''
+
+
+def _load_script(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"emitted_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_emitted_benchmark_times_where_the_chosen_candidate_runs_not_by_its_label(tmp_path):
+    # the script chose CUDA events vs the host clock by `"CPU" not in how`: "PyTorch on cpu (...)" and "user variant
+    # 'plain' (numpy inputs)" read as GPU work. It now asks the built implementation where it runs (its device)
+    from gpuspeed.optimize import worker
+
+    p = _write(tmp_path, "where.py", TIMED_WHERE)
+    out = tmp_path / "out"
+    run = optimize(p, device="cpu", out=out, backends=["numpy", "variant"], time_budget=60, bench_budget_s=0.05)
+    script = _load_script(out / "optimized_where.py")
+    wl = W.load(p, gpu=False)
+    want = {"original": "cpu", "numpy-fp32": "cpu", "variant:plain": "host"}
+    assert set(want) <= set(run.results), sorted(run.results)
+    for name, row in run.results.items():
+        if row.get("status") != "ok":
+            continue
+        impl = worker.build({"recipe": dict(row["recipe"]), "device": "cpu"}, wl, W.import_workload(p, unique=True))
+        assert script.timing_device(impl) == want[name], (name, row.get("label"))
+    fn, how = script.build_optimized()
+    assert script.timing_device(fn) == want[run.choice["primary"]], how
+    # what a GPU run builds: an Impl on cuda, and the in-place wrapper around it, time on the GPU's clock
+    on_gpu = script.Impl(lambda x: x, device="cuda")
+    assert script.timing_device(on_gpu) == "cuda"
+    assert script.timing_device(script.in_place_call(on_gpu, [0])) == "cuda"
+    assert script.timing_device(script.in_place_call(script.Impl(lambda x: x, device="host"), [0])) == "host"

@@ -340,22 +340,34 @@ def default_rtol(x):
     return TOLERANCES.get(np.asarray(x).dtype.name, 1e-12)
 
 
-def benchmark(fn, args, runs=20, on_gpu=True):
-    """Median time of fn(*args): gpuspeed.bench when installed, else CUDA events (torch) around each call
-    after a warm-up, else the host clock on the CPU."""
-    on_gpu = on_gpu and gpu_available()
+def timing_device(fn):
+    """Where fn's work runs, so where the benchmark times it: "cuda" (CUDA events) for an implementation built on
+    the GPU (its device, as the candidate's own: CuPy, torch or JAX arrays on a CUDA device, a variant taking torch
+    or CuPy inputs), "host" for a variant taking host arrays (it may still launch GPU work inside), "cpu" for the
+    rest (the original, NumPy, Numba, a GPU backend that fell back or was chosen on a CPU)."""
+    device = getattr(fn, "device", "cpu")
+    return device if device in ("cuda", "host") else "cpu"
+
+
+def benchmark(fn, args, runs=20, where="cpu"):
+    """Median time of fn(*args) where timing_device() says it runs: gpuspeed.bench when installed ("host": its auto
+    clock, the host clock with device synchronizes where a GPU is present), else CUDA events (torch) around each call
+    after a warm-up for "cuda", else the host clock. fn takes and returns host arrays: the host clock sees it all."""
+    on_gpu = where == "cuda" and gpu_available()
     try:
         from gpuspeed import bench
 
-        m = bench(fn, *args, name=FUNC, device="cuda" if on_gpu else "cpu")
+        m = bench(fn, *args, name=FUNC, device="cuda" if on_gpu else "auto" if where == "host" else "cpu")
         return m.median, f"gpuspeed.bench ({{m.n}} samples, {{m.mode}})"
     except ImportError:
         pass
     for _ in range(3):
         fn(*args)
+    try:
+        import torch  # CUDA events; a CuPy-only install times on the host clock (fn returns host arrays)
+    except ImportError:
+        on_gpu = False
     if on_gpu:
-        import torch
-
         times = []
         for _ in range(runs):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -384,9 +396,9 @@ def main(argv=None):
     if a.bench:
         module = load_workload("_bench")
         args = make_args(module, 0)
-        t_opt, method = benchmark(fn, args, on_gpu=not a.cpu and "CPU" not in how)
+        t_opt, method = benchmark(fn, args, where=timing_device(fn))
         with on_the_host():
-            t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, on_gpu=False)
+            t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, where="cpu")
         print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
     return 0 if ok else 1
 

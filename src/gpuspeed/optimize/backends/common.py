@@ -310,6 +310,7 @@ def in_place_call(impl, positions, returns=False):
             write_back(args[i], dev[i])
         return impl.fetch(res) if returns else None
 
+    call.device = impl.device  # where the work runs, as on the Impl (the emitted script's benchmark reads it)
     return call
 
 
