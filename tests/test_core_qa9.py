@@ -199,3 +199,10 @@ def test_bench_on_the_gpu_refuses_a_lambda_returning_a_lazy_iterator(mode):
     with pytest.raises(UserError, match=r"lazy iterator \(map\).*list\("):
         bench(lambda: map(torch.exp, xs), mode=mode, budget_s=0.2)
     assert bench(lambda: list(map(torch.exp, xs)), mode=mode, budget_s=0.2, min_samples=3).median > 0
+
+
+def test_check_of_a_torch_dtype_numpy_lacks_is_one_line():
+    raw = torch.from_numpy(_rng().integers(0, 256, 16, dtype=np.uint8)).view(torch.bits8)
+    with pytest.raises(UserError, match="cannot compare torch.bits8"):  # TypeError: unsupported ScalarType Bits8
+        check(raw, raw.clone())
+    assert check(raw.view(torch.uint8), raw.clone().view(torch.uint8)).passed

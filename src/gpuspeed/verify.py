@@ -103,7 +103,11 @@ def _to_host(x) -> tuple[np.ndarray, str]:
         if name == "complex32":
             t = t.to(torch.complex64)  # numpy has no complex32; complex64 holds it exactly
         # a lazily conjugated or negated view (x.conj(), x.conj().imag) is made real before NumPy sees it
-        return t.cpu().resolve_conj().resolve_neg().numpy(), name
+        try:
+            return t.cpu().resolve_conj().resolve_neg().numpy(), name
+        except TypeError:  # a dtype NumPy has no counterpart for (torch.bits8, ...): "Got unsupported ScalarType"
+            raise UserError(f"check() cannot compare torch.{name} tensors: NumPy has no such dtype; compare "
+                            "a view of their bytes (t.view(torch.uint8)) or their values in a dtype it has") from None
     if mod == "cupy":
         return x.get(), str(x.dtype)
     if mod in ("jax", "jaxlib"):
