@@ -17,7 +17,7 @@ from gpuspeed.errors import UserError
 from gpuspeed.results import make_results, read_results, strict_json, write_results
 from gpuspeed.stats import Measurement, compare, summarize
 from gpuspeed.timing import bench
-from gpuspeed.verify import check, verify_function
+from gpuspeed.verify import check, count_poisoned, poison, verify_function
 
 
 def _rng():
@@ -206,3 +206,10 @@ def test_check_of_a_torch_dtype_numpy_lacks_is_one_line():
     with pytest.raises(UserError, match="cannot compare torch.bits8"):  # TypeError: unsupported ScalarType Bits8
         check(raw, raw.clone())
     assert check(raw.view(torch.uint8), raw.clone().view(torch.uint8)).passed
+
+
+def test_poison_marks_a_quantized_buffer_so_its_unwritten_elements_count():
+    x = torch.randn(64) * 0.5  # well inside a qint8 range of +-6.4 at scale 0.05
+    buf = poison(_quantized(x))
+    assert count_poisoned(buf) == 64  # it read 0: NaN quantized to the top step, which looked written
+    assert count_poisoned(_quantized(x)) == 0

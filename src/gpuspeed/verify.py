@@ -433,7 +433,9 @@ def poison(buf):
         import torch
 
         with torch.no_grad():  # an output buffer that requires grad (a Parameter) is still filled
-            buf.fill_(poison_value(str(buf.dtype)))
+            # a quantized buffer holds no NaN (NaN quantized to its top step, which count_poisoned read as
+            # written): a value past its range saturates every element to its top integer, the sentinel
+            buf.fill_(math.inf if buf.is_quantized else poison_value(str(buf.dtype)))
     elif mod == "numpy" and hasattr(buf, "flags") and not buf.flags.writeable:
         raise UserError("poison() needs a writable array: this NumPy array is read-only (a broadcast view?)")
     elif mod in ("numpy", "cupy") and hasattr(buf, "fill"):
@@ -445,6 +447,9 @@ def poison(buf):
 
 def count_poisoned(buf) -> int:
     """How many elements still hold the poison value (unwritten by the kernel)."""
+    if type(buf).__module__.split(".")[0] == "torch" and buf.is_quantized:  # its integers: poison() saturates them
+        raw = buf.detach().int_repr().cpu().numpy()
+        return int((raw == np.iinfo(raw.dtype).max).sum())
     arr, name = _to_host(buf)
     value = poison_value(name)
     if isinstance(value, float):
