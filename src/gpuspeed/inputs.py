@@ -260,7 +260,6 @@ def _host_array(rng, s: InputSpec):
 
 
 def _make_array(rng, s: InputSpec, backend: str, device: str):
-    import numpy as np
 
     if backend == "numpy":
         return _c_order(_host_array(rng, s).astype(s.dtype, copy=False))
