@@ -121,3 +121,64 @@ def test_the_emitted_benchmark_times_where_the_chosen_candidate_runs_not_by_its_
     assert script.timing_device(on_gpu) == "cuda"
     assert script.timing_device(script.in_place_call(on_gpu, [0])) == "cuda"
     assert script.timing_device(script.in_place_call(script.Impl(lambda x: x, device="host"), [0])) == "host"
+
+
+MEMO = '''
+import functools
+
+import numpy as np
+
+
+def original(x):
+    y = x
+    for _ in range(20):
+        y = np.sin(y) + 0.5 * np.cos(y)
+    return y
+
+
+_by_id = {}
+
+
+def by_id(x):  # a dict keyed on the argument's id(): every timing call after the first is a lookup
+    if id(x) not in _by_id:
+        _by_id[id(x)] = original(x)
+    return _by_id[id(x)]
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(key):
+    return original(np.frombuffer(key, dtype=np.float64))
+
+
+def by_value(x):  # functools.lru_cache on the bytes: a copy of the same values hits too
+    return _cached(x.tobytes())
+
+
+variants = {"by_id": by_id, "by_value": by_value}
+
+
+def inputs(rng):
+    return (rng.standard_normal(5000),)
+'''
+
+
+def test_a_variant_that_caches_its_results_by_input_is_not_timed_on_cache_hits(tmp_path):
+    # bench() calls a candidate again and again on the same arguments: a variant caching its result by id() or by
+    # value was timed on lookups, 59000x "faster" than the original it calls. Its time is now that of calls on
+    # inputs it has not seen, and the choice says so
+    p = _write(tmp_path, "memo.py", MEMO)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.1)
+    orig = run.results["original"]["device_time"]["median"]
+    for name in ("variant:by_id", "variant:by_value"):
+        r = run.results[name]
+        assert r["status"] == "ok", r
+        # it calls the original on a miss: no faster than it, give or take the noise of a few calls
+        assert r["device_time"]["median"] > orig / 3, (name, r["device_time"]["median"], orig)
+        assert r["e2e_time"]["median"] > orig / 3, (name, r["e2e_time"]["median"], orig)
+        assert r["speedup"]["speedup"] < 3, r["speedup"]
+        assert r["caches_results"]["repeated_median"] * 20 < r["caches_results"]["fresh_median"], r["caches_results"]
+    # an honest candidate is probed too, and left as it was timed
+    assert "timing (fresh inputs)" in run.results["original"]["stage_s"], run.results["original"]["stage_s"]
+    assert "caches_results" not in run.results["original"]
+    if run.choice["primary"] != "original":
+        assert any("caches its results" in c for c in run.choice["caveats"]), run.choice

@@ -511,7 +511,19 @@ def _timing_caveats(run, primary, key: str) -> list[str]:
                     f"(the comparison says {sp.get('verdict')!r})")
     if said:
         said.append("rerun with a larger --bench-budget on a quiet machine before trusting it")
+    for name in ("original", primary["name"]):
+        cached = run.results.get(name, {}).get("caches_results")
+        if cached:  # the worker timed it again on inputs it had not seen (worker._fresh_inputs_probe)
+            said.append(f"{name} caches its results by input ({_fmt_s(cached['repeated_median'])} a call on the same "
+                        f"arguments again, {_fmt_s(cached['fresh_median'])} on fresh ones): its time is that of a few "
+                        "calls on fresh inputs, not a repeated call's")
     return said
+
+
+def _fmt_s(seconds: float) -> str:
+    from gpuspeed.stats import format_time
+
+    return format_time(seconds)
 
 
 def _sequential_why(hot: dict) -> str:
