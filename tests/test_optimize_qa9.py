@@ -182,3 +182,50 @@ def test_a_variant_that_caches_its_results_by_input_is_not_timed_on_cache_hits(t
     assert "caches_results" not in run.results["original"]
     if run.choice["primary"] != "original":
         assert any("caches its results" in c for c in run.choice["caveats"]), run.choice
+
+
+DICTS = '''
+import numpy as np
+
+
+def same_types(x):
+    out = {}
+    out["double"] = x * 2.0
+    out["plus_one"] = x + 1.0
+    return out
+
+
+def mixed_types(x):
+    return {"double": x * 2.0, "total": x.sum()}
+
+
+def inputs(rng):
+    return (rng.standard_normal(257),)
+'''
+
+
+def test_numba_of_an_original_returning_a_dict(tmp_path):
+    # a dict of arrays came back from Numba as a numba.typed.Dict: the check read one opaque value, "WRONG
+    # shape/dtype: returns 1 values, the original 2", for a right answer. A dict of mixed value types cannot come
+    # back at all ("TypeError: cannot convert native LiteralStrKey[Dict]... to Python object"): it was 'failed', read
+    # as a crash, where it is a construct Numba cannot return (unavailable, as its typing errors are)
+    import pytest
+
+    pytest.importorskip("numba")
+    from gpuspeed.optimize import worker
+    from gpuspeed.optimize.backends import numba_cpu
+    from gpuspeed.verify import check
+
+    p = _write(tmp_path, "dicts.py", DICTS)
+    x = np.random.default_rng().standard_normal(257)
+    module = W.import_workload(p, unique=True)
+    want = module.same_types(x)
+    got = numba_cpu.build(W.import_workload(p, unique=True), func="same_types")(x)
+    assert type(got) is dict and list(got) == list(want)
+    assert worker._structure_problem(got, want) is None
+    assert check(got, want).passed
+    impl = numba_cpu.build(W.import_workload(p, unique=True), func="mixed_types")
+    with pytest.raises(ImportError) as err:
+        impl(x)
+    assert worker.classify(err.value) == "unavailable"
+    assert "cannot return mixed_types's result" in str(err.value) and "differ in type" in str(err.value)

@@ -59,6 +59,25 @@ def _what_failed(exc) -> str:
     return what + (f" ({where[-1]})" if where else "")
 
 
+def _first_line(exc) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _plain(out):
+    """Numba's typed containers as Python's: a dict the compiled code builds comes back as a numba.typed.Dict (a
+    list built as numba.typed.List as one), which no check or caller reads as the original's dict."""
+    from numba import typed
+
+    if isinstance(out, (typed.Dict, dict)):
+        return {k: _plain(v) for k, v in out.items()}
+    if isinstance(out, typed.List):
+        return [_plain(v) for v in out]
+    if isinstance(out, (list, tuple)):
+        return type(out)(_plain(v) for v in out)
+    return out
+
+
 class _Compiled:
     """The jitted function, called as the original: Numba's compile errors (raised at the first call) become
     NumbaUnsupported with the construct named; parallel=True's array analysis, which rejects broadcasting a
@@ -99,6 +118,14 @@ class _Compiled:
             if not first or self.jitted.signatures:
                 raise
             raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
+        except TypeError as exc:
+            # the code compiled, but its result has no Python form: a dict whose values differ in type (Numba types it
+            # as a literal-keyed struct) "cannot convert native LiteralStrKey[Dict](...) to Python object"
+            if not first or not str(exc).startswith("cannot convert native"):
+                raise
+            what = "a dict whose values differ in type" if "LiteralStrKey" in str(exc) else "a value of a Numba type"
+            raise NumbaUnsupported(f"Numba nopython mode cannot return {self.name}'s result to Python ({what}): "
+                                   f"{_first_line(exc)}") from exc
         except AssertionError as exc:
             if self.serial or "do not match" not in str(exc):
                 raise
@@ -172,6 +199,6 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
             return demote_scalar(x) if demote else x
         return tree_map(move, args)
 
-    jitted.impl = Impl(jitted, prepare, lambda out: host_tree(out, out_dtypes), device="cpu",
+    jitted.impl = Impl(jitted, prepare, lambda out: host_tree(_plain(out), out_dtypes), device="cpu",
                        label=f"Numba njit(parallel=True{', prange' if prange else ''}) on the CPU ({precision})")
     return jitted.impl
