@@ -120,6 +120,25 @@ def weight_bytes_per_token(model) -> int:
     return total
 
 
+def int8_model_bytes(args, elem_bytes: int) -> int:
+    """The bytes quantize_model leaves on the device for a model of these shapes (ModelArgs): int8 projections and
+    LM head with fp32 row scales (a tied head gets its own int8 copy), the embedding and norms in the run's dtype."""
+    def int8(rows: int, cols: int) -> int:
+        return rows * cols + rows * 4
+
+    a = args
+    layer = int8(a.q_rows + 2 * a.kv_rows, a.dim) + int8(a.dim, a.q_rows) + int8(2 * a.ffn_dim, a.dim) \
+        + int8(a.dim, a.ffn_dim) + 2 * a.dim * elem_bytes
+    return a.n_layers * layer + int8(a.vocab_size, a.dim) + (a.vocab_size * a.dim + a.dim) * elem_bytes
+
+
+def quant_peak_bytes(args, elem_bytes: int) -> int:
+    """prepare()'s peak on the device: the model and its unquantized copy (the reference) in the run's dtype, before
+    quantize_model replaces the model's weights one by one with smaller int8 ones (the unquantized weights are
+    materialized first: the int8 model alone is what the ladder runs, not what loading needs)."""
+    return 2 * args.param_count() * elem_bytes
+
+
 # ---------------------------------------------------------------------------------------------------
 # Choosing the GEMV per shape (GPU)
 # ---------------------------------------------------------------------------------------------------

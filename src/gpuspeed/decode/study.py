@@ -157,7 +157,7 @@ def load_model(spec: Spec, device: str) -> tuple[checkpoints.Checkpoint, M.Trans
     """(checkpoint in the run's dtype, fp32 reference model or None). Random weights are made in fp32 on the
     device and cast, so the fp32 reference is the very model the bf16 one came from."""
     dtype = DTYPES[spec.dtype]
-    want_ref = spec.agreement and spec.dtype != "fp32"
+    want_ref = _loads_fp32_copy(spec)
     if spec.model in M.CONFIGS:
         over = {"n_layers": spec.max_layers} if spec.max_layers else {}
         args = M.named_config(spec.model, **over)
@@ -172,6 +172,14 @@ def load_model(spec: Spec, device: str) -> tuple[checkpoints.Checkpoint, M.Trans
         ref = ck.model
         ck.model = _cast(ref, dtype)
     return ck, ref
+
+
+def _loads_fp32_copy(spec: Spec) -> bool:
+    """Whether load_model keeps the fp32 model a bf16/fp16 one is cast from (the agreement check's reference).
+    Under --quant the reference is the unquantized model in --dtype, and run() drops the fp32 copy at once: a
+    checkpoint is then read straight in --dtype (the same values: each tensor rounds once either way), random
+    weights are still drawn in fp32 and cast, to be the very weights of the unquantized run."""
+    return spec.agreement and spec.dtype != "fp32" and not (spec.quant and spec.model not in M.CONFIGS)
 
 
 @torch.no_grad()
@@ -906,27 +914,32 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
                         f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens")
 
 
-def _folder_args(model: str):
-    """The shapes of a Hugging Face folder's model from its config.json, before any weight is read; None where
-    there is no readable Llama config (the loader says why)."""
-    cfg = Path(model) / "config.json"
-    if not cfg.is_file():
-        return None
+def _checkpoint_args(model: str):
+    """The shapes of a checkpoint's model before any weight is read: a Hugging Face folder's config.json. None where
+    the loader will refuse it in its own words (no readable Llama config) or says nothing before (a GGUF file)."""
+    p = Path(model)
     try:
-        return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=Path(model).name)
+        if p.is_dir():
+            cfg = p / "config.json"
+            return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=p.name) if cfg.is_file() else None
     except UserError:
         return None
+    return None
 
 
 def check_fits(spec: Spec, device: str) -> None:
-    """Refuse a named model or a Hugging Face folder whose weights would not fit this device's memory (before
-    making or reading them); under tensor parallel, rank 0's shard (the largest) on one GPU."""
+    """Refuse a named model or a Hugging Face folder whose weights would not fit this device's
+    memory (before making or reading them); under tensor parallel, rank 0's shard (the largest) on one GPU.
+
+    What is counted is the peak of loading: the model in --dtype, beside the fp32 model it was cast from where the
+    agreement check keeps it; under --quant, the larger of that and prepare()'s peak (the unquantized model and its
+    copy kept as the reference, before the int8 weights replace the model's)."""
     if spec.model in M.CONFIGS:
         over = {"n_layers": spec.max_layers} if spec.max_layers else {}
         args = M.named_config(spec.model, **over)
     else:
-        args = _folder_args(spec.model)
-        if args is None:  # a GGUF file, or a folder the loader will refuse in its own words
+        args = _checkpoint_args(spec.model)
+        if args is None:
             return
     world = spec.tp or 1
     if world > 1:
@@ -935,19 +948,28 @@ def check_fits(spec: Spec, device: str) -> None:
         args = local_args(args, world)  # rank 0's shard, the largest (too few KV heads for N ranks: an error)
         if device != "cuda":  # the CPU's gloo ranks share the host: no per-rank check
             return
+    elem = DTYPES[spec.dtype].itemsize
     # a bf16/fp16 run with the agreement check holds the fp32 model it was cast from beside it: 2 + 4 bytes a weight
-    with_ref = spec.agreement and world == 1 and spec.dtype != "fp32"
-    need = args.param_count() * (DTYPES[spec.dtype].itemsize + (4 if with_ref else 0))
+    with_ref = world == 1 and _loads_fp32_copy(spec)
+    need = args.param_count() * (elem + (4 if with_ref else 0))
+    resident = need  # beside the KV cache and logits of the runs
+    why = " (its fp32 copy for the agreement check included)" if with_ref else ""
+    if spec.quant:
+        from gpuspeed.decode import quant
+
+        if quant.quant_peak_bytes(args, elem) > need:
+            need = quant.quant_peak_bytes(args, elem)
+            why = f" (the {spec.dtype} model and its copy kept as the reference, before {spec.quant} replaces its weights)"
+        resident = args.param_count() * elem + quant.int8_model_bytes(args, elem)  # the reference run: both models
     have = _device.get_device(device).mem_bytes
-    check_run_memory(spec, args, spec.prompt_len, need, have, device, spec.model)
+    check_run_memory(spec, args, spec.prompt_len, resident, have, device, spec.model)
     if have and need > 0.8 * have:
         if world > 1:
             raise UserError(f"{spec.model} in {spec.dtype} over {world} GPUs needs about {need / 2**30:.1f} GiB per "
                             f"GPU; each has {have / 2**30:.1f} GiB: use a larger --tp")
-        ref = " (its fp32 copy for the agreement check included)" if with_ref else ""
         hint = "--layers 2" if spec.model in M.CONFIGS else "--dtype bf16" if spec.dtype == "fp32" else "--tp over more GPUs"
-        raise UserError(f"{model_key(spec.model)} in {spec.dtype} needs about {need / 2**30:.1f} GiB{ref}; this {device} "
-                        f"has {have / 2**30:.1f} GiB: try {hint}")
+        raise UserError(f"{model_key(spec.model)} in {spec.dtype}{'/' + spec.quant if spec.quant else ''} needs about "
+                        f"{need / 2**30:.1f} GiB{why}; this {device} has {have / 2**30:.1f} GiB: try {hint}")
 
 
 def _fmt(v, spec: str = ".3g") -> str:

@@ -1,0 +1,127 @@
+"""`gpuspeed decode` as a demanding user meets it (QA round 9, CPU): the memory check before a model is made or read
+counts what loading really holds (--quant int8)."""
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from gpuspeed.decode import checkpoints as C, model as M, quant, study
+from gpuspeed.errors import UserError
+
+SMALL = ["--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--variants", "V2"]
+
+
+def _cli(args, capsys):
+    from gpuspeed.cli import main
+
+    capsys.readouterr()
+    rc = main(["decode", *args])
+    return rc, capsys.readouterr()
+
+
+def _one_line(rc, cap, needle):
+    assert rc == 2, cap.err
+    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err, cap.err
+    assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
+
+
+def _device_memory(monkeypatch, mem_bytes):
+    from gpuspeed import device as D
+
+    monkeypatch.setattr(D, "get_device", lambda device: types.SimpleNamespace(mem_bytes=int(mem_bytes)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# check_fits under --quant int8
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_int8_in_fp32_counts_the_reference_copy_prepare_makes(monkeypatch):
+    """quant.prepare keeps an unquantized copy of the model as the int8 run's reference before it quantizes: an fp32
+    --quant int8 run holds 8 bytes a weight, where check_fits counted 4 (a model at 5 of the card's 8 GB passed,
+    then ran out of memory while copying)."""
+    params = M.named_config("llama-3.2-1b").param_count()
+    _device_memory(monkeypatch, params * 6 / 0.8)  # 80 % of it holds 6 bytes a weight
+    base = dict(model="llama-3.2-1b", dtype="fp32", prompt_len=8, new_tokens=4, variants=["V2"])
+    study.check_fits(study.Spec(**base), "cuda")  # fp32 alone: 4 bytes, fits
+    with pytest.raises(UserError, match=r"fp32/int8 needs about [\d.]+ GiB \(the fp32 model and its copy kept as "
+                                        r"the reference, before int8 replaces its weights\)"):
+        study.check_fits(study.Spec(**base, quant="int8"), "cuda")
+
+
+def test_int8_on_a_checkpoint_reads_it_in_its_dtype_and_is_counted_so(tmp_path, monkeypatch):
+    """Under --quant the reference is the unquantized model in --dtype and run() dropped the fp32 copy at once:
+    a bf16 checkpoint was still read in fp32 and cast (6 bytes a weight at the peak, and check_fits refused a
+    checkpoint on a card that holds the 4 of bf16 + its bf16 reference). It is now read in bf16: the same values."""
+    pytest.importorskip("safetensors", reason="safetensors not installed")
+    args = M.ModelArgs(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=256)
+    src = M.build(args, seed=int(torch.randint(0, 2**31, ())))
+    from safetensors.torch import save_file
+
+    (tmp_path / "config.json").write_text(json.dumps(C.hf_config(args)))
+    save_file({k: v.contiguous() for k, v in C.hf_state_dict(src).items()}, tmp_path / "model.safetensors")
+    spec = study.Spec(model=str(tmp_path), dtype="bf16", quant="int8", prompt_len=4, new_tokens=2, variants=["V2"])
+    ck, ref = study.load_model(spec, "cpu")
+    assert ref is None and ck.model.dtype == torch.bfloat16  # no fp32 copy made
+    for got, want in zip(ck.model.parameters(), src.parameters(), strict=True):
+        assert torch.equal(got, want.to(torch.bfloat16))  # rounded once, as the cast of the fp32 load was
+    ck, ref = study.load_model(study.Spec(**{**spec.__dict__, "quant": None}), "cpu")
+    assert ref is not None and ref.dtype == torch.float32  # without --quant the agreement check keeps it
+
+    params = args.param_count()
+    _device_memory(monkeypatch, params * 5 / 0.8)  # holds 4 bytes a weight (bf16 + its bf16 reference), not 6
+    study.check_fits(spec, "cuda")
+    with pytest.raises(UserError, match="its fp32 copy for the agreement check included"):
+        study.check_fits(study.Spec(**{**spec.__dict__, "quant": None}), "cuda")
+    _device_memory(monkeypatch, params * 3.5 / 0.8)
+    with pytest.raises(UserError, match="copy kept as the reference"):
+        study.check_fits(spec, "cuda")
+
+
+def test_int8_model_bytes_are_what_quantize_model_leaves():
+    """check_fits counts the int8 model from its shapes: the same bytes as a quantized model holds (tied and not)."""
+    for name in ("tiny", "smollm2-135m"):
+        a = M.named_config(name, n_layers=1, vocab_size=320)
+        for dtype in (torch.float32, torch.bfloat16):
+            m = M.build(a, dtype=dtype, seed=int(torch.randint(0, 2**31, ())))
+            quant.quantize_model(m)
+            held = quant.weight_bytes_per_token(m) + m.tok_emb.numel() * m.tok_emb.element_size()
+            assert quant.int8_model_bytes(a, dtype.itemsize) == held, (name, dtype)
+
+
+PEAK = r"""
+import torch
+from gpuspeed.decode import quant, study
+
+def status(key):  # this process's own (not ru_maxrss: that keeps the pytest process's peak across fork + exec)
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
+
+spec = study.Spec(model="tiny", dtype="fp32", quant="int8", max_layers=4, variants=["V2"], prompt_len=4, new_tokens=2)
+torch.ones(1)
+before = status("VmRSS")
+ck, ref = study.load_model(spec, "cpu")
+ck, ref = quant.prepare(ck, ref, spec, [])
+print((status("VmHWM") - before) / 2**20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_the_int8_estimate_matches_the_measured_peak_of_loading_and_quantizing(monkeypatch):
+    """The host's peak resident memory (Linux) while load_model and quant.prepare run (a fresh process, fp32 tiny
+    with 4 layers) against what check_fits counts: it counted half of it."""
+    peak_mib = float(subprocess.run([sys.executable, "-c", PEAK], capture_output=True, text=True, check=True,
+                                    timeout=120).stdout.split()[-1])
+    a = M.named_config("tiny", n_layers=4)
+    _device_memory(monkeypatch, 1)  # every estimate is refused: the message says how much it counts
+    with pytest.raises(UserError) as err:
+        study.check_fits(study.Spec(model="tiny", dtype="fp32", quant="int8", max_layers=4, variants=["V2"],
+                                    prompt_len=4, new_tokens=2), "cuda")
+    counted = float(str(err.value).split("needs about ")[1].split(" GiB")[0]) * 2**30
+    exact = quant.quant_peak_bytes(a, 4)
+    assert abs(counted - exact) < 0.06 * 2**30  # the message's figure is this one, to 0.1 GiB
+    assert 0.95 * exact <= peak_mib * 2**20 <= 1.3 * exact, (peak_mib, exact / 2**20)
