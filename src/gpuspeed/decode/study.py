@@ -915,20 +915,23 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
 
 
 def _checkpoint_args(model: str):
-    """The shapes of a checkpoint's model before any weight is read: a Hugging Face folder's config.json. None where
-    the loader will refuse it in its own words (no readable Llama config) or says nothing before (a GGUF file)."""
+    """The shapes of a checkpoint's model before any weight is read: a Hugging Face folder's config.json, a GGUF
+    file's metadata (memory-mapped: no tensor is dequantized). None where the loader will refuse it in its own words
+    (no readable Llama config, no gguf package)."""
     p = Path(model)
     try:
         if p.is_dir():
             cfg = p / "config.json"
             return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=p.name) if cfg.is_file() else None
+        if p.is_file() and checkpoints._is_gguf(p):
+            return checkpoints.gguf_args(p)
     except UserError:
         return None
     return None
 
 
 def check_fits(spec: Spec, device: str) -> None:
-    """Refuse a named model or a Hugging Face folder whose weights would not fit this device's
+    """Refuse a named model or a checkpoint (Hugging Face folder, GGUF file) whose weights would not fit this device's
     memory (before making or reading them); under tensor parallel, rank 0's shard (the largest) on one GPU.
 
     What is counted is the peak of loading: the model in --dtype, beside the fp32 model it was cast from where the
