@@ -49,6 +49,13 @@ def test_a_0d_input_spec_is_0d_in_the_run_and_in_the_emitted_script(tmp_path):
     out = tmp_path / "out"
     run = optimize(p, device="cpu", out=out, inputs=specs, backends=["numpy"], time_budget=60, bench_budget_s=0.05)
     assert run.results["original"]["status"] == "ok", run.results["original"]
+    # --resume under other settings names the one that differs (it said only "another workload or settings")
+    import pytest
+
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError, match=r"input_specs .*'x=float64\[\]'.* there, .*'x=float64\[1\]'.* now"):
+        optimize(p, device="cpu", out=out, inputs=["x=float64[1]"] + specs[1:], backends=["numpy"], resume=True)
     script = out / "optimized_specs.py"
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -129,7 +129,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             raise UserError(f"--resume: {wl.path.name} changed since the run in {out_dir} began: its references and "
                             "results are of the old code (run without --resume)")
         if {k: saved.get(k) for k in key} != key or saved.get("workload_sha256") is None:
-            raise UserError(f"--resume: {out_dir} holds a run of another workload or settings")
+            differ = "; ".join(f"{k} {saved.get(k)!r} there, {v!r} now" for k, v in key.items() if saved.get(k) != v)
+            raise UserError(f"--resume: {out_dir} holds a run of another workload or settings"
+                            + (f" ({differ}): rerun with that run's settings, or without --resume" if differ else ""))
         seeds = saved.get("seeds")
         if not isinstance(seeds, list) or not seeds:
             raise UserError(f"--resume: {run_file} names no seeds: run without --resume")
