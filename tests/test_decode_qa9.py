@@ -192,3 +192,59 @@ def test_without_the_gguf_package_the_loader_says_so_in_one_line(tmp_path, monke
     study.check_fits(study.Spec(model=str(path), prompt_len=3, new_tokens=2, variants=["V2"]), "cpu")
     rc, cap = _cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
     _one_line(rc, cap, "needs the gguf package")
+
+
+# ---------------------------------------------------------------------------------------------------
+# NaN logit errors (NaN never passes)
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_nan_logit_error_at_a_later_step_is_not_hidden_by_an_earlier_finite_one():
+    """Python's max keeps the first of a NaN and a number: logit_error over steps whose last one was NaN gave the
+    first step's error, as if the rung's logits were sound."""
+    from gpuspeed.decode.generate import logit_error
+
+    ref = [torch.randn(2, 50) for _ in range(3)]
+    got = [r + 1e-3 * torch.randn_like(r) for r in ref]
+    err, rel = logit_error(got, ref)
+    assert 0 < err < 1e-2 and 0 < rel < 1
+    got[2] = got[2].clone()
+    got[2][1, 7] = float("nan")
+    err, rel = logit_error(got, ref)
+    assert err != err and rel != rel
+
+
+def test_the_summary_s_worst_logit_error_is_nan_where_a_later_rung_s_is():
+    """The summary's max over the rungs: V5's NaN error came after V2's finite one and the summary showed V2's."""
+    base = {"batch": 1, "weight_GBps": 1.0, "tokens_per_s": 10.0, "teacher_forced_agreement_vs_fp32": 1.0}
+    rows = [{"variant": "V2", "ms_per_token": 2.0, "teacher_forced_max_logit_err_vs_fp32": 0.01, **base},
+            {"variant": "V5", "ms_per_token": 1.0, "teacher_forced_max_logit_err_vs_fp32": float("nan"), **base}]
+    spec = study.Spec(dtype="bf16", variants=["V2", "V5"])
+    s = study.summarize("tiny_bf16", rows, [], [], spec)
+    assert s["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"] != s["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"]
+    rows[1]["teacher_forced_max_logit_err_vs_fp32"] = 0.02
+    assert study.summarize("tiny_bf16", rows, [], [], spec)["tiny_bf16_max_teacher_forced_logit_err_vs_fp32"] == 0.02
+
+
+def test_an_fp16_int8_run_whose_logits_overflow_finishes_with_null_errors(tmp_path):
+    """fp16 logits past 65504 are inf, and inf - inf is NaN: the results document holds it as null, and quant.relabel's
+    max over two such rows was a TypeError (None > None) at the very end of the run: every measurement lost."""
+    pytest.importorskip("safetensors", reason="safetensors not installed")
+    from safetensors.torch import save_file
+
+    args = M.ModelArgs(vocab_size=96, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=256)
+    src = M.build(args, seed=int(torch.randint(0, 2**31, ())))
+    with torch.no_grad():
+        src.lm_head.mul_(1e7)  # logits near 1e6
+    (tmp_path / "config.json").write_text(json.dumps(C.hf_config(args)))
+    save_file({k: v.contiguous() for k, v in C.hf_state_dict(src).items()}, tmp_path / "model.safetensors")
+    spec = study.Spec(model=str(tmp_path), dtype="fp16", quant="int8", variants=["V1", "V2"], prompt_len=4,
+                      new_tokens=3, hf=False, profile=False, bench_budget_s=0.05, device="cpu")
+    doc = study.run(spec)
+    label = spec.label()
+    assert [r["variant"] for r in doc["rows"]] == ["V1", "V2"] and all("ms_per_token" in r for r in doc["rows"])
+    assert all(r["teacher_forced_max_logit_err_vs_fp16"] is None for r in doc["rows"])
+    assert doc["summary"][f"{label}_max_logit_err_vs_fp16"] is None
+    from gpuspeed.results import strict_json
+
+    json.loads(strict_json(doc))

@@ -93,9 +93,22 @@ def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -
     return torch.cat([first[:, None].cpu(), rest], dim=1)
 
 
+def worst(values) -> float | None:
+    """The largest of these errors, NaN where any is NaN (or None: a NaN as a results file holds it, null); None
+    for none. Python's max keeps whichever it saw first when a NaN is compared: a NaN after a finite value was
+    dropped (a rung whose last steps' logits were NaN reported the error of its first)."""
+    vals = list(values)
+    if not vals:
+        return None
+    if any(v is None or v != v for v in vals):
+        return float("nan")
+    return max(vals)
+
+
 def logit_error(logits: list, ref_logits: list) -> tuple[float, float]:
-    """Over paired steps' logits: the max |logit - reference logit| and that over the max |reference logit|."""
-    err = max(float((a.detach().float().cpu() - r.detach().float().cpu()).abs().max())
-              for a, r in zip(logits, ref_logits, strict=True))
-    scale = max(float(r.detach().float().abs().max()) for r in ref_logits)
-    return err, err / max(scale, 1e-30)
+    """Over paired steps' logits: the max |logit - reference logit| and that over the max |reference logit|
+    (NaN where any step's is)."""
+    err = worst(float((a.detach().float().cpu() - r.detach().float().cpu()).abs().max())
+                for a, r in zip(logits, ref_logits, strict=True))
+    scale = worst(float(r.detach().float().abs().max()) for r in ref_logits)
+    return err, err / max(scale, 1e-30) if scale == scale else float("nan")

@@ -209,8 +209,12 @@ def relabel(doc: dict, label: str) -> None:
     tf = [r[f"teacher_forced_agreement_vs_{dt}"] for r in ok if f"teacher_forced_agreement_vs_{dt}" in r]
     if tf:
         s[f"{label}_token_agreement_vs_{dt}"] = min(tf)
-        s[f"{label}_max_logit_err_vs_{dt}"] = max(r[f"teacher_forced_max_logit_err_vs_{dt}"] for r in ok
-                                                  if f"teacher_forced_max_logit_err_vs_{dt}" in r)
+        from gpuspeed.decode.generate import worst
+
+        # the rows are a results document's: a NaN error is null there (max over two of them was a TypeError that
+        # lost the whole run), and so is the summary's
+        err = worst(r[f"teacher_forced_max_logit_err_vs_{dt}"] for r in ok if f"teacher_forced_max_logit_err_vs_{dt}" in r)
+        s[f"{label}_max_logit_err_vs_{dt}"] = None if err != err else err
     free = [r[f"token_agreement_vs_{dt}"] for r in ok if f"token_agreement_vs_{dt}" in r]
     if free:
         s[f"{label}_free_running_token_agreement_vs_{dt}"] = min(free)

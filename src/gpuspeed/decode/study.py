@@ -22,7 +22,7 @@ import torch
 
 from gpuspeed import device as _device
 from gpuspeed.decode import checkpoints, model as M, variants as V
-from gpuspeed.decode.generate import Sampling, generate, logit_error
+from gpuspeed.decode.generate import Sampling, generate, logit_error, worst
 from gpuspeed.decode.quant import weight_bytes_per_token
 from gpuspeed.errors import UserError, one_line
 
@@ -480,8 +480,7 @@ def _agreement(tokens, ref_tokens, logits, ref_logits, eos_ids=None) -> dict:
     first = int(diverged[0]) if len(diverged) else n
     # logits are comparable while both runs saw the same tokens: up to and including the first divergence
     k = min(first + 1, len(logits), len(ref_logits))
-    err = max((float((a.cpu() - r.cpu()).abs().max()) for a, r in zip(logits[:k], ref_logits[:k], strict=True)),
-              default=None)
+    err = worst(float((a.cpu() - r.cpu()).abs().max()) for a, r in zip(logits[:k], ref_logits[:k], strict=True))
     return {"token_agreement": float(same.float().mean()), "first_divergence": first, "max_logit_err": err,
             "logit_err_steps": k}
 
@@ -865,7 +864,7 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
         tf = [r["teacher_forced_agreement_vs_fp32"] for r in ok if "teacher_forced_agreement_vs_fp32" in r]
         if tf:  # the same prefix at every step: the meaningful bf16-vs-fp32 figure
             s[f"{label}_min_teacher_forced_agreement_vs_fp32"] = min(tf)
-            s[f"{label}_max_teacher_forced_logit_err_vs_fp32"] = max(
+            s[f"{label}_max_teacher_forced_logit_err_vs_fp32"] = worst(  # a NaN rung's: NaN, not the others'
                 r["teacher_forced_max_logit_err_vs_fp32"] for r in ok if "teacher_forced_max_logit_err_vs_fp32" in r)
     return s
 
