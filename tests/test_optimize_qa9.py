@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from gpuspeed.optimize import workload as W
 from gpuspeed.optimize.pipeline import optimize
@@ -236,3 +237,23 @@ def test_numba_of_an_original_returning_a_dict(tmp_path):
         impl(x)
     assert worker.classify(err.value) == "unavailable"
     assert "cannot return mixed_types's result" in str(err.value) and "differ in type" in str(err.value)
+
+
+def test_an_input_name_the_function_lacks_is_a_one_line_error_not_a_positional_stand_in(tmp_path):
+    # slow(a, b) with --input a --input c: c was passed as b by position (a typo went unseen); names that all
+    # differ from the parameters (x, y for a, b) still pass by position, in the order given
+    f = tmp_path / "u.py"
+    f.write_text("import numpy as np\ndef slow(a, b):\n    return np.sqrt(a * a + b * b)\n")
+    with pytest.raises(W.UserError, match=r"--input c: slow has no parameter 'c' \(its parameters: a, b\)"):
+        W.load(f, func="slow", input_specs=["a=float64[8]", "c=float64[8]"], gpu=False)
+    wl = W.load(f, func="slow", input_specs=["x=float64[8]", "y=float64[3,1]"], gpu=False)
+    assert [a.shape for a in wl.make_args(1)] == [(8,), (3, 1)]
+    wl = W.load(f, func="slow", input_specs=["b=float64[3,1]", "a=float64[8]"], gpu=False)  # named: by name
+    assert [a.shape for a in wl.make_args(1)] == [(8,), (3, 1)]
+
+
+def test_file_colon_name_points_to_func(tmp_path):
+    f = tmp_path / "u.py"
+    f.write_text("def slow(a):\n    return a\n")
+    with pytest.raises(W.UserError, match=rf"use {f} --func slow"):
+        W.resolve_path(f"{f}:slow")

@@ -46,6 +46,9 @@ def resolve_path(target: str | Path) -> Path:
         return p
     if p.suffix == "" and (EXAMPLES_DIR / f"{p.name}.py").is_file() and p.name in bundled_examples():
         return EXAMPLES_DIR / f"{p.name}.py"
+    file, colon, func = str(target).rpartition(":")
+    if colon and func.isidentifier() and Path(file).is_file():  # FILE.py:NAME, the form kernel and profile take
+        raise UserError(f"no such workload file: {p}: to speed up {func} of {file}, use {file} --func {func}")
     if not p.exists():
         names = ", ".join(bundled_examples())
         raise UserError(f"no such workload file: {p} (bundled examples: {names})")
@@ -220,11 +223,17 @@ def _keyword_only(fn) -> set[str]:
 def _spec_order(fn, names: list[str]) -> list[str]:
     """Spec names in the order of fn's parameters when they name them, else in the order given."""
     try:
-        params = [p for p in inspect.signature(fn).parameters]
+        signature = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return names
+    params = list(signature)
     if set(names) <= set(params):
         return [p for p in params if p in names]
+    unknown = [n for n in names if n not in params]
+    varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.values())
+    if len(unknown) < len(names) and not varargs:  # some names match: the others are a typo, not positional names
+        raise UserError(f"--input {unknown[0]}: {getattr(fn, '__name__', 'the function')} has no parameter "
+                        f"{unknown[0]!r} (its parameters: {', '.join(params) or 'none'})")
     return names
 
 
