@@ -248,3 +248,19 @@ def test_an_fp16_int8_run_whose_logits_overflow_finishes_with_null_errors(tmp_pa
     from gpuspeed.results import strict_json
 
     json.loads(strict_json(doc))
+
+
+def test_a_prompt_len_past_a_checkpoint_s_context_is_refused_before_its_weights_are_read(tmp_path):
+    """A named model's context is checked up front; a checkpoint's only after it was loaded (an 8B folder read whole
+    to refuse --prompt-len 9000). Its config.json (or GGUF metadata) gives the context first; the weights here are a
+    placeholder never opened."""
+    args = M.ModelArgs(vocab_size=96, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48, max_seq_len=256)
+    (tmp_path / "config.json").write_text(json.dumps(C.hf_config(args)))
+    (tmp_path / "model.safetensors").write_bytes(b"not read")
+    base = dict(model=str(tmp_path), new_tokens=8, variants=["V2"])
+    with pytest.raises(UserError, match="a prompt of 300 tokens plus 8 new ones exceeds the model's context of 256"):
+        study.check_fits(study.Spec(**base, prompt_len=300), "cpu")
+    with pytest.raises(UserError, match="--long-prompt of 250 tokens"):
+        study.check_fits(study.Spec(**base, prompt_len=8, long_prompt=250), "cpu")
+    study.check_fits(study.Spec(**base, prompt_len=8, long_prompt=100), "cpu")
+    study.check_fits(study.Spec(**base, prompt="any text"), "cpu")  # its length comes from the tokenizer, later

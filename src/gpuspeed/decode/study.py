@@ -935,7 +935,8 @@ def check_fits(spec: Spec, device: str) -> None:
 
     What is counted is the peak of loading: the model in --dtype, beside the fp32 model it was cast from where the
     agreement check keeps it; under --quant, the larger of that and prepare()'s peak (the unquantized model and its
-    copy kept as the reference, before the int8 weights replace the model's)."""
+    copy kept as the reference, before the int8 weights replace the model's). A checkpoint's context is checked here
+    too (check_spec does a named model's), before its weights are read."""
     if spec.model in M.CONFIGS:
         over = {"n_layers": spec.max_layers} if spec.max_layers else {}
         args = M.named_config(spec.model, **over)
@@ -943,6 +944,10 @@ def check_fits(spec: Spec, device: str) -> None:
         args = _checkpoint_args(spec.model)
         if args is None:
             return
+        if spec.prompt is None:  # a random prompt's length is known now: past the context, refused before loading
+            for what, n in [("a prompt", spec.prompt_len)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt
+                                                              else []):
+                check_context(what, n, spec.new_tokens, args.max_seq_len)  # worded as make_prompt's, after loading
     world = spec.tp or 1
     if world > 1:
         from gpuspeed.decode.tp import local_args
