@@ -213,3 +213,22 @@ def test_poison_marks_a_quantized_buffer_so_its_unwritten_elements_count():
     buf = poison(_quantized(x))
     assert count_poisoned(buf) == 64  # it read 0: NaN quantized to the top step, which looked written
     assert count_poisoned(_quantized(x)) == 0
+
+
+def test_verify_function_names_a_dict_from_make_inputs_passed_whole():
+    # gpuspeed.inputs.make_inputs returns {name: array}; verify_function passes a non-tuple as the one argument, so
+    # f(a, b) raised a bare TypeError 'missing 1 required positional argument' that named neither cause nor way out
+    from gpuspeed.inputs import make_inputs, parse_specs
+    from gpuspeed.verify import verify_function
+
+    specs = parse_specs(["a=float32[5]", "b=float32[5]"])
+
+    def f(a, b):
+        return a + b
+
+    with pytest.raises(UserError, match=r"make_inputs returned a dict.*return the arguments as a tuple"):
+        verify_function(f, f, lambda seed: make_inputs(specs, seed=seed, backend="numpy"), seeds=1)
+    # a function that takes the dict itself is unchanged
+    res = verify_function(lambda d: d["a"] * 2, lambda d: d["a"] + d["a"],
+                          lambda seed: make_inputs(specs, seed=seed, backend="numpy"), seeds=1)
+    assert res[0].passed

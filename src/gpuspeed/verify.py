@@ -494,7 +494,14 @@ def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[in
         args = make_inputs(seed)
         args = args if isinstance(args, tuple) else (args,)
         ref_args = clone_tree(args)
-        expected = reference(*ref_args)
+        try:
+            expected = reference(*ref_args)
+        except TypeError as exc:
+            if len(args) == 1 and isinstance(args[0], dict) and "argument" in str(exc):
+                # gpuspeed.inputs.make_inputs returns {name: array}: passed whole, it is one positional argument
+                raise UserError(f"make_inputs returned a dict, passed whole as the only argument, and the reference "
+                                f"raised TypeError: {exc}: return the arguments as a tuple (tuple(d.values()))") from exc
+            raise
         result = check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype)
         if not result.leaves:  # both returned None: an in-place pair passed on nothing ("nothing to compare")
             result = check(*_argument_arrays(args, ref_args), rtol=rtol, atol=atol, dtype=dtype)
