@@ -20,6 +20,7 @@ import os
 import sys
 import warnings
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -74,11 +75,18 @@ def _leaf_key(x):
         return ("C", type(x).__name__, repr(x))
 
 
-def signature(args: tuple):
-    """The cache key of a call: shapes, dtypes and devices of tensors, values of everything else, and which
-    tensor arguments are one tensor (a graph captured with f(a, a) reads one static buffer for both)."""
+def _call_tree(args: tuple, kwargs: dict | None):
+    """What a call passes, as one tree: the positional arguments, or (args, keyword arguments by name) when
+    there are keyword arguments (sorted: f(a=x, b=y) and f(b=y, a=x) are one call)."""
+    return (tuple(args), dict(sorted(kwargs.items()))) if kwargs else tuple(args)
+
+
+def signature(args: tuple, kwargs: dict | None = None):
+    """The cache key of a call: shapes, dtypes and devices of tensors, values of everything else (keyword
+    arguments' too), and which tensor arguments are one tensor (a graph captured with f(a, a) reads one
+    static buffer for both)."""
     leaves: list = []
-    spec = _flatten(args, leaves)
+    spec = _flatten(_call_tree(args, kwargs), leaves)
     first: dict = {}  # id of a tensor -> the position of its first appearance
     same = tuple(first.setdefault(id(x), i) for i, x in enumerate(leaves) if _is_tensor(x))
     return (repr(spec), tuple(_leaf_key(x) for x in leaves), same)
@@ -167,6 +175,7 @@ def _first_line(exc: BaseException) -> str:
 class _Entry:
     graph: Any
     static_args: tuple
+    static_kwargs: dict
     static_leaves: list
     outputs: Any
     pool: Any
@@ -175,9 +184,10 @@ class _Entry:
 class Graphed:
     """A function captured into CUDA graphs, one per input signature (a small LRU cache).
 
-    g(*args): copy tensors that are not the static buffers in, replay, return the static outputs (views
-    overwritten by the next replay) or clones with clone=True. g.replay(): replay on what is in the
-    static buffers now. g.static_inputs / g.static_outputs: those of the latest signature called.
+    g(*args, **kwargs): copy tensors that are not the static buffers in, replay, return the static outputs
+    (views overwritten by the next replay) or clones with clone=True. g.replay(): replay on what is in the
+    static buffers now. g.static_inputs / g.static_kwargs / g.static_outputs: those of the latest signature
+    called (keyword arguments are keyed and copied in like positional ones).
     Without a GPU, g(*args) calls fn eagerly (g.mode == "eager", g.note says why).
     """
 
@@ -193,20 +203,20 @@ class Graphed:
         self._last: _Entry | None = None
 
     # -- public -------------------------------------------------------------------------------------
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.mode == "eager":  # clone=True holds here too: nothing returned aliases an input or earlier output
-            out = self.fn(*args)
+            out = self.fn(*args, **kwargs)
             return timing.clone_tree(out) if self.clone else out
-        key = signature(args)
+        key = signature(args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._record(args)
+            entry = self._record(args, kwargs)
             self._cache[key] = entry
             if len(self._cache) > self.max_cache:  # drop the least recently used graph and its pool
                 self._cache.popitem(last=False)
         else:
             self._cache.move_to_end(key)
-            self._copy_in(entry, args)
+            self._copy_in(entry, _call_tree(args, kwargs))
         self._last = entry
         entry.graph.replay()
         return timing.clone_tree(entry.outputs) if self.clone else entry.outputs
@@ -232,6 +242,10 @@ class Graphed:
         return self._need_graph().static_args
 
     @property
+    def static_kwargs(self) -> dict:
+        return self._need_graph().static_kwargs
+
+    @property
     def static_outputs(self):
         return self._need_graph().outputs
 
@@ -244,9 +258,9 @@ class Graphed:
         return f"Graphed({name}, mode={self.mode}, graphs={len(self._cache)}, captures={self.captures})"
 
     # -- internals ----------------------------------------------------------------------------------
-    def _copy_in(self, entry: _Entry, args) -> None:
+    def _copy_in(self, entry: _Entry, tree) -> None:
         leaves: list = []
-        _flatten(args, leaves)
+        _flatten(tree, leaves)
         for dst, src in zip(entry.static_leaves, leaves, strict=True):
             if not _is_tensor(dst) or src is dst:
                 continue
@@ -254,11 +268,11 @@ class Graphed:
                 continue  # the same memory passed in place: nothing to copy
             dst.copy_(src, non_blocking=True)
 
-    def _record(self, args) -> _Entry:
+    def _record(self, args, kwargs: dict | None = None) -> _Entry:
         import torch
 
         leaves: list = []
-        spec = _flatten(args, leaves)
+        spec = _flatten(_call_tree(args, kwargs), leaves)
         for i, x in enumerate(leaves):
             if _is_tensor(x) and x.device.type != "cuda":
                 raise CaptureError(f"capture(): input leaf {i} is a {x.device.type} tensor; CUDA graphs "
@@ -268,11 +282,12 @@ class Graphed:
             if self.own_inputs and _is_tensor(x) and id(x) not in clones:
                 clones[id(x)] = x.clone()
         static_leaves = [clones.get(id(x), x) for x in leaves]
-        static_args = _unflatten(spec, static_leaves)
+        static_args, static_kwargs = (_unflatten(spec, static_leaves) if kwargs else
+                                      (_unflatten(spec, static_leaves), {}))
         pool = torch.cuda.graph_pool_handle()  # private pool: the graph's memory is its own
 
         def body():
-            return self.fn(*static_args)
+            return self.fn(*static_args, **static_kwargs)
 
         stream = torch.cuda.current_stream()
         try:
@@ -284,12 +299,12 @@ class Graphed:
                                "eagerly)", kind="no GPU work") from exc
         except Exception as exc:
             torch.cuda.set_stream(stream)  # a failed capture_end leaves the capture stream current
-            raise self._diagnose(static_args, exc) from exc
+            raise self._diagnose(static_args, static_kwargs, exc) from exc
         self.captures += 1
-        return _Entry(graph=graph, static_args=static_args, static_leaves=static_leaves, outputs=out,
-                      pool=pool)
+        return _Entry(graph=graph, static_args=tuple(static_args), static_kwargs=static_kwargs,
+                      static_leaves=static_leaves, outputs=out, pool=pool)
 
-    def _diagnose(self, static_args, exc: BaseException) -> CaptureError:
+    def _diagnose(self, static_args, static_kwargs: dict, exc: BaseException) -> CaptureError:
         """Capture again under a tracker to name the op that failed; one line for the user."""
         import torch
 
@@ -298,7 +313,7 @@ class Graphed:
 
         def body():
             with tracker:
-                return self.fn(*static_args)
+                return self.fn(*static_args, **static_kwargs)
 
         stream = torch.cuda.current_stream()
         try:
@@ -316,10 +331,12 @@ class Graphed:
                             op=op, kind=kind, where=where)
 
 
-def capture(fn: Callable, *example_args, clone: bool = False, own_inputs: bool = False, warmup: int = 3,
-            max_cache: int = 8, device: str = "auto") -> Graphed:
-    """Capture `fn(*example_args)` into a CUDA graph now; returns a Graphed that replays it.
+def capture(fn: Callable, *example_args, kwargs: dict | None = None, clone: bool = False, own_inputs: bool = False,
+            warmup: int = 3, max_cache: int = 8, device: str = "auto") -> Graphed:
+    """Capture `fn(*example_args, **kwargs)` into a CUDA graph now; returns a Graphed that replays it.
 
+    kwargs: the example call's keyword arguments (as bench() takes them); later calls pass theirs as usual,
+    g(x, scale=2.0), keyed and copied in like positional arguments.
     clone: return clones of the static outputs instead of the graph's own buffers.
     own_inputs: copy the example tensors into private static buffers (default: the example tensors
     themselves are the static inputs, so passing them again in place costs no copy).
@@ -341,6 +358,9 @@ def capture(fn: Callable, *example_args, clone: bool = False, own_inputs: bool =
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
             raise UserError(f"capture(): {label} must be a whole number >= {least}, got {value!r}")
     warmup, max_cache = int(warmup), int(max_cache)
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"capture(): kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
+    kwargs = dict(kwargs or {})
     where = _device.resolve_device(device)
     if where != "cuda":
         note = ("no CUDA device: capture() runs the function eagerly" if not _device.cuda_available()
@@ -348,9 +368,9 @@ def capture(fn: Callable, *example_args, clone: bool = False, own_inputs: bool =
         warnings.warn(note, RuntimeWarning, stacklevel=2)
         return Graphed(fn, clone=clone, max_cache=max_cache, mode="eager", note=note)
     g = Graphed(fn, clone=clone, own_inputs=own_inputs, warmup=warmup, max_cache=max_cache)
-    if example_args:
-        key = signature(example_args)
-        g._cache[key] = g._last = g._record(example_args)
+    if example_args or kwargs:
+        key = signature(example_args, kwargs)
+        g._cache[key] = g._last = g._record(example_args, kwargs)
     return g
 
 
