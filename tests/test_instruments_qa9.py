@@ -50,3 +50,17 @@ def test_capture_replays_keyword_tensors_and_recaptures_keyword_values():
     x3, b3 = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
     torch.testing.assert_close(g(x3, scale=0.5, bias=b3), x3 * 0.5 + b3)  # another value: a new graph
     assert g.captures == 2 and g.static_kwargs["scale"] == 0.5
+
+
+def test_profile_refuses_a_one_pass_iterator_argument():
+    from gpuspeed.profiling import profile
+
+    def total(xs):
+        return sum(float(x.sum()) for x in xs)
+
+    with pytest.raises(UserError, match="one-pass iterator.*list or a tuple"):
+        profile(total, (torch.randn(10) for _ in range(3)), steps=2, hotspots=False, device="cpu")
+    with pytest.raises(UserError, match="keyword argument 'xs'"):
+        profile(total, kwargs={"xs": iter([torch.randn(4)])}, steps=1, hotspots=False, device="cpu")
+    r = profile(total, [torch.randn(10) for _ in range(3)], steps=1, hotspots=False, device="cpu")  # a list is fine
+    assert r.params["calls"] == 3

@@ -170,6 +170,9 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     if not whole or steps < 1 or warmup < 0:
         raise UserError(f"profile() needs whole numbers steps >= 1 and warmup >= 0, got steps={steps!r}, "
                         f"warmup={warmup!r}")
+    if (why := trees.one_pass_argument(args, kwargs)) is not None:  # the warm-up would use it up: steps see nothing
+        raise UserError(f"profile(): {why}; profile() calls the function {calls_made(steps, warmup, hotspots)} "
+                        "times, so the profiled calls would see it empty: pass a list or a tuple")
     where = _device.resolve_device(device)
     on_gpu = where == "cuda"
     name = name or trees.callable_name(fn)
