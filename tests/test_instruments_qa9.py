@@ -64,3 +64,60 @@ def test_profile_refuses_a_one_pass_iterator_argument():
         profile(total, kwargs={"xs": iter([torch.randn(4)])}, steps=1, hotspots=False, device="cpu")
     r = profile(total, [torch.randn(10) for _ in range(3)], steps=1, hotspots=False, device="cpu")  # a list is fine
     assert r.params["calls"] == 3
+
+
+def test_signature_keys_how_tensor_arguments_overlap():
+    s = graphs.signature
+    x = torch.randn(9)
+    apart = (torch.randn(8), torch.randn(8))
+    # static buffers x[:-1], x[1:] overlap: independent tensors copied into them would overwrite each other
+    assert s((x[:-1], x[1:])) != s(apart)
+    y = torch.randn(9)
+    assert s((x[:-1], x[1:])) == s((y[:-1], y[1:]))  # the same overlap elsewhere is the same graph
+    assert s((x[:-1], x[1:])) != s((x[:-2], x[1:-1]))
+    q = torch.randn(2, 8)
+    assert s((q[0], q[1])) == s(apart)  # views of one buffer that do not overlap need no graph of their own
+    assert s((x, x)) != s((x, y))
+
+
+@pytest.mark.gpu
+def test_capture_of_overlapping_views_stays_right_for_independent_inputs():
+    def stencil(a, b):
+        return a * 2 + b
+
+    x = torch.randn(1025, device="cuda")
+    g = graphs.capture(stencil, x[:-1], x[1:], clone=True)
+    for _ in range(3):
+        a, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
+        torch.testing.assert_close(g(a, b), a * 2 + b)
+    z = torch.randn(1025, device="cuda")
+    torch.testing.assert_close(g(z[:-1], z[1:]), z[:-1] * 2 + z[1:])
+
+
+def test_copy_in_reads_every_source_before_a_buffer_it_shares_is_written():
+    # the copy step of a replay, run on host tensors: a graph captured as g(a, b) and called as g(b, a) (the swap of a
+    # double buffer) must see (b, a), not (b, b)
+    a, b = torch.randn(64), torch.randn(64)
+    want_a, want_b = b.clone(), a.clone()
+    graphs._copy_pairs([(a, b), (b, a)])
+    assert torch.equal(a, want_a) and torch.equal(b, want_b)
+    x = torch.randn(65)
+    shifted = x[1:].clone()
+    graphs._copy_pairs([(x[:-1], x[1:])])  # a source overlapping its own buffer (torch's copy_ refuses it)
+    assert torch.equal(x[:-1], shifted)
+
+
+@pytest.mark.gpu
+def test_capture_swapped_double_buffer_and_expanded_input():
+    def step(u, v):
+        return u * 0.5 + v
+
+    a, b = torch.randn(256, device="cuda"), torch.randn(256, device="cuda")
+    g = graphs.capture(step, a, b, clone=True)
+    want = b * 0.5 + a
+    torch.testing.assert_close(g(b, a), want)  # same signature, the static buffers swapped
+    row = torch.randn(1, 32, device="cuda")
+    g2 = graphs.capture(lambda t: t * 2, row.expand(8, 32), clone=True)
+    y = torch.randn(8, 32, device="cuda")
+    torch.testing.assert_close(g2(y), y * 2)  # an expand()ed example: its buffer takes a dense tensor copied in
+    torch.testing.assert_close(g2(row.expand(8, 32)), row.expand(8, 32) * 2)

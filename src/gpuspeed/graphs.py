@@ -89,7 +89,70 @@ def signature(args: tuple, kwargs: dict | None = None):
     spec = _flatten(_call_tree(args, kwargs), leaves)
     first: dict = {}  # id of a tensor -> the position of its first appearance
     same = tuple(first.setdefault(id(x), i) for i, x in enumerate(leaves) if _is_tensor(x))
-    return (repr(spec), tuple(_leaf_key(x) for x in leaves), same)
+    return (repr(spec), tuple(_leaf_key(x) for x in leaves), same, _overlaps(leaves))
+
+
+def _span(x) -> tuple | None:
+    """(device index, lowest byte address, one past the highest) of a tensor's elements; None without an address."""
+    try:
+        n = x.numel()
+        if not n:
+            return None
+        size, ptr = x.element_size(), x.data_ptr()
+        if x.is_contiguous():  # the common case, without the per-dimension sums (signature runs on every call)
+            return x.get_device(), ptr, ptr + n * size
+        low = ptr - sum((k - 1) * -st for k, st in zip(x.shape, x.stride(), strict=True) if st < 0) * size
+        high = low + sum((k - 1) * abs(st) for k, st in zip(x.shape, x.stride(), strict=True)) * size + size
+        return x.get_device(), low, high
+    except (RuntimeError, TypeError, ValueError, AttributeError, NotImplementedError):  # sparse, meta: no address
+        return None
+
+
+def _self_overlapping(x) -> bool:
+    """Whether some elements of a tensor are one memory location (a stride 0 over a dimension of 2 or more)."""
+    try:
+        import torch
+
+        return torch._debug_has_internal_overlap(x) != 0  # 1: it overlaps; 2: too hard to tell (treated as yes)
+    except (AttributeError, RuntimeError, TypeError):
+        return any(st == 0 and n > 1 for n, st in zip(x.shape, x.stride(), strict=True))
+
+
+def _copy_pairs(todo: list) -> None:
+    """dst.copy_(src) for each pair, right when a source shares memory with a buffer written before it is read
+    (g(b, a) on a graph captured as g(a, b), the swap of a double buffer: a's buffer took b's values, then b's
+    buffer read them back): such a source is cloned first."""
+    if todo:
+        written = [_span(dst) for dst, _ in todo]
+        for k, (dst, src) in enumerate(todo):
+            sp = _span(src)
+            if sp is not None and any(w is not None and w[0] == sp[0] and sp[1] < w[2] and w[1] < sp[2]
+                                      for w in written):
+                todo[k] = (dst, src.clone())
+    for dst, src in todo:
+        dst.copy_(src, non_blocking=True)
+
+
+def _overlaps(leaves: list) -> tuple:
+    """How distinct tensor arguments overlap in memory: for each tensor whose bytes overlap an earlier-placed one
+    (f(x[:-1], x[1:])), its position, the first position of its group, its byte offset from that one and its
+    strides. Static buffers that overlap cannot take independent tensors copied in (the second copy overwrites
+    part of the first): a call whose tensors overlap otherwise is another graph. Empty when nothing overlaps."""
+    tensors = [(i, x) for i, x in enumerate(leaves) if _is_tensor(x)]
+    if len(tensors) < 2:
+        return ()
+    spans = sorted((sp, i) for i, x in tensors if (sp := _span(x)) is not None)
+    out, group, reach = [], None, None  # group: (device, position, low) of the cluster's first tensor
+    for (where, low, high), i in spans:
+        if group is not None and where == group[0] and low < reach:
+            out.append((i, group[1], low - group[2], tuple(leaves[i].stride())))
+            reach = max(reach, high)
+        else:
+            group, reach = (where, i, low), high
+    if not out:
+        return ()
+    firsts = {g for _, g, _, _ in out}
+    return tuple(sorted(out + [(g, g, 0, tuple(leaves[g].stride())) for g in firsts]))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -261,12 +324,14 @@ class Graphed:
     def _copy_in(self, entry: _Entry, tree) -> None:
         leaves: list = []
         _flatten(tree, leaves)
+        todo = []
         for dst, src in zip(entry.static_leaves, leaves, strict=True):
             if not _is_tensor(dst) or src is dst:
                 continue
             if (src.data_ptr() == dst.data_ptr() and src.stride() == dst.stride()):
                 continue  # the same memory passed in place: nothing to copy
-            dst.copy_(src, non_blocking=True)
+            todo.append((dst, src))
+        _copy_pairs(todo)
 
     def _record(self, args, kwargs: dict | None = None) -> _Entry:
         import torch
@@ -279,8 +344,10 @@ class Graphed:
                                    f"need CUDA inputs (move it with .cuda())", kind="a CPU tensor")
         clones: dict = {}  # one tensor passed twice stays one static buffer, as the signature says
         for x in leaves:
-            if self.own_inputs and _is_tensor(x) and id(x) not in clones:
-                clones[id(x)] = x.clone()
+            # a tensor whose elements share memory (an expand()ed one) cannot take another tensor copied in: its
+            # static buffer is a dense copy of it
+            if _is_tensor(x) and id(x) not in clones and (self.own_inputs or _self_overlapping(x)):
+                clones[id(x)] = x.clone()  # preserve_format: an overlapping one comes out contiguous
         static_leaves = [clones.get(id(x), x) for x in leaves]
         static_args, static_kwargs = (_unflatten(spec, static_leaves) if kwargs else
                                       (_unflatten(spec, static_leaves), {}))
@@ -339,7 +406,9 @@ def capture(fn: Callable, *example_args, kwargs: dict | None = None, clone: bool
     g(x, scale=2.0), keyed and copied in like positional arguments.
     clone: return clones of the static outputs instead of the graph's own buffers.
     own_inputs: copy the example tensors into private static buffers (default: the example tensors
-    themselves are the static inputs, so passing them again in place costs no copy).
+    themselves are the static inputs, so passing them again in place costs no copy; an expand()ed one, whose
+    elements share memory, gets a dense buffer of its own). Tensors that overlap in memory, f(x[:-1], x[1:]),
+    are keyed by how they overlap: independent tensors passed later get a graph of their own.
     Python scalars are baked into the graph: a new value re-captures (pass changing scalars as tensors).
     max_cache: how many signatures keep a graph. Without a CUDA device fn runs eagerly and g.note says so.
     Each capture (here, and for every new signature) runs fn `warmup` times and once more while recording,
