@@ -121,3 +121,24 @@ def test_capture_swapped_double_buffer_and_expanded_input():
     y = torch.randn(8, 32, device="cuda")
     torch.testing.assert_close(g2(y), y * 2)  # an expand()ed example: its buffer takes a dense tensor copied in
     torch.testing.assert_close(g2(row.expand(8, 32)), row.expand(8, 32) * 2)
+
+
+def _launch_doc() -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent.parent / "results" / "nvidia-h200" / "launch.json").read_text())
+
+
+def test_launch_artifacts_record_a_failed_plot_in_the_json_and_leave_no_temp_file(tmp_path):
+    import json
+
+    from gpuspeed import launch
+
+    doc = _launch_doc()
+    (tmp_path / "launch.png").mkdir()  # the plot cannot take its name: it fails after the figure is drawn
+    paths = launch.write_artifacts(doc, tmp_path)
+    written = json.loads((tmp_path / "launch.json").read_text())
+    assert any(n.startswith("plot failed") for n in written["notes"])  # the file says why there is no plot
+    assert (tmp_path / "launch.md").is_file() and all(p.is_file() for p in paths)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["launch.json", "launch.md", "launch.png"]  # no temp left

@@ -116,27 +116,27 @@ def plot(doc: dict, path: str | Path) -> Path:
     fig.suptitle(f"gpuspeed launch on {doc['device'].get('name', '?')}")
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)  # atomic: never a half-written plot
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, dpi=110)
+        tmp.replace(path)  # atomic: never a half-written plot
+    finally:  # a failed save or rename leaves neither an open figure nor the temporary file
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path
 
 
 def write_artifacts(doc: dict, out: str | Path) -> list[Path]:
     """launch.json (through gpuspeed.results), launch.md and launch.png under `out`."""
-    from gpuspeed.results import write_results
+    from gpuspeed.results import write_results, write_text_atomic
 
     out = Path(out)
-    paths = [write_results(doc, out)]
-    md = out / "launch.md"
-    tmp = out / ".launch.md.tmp"
-    tmp.write_text(to_markdown(doc))
-    tmp.replace(md)
-    paths.append(md)
-    try:
-        paths.append(plot(doc, out / "launch.png"))
+    pics = []
+    try:  # first, so that a failure is among the notes the JSON and the Markdown hold
+        pics.append(plot(doc, out / "launch.png"))
     except Exception as exc:  # a plot failure must not lose the numbers
         doc["notes"].append(f"plot failed: {err_text(exc)}")
-    return paths
+    paths = [write_results(doc, out)]
+    paths.append(write_text_atomic(out / "launch.md", to_markdown(doc)))  # never half-written, no temp left
+    return paths + pics
