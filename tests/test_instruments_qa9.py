@@ -142,3 +142,52 @@ def test_launch_artifacts_record_a_failed_plot_in_the_json_and_leave_no_temp_fil
     assert any(n.startswith("plot failed") for n in written["notes"])  # the file says why there is no plot
     assert (tmp_path / "launch.md").is_file() and all(p.is_file() for p in paths)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["launch.json", "launch.md", "launch.png"]  # no temp left
+
+
+def _helper_module(tmp_path):
+    import importlib.util
+
+    (tmp_path / "qa9_helper.py").write_text(
+        "import functools\n\n"
+        "def noisy(y):\n"
+        "    print('in helper')  # the break itself\n"
+        "    return y + 1\n\n"
+        "def logged(fn):\n"
+        "    @functools.wraps(fn)\n"
+        "    def wrapper(*a, **k):\n"
+        "        return fn(*a, **k)\n"
+        "    return wrapper\n")
+    spec = importlib.util.spec_from_file_location("qa9_helper", tmp_path / "qa9_helper.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_explain_places_breaks_in_the_callers_file_for_modules_partials_and_decorated_functions(tmp_path):
+    import functools
+
+    from gpuspeed.graph_breaks import explain
+
+    helper = _helper_module(tmp_path)
+
+    def step(x):
+        y = x * 2
+        return helper.noisy(y)  # CALL-SITE
+
+    class Step(torch.nn.Module):
+        def forward(self, x):
+            y = x * 2
+            return helper.noisy(y)  # CALL-SITE-M
+
+    import inspect
+
+    def line(fn, marker):
+        src, start = inspect.getsourcelines(fn)
+        return start + next(i for i, t in enumerate(src) if marker in t)
+
+    where = f"test_instruments_qa9.py:{line(step, 'CALL-SITE')}"
+    for fn in (step, functools.partial(step), helper.logged(step)):
+        exp = explain(fn, torch.randn(4), variants=[], check_fullgraph=False)
+        assert [b.where() for b in exp.breaks] == [where], fn
+    exp = explain(Step(), torch.randn(4), variants=[], check_fullgraph=False)
+    assert [b.where() for b in exp.breaks] == [f"test_instruments_qa9.py:{line(Step.forward, 'CALL-SITE-M')}"]

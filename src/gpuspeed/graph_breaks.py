@@ -95,6 +95,29 @@ def _user_stack_frame(stack, fn_file: str | None):
     return frames[-1]
 
 
+def _source_file(fn) -> str | None:
+    """The file of the code a call of fn runs first: a function's own (through functools.wraps decorators and
+    partial), an nn.Module's forward, a callable object's __call__. Breaks are placed at its lines."""
+    import functools
+    import inspect
+
+    for _ in range(16):  # partial of a partial of ...
+        if not isinstance(fn, functools.partial):
+            break
+        fn = fn.func
+    try:
+        fn = inspect.unwrap(fn)
+    except ValueError:  # a __wrapped__ cycle
+        pass
+    code = getattr(fn, "__code__", None)
+    if code is None and not isinstance(fn, type):
+        for attr in ("forward", "__call__"):
+            code = getattr(getattr(type(fn), attr, None), "__code__", None)
+            if code is not None:
+                break
+    return os.path.abspath(code.co_filename) if code is not None else None
+
+
 class _LogCatcher(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
@@ -248,8 +271,7 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
                 raise UserError(f"variants[{i}] is a {type(v).__name__}, not a tuple of arguments: write "
                                 "variants=[(x,), ...] for a function of one argument")
     name = trees.callable_name(fn, qualified=True)
-    code = getattr(fn, "__code__", None)
-    fn_file = os.path.abspath(code.co_filename) if code else None
+    fn_file = _source_file(fn)
     notes: list[str] = []
 
     with _quiet_dynamo() as log:
