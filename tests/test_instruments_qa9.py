@@ -191,3 +191,13 @@ def test_explain_places_breaks_in_the_callers_file_for_modules_partials_and_deco
         assert [b.where() for b in exp.breaks] == [where], fn
     exp = explain(Step(), torch.randn(4), variants=[], check_fullgraph=False)
     assert [b.where() for b in exp.breaks] == [f"test_instruments_qa9.py:{line(Step.forward, 'CALL-SITE-M')}"]
+
+
+def test_profile_refuses_a_misspelled_line_backend_and_kwargs_that_are_not_a_dict():
+    from gpuspeed.profiling import profile
+
+    x = torch.randn(16)
+    with pytest.raises(UserError, match="line_backend 'setrace'.*settrace"):
+        profile(torch.sin, x, steps=1, warmup=0, line_backend="setrace", device="cpu")
+    with pytest.raises(UserError, match="kwargs= takes a dict"):
+        profile(torch.sin, x, steps=1, warmup=0, kwargs=[("out", None)], hotspots=False, device="cpu")

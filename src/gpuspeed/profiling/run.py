@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -151,6 +152,9 @@ def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: 
     return trace, notes
 
 
+LINE_BACKENDS = ("auto", "line_profiler", "settrace")
+
+
 def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict | None = None,
             device: str = "auto", name: str | None = None, trace_path: str | os.PathLike | None = None,
             hotspots: bool = True, line_backend: str = "auto") -> ProfileResult:
@@ -162,9 +166,13 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     hotspots: also run cProfile and a line timer for the Python side.
     line_backend: "auto" (line_profiler when installed), "line_profiler" or "settrace".
     """
-    kwargs = kwargs or {}
     if not callable(fn):
         raise UserError(f"profile() needs a callable, got {type(fn).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"profile(): kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
+    kwargs = dict(kwargs or {})
+    if line_backend not in LINE_BACKENDS:  # a typo ran the settrace timer without a word
+        raise UserError(f"profile(): unknown line_backend {line_backend!r}: use {', '.join(LINE_BACKENDS)}")
     _refuse_lazy(fn)
     whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup))
     if not whole or steps < 1 or warmup < 0:
