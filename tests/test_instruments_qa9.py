@@ -201,3 +201,13 @@ def test_profile_refuses_a_misspelled_line_backend_and_kwargs_that_are_not_a_dic
         profile(torch.sin, x, steps=1, warmup=0, line_backend="setrace", device="cpu")
     with pytest.raises(UserError, match="kwargs= takes a dict"):
         profile(torch.sin, x, steps=1, warmup=0, kwargs=[("out", None)], hotspots=False, device="cpu")
+
+
+def test_a_cpu_launch_run_says_which_clock_timed_it():
+    from gpuspeed import launch
+
+    doc = launch.run_launch(device="cpu", ks=[1, 2], ns=[1000], tiny_k=5, chain_k=2, variants=["eager"],
+                            budget_s=0.01)
+    text = " ".join(doc["notes"])
+    assert "CUDA events" not in text and "perf_counter" in text  # a CPU run has no events to time with
+    assert doc["study"] == "launch" and doc["schema"] == 1 and doc["device"]["kind"] == "cpu"

@@ -132,11 +132,15 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
               "fusion_rounds": fusion.ROUNDS,
               "targets": {k: f"{op} {t}" for k, (op, t) in TARGETS.items()},
               "fits": {k: f.to_dict() for k, f in fits.items()}}
-    notes.append("eager sweep: host wall time from synchronize to synchronize over K launches, median of "
-                 "repeats; graph sweep and chains: bench() with CUDA events, warm cache (flush=False) so the "
-                 "L2 flush cannot hide launch gaps; fusion inputs rotate through ~2x L2 of copies instead")
-    notes.append(f"chain{tiny_k}_graph_speedup: host wall time of one call (synchronize to synchronize), eager "
-                 f"over replay; chain{tiny_k}_graph_speedup_events: the same ratio from bench() on CUDA events")
+    if gpu:
+        notes.append("eager sweep: host wall time from synchronize to synchronize over K launches, median of "
+                     "repeats; graph sweep and chains: bench() with CUDA events, warm cache (flush=False) so the "
+                     "L2 flush cannot hide launch gaps; fusion inputs rotate through ~2x L2 of copies instead")
+        notes.append(f"chain{tiny_k}_graph_speedup: host wall time of one call (synchronize to synchronize), eager "
+                     f"over replay; chain{tiny_k}_graph_speedup_events: the same ratio from bench() on CUDA events")
+    else:  # the CPU run has no events, no L2 flush and no graphs: say what its clock was
+        notes.append("eager sweep: host wall time over K launches, median of repeats; chains and fusion: bench() on "
+                     "the host clock (perf_counter)")
     flagged = [f"{r['variant']} N={r['N']:.0e}" for r in fusion_rows if r.get("unreliable")]
     notes.append(f"fusion: each point is the median of {fusion.ROUNDS} interleaved rounds of bench() after every "
                  "point of its N was built and warmed; a point is flagged unreliable (hollow in the plot) when its "
