@@ -155,6 +155,7 @@ class Capture:
 
             triton_interpreter_index()  # triton 3.6's interpreter with NumPy >= 2.4: loops over runtime bounds
             self._patch(InterpretedFunction, "run", lambda orig: cap._triton_run(orig, interpreted=True))
+            self._patch_interpreter_bounds()
         except (ImportError, KeyError):  # no interpreter in this triton
             pass
         at = autotuner.Autotuner
@@ -192,6 +193,58 @@ class Capture:
                     return orig.__get__(tuner, type(tuner)) if hasattr(orig, "__get__") else orig
                 return property(do_bench)
             self._patch(at, "do_bench", wrap_do_bench)
+
+    def _patch_interpreter_bounds(self) -> None:
+        """The Triton interpreter loads and stores through raw host pointers, unchecked: an unmasked tl.store past
+        the end of a tensor writes over the heap (glibc then aborts the process, 'double free or corruption', or
+        the damage passes unseen), where a GPU would fault or corrupt a neighbour. While a Capture is open each
+        interpreted launch's memory operations are held to the storage of its tensor arguments: a lane that is
+        not masked off and reaches outside all of them raises OutOfBounds before it touches memory."""
+        from triton.runtime import interpreter as it
+
+        if not all(hasattr(it, n) for n in ("GridExecutor", "InterpreterBuilder", "_get_np_dtype")):
+            return  # another interpreter layout: left unchecked
+        cap = self
+
+        def wrap_init(orig):
+            def _init_args_hst(executor, *args, **kwargs):
+                hst = orig(executor, *args, **kwargs)
+                name = getattr(getattr(executor, "fn", None), "__name__", "kernel")
+                cap._set("bounds", (name, _storage_ranges(hst)))
+                return hst
+            return _init_args_hst
+
+        def wrap_call(orig):
+            def __call__(executor, *args, **kwargs):
+                outer = cap._get("bounds")
+                try:
+                    return orig(executor, *args, **kwargs)
+                finally:
+                    cap._set("bounds", outer)
+            return __call__
+
+        def checked(op, ptr_at, mask_at):  # positions (and names) of the pointer and mask arguments
+            def wrap(orig):
+                def method(builder, *args, **kwargs):
+                    bounds = cap._get("bounds")
+                    if bounds is not None:
+                        ptrs = args[ptr_at[0]] if len(args) > ptr_at[0] else kwargs.get(ptr_at[1])
+                        mask = (None if mask_at is None else args[mask_at[0]] if len(args) > mask_at[0]
+                                else kwargs.get(mask_at[1]))
+                        _check_bounds(bounds, op, builder, ptrs, mask, it._get_np_dtype)
+                    return orig(builder, *args, **kwargs)
+                return method
+            return wrap
+
+        self._patch(it.GridExecutor, "_init_args_hst", wrap_init)
+        self._patch(it.GridExecutor, "__call__", wrap_call)
+        builder = it.InterpreterBuilder
+        self._patch(builder, "create_masked_load", checked("load", (0, "ptrs"), (1, "mask")))
+        self._patch(builder, "create_masked_store", checked("store", (0, "ptrs"), (2, "mask")))
+        if hasattr(builder, "create_atomic_rmw"):  # (rmwOp, ptr, val, mask, sem, scope)
+            self._patch(builder, "create_atomic_rmw", checked("atomic", (1, "ptr"), (3, "mask")))
+        if hasattr(builder, "create_atomic_cas"):  # (ptr, cmp, val, sem, scope): every lane
+            self._patch(builder, "create_atomic_cas", checked("atomic_cas", (0, "ptr"), None))
 
     def _triton_run(self, orig, interpreted: bool):
         cap = self
@@ -257,6 +310,69 @@ class Capture:
                     return orig(kern, *args)
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
+
+
+class OutOfBounds(Exception):
+    """An interpreted Triton kernel's unmasked load or store reaches outside every tensor argument."""
+
+
+def _storage_ranges(host_args) -> tuple:
+    """(starts, ends) of the storages of the torch tensors among an interpreted launch's host arguments (tuples
+    and tensor descriptors looked into), sorted by start."""
+    import numpy as np
+
+    ranges: dict[int, int] = {}
+
+    def visit(a, depth=0):
+        if depth > 4:
+            return
+        if isinstance(a, (tuple, list)):
+            for v in a:
+                visit(v, depth + 1)
+        elif isinstance(a, dict):
+            for v in a.values():
+                visit(v, depth + 1)
+        elif hasattr(a, "untyped_storage"):
+            st = a.untyped_storage()
+            ranges[int(st.data_ptr())] = int(st.data_ptr()) + int(st.nbytes())
+        elif hasattr(a, "base") and hasattr(a, "block_shape"):  # a TensorDescriptor
+            visit(a.base, depth + 1)
+
+    visit(host_args)
+    starts = np.array(sorted(ranges), dtype=np.uint64)
+    return starts, np.array([ranges[int(s)] for s in starts], dtype=np.uint64)
+
+
+def _check_bounds(bounds, op: str, builder, ptrs, mask, np_dtype) -> None:
+    """Raise OutOfBounds when a live lane of `ptrs` (a TensorHandle of addresses; `mask` a TensorHandle or None)
+    reaches past the storages in `bounds` (the launch's kernel name, _storage_ranges)."""
+    import numpy as np
+
+    name, (starts, ends) = bounds
+    data = getattr(ptrs, "data", None)
+    if not isinstance(data, np.ndarray) or data.dtype.kind not in "iu":
+        return
+    try:
+        size = np.dtype(np_dtype(ptrs.get_element_ty())).itemsize
+    except Exception:  # a pointer type the interpreter's table lacks: its addresses alone are checked
+        size = 1
+    addrs = data.astype(np.uint64)
+    if mask is not None and getattr(mask, "data", None) is not None:
+        live = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+        addrs = addrs[live]
+    addrs = addrs.reshape(-1)
+    if addrs.size == 0:
+        return
+    at = np.searchsorted(starts, addrs, side="right").astype(np.int64) - 1
+    ok = at >= 0
+    ok[ok] = addrs[ok] + np.uint64(size) <= ends[at[ok]]
+    bad = int((~ok).sum())
+    if bad:
+        pid = tuple(getattr(builder, "grid_idx", None) or ())
+        where = "read past its arrays" if op == "load" else "write past its arrays"
+        raise OutOfBounds(f"{name}: a tl.{op} at program_id {pid} reaches {bad} element(s) outside every tensor "
+                          f"argument (a missing or wrong mask, e.g. mask=offs < n): on a GPU it would {where} or "
+                          "fault")
 
 
 def _run_once(fn, quantiles=None, **_):

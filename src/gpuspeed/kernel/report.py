@@ -293,6 +293,19 @@ def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> 
     return bench(fn, mode="events", hide_launch_latency=True, name="same-bytes copy", **kw).median
 
 
+def _raise_out_of_bounds(exc: BaseException) -> None:
+    """A launcher's failure that came of an interpreted kernel's out-of-bounds load or store (capture.OutOfBounds,
+    wrapped by the interpreter in its InterpreterError and maybe by the launcher) as a UserError of one line."""
+    from gpuspeed.kernel.capture import OutOfBounds
+
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, OutOfBounds):
+            raise UserError(str(e)) from exc
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+
+
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
                   kwargs: dict | None = None, unit: str | None = None, expected: Any = None,
@@ -326,6 +339,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         try:
             fn(*args, **kwargs)  # compile and autotune outside the record
         except Exception as exc:
+            _raise_out_of_bounds(exc)
             text = f"{type(exc).__name__} {exc}".lower()
             if not gpu and ("driver" in text or "cuda" in text) and not (interpreting_triton() or simulating_numba()):
                 raise UserError(f"{name} cannot run here: there is no GPU, and its kernels were not defined under "
