@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuspeed.kernel.occupancy import KNOWN, occupancy
+from gpuspeed.kernel.occupancy import KNOWN, known_limits, occupancy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,3 +142,24 @@ def test_occupancy_matches_nvidias_formula(limits, threads, regs, smem, blocks, 
     warps = -(-threads // 32)
     assert occ["active_warps_per_sm"] == blocks * warps
     assert occ["pct"] == pytest.approx(100.0 * blocks * warps / limits.max_warps_per_sm)
+
+
+@pytest.mark.parametrize("cc,threads,regs,smem,blocks,limiter", [
+    # a T4 / RTX 20xx (sm_75): 32 warps and 16 blocks per SM, 64 KB shared, no reserve, 256 B units. The table
+    # lacked it: on such a GPU without cupy the limits fell back to sm_90's 32 blocks and 1 KB reserve, so 32-thread
+    # blocks read 100 % occupancy (32 blocks) where the hardware holds 16 (50 %)
+    ("7.5", 32, 16, 0, 16, "blocks"),
+    ("7.5", 128, 32, 16 * 1024, 4, "shared_memory"),  # 65536 // 16384 = 4 (3 with a 1 KB reserve)
+    ("7.5", 32, 32, 1000, 16, "blocks"),            # 1000 B rounds to 1024: 64 would fit, the block cap holds 16
+    ("7.0", 256, 64, 0, 4, "registers"),            # V100: 2048 regs/warp: 8 per sub-partition = 32 warps // 8
+    ("8.7", 32, 16, 0, 16, "blocks"),               # Jetson Orin: 16 blocks, 48 warps
+    ("12.0", 32, 16, 0, 32, "blocks"),              # RTX 50xx: 32 one-warp blocks of 48 warps
+    ("12.0", 128, 32, 48 * 1024, 2, "shared_memory"),  # 100 KB per SM, 49 KB a block with the reserve
+    ("10.0", 128, 32, 100 * 1024, 2, "shared_memory"),  # B200: 228 KB per SM, as sm_90
+])
+def test_occupancy_for_other_common_gpus_comes_from_the_table(cc, threads, regs, smem, blocks, limiter):
+    limits = known_limits(f"sm_{cc.replace('.', '')}")
+    assert limits is not None and limits.cc == cc
+    occ = occupancy(threads, regs, smem, limits)
+    assert (occ["blocks_per_sm"], occ["limiter"]) == (blocks, limiter), occ
+    assert occ["pct"] == pytest.approx(100.0 * blocks * -(-threads // 32) / limits.max_warps_per_sm)

@@ -111,7 +111,7 @@ def test_occupancy_hand_cases(threads, regs, smem, blocks, pct, limiter):
 
 def test_occupancy_other_ccs_and_lookup():
     ada = known_limits("sm_89")
-    assert ada is KNOWN["8.9"] and known_limits((8, 6)) is KNOWN["8.6"] and known_limits("7.5") is None
+    assert ada is KNOWN["8.9"] and known_limits((8, 6)) is KNOWN["8.6"] and known_limits("6.1") is None
     occ = occupancy(256, 32, 0, KNOWN["8.6"])  # 48 warps per SM: 6 blocks of 8 warps fill it
     assert (occ["blocks_per_sm"], occ["pct"], occ["limiter"]) == (6, 100.0, "warps")
     occ = occupancy(64, 32, 0, KNOWN["8.6"])  # 16 blocks of 2 warps: 32 of 48 warps

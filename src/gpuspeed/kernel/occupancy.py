@@ -49,11 +49,19 @@ class Limits:
 
 
 # Known compute capabilities (CUDA programming guide, "Technical specifications per compute capability").
+# Volta and Turing reserve no shared memory per block and allocate it in units of 256 B (cuda_occupancy.h).
 KNOWN = {
+    "7.0": Limits("7.0", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=98304, smem_per_block=98304,
+                  smem_reserved_per_block=0, smem_alloc_unit=256),
+    "7.5": Limits("7.5", max_warps_per_sm=32, max_blocks_per_sm=16, smem_per_sm=65536, smem_per_block=65536,
+                  smem_reserved_per_block=0, smem_alloc_unit=256),
     "8.0": Limits("8.0", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=167936, smem_per_block=166912, sms=108),
     "8.6": Limits("8.6", max_warps_per_sm=48, max_blocks_per_sm=16, smem_per_sm=102400, smem_per_block=101376),
+    "8.7": Limits("8.7", max_warps_per_sm=48, max_blocks_per_sm=16, smem_per_sm=167936, smem_per_block=166912),
     "8.9": Limits("8.9", max_warps_per_sm=48, max_blocks_per_sm=24, smem_per_sm=102400, smem_per_block=101376),
     "9.0": Limits("9.0", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=233472, smem_per_block=232448, sms=132),
+    "10.0": Limits("10.0", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=233472, smem_per_block=232448),
+    "12.0": Limits("12.0", max_warps_per_sm=48, max_blocks_per_sm=32, smem_per_sm=102400, smem_per_block=101376),
 }
 
 
