@@ -232,3 +232,51 @@ def test_verify_function_names_a_dict_from_make_inputs_passed_whole():
     res = verify_function(lambda d: d["a"] * 2, lambda d: d["a"] + d["a"],
                           lambda seed: make_inputs(specs, seed=seed, backend="numpy"), seeds=1)
     assert res[0].passed
+
+
+def test_a_dataclass_with_an_unset_init_false_field_is_walked_bench_checked_and_recorded():
+    # 92d85e4 walked every declared field: a field(init=False) never set raised AttributeError in trees, so bench,
+    # capture, check and verify_function all failed on such an argument or result
+    import dataclasses
+
+    from gpuspeed.results import strict_json
+    from gpuspeed.trees import clone_tree, flatten, unflatten
+    from gpuspeed.verify import check
+
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+        cache: object = dataclasses.field(init=False)
+
+    b = Batch(torch.randn(5))
+    leaves, spec = flatten((b,))
+    assert len(leaves) == 1 and leaves[0] is b.x
+    c = clone_tree((b,))[0]
+    assert torch.equal(c.x, b.x) and c.x is not b.x and not hasattr(c, "cache")
+    assert unflatten(spec, [b.x * 2])[0].x.equal(b.x * 2)
+    assert check(Batch(b.x.clone()), b).passed
+    bad = Batch(b.x.clone())
+    bad.cache = 1  # set on one side only: the fields differ
+    assert not check(bad, b).passed
+    from gpuspeed import bench
+
+    m = bench(lambda batch: batch.x * 2, b, device="cpu", budget_s=0.05)
+    assert m.median > 0
+    assert '"x"' in strict_json(b)
+
+
+def test_every_command_prints_json_through_strict_json():
+    # bench, decode, kernel, launch --explain, optimize and roofline printed --json with json.dumps: a NaN or inf
+    # (a failed row's time, a 0-byte placement's intensity) came out as NaN/Infinity, which strict parsers refuse
+    import ast
+    from pathlib import Path
+
+    import gpuspeed.commands as commands
+
+    offenders = []
+    for path in sorted(Path(commands.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dumps"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "json"):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []

@@ -75,7 +75,7 @@ def _jsonable(obj: Any):
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
         return _jsonable(obj.to_dict())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if hasattr(obj, f.name)})
     if hasattr(obj, "tolist") and callable(obj.tolist) and hasattr(obj, "ndim"):  # numpy/torch arrays, scalars
         return _jsonable(obj.tolist())
     if isinstance(obj, float) and not math.isfinite(obj):

@@ -27,6 +27,11 @@ def is_record(x) -> bool:
     return dataclasses.is_dataclass(x) and not isinstance(x, type)
 
 
+def record_fields(obj) -> list[str]:
+    """The names of a dataclass instance's fields that hold a value (a field(init=False) never set holds none)."""
+    return [f.name for f in dataclasses.fields(obj) if hasattr(obj, f.name)]
+
+
 def leaves(obj) -> Iterator[Any]:
     """Every leaf of nested tuples/lists/dicts/dataclass instances, in order."""
     if isinstance(obj, (list, tuple)):
@@ -36,8 +41,8 @@ def leaves(obj) -> Iterator[Any]:
         for o in obj.values():
             yield from leaves(o)
     elif is_record(obj):
-        for f in dataclasses.fields(obj):
-            yield from leaves(getattr(obj, f.name))
+        for name in record_fields(obj):
+            yield from leaves(getattr(obj, name))
     else:
         yield obj
 
@@ -77,7 +82,7 @@ def _spec(obj, out: list):
     if isinstance(obj, dict):
         return (type(obj), [(k, _spec(v, out)) for k, v in obj.items()])
     if is_record(obj):
-        names = [f.name for f in dataclasses.fields(obj)]
+        names = record_fields(obj)
         return (_Record(obj, names), [(n, _spec(getattr(obj, n), out)) for n in names])
     out.append(obj)
     return None

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from gpuspeed.errors import UserError
+from gpuspeed.trees import record_fields
 
 # rtol by dtype name. fp64 leaves room for reordered sums; fp32 for reordered sums in single precision;
 # tf32 is a compute mode, not a dtype: pass dtype="tf32" (or rtol=3e-4) for float32 matmuls on tensor
@@ -238,7 +239,7 @@ def _pairs(out, ref, path="out"):
         if not (_is_record(ref) and _is_record(out)):
             yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
             return
-        names, ref_names = [f.name for f in fields(out)], [f.name for f in fields(ref)]
+        names, ref_names = record_fields(out), record_fields(ref)
         if names != ref_names:
             yield path, None, None, f"fields differ: {type(out).__name__}{tuple(names)} vs {type(ref).__name__}{tuple(ref_names)}"
             return

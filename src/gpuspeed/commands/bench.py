@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
@@ -35,7 +34,9 @@ def register(app: typer.Typer) -> None:
         doc = run_demo(device=device, shape=(rows, cols) if rows else None, budget_s=budget)
         path = write_results(doc, out) if out else None
         if as_json:
-            print(json.dumps(doc, indent=1))
+            from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
+
+            print(strict_json(doc))
             return
         console = make_console()
         t = Table(title=f"softmax {tuple(doc['params']['shape'])} fp32 on {doc['device']['name']}")

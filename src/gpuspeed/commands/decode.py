@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import typer
@@ -114,7 +113,9 @@ def register(app: typer.Typer) -> None:
             paths += study.plots(doc, out)
         nothing = study.nothing_measured(doc)
         if as_json:
-            print(json.dumps(doc, indent=1))
+            from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
+
+            print(strict_json(doc))
             if nothing:
                 print(f"gpuspeed: {nothing}", file=sys.stderr)
                 raise typer.Exit(1)

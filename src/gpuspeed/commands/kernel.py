@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import List, Optional
 
@@ -94,7 +93,9 @@ def register(app: typer.Typer) -> None:
             path = write_results(doc, out)
             console.print(f"wrote {path}")
         if as_json:
-            print(json.dumps(rep.to_dict(), indent=1))
+            from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
+
+            print(strict_json(rep.to_dict()))
         else:
             for line in rep.lines():
                 console.print(line, highlight=False, markup=False, soft_wrap=True)

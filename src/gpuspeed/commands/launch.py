@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -126,12 +125,14 @@ def register(app: typer.Typer) -> None:
             with stdout_to_stderr() if as_json else contextlib.nullcontext():  # the user's prints stay off the JSON
                 exp = _explain_target(explain, inputs)
             doc = exp.to_dict()
+            from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
+
             if out:
                 from gpuspeed.results import write_text_atomic
 
-                path = write_text_atomic(out / "explain.json", json.dumps(doc, indent=1, default=str) + "\n")
+                path = write_text_atomic(out / "explain.json", strict_json(doc) + "\n")
             if as_json:
-                print(json.dumps(doc, indent=1, default=str))
+                print(strict_json(doc))
             else:
                 for line in exp.lines():
                     console.print(line, highlight=False, markup=False)

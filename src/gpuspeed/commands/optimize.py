@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 from typing import List, Optional
 
@@ -65,7 +64,9 @@ def register(app: typer.Typer) -> None:
 
         summary = results_doc(run)["summary"]
         if as_json:
-            print(json.dumps({"summary": summary, "paths": run.paths}, default=str))
+            from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
+
+            print(strict_json({"summary": summary, "paths": run.paths}, indent=None))
             return
         _print(run, console=make_console())
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import typer
 
@@ -61,7 +60,9 @@ def register(app: typer.Typer) -> None:
             if not pics:
                 console.print(f"[yellow]{escape(doc['notes'][-1])}[/]", markup=True)
         if as_json:
-            print(json.dumps(doc, indent=1))
+            from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
+
+            print(strict_json(doc))
             return
         gpu = study.kind == "cuda"
         t = Table(title=f"Ceilings: {doc['device']['name']}")
