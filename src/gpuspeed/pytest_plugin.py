@@ -158,11 +158,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.section("gpubench")
     if not rows:
         tr.write_line("gpubench: no measurements (no test called the gpubench fixture)")
-    else:
-        tr.write_line(f"{'name':48} {'median':>12} {'noise':>7} {'IQR':>6} {'n':>5} {'mode':>7}")
+    width = max([48] + [len(m.name) for _, m in rows])  # whole names: parametrized ones differ at their end
+    if rows:
+        tr.write_line(f"{'name':{width}} {'median':>12} {'noise':>7} {'IQR':>6} {'n':>5} {'mode':>7}")
     for _, m in rows:
         flag = (" THROTTLED" if m.throttled else "") + (" UNRELIABLE" if m.unreliable else "")
-        tr.write_line(f"{m.name[:48]:48} {format_time(m.median):>12} {100 * m.rel_noise:6.2f}% "
+        tr.write_line(f"{m.name:{width}} {format_time(m.median):>12} {100 * m.rel_noise:6.2f}% "
                       f"{100 * m.rel_iqr:5.1f}% {m.n:5d} {m.mode:>7}{flag}")
     workers = _parallel_workers(config)
     if workers > 1 and rows:
