@@ -25,3 +25,28 @@ def test_plugin_table_keeps_long_parametrized_names_apart(plugin_args, pytester)
     row = next(line for line in result.stdout.lines if line.startswith("test_a_rather"))
     unit = re.search(r"\d (ns|us|ms|s) ", row)
     assert unit and header.index("median") + len("median") == unit.end(1)  # the columns still line up
+
+
+def test_plugin_under_xdist_keeps_measurements_out_of_junitxml(plugin_args, pytester):
+    """Under pytest-xdist the measurements still reach the table and --gpubench-json, but --junitxml holds no
+    `gpubench` property (each test's whole Measurement, samples and all, as a Python repr, was written there
+    under -n 2 and not without xdist)."""
+    import pytest
+
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_user="""
+        def test_x(gpubench):
+            gpubench(sum, [1, 2, 3], device="cpu", max_samples=5, min_samples=5)
+
+        def test_y(gpubench):
+            gpubench(sorted, [3, 1, 2], device="cpu", max_samples=5, min_samples=5)
+        """)
+    out, xml = pytester.path / "r.json", pytester.path / "j.xml"
+    result = pytester.runpytest_subprocess(*plugin_args, "-p", "no:cacheprovider", "-n", "2",
+                                           f"--gpubench-json={out}", f"--junitxml={xml}")
+    result.assert_outcomes(passed=2)
+    names = sorted(r["name"] for r in json.loads(out.read_text())["rows"])
+    assert names == ["test_x:sum", "test_y:sorted"]
+    result.stdout.fnmatch_lines(["test_x:sum *cpu*"])
+    text = xml.read_text()
+    assert 'name="test_x"' in text and "gpubench" not in text and "samples" not in text

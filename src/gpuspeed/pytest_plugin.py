@@ -33,7 +33,8 @@ def pytest_addoption(parser):
 class _Recorder:
     """The session's measurements: this process's, and those an xdist worker's test reports bring here."""
 
-    def __init__(self):
+    def __init__(self, worker: bool = False):
+        self.worker = worker  # an xdist worker: its reports still have to carry the measurements to the controller
         self.rows: list = []
         self.json_path: Path | None = None  # where --gpubench-json writes, made absolute before any test runs
         self.json_error: str | None = None
@@ -49,6 +50,7 @@ class _Recorder:
     def pytest_testnodedown(self, node, error):
         self._alive.discard(_node_id(node))
 
+    @pytest.hookimpl(tryfirst=True)  # before --junitxml reads the properties: it would write each Measurement there
     def pytest_runtest_logreport(self, report):
         if report.when != "teardown":  # the teardown report carries every property the test recorded
             return
@@ -57,6 +59,8 @@ class _Recorder:
         for name, value in report.user_properties:
             if name == _PROPERTY:
                 self.rows.append((report.nodeid, Measurement.from_dict(value)))
+        if not self.worker:  # the controller: taken out, as the fixture keeps them out without xdist
+            report.user_properties[:] = [p for p in report.user_properties if p[0] != _PROPERTY]
 
 
 def _node_id(node) -> str:
@@ -85,7 +89,7 @@ def _json_target(raw: str) -> Path:
 
 
 def pytest_configure(config):
-    config.stash[_KEY] = recorder = _Recorder()
+    config.stash[_KEY] = recorder = _Recorder(worker=hasattr(config, "workerinput"))
     config.pluginmanager.register(recorder, "gpubench-recorder")
     raw = config.getoption("--gpubench-json", None)
     if raw is not None and not hasattr(config, "workerinput"):  # the controller writes the file, not the workers
