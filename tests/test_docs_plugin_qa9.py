@@ -50,3 +50,26 @@ def test_plugin_under_xdist_keeps_measurements_out_of_junitxml(plugin_args, pyte
     result.stdout.fnmatch_lines(["test_x:sum *cpu*"])
     text = xml.read_text()
     assert 'name="test_x"' in text and "gpubench" not in text and "samples" not in text
+
+
+def test_plugin_default_names_keep_same_named_tests_of_two_classes_apart(plugin_args, pytester):
+    """The same test name in two classes (one per dtype, say) gives two names in the table and the file (both
+    were 'test_mm:sum', told apart only by the file's `test` field)."""
+    pytester.makepyfile(test_user="""
+        class TestFloat32:
+            def test_mm(self, gpubench):
+                gpubench(sum, [1.0, 2.0], device="cpu", max_samples=5, min_samples=5)
+
+        class TestBfloat16:
+            def test_mm(self, gpubench):
+                gpubench(sum, [1.0, 2.0, 3.0], device="cpu", max_samples=5, min_samples=5)
+
+        def test_plain(gpubench):
+            gpubench(sum, [1], device="cpu", max_samples=5, min_samples=5)
+        """)
+    out = pytester.path / "r.json"
+    result = pytester.runpytest(*plugin_args, "-p", "no:cacheprovider", f"--gpubench-json={out}")
+    result.assert_outcomes(passed=3)
+    names = [r["name"] for r in json.loads(out.read_text())["rows"]]
+    assert names == ["TestFloat32::test_mm:sum", "TestBfloat16::test_mm:sum", "test_plain:sum"]
+    result.stdout.fnmatch_lines(["TestFloat32::test_mm:sum *cpu*", "TestBfloat16::test_mm:sum *cpu*"])

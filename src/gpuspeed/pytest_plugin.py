@@ -105,7 +105,8 @@ def gpubench(request):
 
     def run(fn, *args, **options):
         if "name" not in options:
-            name = f"{request.node.name}:{_callable_name(fn)}"
+            test = request.node.nodeid.split("::", 1)[-1]  # the test with its class: TestBf16::test_mm[4096]
+            name = f"{test}:{_callable_name(fn)}"
             used[name] = used.get(name, 0) + 1
             options["name"] = name if used[name] == 1 else f"{name}#{used[name]}"
         m = bench(fn, *args, **options)
