@@ -47,3 +47,53 @@ def test_bench_of_a_script_that_keeps_the_original_prints_no_speedup(tmp_path):
     assert "correctness: PASS" in out
     assert not re.search(r"\d\.\d\dx", out), out
     assert "optimized version is the original itself (chosen)" in out, out
+
+
+EMA_FN = '''
+import numpy as np
+
+
+def original(x, alpha):
+    y = np.empty_like(x)
+    acc = x[0]
+    for i in range(len(x)):
+        acc = alpha * x[i] + (1.0 - alpha) * acc
+        y[i] = acc
+    return y
+
+
+def inputs(rng, scale=1.0):
+    return rng.standard_normal(3000), 0.05
+'''
+
+USE = '''
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("opt", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+fn, how = opt.build_optimized()
+print(how)
+original = getattr(opt.load_workload("_mine"), opt.FUNC)
+rng = np.random.default_rng(11)
+for dtype in (np.float64, np.float32):
+    x = rng.standard_normal(2 * 777).astype(dtype)[::2]  # the user's own: a strided view, another size
+    out, ref = fn(x, 0.1), original(x, 0.1)
+    print(dtype.__name__, out.dtype, out.shape, bool(np.allclose(out, ref, rtol=1e-5, atol=1e-6)))
+'''
+
+
+def test_the_numba_script_called_on_other_dtypes_says_nothing_on_stderr(tmp_path):
+    # imported and called on float32 after its float64 check, the Numba primary compiled the new types with
+    # parallel=True's "no transformation for parallel execution was possible" warning: a dozen lines on stderr
+    # of the user's program at each new dtype or layout
+    script = _script(tmp_path, "ema", EMA_FN, ["numba"])
+    assert "'backend': 'numba'" in script.read_text()
+    use = tmp_path / "use.py"
+    use.write_text(USE)
+    r = subprocess.run([sys.executable, str(use), str(script)], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Numba njit" in r.stdout
+    assert "float64 float64 (777,) True" in r.stdout and "float32 float32 (777,) True" in r.stdout, r.stdout
+    assert "NumbaPerformanceWarning" not in r.stderr and "parallel=True" not in r.stderr, r.stderr

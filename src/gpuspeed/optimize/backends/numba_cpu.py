@@ -96,6 +96,32 @@ class _Compiled:
                                     if hasattr(errors, n))
 
     def __call__(self, *args):
+        if not self.jitted.signatures:  # the first call compiles; later argument types do not compile unasked
+            try:
+                return self._call(*args)
+            finally:
+                if self.jitted.signatures:
+                    self.jitted.disable_compile()
+        try:
+            return self.jitted(*args)
+        except TypeError as exc:
+            if not str(exc).startswith("No matching definition"):
+                raise
+        # other argument types (float32 after float64, a strided view): compiled as the first was, under the same
+        # warning filter (parallel=True's "no transformation ... was possible" printed a dozen lines on each)
+        import warnings
+
+        from numba.core.errors import NumbaPerformanceWarning
+
+        self.jitted.disable_compile(False)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                return self._call(*args)
+        finally:
+            self.jitted.disable_compile()
+
+    def _call(self, *args):
         first = not self.jitted.signatures
         try:
             if first:  # the compile: parallel=True on a loop it cannot parallelize (a sequential recurrence) warns
@@ -135,7 +161,7 @@ class _Compiled:
                                        "without parallel=True (serial njit)")
                 self.impl.label = self.impl.label.replace("parallel=True", "serial, parallel=True rejected")
             self.jitted = numba.njit(self.fn)
-            return self(*args)
+            return self._call(*args)
 
 
 def _with_prange(fn, module):
