@@ -97,3 +97,32 @@ def test_the_numba_script_called_on_other_dtypes_says_nothing_on_stderr(tmp_path
     assert "Numba njit" in r.stdout
     assert "float64 float64 (777,) True" in r.stdout and "float32 float32 (777,) True" in r.stdout, r.stdout
     assert "NumbaPerformanceWarning" not in r.stderr and "parallel=True" not in r.stderr, r.stderr
+
+
+BROADCAST_FN = '''
+import numpy as np
+
+
+def original(x, w):
+    wsum = w.sum()
+    mean = (x * w).sum(axis=1) / wsum
+    centered = x - mean[:, None]
+    var = (centered ** 2 * w).sum(axis=1) / wsum
+    std = np.sqrt(var)
+    skew = (centered ** 3 * w).sum(axis=1) / wsum / std ** 3
+    return mean, std, skew
+
+
+def inputs(rng, scale=1.0):
+    return rng.standard_normal((256, 2048)), rng.uniform(0.5, 1.5, 2048)
+'''
+
+
+def test_the_script_names_numbas_serial_fallback_it_ran(tmp_path):
+    # Numba's parallel=True rejected the length-1 broadcast and the primary ran as a serial njit (the report's
+    # label says so), but the script printed only the label it had before its first call: "njit(parallel=True)"
+    script = _script(tmp_path, "bcast", BROADCAST_FN, ["numba"])
+    assert "Primary: Numba njit(serial, parallel=True rejected)" in script.read_text()
+    rc, out = _run(script, cwd=tmp_path)
+    assert rc == 0 and "correctness: PASS" in out, out
+    assert "ran as: Numba njit(serial, parallel=True rejected)" in out, out
