@@ -274,3 +274,43 @@ def test_report_numbers_keep_their_digits_and_a_failed_plot_leaves_nothing_half_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["roofline.png"]  # no SVG, no temporary file
     paths = plot(doc, tmp_path / "ok")
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_a_cpu_point_above_its_memory_roof_is_not_explained_as_cache_alone():
+    """A shared CI host placed a sum over 128 MiB (4x its L3) at 157 % of its read ceiling: its ceilings were
+    measured while other work used the memory bus. The note and the table said 'cache-resident data', which a
+    working set four times the cache cannot be; on a CPU both explanations are named."""
+    import torch
+
+    from gpuspeed.roofline.place import place
+    from gpuspeed.roofline.report import pct_text
+
+    cpu = Ceilings("cpu", "test cpu", [Ceiling("read", "memory", 1e-3), Ceiling("fp32", "compute", 1.0)])
+    p = place(torch.sum, torch.rand(4096) + 0.5, flops=4096, ceilings=cpu, name="sum", budget_s=0.05,
+              warmup_s=0.01)
+    assert p.above_roof and p.bound == "memory"
+    note = [n for n in p.notes if n.startswith("above roof")]
+    assert len(note) == 1 and "shared CPU" in note[0] and "cache" in note[0], p.notes
+    assert pct_text(p.to_dict(), cpu=True) == ">100 (above the measured ceiling)"
+    assert pct_text(p.to_dict()) == ">100 (above roof: cache-resident data)"  # a GPU's table keeps its reason
+    gpu = Ceilings("cuda", "test", [Ceiling("read", "memory", 1e-3), Ceiling("fp32", "compute", 1.0)])
+    g = place(torch.sum, torch.rand(4096) + 0.5, flops=4096, ceilings=gpu, name="sum", budget_s=0.05,
+              warmup_s=0.01, device="cpu")
+    assert [n for n in g.notes if n.startswith("above roof")] == [
+        "above roof: cache-resident data (the working set sat in cache, faster than device memory)"]
+
+
+def test_the_cpu_study_relocation_keeps_one_cpu_note():
+    """Study._relocate strips the old above-roof note and adds the CPU's own (not the GPU's cache reason)."""
+    from gpuspeed.roofline import study as study_mod
+
+    s = study_mod.Study(device="cpu", quick=True, workloads=False, sweep=False)
+    s.ceil.rows += [Ceiling("read", "memory", 1.0), Ceiling("fp32", "compute", 1.0)]
+    n = 2**20
+    row = {"name": "sum", "unit": "fp32", "notes": ["above roof: cache-resident data (the working set sat in cache, "
+                                                    "faster than device memory)"]}
+    row |= locate("sum", n, 4 * n, 4 * n / 2e9, s.ceil, "fp32")
+    s.placements.append(row)
+    s._relocate()
+    notes = [x for x in row["notes"] if x.startswith("above roof")]
+    assert len(notes) == 1 and "shared CPU" in notes[0]

@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
                 p.add_row(r["name"], "[red]error[/]", r["error"][:60], "", "", "")
                 continue
             ach = f"{r['TFLOPs']:,.3g} TFLOP/s" if gpu else f"{r['TFLOPs'] * 1e3:,.3g} GFLOP/s"
-            pct = pct_text(r)
+            pct = pct_text(r, cpu=not gpu)
             p.add_row(r["name"], f"{r['ai']:.3g}", ach, f"{r['GBps']:,.4g}", pct, str(r.get("bound")))
         if study.placements:
             console.print(p)

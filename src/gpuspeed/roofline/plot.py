@@ -185,19 +185,19 @@ def draw(doc: dict):
         labels.place(_label_of(r), (r["ai"], r["TFLOPs"] * scale), _rings(7.0, 10), fontsize=LABEL_SIZE,
                      bbox=BACKDROP)
     if no_flops:  # top left, moved down or right until free
-        labels.place(_no_flops_text(no_flops), (x0, top * 2.5),
+        labels.place(_no_flops_text(no_flops, cpu=doc["params"].get("device") != "cuda"), (x0, top * 2.5),
                      [(4 + 12 * i, -4 - 8 * j, "left", "top") for j in range(30) for i in range(4)],
                      leader_beyond=1e9, fontsize=LABEL_SIZE, bbox=BACKDROP)
     return fig
 
 
-def _no_flops_text(rows: list[dict]) -> str:
+def _no_flops_text(rows: list[dict], cpu: bool = False) -> str:
     """The 0-FLOP placements (copies), which log FLOP/s axes cannot show: bandwidth and % of the memory roof."""
     from gpuspeed.roofline.report import pct_text
 
     lines = ["0 FLOP, not on these axes (GB/s, % of memory roof):"]
     for r in rows:
-        pct = pct_text(r)
+        pct = pct_text(r, cpu=cpu)
         lines.append(f"{r['name']}: {r['GBps']:,.4g} GB/s, " + (f"{pct} %" if pct[:1].isdigit() else pct))
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ from gpuspeed.errors import one_line as _err
 from gpuspeed.results import make_results
 from gpuspeed.roofline import sweep as ai_sweep
 from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
-from gpuspeed.roofline.place import ABOVE_ROOF, count_flops, default_unit, locate, place
+from gpuspeed.roofline.place import ABOVE_ROOF, above_roof_note, count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
 
 DTYPES = ("fp32", "tf32", "bf16")
@@ -102,7 +102,7 @@ class Study:
                 p |= locate(p["name"], p["flops"], p["bytes"], p["time_s"], self.ceil, p["unit"])
                 p["notes"] = [n for n in p.get("notes", []) if n not in ABOVE_ROOF.values()]
                 if p["above_roof"]:
-                    p["notes"].append(ABOVE_ROOF[p["bound"]])
+                    p["notes"].append(above_roof_note(p["bound"], self.kind))
 
     def _ceiling_step(self, label, fn, merge: bool = False):
         def run():
