@@ -12,23 +12,10 @@ from gpuspeed.decode.quant import dequant_linear, quantize
 from gpuspeed.errors import UserError
 from gpuspeed.verify import check
 
+from decode_cli_helpers import SMALL, cli, one_line
+
 BASE = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=48, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
-SMALL = ["--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--variants", "V2"]
-
-
-def _cli(args, capsys):
-    from gpuspeed.cli import main
-
-    capsys.readouterr()
-    rc = main(["decode", *args])
-    return rc, capsys.readouterr()
-
-
-def _one_line(rc, cap, needle):
-    assert rc == 2, cap.err
-    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err, cap.err
-    assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
 
 
 def hf_model(**over):
@@ -70,8 +57,8 @@ def test_a_size_that_is_not_a_positive_integer_is_one_line(tmp_path, capsys, key
     d = folder(tmp_path, edit=lambda cfg: cfg.update({key: value}))
     with pytest.raises(UserError, match=says):
         C.load(d)
-    rc, cap = _cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, says)
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, says)
 
 
 def test_tie_word_embeddings_as_a_string_is_one_line(tmp_path):
@@ -86,8 +73,8 @@ def test_a_json_file_that_is_not_utf8_is_one_line(tmp_path, capsys, name):
     """A binary config.json was a UnicodeDecodeError traceback."""
     d = folder(tmp_path)
     (d / name).write_bytes(b"\xff\xfe\x00{bad")
-    rc, cap = _cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, name)
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, name)
 
 
 def test_a_quantized_checkpoint_is_refused_not_decoded_without_its_scales(tmp_path, capsys):
@@ -101,8 +88,8 @@ def test_a_quantized_checkpoint_is_refused_not_decoded_without_its_scales(tmp_pa
     d = folder(tmp_path, edit=lambda cfg: cfg.update(quantization_config={"quant_method": "fp8"}), tensors=fp8)
     with pytest.raises(UserError, match="quantization_config"):
         C.load(d)
-    rc, cap = _cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, "quantization_config")
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, "quantization_config")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -121,8 +108,8 @@ def test_a_bias_the_config_does_not_declare_is_refused_not_dropped(tmp_path, cap
     d = folder(tmp_path, tensors=bias)
     with pytest.raises(UserError, match=r"model\.layers\.0\.self_attn\.k_proj\.bias and 5 more"):
         C.load(d)
-    rc, cap = _cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, "does not use")
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, "does not use")
 
 
 def test_layers_past_num_hidden_layers_are_refused(tmp_path):
@@ -207,8 +194,8 @@ def write_gguf(path, skip_meta=(), drop=(), extra=None):
 ])
 def test_gguf_without_the_metadata_or_embedding_a_llama_needs_is_one_line(tmp_path, capsys, skip, drop, says):
     path = write_gguf(tmp_path / "m.gguf", skip_meta=skip, drop=drop)
-    rc, cap = _cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, says)
+    rc, cap = cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, says)
 
 
 def test_gguf_bias_tensors_are_refused_not_dropped(tmp_path):
@@ -234,14 +221,14 @@ def test_a_tokenizer_that_cannot_load_is_one_line(tmp_path, capsys, files):
     d = folder(tmp_path)
     for name, text in files.items():
         (d / name).write_text(text)
-    rc, cap = _cli(["--model", str(d), "--prompt", "hello"] + SMALL, capsys)
-    _one_line(rc, cap, "tokenizer")
+    rc, cap = cli(["--model", str(d), "--prompt", "hello"] + SMALL, capsys)
+    one_line(rc, cap, "tokenizer")
 
 
 def test_a_gguf_without_a_tokenizer_is_one_line_under_prompt(tmp_path, capsys):
     path = write_gguf(tmp_path / "m.gguf")
-    rc, cap = _cli(["--model", str(path), "--prompt", "hello"] + SMALL, capsys)
-    _one_line(rc, cap, "tokenizer")
+    rc, cap = cli(["--model", str(path), "--prompt", "hello"] + SMALL, capsys)
+    one_line(rc, cap, "tokenizer")
 
 
 # ---------------------------------------------------------------------------------------------------

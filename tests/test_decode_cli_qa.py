@@ -8,35 +8,21 @@ import pytest
 from gpuspeed.decode import checkpoints as C, study
 from gpuspeed.errors import UserError
 
-SMALL = ["--layers", "1", "--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu",
-         "--variants", "V2"]
-
-
-def _cli(args, capsys):
-    from gpuspeed.cli import main
-
-    rc = main(["decode", *args])
-    return rc, capsys.readouterr()
-
-
-def _one_line(rc, cap, needle):
-    assert rc == 2, cap.err
-    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err, cap.err
-    assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
+from decode_cli_helpers import SMALL, TINY, cli, one_line
 
 
 def test_prompt_and_prompt_len_together_are_refused_not_one_ignored(capsys):
     """The text sets the prompt's length: a --prompt-len beside it was silently dropped."""
-    rc, cap = _cli(SMALL + ["--prompt", "hello", "--prompt-len", "5"], capsys)
-    _one_line(rc, cap, "--prompt and --prompt-len are exclusive")
+    rc, cap = cli(TINY + ["--prompt", "hello", "--prompt-len", "5"], capsys)
+    one_line(rc, cap, "--prompt and --prompt-len are exclusive")
 
 
 def test_layers_on_a_checkpoint_is_refused_not_ignored(tmp_path, capsys):
     """The loaders read every layer: --layers 1 on a checkpoint ran all of them and recorded max_layers 1."""
     (tmp_path / "config.json").write_text(json.dumps(C.hf_config(C.ModelArgs(
         vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96))))
-    rc, cap = _cli(["--model", str(tmp_path), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, "--layers shrinks a named model")
+    rc, cap = cli(["--model", str(tmp_path), "--prompt-len", "3"] + TINY, capsys)
+    one_line(rc, cap, "--layers shrinks a named model")
 
 
 def test_more_layers_than_the_named_model_has_are_refused():
@@ -48,8 +34,8 @@ def test_more_layers_than_the_named_model_has_are_refused():
 
 def test_an_infinite_read_roof_is_refused(capsys):
     """--read-roof inf gave every row 0 % of the read roof."""
-    rc, cap = _cli(SMALL + ["--prompt-len", "3", "--read-roof", "inf"], capsys)
-    _one_line(rc, cap, "--read-roof")
+    rc, cap = cli(TINY + ["--prompt-len", "3", "--read-roof", "inf"], capsys)
+    one_line(rc, cap, "--read-roof")
 
 
 def test_a_batch_whose_kv_cache_cannot_fit_is_refused_before_any_work(monkeypatch):
@@ -81,9 +67,8 @@ def test_prompt_on_an_hf_folder_without_tokenizer_files_names_what_is_missing(tm
     m = M.build(M.named_config("tiny", vocab_size=256, dim=64, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=96), seed=1)
     C.to_hf(m).save_pretrained(tmp_path)
     capsys.readouterr()  # save_pretrained's progress bar
-    rc, cap = _cli(["--model", str(tmp_path), "--prompt", "hello", "--new-tokens", "2", "--no-hf", "--no-profile",
-                    "--budget", "0.05", "--device", "cpu", "--variants", "V2"], capsys)
-    _one_line(rc, cap, "has no tokenizer.json")
+    rc, cap = cli(["--model", str(tmp_path), "--prompt", "hello"] + SMALL, capsys)
+    one_line(rc, cap, "has no tokenizer.json")
 
 
 def test_a_prompt_inside_the_context_but_not_its_cache_is_refused_up_front():
@@ -109,27 +94,27 @@ def test_a_checkpoints_prompt_past_its_cache_is_one_line_before_any_rung(tmp_pat
                                max_seq_len=64), seed=1)
     C.to_hf(m).save_pretrained(tmp_path)
     capsys.readouterr()
-    rc, cap = _cli(["--model", str(tmp_path), "--prompt-len", "40", "--new-tokens", "4", "--no-hf", "--no-profile",
-                    "--budget", "0.05", "--device", "cpu", "--variants", "V0,V2"], capsys)
-    _one_line(rc, cap, "exceeds the model's context of 64")
+    rc, cap = cli(["--model", str(tmp_path), "--prompt-len", "40", "--new-tokens", "4", "--no-hf", "--no-profile",
+                   "--budget", "0.05", "--device", "cpu", "--variants", "V0,V2"], capsys)
+    one_line(rc, cap, "exceeds the model's context of 64")
 
 
 @pytest.mark.parametrize("opt", [["--top-k", "5"], ["--top-p", "0.9"]])
 def test_top_k_or_top_p_without_a_temperature_is_refused_not_ignored(opt, capsys):
     """Greedy (temperature 0, the default) ignored them: the run was greedy and its params said top_k 5."""
-    rc, cap = _cli(SMALL + ["--prompt-len", "3"] + opt, capsys)
-    _one_line(rc, cap, "give --temperature > 0")
+    rc, cap = cli(TINY + ["--prompt-len", "3"] + opt, capsys)
+    one_line(rc, cap, "give --temperature > 0")
 
 
 @pytest.mark.parametrize("seed", ["99999999999999999999999", "18446744073709551615", "-99999999999999999999"])
 def test_a_seed_past_64_bits_is_one_line_not_a_traceback(seed, capsys):
     """torch's generator raised "Overflow when unpacking long long" from inside the run (exit 1, a traceback)."""
-    rc, cap = _cli(SMALL + ["--prompt-len", "3", "--seed", seed], capsys)
-    _one_line(rc, cap, "--seed must fit in 64 bits")
+    rc, cap = cli(TINY + ["--prompt-len", "3", "--seed", seed], capsys)
+    one_line(rc, cap, "--seed must fit in 64 bits")
 
 
 def test_a_negative_seed_still_runs(capsys):
-    rc, cap = _cli(SMALL + ["--prompt-len", "3", "--seed", "-1", "--json"], capsys)
+    rc, cap = cli(TINY + ["--prompt-len", "3", "--seed", "-1", "--json"], capsys)
     assert rc == 0, cap.err
     assert json.loads(cap.out)["params"]["seed"] == -1
 
@@ -152,17 +137,17 @@ def test_a_checkpoint_at_a_batch_whose_cache_cannot_fit_is_one_line(tmp_path, ca
     monkeypatch.setattr(D, "get_device", lambda *a, **k: dataclasses.replace(real(*a, **k), mem_bytes=16 * 2**20))
     args = ["--model", str(tmp_path), "--prompt-len", "3", "--new-tokens", "2", "--no-hf", "--no-profile", "--budget",
             "0.05", "--device", "cpu", "--variants", "V2"]
-    rc, cap = _cli(args + ["--batch", "2000"], capsys)  # 16 MB of cache and 4 MB of logits
-    _one_line(rc, cap, "of KV cache and logits")
-    rc, cap = _cli(args + ["--batch", "2"], capsys)
+    rc, cap = cli(args + ["--batch", "2000"], capsys)  # 16 MB of cache and 4 MB of logits
+    one_line(rc, cap, "of KV cache and logits")
+    rc, cap = cli(args + ["--batch", "2"], capsys)
     assert rc == 0, cap.err
 
 
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_run_that_measured_nothing_says_so_and_exits_1(tmp_path, capsys, as_json):
     """Every rung skipped by --time-cap wrote a decode.json with no measurement and exited 0."""
-    rc, cap = _cli(SMALL + ["--prompt-len", "3", "--time-cap", "0.001", "--out", str(tmp_path)]
-                   + (["--json"] if as_json else []), capsys)
+    rc, cap = cli(TINY + ["--prompt-len", "3", "--time-cap", "0.001", "--out", str(tmp_path)]
+                  + (["--json"] if as_json else []), capsys)
     assert rc == 1, cap.err
     said = cap.err if as_json else cap.out
     assert "nothing was measured: every rung was skipped or failed (time cap of 0.001 s reached)" in said, said

@@ -12,21 +12,7 @@ import torch
 from gpuspeed.decode import checkpoints as C, model as M, quant, study
 from gpuspeed.errors import UserError
 
-SMALL = ["--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--variants", "V2"]
-
-
-def _cli(args, capsys):
-    from gpuspeed.cli import main
-
-    capsys.readouterr()
-    rc = main(["decode", *args])
-    return rc, capsys.readouterr()
-
-
-def _one_line(rc, cap, needle):
-    assert rc == 2, cap.err
-    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err, cap.err
-    assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
+from decode_cli_helpers import SMALL, cli, one_line
 
 
 def _device_memory(monkeypatch, mem_bytes):
@@ -179,8 +165,8 @@ def test_a_gguf_refused_for_memory_from_the_cli_is_one_line(tmp_path, monkeypatc
 
     path = write_gguf(tmp_path / "m.gguf")
     _device_memory(monkeypatch, 1000)
-    rc, cap = _cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, "needs about")
+    rc, cap = cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, "needs about")
 
 
 def test_without_the_gguf_package_the_loader_says_so_in_one_line(tmp_path, monkeypatch, capsys):
@@ -190,8 +176,8 @@ def test_without_the_gguf_package_the_loader_says_so_in_one_line(tmp_path, monke
     path = write_gguf(tmp_path / "m.gguf")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
     study.check_fits(study.Spec(model=str(path), prompt_len=3, new_tokens=2, variants=["V2"]), "cpu")
-    rc, cap = _cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
-    _one_line(rc, cap, "needs the gguf package")
+    rc, cap = cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, "needs the gguf package")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,0 +1,24 @@
+"""What the `gpuspeed decode` CLI tests share: the smallest run's flags, the command called in-process, and the check
+that a refusal is one line and exit 2. Imported as a plain module (pytest puts tests/ on sys.path: no __init__.py)."""
+
+# the smallest run that still measures: one rung, two tokens, a short timing budget, on the CPU; add the model,
+# --prompt-len (or --prompt) and what the test is about
+SMALL = ["--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--variants", "V2"]
+# the same for a named model (tiny), cut to one layer; a checkpoint refuses --layers, so those take SMALL
+TINY = ["--layers", "1", *SMALL]
+
+
+def cli(args, capsys):
+    """`gpuspeed decode ARGS` in this process: (exit code, what it printed, and only that)."""
+    from gpuspeed.cli import main
+
+    capsys.readouterr()  # what came before is not this command's
+    rc = main(["decode", *args])
+    return rc, capsys.readouterr()
+
+
+def one_line(rc, cap, needle):
+    """A user mistake: exit 2 and one `gpuspeed: error:` line on stderr naming `needle`, no traceback."""
+    assert rc == 2, cap.err
+    assert cap.err.startswith("gpuspeed: error:") and needle in cap.err, cap.err
+    assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
