@@ -436,15 +436,15 @@ class TraceAnalysis:
         return {"total_s": total * 1e-6, "count": len(kernels), "rows": rows}
 
     def top_ops(self, top: int = 10) -> list:
-        """Host time by outermost ATen op called from user code (what a CPU run has instead of kernels)."""
+        """Host time by outermost ATen op of the profiled steps (what a CPU run has instead of kernels), each at
+        the user's line that called it. An op with no user frame above it (a library nn.Module given as the
+        function, torch.nn.Linear, whose forward is all torch's code) is still the function's: its row has no
+        file (it was left out, and such a module's profile had no op table at all)."""
         groups: dict = {}
         for n in self.host:
             if n.cat != "cpu_op" or (n.parent is not None and n.parent.cat == "cpu_op"):
                 continue
             if self.steps_ann and n.step is None:
-                continue
-            f, _ = self.user_call(n)
-            if f is None:
                 continue
             w = self.where(n)
             g = groups.setdefault((n.name, w["file"], w["line"]), {"name": n.name, "file": w["file"],

@@ -1,0 +1,37 @@
+"""QA round 10 on the instruments: capture(), explain(), profile(), launch (CPU unless marked gpu)."""
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from gpuspeed.cli import main
+from gpuspeed.errors import UserError
+from gpuspeed.profiling import profile
+
+
+# -- profile: an nn.Module from a library has its ops -----------------------------------------------
+
+
+def test_profile_of_a_library_module_lists_its_ops():
+    # torch.nn.Linear's forward is all library code: no user frame to place its ops at, but they are its ops
+    lin = torch.nn.Linear(16, 16)
+    res = profile(lin, torch.randn(4, 16), steps=2, warmup=0, device="cpu", hotspots=False)
+    ops = {o["name"]: o for o in res.findings["top_ops"]}
+    assert "aten::linear" in ops, res.findings["top_ops"]
+    assert ops["aten::linear"]["calls_per_step"] == 1 and ops["aten::linear"]["file"] is None
+
+
+def test_profile_cli_function_that_is_a_module_prints_its_op_table(tmp_path, capsys):
+    p = tmp_path / "nets.py"
+    p.write_text(textwrap.dedent("""\
+        import torch
+        seq = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        """))
+    assert main(["profile", "--device", "cpu", "--no-hotspots", "--json", "--function", f"{p}:seq",
+                 "-i", "input=float32[4,8]"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = {o["name"] for o in doc["findings"]["top_ops"]}
+    assert {"aten::linear", "aten::relu"} <= names, names
+
