@@ -35,3 +35,23 @@ def test_profile_cli_function_that_is_a_module_prints_its_op_table(tmp_path, cap
     names = {o["name"] for o in doc["findings"]["top_ops"]}
     assert {"aten::linear", "aten::relu"} <= names, names
 
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = torch.relu(h)
+        return self.b(h)
+
+
+def test_profile_places_a_submodule_call_at_its_line():
+    # the trace names `self.a(x)` 'nn.Module: Linear_0', which matched no recorded call: placed at forward's def line
+    net = _TwoLayers()
+    res = profile(net, torch.randn(4, 8), steps=1, warmup=0, device="cpu", hotspots=False)
+    first = _TwoLayers.forward.__code__.co_firstlineno
+    lines = sorted(o["line"] for o in res.findings["top_ops"] if o["name"] == "aten::linear")
+    assert lines == [first + 1, first + 3], res.findings["top_ops"]

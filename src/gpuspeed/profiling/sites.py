@@ -8,6 +8,7 @@ walking up to its innermost user frame F and the call C directly under it, and l
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -46,8 +47,21 @@ def is_user_file(path: str) -> bool:
     return not any(real.startswith(r + os.sep) for r in _ROOTS)
 
 
+@functools.lru_cache(maxsize=1)
+def _module_call_key() -> str:
+    """The key of nn.Module.__call__ (its _wrapped_call_impl), the frame sys.setprofile sees for `self.l(x)`."""
+    import torch
+
+    return code_key(torch.nn.Module.__call__.__code__)
+
+
 def callee_key(name: str) -> str:
-    """A trace python_function name, made comparable across runs (object addresses dropped)."""
+    """A trace python_function name, made comparable across runs (object addresses dropped).
+
+    The trace names a submodule's call `nn.Module: Linear_0` where sys.setprofile saw nn.Module.__call__: both get
+    that call's key, so `self.l(x)` is placed at its line (it was placed at forward's `def` line)."""
+    if name.startswith("nn.Module: "):
+        return _module_call_key()
     m = _PYFRAME.match(name)
     if m:  # a module's code: torch and Python disagree on its first line, so drop it
         line = 0 if m.group(3) == "<module>" else m.group(2)
