@@ -55,3 +55,39 @@ def test_profile_places_a_submodule_call_at_its_line():
     first = _TwoLayers.forward.__code__.co_firstlineno
     lines = sorted(o["line"] for o in res.findings["top_ops"] if o["name"] == "aten::linear")
     assert lines == [first + 1, first + 3], res.findings["top_ops"]
+
+
+# -- launch: K and N are whole numbers, each once ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"ks": [1, 2.5]}, r"--ks takes whole numbers, got 2\.5"),
+    ({"ks": [4, 4]}, r"--ks names 4 more than once"),
+    ({"ks": [1.0, 1]}, r"--ks names 1 more than once"),
+    ({"ns": [1000, 1500.5]}, r"--ns takes whole numbers"),
+    ({"ns": [1000, 1e3]}, r"--ns names 1000 more than once"),
+    ({"ks": [True, 2]}, r"--ks takes whole numbers, got True"),
+    ({"ks": ["8"]}, r"--ks takes whole numbers, got '8'"),
+    ({"tiny_k": 5.5}, r"--tiny-k takes whole numbers, got 5\.5"),
+    ({"chain_k": float("nan")}, r"--chain-k takes whole numbers"),
+    ({"variants": ["eager", "eager"]}, r"--variants names eager more than once"),
+])
+def test_run_launch_refuses_fractional_and_repeated_values(kw, match):
+    from gpuspeed import launch
+
+    args = dict(device="cpu", ks=[1, 2], ns=[1000], tiny_k=5, chain_k=2, variants=["eager"], budget_s=0.01) | kw
+    with pytest.raises(UserError, match=match):
+        launch.run_launch(**args)
+    with pytest.raises(UserError, match=match):  # the check the CLI makes before its progress bar, too
+        launch.check_params(args["ks"], args["ns"], args["chain_k"], args["tiny_k"], 0.01, args["variants"])
+
+
+def test_run_launch_takes_whole_floats_and_numpy_values():
+    import numpy as np
+
+    from gpuspeed import launch
+
+    doc = launch.run_launch(device="cpu", ks=np.array([1, 2]), ns=[1e3], tiny_k=5.0, chain_k=2, variants=["eager"],
+                            budget_s=0.01)
+    assert doc["params"]["ks"] == [1, 2] and doc["params"]["ns"] == [1000] and doc["params"]["tiny_k"] == 5
+    assert all(type(v) is int for v in doc["params"]["ks"] + doc["params"]["ns"])

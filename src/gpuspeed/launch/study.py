@@ -8,6 +8,7 @@ gpuspeed.verify.
 from __future__ import annotations
 
 import math
+import numbers
 
 from gpuspeed import device as _device
 from gpuspeed.errors import UserError
@@ -34,8 +35,31 @@ def count_steps(ks, ns, variants, where: str) -> int:
     return len(ks) * backends + graph + 2 + fusion.steps(ns, variants)
 
 
-def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, variants) -> None:
-    """Raise UserError on a bad request before anything is measured."""
+def _whole_numbers(flag: str, values) -> list:
+    """The values as ints; a fraction (K=2.5 ran as K=2), a non-number or a value given twice (K measured twice,
+    and the fit failed after the whole sweep) is one line naming the flag."""
+    try:
+        values = list(values)
+    except TypeError:
+        values = [values]
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise UserError(f"{flag} takes whole numbers, got {v!r}")
+        if not math.isfinite(v) or v != int(v):
+            raise UserError(f"{flag} takes whole numbers, got {v!r}")
+        out.append(int(v))
+    twice = next((v for i, v in enumerate(out) if v in out[:i]), None)
+    if twice is not None:
+        raise UserError(f"{flag} names {twice} more than once")
+    return out
+
+
+def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, variants) -> tuple:
+    """Raise UserError on a bad request before anything is measured; returns (ks, ns) as lists of ints (None
+    stays None: the defaults)."""
+    ks, ns = (None if v is None else _whole_numbers(flag, v) for flag, v in (("--ks", ks), ("--ns", ns)))
+    (chain_k,), (tiny_k,) = _whole_numbers("--chain-k", [chain_k]), _whole_numbers("--tiny-k", [tiny_k])
     for flag, values in (("--ks", ks or ()), ("--ns", ns or ()), ("--chain-k", [chain_k]), ("--tiny-k", [tiny_k])):
         low = next((v for v in values if v < 1), None)
         if low is not None:  # name the flag: "K, N and chain lengths must be positive" left the user to guess
@@ -50,6 +74,11 @@ def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, vari
     bad = [v for v in (variants or ()) if v not in VARIANTS]
     if bad:
         raise UserError(f"unknown variant {bad[0]!r}: choose from {', '.join(VARIANTS)}")
+    variants = list(variants or ())
+    twice = next((v for i, v in enumerate(variants) if v in variants[:i]), None)
+    if twice is not None:  # each variant would be built and timed twice
+        raise UserError(f"--variants names {twice} more than once")
+    return ks, ns
 
 
 def check_fits(n: int, where: str) -> None:
@@ -74,11 +103,13 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
 
     where = _device.resolve_device(device)
     gpu = where == "cuda"
-    ks = tuple(int(k) for k in (ks or (GPU_KS if gpu else CPU_KS)))
-    ns = tuple(int(n) for n in (ns or (GPU_NS if gpu else CPU_NS)))
+    # checked before they become ints: int(2.5) ran K=2 without a word; ks=[] or None means the defaults
+    ks = (GPU_KS if gpu else CPU_KS) if ks is None or (isinstance(ks, (list, tuple)) and not ks) else ks
+    ns = (GPU_NS if gpu else CPU_NS) if ns is None or (isinstance(ns, (list, tuple)) and not ns) else ns
     variants = tuple(variants or VARIANTS)
     budget_s = budget_s if budget_s is not None else (0.5 if gpu else 0.2)
-    check_params(ks, ns, chain_k, tiny_k, budget_s, variants)
+    ks, ns = (tuple(v) for v in check_params(ks, ns, chain_k, tiny_k, budget_s, variants))
+    chain_k, tiny_k = int(chain_k), int(tiny_k)
     check_fits(max(ns), where)
     progress = progress or (lambda what: None)
     notes: list[str] = []
