@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
         long_prompt: int = typer.Option(None, "--long-prompt", help="Also time the best variant at this prompt length."),
         temperature: float = typer.Option(0.0, "--temperature", help="0: greedy (the exactness checks need it)."),
         top_k: int = typer.Option(None, "--top-k", help="Sample among the k most likely tokens (ties with the "
-                                                        "k-th kept, as transformers does; 1 is greedy)."),
+                                                        "k-th kept, as transformers does; 1 is greedy, 0 none)."),
         top_p: float = typer.Option(None, "--top-p", help="Sample from the smallest most-likely-first set whose "
                                                           "mass reaches this (after --top-k)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random weights, prompt and sampling."),
@@ -69,8 +69,7 @@ def register(app: typer.Typer) -> None:
 
         if prompt is not None and prompt_len is not None:  # the text sets the length: one would be ignored
             raise UserError("--prompt and --prompt-len are exclusive: a text prompt's length is its tokens")
-        if temperature == 0 and (top_k is not None or top_p is not None):  # greedy would ignore them
-            raise UserError("--top-k and --top-p shape sampling: give --temperature > 0 too (0 is greedy)")
+        sampling, sampling_note = Sampling.from_options(temperature, top_k, top_p, seed)
         check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         where = resolve_device(device)
         small = where != "cuda"
@@ -82,7 +81,7 @@ def register(app: typer.Typer) -> None:
                           time_cap_s=time_cap, max_layers=layers,
                           bench_budget_s=budget if budget is not None else (0.5 if small else 2.0),
                           out=out, read_roof_GBps=read_roof,
-                          sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed),
+                          sampling=sampling,
                           tp=tp_ranks, quant=quant)
         study.check_spec(spec)
         if tp_ranks > 1:
@@ -107,6 +106,8 @@ def register(app: typer.Typer) -> None:
             else:
                 doc = study.run(spec, progress=progress)
             bar.update(task, completed=total, description="done")
+        if sampling_note:
+            doc["notes"].append(sampling_note)
         paths = []
         if out:
             paths.append(write_results(doc, out))

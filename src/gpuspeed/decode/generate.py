@@ -27,14 +27,34 @@ class Sampling:
         if not (self.temperature == 0 or 1e-4 <= self.temperature < float("inf")):  # NaN too
             # a tinier temperature overflows logits / T to inf (NaN probabilities): 0 is greedy
             raise UserError(f"temperature must be 0 (greedy) or between 1e-4 and a finite number, got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise UserError(f"top-k must be >= 1, got {self.top_k}")
+        if self.top_k is not None and self.top_k < 0:
+            raise UserError(f"top-k must be >= 1, or 0 for none, got {self.top_k}")
+        if self.top_k == 0:  # no top-k, as transformers' top_k=0 and llama.cpp's --top-k 0
+            object.__setattr__(self, "top_k", None)
         if self.top_p is not None and not (0 < self.top_p <= 1):
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @classmethod
+    def from_options(cls, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                     seed: int = 0) -> tuple[Sampling, str | None]:
+        """The command line's sampling: (Sampling, a note or None). Greedy (temperature 0) beside --top-k 1, --top-k 0
+        (none) or --top-p 1 (every token), settings that leave greedy's choice as it is, runs greedy and says so in
+        the note; any other --top-k or --top-p beside it is refused: greedy would ignore it, the user meant to sample."""
+        s = cls(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)  # the ranges first
+        given = ([f"--top-k {top_k}"] if top_k is not None else []) + ([f"--top-p {top_p:g}"] if top_p is not None else [])
+        if not s.greedy or not given:
+            return s, None
+        shaping = ([f"--top-k {top_k}"] if top_k not in (None, 0, 1) else []) + \
+                  ([f"--top-p {top_p:g}"] if top_p not in (None, 1) else [])
+        if shaping:
+            raise UserError(f"{' and '.join(shaping)} shape{'s' if len(shaping) == 1 else ''} sampling: give "
+                            "--temperature > 0 too (0 is greedy; --top-k 1 and --top-p 1 are greedy's own)")
+        return cls(seed=seed), (f"temperature 0 is greedy: {' and '.join(given)} leave{'s' if len(given) == 1 else ''} "
+                                "its choice as it is, so the run is greedy")
 
     def generator(self, device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(self.seed)
