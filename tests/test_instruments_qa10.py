@@ -91,3 +91,44 @@ def test_run_launch_takes_whole_floats_and_numpy_values():
                             budget_s=0.01)
     assert doc["params"]["ks"] == [1, 2] and doc["params"]["ns"] == [1000] and doc["params"]["tiny_k"] == 5
     assert all(type(v) is int for v in doc["params"]["ks"] + doc["params"]["ns"])
+
+
+# -- explain: the reset of dynamo's caches is said ----------------------------------------------------
+
+
+def _compiled_elsewhere(x):
+    return torch.sin(x) * 2
+
+
+def _with_a_break(x):
+    y = x.cos()
+    print("a print breaks the graph")
+    return y + 1
+
+
+def test_explain_names_the_functions_its_reset_makes_recompile(capsys):
+    from gpuspeed.graph_breaks import explain
+
+    compiles = [0]
+
+    def counting(gm, example_inputs):
+        compiles[0] += 1
+        return gm.forward
+
+    torch._dynamo.reset()
+    # nothing compiled before it: no note (decode's V3 check runs explain() on its step with nothing else compiled)
+    clean = explain(_with_a_break, torch.randn(4), check_fullgraph=False)
+    assert clean.break_count == 1 and not [n for n in clean.notes if "reset" in n], clean.notes
+    capsys.readouterr()
+    g = torch.compile(_compiled_elsewhere, backend=counting)
+    x = torch.randn(8)
+    g(x)
+    g(x)
+    assert compiles[0] == 1
+    exp = explain(_with_a_break, torch.randn(4), check_fullgraph=False)
+    assert exp.break_count == 1
+    g(x)
+    assert compiles[0] == 2  # what the note is for: explain()'s reset made the user's function compile again
+    (note,) = [n for n in exp.notes if "reset" in n]
+    assert "_compiled_elsewhere at test_instruments_qa10.py:" in note and "1 function(s)" in note
+    assert "note: explain() reset" in str(exp)

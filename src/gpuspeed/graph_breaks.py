@@ -179,6 +179,43 @@ def _recompile_reason(message: str) -> str:
     return f"{where}: {text}" + (f"  ({src})" if src else "")
 
 
+def _compiled_before() -> list[str]:
+    """'name at file.py:line' of each function torch.compile has compiled code for in this process (its cache
+    holds entries): the dynamo.reset() that explain() needs drops them, and each recompiles at its next call."""
+    import torch
+
+    try:
+        from torch._dynamo import convert_frame
+
+        entries = torch._C._dynamo.eval_frame._debug_get_cache_entry_list
+        codes = [ref() for ref in list(convert_frame.input_codes.seen)]
+    except (ImportError, AttributeError, TypeError):  # another torch's internals: nothing to tell
+        return []
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    out = []
+    for code in codes:
+        if code is None or code.co_name.startswith("torch_dynamo_resume_in_"):  # a resume is part of its function
+            continue
+        if os.path.abspath(code.co_filename).startswith(torch_dir + os.sep):
+            continue
+        try:
+            if not entries(code):
+                continue
+        except (RuntimeError, TypeError):
+            continue
+        where = f"{code.co_name} at {os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+        if where not in out:
+            out.append(where)
+    return out
+
+
+def _reset_note(compiled: list[str]) -> str:
+    n = len(compiled)
+    names = ", ".join(compiled[:3]) + (f" and {n - 3} more" if n > 3 else "")
+    return (f"explain() reset torch._dynamo's caches (torch._dynamo.explain does too): the {n} function(s) compiled "
+            f"earlier in this process ({names}) compile again at their next call")
+
+
 def default_variants(args: tuple, n: int = 3) -> list[tuple]:
     """Calls with changing inputs: fresh values, then every tensor's first dim x2, x3; ints +1."""
     import torch
@@ -245,6 +282,9 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
     variants: argument tuples for the extra calls that count recompiles, each called with `kwargs` (default:
         default_variants of the arguments and keyword arguments together: keyword tensors change too).
     Uses dynamo's "eager" backend throughout: it finds graphs and breaks without compiling kernels.
+    Each pass starts from torch._dynamo.reset() (as torch._dynamo.explain itself does), so its counts do not
+    depend on what this process compiled before: every function compiled earlier (a torch.compile'd model, with
+    its reduce-overhead CUDA graphs) compiles again at its next call. The report's notes name them.
     """
     import torch
     import torch._dynamo as dynamo
@@ -274,6 +314,9 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
     fn_file = _source_file(fn)
     notes: list[str] = []
 
+    compiled_before = _compiled_before()
+    if compiled_before:
+        notes.append(_reset_note(compiled_before))
     with _quiet_dynamo() as log:
         dynamo.reset()
         out = dynamo.explain(fn)(*args, **kwargs)
