@@ -132,3 +132,61 @@ def test_explain_names_the_functions_its_reset_makes_recompile(capsys):
     (note,) = [n for n in exp.notes if "reset" in n]
     assert "_compiled_elsewhere at test_instruments_qa10.py:" in note and "1 function(s)" in note
     assert "note: explain() reset" in str(exp)
+
+
+# -- capture: a function that updates its inputs in place ---------------------------------------------
+
+
+def _bump(x):
+    x.add_(1)
+    return x * 2
+
+
+def test_capture_on_the_cpu_runs_an_in_place_function_once_per_call():
+    import warnings
+
+    from gpuspeed import graphs
+
+    x0 = torch.randn(16)
+    x = x0.clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        g = graphs.capture(_bump, x, device="cpu")
+    assert torch.equal(x, x0)  # the eager fallback runs nothing at capture time: no warm-up
+    torch.testing.assert_close(g(x), (x0 + 1) * 2)
+    torch.testing.assert_close(x, x0 + 1)  # as one eager call leaves it
+    torch.testing.assert_close(g(x), (x0 + 2) * 2)
+
+
+@pytest.mark.gpu
+def test_capture_own_inputs_first_call_replays_once_on_the_callers_tensor():
+    from gpuspeed import graphs
+
+    x0 = torch.randn(64, device="cuda")
+    # a first call that captures: it replayed on the private buffer as the warm-ups left it, (x0 + 4) * 2
+    x = x0.clone()
+    g = graphs.capture(_bump, own_inputs=True)
+    torch.testing.assert_close(g(x), (x0 + 1) * 2)
+    torch.testing.assert_close(g.static_inputs[0], x0 + 1)
+    assert torch.equal(x, x0)  # own_inputs: the tensor passed is never updated
+    torch.testing.assert_close(g(x), (x0 + 1) * 2)  # copied in again at every call
+    # capture(fn, x) then g(x): the same result
+    g2 = graphs.capture(_bump, x, own_inputs=True)
+    torch.testing.assert_close(g2(x), (x0 + 1) * 2)
+    # an expand()ed input gets a private dense buffer without own_inputs: its first call too
+    row = torch.randn(1, 8, device="cuda")
+    g3 = graphs.capture(lambda t: t * 3 + t.sum())
+    wide = row.expand(4, 8)
+    torch.testing.assert_close(g3(wide), wide * 3 + wide.sum())
+
+
+@pytest.mark.gpu
+def test_capture_default_in_place_state_is_as_the_docstring_says():
+    from gpuspeed import graphs
+
+    x0 = torch.randn(64, device="cuda")
+    x = x0.clone()
+    g = graphs.capture(_bump, x, warmup=2)
+    torch.testing.assert_close(x, x0 + 2)  # the warm-up calls ran on x itself; recording ran nothing
+    torch.testing.assert_close(g(x), (x0 + 3) * 2)
+    torch.testing.assert_close(x, x0 + 3)

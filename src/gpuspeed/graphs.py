@@ -277,6 +277,10 @@ class Graphed:
             self._cache[key] = entry
             if len(self._cache) > self.max_cache:  # drop the least recently used graph and its pool
                 self._cache.popitem(last=False)
+            # private static buffers (own_inputs, an expand()ed tensor's dense copy) went through the warm-up calls:
+            # the caller's tensors are copied in again, so a function that updates its inputs in place replays once
+            # on them, as the call after capture(fn, x) does (it replayed on the warm-ups' state: x + 4 for x.add_(1))
+            self._copy_in(entry, _call_tree(args, kwargs))
         else:
             self._cache.move_to_end(key)
             self._copy_in(entry, _call_tree(args, kwargs))
@@ -411,10 +415,13 @@ def capture(fn: Callable, *example_args, kwargs: dict | None = None, clone: bool
     are keyed by how they overlap: independent tensors passed later get a graph of their own.
     Python scalars are baked into the graph: a new value re-captures (pass changing scalars as tensors).
     max_cache: how many signatures keep a graph. Without a CUDA device fn runs eagerly and g.note says so.
-    Each capture (here, and for every new signature) runs fn `warmup` times and once more while recording,
-    on the real inputs: a function that updates its inputs in place (x.add_(1), a cache write) applies its
-    update warmup + 1 times then: capture it on scratch copies, or with own_inputs=True (the updates land in the
-    private buffers, g.static_inputs, not in the tensors passed).
+    Each capture (here, and for every new signature) runs fn `warmup` times on the static inputs before it
+    records (recording runs nothing): a function that updates its inputs in place (x.add_(1), a cache write, an
+    optimizer step on state it closes over) has applied that update `warmup` times before the first replay. With
+    the default static inputs (the tensors passed) capture(f, x) leaves x at x + warmup, and the first g(x) returns
+    x + warmup + 1 where f(x) gives x + 1: capture on scratch copies, or with own_inputs=True, whose private buffers
+    take the tensors passed at every call (the first one included): g(x) then returns what f(x) would, in
+    g.static_inputs, and x itself is never updated. State outside the arguments is not restored either way.
     """
     from gpuspeed import device as _device
 
