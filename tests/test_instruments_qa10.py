@@ -190,3 +190,35 @@ def test_capture_default_in_place_state_is_as_the_docstring_says():
     torch.testing.assert_close(x, x0 + 2)  # the warm-up calls ran on x itself; recording ran nothing
     torch.testing.assert_close(g(x), (x0 + 3) * 2)
     torch.testing.assert_close(x, x0 + 3)
+
+
+# -- capture: a NumPy argument's key -------------------------------------------------------------------
+
+
+def test_signature_hashes_a_numpy_array_without_copying_it():
+    import tracemalloc
+
+    import numpy as np
+
+    from gpuspeed import graphs
+
+    a = np.random.default_rng().standard_normal(1 << 20)  # 8 MB
+    graphs.signature((a,))
+    tracemalloc.start()
+    try:
+        key = graphs.signature((a,))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < (1 << 20), peak  # tobytes() made an 8 MB copy of it on every call
+    # still keyed by every byte: an in-place change anywhere is another graph, equal contents are one
+    b = a.copy()
+    assert graphs.signature((b,)) == key
+    b[len(b) // 2] = np.nextafter(b[len(b) // 2], np.inf)
+    assert graphs.signature((b,)) != key
+    m = np.random.default_rng().standard_normal((64, 48))
+    assert graphs.signature((np.asfortranarray(m),)) == graphs.signature((m,))  # F order: the same C-order bytes
+    assert graphs.signature((m[:, ::2],)) == graphs.signature((np.ascontiguousarray(m[:, ::2]),))
+    assert graphs.signature((m[:, ::2],)) != graphs.signature((np.ascontiguousarray(m[:, 1::2]),))
+    days = np.arange(3).astype("datetime64[D]")  # the buffer protocol refuses datetime64: hashed from its bytes
+    assert graphs.signature((days,)) == graphs.signature((days.copy(),)) != graphs.signature((days + 1,))
