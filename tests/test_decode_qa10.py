@@ -57,3 +57,82 @@ def test_top_k_0_is_no_top_k_as_in_transformers(capsys):
         Sampling(temperature=1.0, top_k=-1)
     rc, cap = cli(TINY + ["--prompt-len", "3", "--temperature", "1", "--top-k", "-2"], capsys)
     one_line(rc, cap, "top-k must be >= 1, or 0 for none, got -2")
+
+
+class _Bar:
+    """The command's progress bar as a user sees it: each step's count against the total shown at that moment."""
+
+    def __init__(self, seen):
+        from rich.progress import Progress
+
+        self.inner, self.seen = Progress(disable=True), seen
+
+    def __enter__(self):
+        self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.inner.__exit__(*exc)
+
+    def add_task(self, *a, **kw):
+        return self.inner.add_task(*a, **kw)
+
+    def update(self, task, **kw):
+        self.inner.update(task, **kw)
+        t = self.inner.tasks[0]
+        self.seen.append((kw.get("description"), t.completed, t.total))
+
+
+def _spec(**kw):
+    from gpuspeed.decode import study
+
+    base = dict(model="tiny", max_layers=1, variants=["V2"], prompt_len=3, new_tokens=2, device="cpu",
+                bench_budget_s=0.05, read_roof_GBps=10.0, compile_backend="eager")
+    return study.Spec(**(base | kw))
+
+
+def test_an_int8_run_leaves_the_callers_spec_as_it_was_and_counts_the_steps_it_runs(monkeypatch):
+    """quant.prepare set spec.hf = False on the caller's Spec, and the CLI's bar counted a transformers step that
+    never ran (4 steps against a total of 5)."""
+    import copy
+
+    from gpuspeed.decode import study
+
+    spec = _spec(quant="int8", profile=False)  # hf=True: the default, as the command line gives it
+    before = copy.deepcopy(spec)
+    said, totals = [], []
+    doc = study.run(spec, progress=said.append, total=totals.append)
+    assert spec == before
+    assert study.progress_steps(spec) == len(said) == totals[-1] and set(totals) == {len(said)}, (said, totals)
+    assert not [s for s in said if "transformers" in s]
+    assert not [r for r in doc["rows"] if r["variant"].startswith("HF")]
+    assert doc["params"]["hf"] is False and any("no transformers rows" in n for n in doc["notes"])
+
+
+def test_the_progress_total_is_the_steps_that_run(monkeypatch, capsys):
+    """The CLI's total (3 + variants + batches + long prompt + 1 for transformers) counted neither the profiling
+    passes nor the three transformers rows, and counted a reference run an fp32 run never makes: this run read 4/5
+    at its last step, the default run of one rung (its profile and three transformers rows) 7/5."""
+    from gpuspeed import commands
+
+    seen: list = []
+    monkeypatch.setattr(commands, "progress_bar", lambda *a, **kw: _Bar(seen))
+    rc, cap = cli(FAST + ["--batches", "2", "--json"], capsys)
+    assert rc == 0, cap.err
+    steps = [(d, done, total) for d, done, total in seen if d not in (None, "done")]
+    assert [d for d, _, _ in steps] == ["loading model", "read ceiling", "tiny_fp32 V2", "tiny_fp32 batch 2"], seen
+    assert all(done <= total for _, done, total in seen), seen
+    assert steps[-1][1] == steps[-1][2] == 4 and seen[0][2] == 4, seen  # the first total shown was already right
+
+
+def test_progress_steps_count_profiles_transformers_rows_and_the_reference():
+    """What the first total counts before a run (a run of --variants V2 said 7 steps: loading, read ceiling, V2,
+    three transformers rows, V2's profile; the CLI's total was 5)."""
+    from gpuspeed.decode import study
+
+    assert study.progress_steps(_spec()) == 7
+    assert study.progress_steps(_spec(profile=False, hf=False)) == 3
+    assert study.progress_steps(_spec(dtype="bf16")) == 8  # + the fp32 reference run
+    assert study.progress_steps(_spec(quant="int8")) == 5  # + the bf16 reference, no transformers rows
+    assert study.progress_steps(_spec(model="llama-3-8b", max_layers=None)) == 6  # no no-cache row past 5e8 weights
+    assert study.progress_steps(_spec(batches=[1, 8, 8], long_prompt=16, hf=False)) == 2 + 2 + 2  # V2, profile, 8, long

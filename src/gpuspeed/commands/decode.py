@@ -93,19 +93,23 @@ def register(app: typer.Typer) -> None:
         if small and not as_json:
             console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "
                           "the numbers are CPU numbers.")
-        total = 3 + len(spec.variants) + len(spec.batches) + bool(long_prompt) + (0 if no_hf else 1)
         with progress_bar(36) as bar:
-            task = bar.add_task("decode", total=total)
+            steps = [study.progress_steps(spec)]  # run() tells the exact count as it learns it
+            task = bar.add_task("decode", total=steps[0])
 
             def progress(what: str) -> None:
                 bar.update(task, advance=1, description=what)
+
+            def total(n: int) -> None:
+                steps[0] = n
+                bar.update(task, total=n)
 
             if tp_ranks > 1:  # the ranks run in their own processes: no per-variant progress from them
                 bar.update(task, description=f"{tp_ranks} ranks (tensor parallel)")
                 doc = tensor_parallel.launch(spec, tp_ranks)
             else:
-                doc = study.run(spec, progress=progress)
-            bar.update(task, completed=total, description="done")
+                doc = study.run(spec, progress=progress, total=total)
+            bar.update(task, completed=steps[0], description="done")
         if sampling_note:
             doc["notes"].append(sampling_note)
         paths = []

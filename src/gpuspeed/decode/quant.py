@@ -189,7 +189,6 @@ def prepare(ck, ref_model, spec, notes: list):
         icfg.coordinate_descent_tuning = True
         notes.append("int8: inductor's coordinate_descent_tuning on (fuses the dequantize into the batch-1 GEMV)")
     m.int8_choices = choose(m, notes)
-    spec.hf = False  # transformers cannot run the int8 weights
     return ck, ref
 
 

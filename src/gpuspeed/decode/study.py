@@ -60,6 +60,12 @@ class Spec:
     def label(self) -> str:
         return f"{model_key(self.model)}_{self.quant or self.dtype}" + (f"_tp{self.tp}" if self.tp > 1 else "")
 
+    @property
+    def transformers_rows(self) -> bool:
+        """Whether the run has transformers generate rows: asked for (hf), and not under --quant (transformers
+        cannot run the int8 weights)."""
+        return self.hf and not self.quant
+
 
 def model_key(model: str) -> str:
     if model in M.CONFIGS:
@@ -571,13 +577,68 @@ def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> N
         pass
 
 
-def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> dict:
-    """The whole study for one model and dtype; returns the results document (tp: this rank, tp.worker)."""
+def has_reference(spec: Spec) -> bool:
+    """Whether run() makes a reference run before the rungs: the fp32 model a bf16/fp16 one is cast from (the
+    agreement check's), or under --quant the unquantized model."""
+    return bool(spec.quant) or _loads_fp32_copy(spec)
+
+
+def plan(spec: Spec, args: M.ModelArgs | None = None) -> list[tuple[str, str, object]]:
+    """What run() measures after loading, in its order: (progress text, kind, key) with kind ladder (key: the
+    variant), long_prompt or batch (key: the size) or hf (key: the transformers row). args: the model's shapes
+    (None: a named model's, else assumed small enough for transformers' no-cache row)."""
+    if args is None and spec.model in M.CONFIGS:
+        args = M.named_config(spec.model, **({"n_layers": spec.max_layers} if spec.max_layers else {}))
+    label = spec.label()
+    # the order a time cap cuts from the end: the rungs and rows the summary needs first
+    names = sorted(spec.variants, key=V.PRIORITY.index)
+    first, later = [n for n in names if n in V.PRIORITY[:4]], [n for n in names if n not in V.PRIORITY[:4]]
+    steps: list[tuple[str, str, object]] = [(f"{label} {n}", "ladder", n) for n in first]
+    long_step = [(f"{label} prompt {spec.long_prompt}", "long_prompt", spec.long_prompt)] if spec.long_prompt else []
+    if first:  # the long prompt runs the best rung measured before it: after V5/V4/V2/V0 when any was asked for
+        steps += long_step
+    if spec.transformers_rows:
+        steps.append((f"{label} transformers static", "hf", "HF static"))
+    steps += [(f"{label} {n}", "ladder", n) for n in later]
+    if not first:  # else after every rung asked for (V1, V3, V4c)
+        steps += long_step
+    if spec.transformers_rows:
+        steps.append((f"{label} transformers dynamic", "hf", "HF dynamic"))
+        if args is None or args.param_count() < HF_NOCACHE_MAX_PARAMS:
+            steps.append((f"{label} transformers no-cache", "hf", "HF no-cache"))
+    # each batch size once (--batches 8,8 measured it twice, two rows for one summary key); the run's own is the ladder
+    steps += [(f"{label} batch {b}", "batch", b) for b in dict.fromkeys(spec.batches) if b != spec.batch]
+    return steps
+
+
+def progress_steps(spec: Spec, args: M.ModelArgs | None = None) -> int:
+    """How many times run() calls its progress callback when every step succeeds: loading, the read ceiling, the
+    reference run where there is one, plan()'s steps and a profiling pass for each rung (run() gives the exact
+    count to its `total` callback as it learns it: a checkpoint's size, a rung that failed has no pass)."""
+    steps = plan(spec, args)
+    return 2 + has_reference(spec) + len(steps) + (sum(kind == "ladder" for _, kind, _ in steps) if spec.profile else 0)
+
+
+def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
+        total: Callable[[int], None] | None = None) -> dict:
+    """The whole study for one model and dtype; returns the results document (tp: this rank, tp.worker).
+    progress(text) is called as each step starts; total(n), where given, with the number of those calls once the
+    model is loaded and again where it changes (a rung that failed has no profiling pass): progress_steps(spec)
+    before the run, exact at its end."""
     from gpuspeed.results import make_results
 
     check_spec(spec)
     device = _device.resolve_device(spec.device)
-    say = progress or (lambda _s: None)
+    said = [0]
+
+    def say(what: str) -> None:
+        said[0] += 1
+        if progress:
+            progress(what)
+
+    def set_total(n: int) -> None:
+        if total:
+            total(n)
     t_start = time.perf_counter()
     notes: list[str] = []
     if device != "cuda":
@@ -598,6 +659,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
         ref_model = None
         _free(device)
         ck, ref_model = quant.prepare(ck, None, spec, notes)  # the reference: the unquantized model
+        if spec.hf:
+            notes.append(f"{spec.quant}: no transformers rows (transformers cannot run the {spec.quant} weights)")
     m = ck.model
     prompt, tok = make_prompt(spec, ck, device)
     if tp is None and spec.model not in M.CONFIGS:  # named models: check_fits, before their weights were made
@@ -681,27 +744,10 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
             state["hf_model"] = checkpoints.to_hf(m)
         hf.append(hf_row(state["hf_model"], label, m, spec, prompt, device, state["v0_tokens"], eos_ids))
 
-    # the order a time cap cuts from the end: the rungs and rows the summary needs first
-    names = sorted(spec.variants, key=V.PRIORITY.index)
-    first, later = [n for n in names if n in V.PRIORITY[:4]], [n for n in names if n not in V.PRIORITY[:4]]
-    tasks = [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in first]
-    long_task = [(f"{label} prompt {spec.long_prompt}", "long_prompt", spec.long_prompt,
-                  lambda: extra("long_prompt", spec.long_prompt))] if spec.long_prompt else []
-    if first:  # the long prompt runs the best rung measured before it: after V5/V4/V2/V0 when any was asked for
-        tasks += long_task
-    if spec.hf:
-        tasks.append((f"{label} transformers static", "hf", "HF static", lambda: transformers_row("HF static")))
-    tasks += [(f"{label} {n}", "ladder", n, lambda n=n: ladder(n)) for n in later]
-    if not first:  # else after every rung asked for (V1, V3, V4c)
-        tasks += long_task
-    if spec.hf:
-        tasks.append((f"{label} transformers dynamic", "hf", "HF dynamic", lambda: transformers_row("HF dynamic")))
-        if m.args.param_count() < HF_NOCACHE_MAX_PARAMS:
-            tasks.append((f"{label} transformers no-cache", "hf", "HF no-cache",
-                          lambda: transformers_row("HF no-cache")))
-    # each batch size once (--batches 8,8 measured it twice, two rows for one summary key); the run's own is the ladder
-    tasks += [(f"{label} batch {b}", "batch", b, lambda b=b: extra("batch", b)) for b in dict.fromkeys(spec.batches)
-              if b != spec.batch]
+    do = {"ladder": ladder, "long_prompt": lambda size: extra("long_prompt", size), "hf": transformers_row,
+          "batch": lambda size: extra("batch", size)}
+    tasks = [(what, kind, key, lambda kind=kind, key=key: do[kind](key)) for what, kind, key in plan(spec, m.args)]
+    set_total(said[0] + len(tasks) + (sum(kind == "ladder" for _, kind, _, _ in tasks) if spec.profile else 0))
 
     for what, kind, key, task in tasks:
         say(what)
@@ -735,6 +781,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
     # every timing above ran before any profiler session. The passes run past a time cap too: a few tokens each,
     # they belong to rungs already timed (kernels and syncs per token), and each result is written as it comes
     broken = None  # a CUDA error in one pass leaves the context unusable: the later passes are skipped, the rows kept
+    set_total(said[0] + len(profiles))  # a pass for each rung measured: none for one that failed or was skipped
     for name, row, profile_then_drop in profiles:
         if broken:
             row["profile_error"] = f"not profiled: an earlier pass broke the CUDA context ({broken})"
@@ -748,6 +795,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
             broken = _err(exc)
             notes.append(f"profiling stopped after {name}'s pass: {broken}")
     profiles.clear()
+    set_total(said[0])  # a broken CUDA context skipped the passes after it
     if not broken:
         _free(device)
 
@@ -796,8 +844,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None) -> d
     all_rows = rows + extra_rows + hf
     summary = summarize(label, rows, extra_rows, hf, spec)
     params = {k: v for k, v in spec.__dict__.items() if k != "sampling"} | {
-        "sampling": spec.sampling.__dict__, "model_args": m.args.__dict__, "source": ck.source,
-        "checkpoint": ck.path, "read_ceiling": roof, "prompt_tokens": int(prompt.shape[1]),
+        "hf": spec.transformers_rows, "sampling": spec.sampling.__dict__, "model_args": m.args.__dict__,
+        "source": ck.source, "checkpoint": ck.path, "read_ceiling": roof, "prompt_tokens": int(prompt.shape[1]),
         "weight_bytes_per_token": weight_bytes_per_token(m)}
     if texts:
         params["texts"] = texts
