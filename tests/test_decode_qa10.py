@@ -136,3 +136,11 @@ def test_progress_steps_count_profiles_transformers_rows_and_the_reference():
     assert study.progress_steps(_spec(quant="int8")) == 5  # + the bf16 reference, no transformers rows
     assert study.progress_steps(_spec(model="llama-3-8b", max_layers=None)) == 6  # no no-cache row past 5e8 weights
     assert study.progress_steps(_spec(batches=[1, 8, 8], long_prompt=16, hf=False)) == 2 + 2 + 2  # V2, profile, 8, long
+
+
+@pytest.mark.parametrize("budget", ["inf", "1e400"])
+def test_an_infinite_budget_is_one_line_before_any_work(budget, capsys):
+    """--budget inf passed the check, every rung failed in bench() ('budget_s must be ... finite') and the run
+    ended 'nothing was measured', exit 1, after loading the model and reading the roof."""
+    rc, cap = cli(TINY + ["--prompt-len", "3", "--budget", budget], capsys)
+    one_line(rc, cap, "--budget is seconds of timing per variant and must be positive and finite, got inf")

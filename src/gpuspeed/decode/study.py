@@ -146,8 +146,9 @@ def check_spec(spec: Spec) -> None:
     # `not x > 0` also refuses NaN
     if spec.time_cap_s is not None and not spec.time_cap_s > 0:
         raise UserError(f"--time-cap is seconds and must be positive, got {spec.time_cap_s:g}")
-    if not spec.bench_budget_s > 0:
-        raise UserError(f"--budget is seconds of timing per variant and must be positive, got {spec.bench_budget_s:g}")
+    if not 0 < spec.bench_budget_s < float("inf"):  # bench() takes a finite budget: every rung failed on inf
+        raise UserError(f"--budget is seconds of timing per variant and must be positive and finite, got "
+                        f"{spec.bench_budget_s:g}")
     if spec.read_roof_GBps is not None and not 0 < spec.read_roof_GBps < float("inf"):
         raise UserError(f"--read-roof is GB/s and must be positive and finite, got {spec.read_roof_GBps:g}")
     compiled = [v for v in spec.variants if v in ("V3", "V4c", "V5")]
