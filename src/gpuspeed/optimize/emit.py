@@ -125,6 +125,7 @@ CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
 NONDETERMINISTIC = {nondeterministic!r}  # the run found the original gives other results on the same inputs
 IN_PLACE = {in_place!r}  # the arguments {func} writes into (None: it only returns its result)
 IN_PLACE_RETURNS = {in_place_returns!r}  # it also returns a result (checked with what it wrote)
+RUN_TIMES = {run_times!r}  # what gpuspeed optimize measured (seconds, end to end), for --bench to print beside its own
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -354,7 +355,9 @@ def timing_device(fn):
 def benchmark(fn, args, runs=20, where="cpu"):
     """Median time of fn(*args) where timing_device() says it runs: gpuspeed.bench when installed ("host": its auto
     clock, the host clock with device synchronizes where a GPU is present), else CUDA events (torch) around each call
-    after a warm-up for "cuda", else the host clock. fn takes and returns host arrays: the host clock sees it all."""
+    after a warm-up for "cuda", else the host clock. fn takes and returns host arrays: the host clock sees it all. The C
+    heap is settled first (settle_heap), as gpuspeed optimize settles it before its own timing."""
+    settle_heap()
     on_gpu = where == "cuda" and gpu_available()
     try:
         from gpuspeed import bench
@@ -406,12 +409,25 @@ def main(argv=None):
                 t_orig, method = benchmark(getattr(module, FUNC), args, where="cpu")
             print(f"original {{t_orig * 1e3:.3f}} ms ({{method}}); the optimized version is the original itself "
                   f"({{how[len('the original on the CPU '):].strip('()')}}): no speedup to measure")
+            print_run_times(original_only=True)
             return 0 if ok else 1
         t_opt, method = benchmark(fn, args, where=timing_device(fn))
         with on_the_host():
             t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, where="cpu")
         print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
+        print_run_times()
     return 0 if ok else 1
+
+
+def print_run_times(original_only=False):
+    """What gpuspeed optimize measured on the same inputs, beside this run's numbers: the two differ by the machine
+    and its load (another GPU, --cpu, other processes), not by how they were timed."""
+    orig, opt = RUN_TIMES.get("original"), RUN_TIMES.get("optimized")
+    if orig is None:
+        return
+    parts = [f"original {{orig * 1e3:.3f}} ms"] + ([f"optimized {{opt * 1e3:.3f}} ms end to end ({{orig / opt:.2f}}x)"]
+                                                if opt and not original_only else [])
+    print(f"  gpuspeed optimize measured {{', '.join(parts)}} on {{RUN_TIMES.get('device')}}")
 
 
 if __name__ == "__main__":
@@ -455,6 +471,8 @@ def script_text(run) -> str:
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
         in_place=run.params.get("in_place"), in_place_returns=bool(run.params.get("in_place_returns")),
+        run_times={"original": _t(run.results.get("original", {}), "e2e_time"),
+                   "optimized": _t(row, "e2e_time") if row else None, "device": dev},
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
         backend_src=textwrap.indent(src, "    "), gpu_backends=GPU_BACKENDS)
     return text
