@@ -9,7 +9,7 @@ import torch
 from gpuspeed.decode.generate import GREEDY, Sampling, sample
 from gpuspeed.errors import UserError
 
-from decode_cli_helpers import TINY, cli, one_line
+from decode_cli_helpers import SMALL, TINY, cli, one_line
 
 # a given read ceiling: the run skips measuring one (seconds on a CPU), the rows are the same
 FAST = TINY + ["--prompt-len", "3", "--read-roof", "10"]
@@ -144,3 +144,11 @@ def test_an_infinite_budget_is_one_line_before_any_work(budget, capsys):
     ended 'nothing was measured', exit 1, after loading the model and reading the roof."""
     rc, cap = cli(TINY + ["--prompt-len", "3", "--budget", budget], capsys)
     one_line(rc, cap, "--budget is seconds of timing per variant and must be positive and finite, got inf")
+
+
+@pytest.mark.parametrize("model", ["", "  "])
+def test_an_empty_model_is_refused_as_no_model(model, capsys):
+    """--model "$MODEL" with MODEL unset read the current folder: '.: no config.json (not a Hugging Face model
+    folder)'."""
+    rc, cap = cli(SMALL + ["--model", model, "--prompt-len", "3"], capsys)
+    one_line(rc, cap, f"no model {model!r}: use tiny")

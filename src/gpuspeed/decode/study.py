@@ -114,7 +114,7 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"--new-tokens must be >= 2 (one from prefill, the rest decoded), got {spec.new_tokens}")
     if spec.prompt is None and spec.prompt_len < 1:
         raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
-    if spec.model not in M.CONFIGS and not Path(spec.model).exists():
+    if spec.model not in M.CONFIGS and (not spec.model.strip() or not Path(spec.model).exists()):  # Path("") is "."
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
     if spec.prompt is not None and spec.model in M.CONFIGS:  # before its random weights are made (an 8B: 32 GB)
         raise UserError("--prompt needs a checkpoint with a tokenizer (a .gguf file or an HF folder); "
