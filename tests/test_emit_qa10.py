@@ -38,6 +38,8 @@ def _python(tmp_path, code, *argv):
 STENCIL = '''
 import numpy as np
 
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
 
 def original(grid, steps):
     for _ in range(steps):  # each step makes ~4 MB temporaries and frees them, as heat_stencil does
@@ -45,9 +47,34 @@ def original(grid, steps):
     return grid
 
 
+_seen = {}
+
+
+def cached(grid, steps):  # its results kept by the array's id() (the array kept alive with them): a cache hit is free
+    hit = _seen.get((id(grid), steps))
+    if hit is None:
+        hit = _seen[id(grid), steps] = (grid, original(grid, steps))
+    return hit[1]
+
+
+variants = {"cached": cached}
+
+
 def inputs(rng, scale=1.0):
     return rng.standard_normal((720, 720)), 6
 '''
+
+
+@pytest.fixture(scope="module")
+def stencil(tmp_path_factory):
+    """One run, whose script is rewritten with the primary each test needs: the original, numpy-fp32 (float32) and
+    the caching variant all pass."""
+    tmp_path = tmp_path_factory.mktemp("stencil")
+    run = _optimize(tmp_path, "stencil", STENCIL, ["numpy", "variant"])
+    for name in ("original", "numpy-fp32", "variant:cached"):
+        assert run.results[name]["status"] == "ok", (name, run.results[name].get("reason"))
+    return run, tmp_path
+
 
 FAULTS = '''
 import importlib.util, resource, sys
@@ -71,13 +98,57 @@ print("faults per call", (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - b
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc thresholds")
-def test_the_script_times_the_original_on_a_settled_heap_as_the_run_does(tmp_path):
+def test_the_script_times_the_original_on_a_settled_heap_as_the_run_does(stencil):
     # heat_stencil on a CPU: the run timed the original at 54 ms, the script's --bench at 116-204 ms (and printed a
     # 3.6-4.3x speedup where the run measured 1.1x). The script timed in a fresh process, where glibc's malloc still
     # has its start-up thresholds: every few-MB temporary came from fresh pages (43,000 page faults a call); the run's
     # worker had freed larger arrays (its references) first, which raises them. Both now settle the heap first.
-    run = _optimize(tmp_path, "stencil", STENCIL, ["numpy"])
+    run, tmp_path = stencil
     script = _rewrite(run, "original")
     faults = float(_python(tmp_path, FAULTS, script).split()[-1])
     pages = 720 * 720 * 8 / 4096  # one temporary's pages: each step makes several
     assert faults < 2 * pages, faults
+
+
+def _bench_line(out):
+    return next(line for line in out.splitlines() if line.startswith("original ") and " ms" in line)
+
+
+def test_the_scripts_bench_times_a_caching_primary_on_fresh_inputs(stencil):
+    # the run times a candidate that caches its results by input on inputs it has not seen (worker's fresh-inputs
+    # probe); the script's --bench called it again and again on one set of arguments and printed cache hits as speed:
+    # 'original 8.838 ms, optimized 0.001 ms: 6000.74x' where the run measured 1.05x
+    run, tmp_path = stencil
+    assert run.results["variant:cached"].get("caches_results"), run.results["variant:cached"]
+    script = _rewrite(run, "variant:cached")
+    r = subprocess.run([sys.executable, str(script), "--bench"], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "correctness: PASS" in out, out
+    speedup = float(_bench_line(out).rsplit(" ", 1)[-1].rstrip("x"))
+    assert speedup < 5, out  # the same work as the original, once per fresh input
+    assert "optimized: timed on fresh inputs" in out and "caches its results by input" in out, out
+    assert "gpuspeed optimize measured original" in out, out
+
+
+PROBE = '''
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("opt", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+module = opt.load_workload("_mine")
+args = opt.make_args(module, 0)
+for name in ("cached", "original"):
+    fn = module.variants["cached"] if name == "cached" else module.original
+    t, _ = opt.benchmark(fn, args)
+    t_fresh, note = opt.on_fresh_inputs(fn, module, args, t)  # found by the probe, not told by the run
+    print(name, t_fresh / t, note is not None)
+'''
+
+
+def test_the_scripts_probe_finds_a_cache_the_run_did_not_report(stencil):
+    run, tmp_path = stencil
+    script = _rewrite(run, "original")
+    out = dict((line.split()[0], line.split()[1:]) for line in _python(tmp_path, PROBE, script).splitlines())
+    assert float(out["cached"][0]) > 10 and out["cached"][1] == "True", out
+    assert float(out["original"][0]) == 1 and out["original"][1] == "False", out

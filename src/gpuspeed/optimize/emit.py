@@ -125,6 +125,7 @@ CHUNK = {chunk}  # chunking along a batch axis (None: the whole input at once)
 NONDETERMINISTIC = {nondeterministic!r}  # the run found the original gives other results on the same inputs
 IN_PLACE = {in_place!r}  # the arguments {func} writes into (None: it only returns its result)
 IN_PLACE_RETURNS = {in_place_returns!r}  # it also returns a result (checked with what it wrote)
+CACHES_RESULTS = {caches_results!r}  # the run found these cache their results by input (timed on fresh inputs)
 RUN_TIMES = {run_times!r}  # what gpuspeed optimize measured (seconds, end to end), for --bench to print beside its own
 
 
@@ -404,19 +405,79 @@ def main(argv=None):
     if a.bench:
         module = load_workload("_bench")
         args = make_args(module, 0)
+        original = getattr(module, FUNC)
         if how.startswith("the original"):  # one function: timing it twice would print noise as a speedup
             with on_the_host():
-                t_orig, method = benchmark(getattr(module, FUNC), args, where="cpu")
+                t_orig, method = benchmark(original, args, where="cpu")
+                t_orig, orig_note = on_fresh_inputs(original, module, args, t_orig, CACHES_RESULTS.get("original"))
             print(f"original {{t_orig * 1e3:.3f}} ms ({{method}}); the optimized version is the original itself "
                   f"({{how[len('the original on the CPU '):].strip('()')}}): no speedup to measure")
+            print_notes(original=orig_note)
             print_run_times(original_only=True)
             return 0 if ok else 1
         t_opt, method = benchmark(fn, args, where=timing_device(fn))
+        t_opt, opt_note = on_fresh_inputs(fn, module, args, t_opt, CACHES_RESULTS.get("optimized"))
         with on_the_host():
-            t_orig, _ = benchmark(getattr(module, FUNC), args, runs=5, where="cpu")
+            t_orig, _ = benchmark(original, args, runs=5, where="cpu")
+            t_orig, orig_note = on_fresh_inputs(original, module, args, t_orig, CACHES_RESULTS.get("original"))
         print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
+        print_notes(original=orig_note, optimized=opt_note)
         print_run_times()
     return 0 if ok else 1
+
+
+FRESH_SETS = 4  # fresh argument sets: one for the warm-up, three timed, each called once (as gpuspeed optimize probes)
+FRESH_SLOWER = 3.0  # calls on fresh inputs this many times slower than on the same inputs again: results are cached
+FRESH_MARGIN_S = 20e-6  # ... and slower by at least this (the clock's own cost)
+FRESH_PROBE_S = 2.0  # not probed where its calls would take longer (a cache hit is not slow), unless the run found it
+FRESH_MAX_BYTES = 2 * 2**30  # nor where the extra input sets would be larger than this
+
+
+def on_fresh_inputs(fn, module, args, t_again, known=False):
+    """(time, note): fn's median on inputs it has not seen, and a note saying so, when it is faster on the arguments
+    it was timed on (it caches its results by input: functools.lru_cache on a key, a dict keyed by id()), which calls
+    repeated on the same arguments would print as a speedup; else (t_again, None). gpuspeed optimize's probe: calls on
+    FRESH_SETS argument sets from fresh seeds, each called once and alternating with calls on `args` again, each
+    after a read of its inputs (as warm in the cache); caching is found when even the fastest fresh call takes
+    FRESH_SLOWER times the repeated calls' median. `known`: the run found it caches."""
+    size = sum(int(getattr(x, "nbytes", 0) or 0) for x in leaves(args))
+    if not known and 2 * FRESH_SETS * t_again > FRESH_PROBE_S or FRESH_SETS * size > FRESH_MAX_BYTES:
+        return t_again, ("not timed on fresh inputs (their sets would be too large): gpuspeed optimize found that it "
+                         "caches its results by input, so the time above may be a cache hit's" if known else None)
+    import random
+
+    pick = random.SystemRandom()
+    fresh, again = [], []
+    for n in range(FRESH_SETS):
+        new = make_args(module, pick.randrange(1000, 2**31))  # seeds that neither the check nor --bench use
+        for call_args, times in ((new, fresh), (args, again)):
+            touch(call_args)
+            t0 = time.perf_counter()  # host clock: fn takes and returns host arrays
+            fn(*call_args)
+            if n:  # the first pair warms up
+                times.append(time.perf_counter() - t0)
+    t_again_here = float(np.median(again))
+    if not (min(fresh) > FRESH_SLOWER * t_again_here and min(fresh) - t_again_here > FRESH_MARGIN_S):
+        return t_again, None
+    t_fresh = float(np.median(fresh))
+    return t_fresh, (f"timed on fresh inputs ({{len(fresh)}} calls, host clock): {{t_fresh * 1e3:.3f}} ms a call, against "
+                     f"{{t_again_here * 1e3:.4g}} ms on the same arguments again ({{t_fresh / t_again_here:.3g}}x): it "
+                     "caches its results by input, which repeated timing calls would turn into a speedup")
+
+
+def touch(args):
+    """Read every array of the arguments once (a sum), so fresh inputs are as warm in the cache as repeated ones."""
+    for x in leaves(args):
+        if hasattr(x, "sum") and getattr(x, "shape", None) and getattr(getattr(x, "dtype", None), "kind", "f") != "O":
+            with contextlib.suppress(Exception):
+                with np.errstate(all="ignore"):
+                    x.sum()
+
+
+def print_notes(**notes):
+    for who, note in notes.items():
+        if note:
+            print(f"  {{who}}: {{note}}")
 
 
 def print_run_times(original_only=False):
@@ -471,6 +532,8 @@ def script_text(run) -> str:
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
         in_place=run.params.get("in_place"), in_place_returns=bool(run.params.get("in_place_returns")),
+        caches_results={"original": bool(run.results.get("original", {}).get("caches_results")),
+                        "optimized": bool((row or {}).get("caches_results"))},
         run_times={"original": _t(run.results.get("original", {}), "e2e_time"),
                    "optimized": _t(row, "e2e_time") if row else None, "device": dev},
         common=_module_source(common), chunking=_module_source(chunking), backend=backend,
