@@ -152,3 +152,31 @@ def test_the_scripts_probe_finds_a_cache_the_run_did_not_report(stencil):
     out = dict((line.split()[0], line.split()[1:]) for line in _python(tmp_path, PROBE, script).splitlines())
     assert float(out["cached"][0]) > 10 and out["cached"][1] == "True", out
     assert float(out["original"][0]) == 1 and out["original"][1] == "False", out
+
+
+DTYPES = '''
+import importlib.util, sys
+import numpy as np
+spec = importlib.util.spec_from_file_location("opt", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+fn, how = opt.build_optimized()
+print("how", how.replace(" ", "_"))
+original = opt.load_workload("_mine").original
+rng = np.random.default_rng(7)
+for dtype in ("float64", "float32"):
+    grid = rng.standard_normal((300, 200)).astype(dtype)
+    out, ref = fn(grid, 3), original(grid, 3)
+    print(dtype, out.dtype, ref.dtype, bool(np.allclose(out, ref, rtol=1e-4, atol=1e-5)))
+'''
+
+
+def test_the_float32_primary_returns_the_dtype_the_original_returns_for_the_callers_inputs(stencil):
+    # OUT_DTYPES, the dtypes the original returned on the run's float64 inputs, was applied to every call: given
+    # float32 inputs (on which the original returns float32), the float32 primary handed back float64
+    run, tmp_path = stencil
+    script = _rewrite(run, "numpy-fp32")
+    lines = dict((line.split()[0], line.split()[1:]) for line in _python(tmp_path, DTYPES, script).splitlines())
+    assert lines["how"] == ["NumPy_(float32)_on_the_CPU"], lines
+    assert lines["float64"] == ["float64", "float64", "True"], lines
+    assert lines["float32"] == ["float32", "float32", "True"], lines

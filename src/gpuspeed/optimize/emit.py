@@ -4,13 +4,17 @@ from the workload file). It needs NumPy (and the backend's library for the GPU p
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import inspect
 import json
 import os
 import re
+import sys
 import textwrap
 from pathlib import Path
+
+import numpy as np
 
 from gpuspeed.optimize.backends import chunking, common
 
@@ -115,7 +119,9 @@ IMPORT_ROOT = {import_root!r}  # the folder `gpuspeed optimize` ran in: the work
 FUNC = {func!r}
 RAN_ON_GPU = {ran_on_gpu!r}  # where gpuspeed optimize measured it
 RECIPE = {recipe}
-OUT_DTYPES = {out_dtypes!r}
+OUT_DTYPES = {out_dtypes!r}  # the original's output dtypes on the run's inputs (a float32 primary's are cast back)
+RUN_DOUBLE = {run_double!r}  # the run's inputs held float64 (or complex128) arrays or NumPy scalars
+OTHER_OUT_DTYPES = {other_out_dtypes!r}  # the original's on those inputs in the other precision (None: not known)
 RTOL, ATOL = {rtol!r}, {atol!r}  # None: gpuspeed.check's defaults, by dtype (below)
 TOLERANCES = {tolerances!r}  # default rtol by dtype: the less precise of output and original
 SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
@@ -247,16 +253,40 @@ def build_optimized(force_cpu=False):
         return module.{func_attr}, f"the original on the CPU ({{exc.name}} is not installed)"
     opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange", "fuse")}}
     precision = RECIPE.get("precision", "as-written")
-    impl = build(module, func=FUNC, precision=precision, out_dtypes=OUT_DTYPES if precision == "float32" else None,
-                 device="cuda" if needs_gpu else "cpu", **opts)
+    # a float32 primary's outputs are cast back to the original's dtypes for each call's own inputs (as_callers_dtypes)
+    impl = build(module, func=FUNC, precision=precision, out_dtypes=None, device="cuda" if needs_gpu else "cpu", **opts)
     if CHUNK:
         library = {{"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}}.get(backend)
         impl = chunked(impl, {{int(k): v for k, v in CHUNK["axes"].items()}}, CHUNK["out_axes"], CHUNK["size"], library)
+    fn = impl
     if IN_PLACE:  # like the original: the result is written into the caller's arrays
-        call = in_place_call(impl, IN_PLACE, IN_PLACE_RETURNS)
-        call.impl = impl
-        return call, impl.label
-    return impl, impl.label
+        fn = in_place_call(impl, IN_PLACE, IN_PLACE_RETURNS)
+        fn.impl = impl
+    if precision == "float32":
+        fn = as_callers_dtypes(fn, impl)
+    return fn, impl.label
+
+
+def has_double(args):
+    """Whether the arguments hold a float64 or complex128 array (NumPy, torch, ...) or NumPy scalar: what a float32
+    primary casts down on its way in."""
+    return any(str(getattr(x, "dtype", "")).replace("torch.", "") in ("float64", "complex128") for x in leaves(args))
+
+
+def as_callers_dtypes(fn, impl):
+    """fn (a float32 primary, built without a cast back) with its outputs cast to the dtypes the original returns for
+    the caller's own inputs: OUT_DTYPES where they are of the run's precision (float64 inputs: what the run checked),
+    OTHER_OUT_DTYPES where they are of the other (the original returns float32 on float32 inputs, where the run's
+    float64 dtypes handed back float64); as computed where that is not known."""
+    def call(*args):
+        want = OUT_DTYPES if has_double(args) == RUN_DOUBLE else OTHER_OUT_DTYPES
+        out = fn(*args)
+        return host_tree(out, want) if want else out
+
+    call.device = getattr(fn, "device", "cpu")  # where its work runs (the benchmark reads it)
+    call.impl = getattr(fn, "impl", impl)  # whose label a backend may settle at its first call
+    call.__name__ = FUNC
+    return call
 
 
 def check_against_original(fn, seeds=(101, 202, 303)):
@@ -518,6 +548,7 @@ def script_text(run) -> str:
                     "against it (see report.md)." if nondeterministic else
                     f"Correct against the original within {_tolerance_text(run.wl.rtol, run.wl.atol)} on "
                     f"{len(run.params['seeds'])} fresh seeds (see report.md).")
+    run_double, other_out_dtypes = _other_precision(run, rec)
     text = TEMPLATE.format(
         verdict_line=verdict_line, nondeterministic=nondeterministic,
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
@@ -530,6 +561,7 @@ def script_text(run) -> str:
         fallback_line=_fallback_line(backend, rec, lib),
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
+        run_double=run_double, other_out_dtypes=other_out_dtypes,
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
         in_place=run.params.get("in_place"), in_place_returns=bool(run.params.get("in_place_returns")),
         caches_results={"original": bool(run.results.get("original", {}).get("caches_results")),
@@ -573,6 +605,69 @@ def W_out_dtypes(run):  # noqa: N802 - mirrors the worker's spec key
         return None
     refs = load_refs(path)
     return out_dtypes(refs[run.params["seeds"][0]])
+
+
+OTHER_PRECISION_MAX_S = 10.0  # the original's extra call is skipped past this (a reference call's time in the run)
+
+
+def _other_precision(run, rec) -> tuple:
+    """(whether the run's inputs hold float64/complex128, the original's output dtypes on those inputs in the other
+    precision or None): for a float32 primary, whose script casts its outputs back to the original's dtypes for each
+    call's inputs. The original is called once more here, on the run's first seed's inputs with float64 arrays (and
+    NumPy scalars) as float32 (complex128 as complex64), or float32 as float64 where the run had no float64; not where
+    a reference call took over OTHER_PRECISION_MAX_S, or it fails (the script then returns the dtypes it computes)."""
+    from gpuspeed.optimize.backends.common import kind_of, returning_args, tree_map
+    from gpuspeed.optimize.worker import host_inputs
+    from gpuspeed.optimize.workload import out_dtypes
+
+    if rec.get("precision") != "float32" or not run.params.get("seeds"):
+        return False, None
+    try:
+        args = host_inputs(run.wl, run.params["seeds"][0])
+    except Exception:  # noqa: BLE001 - the run made these inputs before: only a workload that changed fails here
+        return False, None
+    double = _has_double(args)
+    flip = {"float64": "float32", "complex128": "complex64"} if double else {"float32": "float64",
+                                                                              "complex64": "complex128"}
+
+    def other(x):
+        name = str(getattr(x, "dtype", "")).replace("torch.", "")
+        if name not in flip:
+            return x
+        if isinstance(x, (np.ndarray, np.generic)):
+            return x.astype(flip[name])
+        if kind_of(x) == "torch":
+            return x.to(getattr(sys.modules["torch"], flip[name]))
+        return x
+
+    flipped = tree_map(other, args)
+    if not any(a is not b for a, b in zip(_leaves(args), _leaves(flipped), strict=True)):
+        return double, W_out_dtypes(run)  # no float arguments: the run's dtypes hold for every call
+    if (run.params.get("reference_s") or 0) > OTHER_PRECISION_MAX_S:
+        return double, None
+    fn = run.wl.original
+    if run.params.get("in_place"):  # its outputs are what it writes (after what it returns), as the references hold
+        fn = returning_args(fn, run.params["in_place"], bool(run.params.get("in_place_returns")))
+    cwd = os.getcwd()
+    try:
+        torch = sys.modules.get("torch")
+        with torch.device("cpu") if torch is not None else contextlib.nullcontext():
+            return double, out_dtypes(fn(*flipped))
+    except Exception:  # noqa: BLE001 - code that takes only float64: the script then returns what it computes
+        return double, None
+    finally:
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+
+
+def _leaves(tree) -> list:
+    from gpuspeed.optimize.backends.common import leaves
+
+    return leaves(tree)
+
+
+def _has_double(args) -> bool:
+    return any(str(getattr(x, "dtype", "")).replace("torch.", "") in ("float64", "complex128") for x in _leaves(args))
 
 
 def _arg_order(wl) -> list:
