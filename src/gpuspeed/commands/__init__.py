@@ -16,6 +16,16 @@ def make_console(stderr: bool = False):
     return c
 
 
+def esc(text) -> str:
+    """Dynamic text (a path, a name, a note, an error message) for a rich markup string or a table cell: its brackets
+    print as they are. Unescaped, "[enforce fail at alloc_cpu.cpp:…]" (torch's CPU out-of-memory error) or "f[x]"
+    vanished without a word and a "[/x]" stopped the command with a MarkupError after its run; the commands' own tags
+    around it ([red], [dim]) stay markup."""
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
 def progress_bar(width: int = 0, *, console=None, transient: bool = True):
     """The commands' progress bar, on stderr unless `console` is given. A transient bar shows only on a terminal:
     in a log or a pipe rich leaves a blank line where it stood, before a one-line error too."""

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Time a NumPy row softmax and its torch version: bench(), check() and compare() at work."""
-        from gpuspeed.commands import make_console
+        from gpuspeed.commands import esc, make_console
         from rich.table import Table
 
         from gpuspeed.demo import run_demo
@@ -39,22 +39,22 @@ def register(app: typer.Typer) -> None:
             print(strict_json(doc))
             return
         console = make_console()
-        t = Table(title=f"softmax {tuple(doc['params']['shape'])} fp32 on {doc['device']['name']}")
+        t = Table(title=f"softmax {tuple(doc['params']['shape'])} fp32 on {esc(doc['device']['name'])}")
         for col in ("version", "median", "noise", "IQR/median", "n", "mode", "GB/s"):
             t.add_column(col, justify="left" if col == "version" else "right")
         for r in doc["rows"]:
-            t.add_row(r["name"], format_time(r["median_s"]), f"±{100 * r['rel_noise']:.2f}%",
+            t.add_row(esc(r["name"]), format_time(r["median_s"]), f"±{100 * r['rel_noise']:.2f}%",
                       f"{100 * r['rel_iqr']:.1f}%", str(r["n"]), r["mode"] + (" THROTTLED" if r["throttled"] else "")
                       + (" UNRELIABLE" if r.get("unreliable") else ""), f"{r['GBps']:.3g}",
                       style="yellow" if r.get("unreliable") else None)
         console.print(t)
         s = doc["summary"]
-        console.print(f"speedup {format_speedup(s['speedup'], s['speedup_ci_low'], s['speedup_ci_high'])} "
-                      f"({s['verdict']}); check {'PASS' if s['check_passed'] else 'FAIL'}, "
+        console.print(f"speedup {esc(format_speedup(s['speedup'], s['speedup_ci_low'], s['speedup_ci_high']))} "
+                      f"({esc(s['verdict'])}); check {'PASS' if s['check_passed'] else 'FAIL'}, "
                       f"rel L2 error {s['rel_l2_err']:.2e}"
                       + ("; [yellow]a timing is unreliable (see the notes): rerun with a larger --budget[/]"
                          if s.get("unreliable") else ""))
         for note in doc["notes"]:
-            console.print(f"[dim]{note}[/]")
+            console.print(f"[dim]{esc(note)}[/]")
         if path:
-            console.print(f"wrote {path}")
+            console.print(f"wrote {esc(path)}")

@@ -1,0 +1,48 @@
+"""The commands' human output prints dynamic text as it is: a path, a note or an error holding brackets went through
+rich markup, which dropped "[enforce fail at x.cpp:1]" (torch's CPU out-of-memory message starts so) without a word
+and stopped on "[/bad]" with a MarkupError traceback after the run had finished.
+
+Each test drives the CLI in this process as a user does, with a folder or file whose path holds both, on the CPU at
+tiny sizes. The '/' of "[/bad]" makes it two folders: "…/o[enforce fail at x.cpp:1]/[/bad]".
+"""
+
+import textwrap
+
+import pytest
+
+from gpuspeed.cli import main
+
+BR = "[enforce fail at x.cpp:1]"
+BAD = "[/bad]"
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # a long tmp path stays on one line
+
+
+def _odd(tmp_path, name="o"):
+    path = tmp_path / f"{name}{BR}" / "[" / "bad]"
+    assert BR in str(path) and BAD in str(path)
+    return path
+
+
+def _cli(capsys, *args):
+    capsys.readouterr()
+    rc = main(list(args))
+    return rc, capsys.readouterr()
+
+
+def _source(folder, text, name="work.py"):
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_bench_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "bench", "--device", "cpu", "--rows", "64", "--cols", "64", "--budget", "0.05",
+                   "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'bench_demo.json'}" in cap.out
