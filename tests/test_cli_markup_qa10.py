@@ -46,3 +46,12 @@ def test_bench_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
                    "--out", str(out))
     assert rc == 0, cap.err
     assert f"wrote {out / 'bench_demo.json'}" in cap.out
+
+
+def test_decode_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+    from decode_cli_helpers import TINY
+
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "decode", "--model", "tiny", *TINY, "--prompt-len", "4", "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'decode.json'}" in cap.out

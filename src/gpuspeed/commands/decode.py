@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Decode ladder: ms/token, GB/s of weights vs the read roof, exact tokens, vs transformers generate."""
-        from gpuspeed.commands import make_console, progress_bar
+        from gpuspeed.commands import esc, make_console, progress_bar
 
         from gpuspeed.decode import study
         from gpuspeed.decode.generate import Sampling
@@ -127,23 +127,23 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        t = Table(title=f"decode {spec.label()} on {doc['device'].get('name', '?')}")
+        t = Table(title=f"decode {esc(spec.label())} on {esc(doc['device'].get('name', '?'))}")
         for col in study.COLUMNS:
             t.add_column(col, justify="left" if col == "variant" else "right")
         for cells in study.table_rows(doc):
-            t.add_row(*cells)
+            t.add_row(*map(esc, cells))  # a failed row's cell holds its error: torch's '[enforce fail at ...]'
         console.print(t)
         for key, val in doc["summary"].items():
-            console.print(f"  {key}: {study._fmt(val, '.4g')}", highlight=False)
+            console.print(f"  {esc(key)}: {esc(study._fmt(val, '.4g'))}", highlight=False)
         for name, text in (doc["params"].get("texts") or {}).items():
             console.print(f"  {name}: {text!r}", highlight=False, markup=False)
         for r in doc["rows"]:
             for note in r.get("notes") or []:
                 console.print(f"  {r['variant']}: {note}", style="dim", highlight=False, markup=False)
         for note in doc["notes"]:
-            console.print(f"[dim]{note}[/]")
+            console.print(f"[dim]{esc(note)}[/]")
         for p in paths:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {esc(p)}")
         if nothing:  # the results are written (every row says why), but a run that measured nothing is not a success
-            console.print(f"[red]{nothing}[/]", highlight=False, soft_wrap=True)
+            console.print(f"[red]{esc(nothing)}[/]", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
