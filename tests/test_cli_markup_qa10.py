@@ -55,3 +55,25 @@ def test_decode_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
     rc, cap = _cli(capsys, "decode", "--model", "tiny", *TINY, "--prompt-len", "4", "--out", str(out))
     assert rc == 0, cap.err
     assert f"wrote {out / 'decode.json'}" in cap.out
+
+
+def test_launch_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "launch", "--device", "cpu", "--ks", "1", "--ns", "1e3", "--variants", "eager",
+                   "--budget", "0.05", "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'launch.json'}" in cap.out
+
+
+def test_launch_explain_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+    src = _source(tmp_path, """
+        import torch
+        def step(x):
+            return torch.sin(x) * 2
+        def make_inputs():
+            return torch.randn(8)
+        """)
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "launch", "--explain", f"{src}:step", "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'explain.json'}" in cap.out

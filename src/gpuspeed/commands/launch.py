@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
     ):
         """Launch overhead per kernel (eager vs CUDA graph), torch.compile fusion vs launch cost, graph breaks."""
-        from gpuspeed.commands import make_console, progress_bar
+        from gpuspeed.commands import esc, make_console, progress_bar
         from rich.table import Table
 
         from gpuspeed import launch as study
@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
                 for line in exp.lines():
                     console.print(line, highlight=False, markup=False)
                 if out:
-                    console.print(f"wrote {path}")
+                    console.print(f"wrote {esc(path)}")
             return
         if inputs:
             raise UserError("--inputs goes with --explain")
@@ -159,7 +159,7 @@ def register(app: typer.Typer) -> None:
             print(strict_json(doc))
             return
         s = doc["summary"]
-        t = Table(title=f"launch overhead on {doc['device'].get('name', '?')}")
+        t = Table(title=f"launch overhead on {esc(doc['device'].get('name', '?'))}")
         for col in ("summary", "value", "target"):
             t.add_column(col, justify="left" if col == "summary" else "right")
         for key, val in s.items():
@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
             target = doc["params"]["targets"].get(key, "")
             met = s.get(f"{key}_target_met")
             style = None if met is None else ("green" if met else "red")
-            t.add_row(key, fmt(val), target, style=style)
+            t.add_row(esc(key), esc(fmt(val)), esc(target), style=style)
         console.print(t)
         f = Table(title=f"fusion: {doc['params']['chain_k']} ops over N fp32")
         for col in ("N", "variant", "time", "GB/s", "% copy roof", "x copy", "check", "reliable"):
@@ -177,13 +177,13 @@ def register(app: typer.Typer) -> None:
             if r["study"] != "fusion":
                 continue
             if "error" in r:
-                f.add_row(f"{r['N']:.0e}", r["variant"], "[red]error[/]", r["error"][:40], "", "", "", "")
+                f.add_row(f"{r['N']:.0e}", esc(r["variant"]), "[red]error[/]", esc(r["error"][:40]), "", "", "", "")
                 continue
-            f.add_row(f"{r['N']:.0e}", r["variant"], f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ",.4g"),
+            f.add_row(f"{r['N']:.0e}", esc(r["variant"]), f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ",.4g"),
                       fmt(r.get("pct_copy_roof"), ".1f"), fmt(r.get("over_copy"), ".2f"),
                       fmt(r.get("check_passed")), "[yellow]no[/]" if r.get("unreliable") else "yes")
         console.print(f)
         for note in doc["notes"]:
-            console.print(f"[dim]{note}[/]")
+            console.print(f"[dim]{esc(note)}[/]")
         for p in paths:
-            console.print(f"wrote {p}")
+            console.print(f"wrote {esc(p)}")
