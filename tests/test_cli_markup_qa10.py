@@ -77,3 +77,12 @@ def test_launch_explain_prints_an_out_path_with_brackets_as_it_is(tmp_path, caps
     rc, cap = _cli(capsys, "launch", "--explain", f"{src}:step", "--out", str(out))
     assert rc == 0, cap.err
     assert f"wrote {out / 'explain.json'}" in cap.out
+
+
+def test_kernel_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("gpuspeed.kernel.target.use_interpreters", lambda: None)  # no launch: keep env as it is
+    src = _source(tmp_path, "def launch():\n    return None\n")
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "kernel", f"{src}:launch", "--device", "cpu", "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'kernel_report.json'}" in cap.out

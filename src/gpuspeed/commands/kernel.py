@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ):
         """Launch geometry, registers, spills, shared memory, occupancy, autotuning, roof position and a verdict."""
-        from gpuspeed.commands import make_console
+        from gpuspeed.commands import esc, make_console
 
         from gpuspeed.device import resolve_device
         from gpuspeed.errors import UserError
@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
             doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,
                                          "bytes": nbytes}, device=where)
             path = write_results(doc, out)
-            console.print(f"wrote {path}")
+            console.print(f"wrote {esc(path)}")
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
 
