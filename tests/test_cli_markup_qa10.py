@@ -86,3 +86,21 @@ def test_kernel_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys, monk
     rc, cap = _cli(capsys, "kernel", f"{src}:launch", "--device", "cpu", "--out", str(out))
     assert rc == 0, cap.err
     assert f"wrote {out / 'kernel_report.json'}" in cap.out
+
+
+def test_profile_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+    src = _source(tmp_path, "def f(x):\n    return x * 2\n")
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "profile", "--function", f"{src}:f", "--input", "x=float32[16]", "--device", "cpu",
+                   "--steps", "1", "--no-hotspots", "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'profile.json'}, {out / 'profile.md'}" in cap.out
+
+
+def test_profile_json_notes_print_a_file_path_with_brackets_as_it_is(tmp_path, capsys):
+    # with --json the notes go to stderr before the run: the backend's note names the function's file
+    src = _source(_odd(tmp_path, "src"), "import numpy as np\ndef f(x):\n    return np.sin(x)\n")
+    rc, cap = _cli(capsys, "profile", "--function", f"{src}:f", "--input", "x=float32[16]", "--device", "cpu",
+                   "--steps", "1", "--no-hotspots", "--json")
+    assert rc == 0, cap.err
+    assert f"inputs as numpy arrays: {src} imports numpy" in cap.err

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the summary and findings as JSON on stdout (the "
                                                            "profiled code's own output goes to stderr)."),
     ):
-        from gpuspeed.commands import make_console
+        from gpuspeed.commands import esc, make_console
 
         from gpuspeed import device as _device
         from gpuspeed.errors import UserError
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             console.print("[yellow]note:[/] no CUDA device: profiling the host side only (no kernels, gaps or transfers).")
         if as_json:  # the report prints res.notes, which start with these: once is enough
             for n in notes:
-                console.print(f"[yellow]note:[/] {n}")
+                console.print(f"[yellow]note:[/] {esc(n)}")
         from gpuspeed.trees import callable_name
 
         name = callable_name(fn)  # an nn.Module, a functools.partial or a callable object has no __name__
@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
             path = write_results(doc, out)
             md = out / "profile.md"
             write_text_atomic(md, res.markdown())
-            console.print(f"wrote {path}, {md} and {res.trace_path}")
+            console.print(f"wrote {esc(path)}, {esc(md)} and {esc(res.trace_path)}")
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null, as profile.json has them
 
