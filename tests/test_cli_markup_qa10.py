@@ -104,3 +104,10 @@ def test_profile_json_notes_print_a_file_path_with_brackets_as_it_is(tmp_path, c
                    "--steps", "1", "--no-hotspots", "--json")
     assert rc == 0, cap.err
     assert f"inputs as numpy arrays: {src} imports numpy" in cap.err
+
+
+def test_roofline_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "roofline", "--device", "cpu", "--quick", "--no-sweep", "--no-place", "--out", str(out))
+    assert rc == 0, cap.err
+    assert f"wrote {out / 'roofline.json'}, {out / 'roofline.md'}" in cap.out

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         no_place: bool = typer.Option(False, "--no-place", help="Skip the built-in placements."),
     ):
         """Measured roofline: memory and compute ceilings, the AI sweep, built-in workloads placed on it."""
-        from gpuspeed.commands import make_console, progress_bar
+        from gpuspeed.commands import esc, make_console, progress_bar
         from rich.table import Table
 
         from gpuspeed.results import check_out_dir
@@ -42,8 +42,6 @@ def register(app: typer.Typer) -> None:
         if out:
             from pathlib import Path
 
-            from rich.markup import escape
-
             from gpuspeed.errors import one_line
             from gpuspeed.results import write_results, write_text_atomic
             from gpuspeed.roofline.plot import plot
@@ -56,42 +54,42 @@ def register(app: typer.Typer) -> None:
                 doc["notes"].append(f"plot failed: {one_line(exc)}")
             path = write_results(doc, out)
             md = write_text_atomic(Path(out) / "roofline.md", markdown(doc))  # never half-written, no temp left
-            console.print(f"wrote {path}, {md}" + "".join(f", {p}" for p in pics))
+            console.print(f"wrote {esc(path)}, {esc(md)}" + "".join(f", {esc(p)}" for p in pics))
             if not pics:
-                console.print(f"[yellow]{escape(doc['notes'][-1])}[/]", markup=True)
+                console.print(f"[yellow]{esc(doc['notes'][-1])}[/]", markup=True)
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
 
             print(strict_json(doc))
             return
         gpu = study.kind == "cuda"
-        t = Table(title=f"Ceilings: {doc['device']['name']}")
+        t = Table(title=f"Ceilings: {esc(doc['device']['name'])}")
         for col in ("ceiling", "value", "% datasheet", "how"):
             t.add_column(col)
         for c in study.ceil.rows:
             if c.error:
-                t.add_row(c.name, "[red]error[/]", "", c.error[:80])
+                t.add_row(esc(c.name), "[red]error[/]", "", esc(c.error[:80]))
             else:
                 v = c.value if c.kind == "memory" or gpu else c.value * 1e3
                 unit = c.unit if c.kind == "memory" or gpu else "GFLOP/s"
                 pct = f"{c.pct_of_datasheet:.1f}" if c.pct_of_datasheet is not None else "-"
-                t.add_row(c.name, f"{v:,.1f} {unit}", pct, c.how)
+                t.add_row(esc(c.name), f"{v:,.1f} {esc(unit)}", pct, esc(c.how))
         console.print(t)
         p = Table(title="Placements")
         for col in ("workload", "FLOP/B", "achieved", "GB/s", "% of roof", "bound"):
             p.add_column(col)
         for r in study.placements:
             if "error" in r:
-                p.add_row(r["name"], "[red]error[/]", r["error"][:60], "", "", "")
+                p.add_row(esc(r["name"]), "[red]error[/]", esc(r["error"][:60]), "", "", "")
                 continue
             ach = f"{r['TFLOPs']:,.3g} TFLOP/s" if gpu else f"{r['TFLOPs'] * 1e3:,.3g} GFLOP/s"
             pct = pct_text(r, cpu=not gpu)
-            p.add_row(r["name"], f"{r['ai']:.3g}", ach, f"{r['GBps']:,.4g}", pct, str(r.get("bound")))
+            p.add_row(esc(r["name"]), f"{r['ai']:.3g}", ach, f"{r['GBps']:,.4g}", esc(pct), esc(r.get("bound")))
         if study.placements:
             console.print(p)
         s = Table(title="Summary")
         s.add_column("key")
         s.add_column("value")
         for k, v in doc["summary"].items():
-            s.add_row(k, "-" if v is None else f"{v:,.4g}" if isinstance(v, float) else str(v))
+            s.add_row(esc(k), "-" if v is None else f"{v:,.4g}" if isinstance(v, float) else esc(v))
         console.print(s)
