@@ -111,3 +111,24 @@ def test_roofline_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
     rc, cap = _cli(capsys, "roofline", "--device", "cpu", "--quick", "--no-sweep", "--no-place", "--out", str(out))
     assert rc == 0, cap.err
     assert f"wrote {out / 'roofline.json'}, {out / 'roofline.md'}" in cap.out
+
+
+def test_the_progress_bar_prints_a_step_naming_the_users_candidate_as_it_is(tmp_path, capsys, monkeypatch):
+    # on a terminal the bar names each candidate; a variant called so stopped the bar's thread with a MarkupError
+    # traceback in mid-run (the other commands' steps hold no user text: this is the one a user can reach)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws the bar as on a terminal
+    name = f"f{BR}{BAD}"
+    src = _source(tmp_path, f"""
+        import numpy as np
+        def original(x):
+            return np.tanh(x) * 2.0
+        def plain(x):
+            return np.tanh(x) + np.tanh(x)
+        variants = {{{name!r}: plain}}
+        def inputs(rng):
+            return (rng.standard_normal(3000),)
+        """)
+    rc, cap = _cli(capsys, "optimize", str(src), "--device", "cpu", "--backends", "variant", "--time-budget", "30",
+                   "--bench-budget", "0.05", "--out", str(tmp_path / "o"), "--json")
+    assert rc == 0, cap.err
+    assert "MarkupError" not in cap.err and f"candidate variant:{name}" in cap.err

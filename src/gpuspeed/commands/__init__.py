@@ -28,10 +28,12 @@ def esc(text) -> str:
 
 def progress_bar(width: int = 0, *, console=None, transient: bool = True):
     """The commands' progress bar, on stderr unless `console` is given. A transient bar shows only on a terminal:
-    in a log or a pipe rich leaves a blank line where it stood, before a one-line error too."""
+    in a log or a pipe rich leaves a blank line where it stood, before a one-line error too. A step's description is
+    plain text, not markup: it names the user's candidates and files."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = console or make_console(stderr=True)
-    return Progress(TextColumn(f"{{task.description:<{width}}}" if width else "{task.description}"), BarColumn(),
+    return Progress(TextColumn(f"{{task.description:<{width}}}" if width else "{task.description}", markup=False),
+                    BarColumn(),
                     TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
                     transient=transient, disable=transient and not console.is_terminal)
