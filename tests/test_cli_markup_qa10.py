@@ -132,3 +132,25 @@ def test_the_progress_bar_prints_a_step_naming_the_users_candidate_as_it_is(tmp_
                    "--bench-budget", "0.05", "--out", str(tmp_path / "o"), "--json")
     assert rc == 0, cap.err
     assert "MarkupError" not in cap.err and f"candidate variant:{name}" in cap.err
+
+
+def test_optimize_prints_a_candidate_and_paths_with_brackets_as_they_are(tmp_path, capsys):
+    # the table's candidate cell, the primary line and the report/script paths went through markup: a variant named
+    # so ended the finished run with a MarkupError traceback (exit 1)
+    name = f"f{BR}{BAD}"
+    src = _source(tmp_path, f"""
+        import numpy as np
+        def original(x):
+            return np.tanh(x) * 2.0
+        def plain(x):
+            return np.tanh(x) + np.tanh(x)
+        variants = {{{name!r}: plain}}
+        def inputs(rng):
+            return (rng.standard_normal(3000),)
+        """)
+    out = _odd(tmp_path)
+    rc, cap = _cli(capsys, "optimize", str(src), "--device", "cpu", "--backends", "variant", "--time-budget", "30",
+                   "--bench-budget", "0.05", "--out", str(out))
+    assert rc == 0, cap.err
+    assert "MarkupError" not in cap.out + cap.err
+    assert f"variant:{name}" in cap.out and f"report: {out}" in cap.out and f"script: {out}" in cap.out

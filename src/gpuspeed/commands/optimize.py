@@ -80,27 +80,28 @@ def _terminate(signum, _frame):
 def _print(run, console) -> None:
     from rich.table import Table
 
+    from gpuspeed.commands import esc
     from gpuspeed.optimize.report import _fmt_t, _fmt_x, _gib, _t, status_word
 
     if run.where != "cuda":
         console.print("[yellow]note:[/] no CUDA device: GPU backends are skipped; CPU candidates only.")
     for n in run.notes:
-        console.print(f"[yellow]note:[/] {n}")
-    t = Table(title=f"gpuspeed optimize {run.wl.name}")
+        console.print(f"[yellow]note:[/] {esc(n)}")
+    t = Table(title=f"gpuspeed optimize {esc(run.wl.name)}")
     for col in ("candidate", "status", "device-resident", "end to end", "speedup", "peak", "note"):
         t.add_column(col)
     for name, r in run.results.items():
         style = "bold green" if name == run.choice.get("primary") else None
-        t.add_row(name, status_word(r), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
-                  _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), (r.get("reason") or "")[:100], style=style)
+        t.add_row(esc(name), status_word(r), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
+                  _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), esc((r.get("reason") or "")[:100]), style=style)
     console.print(t)
     ch = run.choice
     if ch.get("primary"):
-        console.print(f"primary: [bold]{ch['primary']}[/] ({run.results[ch['primary']].get('label')})"
-                      + (f", alternative: {ch['alternative']}" if ch.get("alternative") else ""))
+        console.print(f"primary: [bold]{esc(ch['primary'])}[/] ({esc(run.results[ch['primary']].get('label'))})"
+                      + (f", alternative: {esc(ch['alternative'])}" if ch.get("alternative") else ""))
     for caveat in ch.get("caveats", []):
-        console.print(f"[yellow]timing caveat:[/] {caveat}", markup=True)
+        console.print(f"[yellow]timing caveat:[/] {esc(caveat)}", markup=True)
     for why in ch.get("why_not_2x", []):
-        console.print(f"below 2x: {why}")
-    console.print(f"report: {run.paths.get('report')}")
-    console.print(f"script: {run.paths.get('script')}")
+        console.print(f"below 2x: {esc(why)}")
+    console.print(f"report: {esc(run.paths.get('report'))}")
+    console.print(f"script: {esc(run.paths.get('script'))}")
