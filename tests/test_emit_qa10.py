@@ -92,6 +92,8 @@ def counted(*a):
     return module.original(*a)
 
 
+if sys.argv[2] == "unsettled":  # the script as it was: timing on glibc's start-up thresholds
+    opt.settle_heap = lambda: None
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 opt.benchmark(counted, args, runs=5)
 print("faults per call", (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls[0])
@@ -106,9 +108,11 @@ def test_the_script_times_the_original_on_a_settled_heap_as_the_run_does(stencil
     # worker had freed larger arrays (its references) first, which raises them. Both now settle the heap first.
     run, tmp_path = stencil
     script = _rewrite(run, "original")
-    faults = float(_python(tmp_path, FAULTS, script).split()[-1])
-    pages = 720 * 720 * 8 / 4096  # one temporary's pages: each step makes several
-    assert faults < 2 * pages, faults
+    faults = float(_python(tmp_path, FAULTS, script, "settled").split()[-1])
+    unsettled = float(_python(tmp_path, FAULTS, script, "unsettled").split()[-1])
+    # relative to the same script unsettled in this environment: the count itself depends on the glibc and on what
+    # else the process allocates (an H100 host gave 3272 faults a call settled, this one under 2000)
+    assert faults < unsettled / 4, (faults, unsettled)
 
 
 def _bench_line(out):
