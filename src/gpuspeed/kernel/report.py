@@ -326,8 +326,12 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     from gpuspeed.device import resolve_device
     from gpuspeed.trees import callable_name
 
+    from gpuspeed.kernel.target import refuse_kernel
+
     kwargs = kwargs or {}
     name = name or callable_name(fn, "kernel")
+    refuse_kernel(fn, name, getattr(fn, "__name__", None), "pass the function that launches it, or the kernel with "
+                  "its launch configuration")
     gpu = resolve_device(device) == "cuda"
     notes: list[str] = []
     if in_place and expected is not None:

@@ -62,13 +62,7 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         else:
             raise UserError(f"{path} has no {attr!r}")
     refuse_unbound_method(parent, attr.rsplit(".", 1)[-1], target)
-    kind = type(obj).__name__
-    if kind in ("JITFunction", "Autotuner", "Heuristics", "InterpretedFunction"):
-        raise UserError(f"{target} is a @triton.jit kernel, not a launcher: name the Python function that launches "
-                        f"it ({attr.rsplit('.', 1)[-1]}[grid](...))")
-    if kind in ("CUDADispatcher", "FakeCUDAKernel", "Dispatcher") and "numba" in type(obj).__module__:
-        raise UserError(f"{target} is a @cuda.jit kernel, not a launcher: name the Python function that launches "
-                        f"it ({attr.rsplit('.', 1)[-1]}[blocks, threads](...))")
+    refuse_kernel(obj, target, attr.rsplit(".", 1)[-1], "name the Python function that launches it")
     if inspect.isclass(obj):
         raise UserError(f"{target} is a class, not a launcher: name the function that launches the kernel")
     if not callable(obj):
@@ -77,6 +71,23 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         raise UserError(f"{target} is {what}: a call runs none of its body, so no kernel would launch; name a "
                         "plain function that launches the kernel")
     return obj, module, attr
+
+
+def refuse_kernel(obj, label: str, name: str | None, advice: str) -> None:
+    """A @triton.jit kernel (autotuned or not) or an unconfigured @cuda.jit kernel where a launcher belongs: a
+    UserError naming it and how to launch it. `kern[grid]` / `kern[blocks, threads]` are launchers and pass."""
+    cls = type(obj)
+    inner, depth = obj, 0
+    while getattr(inner, "__name__", None) is None and getattr(inner, "fn", None) is not None and depth < 8:
+        inner, depth = inner.fn, depth + 1  # an Autotuner or Heuristics wraps the JITFunction, which has the name
+    name = name if name not in (None, "kernel") else getattr(inner, "__name__", None) or "kernel"
+    label = label if label != "kernel" else name
+    if any(c.__name__ == "KernelInterface" and c.__module__.startswith("triton") for c in cls.__mro__):
+        raise UserError(f"{label} is a @triton.jit kernel, not a launcher: {advice} ({name}[grid](...))")
+    if "numba" in cls.__module__ and (cls.__name__ in ("CUDADispatcher", "Dispatcher") or (
+            cls.__name__ == "FakeCUDAKernel" and (getattr(obj, "grid_dim", None) is None  # the simulator's unconfigured
+                                                    or getattr(obj, "_device", False)))):
+        raise UserError(f"{label} is a @cuda.jit kernel, not a launcher: {advice} ({name}[blocks, threads](...))")
 
 
 def unwrap_lazy(fn, device: str) -> tuple[Callable, list[str]]:

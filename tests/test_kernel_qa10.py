@@ -1,0 +1,123 @@
+"""`gpuspeed kernel` QA, round 10: a kernel handed to kernel_report() itself rather than a launcher.
+
+The interpreted checks run in a fresh process: the interpreters must be on before Triton and Numba define kernels.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _interpreted(tmp_path, body: str) -> subprocess.CompletedProcess:
+    p = tmp_path / "user_script.py"
+    p.write_text(textwrap.dedent(body))
+    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    return subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+
+
+TRITON_KERNELS = '''
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from gpuspeed import kernel_report
+from gpuspeed.errors import UserError
+
+
+@triton.jit
+def add_k(x, y, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def add_auto(x, y, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+rng = np.random.default_rng()
+n = 1000 + int(rng.integers(1, 23))  # not a multiple of any block
+x, y = (torch.from_numpy(rng.standard_normal(n).astype(np.float32)) for _ in range(2))
+o = torch.empty_like(x)
+for kern, kw in ((add_k, {"BLOCK": 128}), (add_auto, {})):
+    try:
+        kernel_report(kern, x, y, o, n, kwargs=kw, device="cpu")
+        print("RAN", kern)
+    except UserError as e:
+        print("USERERROR", e)
+    except Exception as e:
+        print("RAW", type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+# with its grid, it is a launcher: it runs, and what it wrote is x + y
+rep = kernel_report(add_k[(triton.cdiv(n, 128),)], x, y, o, n, kwargs={"BLOCK": 128}, device="cpu")
+assert rep.backend == "triton" and rep.launches[0]["grid"] == [triton.cdiv(n, 128), 1, 1], rep.launches
+assert torch.equal(o, x + y)
+print("GRID OK")
+'''
+
+
+def test_kernel_report_refuses_a_triton_kernel_in_one_line(tmp_path):
+    # kernel_report(add_k, ...) with a @triton.jit kernel (not its launcher) ended in the interpreter's
+    # InterpreterError "add_k() missing 1 required positional argument: 'BLOCK'" (or, given BLOCK, a call outside a
+    # kernel), an autotuned one in "TypeError: 'Autotuner' object is not callable": the CLI said what was wrong,
+    # the library did not
+    pytest.importorskip("triton")
+    r = _interpreted(tmp_path, TRITON_KERNELS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("USERERROR", "RAW", "RAN"))]
+    assert len(lines) == 2 and all(ln.startswith("USERERROR") for ln in lines), r.stdout
+    assert "add_k is a @triton.jit kernel, not a launcher" in lines[0] and "add_k[grid]" in lines[0]
+    assert "add_auto is a @triton.jit kernel, not a launcher" in lines[1]
+    assert "GRID OK" in r.stdout
+
+
+NUMBA_KERNELS = '''
+import numpy as np
+from numba import cuda
+from gpuspeed import kernel_report
+from gpuspeed.errors import UserError
+
+
+@cuda.jit
+def axpy(a, x, y, o):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        o[i] = a * x[i] + y[i]
+
+
+rng = np.random.default_rng()
+n = 200 + int(rng.integers(1, 27))
+x, y = rng.standard_normal(n), rng.standard_normal(n)
+o = np.empty_like(x)
+try:
+    kernel_report(axpy, 2.0, x, y, o, device="cpu")
+    print("RAN")
+except UserError as e:
+    print("USERERROR", e)
+except Exception as e:
+    print("RAW", type(e).__name__, str(e).strip().splitlines()[0])
+rep = kernel_report(axpy[(n + 63) // 64, 64], 2.0, x, y, o, device="cpu")  # configured: a launcher
+assert rep.backend == "numba" and rep.launches[0]["block"] == [64, 1, 1], rep.launches
+np.testing.assert_allclose(o, 2.0 * x + y, rtol=1e-12)
+print("CONFIGURED OK")
+'''
+
+
+def test_kernel_report_refuses_a_numba_kernel_without_its_launch_configuration(tmp_path):
+    # kernel_report(axpy, ...) with an unconfigured @cuda.jit kernel raised Numba's multi-line ValueError
+    # "Kernel launch configuration was not specified..."
+    pytest.importorskip("numba")
+    r = _interpreted(tmp_path, NUMBA_KERNELS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "USERERROR" in r.stdout and "axpy is a @cuda.jit kernel, not a launcher" in r.stdout, r.stdout
+    assert "axpy[blocks, threads]" in r.stdout and "CONFIGURED OK" in r.stdout, r.stdout
