@@ -1,4 +1,5 @@
-"""`gpuspeed kernel` QA, round 10: a kernel handed to kernel_report() itself rather than a launcher.
+"""`gpuspeed kernel` QA, round 10: a kernel handed to kernel_report() itself rather than a launcher, and the limits
+table read by the names users see (sm_90a, compute_90a, 9.0a).
 
 The interpreted checks run in a fresh process: the interpreters must be on before Triton and Numba define kernels.
 """
@@ -10,6 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from gpuspeed.kernel.occupancy import KNOWN, known_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,3 +124,27 @@ def test_kernel_report_refuses_a_numba_kernel_without_its_launch_configuration(t
     assert r.returncode == 0, r.stderr[-3000:]
     assert "USERERROR" in r.stdout and "axpy is a @cuda.jit kernel, not a launcher" in r.stdout, r.stdout
     assert "axpy[blocks, threads]" in r.stdout and "CONFIGURED OK" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("name, cc", [("sm_90a", "9.0"), ("sm_100a", "10.0"), ("sm_120a", "12.0"),
+                                      ("compute_90a", "9.0"), ("9.0a", "9.0"), ("SM_89", "8.9"), (" sm_86 ", "8.6"),
+                                      ("sm_100f", "10.0"), ("90a", "9.0"), ((9, 0), "9.0"), ("(9, 0)", "9.0"),
+                                      ("sm_103", "10.3"), ("sm_121a", "12.1")])
+def test_known_limits_reads_the_arch_names_users_see(name, cc):
+    # Triton and nvcc name Hopper's target sm_90a (Blackwell's sm_100a / sm_100f): known_limits('sm_90a') was None,
+    # as were 'compute_90a', '9.0a', 'SM_89' and ' sm_86 '
+    got = known_limits(name)
+    assert got is not None and got.cc == cc, (name, got)
+
+
+def test_b300_and_gb10_share_their_family_limits():
+    # sm_103 (B300) and sm_121 (DGX Spark's GB10) were missing: device_limits() took sm_90's table for them
+    for cc, like in (("10.3", "10.0"), ("12.1", "12.0")):
+        a, b = KNOWN[cc].to_dict(), KNOWN[like].to_dict()
+        assert {k: v for k, v in a.items() if k not in ("cc", "sms")} == \
+               {k: v for k, v in b.items() if k not in ("cc", "sms")}
+
+
+@pytest.mark.parametrize("name", ["sm_9", "sm_", "", "banana", "sm_999", "9.x", (9,)])
+def test_known_limits_is_none_for_names_it_cannot_read(name):
+    assert known_limits(name) is None

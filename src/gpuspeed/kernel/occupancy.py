@@ -61,18 +61,26 @@ KNOWN = {
     "8.9": Limits("8.9", max_warps_per_sm=48, max_blocks_per_sm=24, smem_per_sm=102400, smem_per_block=101376),
     "9.0": Limits("9.0", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=233472, smem_per_block=232448, sms=132),
     "10.0": Limits("10.0", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=233472, smem_per_block=232448),
+    "10.3": Limits("10.3", max_warps_per_sm=64, max_blocks_per_sm=32, smem_per_sm=233472, smem_per_block=232448),
     "12.0": Limits("12.0", max_warps_per_sm=48, max_blocks_per_sm=32, smem_per_sm=102400, smem_per_block=101376),
+    "12.1": Limits("12.1", max_warps_per_sm=48, max_blocks_per_sm=32, smem_per_sm=102400, smem_per_block=101376),
 }
 
 
-def known_limits(cc: str) -> Limits | None:
-    """The table's limits for a compute capability ('9.0', 'sm_90', (9, 0)), or None when unknown."""
-    if isinstance(cc, tuple):
+def known_limits(cc) -> Limits | None:
+    """The table's limits for a compute capability, or None when unknown: '9.0', (9, 0), '(9, 0)', and the arch
+    names nvcc and Triton use: 'sm_90', 'sm_90a', 'compute_90a', 'sm_100f' (an arch-specific 'a' or family 'f'
+    target has its base capability's limits), in any case and with spaces around."""
+    import re
+
+    if isinstance(cc, (tuple, list)):
+        if len(cc) != 2:
+            return None
         cc = f"{cc[0]}.{cc[1]}"
-    cc = str(cc).replace("sm_", "")
-    if "." not in cc and len(cc) >= 2:
-        cc = f"{cc[:-1]}.{cc[-1]}"
-    return KNOWN.get(cc)
+    s = str(cc).strip().lower()
+    m = (re.fullmatch(r"\(?\s*(\d+)\s*,\s*(\d+)\s*\)?", s) or re.fullmatch(r"(\d+)\.(\d)[af]?", s)
+         or re.fullmatch(r"(?:sm_?|compute_?)?(\d+)(\d)[af]?", s))
+    return KNOWN.get(f"{int(m.group(1))}.{m.group(2)}") if m else None
 
 
 def device_limits(index: int | None = None) -> Limits | None:
