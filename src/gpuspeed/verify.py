@@ -323,8 +323,11 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
             same_special |= np.isnan(got) & np.isnan(want)
         diff = np.where(same_special, 0.0, diff)
         # NaN compares False, so NaN is always bad; an Inf or NaN where the reference is finite is bad whatever the
-        # tolerance (an infinite atol would otherwise take it)
-        bad = ~(diff <= atol + rtol * ref_abs) | (~np.isfinite(got) & finite_ref)
+        # tolerance (an infinite atol would otherwise take it), and so is anything but the same Inf where the
+        # reference holds one (-inf for +inf, or a finite value, passed an infinite atol: inf <= inf)
+        with np.errstate(invalid="ignore"):  # an infinite rtol x a zero |ref|: no relative room there, not NaN
+            tol = atol + np.where(ref_abs > 0, rtol * ref_abs, 0.0)
+        bad = ~(diff <= tol) | (~np.isfinite(got) & finite_ref) | (~finite_ref & ~same_special)
         fin = np.isfinite(diff)
         num = _norm(np.where(fin, diff, 0.0))
         den = _norm(ref_abs)
