@@ -38,3 +38,46 @@ def test_an_infinite_rtol_reads_a_wrong_infinity_without_a_warning():
     same = np.append(0.0, ref[1:])  # a zero in the reference: inf x 0 was NaN room, which failed 0 against 0
     with np.errstate(all="raise"):
         assert check(same.copy(), same, rtol=math.inf, atol=0).passed
+
+
+# --- check(): datetime64 and timedelta64 ------------------------------------------------------------------------
+
+
+def _times(unit="ns"):
+    base = np.datetime64("2026-01-01T00:00:00", unit)
+    return base + _rng().integers(1, 10**12, 6).astype(f"timedelta64[{unit}]")
+
+
+def test_datetimes_compare_exactly_not_to_a_float_tolerance_of_their_epoch_count():
+    ref = _times()
+    out = ref.copy()
+    out[2] += np.timedelta64(1, "ns")  # ~1.8e18 ns since 1970: rtol 1e-12 of it was a 1.8 ms tolerance
+    r = check(out, ref)
+    assert not r.passed and r.n_over_tol == 1 and r.worst_index == (2,), r.summary
+    assert check(ref.copy(), ref).passed
+
+
+def test_datetimes_in_different_units_compare_as_the_same_instants():
+    ref = _times("s")
+    assert check(ref.astype("datetime64[ns]"), ref).passed  # the same instants: counted in ns vs s
+    late = ref.astype("datetime64[ns]")
+    late[0] += np.timedelta64(1, "ms")
+    r = check(late, ref)
+    assert not r.passed and r.n_over_tol == 1 and r.worst_index == (0,), r.summary
+
+
+def test_timedeltas_compare_exactly_and_nat_is_like_nan():
+    ref = _rng().integers(10**15, 10**17, 5).astype("timedelta64[ns]")
+    out = ref.copy()
+    out[4] += np.timedelta64(1, "ns")
+    assert not check(out, ref).passed
+    ref[1] = out[1] = np.timedelta64("NaT")
+    ref[4] = out[4]
+    assert not check(out, ref).passed  # NaT, like NaN, matches only with equal_nan=True
+    assert check(out, ref, equal_nan=True).passed
+
+
+def test_a_datetime_against_a_number_is_a_failed_leaf_that_says_so():
+    ref = _times()
+    r = check(ref.astype(np.int64).astype(np.float64), ref)
+    assert not r.passed and "datetime" in r.summary, r.summary

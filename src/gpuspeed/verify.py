@@ -284,6 +284,20 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         kept = np.flatnonzero(~ref_mask)
         out_host, ref_host = out_host.reshape(-1)[kept], ref_host.reshape(-1)[kept]  # the unmasked values alone
         leaf.n_elements = int(kept.size)
+    nat = None  # datetime64 / timedelta64: (NaT in the output, NaT in the reference)
+    if {out_host.dtype.kind, ref_host.dtype.kind} & {"m", "M"}:
+        kinds = {"M": "datetime64", "m": "timedelta64"}
+        if out_host.dtype.kind != ref_host.dtype.kind:
+            what = kinds.get(ref_host.dtype.kind) or kinds[out_host.dtype.kind]
+            leaf.message = (f"a {what} compares only with a {what}: dtype {out_dtype} vs reference {ref_dtype_name} "
+                            "(convert both to the same kind)")
+            return leaf
+        # the same instants counted in ns and in s compare equal: both in the finer unit, then as integer counts,
+        # exactly (as floats, 1e-12 of ~1.8e18 ns since 1970 let 1.8 ms through)
+        common = np.promote_types(out_host.dtype, ref_host.dtype)
+        out_host, ref_host = out_host.astype(common), ref_host.astype(common)
+        nat = np.isnat(out_host), np.isnat(ref_host)
+        out_host, ref_host = out_host.view(np.int64), ref_host.view(np.int64)
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
     exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
     ref_nan = 0
@@ -332,6 +346,11 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         num = _norm(np.where(fin, diff, 0.0))
         den = _norm(ref_abs)
         leaf.rel_l2_err = (num / den if den > 0 else (0.0 if num == 0 else math.inf)) if fin.all() else math.inf
+    if nat is not None:  # NaT is the NaN of times: it never matches, unless equal_nan=True and both hold it
+        either, matched = nat[0] | nat[1], nat[0] & nat[1] & bool(equal_nan)
+        bad = (bad & ~either) | (either & ~matched)
+        diff = np.where(either, np.where(matched, 0.0, np.inf), diff)
+        leaf.nan_count, ref_nan = int(nat[0].sum()), int(nat[1].sum())
     leaf.n_over_tol = int(bad.sum())
     if diff.size:
         finite_diff = np.where(np.isfinite(diff), diff, np.inf)
