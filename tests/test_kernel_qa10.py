@@ -4,6 +4,7 @@ table read by the names users see (sm_90a, compute_90a, 9.0a).
 The interpreted checks run in a fresh process: the interpreters must be on before Triton and Numba define kernels.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -148,3 +149,67 @@ def test_b300_and_gb10_share_their_family_limits():
 @pytest.mark.parametrize("name", ["sm_9", "sm_", "", "banana", "sm_999", "9.x", (9,)])
 def test_known_limits_is_none_for_names_it_cannot_read(name):
     assert known_limits(name) is None
+
+
+GPUSPEED_INPUTS_LAUNCHER = '''
+import numpy as np
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice_k(x, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) * 2, mask=m)
+
+
+def twice(x):
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"twice wants a torch tensor (gpuspeed_inputs = 'torch'), got {type(x).__name__}")
+    o = torch.empty_like(x)
+    twice_k[(triton.cdiv(x.numel(), 128),)](x, o, x.numel(), BLOCK=128)
+    return o
+
+
+twice.gpuspeed_inputs = "torch"
+'''
+
+
+def _cli(tmp_path, source, target, *extra):
+    f = tmp_path / "user_launchers.py"
+    f.write_text(source)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", f"{f}:{target}", "--device", "cpu", *extra],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+def test_input_arrays_follow_the_launchers_gpuspeed_inputs(tmp_path):
+    # --input with --backend auto read the array library from the file's imports (numpy here) and ignored the
+    # launcher's own gpuspeed_inputs = "torch", which inputs(rng) honours: the launcher got NumPy arrays (a bundled
+    # hand kernel then moved them to the GPU inside every timed call), and the note named hand_kernels/__init__.py
+    # for a bundled variant
+    pytest.importorskip("triton")
+    r = _cli(tmp_path, GPUSPEED_INPUTS_LAUNCHER, "twice", "--input", "x=float32[1001]", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["backend"] == "triton" and doc["launches"][0]["grid"] == [8, 1, 1]
+    assert any("inputs as torch arrays" in n and "gpuspeed_inputs" in n for n in doc["notes"]), doc["notes"]
+    # --backend still chooses
+    r = _cli(tmp_path, GPUSPEED_INPUTS_LAUNCHER, "twice", "--input", "x=float32[1001]", "--backend", "numpy")
+    assert r.returncode == 2 and "twice wants a torch tensor" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_bundled_variants_input_arrays_are_the_torch_tensors_it_asks_for(tmp_path):
+    pytest.importorskip("triton")
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "src/gpuspeed/examples/histogram.py:variants.triton",
+                        "--input", "samples=float64[1001]", "--input", "bins=int:64", "--input", "lo=float:-1",
+                        "--input", "hi=float:1", "--device", "cpu", "--json"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert r.returncode == 0, r.stderr[-2000:]
+    notes = json.loads(r.stdout)["notes"]
+    assert any("inputs as torch arrays" in n for n in notes) and not any("imports none" in n for n in notes), notes

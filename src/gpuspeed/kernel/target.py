@@ -192,7 +192,11 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
     if specs:
         parsed = parse_specs(specs)
         if backend == "auto":
-            backend, why = infer_backend(fn)
+            asked = getattr(fn, "gpuspeed_inputs", None)  # the launcher's own word, as inputs(rng)'s arrays follow
+            if asked in ("torch", "numpy", "cupy"):
+                backend, why = asked, f"the launcher says gpuspeed_inputs = {asked!r}"
+            else:
+                backend, why = infer_backend(fn)
             notes.append(f"inputs as {backend} arrays: {why} (--backend to choose)")
         values = make_backend_inputs(parsed, backend, seed=seed, device=device)
         keyword = _keyword_only(fn) & set(values)
