@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from gpuspeed.errors import UserError
 from gpuspeed.verify import check
 
 
@@ -81,3 +82,37 @@ def test_a_datetime_against_a_number_is_a_failed_leaf_that_says_so():
     ref = _times()
     r = check(ref.astype(np.int64).astype(np.float64), ref)
     assert not r.passed and "datetime" in r.summary, r.summary
+
+
+# --- check(): an integer reference past 2**53 matched exactly by a float output ----------------------------------
+
+
+def test_a_float_output_must_match_a_large_integer_reference_exactly():
+    ref = _rng().integers(2**60, 2**62, 4, dtype=np.int64) | 1  # odd: no float64 holds it
+    out = ref.astype(np.float64)  # each rounded to a float, ~100 away from the integer
+    r = check(out, ref)
+    assert not r.passed and r.n_over_tol == 4, r.summary
+    assert r.max_abs_err >= 1
+    assert check(float(2**62), 2**62 + 1).passed is False  # Python's int and float alike
+    exact = np.array([2.0**62, -(2.0**61)])
+    assert check(exact, exact.astype(np.int64)).passed  # a float that is the integer still passes
+
+
+# --- check(): NumPy object arrays ------------------------------------------------------------------------------
+
+
+def test_an_object_array_of_floats_is_held_to_a_float_tolerance_not_exactness():
+    ref = _rng().standard_normal(5)
+    out = ref * (1 + 1e-14)
+    assert check(out.astype(object), ref.astype(object)).passed
+    assert not check((ref * 1.01).astype(object), ref.astype(object)).passed
+    big = np.array([2**70, 3], dtype=object)  # Python ints past int64 still compare exactly
+    assert not check(big + 1, big).passed and check(big.copy(), big).passed
+
+
+@pytest.mark.parametrize("value", [[1.0, 2.0], None, "text"])
+def test_an_object_array_of_non_numbers_is_one_line(value):
+    arr = np.empty(2, dtype=object)
+    arr[0], arr[1] = value, value
+    with pytest.raises(UserError, match="object array"):
+        check(arr, arr.copy())

@@ -21,6 +21,7 @@ only the unmasked elements are compared -- what a masked element holds, NaN incl
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Callable, Iterable
@@ -261,12 +262,62 @@ def _norm(x: np.ndarray) -> float:
     return scale * float(np.sqrt(np.sum((x / scale) ** 2)))
 
 
+def _object_numbers(arr: np.ndarray, name: str, which: str, path: str) -> tuple[np.ndarray, str]:
+    """An object array as numbers, and its dtype name: whole numbers (Python ints past int64) stay objects,
+    compared exactly; any other numbers become float64 (complex128) and are held to a Python float's
+    tolerance (an object array of floats was held to exactness, rtol 0); anything else (the lists of a ragged
+    array, None, text) is a one-line error, not a TypeError from subtracting them."""
+    if arr.dtype.kind != "O":
+        return arr, name
+    values = arr.reshape(-1).tolist()
+    if all(isinstance(v, numbers.Integral) for v in values):
+        return arr, name
+    odd = [v for v in values if not isinstance(v, numbers.Number)][:1]
+    if not odd:
+        cplx = any(not isinstance(v, numbers.Real) for v in values)
+        try:
+            return arr.astype(np.complex128 if cplx else np.float64), "python complex" if cplx else "python float"
+        except (TypeError, ValueError, OverflowError):
+            odd = [v for v in values if not isinstance(v, numbers.Integral)][:1]
+    raise UserError(f"check() compares numbers: the {which} at {path} is an object array holding "
+                    f"{type(odd[0]).__name__} {_short(odd[0])}; compare arrays of numbers (a ragged list of lists "
+                    "as nested lists, not np.array(..., dtype=object))")
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _exact_integer_diff(got: np.ndarray, ref: np.ndarray, diff: np.ndarray) -> np.ndarray:
+    """`diff` (|got - float64(ref)|) made exact where an integer reference is past 2**53: float64 rounds such an
+    integer, so a float output that is that rounding read as equal to it (2.0**62 against 2**62 + 1). Python
+    compares a float with an int exactly; where they differ yet read equal, the difference is taken in ints."""
+    with np.errstate(invalid="ignore"):
+        far = np.abs(ref.astype(np.float64)) >= 2.0**53
+    if not far.any():
+        return diff
+    idx = np.flatnonzero(far & (diff.reshape(far.shape) == 0))
+    if not idx.size:
+        return diff
+    diff = np.array(diff, dtype=np.float64)  # a 0-d result of np.where is an array too
+    flat_got, flat_ref, flat_diff = got.reshape(-1), ref.reshape(-1), diff.reshape(-1)
+    for i in idx:
+        o, r = float(flat_got[i]), flat_ref[i]
+        # o is finite (diff 0) and, past 2**53, a whole number: int(o) is exact
+        if isinstance(r, numbers.Integral) and o != int(r):
+            flat_diff[i] = float(abs(int(o) - int(r)))
+    return diff
+
+
 def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     out_host, out_dtype = _to_host(out)
     ref_host, ref_dtype_name = _to_host(ref)
     for arr, which in ((out_host, "output"), (ref_host, "reference")):
         if arr.dtype.kind not in "biufcOmM":  # strings, bytes, records: no numeric difference to take
             raise UserError(f"check() compares numbers: the {which} at {path} is an array of {arr.dtype}")
+    out_host, out_dtype = _object_numbers(out_host, out_dtype, "output", path)
+    ref_host, ref_dtype_name = _object_numbers(ref_host, ref_dtype_name, "reference", path)
     leaf = LeafCheck(path=path, passed=False, shape=tuple(out_host.shape), ref_shape=tuple(ref_host.shape),
                      dtype=out_dtype, ref_dtype=ref_dtype_name, n_elements=int(out_host.size))
     if out_host.shape != ref_host.shape:
@@ -303,7 +354,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     ref_nan = 0
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
     # an integer or bool reference (a count, an index, a mask) is matched exactly, even by a float output
-    exact_ref = exact or ref_host.dtype.kind in "biu" and out_host.dtype.kind == "f"
+    exact_ref = exact or ref_host.dtype.kind in "biuO" and out_host.dtype.kind == "f"
     if rtol is None:
         rtol = default_rtol(dtype) if dtype else (
             EXACT if exact_ref else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
@@ -336,6 +387,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         if equal_nan:
             same_special |= np.isnan(got) & np.isnan(want)
         diff = np.where(same_special, 0.0, diff)
+        if not cplx and ref_host.dtype.kind in "iuO":
+            diff = _exact_integer_diff(got, ref_host, diff)
         # NaN compares False, so NaN is always bad; an Inf or NaN where the reference is finite is bad whatever the
         # tolerance (an infinite atol would otherwise take it), and so is anything but the same Inf where the
         # reference holds one (-inf for +inf, or a finite value, passed an infinite atol: inf <= inf)
