@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gpuspeed.errors import UserError
+from gpuspeed.memory import peak_memory
 from gpuspeed.verify import check
 
 
@@ -116,3 +117,21 @@ def test_an_object_array_of_non_numbers_is_one_line(value):
     arr[0], arr[1] = value, value
     with pytest.raises(UserError, match="object array"):
         check(arr, arr.copy())
+
+
+# --- peak_memory() nested ------------------------------------------------------------------------------------------
+
+
+def test_a_nested_peak_memory_keeps_the_outer_calls_earlier_peak():
+    n = 48_000_000 + int(_rng().integers(0, 2**20))
+
+    def inner():
+        return np.empty(16)
+
+    def outer():
+        a = np.empty(n, dtype=np.uint8)  # untouched: tracemalloc sees it, the RSS does not
+        del a
+        return peak_memory(inner, warmup=0)
+
+    rep = peak_memory(outer, warmup=0)
+    assert rep.peak_bytes >= n, rep

@@ -306,6 +306,11 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
                         notes=notes)
 
 
+# the tracemalloc windows of the peak_memory() calls in progress (one inside another's call): tracemalloc has one
+# peak, which a nested call's reset_peak() would take from the outer call, so the nested call hands it on here
+_HOST_WINDOWS: list[list[int]] = []
+
+
 def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     """The host peak of one call; `name` set: refuse a lazy result (the call was not seen in a warm-up)."""
     rss0 = _rss_bytes()
@@ -313,8 +318,14 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
+    elif _HOST_WINDOWS:  # inside another peak_memory's call: its peak so far survives the reset below
+        _, peak_so_far = tracemalloc.get_traced_memory()
+        for window in _HOST_WINDOWS:
+            window[0] = max(window[0], peak_so_far)
     tracemalloc.reset_peak()
     base, _ = tracemalloc.get_traced_memory()
+    mine = [0]  # the highest peak a nested peak_memory's reset took from this window
+    _HOST_WINDOWS.append(mine)
     if sampler:
         sampler.start()
     try:
@@ -322,6 +333,8 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     finally:
         rss_peak = sampler.stop() if sampler else None
         _, traced_peak = tracemalloc.get_traced_memory()
+        traced_peak = max(traced_peak, mine[0])
+        _HOST_WINDOWS.remove(mine)
         if not was_tracing:
             tracemalloc.stop()
     from gpuspeed.timing import lazy_result
