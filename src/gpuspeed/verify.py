@@ -11,7 +11,10 @@ rtol defaults by dtype (TOLERANCES; the less precise of out and ref, or `dtype=`
 so elements far smaller than the output's typical magnitude are judged on that scale, not their own.
 A Python float carries no record of the precision it was computed in (`x.sum().item()` of a float32
 tensor is one), so it is held to float32's tolerance; pass dtype="float64" or rtol= to hold it tighter.
-Integer and bool outputs compare exactly, and so does a float output against an integer or bool reference.
+Integer and bool outputs compare exactly, and so does a float output against an integer or bool reference (past
+2**53 too, where float64 would round the integer). datetime64 and timedelta64 compare exactly, as counts of the finer
+of the two units; NaT is their NaN. An object array of whole numbers compares exactly; of other numbers, as floats
+held to a Python float's tolerance.
 Quantized torch tensors (qint8, quint8, ...) are compared by their dequantized values, at the rtol and atol
 you pass: they have no default tolerance, since their scale, not their dtype, sets their error.
 NumPy masked arrays (numpy.ma): the masks must match exactly (a plain array is one with nothing masked), and
