@@ -213,3 +213,41 @@ def test_a_bundled_variants_input_arrays_are_the_torch_tensors_it_asks_for(tmp_p
     assert r.returncode == 0, r.stderr[-2000:]
     notes = json.loads(r.stdout)["notes"]
     assert any("inputs as torch arrays" in n for n in notes) and not any("imports none" in n for n in notes), notes
+
+
+NUMPY_TO_TRITON = '''
+import numpy as np
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_k(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+
+def copy(x):
+    o = np.empty_like(x)
+    copy_k[(triton.cdiv(x.size, 128),)](x, o, x.size, BLOCK=128)
+    return o
+
+
+def copy_kw(x):
+    o = np.empty_like(x)
+    copy_k[(triton.cdiv(x.size, 128),)](x, dst=o, n=x.size, BLOCK=128)
+    return o
+'''
+
+
+@pytest.mark.parametrize("target, arg", [("copy", "src"), ("copy_kw", "src")])
+def test_numpy_arrays_handed_to_an_interpreted_triton_kernel_are_named(tmp_path, target, arg):
+    # a launcher handing NumPy arrays to a Triton kernel ended in the interpreter's
+    # "InterpreterError: AttributeError(\"'numpy.ndarray' object has no attribute 'type'\")"
+    pytest.importorskip("triton")
+    r = _cli(tmp_path, NUMPY_TO_TRITON, target, "--input", "x=float32[300]")
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert f"copy_k: argument {arg} is a NumPy array" in errors[0] and "torch.from_numpy" in errors[0], errors[0]

@@ -250,6 +250,8 @@ class Capture:
         cap = self
 
         def run(jitfn, *args, grid, warmup, **kwargs):
+            if interpreted:
+                _refuse_host_arrays(jitfn, args, kwargs)
             record = cap.recording and not warmup and not cap._get("benchmarking", 0)
             if not record:
                 return orig(jitfn, *args, grid=grid, warmup=warmup, **kwargs)
@@ -312,8 +314,29 @@ class Capture:
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
 
 
-class OutOfBounds(Exception):
+class InterpretedLaunchError(Exception):
+    """An interpreted Triton launch that would go wrong: kernel_report says it in one line (report.py)."""
+
+
+class OutOfBounds(InterpretedLaunchError):
     """An interpreted Triton kernel's unmasked load or store reaches outside every tensor argument."""
+
+
+class NotATensor(InterpretedLaunchError):
+    """A NumPy array handed to an interpreted Triton kernel (the interpreter fails on it with an AttributeError)."""
+
+
+def _refuse_host_arrays(jitfn, args, kwargs) -> None:
+    """NotATensor, naming the kernel and the argument, when a NumPy array is among an interpreted launch's arguments."""
+    import numpy as np
+
+    names = list(getattr(jitfn, "arg_names", None) or [])
+    given = [(names[i] if i < len(names) else f"#{i}", v) for i, v in enumerate(args)] + list(kwargs.items())
+    for arg, v in given:
+        if isinstance(v, np.ndarray) and v.ndim > 0:  # a 0-d array passes as a scalar
+            kernel = getattr(getattr(jitfn, "fn", None), "__name__", None) or getattr(jitfn, "__name__", "kernel")
+            raise NotATensor(f"{kernel}: argument {arg} is a NumPy array: Triton kernels take torch tensors for "
+                             "pointer arguments (torch.from_numpy(a), moved with .cuda() on a GPU)")
 
 
 def _storage_ranges(host_args) -> tuple:
