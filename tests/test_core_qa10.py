@@ -135,3 +135,17 @@ def test_a_nested_peak_memory_keeps_the_outer_calls_earlier_peak():
 
     rep = peak_memory(outer, warmup=0)
     assert rep.peak_bytes >= n, rep
+
+
+# --- bench() and peak_memory(): kwargs= with a key that is not a keyword name ----------------------------------------
+
+
+@pytest.mark.parametrize("key", [1, None, ("y",)])
+def test_kwargs_with_a_key_that_is_not_a_string_is_one_line(key):
+    from gpuspeed.timing import bench
+
+    x = _rng().standard_normal(8)
+    with pytest.raises(UserError, match="keyword names"):
+        bench(lambda x, **kw: x, x, kwargs={key: x}, budget_s=0.05)
+    with pytest.raises(UserError, match="keyword names"):
+        peak_memory(lambda x, **kw: x, x, kwargs={key: x})

@@ -221,6 +221,8 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"kwargs= is a dict of keyword arguments for fn, got {type(kwargs).__name__}")
     kwargs = kwargs or {}
+    if (why := trees.bad_keyword(kwargs)) is not None:  # fn(**{1: x}): a TypeError from inside the run
+        raise UserError(why)
     from gpuspeed.timing import lazy_result
 
     if (why := lazy_result(fn, trees.callable_name(fn), "peak_memory() would measure")) is not None:

@@ -59,6 +59,14 @@ def one_pass_argument(args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+def bad_keyword(kwargs) -> str | None:
+    """Why `kwargs` cannot be passed as fn(**kwargs) (a key that is not a string: {1: x}), in words, or None."""
+    odd = [k for k in kwargs if not isinstance(k, str)][:1]
+    if not odd:
+        return None
+    return f"kwargs= keys are keyword names (strings), got the {type(odd[0]).__name__} key {odd[0]!r}"
+
+
 def nbytes(obj) -> int:
     """Bytes held by the arrays of a tree (torch, NumPy, CuPy, JAX); scalars count nothing."""
     total = 0

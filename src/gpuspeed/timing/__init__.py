@@ -132,6 +132,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
     kwargs = kwargs or {}
+    if (why := trees.bad_keyword(kwargs)) is not None:  # fn(**{1: x}): a TypeError from inside the run
+        raise UserError(why)
     if not callable(fn):
         raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
     if not (isinstance(flush, (bool, np.bool_)) or callable(flush)):  # None read as False
