@@ -251,3 +251,35 @@ def test_numpy_arrays_handed_to_an_interpreted_triton_kernel_are_named(tmp_path,
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert f"copy_k: argument {arg} is a NumPy array" in errors[0] and "torch.from_numpy" in errors[0], errors[0]
+
+
+LAMBDA_NAME = '''
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from gpuspeed import kernel_report
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def half_k(x, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) * 0.5, mask=m)
+
+
+x = torch.from_numpy(np.random.default_rng().standard_normal(777).astype(np.float16))
+o = torch.empty_like(x)
+rep = kernel_report(half_k[lambda meta: (triton.cdiv(777, meta["BLOCK"]),)], x, o, 777, device="cpu")
+print("NAME", rep.name, rep.lines()[0])
+assert torch.equal(o, x * 0.5)
+'''
+
+
+def test_a_kernel_with_its_grid_is_named_after_the_kernel(tmp_path):
+    # kernel_report(half_k[grid], ...) reported '<lambda>: triton kernel launcher' (triton's __getitem__ returns a lambda)
+    pytest.importorskip("triton")
+    r = _interpreted(tmp_path, LAMBDA_NAME)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "NAME half_k[grid] half_k[grid]: triton kernel launcher" in r.stdout, r.stdout

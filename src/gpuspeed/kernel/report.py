@@ -307,6 +307,22 @@ def _raise_out_of_bounds(exc: BaseException) -> None:
         e = e.__cause__ or e.__context__
 
 
+def _grid_launch_name(fn) -> str | None:
+    """'kern[grid]' for Triton's `kern[grid]` (a lambda over the kernel and its grid), else None."""
+    from gpuspeed.kernel.target import is_triton_kernel, kernel_name
+
+    if getattr(fn, "__name__", None) != "<lambda>":
+        return None
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            obj = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if is_triton_kernel(obj):
+            return f"{kernel_name(obj)}[grid]"
+    return None
+
+
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
                   kwargs: dict | None = None, unit: str | None = None, expected: Any = None,
@@ -330,7 +346,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     from gpuspeed.kernel.target import refuse_kernel
 
     kwargs = kwargs or {}
-    name = name or callable_name(fn, "kernel")
+    name = name or _grid_launch_name(fn) or callable_name(fn, "kernel")
     refuse_kernel(fn, name, getattr(fn, "__name__", None), "pass the function that launches it, or the kernel with "
                   "its launch configuration")
     gpu = resolve_device(device) == "cuda"

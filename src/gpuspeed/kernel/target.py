@@ -73,16 +73,27 @@ def load_target(target: str) -> tuple[Callable, object, str]:
     return obj, module, attr
 
 
+def is_triton_kernel(obj) -> bool:
+    """Whether obj is a @triton.jit kernel (a JITFunction or InterpretedFunction, maybe under an Autotuner or
+    Heuristics), read from its classes: triton is not imported here."""
+    return any(c.__name__ == "KernelInterface" and c.__module__.startswith("triton") for c in type(obj).__mro__)
+
+
+def kernel_name(obj) -> str:
+    """A kernel's function name, through the Autotuner / Heuristics wrappers (which have none of their own)."""
+    inner, depth = obj, 0
+    while getattr(inner, "__name__", None) is None and getattr(inner, "fn", None) is not None and depth < 8:
+        inner, depth = inner.fn, depth + 1
+    return getattr(inner, "__name__", None) or "kernel"
+
+
 def refuse_kernel(obj, label: str, name: str | None, advice: str) -> None:
     """A @triton.jit kernel (autotuned or not) or an unconfigured @cuda.jit kernel where a launcher belongs: a
     UserError naming it and how to launch it. `kern[grid]` / `kern[blocks, threads]` are launchers and pass."""
     cls = type(obj)
-    inner, depth = obj, 0
-    while getattr(inner, "__name__", None) is None and getattr(inner, "fn", None) is not None and depth < 8:
-        inner, depth = inner.fn, depth + 1  # an Autotuner or Heuristics wraps the JITFunction, which has the name
-    name = name if name not in (None, "kernel") else getattr(inner, "__name__", None) or "kernel"
+    name = name if name not in (None, "kernel") else kernel_name(obj)
     label = label if label != "kernel" else name
-    if any(c.__name__ == "KernelInterface" and c.__module__.startswith("triton") for c in cls.__mro__):
+    if is_triton_kernel(obj):
         raise UserError(f"{label} is a @triton.jit kernel, not a launcher: {advice} ({name}[grid](...))")
     if "numba" in cls.__module__ and (cls.__name__ in ("CUDADispatcher", "Dispatcher") or (
             cls.__name__ == "FakeCUDAKernel" and (getattr(obj, "grid_dim", None) is None  # the simulator's unconfigured
