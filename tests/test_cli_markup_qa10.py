@@ -113,12 +113,9 @@ def test_roofline_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
     assert f"wrote {out / 'roofline.json'}, {out / 'roofline.md'}" in cap.out
 
 
-def test_the_progress_bar_prints_a_step_naming_the_users_candidate_as_it_is(tmp_path, capsys, monkeypatch):
-    # on a terminal the bar names each candidate; a variant called so stopped the bar's thread with a MarkupError
-    # traceback in mid-run (the other commands' steps hold no user text: this is the one a user can reach)
-    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws the bar as on a terminal
-    name = f"f{BR}{BAD}"
-    src = _source(tmp_path, f"""
+def _bracketed_variant(tmp_path, name):
+    """A workload whose one variant is called `name` (a name holding brackets)."""
+    return _source(tmp_path, f"""
         import numpy as np
         def original(x):
             return np.tanh(x) * 2.0
@@ -128,6 +125,14 @@ def test_the_progress_bar_prints_a_step_naming_the_users_candidate_as_it_is(tmp_
         def inputs(rng):
             return (rng.standard_normal(3000),)
         """)
+
+
+def test_the_progress_bar_prints_a_step_naming_the_users_candidate_as_it_is(tmp_path, capsys, monkeypatch):
+    # on a terminal the bar names each candidate; a variant called so stopped the bar's thread with a MarkupError
+    # traceback in mid-run (the other commands' steps hold no user text: this is the one a user can reach)
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws the bar as on a terminal
+    name = f"f{BR}{BAD}"
+    src = _bracketed_variant(tmp_path, name)
     rc, cap = _cli(capsys, "optimize", str(src), "--device", "cpu", "--backends", "variant", "--time-budget", "30",
                    "--bench-budget", "0.05", "--out", str(tmp_path / "o"), "--json")
     assert rc == 0, cap.err
@@ -138,16 +143,7 @@ def test_optimize_prints_a_candidate_and_paths_with_brackets_as_they_are(tmp_pat
     # the table's candidate cell, the primary line and the report/script paths went through markup: a variant named
     # so ended the finished run with a MarkupError traceback (exit 1)
     name = f"f{BR}{BAD}"
-    src = _source(tmp_path, f"""
-        import numpy as np
-        def original(x):
-            return np.tanh(x) * 2.0
-        def plain(x):
-            return np.tanh(x) + np.tanh(x)
-        variants = {{{name!r}: plain}}
-        def inputs(rng):
-            return (rng.standard_normal(3000),)
-        """)
+    src = _bracketed_variant(tmp_path, name)
     out = _odd(tmp_path)
     rc, cap = _cli(capsys, "optimize", str(src), "--device", "cpu", "--backends", "variant", "--time-budget", "30",
                    "--bench-budget", "0.05", "--out", str(out))
