@@ -549,3 +549,14 @@ def test_poisoned_numpy_empty_fills_any_shape_and_layout(make):
     with _Poison(torch_fill=False):
         objects = np.empty(2, dtype=object)  # left alone: no byte pattern means anything there
     assert list(objects) == [None, None]
+
+
+def test_pipeline_plan_when_the_first_measured_peak_is_the_larger():
+    # the H100 run at 194c40c: pairwise_distance on CuPy under 256 MiB measured a larger peak at the smaller chunk
+    # (a first-use cost), so the line fell; doubling its falling slope for two chunks in flight made a negative
+    # "peak" (-85 MB) that plan_chunks refused, and the chunked candidate ended as an error instead of running
+    fell = budget.plan_for_pipeline(118, 150 * MiB, 237, 40 * MiB, BUDGET, in_flight=2, max_size=3794)
+    assert fell.max_chunk == 3794  # what was measured fits: the peak does not grow with the chunk
+    assert fell.predicted_peak_bytes == 150 * MiB  # judged by the larger measured peak, never a negative one
+    over = budget.plan_for_pipeline(118, BUDGET, 237, 40 * MiB, BUDGET, in_flight=2, max_size=3794)
+    assert not over.max_chunk

@@ -115,6 +115,10 @@ def plan_for_pipeline(size_a: int, peak_a: int, size_b: int, peak_b: int, budget
         return int(round(fixed + in_flight * slope * size))
 
     planned = int(budget_bytes * (1 - PIPELINE_SLACK)) if in_flight > 1 else int(budget_bytes)
+    if slope <= 0:
+        # no per-item cost to multiply by the chunks in flight: a falling pair (a first-use cost at the smaller
+        # chunk) doubled went below zero; plan_chunks judges a flat or falling peak by the larger measured one
+        return plan_chunks(size_a, peak_a, size_b, peak_b, planned, max_size=max_size)
     return plan_chunks(size_a, pipeline_peak(size_a), size_b, pipeline_peak(size_b), planned, max_size=max_size)
 
 
@@ -209,9 +213,10 @@ def chunk_size_for(impl, wl, spec: dict, chunk: dict, library: str | None = None
     pred = f"{plan.predicted_peak_bytes / 2**30:.2f} GiB" if plan.predicted_peak_bytes else "?"
     per_item = (pb - pa) / (b - a)
     fixed = pa - per_item * a
-    note = (f"chunk planner: peak = {fixed / 2**20:.0f} MiB + {per_item / 2**20:.3f} MiB per item per chunk "
-            f"(measured at {a} and {b} items), {in_flight} chunk(s) in flight; {size} items per chunk, predicted "
-            f"peak {pred}, {plan.note}")
+    line = (f"peak = {fixed / 2**20:.0f} MiB + {per_item / 2**20:.3f} MiB per item per chunk" if per_item > 0 else
+            f"peak {pa / 2**20:.0f} MiB at {a} items and {pb / 2**20:.0f} MiB at {b}: no per-item growth")
+    note = (f"chunk planner: {line} (measured at {a} and {b} items), {in_flight} chunk(s) in flight; {size} items "
+            f"per chunk, predicted peak {pred}, {plan.note}")
     if not library or size >= n:
         return size, note
     measured, how = _pipeline_peak(impl, args, axes, chunk["out_axes"], size, library, budget_bytes)
