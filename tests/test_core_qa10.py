@@ -149,3 +149,11 @@ def test_kwargs_with_a_key_that_is_not_a_string_is_one_line(key):
         bench(lambda x, **kw: x, x, kwargs={key: x}, budget_s=0.05)
     with pytest.raises(UserError, match="keyword names"):
         peak_memory(lambda x, **kw: x, x, kwargs={key: x})
+
+
+def test_a_length_or_structure_mismatch_says_which_side_is_which():
+    # "length differs: 2 vs 3" left the user to guess whether their function or the reference returned fewer
+    r = check([np.ones(2), np.ones(2)], [np.ones(2), np.ones(2), np.ones(2)])
+    assert not r.passed and "output has 2 items, reference 3" in r.summary, r.summary
+    r = check((np.ones(2),), np.ones(2))
+    assert not r.passed and "output tuple, reference ndarray" in r.summary, r.summary

@@ -302,7 +302,7 @@ def test_kernel_report_checks_the_output_against_an_expected_one():
     assert bad.check["rtol"] == 1e-5 and bad.to_results()["summary"]["check_passed"] is False
     assert bad.verdict.startswith("WRONG: its output differs from x + y")
     none = kernel_report(lambda x: add_launcher(x, x) and None, x, device="cpu", expected=want)
-    assert none.rule == "wrong" and "NoneType vs" in none.check["summary"]  # a launcher that returns nothing
+    assert none.rule == "wrong" and "output NoneType" in none.check["summary"]  # a launcher that returns nothing
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="triton was imported before TRITON_INTERPRET=1 (or there is a GPU)")

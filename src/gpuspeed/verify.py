@@ -220,7 +220,7 @@ def _pairs(out, ref, path="out"):
     """Walk two nested structures together, yielding (path, out_leaf, ref_leaf) or a structure error."""
     if isinstance(ref, dict) or isinstance(out, dict):
         if not (isinstance(ref, dict) and isinstance(out, dict)):
-            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            yield path, None, None, f"structure differs: output {type(out).__name__}, reference {type(ref).__name__}"
             return
         if set(out) != set(ref):
             missing, extra = set(ref) - set(out), set(out) - set(ref)  # repr: key 1 and key '1' read apart
@@ -232,16 +232,16 @@ def _pairs(out, ref, path="out"):
             yield from _pairs(out[k], ref[k], f"{path}[{k!r}]")
     elif isinstance(ref, (list, tuple)) or isinstance(out, (list, tuple)):
         if not (isinstance(ref, (list, tuple)) and isinstance(out, (list, tuple))):
-            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            yield path, None, None, f"structure differs: output {type(out).__name__}, reference {type(ref).__name__}"
             return
         if len(out) != len(ref):
-            yield path, None, None, f"length differs: {len(out)} vs {len(ref)}"
+            yield path, None, None, f"length differs: output has {len(out)} items, reference {len(ref)}"
             return
         for i, (o, r) in enumerate(zip(out, ref, strict=True)):
             yield from _pairs(o, r, f"{path}[{i}]")
     elif _is_record(ref) or _is_record(out):  # a dataclass instance: its fields, by name
         if not (_is_record(ref) and _is_record(out)):
-            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            yield path, None, None, f"structure differs: output {type(out).__name__}, reference {type(ref).__name__}"
             return
         names, ref_names = record_fields(out), record_fields(ref)
         if names != ref_names:
@@ -251,7 +251,7 @@ def _pairs(out, ref, path="out"):
             yield from _pairs(getattr(out, name), getattr(ref, name), f"{path}.{name}")
     elif out is None or ref is None:  # a function that returned None where a value was expected, or the reverse
         if out is not ref:
-            yield path, None, None, f"structure differs: {type(out).__name__} vs {type(ref).__name__}"
+            yield path, None, None, f"structure differs: output {type(out).__name__}, reference {type(ref).__name__}"
     else:
         yield path, out, ref, None
 
