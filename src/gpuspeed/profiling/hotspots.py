@@ -203,10 +203,9 @@ def _code_objects(targets, roots=(), home=None) -> list:
     return list(found.values())
 
 
-def tracer_costs() -> tuple[float, float]:
-    """(per hit, per event) in seconds: what the settrace timer charges a line for each of its own hits,
-    and what each event of a traced frame called from a line adds to that line. The fastest of a few
-    rounds over a loop that does nothing (noise from other processes only ever adds); ~25 ms.
+def tracer_costs() -> float:
+    """Seconds the settrace timer charges a line for each of its own hits: the fastest of a few rounds over a
+    loop that does nothing (noise from other processes only ever adds); ~25 ms.
 
     Measured beside each run it corrects, never once per process: a line's own work (tens of ns) is a small
     part of the timer's ~300 ns a hit, so a calibration taken in a slower moment than the run subtracted
@@ -216,17 +215,13 @@ def tracer_costs() -> tuple[float, float]:
             pass
 
     code = idle.__code__
-    per_hit, per_event = [], []
+    per_hit = []
     for _ in range(5):
-        t0 = time.thread_time()  # CPU time: on a busy machine the wall clock also holds other processes
         acc = _line_times_settrace([code], idle, (2000,), {})
-        cpu = time.thread_time() - t0
-        hits, t = acc.get((code.co_filename, code.co_firstlineno + 2), (0, 0.0))
-        events = sum(v[0] for v in acc.values())
+        hits, t = acc.get((code.co_filename, code.co_firstlineno + 2), (0, 0.0, 0))[:2]
         if hits:
             per_hit.append(t / hits)
-            per_event.append(cpu / events)
-    return (min(per_hit), min(per_event)) if per_hit else (0.0, 0.0)
+    return min(per_hit) if per_hit else 0.0
 
 
 LONG_INTERVAL_S = 100e-6  # a line interval this long may hold time spent waiting for a CPU: look it up
@@ -251,43 +246,67 @@ def _run_delay_reader():
     return read, fd
 
 
-def _line_times_settrace(codes, fn, args, kwargs, event_cost: float = 0.0) -> dict:
-    """{(file, line): [hits, seconds]} from a sys.settrace line timer (fallback for line_profiler).
+def _line_times_settrace(codes, fn, args, kwargs) -> dict:
+    """{(file, line): [hits, seconds, callee hits]} from a sys.settrace line timer (fallback for line_profiler).
 
+    Every interval between two events goes to the line running in the innermost traced frame (untraced code a
+    line calls is that line's time). A line that calls traced code is charged, besides its own intervals, the
+    time of the callee's lines and of what they call, and `callee hits` counts the line events in there: the
+    caller takes off the timer's cost per hit for its own hits and for those, as the callee's lines do, so a
+    calling line holds what its callee's lines hold (an estimate of the timer's work in the callee from its
+    event count, taken off the wall time across the call, was off by the error per event times hundreds of
+    thousands of events: the line `sys.exit(main())` read 0 s, or three times main's own lines).
     Time the thread spent waiting for a CPU while other processes ran (Linux run_delay) is not charged to
-    the line that happened to be running: on a busy machine it would otherwise land on any line. A line
-    that calls traced code is not charged `event_cost` per event of the timer in there either."""
+    the line that happened to be running: on a busy machine it would otherwise land on any line."""
     targets = set(codes)
-    acc: dict = defaultdict(lambda: [0, 0.0])
+    acc: dict = defaultdict(lambda: [0, 0.0, 0])
     clock = time.perf_counter
     read_delay, fd = _run_delay_reader()
-    delay = [read_delay() if read_delay else 0.0]  # latest run_delay read
-    events = [0]
+    stack: list = []  # one entry a traced frame being run: [frame, its line or None, seconds, hits], innermost last
+    last = [clock(), read_delay() if read_delay else 0.0]  # when the previous event ended, run_delay then
+
+    def charge(now):
+        """The interval since the previous event, to the innermost traced frame's running line."""
+        dt = now - last[0]
+        if dt > LONG_INTERVAL_S and read_delay is not None:
+            delay = read_delay()
+            dt -= min(max(delay - last[1], 0.0), dt)
+            last[1] = delay
+        if stack:
+            top = stack[-1]
+            top[2] += dt
+            if top[1] is not None:
+                acc[(top[0].f_code.co_filename, top[1])][1] += dt
 
     def local(frame, event, arg):
-        now = clock()
-        events[0] += 1
-        key = id(frame)
-        last = _last.get(key)
-        if last is not None:  # the time since the last event belongs to the line that was running
-            dt = now - last[1] - (events[0] - last[3] - 1) * event_cost
-            if dt > LONG_INTERVAL_S and read_delay is not None:
-                delay[0] = read_delay()
-                dt -= min(max(delay[0] - last[2], 0.0), dt)
-            acc[(frame.f_code.co_filename, last[0])][1] += max(dt, 0.0)
+        charge(clock())
+        if not stack or stack[-1][0] is not frame:  # not seen called (cannot happen): time it from here
+            stack.append([frame, None, 0.0, 0])
+        top = stack[-1]
         if event == "line":
-            acc[(frame.f_code.co_filename, frame.f_lineno)][0] += 1
-            _last[key] = (frame.f_lineno, clock(), delay[0], events[0])
-        elif event == "return":
-            _last.pop(key, None)
-        elif last is not None:
-            _last[key] = (last[0], clock(), delay[0], events[0])
+            top[1] = frame.f_lineno
+            top[3] += 1
+            acc[(frame.f_code.co_filename, top[1])][0] += 1
+        elif event == "return":  # also on a yield, and on leaving by an exception
+            stack.pop()
+            if stack:  # the callee's whole time and hits go to the line that called it
+                caller = stack[-1]
+                caller[2] += top[2]
+                caller[3] += top[3]
+                if caller[1] is not None:
+                    entry = acc[(caller[0].f_code.co_filename, caller[1])]
+                    entry[1] += top[2]
+                    entry[2] += top[3]
+        last[0] = clock()
         return local
 
-    _last: dict = {}
-
     def glob(frame, event, arg):
-        return local if frame.f_code in targets else None
+        if frame.f_code not in targets:
+            return None
+        charge(clock())
+        stack.append([frame, None, 0.0, 0])
+        last[0] = clock()
+        return local
 
     old = sys.gettrace()
     sys.settrace(glob)
@@ -334,11 +353,11 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
     if use_lp:
         acc, used = _line_times_lp([f for f, _ in pairs], fn, args, kwargs), "line_profiler"
     else:
-        per_hit, per_event = tracer_costs()
-        acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs, event_cost=per_event), "settrace"
-        per_hit = min(per_hit, tracer_costs()[0])  # and after: if the run was faster, subtract no more than it paid
-        for v in acc.values():
-            v[1] = max(v[1] - v[0] * per_hit, 0.0)
+        per_hit = tracer_costs()
+        acc, used = _line_times_settrace([c for _, c in pairs], fn, args, kwargs), "settrace"
+        per_hit = min(per_hit, tracer_costs())  # and after: if the run was faster, subtract no more than it paid
+        for v in acc.values():  # the timer's cost for the line's own hits and for its traced callees' hits
+            v[1] = max(v[1] - (v[0] + v[2]) * per_hit, 0.0)
     functions = []
     for _func, code in pairs:
         module = code.co_name == "<module>"
@@ -356,7 +375,7 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
             ln = start + off
             if ln not in own:
                 continue
-            hits, t = acc.get((code.co_filename, ln), (0, 0.0))
+            hits, t = acc.get((code.co_filename, ln), (0, 0.0))[:2]
             if hits or t:
                 lines.append({"line": ln, "hits": hits, "time_s": t, "code": text.rstrip()})
         total = sum(r["time_s"] for r in lines)

@@ -1,0 +1,64 @@
+"""QA round 11 on the instruments: profile of users' scripts, launch, roofline, graphs, doctor, bench, results
+(CPU unless marked gpu)."""
+
+import textwrap
+
+from gpuspeed.profiling import hotspots
+from gpuspeed.profiling.script import ScriptRunner
+
+
+# -- profile: the settrace line timer charges a calling line what its callee's lines hold -------------
+
+
+def _qa11_work(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def _qa11_caller(n):
+    a = _qa11_work(n)
+    return a + 1
+
+
+def test_settrace_line_that_calls_a_traced_function_holds_the_callees_time():
+    """The line calling a timed function was charged the wall time across the call less an estimate of the
+    timer's work in there (events x a calibrated cost per event): hundreds of thousands of events times the
+    error of that estimate left the line at 0 s, or at two or three times the callee's own lines."""
+    w, c = _qa11_work.__code__, _qa11_caller.__code__
+    targets = [(w.co_filename, w.co_firstlineno, w.co_name), (c.co_filename, c.co_firstlineno, c.co_name)]
+    for _ in range(5):
+        lt = hotspots.line_times(targets, _qa11_caller, (60_000,), backend="settrace")
+        funcs = {f["function"]: f for f in lt["functions"]}
+        callee = funcs["_qa11_work"]["time_s"]
+        (call_line,) = [r for r in funcs["_qa11_caller"]["lines"] if r["line"] == c.co_firstlineno + 1]
+        assert callee > 0 and 0.95 * callee <= call_line["time_s"] <= 1.2 * callee, (call_line, callee)
+
+
+def test_a_script_ending_in_sys_exit_main_has_that_line_as_its_hot_line(tmp_path):
+    # the usual `if __name__ == "__main__": sys.exit(main())`: the module's hot line was 'import sys'
+    p = tmp_path / "tool.py"
+    p.write_text(textwrap.dedent("""\
+        import sys
+
+        def work(n):
+            s = 0
+            for i in range(n):
+                s += i * i
+            return s
+
+        def main():
+            work(60000)
+            return 0
+
+        if __name__ == "__main__":
+            sys.exit(main())
+        """))
+    runner = ScriptRunner(p)
+    res = hotspots.analyze(runner, line_backend="settrace")
+    funcs = {f["function"]: f for f in res["lines"]["functions"]}
+    assert funcs["<module>"]["hot_line"] == 14 and funcs["main"]["hot_line"] == 10, funcs
+    module_line = next(r for r in funcs["<module>"]["lines"] if r["line"] == 14)
+    assert module_line["share"] > 0.9 and module_line["time_s"] >= 0.95 * funcs["work"]["time_s"]
+    assert runner.exits == []
