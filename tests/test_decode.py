@@ -616,6 +616,7 @@ def test_broken_hf_folders_are_one_line_errors(tmp_path):
         with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")):
             C.load(path)
     idx = folder("bad_index")
+    (idx / "model.safetensors").rename(idx / "model-00001-of-00001.safetensors")  # else the index is not read
     (idx / "model.safetensors.index.json").write_text("{}")
     with pytest.raises(UserError, match="not a safetensors index"):
         C.load(idx)

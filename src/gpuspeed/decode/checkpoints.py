@@ -277,7 +277,9 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     cfg = _read_json(cfg_path)
     args = args_from_hf_config(cfg, name=folder.name)
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
+    # transformers reads model.safetensors first where both are: save_pretrained of a whole model over a sharded
+    # save leaves the old index behind (it removes the old shards only), so the index there is stale
+    if index.is_file() and not (folder / "model.safetensors").is_file():
         try:
             weight_map = _read_json(index)["weight_map"]
             if not isinstance(weight_map, dict):

@@ -1,0 +1,70 @@
+"""Round 11 of the decode QA: Hugging Face folders as a user's disk holds them (saved with transformers'
+save_pretrained, tiny and random), the CLI on them, and generation; each against transformers' LlamaForCausalLM."""
+
+import json
+
+import pytest
+import torch
+
+from gpuspeed.decode import checkpoints as C, variants as V
+from gpuspeed.decode.generate import generate
+from gpuspeed.verify import check
+
+transformers = pytest.importorskip("transformers", reason="transformers not installed")
+pytest.importorskip("safetensors", reason="safetensors not installed")
+
+BASE = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=96, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
+
+
+def hf_model(seed=0, **over):
+    """A random transformers Llama (norm weights away from 1, so the norms' mapping counts)."""
+    torch.manual_seed(seed)
+    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(BASE | over))).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    return m
+
+
+def matches_transformers(folder, p=5, t=8, variants=("V2",)):
+    """Our loader's fp32 logits (gpuspeed.check, fp32 tolerance) and greedy tokens against transformers' own
+    from_pretrained of the same folder; the reference's logits are returned too."""
+    ours = C.load(folder).model
+    ref = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ref.generation_config.eos_token_id = None  # exactly t greedy tokens (min_new_tokens would forbid the EOS id)
+    prompt = torch.randint(0, ours.args.vocab_size, (1, p), generator=torch.Generator().manual_seed(p))
+    ours.setup_rope(V.max_len_for(p, t))
+    with torch.no_grad():
+        res = check(ours(prompt, torch.arange(p)), ref(prompt).logits)
+        hf = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=t, do_sample=False,
+                          pad_token_id=0)[:, p:]
+    assert res.passed, res.summary
+    for name in variants:
+        e = V.make_engine(name, ours, 1, V.max_len_for(p, t), compile_backend="eager")
+        assert torch.equal(generate(e, prompt, t), hf), name
+    return ours
+
+
+# ---------------------------------------------------------------------------------------------------
+# which files of a folder are the model's weights
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_model_safetensors_wins_over_a_stale_index_as_in_transformers(tmp_path):
+    """A folder saved sharded, then saved again whole with save_pretrained, keeps the old
+    model.safetensors.index.json (save_pretrained removes the old shards, not the index). transformers loads
+    model.safetensors where it is; we read the index first and failed on its missing shards ('cannot read it as
+    safetensors (FileNotFoundError ...)'), or with the old shards still there decoded the old weights."""
+    d = tmp_path / "m"
+    hf_model(seed=1).save_pretrained(d, max_shard_size="50KB")
+    assert (d / "model.safetensors.index.json").is_file()
+    shards = sorted(d.glob("model-*.safetensors"))
+    kept = [s.read_bytes() for s in shards]
+    hf_model(seed=2).save_pretrained(d)
+    assert (d / "model.safetensors.index.json").is_file() and (d / "model.safetensors").is_file()
+    matches_transformers(d)
+    for s, data in zip(shards, kept, strict=True):  # the old shards back beside it: still the new weights
+        s.write_bytes(data)
+    matches_transformers(d)
