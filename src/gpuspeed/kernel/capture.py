@@ -48,6 +48,27 @@ class Launch:
     autotuner: Any = None
     meta: dict = field(default_factory=dict)  # constexpr / config kwargs of a Triton launch (BLOCK sizes...)
     arg_bytes: int = 0  # bytes of the distinct arrays among its arguments (each counted once)
+    # an autotuned launch: {"chosen": the Config it ran with, "timings": {Config: time} of its own tuning key, or
+    # None where unknown}, taken when it ran (the autotuner itself keeps only its last choice and timings)
+    tuned: dict | None = None
+
+
+_NO_KEY = object()  # an autotuner run that looked up no key (a single config)
+_PLAIN_CACHE = object()  # marks an autotuner cache to turn back into a plain dict on exit
+
+
+class _KeyedCache(dict):
+    """An Autotuner's cache that remembers the last key looked up: the tuning key of the launch under way."""
+
+    last = _NO_KEY
+
+    def __contains__(self, key):
+        self.last = key
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        self.last = key
+        return super().__getitem__(key)
 
 
 def _dims(d) -> list[int]:
@@ -89,6 +110,7 @@ class Capture:
         self.recording = True
         self._open = False
         self._undo: list = []
+        self._timings: dict = {}  # (id(autotuner), tuning key) -> {Config: time} of that key's tuning
         self._local = threading.local()
 
     # --- state kept per thread while a launch is under way
@@ -139,10 +161,40 @@ class Capture:
             owner, name, original = self._undo.pop()
             if original is _INHERITED:
                 delattr(owner, name)
+            elif original is _PLAIN_CACHE:
+                setattr(owner, name, dict(getattr(owner, name)))
             else:
                 setattr(owner, name, original)
 
     # --- Triton
+    def _keyed_cache(self, tuner):
+        """The autotuner's cache, made a _KeyedCache (which remembers the key of the launch under way) while the
+        Capture is open; None where the autotuner keeps no dict cache."""
+        cache = getattr(tuner, "cache", None)
+        if type(cache) is dict:
+            tuner.cache = cache = _KeyedCache(cache)
+            self._undo.append((tuner, "cache", _PLAIN_CACHE))
+        return cache if isinstance(cache, _KeyedCache) else None
+
+    def _note_tuning(self, tuner, cache, timings_before, keys_before, first: int) -> None:
+        """After an Autotuner.run: the config its launch ran with and the timings of that launch's own key (an
+        autotuner keeps only the last chosen config and the last key's timings: a launcher that runs one autotuned
+        kernel on two sizes would read the second's choice and timings on both), on the launches it made."""
+        key = getattr(cache, "last", _NO_KEY)
+        timings = getattr(tuner, "configs_timings", None)
+        if key is not _NO_KEY:
+            if timings is not timings_before and timings:  # this run timed the configs of this key
+                self._timings[(id(tuner), key)] = dict(timings)
+            elif key not in keys_before and key in cache:  # chosen untimed: pruned to one config
+                self._timings[(id(tuner), key)] = {cache[key]: None}
+        tuned = {"chosen": getattr(tuner, "best_config", None),
+                 "timings": self._timings.get((id(tuner), key)) if key is not _NO_KEY else None}
+        if tuned["timings"] is None and (cache is None or len(cache) <= 1):
+            tuned["timings"] = dict(timings) if timings else None  # one key tuned before the Capture: its timings
+        for la in self.launches[first:]:
+            if la.autotuner is tuner and la.tuned is None:
+                la.tuned = tuned
+
     def _patch_triton(self) -> None:
         from triton.runtime import autotuner, jit
 
@@ -164,10 +216,14 @@ class Capture:
             def run(tuner, *args, **kwargs):
                 outer = cap._get("autotuner")
                 cap._set("autotuner", tuner)
+                first, cache = len(cap.launches), cap._keyed_cache(tuner)
+                timings_before, keys_before = getattr(tuner, "configs_timings", None), set(cache or ())
                 try:
-                    return orig(tuner, *args, **kwargs)
+                    ret = orig(tuner, *args, **kwargs)
                 finally:
                     cap._set("autotuner", outer)
+                cap._note_tuning(tuner, cache, timings_before, keys_before, first)
+                return ret
             return run
 
         def wrap_bench(orig):

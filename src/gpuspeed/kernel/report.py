@@ -163,7 +163,7 @@ def describe(launch, limits: Limits | None) -> dict:
          "instruction_mix": None if launch.interpreted else instructions.mix(instructions.ptx_of(launch.compiled,
                                                                                                  launch.backend))}
     if launch.backend == "triton":
-        d["autotune"] = triton_info.autotune_info(launch.autotuner)
+        d["autotune"] = triton_info.autotune_info(launch.autotuner, launch.tuned)
         if d["autotune"] and launch.interpreted:
             for t in d["autotune"]["tried"]:
                 t["time_ms"] = None  # the interpreter's stand-in benchmark timed nothing

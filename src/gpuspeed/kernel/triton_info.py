@@ -69,12 +69,16 @@ def _ms(t) -> float | None:
     return t if math.isfinite(t) and t > 0 else None
 
 
-def autotune_info(tuner) -> dict | None:
-    """{"chosen": config, "tried": [{"config", "time_ms"}]} for the autotuner a launch came through."""
+def autotune_info(tuner, tuned: dict | None = None) -> dict | None:
+    """{"chosen": config, "tried": [{"config", "time_ms"}]} for the autotuner a launch came through; `tuned` is what
+    the Capture took when the launch ran (capture.Launch.tuned: its chosen config and its own key's timings), else
+    the autotuner's last choice and timings are read."""
     if tuner is None:
         return None
-    best = getattr(tuner, "best_config", None)
-    timings = getattr(tuner, "configs_timings", None) or {}
+    if tuned is not None:
+        best, timings = tuned.get("chosen"), tuned.get("timings") or {}
+    else:
+        best, timings = getattr(tuner, "best_config", None), getattr(tuner, "configs_timings", None) or {}
     tried = [{"config": config_dict(c), "time_ms": _ms(t)} for c, t in timings.items()]
     if not tried:  # it did not benchmark (one config, or a cached choice): list what it could choose from
         tried = [{"config": config_dict(c), "time_ms": None} for c in getattr(tuner, "configs", [])]

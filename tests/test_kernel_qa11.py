@@ -1,0 +1,96 @@
+"""`gpuspeed kernel` QA, round 11: user launchers as users write them (an autotuned kernel launched twice on
+different tuning keys, ...), run under the interpreters in a fresh process (they must be on before Triton and Numba
+define the kernels).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    return env
+
+
+def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
+    """Run `body` as a user's script with the interpreters on."""
+    p = tmp_path / "user_script.py"
+    p.write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=_env(), timeout=300,
+                          cwd=tmp_path)
+
+
+def _cli(tmp_path, files: dict, target: str, *extra) -> subprocess.CompletedProcess:
+    """`python -m gpuspeed kernel target --device cpu ...` with `files` written into tmp_path first."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", target, "--device", "cpu", *extra],
+                          capture_output=True, text=True, env=_env(), timeout=300, cwd=tmp_path)
+
+
+def _one_error(r: subprocess.CompletedProcess) -> str:
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    return errors[0]
+
+
+# --- an autotuned kernel launched on two tuning keys by one launcher
+
+AUTOTUNED_TWICE = '''
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from gpuspeed import kernel_report
+
+
+def prune(configs, named_args, **kw):  # a block no longer than the array
+    return [c for c in configs if c.kwargs["BLOCK"] <= named_args["n"]]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 16}, num_warps=1)],
+                 key=["n"], prune_configs_by={"early_config_prune": prune})
+@triton.jit
+def scale(x, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) * 3.0, mask=m)
+
+
+def launcher(x, y):
+    o, p = torch.empty_like(x), torch.empty_like(y)
+    scale[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, o, x.numel())
+    scale[lambda meta: (triton.cdiv(y.numel(), meta["BLOCK"]),)](y, p, y.numel())
+    return o, p
+
+
+rng = np.random.default_rng()
+x = torch.from_numpy(rng.standard_normal(int(rng.integers(90, 120))).astype(np.float32))
+y = torch.from_numpy(rng.standard_normal(int(rng.integers(17, 40))).astype(np.float32))
+rep = kernel_report(launcher, x, y, device="cpu", expected=(3.0 * x.numpy(), 3.0 * y.numpy()))
+assert rep.check["passed"], rep.check
+print(json.dumps([{"meta": la["meta"], "grid": la["grid"], "autotune": la["autotune"]} for la in rep.launches]))
+'''
+
+
+def test_each_autotuned_launch_names_the_config_it_ran_with(tmp_path):
+    # the report read the autotuner's last choice and last timings for every launch: the launch on the long array
+    # ran BLOCK 64 (its meta and grid say so) and the report said 'autotune chose BLOCK 16' for it, and the launch on
+    # the short one, whose pruning left BLOCK 16 alone, listed BLOCK 64 among the configs it tried
+    pytest.importorskip("triton")
+    r = _script(tmp_path, "import json\n" + AUTOTUNED_TWICE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    long, short = json.loads(r.stdout.strip().splitlines()[-1])
+    assert long["meta"]["BLOCK"] == 64 and short["meta"]["BLOCK"] == 16
+    assert long["autotune"]["chosen"]["BLOCK"] == 64 and short["autotune"]["chosen"]["BLOCK"] == 16
+    assert [t["config"]["BLOCK"] for t in long["autotune"]["tried"]] == [64, 16]
+    assert [t["config"]["BLOCK"] for t in short["autotune"]["tried"]] == [16]
