@@ -3,7 +3,9 @@
 
 import textwrap
 
-from gpuspeed.profiling import hotspots
+import torch
+
+from gpuspeed.profiling import hotspots, profile
 from gpuspeed.profiling.script import ScriptRunner
 
 
@@ -62,3 +64,26 @@ def test_a_script_ending_in_sys_exit_main_has_that_line_as_its_hot_line(tmp_path
     module_line = next(r for r in funcs["<module>"]["lines"] if r["line"] == 14)
     assert module_line["share"] > 0.9 and module_line["time_s"] >= 0.95 * funcs["work"]["time_s"]
     assert runner.exits == []
+
+
+# -- profile: an augmented assignment on a tensor is placed at its line ----------------------------------
+
+
+def _qa11_accumulate(x, w):
+    acc = torch.zeros_like(x)
+    for _ in range(3):
+        y = x @ w
+        acc += y
+        acc /= 2
+    return acc
+
+
+def test_an_in_place_operator_is_placed_at_its_line_not_at_the_def_line():
+    # `acc += y` reaches the torch function mode as Tensor.add_: its key lost the '_' ('op:add') and never matched the
+    # trace's aten::add_, so the op was placed at the function's `def` line
+    first = _qa11_accumulate.__code__.co_firstlineno
+    res = profile(_qa11_accumulate, torch.randn(8, 8), torch.randn(8, 8), steps=1, warmup=0, device="cpu",
+                  hotspots=False)
+    lines = {o["name"]: o["line"] for o in res.findings["top_ops"]}
+    assert lines.get("aten::matmul") == first + 3, res.findings["top_ops"]
+    assert lines.get("aten::add_") == first + 4 and lines.get("aten::div_") == first + 5, res.findings["top_ops"]

@@ -205,6 +205,9 @@ def op_keys(torch_name: str) -> tuple[str, ...]:
     """Callee keys for a torch function that Python sees as no call (an operator: `a @ b`, `x[i]`)."""
     if torch_name in CONVERSIONS:
         return (f"op:{CONVERSIONS[torch_name][0]}",)
+    if not torch_name.startswith("_") and torch_name.endswith("_") and not torch_name.endswith("__"):
+        # `acc += y` reaches the mode as Tensor.add_ (`x //= 2` as floor_divide_): the op is aten::add_
+        return (f"op:{torch_name}",)
     n = torch_name.strip("_")
     inplace = torch_name.startswith("__i") and n[1:] in ("add", "sub", "mul", "truediv", "matmul", "and", "or")
     if torch_name.startswith("__") and (inplace or (n.startswith("r") and n[1:] in _SLOT_OPS.keys() | {
