@@ -94,3 +94,65 @@ def test_each_autotuned_launch_names_the_config_it_ran_with(tmp_path):
     assert long["autotune"]["chosen"]["BLOCK"] == 64 and short["autotune"]["chosen"]["BLOCK"] == 16
     assert [t["config"]["BLOCK"] for t in long["autotune"]["tried"]] == [64, 16]
     assert [t["config"]["BLOCK"] for t in short["autotune"]["tried"]] == [16]
+
+
+# --- a Numba device function named where a launcher belongs
+
+NUMBA_FILE = '''
+import numpy as np
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def square(v):
+    return v * v
+
+
+@cuda.jit
+def squares(x, o):
+    i = cuda.grid(1)
+    if i < x.size:
+        o[i] = square(x[i])
+
+
+def launcher(x):
+    o = np.empty_like(x)
+    squares[(x.size + 31) // 32, 32](x, o)
+    return o
+'''
+
+DEVICE_FUNCTIONS = '''
+import sys
+from numba import cuda
+from gpuspeed.errors import UserError
+from gpuspeed.kernel.target import refuse_kernel
+from user_numba import square
+
+for obj in (square, square[2, 32]):
+    try:
+        refuse_kernel(obj, "square", "square", "name the launcher")
+        print("PASSED", type(obj).__name__)
+    except UserError as e:
+        print("REFUSED", e)
+'''
+
+
+@pytest.mark.parametrize("simulated", ["1", "0"])
+def test_a_device_function_is_not_told_to_be_launched(tmp_path, simulated):
+    # `gpuspeed kernel file.py:square` on a @cuda.jit(device=True) function said "is a @cuda.jit kernel, not a launcher:
+    # ... (square[blocks, threads](...))", advice that fails: a device function has no launch configuration
+    pytest.importorskip("numba")
+    (tmp_path / "user_numba.py").write_text(NUMBA_FILE)
+    env = dict(_env(), NUMBA_ENABLE_CUDASIM=simulated)  # "0": numba-cuda's own dispatcher (built lazily, no GPU used)
+    p = tmp_path / "check_device.py"
+    p.write_text(DEVICE_FUNCTIONS)
+    r = subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    if simulated == "0" and r.returncode != 0 and "CUDA" in r.stderr and "square" not in r.stdout:
+        pytest.skip(f"numba.cuda cannot be imported without the simulator here: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines and all(ln.startswith("REFUSED") and "device function" in ln and "[blocks, threads]" not in ln
+                         for ln in lines), r.stdout
+    if simulated == "1":
+        error = _one_error(_cli(tmp_path, {}, "user_numba.py:square"))
+        assert "square is a @cuda.jit(device=True) device function" in error and "[blocks" not in error

@@ -95,9 +95,18 @@ def refuse_kernel(obj, label: str, name: str | None, advice: str) -> None:
     label = label if label != "kernel" else name
     if is_triton_kernel(obj):
         raise UserError(f"{label} is a @triton.jit kernel, not a launcher: {advice} ({name}[grid](...))")
-    if "numba" in cls.__module__ and (cls.__name__ in ("CUDADispatcher", "Dispatcher") or (
-            cls.__name__ == "FakeCUDAKernel" and (getattr(obj, "grid_dim", None) is None  # the simulator's unconfigured
-                                                    or getattr(obj, "_device", False)))):
+    if "numba" not in cls.__module__:
+        return
+    # numba-cuda's kern[blocks, threads] is a _LaunchConfiguration over the dispatcher; the simulator's a FakeCUDAKernel
+    inner = getattr(obj, "dispatcher", obj) if cls.__name__ == "_LaunchConfiguration" else obj
+    options = getattr(inner, "targetoptions", None)
+    device = bool(getattr(inner, "_device", False) or (isinstance(options, dict) and options.get("device")))
+    if device or cls.__name__ in ("CUDADispatcher", "Dispatcher") or (
+            cls.__name__ == "FakeCUDAKernel" and getattr(obj, "grid_dim", None) is None):  # the simulator's unconfigured
+        if device:
+            # a device function is called from inside kernels: it has no launch configuration to give it
+            raise UserError(f"{label} is a @cuda.jit(device=True) device function, not a launcher: it runs only when a "
+                            "kernel calls it; name the Python function that launches that kernel")
         raise UserError(f"{label} is a @cuda.jit kernel, not a launcher: {advice} ({name}[blocks, threads](...))")
 
 
