@@ -87,3 +87,27 @@ def test_an_in_place_operator_is_placed_at_its_line_not_at_the_def_line():
     lines = {o["name"]: o["line"] for o in res.findings["top_ops"]}
     assert lines.get("aten::matmul") == first + 3, res.findings["top_ops"]
     assert lines.get("aten::add_") == first + 4 and lines.get("aten::div_") == first + 5, res.findings["top_ops"]
+
+
+# -- profile: a script's own lines are timed even when library functions fill cProfile's top rows ------------
+
+
+def test_a_script_whose_time_is_all_in_library_calls_still_gets_its_line_times(tmp_path):
+    # the line timer took only user functions among cProfile's top 15 by self time: a script whose own code does
+    # little but call into the standard library (or multiprocessing, argparse...) got 'no user Python functions to
+    # time line by line' and no hot lines at all
+    p = tmp_path / "fracs.py"
+    p.write_text(textwrap.dedent("""\
+        import statistics
+        import textwrap
+        from fractions import Fraction
+
+        total = sum(map(Fraction, range(1, 3000)), Fraction(0))
+        spread = statistics.stdev(map(Fraction, range(1, 400)))
+        text = textwrap.fill(" ".join(map(str, range(4000))), width=30)
+        """))
+    res = hotspots.analyze(ScriptRunner(p), line_backend="settrace")
+    assert not res["cprofile"]["hot_user"]  # the case at hand: no user row among the top ones
+    (module,) = [f for f in res["lines"]["functions"] if f["function"] == "<module>"]
+    timed = {r["line"] for r in module["lines"] if r["time_s"] > 0}
+    assert {5, 6, 7} <= timed and module["hot_line"] in (5, 6, 7), module

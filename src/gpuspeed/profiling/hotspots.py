@@ -390,10 +390,24 @@ def line_times(targets, fn, args=(), kwargs=None, backend: str = "auto") -> dict
     return {"backend": used, "functions": functions, "note": note}
 
 
+def _line_targets(hot_user: list, fn) -> list:
+    """The user functions to time line by line: the hottest by cProfile's self time, and the called function (a
+    script's module code) when it is user code, though library calls fill cProfile's top rows: it is where the
+    user reads where the call's time goes."""
+    targets = list(hot_user)
+    code = _root_code(fn)
+    if code is not None and is_user_file(code.co_filename):
+        here = (str(Path(code.co_filename).resolve()), code.co_firstlineno)
+        if all((str(Path(f).resolve()), line) != here for f, line, _ in targets if f):
+            targets.append((code.co_filename, code.co_firstlineno, code.co_name))
+    return targets
+
+
 def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
-    """cProfile pass, then a line-timing pass over the hottest user functions; hot loop nests flagged."""
+    """cProfile pass, then a line-timing pass over the hottest user functions and the called function itself (a
+    script's module code) when it is the user's; hot loop nests flagged."""
     cp = cprofile(fn, args, kwargs)
-    lt = line_times(cp["hot_user"], fn, args, kwargs, backend=line_backend)
+    lt = line_times(_line_targets(cp["hot_user"], fn), fn, args, kwargs, backend=line_backend)
     _rebook_array_lines(cp, lt)
     total = cp["total_s"]
     cum = {(str(Path(r["file"]).resolve()), r["line"]): r["cumtime_s"] for r in cp["top"] if r["file"]}
