@@ -68,3 +68,43 @@ def test_model_safetensors_wins_over_a_stale_index_as_in_transformers(tmp_path):
     for s, data in zip(shards, kept, strict=True):  # the old shards back beside it: still the new weights
         s.write_bytes(data)
     matches_transformers(d)
+
+
+# ---------------------------------------------------------------------------------------------------
+# configs transformers refuses
+# ---------------------------------------------------------------------------------------------------
+
+
+def _odd_head_folder(tmp_path):
+    """hidden 60 over 4 heads: a head size of 15. transformers' LlamaConfig refuses it ('RoPE requires an even rotary
+    dimension'); save_pretrained cannot make it, so the folder is written by hand, as a converter would."""
+    from safetensors.torch import save_file
+
+    from gpuspeed.decode import model as M
+
+    a = M.ModelArgs(vocab_size=128, dim=60, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96, max_seq_len=256,
+                    head_dim=16)  # the tensors of a 15-wide head are made below; this only builds random weights
+    m = M.build(a, seed=1)
+    sd = {k: v.contiguous() for k, v in C.hf_state_dict(m).items()}
+    for k in list(sd):  # q/k/v rows and o columns cut to 15 a head
+        if "q_proj" in k or "k_proj" in k or "v_proj" in k:
+            sd[k] = sd[k].reshape(-1, 16, 60)[:, :15].reshape(-1, 60).contiguous()
+        elif "o_proj" in k:
+            sd[k] = sd[k].reshape(60, -1, 16)[:, :, :15].reshape(60, -1).contiguous()
+    d = tmp_path / "odd"
+    d.mkdir()
+    save_file(sd, str(d / "model.safetensors"))
+    cfg = C.hf_config(a)
+    cfg.pop("head_dim")
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_an_odd_head_size_is_one_line_not_every_rung_failing(tmp_path, capsys):
+    """A head size of 15 loaded, then every rung failed in RoPE ('The size of tensor a (15) must match the size of
+    tensor b (16)') and the run ended 'nothing was measured', exit 1: RoPE rotates pairs, so it is refused up front."""
+    from decode_cli_helpers import SMALL, cli, one_line
+
+    d = _odd_head_folder(tmp_path)
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, "head size 15")

@@ -43,6 +43,9 @@ class ModelArgs:
     def __post_init__(self):
         if not self.head_dim:
             object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if self.head_dim % 2:  # as transformers' config refuses it: every rung failed in RoPE on a size mismatch
+            raise UserError(f"{self.name}: head size {self.head_dim} is odd: RoPE rotates pairs of a head, so a "
+                            "Llama's head size is even")
         if self.n_heads % self.n_kv_heads:
             raise UserError(f"{self.name}: {self.n_heads} heads are not a multiple of {self.n_kv_heads} KV heads")
 
