@@ -26,6 +26,8 @@ def build(module, func="original", precision="as-written", out_dtypes=None, mode
     def prepare(args):
         def move(x):
             if isinstance(x, (np.ndarray, torch.Tensor)):  # device tensors too: the chunked pipeline moves them
+                if isinstance(x, np.ndarray) and any(s < 0 for s in x.strides):
+                    x = x.copy()  # a reversed view (x[::-1]): torch tensors take no negative strides
                 t = torch.as_tensor(x).to(device)
                 return t.float() if demote and t.dtype == torch.float64 else t
             return demote_scalar(x) if demote else x

@@ -31,7 +31,8 @@ def build(module, func="original", precision="as-written", out_dtypes=None, vari
 
         def move(x):
             x = cast(x)
-            return torch.from_numpy(np.ascontiguousarray(x)).to(device) if isinstance(x, np.ndarray) else x
+            # in C order with its shape kept (np.ascontiguousarray makes a 0-d array 1-d); a reversed view copied
+            return torch.from_numpy(np.asarray(x, order="C")).to(device) if isinstance(x, np.ndarray) else x
 
         def sync():
             if device == "cuda":
