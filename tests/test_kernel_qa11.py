@@ -156,3 +156,61 @@ def test_a_device_function_is_not_told_to_be_launched(tmp_path, simulated):
     if simulated == "1":
         error = _one_error(_cli(tmp_path, {}, "user_numba.py:square"))
         assert "square is a @cuda.jit(device=True) device function" in error and "[blocks" not in error
+
+
+# --- a variant that writes into its argument and returns it, as its original does
+
+IN_PLACE_RETURNING = '''
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_in_place(x, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(x + offs, tl.load(x + offs, mask=m) * 2.5, mask=m)
+
+
+def original(x):
+    x *= 2.5
+    return x
+
+
+def triton_scale(x):
+    scale_in_place[(triton.cdiv(x.numel(), 32),)](x, x.numel(), BLOCK=32)
+    return x
+
+
+def triton_scale_twice(x):  # wrong: scales by 6.25
+    triton_scale(x)
+    return triton_scale(x)
+
+
+triton_scale.gpuspeed_inputs = triton_scale_twice.gpuspeed_inputs = "torch"
+variants = {"triton": triton_scale, "twice": triton_scale_twice}
+TOLERANCE = dict(rtol=1e-6, atol=0.0)
+
+
+def inputs(rng):
+    return (rng.standard_normal(int(rng.integers(70, 130))).astype(np.float32),)
+'''
+
+
+def test_a_variant_that_writes_into_its_argument_and_returns_it_is_checked_on_one_call(tmp_path):
+    # `x *= 2.5; return x` and its Triton variant: kernel_report checked the recorded (second) call's output, made
+    # from an argument the warm-up call had already scaled: 'WRONG: its output differs from original()', exit 1, for
+    # a right kernel. Now a launcher that wrote into its arguments is checked on a call on fresh copies of them
+    pytest.importorskip("triton")
+    seed = str(int.from_bytes(os.urandom(2), "little"))
+    files = {"scale_file.py": IN_PLACE_RETURNING}
+    r = _cli(tmp_path, files, "scale_file.py:variants.triton", "--json", "--seed", seed)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["check"]["passed"] is True and d["rule"] == "no_gpu", d["check"]
+    assert sum(la["count"] for la in d["launches"]) == 1  # the check's own call is not among the launches
+    r = _cli(tmp_path, files, "scale_file.py:variants.twice", "--json", "--seed", seed)  # a wrong one still fails
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert json.loads(r.stdout)["check"]["passed"] is False

@@ -307,6 +307,33 @@ def _raise_out_of_bounds(exc: BaseException) -> None:
         e = e.__cause__ or e.__context__
 
 
+def _host(x):
+    """An array leaf as a host NumPy array (torch, CuPy, Numba device arrays, NumPy), None where it cannot say."""
+    import numpy as np
+
+    from gpuspeed.verify import _to_host
+
+    try:
+        return np.asarray(x.copy_to_host()) if hasattr(x, "copy_to_host") else _to_host(x)[0]
+    except Exception:  # an array kind with no host view: not compared
+        return None
+
+
+def _written(before, after) -> bool:
+    """Whether a call changed any array among the arguments (`before`: copies taken ahead of it; NaN equal to NaN)."""
+    import numpy as np
+
+    for a, b in zip(trees.leaves(before), trees.leaves(after), strict=False):
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")) or a is b:
+            continue
+        ha, hb = _host(a), _host(b)
+        if ha is None or hb is None:
+            continue
+        if ha.shape != hb.shape or not np.array_equal(ha, hb, equal_nan=ha.dtype.kind in "fc"):
+            return True
+    return False
+
+
 def _grid_launch_name(fn) -> str | None:
     """'kern[grid]' for Triton's `kern[grid]` (a lambda over the kernel and its grid), else None."""
     from gpuspeed.kernel.target import is_triton_kernel, kernel_name
@@ -336,7 +363,9 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     results document or its path (default: this GPU's results/<gpu>/roofline.json, else measured now).
     bench_kw go to gpuspeed.bench. unit: the compute ceiling (default from the dtypes, as place() does).
     expected: what the launcher should return (e.g. a workload's original() on the same inputs), checked with
-    gpuspeed.check under rtol / atol (its dtype defaults when None); `against` names it in the report. A failed
+    gpuspeed.check under rtol / atol (its dtype defaults when None); `against` names it in the report; it is what
+    one call on the arguments as given returns (a launcher that writes into its arguments, `x *= 2; return x`, is
+    checked on a call of its own on copies of them, not on the recorded call's twice-written ones). A failed
     check is the verdict, before any timing rule. in_place: for a launcher that writes its result into its
     arguments, their positions: `expected` is then what they hold after one call on fresh copies of the args.
     """
@@ -351,10 +380,12 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
                   "its launch configuration")
     gpu = resolve_device(device) == "cuda"
     notes: list[str] = []
-    if in_place and expected is not None:
+    if expected is not None:
         from gpuspeed.trees import clone_tree
 
-        fresh = clone_tree(args)  # the check's own copies: the calls below may write into (or step) args
+        # the check's own copies: the calls below may write into (or step) args, so a launcher that writes into its
+        # arguments is checked on a call of its own on these (expected is for the arguments as given)
+        fresh, fresh_kw = clone_tree((args, kwargs))
     with Capture() as cap:
         cap.recording = False
         try:
@@ -377,11 +408,14 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         from gpuspeed.verify import check
 
         if in_place:
-            fn(*fresh, **kwargs)
+            fn(*fresh, **fresh_kw)
             _sync(gpu)
             out = tuple(fresh[i] for i in in_place)
             if len(out) == 1 and not isinstance(expected, (tuple, list)):
                 out = out[0]  # one argument written, one array expected: compared as they are
+        elif _written((fresh, fresh_kw), (args, kwargs)):  # the recorded call ran on arguments written once already
+            out = fn(*fresh, **fresh_kw)
+            _sync(gpu)
 
         res = check(out, expected, rtol=rtol, atol=atol)
         checked = {"passed": bool(res.passed), "summary": res.summary, "rtol": rtol, "atol": atol, "against": against}
