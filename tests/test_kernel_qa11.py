@@ -214,3 +214,45 @@ def test_a_variant_that_writes_into_its_argument_and_returns_it_is_checked_on_on
     r = _cli(tmp_path, files, "scale_file.py:variants.twice", "--json", "--seed", seed)  # a wrong one still fails
     assert r.returncode == 1, r.stderr[-2000:]
     assert json.loads(r.stdout)["check"]["passed"] is False
+
+
+# --- a Numba launcher written for torch tensors (a GPU launch takes them through __cuda_array_interface__)
+
+NUMBA_TORCH = '''
+import numpy as np
+import torch
+from numba import cuda
+from gpuspeed import kernel_report
+
+
+@cuda.jit
+def axpy(a, x, y, o):
+    i = cuda.grid(1)
+    if i < x.size:
+        o[i] = a * x[i] + y[i]
+
+
+def launcher(x, y):
+    o = torch.empty_like(x)
+    axpy[(x.shape[0] + 31) // 32, 32](1.5, x, y, o)
+    return o
+
+
+rng = np.random.default_rng()
+n = int(rng.integers(40, 90))
+x, y = (torch.from_numpy(rng.standard_normal(n)) for _ in range(2))
+rep = kernel_report(launcher, x, y, device="cpu", expected=1.5 * x.numpy() + y.numpy())
+print(rep.check["summary"], rep.launches[0]["grid"])
+assert rep.check["passed"] and rep.launches[0]["grid"] == [(n + 31) // 32, 1, 1]
+'''
+
+
+def test_a_numba_launcher_of_torch_tensors_runs_under_the_simulator(tmp_path):
+    # on a GPU numba-cuda takes torch CUDA tensors (their __cuda_array_interface__); the simulator took the host
+    # tensors as they were, so `x.size` in the kernel was a method: "TypeError: tid=[25, 0, 0] ctaid=[0, 0, 0]: '<' not
+    # supported between instances of 'int' and 'builtin_function_or_method'". Under kernel_report the simulator now
+    # gets NumPy views of host tensors, written through to them
+    pytest.importorskip("numba")
+    r = _script(tmp_path, NUMBA_TORCH)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "PASS" in r.stdout

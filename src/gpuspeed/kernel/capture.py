@@ -6,7 +6,8 @@ While a `Capture` is open it wraps, at class level, the methods every launch goe
   it returns is the grid recorded. `Autotuner.run` marks which autotuner a launch came through, and
   `Autotuner._bench` marks its benchmarking launches so they are not counted as the launcher's.
 - Numba: `_Kernel.launch` (the compiled kernel: registers, static shared memory, local memory per
-  thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__`.
+  thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__` (which hands the kernel
+  NumPy views of host torch tensors, as a GPU launch takes CUDA tensors through __cuda_array_interface__).
 An interpreted kernel's autotuner has no device to time its configs on (none here, or --device cpu), so its
 benchmark runs each config once (a correctness run) and calls them all equal: the first config is chosen.
 Backends are patched once imported: at entry, and again at `refresh()` (kernel_report calls it after the
@@ -365,9 +366,23 @@ class Capture:
                                                    grid=_dims(kern.grid_dim), block=_dims(kern.block_dim),
                                                    shared_dynamic=int(kern.dynshared_size or 0), interpreted=True,
                                                    arg_bytes=arg_bytes(args)))
+                    if top:  # torch tensors, which a GPU launch takes through __cuda_array_interface__
+                        args = tuple(_numpy_view(a) for a in args)
                     return orig(kern, *args)
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
+
+
+def _numpy_view(a):
+    """A host torch tensor as a NumPy view of its memory (what the kernel writes lands in the tensor), for the Numba
+    simulator, which takes NumPy arrays where a GPU launch takes any array with __cuda_array_interface__ (a torch
+    tensor in the kernel would be indexed as a tensor: x.size a method, x[i] a tensor); anything else as it is."""
+    if type(a).__module__.split(".")[0] != "torch" or not hasattr(a, "numpy") or getattr(a, "ndim", 0) == 0:
+        return a
+    try:
+        return a.detach().numpy() if a.device.type == "cpu" else a
+    except (TypeError, RuntimeError):  # a dtype NumPy lacks (bfloat16): left as it is
+        return a
 
 
 class InterpretedLaunchError(Exception):
