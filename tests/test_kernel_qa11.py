@@ -256,3 +256,42 @@ def test_a_numba_launcher_of_torch_tensors_runs_under_the_simulator(tmp_path):
     r = _script(tmp_path, NUMBA_TORCH)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "PASS" in r.stdout
+
+
+# --- the occupancy calculator at its boundaries (cuda_occupancy.h's rules: registers per warp rounded up to 256 in
+# 4 sub-partitions of 16384, at most 255 a thread; shared memory per block + 1 KB reserved, rounded up to 128 B)
+
+@pytest.mark.parametrize("cc,threads,regs,smem,blocks,limiter", [
+    ("9.0", 128, 64, 0, 8, "registers"),       # 2048 a warp: 8 warps per sub-partition, 32 warps, 8 blocks
+    ("9.0", 128, 65, 0, 7, "registers"),       # 2080 -> 2304: 7 per sub-partition
+    ("9.0", 128, 128, 0, 4, "registers"),      # 4096: 4 per sub-partition
+    ("9.0", 128, 129, 0, 3, "registers"),      # 4128 -> 4352: 3 per sub-partition
+    ("9.0", 128, 255, 0, 2, "registers"),      # 8160 -> 8192: 2 per sub-partition
+    ("9.0", 128, 256, 0, 0, "registers"),      # past 255 a thread: cannot launch
+    ("9.0", 97, 32, 0, 16, "warps"),           # 97 threads are 4 warps: 16 blocks fill 64 warps (registers tie)
+    ("9.0", 33, 32, 0, 32, "warps"),           # 2 warps a block: 32 blocks, the warps, blocks and registers tie
+    ("9.0", 128, 32, 232448, 1, "shared_memory"),      # exactly the 227 KB opt-in maximum
+    ("9.0", 128, 32, 232449, 0, "shared_memory"),      # one byte past it
+    ("9.0", 128, 32, 115712, 2, "shared_memory"),      # + 1 KB = 113 KB: exactly half of 228 KB
+    ("9.0", 128, 32, 115713, 1, "shared_memory"),      # one byte more rounds up by 128 B: one block
+    ("8.0", 128, 32, 166912, 1, "shared_memory"),      # A100: the 163 KB opt-in maximum
+    ("8.0", 128, 32, 166913, 0, "shared_memory"),
+    ("8.0", 128, 32, 82944, 2, "shared_memory"),       # + 1 KB = 82 KB: half of 164 KB
+    ("8.0", 128, 32, 82945, 1, "shared_memory"),
+    ("8.9", 64, 32, 0, 24, "warps"),            # RTX 4070: 24 blocks of 2 warps fill 48 warps (the block cap ties)
+    ("8.9", 32, 32, 0, 24, "blocks"),           # 24 one-warp blocks: half the warps
+    ("8.9", 1024, 64, 0, 1, "warps"),           # 65536 registers exactly: one block, which the warps allow too
+    ("8.9", 96, 255, 0, 2, "registers"),        # 3 warps of 8192: 8 warps fit, 2 blocks, 6 of 48 warps
+    ("8.9", 128, 32, 101376, 1, "shared_memory"),      # the 99 KB opt-in maximum
+    ("8.9", 128, 32, 101377, 0, "shared_memory"),
+    ("8.9", 128, 32, 50176, 2, "shared_memory"),       # + 1 KB = 50 KB: half of 100 KB
+    ("8.9", 128, 32, 50177, 1, "shared_memory"),
+    ("8.6", 64, 32, 0, 16, "blocks"),           # RTX 30xx: 16 blocks a SM, 32 of 48 warps
+])
+def test_occupancy_at_its_boundaries(cc, threads, regs, smem, blocks, limiter):
+    from gpuspeed.kernel.occupancy import KNOWN, occupancy
+
+    limits = KNOWN[cc]
+    occ = occupancy(threads, regs, smem, limits)
+    assert (occ["blocks_per_sm"], occ["limiter"]) == (blocks, limiter), occ
+    assert occ["pct"] == pytest.approx(100.0 * blocks * -(-threads // 32) / limits.max_warps_per_sm)
