@@ -2,6 +2,8 @@
 11), CPU only: small real runs (--device cpu, a short bench budget, few backends) and the emitted script run or
 imported from another folder."""
 
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -93,3 +95,93 @@ def test_torch_inputs_keep_the_callers_shapes_and_take_reversed_views(tmp_path):
     assert all(np.array_equal(t.numpy(), a) for t, a in zip(moved, args, strict=True))
     got = c(*args)
     assert np.allclose(got[0], want[0]) and np.isclose(got[1], want[1])
+
+
+def _optimize(tmp_path, name, text, backends, **kw):
+    from gpuspeed.optimize.pipeline import optimize
+
+    p = tmp_path / f"{name}.py"
+    p.write_text(textwrap.dedent(text))
+    return optimize(p, device="cpu", out=tmp_path / "out", backends=backends, time_budget=60, bench_budget_s=0.05,
+                    **kw)
+
+
+def _rewrite(run, primary):
+    """The run's script with `primary` as its primary (what the run writes had it chosen it)."""
+    from gpuspeed.optimize import emit
+
+    run.choice = {"primary": primary}
+    script = run.out_dir / f"optimized_{run.wl.name}.py"
+    script.write_text(emit.script_text(run))
+    return script
+
+
+def _python(folder, code, *argv):
+    """A user's own script, run from another folder than the run's."""
+    folder.mkdir(exist_ok=True)
+    p = folder / "use.py"
+    p.write_text(textwrap.dedent(code))
+    r = subprocess.run([sys.executable, str(p), *map(str, argv)], capture_output=True, text=True, cwd=folder,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout, r.stderr
+
+
+GAUSS = """
+    import numpy as np
+
+    TOLERANCE = dict(rtol=1e-5, atol=1e-8)
+
+
+    def original(x, *, width=1.5):
+        return np.exp(-x * x / width).sum(axis=1)
+
+
+    def inputs(rng):
+        return (rng.standard_normal((300, 64)),)
+    """
+
+
+@pytest.fixture(scope="module")
+def gauss(tmp_path_factory):
+    """One run of a float64 workload whose float32 candidate passes."""
+    tmp_path = tmp_path_factory.mktemp("gauss")
+    run = _optimize(tmp_path, "gauss", GAUSS, ["numpy"])
+    assert run.results["numpy-fp32"]["status"] == "ok", run.results["numpy-fp32"].get("reason")
+    return run, tmp_path
+
+
+CALL_WITH = '''
+import importlib.util
+import sys
+import warnings
+
+import numpy as np
+
+warnings.simplefilter("error")  # a ComplexWarning (an imaginary part dropped) fails the call
+spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+fn, how = opt.build_optimized()
+original = opt.load_workload("_mine").original
+rng = np.random.default_rng(5)
+x = rng.standard_normal((7, 5))
+for name, arg in (("complex128", x + 1j * rng.standard_normal((7, 5))), ("int64", rng.integers(-2, 3, (7, 5))),
+                  ("float64", x), ("float32", x.astype(np.float32))):
+    out, ref = fn(arg), original(arg)
+    print(name, out.dtype, ref.dtype, bool(np.allclose(out, ref, rtol=1e-4, atol=1e-6)))
+'''
+
+
+def test_the_float32_primary_called_on_complex_or_integer_inputs_returns_the_originals_answer(gauss):
+    """Called from the user's own code on complex128 inputs, the float32 primary cast its complex result to the float64
+    the run's outputs had: the imaginary part was dropped (a ComplexWarning, and wrong values); on integer inputs
+    (nothing to demote, the original returns float64) it cast the result to float32."""
+    run, tmp_path = gauss
+    script = _rewrite(run, "numpy-fp32")
+    out, _ = _python(tmp_path / "elsewhere", CALL_WITH, script)
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert lines["complex128"] == ["complex128", "complex128", "True"], out
+    assert lines["int64"] == ["float64", "float64", "True"], out
+    assert lines["float64"] == ["float64", "float64", "True"], out
+    assert lines["float32"] == ["float32", "float32", "True"], out

@@ -273,13 +273,22 @@ def has_double(args):
     return any(str(getattr(x, "dtype", "")).replace("torch.", "") in ("float64", "complex128") for x in leaves(args))
 
 
+def has_floating(args):
+    """Whether the arguments hold a floating-point or complex array (NumPy, torch, ...) or NumPy scalar."""
+    return any(str(getattr(x, "dtype", "")).replace("torch.", "").startswith(("float", "complex", "bfloat"))
+               for x in leaves(args))
+
+
 def as_callers_dtypes(fn, impl):
     """fn (a float32 primary, built without a cast back) with its outputs cast to the dtypes the original returns for
     the caller's own inputs: OUT_DTYPES where they are of the run's precision (float64 inputs: what the run checked),
     OTHER_OUT_DTYPES where they are of the other (the original returns float32 on float32 inputs, where the run's
-    float64 dtypes handed back float64); as computed where that is not known."""
+    float64 dtypes handed back float64); as computed where that is not known, or where the arguments hold no
+    floating-point data (integers: nothing was cast down, and the original's result follows its own types)."""
     def call(*args):
-        want = OUT_DTYPES if has_double(args) == RUN_DOUBLE else OTHER_OUT_DTYPES
+        want = None
+        if has_floating(args):
+            want = OUT_DTYPES if has_double(args) == RUN_DOUBLE else OTHER_OUT_DTYPES
         out = fn(*args)
         return host_tree(out, want) if want else out
 

@@ -70,6 +70,8 @@ def host_tree(out, out_dtypes=None):
         if want is None or not hasattr(x, "dtype"):
             return x
         want = np.dtype(want)
+        if x.dtype.kind == "c" and want.kind == "f":  # never an imaginary part dropped: complex of that precision
+            want = np.result_type(want, np.complex64)
         if x.dtype != want and x.dtype.kind in "fc" and want.kind in "fc":
             return x.astype(want) if isinstance(x, np.ndarray) else want.type(x)
         return x
