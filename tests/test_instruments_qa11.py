@@ -111,3 +111,41 @@ def test_a_script_whose_time_is_all_in_library_calls_still_gets_its_line_times(t
     (module,) = [f for f in res["lines"]["functions"] if f["function"] == "<module>"]
     timed = {r["line"] for r in module["lines"] if r["time_s"] > 0}
     assert {5, 6, 7} <= timed and module["hot_line"] in (5, 6, 7), module
+
+
+# -- explain: a graph break before the first op is reported ---------------------------------------------
+
+
+def _qa11_prints_first(x):
+    print("qa11: entering")
+    y = x.cos()
+    print("qa11: halfway")
+    return y.sin()
+
+
+class _QA11Logged(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        print("qa11: forward")
+        return self.lin(x).relu()
+
+
+def test_explain_reports_a_break_that_comes_before_any_op(capsys):
+    # torch._dynamo.explain records no reason for a break with no graph before it (a print at the top of a function or
+    # a forward): explain() said '0 graph break(s); fullgraph=True fails', and the first of two prints went unnamed
+    from gpuspeed.graph_breaks import explain
+
+    first = _qa11_prints_first.__code__.co_firstlineno
+    exp = explain(_qa11_prints_first, torch.randn(3, 4), check_fullgraph=False)
+    assert [b.line for b in exp.breaks] == [first + 1, first + 3], exp.lines()
+    assert exp.break_count == 2 and all("print" in b.source for b in exp.breaks), exp.lines()
+    assert all("builtin operator" in b.reason for b in exp.breaks), exp.lines()
+
+    exp = explain(_QA11Logged(), torch.randn(2, 4))
+    fwd = _QA11Logged.forward.__code__.co_firstlineno
+    assert exp.break_count == 1 and [b.line for b in exp.breaks] == [fwd + 1], exp.lines()
+    assert exp.breaks[0].file == __file__ and exp.fullgraph_ok is False
+    capsys.readouterr()

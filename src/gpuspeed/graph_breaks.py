@@ -11,6 +11,7 @@ import contextlib
 import copy
 import logging
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -95,6 +96,37 @@ def _user_stack_frame(stack, fn_file: str | None):
     return frames[-1]
 
 
+_LOGGED_BREAK = "Graph break in user code at "
+_TB_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)\n(?:    (?P<src>.*)\n)?', re.M)
+
+
+def _logged_breaks(messages: list[str], reasons, fn_file: str | None) -> list[Break]:
+    """The breaks dynamo's graph-break log names that its explain() result leaves out: it keeps a reason only where
+    a graph was made before the break, so a break ahead of any op (a print or a log call at the top of a function or
+    a forward) was never reported. A logged break is new where its line is no frame of a break already known."""
+    import traceback
+
+    known = {(os.path.abspath(f.filename), f.lineno) for r in reasons for f in (getattr(r, "user_stack", None) or [])}
+    out: list[Break] = []
+    for message in messages:
+        if not message.startswith(_LOGGED_BREAK):
+            continue
+        text, _, tb = message.partition("\nUser code traceback:\n")
+        reason = text.partition("\nGraph Break Reason: ")[2]
+        head, sep, rest = reason.partition("\n\n")
+        if sep and head.startswith("Encountered graph break"):  # what dynamo was tracing, then the reason proper
+            reason = rest
+        frames = [traceback.FrameSummary(m["file"], int(m["line"]), m["name"].strip(), line=m["src"] or "")
+                  for m in _TB_FRAME.finditer(tb + "\n")]
+        fr = _user_stack_frame(frames, fn_file)
+        if fr is None or any((os.path.abspath(f.filename), f.lineno) in known for f in frames[-1:]):
+            continue
+        known.add((os.path.abspath(fr.filename), fr.lineno))
+        out.append(Break(reason=_short_reason(reason), file=fr.filename, line=fr.lineno,
+                         source=(fr.line or "").strip() or None))
+    return out
+
+
 def _source_file(fn) -> str | None:
     """The file of the code a call of fn runs first: a function's own (through functools.wraps decorators and
     partial), an nn.Module's forward, a callable object's __call__. Breaks are placed at its lines."""
@@ -138,7 +170,7 @@ def _quiet_dynamo():
     internal = getattr(torch._logging, "_internal", None)
     saved = copy.deepcopy(internal.log_state) if internal is not None and hasattr(internal, "log_state") else None
     if not from_env:
-        torch._logging.set_logs(recompiles=True)
+        torch._logging.set_logs(recompiles=True, graph_breaks=True)
     catcher = _LogCatcher()
     # torch attaches its handlers to several loggers under "torch" (artifact loggers do not propagate)
     swapped = {}
@@ -325,6 +357,9 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
             fr = _user_stack_frame(getattr(r, "user_stack", None), fn_file)
             breaks.append(Break(reason=_short_reason(r.reason), file=fr.filename if fr else None,
                                 line=fr.lineno if fr else None, source=(fr.line or "").strip() if fr else None))
+        missed = _logged_breaks(log.messages, out.break_reasons, fn_file)
+        if missed:  # in source order with the others
+            breaks = sorted(breaks + missed, key=lambda b: (b.file is None, b.file or "", b.line or 0))
 
         # Recompiles: a counting backend over calls with changing inputs (each compile calls it once).
         compiles = [0]
