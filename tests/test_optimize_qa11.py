@@ -185,3 +185,44 @@ def test_the_float32_primary_called_on_complex_or_integer_inputs_returns_the_ori
     assert lines["int64"] == ["float64", "float64", "True"], out
     assert lines["float64"] == ["float64", "float64", "True"], out
     assert lines["float32"] == ["float32", "float32", "True"], out
+
+
+SCALARS = """
+    import numpy as np
+
+
+    def original(x):
+        return float(x.sum()), int((x > 0).sum()), x * 2.0
+
+
+    def single(x):  # its sum in float32, its count as an int32: numbers as the original's Python float and int are
+        return np.float32(x.astype(np.float32).sum()), np.int32((x > 0).sum()), x * 2.0
+
+
+    def miscounts(x):
+        return float(x.sum()), np.float64((x > 0).sum()) + 0.5, x * 2.0
+
+
+    variants = {"single": single, "miscounts": miscounts}
+
+
+    def inputs(rng):
+        return (rng.standard_normal(1000),)
+    """
+
+
+def test_the_scripts_check_holds_python_number_outputs_to_the_runs_rule(tmp_path):
+    """The original returns a Python float and a Python int: gpuspeed.check holds them to a number's tolerance, not a
+    dtype (a Python float says nothing of the precision that made it), and the run found a variant returning an
+    np.float32 and an np.int32 correct; the emitted script's own check failed it ('float32[] against the original's
+    float64[]'), so `python optimized_x.py` said correctness: FAIL and exited 1 for the primary the run had verified.
+    A float where the original returns an int still fails there, as in the run."""
+    run = _optimize(tmp_path, "scalars", SCALARS, ["variant"])
+    assert run.results["variant:single"]["status"] == "ok", run.results["variant:single"].get("reason")
+    assert run.results["variant:miscounts"]["status"] == "wrong_output"
+    for primary, rc in (("variant:single", 0), ("variant:miscounts", 1)):
+        script = _rewrite(run, primary)
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path.parent,
+                           timeout=120)
+        assert r.returncode == rc, (primary, r.stdout + r.stderr)
+        assert ("correctness: PASS" if rc == 0 else "correctness: FAIL") in r.stdout, r.stdout
