@@ -108,3 +108,38 @@ def test_an_odd_head_size_is_one_line_not_every_rung_failing(tmp_path, capsys):
     d = _odd_head_folder(tmp_path)
     rc, cap = cli(["--model", str(d), "--prompt-len", "3"] + SMALL, capsys)
     one_line(rc, cap, "head size 15")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the name a checkpoint's results go under
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path,key", [
+    # a folder's dots are part of its name, not a suffix: both of these were 'llama-3', one run's summary keys
+    # overwriting the other's in a merged decode.json
+    ("/m/Llama-3.2-1B", "llama-3.2-1b"),
+    ("/m/Llama-3.1-8B-Instruct/", "llama-3.1-8b-instruct"),
+    ("/m/SmolLM2-1.7B", "smollm2-1.7b"),  # was 'smollm2-1'
+    # a GGUF file loses its suffix only (as before)
+    ("/m/smollm2-135m-instruct.Q8_0.gguf", "smollm2-135m-instruct.q8-0"),
+    # a Hugging Face hub cache snapshot: the repository's name, not the commit hash of the snapshot folder
+    ("/h/models--meta-llama--Llama-3.2-1B/snapshots/4e20de362430cd3b72f300e6b0f18e50e7166e08", "llama-3.2-1b"),
+    ("/h/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f77366fa6b3b4b768ec3050bf629380bac/",
+     "smollm2-135m-instruct"),
+])
+def test_a_checkpoints_results_are_named_by_its_whole_name(path, key):
+    from gpuspeed.decode.study import Spec, model_key
+
+    assert model_key(path) == key
+    assert Spec(model=path, dtype="bf16").label() == f"{key}_bf16"
+
+
+def test_a_folder_given_as_dot_is_named_by_the_folder(tmp_path, monkeypatch):
+    """`--model .` inside the model's folder put the results under 'model'."""
+    from gpuspeed.decode.study import model_key
+
+    d = tmp_path / "Llama-3.2-1B"
+    d.mkdir()
+    monkeypatch.chdir(d)
+    assert model_key(".") == model_key("./") == "llama-3.2-1b"

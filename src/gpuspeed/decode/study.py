@@ -68,9 +68,19 @@ class Spec:
 
 
 def model_key(model: str) -> str:
+    """The name a model's results go under (<key>_<dtype>_... summary keys, rows' "model"): a named model's own; a
+    GGUF file's name less .gguf; a folder's whole name (its dots are not a suffix: Path.stem made Llama-3.2-1B and
+    Llama-3.1-8B both 'llama-3'), the folder itself for '.', and for a Hugging Face hub cache snapshot
+    (models--ORG--NAME/snapshots/<commit>) the repository's NAME, not the commit hash."""
     if model in M.CONFIGS:
         return model
-    return re.sub(r"[^A-Za-z0-9.\-]+", "-", Path(model).stem).strip("-").lower() or "model"
+    p = Path(model)
+    if p.name in ("", ".", ".."):
+        p = p.absolute().resolve()
+    name = p.name[:-len(".gguf")] if p.name.lower().endswith(".gguf") else p.name
+    if len(p.parts) >= 3 and p.parts[-2] == "snapshots" and p.parts[-3].startswith("models--") and name == p.name:
+        name = p.parts[-3].split("--")[-1]
+    return re.sub(r"[^A-Za-z0-9.\-]+", "-", name).strip("-").lower() or "model"
 
 
 def _err(exc: BaseException) -> str:
