@@ -143,3 +143,15 @@ def test_a_folder_given_as_dot_is_named_by_the_folder(tmp_path, monkeypatch):
     d.mkdir()
     monkeypatch.chdir(d)
     assert model_key(".") == model_key("./") == "llama-3.2-1b"
+
+
+def test_errors_about_a_folder_given_as_dot_name_the_folder(tmp_path, monkeypatch, capsys):
+    """`--model .` in a Mistral folder said 'gpuspeed: error: : not a Llama checkpoint ...' (an empty name)."""
+    from decode_cli_helpers import SMALL, cli, one_line
+
+    d = tmp_path / "Mistral-7B"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(dict(BASE, model_type="mistral", architectures=["MistralForCausalLM"])))
+    monkeypatch.chdir(d)
+    rc, cap = cli(["--model", ".", "--prompt-len", "3"] + SMALL, capsys)
+    one_line(rc, cap, "Mistral-7B: not a Llama checkpoint")

@@ -265,6 +265,11 @@ def _is_gguf(p: Path) -> bool:
         return False
 
 
+def folder_name(folder: Path) -> str:
+    """A folder's own name, for messages and the model's name: '.' or '..' (Path("").name) named nothing."""
+    return folder.name or folder.absolute().resolve().name or str(folder)
+
+
 def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args=None, read=None) -> Checkpoint:
     """config.json + model.safetensors or model.safetensors.index.json shards.
 
@@ -275,7 +280,7 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     if not cfg_path.is_file():
         raise UserError(f"{folder}: no config.json (not a Hugging Face model folder)")
     cfg = _read_json(cfg_path)
-    args = args_from_hf_config(cfg, name=folder.name)
+    args = args_from_hf_config(cfg, name=folder_name(folder))
     index = folder / "model.safetensors.index.json"
     # transformers reads model.safetensors first where both are: save_pretrained of a whole model over a sharded
     # save leaves the old index behind (it removes the old shards only), so the index there is stale
