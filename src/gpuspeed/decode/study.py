@@ -980,7 +980,9 @@ def _checkpoint_args(model: str):
     try:
         if p.is_dir():
             cfg = p / "config.json"
-            return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p)) if cfg.is_file() else None
+            if not cfg.is_file():
+                return None
+            return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p))
         if p.is_file() and checkpoints._is_gguf(p):
             return checkpoints.gguf_args(p)
     except UserError:
