@@ -149,3 +149,32 @@ def test_explain_reports_a_break_that_comes_before_any_op(capsys):
     assert exp.break_count == 1 and [b.line for b in exp.breaks] == [fwd + 1], exp.lines()
     assert exp.breaks[0].file == __file__ and exp.fullgraph_ok is False
     capsys.readouterr()
+
+
+# -- profile: a script reading its standard input reads the same input in every run --------------------------
+
+
+def test_every_run_of_a_script_reads_the_standard_input_it_was_given(tmp_path, monkeypatch):
+    # `seq 1 20000 | gpuspeed profile sum.py`: the first run read the input, the later ones (source lines, cProfile,
+    # line times) found it empty, so the hot loop over the input was never seen
+    import io
+    import sys
+
+    seen = tmp_path / "seen.txt"
+    p = tmp_path / "sumsq.py"
+    p.write_text(textwrap.dedent(f"""\
+        import sys
+        first = sys.stdin.readline()
+        words = first.split() + sys.stdin.read().split()
+        open({str(seen)!r}, "a").write(f"{{len(words)}}\\n")
+        total = 0
+        for w in words:
+            total += int(w) ** 2
+        """))
+    words = [str(v) for v in torch.randint(1, 1000, (20000,)).tolist()]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(words).encode()), encoding="utf-8"))
+    res = profile(ScriptRunner(p), steps=1, warmup=1, device="cpu", line_backend="settrace")
+    assert seen.read_text().split() == ["20000"] * 5  # warm-up, profiled step, source lines, cProfile, line times
+    loops = res.hotspots["hot_loops"]
+    assert loops and loops[0]["line"] == 6, loops
+    assert sys.stdin.read() == ""  # the caller's stdin is given back, consumed as `python sumsq.py` would leave it

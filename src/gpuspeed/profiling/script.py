@@ -4,12 +4,14 @@ Each run executes one compiled code object as `__main__` with the script's folde
 its own argv. Compiling once keeps the code objects the same from run to run, so the line timer of a
 later pass finds the functions (and the module-level code) that cProfile saw in an earlier one.
 A script's `sys.exit(0)` (or `os._exit(0)`) is a normal end; any other exit is recorded and stops that run there.
+A script reading its standard input (a pipe or a file, not a terminal) reads in every run what the first run read.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import os
 import sys
 import types
@@ -46,6 +48,27 @@ class ScriptRunner:
         self.__name__ = p.stem
         self.runs = 0
         self.exits: list = []
+        self._stdin: _Recorder | bytes | None = None  # what the first run read of a piped stdin, given to later runs
+
+    def _stdin_for_run(self):
+        """The sys.stdin of this run, or None to leave it be: the first run reads the real one through a recorder
+        (nothing is read ahead of the script: a script that never reads a pipe left open does not wait on it),
+        each later run reads what the first one read."""
+        if isinstance(self._stdin, _Recorder):
+            self._stdin = bytes(self._stdin.data)
+        real = sys.stdin
+        if isinstance(self._stdin, bytes):
+            raw = io.BytesIO(self._stdin)
+        else:
+            try:
+                if real is None or real.isatty() or not hasattr(real, "buffer"):
+                    return None
+            except (ValueError, OSError):  # closed
+                return None
+            raw = self._stdin = _Recorder(real.buffer)
+        return io.TextIOWrapper(io.BufferedReader(raw) if isinstance(raw, _Recorder) else raw,
+                                encoding=getattr(real, "encoding", None) or "utf-8",
+                                errors=getattr(real, "errors", None) or "strict")
 
     def __call__(self) -> None:
         module = types.ModuleType("__main__")
@@ -53,6 +76,9 @@ class ScriptRunner:
                                 "__loader__": None, "__package__": None, "__cached__": None})
         saved_main, saved_argv, saved_path = sys.modules.get("__main__"), sys.argv, sys.path[:]
         saved_cwd = os.getcwd()  # each run starts where `python script.py` would, even after a script's os.chdir
+        saved_stdin, stdin = sys.stdin, self._stdin_for_run()
+        if stdin is not None:
+            sys.stdin = stdin
         sys.modules["__main__"] = module  # pickling and `if __name__ == "__main__"` see the script
         sys.argv = list(self.argv)
         sys.path.insert(0, str(self.path.parent))  # neighbour modules import as under `python script.py`
@@ -74,6 +100,7 @@ class ScriptRunner:
             with contextlib.suppress(OSError):  # the script removed the folder it started in: nothing to go back to
                 os.chdir(saved_cwd)
             os._exit = real_exit
+            sys.stdin = saved_stdin
             sys.argv = saved_argv
             sys.path[:] = saved_path
             if saved_main is not None:
@@ -86,6 +113,25 @@ class ScriptRunner:
         codes = sorted({repr(c) if not isinstance(c, int) else str(c) for c in self.exits})
         return (f"the script called sys.exit({', '.join(codes)}) in {len(self.exits)} of {self.runs} runs: the "
                 "profile covers the code up to that exit")
+
+
+class _Recorder(io.RawIOBase):
+    """A raw reader over a binary stream that keeps every byte read from it."""
+
+    def __init__(self, source):
+        super().__init__()
+        self.source, self.data = source, bytearray()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        read1 = getattr(self.source, "read1", None)
+        chunk = read1(len(b)) if read1 is not None else self.source.read(len(b))
+        chunk = chunk or b""
+        b[:len(chunk)] = chunk
+        self.data += chunk
+        return len(chunk)
 
 
 @contextlib.contextmanager
