@@ -146,12 +146,16 @@ def _is(exc: BaseException, name: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning user mistakes into one line and exit code 2; a command that fails leaves
     no empty --out folder behind."""
-    from gpuspeed.results import CREATED, remove_created
+    from gpuspeed.results import CREATED, command_line, remove_created
 
     CREATED.clear()  # this command's folders only
     rv = None
     try:
-        rv = _main(argv)
+        if argv is None:
+            rv = _main(argv)
+        else:  # called from Python: its results files record these arguments, not the host process's argv
+            with command_line(["gpuspeed", *map(str, argv)]):
+                rv = _main(argv)
         return rv
     finally:
         if rv != 0:

@@ -7,6 +7,7 @@ Writes are atomic (temp file + rename), so a crash never leaves a half-written r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -43,10 +44,26 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
         return None
 
 
+# the command line of a `gpuspeed.cli.main([...])` call in progress (a notebook or script calling the CLI): the
+# process's own sys.argv is then its host's (a notebook kernel's launcher), not the command
+_COMMAND: list[str] | None = None
+
+
+@contextlib.contextmanager
+def command_line(argv: list[str]):
+    """Inside the block, results files record `argv` as their command."""
+    global _COMMAND
+    saved, _COMMAND = _COMMAND, list(argv)
+    try:
+        yield
+    finally:
+        _COMMAND = saved
+
+
 def environment(device: str = "auto") -> dict:
     """The stamp every results file carries: device, library versions, git commit, command line."""
     info = _device.get_device(device)
-    argv = list(sys.argv)
+    argv = list(_COMMAND) if _COMMAND is not None else list(sys.argv)
     if argv and argv[0].replace("\\", "/").endswith("gpuspeed/__main__.py"):  # `python -m gpuspeed ...`
         argv[0] = "python -m gpuspeed"
     return {
