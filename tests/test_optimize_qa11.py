@@ -226,3 +226,74 @@ def test_the_scripts_check_holds_python_number_outputs_to_the_runs_rule(tmp_path
                            timeout=120)
         assert r.returncode == rc, (primary, r.stdout + r.stderr)
         assert ("correctness: PASS" if rc == 0 else "correctness: FAIL") in r.stdout, r.stdout
+
+
+TORCH_DICT = """
+    import torch
+
+
+    def original(x, idx):
+        y = torch.relu(x) * 2.0 + 1.0
+        return {"y": y, "mask": y > 2.0, "counts": torch.bincount(idx, minlength=8), "corner": y[0, 0],
+                "n": int((y > 2.0).sum())}
+
+
+    def fused(x, idx):  # the same on the same tensors
+        y = torch.relu(x).mul_(2.0).add_(1.0)
+        return {"y": y, "mask": y > 2.0, "counts": torch.bincount(idx, minlength=8), "corner": y[0, 0],
+                "n": int((y > 2.0).sum())}
+
+
+    variants = {"fused": fused}
+
+
+    def inputs(rng):
+        return torch.from_numpy(rng.standard_normal((64, 48))), torch.from_numpy(rng.integers(0, 8, 100))
+    """
+
+CALL_TORCH = '''
+import importlib.util
+import sys
+
+import torch
+
+spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+fn, how = opt.build_optimized()
+original = opt.load_workload("_mine").original
+x, idx = torch.randn(5, 3, dtype=torch.float64), torch.randint(0, 8, (20,))
+out, ref = fn(x, idx), original(x, idx)
+for k in ref:
+    print(k, type(out[k]).__name__, type(ref[k]).__name__, str(getattr(out[k], "dtype", "-")),
+          str(getattr(ref[k], "dtype", "-")), bool(torch.equal(torch.as_tensor(out[k]), torch.as_tensor(ref[k]))))
+'''
+
+
+@pytest.fixture(scope="module")
+def torch_dict(tmp_path_factory):
+    pytest.importorskip("torch")
+    tmp_path = tmp_path_factory.mktemp("torch_dict")
+    run = _optimize(tmp_path, "tdict", TORCH_DICT, ["variant"])
+    assert run.results["variant:fused"]["status"] == "ok", run.results["variant:fused"].get("reason")
+    # what the run writes when PyTorch's own candidate wins (eager on the CPU here: no compile, the same code path)
+    run.results["torch-cpu"] = dict(run.results["variant:fused"], name="torch-cpu", label="PyTorch on cpu (eager)",
+                                    recipe={"name": "torch-cpu", "backend": "torch", "precision": "as-written",
+                                            "mode": "eager", "device": "cpu"})
+    return run, tmp_path
+
+
+@pytest.mark.parametrize("primary", ["torch-cpu", "variant:fused"])
+def test_the_optimized_function_of_a_torch_original_returns_tensors_as_the_original_does(torch_dict, primary):
+    """The original takes and returns torch tensors; the optimized function handed back NumPy arrays (np.ndarray for
+    a tensor, np.float64 for a 0-d one): a drop-in for PyTorch code that broke .to(), .backward() and torch ops on
+    its results, and only where it ran (the CPU fallback, the original itself, returned tensors)."""
+    run, tmp_path = torch_dict
+    script = _rewrite(run, primary)
+    out, _ = _python(tmp_path / f"elsewhere_{primary.replace(':', '_')}", CALL_TORCH, script)
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert rows["y"] == ["Tensor", "Tensor", "torch.float64", "torch.float64", "True"], out
+    assert rows["mask"] == ["Tensor", "Tensor", "torch.bool", "torch.bool", "True"], out
+    assert rows["counts"] == ["Tensor", "Tensor", "torch.int64", "torch.int64", "True"], out
+    assert rows["corner"] == ["Tensor", "Tensor", "torch.float64", "torch.float64", "True"], out
+    assert rows["n"] == ["int", "int", "-", "-", "True"], out

@@ -132,6 +132,7 @@ NONDETERMINISTIC = {nondeterministic!r}  # the run found the original gives othe
 IN_PLACE = {in_place!r}  # the arguments {func} writes into (None: it only returns its result)
 IN_PLACE_RETURNS = {in_place_returns!r}  # it also returns a result (checked with what it wrote)
 CACHES_RESULTS = {caches_results!r}  # the run found these cache their results by input (timed on fresh inputs)
+TORCH_WORKLOAD = {torch_workload!r}  # the original takes torch tensors: the optimized version returns tensors too
 RUN_TIMES = {run_times!r}  # what gpuspeed optimize measured (seconds, end to end), for --bench to print beside its own
 
 
@@ -236,8 +237,8 @@ def _cupy_gpu():
 
 
 def build_optimized(force_cpu=False):
-    """(callable: host arrays in -> host arrays out, or written into as the original does when IN_PLACE,
-    description). Falls back to the CPU without a GPU."""
+    """(callable: host arrays in -> host arrays out (torch tensors on the CPU for a PyTorch original), or written
+    into as the original does when IN_PLACE, description). Falls back to the CPU without a GPU."""
     module = load_workload("_optimized")
     backend = RECIPE["backend"]
     needs_gpu = backend in {gpu_backends!r} and RECIPE.get("device") != "cpu"  # chosen on a CPU: stays there
@@ -255,6 +256,8 @@ def build_optimized(force_cpu=False):
     precision = RECIPE.get("precision", "as-written")
     # a float32 primary's outputs are cast back to the original's dtypes for each call's own inputs (as_callers_dtypes)
     impl = build(module, func=FUNC, precision=precision, out_dtypes=None, device="cuda" if needs_gpu else "cpu", **opts)
+    if TORCH_WORKLOAD:  # a PyTorch original's caller gets tensors back (on the CPU), as from the original
+        impl.fetch = host_tensors
     if CHUNK:
         library = {{"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}}.get(backend)
         impl = chunked(impl, {{int(k): v for k, v in CHUNK["axes"].items()}}, CHUNK["out_axes"], CHUNK["size"], library)
@@ -290,7 +293,9 @@ def as_callers_dtypes(fn, impl):
         if has_floating(args):
             want = OUT_DTYPES if has_double(args) == RUN_DOUBLE else OTHER_OUT_DTYPES
         out = fn(*args)
-        return host_tree(out, want) if want else out
+        if not want:
+            return out
+        return host_tensors(out, want) if TORCH_WORKLOAD else host_tree(out, want)
 
     call.device = getattr(fn, "device", "cpu")  # where its work runs (the benchmark reads it)
     call.impl = getattr(fn, "impl", impl)  # whose label a backend may settle at its first call
@@ -568,7 +573,7 @@ def script_text(run) -> str:
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
         atol=run.wl.atol, tolerance=_tolerance_text(run.wl.rtol, run.wl.atol), tolerances=_tolerances(),
-        ran_on_gpu=run.where == "cuda",
+        ran_on_gpu=run.where == "cuda", torch_workload=run.wl.kind == "torch",
         n_seeds=len(run.params["seeds"]), lib=lib,
         install="\n    ".join(x for x in dict.fromkeys(["pip install numpy", INSTALL.get(backend, "")]) if x),
         import_root=run.params.get("cwd") or os.getcwd(),

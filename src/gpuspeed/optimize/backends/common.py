@@ -69,12 +69,47 @@ def host_tree(out, out_dtypes=None):
         want = next(it, None)
         if want is None or not hasattr(x, "dtype"):
             return x
-        want = np.dtype(want)
-        if x.dtype.kind == "c" and want.kind == "f":  # never an imaginary part dropped: complex of that precision
-            want = np.result_type(want, np.complex64)
-        if x.dtype != want and x.dtype.kind in "fc" and want.kind in "fc":
+        want = _cast_to(x.dtype, want)
+        if x.dtype != want:
             return x.astype(want) if isinstance(x, np.ndarray) else want.type(x)
         return x
+
+    return tree_map(cast, host)
+
+
+def _cast_to(have, want):
+    """The dtype a demoted float leaf of dtype `have` is cast back to, given the original's `want` (have itself where
+    none applies: integers, booleans); a complex leaf stays complex (no imaginary part dropped), of want's precision."""
+    have, want = np.dtype(have), np.dtype(want)
+    if have.kind not in "fc" or want.kind not in "fc":
+        return have
+    if have.kind == "c" and want.kind == "f":
+        return np.result_type(want, np.complex64)
+    return want
+
+
+def host_tensors(out, out_dtypes=None):
+    """host_tree for PyTorch code's callers: every torch tensor of `out` detached and on the CPU, still a tensor (a
+    PyTorch original returns tensors, and its caller goes on with torch ops on them), cast back as host_tree casts a
+    demoted float leaf (bfloat16 left as it is); other leaves as host_tree leaves them."""
+    def move(x):
+        return x.detach().cpu() if kind_of(x) == "torch" and hasattr(x, "detach") else to_numpy(x)
+
+    host = tree_map(move, out)
+    if not out_dtypes:
+        return host
+    it = iter(out_dtypes)
+
+    def cast(x):
+        want = next(it, None)
+        if want is None or kind_of(x) != "torch":
+            return host_tree(x, [want]) if want is not None else x
+        name = str(x.dtype).replace("torch.", "")
+        try:
+            target = _cast_to(name, want)
+        except TypeError:  # bfloat16, float8: no NumPy dtype of that name, and never a demoted result
+            return x
+        return x if target.name == name else x.to(getattr(sys.modules["torch"], target.name))
 
     return tree_map(cast, host)
 
