@@ -297,3 +297,30 @@ def test_the_optimized_function_of_a_torch_original_returns_tensors_as_the_origi
     assert rows["counts"] == ["Tensor", "Tensor", "torch.int64", "torch.int64", "True"], out
     assert rows["corner"] == ["Tensor", "Tensor", "torch.float64", "torch.float64", "True"], out
     assert rows["n"] == ["int", "int", "-", "-", "True"], out
+
+
+def test_a_rerun_interrupted_in_the_same_folder_leaves_none_of_the_last_runs_results_beside_its_own(gauss, tmp_path):
+    """A second run in the same --out, stopped (Ctrl-C) while its candidates ran, removed the last run's report.md but
+    left its optimize_<name>.json (the results the README and notebooks read), its plot and optimized_<name>.py beside
+    the new run's candidates: results of the old code, looking like this run's."""
+    import shutil
+
+    from gpuspeed.optimize.pipeline import optimize
+
+    first, _ = gauss
+    out = tmp_path / "out"
+    shutil.copytree(first.out_dir, out)  # a finished run's folder
+    made = {p.name for p in out.iterdir()}
+    assert {"report.md", "optimize_gauss.json", "optimize_gauss.png", "optimized_gauss.py"} <= made, made
+
+    def stop(label, done, total):
+        if label.startswith("candidate"):
+            raise KeyboardInterrupt  # Ctrl-C as the first candidate starts
+
+    (tmp_path / "gauss.py").write_text(textwrap.dedent(GAUSS).replace("x * x", "x * x + 1.0"))  # the code changed
+    with pytest.raises(KeyboardInterrupt):
+        optimize(tmp_path / "gauss.py", device="cpu", out=out, backends=["numpy"], time_budget=60, bench_budget_s=0.05,
+                 progress=stop)
+    left = {p.name for p in out.iterdir()}
+    assert not left & {"report.md", "optimize_gauss.json", "optimize_gauss.png", "optimized_gauss.py"}, left
+    assert {"run.json", "refs.pkl", "candidates.jsonl"} <= left, left  # what --resume continues from

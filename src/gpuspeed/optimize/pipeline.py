@@ -166,7 +166,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         wl.tolerance_source = "gpuspeed.verify's default for its bfloat16 outputs"
     check_out_dir(out_dir)
     if not resume:
-        for stale in ("candidates.jsonl", "report.md"):
+        from gpuspeed.optimize.report import outputs
+
+        for stale in ["candidates.jsonl", *outputs(wl.name)]:  # the last run's results: none left beside this run's
             (out_dir / stale).unlink(missing_ok=True)
         W.save_refs(refs_file, refs)
         tmp = run_file.with_suffix(".json.tmp")  # whole or not at all: a kill mid-write leaves the old one

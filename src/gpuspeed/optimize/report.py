@@ -331,15 +331,25 @@ def results_doc(run) -> dict:
         "projected_target_s": run.projection.get("projected_s") or run.projection.get("memory_bound_s"),
     }
     rows = table_rows(run)
-    # a results study is named in letters, digits, _ and -: a workload file named `my-work.v2.py` or `my work.py`
-    # is still one (its report and script keep the file's own name)
-    study = "optimize_" + re.sub(r"[^\w-]", "_", run.wl.name)
+    study = study_name(run.wl.name)
     return make_results(study, params=run.params, summary=summary, rows=rows,
                         notes=run.notes + [f"plan: {r['backend']}: {r['decision']} ({r['why']})" for r in run.plan_rows]
                         + [f"why below 2x: {w}" for w in ch.get("why_not_2x", [])]
                         + ([f"why not on a GPU: {ch['why_not_gpu']}"] if ch.get("why_not_gpu") else []), device=run.where) | {
         "hotspots": run.hot, "plan": run.plan_rows, "choice": ch, "projection": run.projection,
         "chunking": run.chunking}
+
+
+def study_name(name: str) -> str:
+    """The results study of a workload: named in letters, digits, _ and -, so a workload file named `my-work.v2.py` or
+    `my work.py` is still one (its report and script keep the file's own name)."""
+    return "optimize_" + re.sub(r"[^\w-]", "_", name)
+
+
+def outputs(name: str) -> list[str]:
+    """The files a finished run writes in its folder, beside the candidates it ran: what a new run there removes
+    first (a rerun stopped half-way leaves none of the last run's results beside its own)."""
+    return ["report.md", f"{study_name(name)}.json", f"optimize_{name}.png", f"optimized_{name}.py"]
 
 
 def write(run) -> dict:
