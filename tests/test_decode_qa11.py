@@ -155,3 +155,13 @@ def test_errors_about_a_folder_given_as_dot_name_the_folder(tmp_path, monkeypatc
     monkeypatch.chdir(d)
     rc, cap = cli(["--model", ".", "--prompt-len", "3"] + SMALL, capsys)
     one_line(rc, cap, "Mistral-7B: not a Llama checkpoint")
+
+
+def test_a_folder_holding_only_a_gguf_file_points_at_the_file(tmp_path):
+    # "no config.json (not a Hugging Face model folder)" left the user to find that --model wants the .gguf itself
+    from gpuspeed.decode.checkpoints import load_hf
+    from gpuspeed.errors import UserError
+
+    (tmp_path / "smollm2-135m-instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    with pytest.raises(UserError, match=r"it holds smollm2-135m-instruct\.Q4_1\.gguf: pass that file as --model"):
+        load_hf(tmp_path)

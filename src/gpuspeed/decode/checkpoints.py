@@ -278,7 +278,10 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     folder = Path(folder)
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        raise UserError(f"{folder}: no config.json (not a Hugging Face model folder)")
+        ggufs = sorted(p.name for p in folder.glob("*.gguf")) if folder.is_dir() else []
+        hint = f"; it holds {ggufs[0]}: pass that file as --model" if len(ggufs) == 1 else (
+            f"; it holds {len(ggufs)} .gguf files: pass one of them as --model" if ggufs else "")
+        raise UserError(f"{folder}: no config.json (not a Hugging Face model folder){hint}")
     cfg = _read_json(cfg_path)
     args = args_from_hf_config(cfg, name=folder_name(folder))
     index = folder / "model.safetensors.index.json"
