@@ -324,3 +324,40 @@ def test_a_rerun_interrupted_in_the_same_folder_leaves_none_of_the_last_runs_res
     left = {p.name for p in out.iterdir()}
     assert not left & {"report.md", "optimize_gauss.json", "optimize_gauss.png", "optimized_gauss.py"}, left
     assert {"run.json", "refs.pkl", "candidates.jsonl"} <= left, left  # what --resume continues from
+
+
+CALL_BY_KEYWORD = '''
+import importlib.util
+import sys
+
+import numpy as np
+
+spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+fn, how = opt.build_optimized()
+original = opt.load_workload("_mine").original
+x = np.random.default_rng(3).standard_normal((9, 4))
+for name, kwargs in (("by_name", {}), ("width", {"width": 0.5})):
+    out, ref = fn(x=x, **kwargs), original(x=x, **kwargs)
+    print(name, out.dtype, bool(np.allclose(out, ref, rtol=1e-5)))
+try:
+    fn(x, y=x)
+except TypeError as exc:  # as the original: an argument it does not take
+    print("unknown", "TypeError", str(exc).split(":")[0] if ":" in str(exc) else str(exc))
+print("device", opt.timing_device(fn), "label", getattr(getattr(fn, "impl", fn), "label", "?").replace(" ", "_"))
+'''
+
+
+def test_the_optimized_function_takes_its_arguments_by_keyword_as_the_original_does(gauss):
+    """original(x, *, width=1.5): a caller writing fn(x=x) got "Impl.__call__() got an unexpected keyword argument 'x'"
+    (the optimized function took positions only); one giving width=0.5 (a keyword-only argument the run never passed,
+    and the candidates cannot take) got the same TypeError: it now gets the original's answer for it."""
+    run, tmp_path = gauss
+    script = _rewrite(run, "numpy-fp32")
+    out, _ = _python(tmp_path / "keywords", CALL_BY_KEYWORD, script)
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    assert rows["by_name"] == ["float64", "True"], out
+    assert rows["width"] == ["float64", "True"], out
+    assert rows["unknown"][0] == "TypeError", out
+    assert rows["device"] == ["cpu", "label", "NumPy_(float32)_on_the_CPU"], out
