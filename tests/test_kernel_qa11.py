@@ -295,3 +295,35 @@ def test_occupancy_at_its_boundaries(cc, threads, regs, smem, blocks, limiter):
     occ = occupancy(threads, regs, smem, limits)
     assert (occ["blocks_per_sm"], occ["limiter"]) == (blocks, limiter), occ
     assert occ["pct"] == pytest.approx(100.0 * blocks * -(-threads // 32) / limits.max_warps_per_sm)
+
+
+# --- a launcher written for torch tensors, fed NumPy arrays by inputs(rng)
+
+TORCH_LAUNCHER = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(out_ptr + i, tl.load(x_ptr + i, mask=m) * 2.0, mask=m)
+
+
+def twice(x):
+    out = torch.empty_like(x)
+    twice_kernel[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+    return out
+
+
+def inputs(rng):
+    return (rng.standard_normal(100),)
+'''
+
+
+def test_numpy_inputs_to_a_torch_launcher_point_at_gpuspeed_inputs(tmp_path):
+    # the error was torch's alone ('empty_like(): ... must be Tensor, not numpy.ndarray'); the file's fix is one line
+    line = _one_error(_cli(tmp_path, {"twice.py": TORCH_LAUNCHER}, "twice.py:twice"))
+    assert "must be Tensor" in line and 'set `twice.gpuspeed_inputs = "torch"`' in line, line

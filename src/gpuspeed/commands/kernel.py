@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.device import resolve_device
         from gpuspeed.errors import UserError
         from gpuspeed.kernel import kernel_report
-        from gpuspeed.kernel.target import load_target, make_args, reference_check, unwrap_lazy, use_interpreters
+        from gpuspeed.kernel.target import (launcher_error_hint, load_target, make_args, reference_check, unwrap_lazy,
+                                            use_interpreters)
         from gpuspeed.results import check_out_dir, write_results
 
         if device not in ("auto", "cpu", "cuda"):
@@ -80,12 +81,8 @@ def register(app: typer.Typer) -> None:
                 if ctx.find_root().params.get("debug"):
                     raise
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                hint = ""
-                if host_args is not None and len(host_args) == 1 and isinstance(host_args[0], dict):
-                    from gpuspeed.optimize.workload import _one_argument_hint
-
-                    hint = _one_argument_hint(host_args[0])  # a dict from inputs(rng) is one argument, not keywords
-                raise UserError(f"{name} raised {type(exc).__name__}: {first}{hint}") from exc
+                raise UserError(f"{name} raised {type(exc).__name__}: {first}{launcher_error_hint(fn, host_args, exc)}"
+                                ) from exc
         rep.notes[:0] = notes
         if out:
             doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,

@@ -259,3 +259,26 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
         raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs arguments ({', '.join(needed)}): pass --input "
                         "NAME=DTYPE[SHAPE] or define inputs(rng) in its file")
     return (), {}, notes, None
+
+
+def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException) -> str:
+    """What to change when the launcher failed on the arguments the file's inputs(rng) made ('' when nothing fits):
+    a dict is one argument, not keywords; NumPy arrays handed to a launcher written for torch tensors want
+    `gpuspeed_inputs = "torch"`, which moves them to the device first."""
+    import numpy as np
+
+    if host_args is None:
+        return ""
+    if len(host_args) == 1 and isinstance(host_args[0], dict):
+        from gpuspeed.optimize.workload import _one_argument_hint
+
+        return _one_argument_hint(host_args[0])
+    text = str(exc)
+    numpy_given = any(isinstance(a, np.ndarray) for a in host_args)
+    if (numpy_given and getattr(fn, "gpuspeed_inputs", None) is None and "numpy.ndarray" in text
+            and "Tensor" in text):
+        name = getattr(fn, "__name__", "the launcher")
+        return (f" (inputs(rng) gave NumPy arrays and {name} wants torch tensors: set "
+                f"`{name}.gpuspeed_inputs = \"torch\"` in its file to have them moved to the device as tensors)")
+    return ""
+
