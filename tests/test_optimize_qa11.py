@@ -361,3 +361,45 @@ def test_the_optimized_function_takes_its_arguments_by_keyword_as_the_original_d
     assert rows["width"] == ["float64", "True"], out
     assert rows["unknown"][0] == "TypeError", out
     assert rows["device"] == ["cpu", "label", "NumPy_(float32)_on_the_CPU"], out
+
+
+# --- the torch backends leave the caller's process settings as they were
+
+TORCH_MATMUL = '''
+import torch
+
+
+def original(a, b):
+    return torch.tanh(a @ b) + torch.ones(a.shape[0], b.shape[1], dtype=a.dtype)  # makes a tensor of its own
+
+
+def inputs(rng):
+    return torch.from_numpy(rng.standard_normal((8, 5))), torch.from_numpy(rng.standard_normal((5, 3)))
+'''
+
+
+@pytest.mark.parametrize("backend", ["torch_native", "torch_compile"])
+def test_building_a_torch_candidate_changes_no_setting_of_the_callers_process(tmp_path, backend):
+    # the emitted script builds its primary in the user's own process: build() set torch's default device for the
+    # whole thread (the user's later torch.zeros() landed on the GPU) and TF32 for every matmul the user ran after
+    import importlib
+
+    import torch
+
+    mod = importlib.import_module(f"gpuspeed.optimize.backends.{backend}")
+    module = _module(tmp_path, f"tm_{backend}", TORCH_MATMUL if backend == "torch_native" else TORCH_MATMUL.replace(
+        "torch.from_numpy(", "(").replace("torch.tanh(", "__import__('numpy').tanh(").replace(
+        "torch.ones(a.shape[0], b.shape[1], dtype=a.dtype)", "__import__('numpy').ones((a.shape[0], b.shape[1]))"))
+    before = (torch.get_default_device(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+              torch._dynamo.config.numpy_default_float)
+    kw = {"compile_backend": "eager"} if backend == "torch_compile" else {}
+    impl = mod.build(module, precision="tf32", device="meta" if backend == "torch_native" else "cpu", **kw)
+    rng = np.random.default_rng()
+    args = module.inputs(rng)
+    out = impl.run(*impl.prepare(args))
+    if backend == "torch_native":  # its own tensors were made where it runs (the default device, inside the call)
+        assert out.device.type == "meta"
+    after = (torch.get_default_device(), torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch._dynamo.config.numpy_default_float)
+    assert after == before, (before, after)
+    assert torch.zeros(2).device.type == "cpu"

@@ -369,6 +369,38 @@ def in_place_call(impl, positions, returns=False):
     return call
 
 
+def torch_settings(run, device=None, tf32=False, dynamo_config=None):
+    """run(*args) with torch's default device (tensors the code makes land there), TF32 matmuls and dynamo's config
+    set for the call alone: set for good they were the process's, and the emitted script runs in the user's own
+    (their torch.zeros() went to the GPU after it, and every float32 matmul of theirs ran in TF32)."""
+    import contextlib
+
+    import torch
+
+    if device is None and not tf32 and not dynamo_config:
+        return run
+
+    def call(*args, **kwargs):
+        with contextlib.ExitStack() as stack:
+            if device is not None:
+                stack.enter_context(torch.device(device))
+            if dynamo_config:
+                stack.enter_context(torch._dynamo.config.patch(**dynamo_config))
+            if tf32:
+                saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+                stack.callback(_set_tf32, torch, *saved)
+                _set_tf32(torch, True, True)
+            return run(*args, **kwargs)
+
+    call.__name__ = getattr(run, "__name__", "run")
+    return call
+
+
+def _set_tf32(torch, matmul: bool, cudnn: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = cudnn
+
+
 class NotApplicable(ImportError):
     """A backend cannot take this code (a construct its compiler or tracer rejects): the candidate is
     recorded as unavailable with the reason, like a library that is not installed, not as a failure."""

@@ -7,21 +7,21 @@ import numpy as np
 import torch
 
 from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, importable, rebind, tree_map
+from gpuspeed.optimize.backends.common import torch_settings
 
 
 def build(module, func="original", precision="as-written", out_dtypes=None, mode="default", device="cuda",
           compile_backend=None, **_):
     demote = precision == "float32"
-    # arrays the code creates itself (np.zeros(n)) follow this default
-    torch._dynamo.config.numpy_default_float = "float32" if demote else "float64"
-    if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     importable(module)  # dynamo imports the traced function's module by name
     notes = rebind(module, _single_numpy(), demote=False) if demote else []  # np.float64 in the code -> float32
     fn = getattr(module, func)
     kw = {"backend": compile_backend} if compile_backend else {}  # "eager": tracing without Inductor (CPU tests)
     compiled = torch.compile(torch.compiler.wrap_numpy(fn), mode=None if mode == "default" else mode, **kw)
+    # in each call (the caller's settings come back after it): arrays the code creates itself (np.zeros(n)) follow
+    # numpy_default_float, and "tf32" runs float32 matmuls on tensor cores with a 10-bit mantissa
+    compiled = torch_settings(compiled, tf32=precision == "tf32",
+                              dynamo_config={"numpy_default_float": "float32" if demote else "float64"})
 
     def prepare(args):
         def move(x):

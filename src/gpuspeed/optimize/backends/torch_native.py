@@ -3,21 +3,18 @@ device), eager or compiled."""
 
 import torch
 
-from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, importable, tree_map
+from gpuspeed.optimize.backends.common import Impl, demote_scalar, host_tree, importable, torch_settings, tree_map
 
 
 def build(module, func="original", precision="as-written", out_dtypes=None, mode="eager", device="cuda", **_):
     demote = precision == "float32"
-    # tensors the code creates (torch.zeros(n)) land on the GPU too; inputs are made under
-    # `with torch.device("cpu")` by whoever makes them
-    torch.set_default_device(device)
-    if precision == "tf32":  # float32 matmuls on tensor cores with a 10-bit mantissa
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     if mode != "eager":
         importable(module)  # dynamo imports the traced function's module by name
     fn = getattr(module, func)
     run = fn if mode == "eager" else torch.compile(fn, mode=None if mode == "default" else mode)
+    # in each call, tensors the code creates (torch.zeros(n)) land on the GPU too, and "tf32" runs float32 matmuls on
+    # tensor cores with a 10-bit mantissa; the caller's own settings come back after it
+    run = torch_settings(run, device=device, tf32=precision == "tf32")
 
     def prepare(args):
         def move(x):
