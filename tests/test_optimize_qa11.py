@@ -403,3 +403,22 @@ def test_building_a_torch_candidate_changes_no_setting_of_the_callers_process(tm
              torch._dynamo.config.numpy_default_float)
     assert after == before, (before, after)
     assert torch.zeros(2).device.type == "cpu"
+
+
+@pytest.mark.gpu
+def test_a_torch_candidate_on_the_gpu_makes_its_tensors_there_and_leaves_the_callers_default(tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from gpuspeed.optimize.backends import torch_native
+
+    module = _module(tmp_path, "tm_gpu", TORCH_MATMUL)
+    impl = torch_native.build(module, precision="tf32", device="cuda")
+    args = module.inputs(np.random.default_rng())
+    out = impl.run(*impl.prepare(args))
+    assert out.device.type == "cuda"  # torch.ones() inside the call was made on the GPU (else: a device mismatch)
+    assert torch.get_default_device().type == "cpu" and not torch.backends.cuda.matmul.allow_tf32
+    want = (torch.tanh(args[0] @ args[1]) + 1).to(torch.float64)
+    assert torch.allclose(impl.fetch(out) if not isinstance(impl.fetch(out), np.ndarray) else
+                          torch.from_numpy(impl.fetch(out)), want, rtol=1e-12, atol=1e-12)
