@@ -246,7 +246,8 @@ def test_int8_prepare_runs_with_no_fp32_copy_alive(tmp_path, monkeypatch):
 
     def watching(ck, ref_model, spec, notes):
         gc.collect()
-        seen.extend(o.dtype for o in gc.get_objects() if isinstance(o, M.Transformer))
+        # by type(), not isinstance(): a dead weakref.proxy among gc's objects raises ReferenceError on __class__
+        seen.extend(o.dtype for o in gc.get_objects() if issubclass(type(o), M.Transformer))
         return prepare(ck, ref_model, spec, notes)
 
     monkeypatch.setattr(Q, "prepare", watching)
