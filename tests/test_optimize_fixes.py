@@ -560,3 +560,15 @@ def test_pipeline_plan_when_the_first_measured_peak_is_the_larger():
     assert fell.predicted_peak_bytes == 150 * MiB  # judged by the larger measured peak, never a negative one
     over = budget.plan_for_pipeline(118, BUDGET, 237, 40 * MiB, BUDGET, in_flight=2, max_size=3794)
     assert not over.max_chunk
+
+
+def test_a_pair_of_chunk_peaks_that_does_not_grow_is_measured_again_and_keeps_the_lower_readings():
+    # the H100 GPU suite (six test processes on one GPU): NVML's device-wide count put another process's memory into
+    # the smaller chunk's peak, the pair fell, and the plan made the whole input one chunk (432 MiB over 218)
+    readings = {118: [150 * MiB, _peak(118)], 237: [_peak(237), _peak(237) + 3 * MiB]}
+    pa, pb, note = budget.measured_pair(lambda size: readings[size].pop(0), 118, 237)
+    assert (pa, pb) == (_peak(118), _peak(237)) and "measured twice" in note
+    two = budget.plan_for_pipeline(118, pa, 237, pb, BUDGET, in_flight=2, max_size=3794)
+    assert 1 <= two.max_chunk < 3794
+    grows = {118: [_peak(118)], 237: [_peak(237)]}  # a growing pair is measured once
+    assert budget.measured_pair(lambda size: grows[size].pop(0), 118, 237) == (_peak(118), _peak(237), "")

@@ -98,6 +98,19 @@ def propose_axes(wl, max_original_s: float = 5.0, original_s: float | None = Non
     return {"axes": None, "note": f"no axis along which the original is independent (checked on {where})"}
 
 
+def measured_pair(measure, a: int, b: int) -> tuple[int, int, str]:
+    """(peak at a items, peak at b > a items, a note): measure(size) is one chunk's peak. A pair that does not grow
+    is measured once more and each size keeps its lower reading: what inflates one reading only adds to it (a
+    first-use cost, or another process's memory in NVML's device-wide count), and taken as read the falling pair
+    planned the whole input as one chunk, the size that had not fit."""
+    pa, pb = int(measure(a)), int(measure(b))
+    if pb > pa:
+        return pa, pb, ""
+    pa2, pb2 = int(measure(a)), int(measure(b))
+    return (min(pa, pa2), min(pb, pb2),
+            f"; measured twice, the first pair did not grow ({pa / 2**20:.0f} then {pb / 2**20:.0f} MiB)")
+
+
 def plan_for_pipeline(size_a: int, peak_a: int, size_b: int, peak_b: int, budget_bytes: int, in_flight: int = 1,
                       max_size: int | None = None):
     """The chunk plan (gpuspeed.memory.ChunkPlan) for a run that holds `in_flight` chunks at once.
@@ -204,8 +217,7 @@ def chunk_size_for(impl, wl, spec: dict, chunk: dict, library: str | None = None
 
     budget_bytes = spec["budget_bytes"]
     a, b = max(1, n // 32), max(2, n // 16)
-    pa = peak_memory(run_chunk, a, device="cuda").peak_bytes
-    pb = peak_memory(run_chunk, b, device="cuda").peak_bytes
+    pa, pb, again = measured_pair(lambda size: peak_memory(run_chunk, size, device="cuda").peak_bytes, a, b)
     plan = plan_for_pipeline(a, pa, b, pb, budget_bytes, in_flight=in_flight, max_size=n)
     if not plan.max_chunk:
         raise UserError(f"no chunk fits the budget: {plan.note}")
@@ -215,8 +227,8 @@ def chunk_size_for(impl, wl, spec: dict, chunk: dict, library: str | None = None
     fixed = pa - per_item * a
     line = (f"peak = {fixed / 2**20:.0f} MiB + {per_item / 2**20:.3f} MiB per item per chunk" if per_item > 0 else
             f"peak {pa / 2**20:.0f} MiB at {a} items and {pb / 2**20:.0f} MiB at {b}: no per-item growth")
-    note = (f"chunk planner: {line} (measured at {a} and {b} items), {in_flight} chunk(s) in flight; {size} items "
-            f"per chunk, predicted peak {pred}, {plan.note}")
+    note = (f"chunk planner: {line} (measured at {a} and {b} items{again}), {in_flight} chunk(s) in flight; {size} "
+            f"items per chunk, predicted peak {pred}, {plan.note}")
     if not library or size >= n:
         return size, note
     measured, how = _pipeline_peak(impl, args, axes, chunk["out_axes"], size, library, budget_bytes)
