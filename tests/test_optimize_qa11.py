@@ -422,3 +422,58 @@ def test_a_torch_candidate_on_the_gpu_makes_its_tensors_there_and_leaves_the_cal
     want = (torch.tanh(args[0] @ args[1]) + 1).to(torch.float64)
     assert torch.allclose(impl.fetch(out) if not isinstance(impl.fetch(out), np.ndarray) else
                           torch.from_numpy(impl.fetch(out)), want, rtol=1e-12, atol=1e-12)
+
+
+# --- a chunked primary of a PyTorch original returns tensors too
+
+TORCH_ROWS = '''
+import torch
+
+TOLERANCE = dict(rtol=1e-9, atol=1e-12)
+
+
+def original(x):
+    return torch.tanh(x) * 2.0
+
+
+def rows(x):
+    return 2.0 * torch.tanh(x)
+
+
+rows.gpuspeed_inputs = "torch"
+variants = {"rows": rows}
+BATCH_AXIS = {0: 0}
+
+
+def inputs(rng):
+    return (torch.from_numpy(rng.standard_normal((40, 6))),)
+'''
+
+CALL_ROWS = '''
+import importlib.util
+import sys
+
+import torch
+
+spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(opt)
+fn, how = opt.build_optimized()
+x = torch.randn(9, 6, dtype=torch.float64)
+out = fn(x)
+print(type(out).__name__, str(out.dtype), bool(torch.equal(out, torch.tanh(x) * 2.0)), "chunked" in how)
+'''
+
+
+def test_a_chunked_primary_of_a_torch_original_returns_tensors(tmp_path):
+    # the chunk pipeline assembles NumPy arrays: a chunked primary (an over-budget run on a GPU) of a PyTorch original
+    # handed its caller NumPy where the original returns tensors
+    pytest.importorskip("torch")
+    run = _optimize(tmp_path, "trows", TORCH_ROWS, ["variant"])
+    row = run.results["variant:rows"]
+    assert row["status"] == "ok", row.get("reason")
+    row["recipe"] = dict(row["recipe"], chunk={"axes": {0: 0}, "out_axes": [0]})  # what an over-budget run records
+    row["chunk_size"] = 4
+    script = _rewrite(run, "variant:rows")
+    out, _ = _python(tmp_path / "elsewhere", CALL_ROWS, script)
+    assert out.split() == ["Tensor", "torch.float64", "True", "True"], out

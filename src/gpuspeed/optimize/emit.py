@@ -261,6 +261,8 @@ def build_optimized(force_cpu=False):
     if CHUNK:
         library = {{"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}}.get(backend)
         impl = chunked(impl, {{int(k): v for k, v in CHUNK["axes"].items()}}, CHUNK["out_axes"], CHUNK["size"], library)
+        if TORCH_WORKLOAD:  # the chunks are assembled in NumPy arrays: the caller gets tensors, as from the original
+            impl.fetch = numpy_to_tensors
     fn = impl
     if IN_PLACE:  # like the original: the result is written into the caller's arrays
         fn = in_place_call(impl, IN_PLACE, IN_PLACE_RETURNS)

@@ -114,6 +114,19 @@ def host_tensors(out, out_dtypes=None):
     return tree_map(cast, host)
 
 
+def numpy_to_tensors(out):
+    """Every NumPy array or scalar of `out` as a CPU torch tensor (sharing the array's memory), other leaves as they
+    are: what a PyTorch original's caller gets from a pipeline that assembles its output in NumPy arrays (chunks)."""
+    torch = sys.modules["torch"]  # imported: the original is PyTorch code
+
+    def move(x):
+        if isinstance(x, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(x) if any(st < 0 for st in x.strides) else x)
+        return torch.as_tensor(x) if isinstance(x, np.generic) else x
+
+    return tree_map(move, out)
+
+
 def demote_dtype(dtype):
     """float64 -> float32, complex128 -> complex64; anything else unchanged."""
     return _DEMOTE.get(np.dtype(dtype), np.dtype(dtype))
