@@ -327,3 +327,12 @@ def test_numpy_inputs_to_a_torch_launcher_point_at_gpuspeed_inputs(tmp_path):
     # the error was torch's alone ('empty_like(): ... must be Tensor, not numpy.ndarray'); the file's fix is one line
     line = _one_error(_cli(tmp_path, {"twice.py": TORCH_LAUNCHER}, "twice.py:twice"))
     assert "must be Tensor" in line and 'set `twice.gpuspeed_inputs = "torch"`' in line, line
+
+
+def test_flops_and_bytes_given_without_a_gpu_are_said_to_wait_for_one(tmp_path):
+    # --flops/--bytes were taken on the CPU and dropped without a word
+    files = {"twice.py": TORCH_LAUNCHER + '\ntwice.gpuspeed_inputs = "torch"\n'}
+    r = _cli(tmp_path, files, "twice.py:twice", "--flops", "100", "--bytes", "1600", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    notes = json.loads(r.stdout)["notes"]
+    assert any("flops/bytes given are used on a GPU run" in n for n in notes), notes

@@ -463,6 +463,9 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
             calls = sum(la.get("count", 1) for la in launches)
             copy_pct = 100 * nbytes / copy_reference(nbytes, calls, bench_kw) / (place["roof_GBps"] * 1e9)
     occ = (main or {}).get("occupancy")
+    if not gpu and (flops is not None or bytes is not None):  # said, not dropped without a word
+        notes.append("no GPU: the flops/bytes given are used on a GPU run, to place the kernel on the roofline; "
+                     "nothing is timed or placed here")
     facts = {"gpu": gpu, "launches": launches, "main": main, "sms": limits.sms if limits else None,
              "pct_of_roof": place["pct_of_roof"] if place else None, "bound": place["bound"] if place else None,
              "roof": place["roof"] if place else None, "time_s": time_s,
