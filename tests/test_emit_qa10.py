@@ -7,24 +7,7 @@ import sys
 import textwrap
 
 import pytest
-
-from gpuspeed.optimize.pipeline import optimize
-
-
-def _optimize(tmp_path, name, text, backends):
-    p = tmp_path / f"{name}.py"
-    p.write_text(textwrap.dedent(text))
-    return optimize(p, device="cpu", out=tmp_path / "out", backends=backends, time_budget=60, bench_budget_s=0.05)
-
-
-def _rewrite(run, primary):
-    """The run's script with `primary` as its primary (what the run would write had it chosen it)."""
-    from gpuspeed.optimize import emit
-
-    run.choice = {"primary": primary}
-    script = run.out_dir / f"optimized_{run.wl.name}.py"
-    script.write_text(emit.script_text(run))
-    return script
+from optimize_script_helpers import optimize_text, rewrite
 
 
 def _python(tmp_path, code, *argv):
@@ -71,7 +54,7 @@ def stencil(tmp_path_factory):
     """One run, whose script is rewritten with the primary each test needs: the original, numpy-fp32 (float32) and
     the caching variant all pass."""
     tmp_path = tmp_path_factory.mktemp("stencil")
-    run = _optimize(tmp_path, "stencil", STENCIL, ["numpy", "variant"])
+    run = optimize_text(tmp_path, "stencil", STENCIL, ["numpy", "variant"])
     for name in ("original", "numpy-fp32", "variant:cached"):
         assert run.results[name]["status"] == "ok", (name, run.results[name].get("reason"))
     return run, tmp_path
@@ -107,7 +90,7 @@ def test_the_script_times_the_original_on_a_settled_heap_as_the_run_does(stencil
     # has its start-up thresholds: every few-MB temporary came from fresh pages (43,000 page faults a call); the run's
     # worker had freed larger arrays (its references) first, which raises them. Both now settle the heap first.
     run, tmp_path = stencil
-    script = _rewrite(run, "original")
+    script = rewrite(run, "original")
     faults = float(_python(tmp_path, FAULTS, script, "settled").split()[-1])
     unsettled = float(_python(tmp_path, FAULTS, script, "unsettled").split()[-1])
     # relative to the same script unsettled in this environment: the count itself depends on the glibc and on what
@@ -125,7 +108,7 @@ def test_the_scripts_bench_times_a_caching_primary_on_fresh_inputs(stencil):
     # 'original 8.838 ms, optimized 0.001 ms: 6000.74x' where the run measured 1.05x
     run, tmp_path = stencil
     assert run.results["variant:cached"].get("caches_results"), run.results["variant:cached"]
-    script = _rewrite(run, "variant:cached")
+    script = rewrite(run, "variant:cached")
     r = subprocess.run([sys.executable, str(script), "--bench"], capture_output=True, text=True, cwd=tmp_path,
                        timeout=120)
     out = r.stdout + r.stderr
@@ -153,7 +136,7 @@ for name in ("cached", "original"):
 
 def test_the_scripts_probe_finds_a_cache_the_run_did_not_report(stencil):
     run, tmp_path = stencil
-    script = _rewrite(run, "original")
+    script = rewrite(run, "original")
     out = dict((line.split()[0], line.split()[1:]) for line in _python(tmp_path, PROBE, script).splitlines())
     assert float(out["cached"][0]) > 10 and out["cached"][1] == "True", out
     assert float(out["original"][0]) == 1 and out["original"][1] == "False", out
@@ -180,7 +163,7 @@ def test_the_float32_primary_returns_the_dtype_the_original_returns_for_the_call
     # OUT_DTYPES, the dtypes the original returned on the run's float64 inputs, was applied to every call: given
     # float32 inputs (on which the original returns float32), the float32 primary handed back float64
     run, tmp_path = stencil
-    script = _rewrite(run, "numpy-fp32")
+    script = rewrite(run, "numpy-fp32")
     lines = dict((line.split()[0], line.split()[1:]) for line in _python(tmp_path, DTYPES, script).splitlines())
     assert lines["how"] == ["NumPy_(float32)_on_the_CPU"], lines
     assert lines["float64"] == ["float64", "float64", "True"], lines

@@ -8,6 +8,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text, rewrite
 
 
 def _module(tmp_path, name, text):
@@ -97,25 +98,6 @@ def test_torch_inputs_keep_the_callers_shapes_and_take_reversed_views(tmp_path):
     assert np.allclose(got[0], want[0]) and np.isclose(got[1], want[1])
 
 
-def _optimize(tmp_path, name, text, backends, **kw):
-    from gpuspeed.optimize.pipeline import optimize
-
-    p = tmp_path / f"{name}.py"
-    p.write_text(textwrap.dedent(text))
-    return optimize(p, device="cpu", out=tmp_path / "out", backends=backends, time_budget=60, bench_budget_s=0.05,
-                    **kw)
-
-
-def _rewrite(run, primary):
-    """The run's script with `primary` as its primary (what the run writes had it chosen it)."""
-    from gpuspeed.optimize import emit
-
-    run.choice = {"primary": primary}
-    script = run.out_dir / f"optimized_{run.wl.name}.py"
-    script.write_text(emit.script_text(run))
-    return script
-
-
 def _python(folder, code, *argv):
     """A user's own script, run from another folder than the run's."""
     folder.mkdir(exist_ok=True)
@@ -146,7 +128,7 @@ GAUSS = """
 def gauss(tmp_path_factory):
     """One run of a float64 workload whose float32 candidate passes."""
     tmp_path = tmp_path_factory.mktemp("gauss")
-    run = _optimize(tmp_path, "gauss", GAUSS, ["numpy"])
+    run = optimize_text(tmp_path, "gauss", GAUSS, ["numpy"])
     assert run.results["numpy-fp32"]["status"] == "ok", run.results["numpy-fp32"].get("reason")
     return run, tmp_path
 
@@ -178,7 +160,7 @@ def test_the_float32_primary_called_on_complex_or_integer_inputs_returns_the_ori
     the run's outputs had: the imaginary part was dropped (a ComplexWarning, and wrong values); on integer inputs
     (nothing to demote, the original returns float64) it cast the result to float32."""
     run, tmp_path = gauss
-    script = _rewrite(run, "numpy-fp32")
+    script = rewrite(run, "numpy-fp32")
     out, _ = _python(tmp_path / "elsewhere", CALL_WITH, script)
     lines = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert lines["complex128"] == ["complex128", "complex128", "True"], out
@@ -217,11 +199,11 @@ def test_the_scripts_check_holds_python_number_outputs_to_the_runs_rule(tmp_path
     np.float32 and an np.int32 correct; the emitted script's own check failed it ('float32[] against the original's
     float64[]'), so `python optimized_x.py` said correctness: FAIL and exited 1 for the primary the run had verified.
     A float where the original returns an int still fails there, as in the run."""
-    run = _optimize(tmp_path, "scalars", SCALARS, ["variant"])
+    run = optimize_text(tmp_path, "scalars", SCALARS, ["variant"])
     assert run.results["variant:single"]["status"] == "ok", run.results["variant:single"].get("reason")
     assert run.results["variant:miscounts"]["status"] == "wrong_output"
     for primary, rc in (("variant:single", 0), ("variant:miscounts", 1)):
-        script = _rewrite(run, primary)
+        script = rewrite(run, primary)
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path.parent,
                            timeout=120)
         assert r.returncode == rc, (primary, r.stdout + r.stderr)
@@ -251,16 +233,9 @@ TORCH_DICT = """
         return torch.from_numpy(rng.standard_normal((64, 48))), torch.from_numpy(rng.integers(0, 8, 100))
     """
 
-CALL_TORCH = '''
-import importlib.util
-import sys
-
+CALL_TORCH = LOAD_OPTIMIZED + '''
 import torch
 
-spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
-opt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(opt)
-fn, how = opt.build_optimized()
 original = opt.load_workload("_mine").original
 x, idx = torch.randn(5, 3, dtype=torch.float64), torch.randint(0, 8, (20,))
 out, ref = fn(x, idx), original(x, idx)
@@ -274,7 +249,7 @@ for k in ref:
 def torch_dict(tmp_path_factory):
     pytest.importorskip("torch")
     tmp_path = tmp_path_factory.mktemp("torch_dict")
-    run = _optimize(tmp_path, "tdict", TORCH_DICT, ["variant"])
+    run = optimize_text(tmp_path, "tdict", TORCH_DICT, ["variant"])
     assert run.results["variant:fused"]["status"] == "ok", run.results["variant:fused"].get("reason")
     # what the run writes when PyTorch's own candidate wins (eager on the CPU here: no compile, the same code path)
     run.results["torch-cpu"] = dict(run.results["variant:fused"], name="torch-cpu", label="PyTorch on cpu (eager)",
@@ -289,7 +264,7 @@ def test_the_optimized_function_of_a_torch_original_returns_tensors_as_the_origi
     a tensor, np.float64 for a 0-d one): a drop-in for PyTorch code that broke .to(), .backward() and torch ops on
     its results, and only where it ran (the CPU fallback, the original itself, returned tensors)."""
     run, tmp_path = torch_dict
-    script = _rewrite(run, primary)
+    script = rewrite(run, primary)
     out, _ = _python(tmp_path / f"elsewhere_{primary.replace(':', '_')}", CALL_TORCH, script)
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert rows["y"] == ["Tensor", "Tensor", "torch.float64", "torch.float64", "True"], out
@@ -326,16 +301,9 @@ def test_a_rerun_interrupted_in_the_same_folder_leaves_none_of_the_last_runs_res
     assert {"run.json", "refs.pkl", "candidates.jsonl"} <= left, left  # what --resume continues from
 
 
-CALL_BY_KEYWORD = '''
-import importlib.util
-import sys
-
+CALL_BY_KEYWORD = LOAD_OPTIMIZED + '''
 import numpy as np
 
-spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
-opt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(opt)
-fn, how = opt.build_optimized()
 original = opt.load_workload("_mine").original
 x = np.random.default_rng(3).standard_normal((9, 4))
 for name, kwargs in (("by_name", {}), ("width", {"width": 0.5})):
@@ -354,7 +322,7 @@ def test_the_optimized_function_takes_its_arguments_by_keyword_as_the_original_d
     (the optimized function took positions only); one giving width=0.5 (a keyword-only argument the run never passed,
     and the candidates cannot take) got the same TypeError: it now gets the original's answer for it."""
     run, tmp_path = gauss
-    script = _rewrite(run, "numpy-fp32")
+    script = rewrite(run, "numpy-fp32")
     out, _ = _python(tmp_path / "keywords", CALL_BY_KEYWORD, script)
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
     assert rows["by_name"] == ["float64", "True"], out
@@ -449,16 +417,9 @@ def inputs(rng):
     return (torch.from_numpy(rng.standard_normal((40, 6))),)
 '''
 
-CALL_ROWS = '''
-import importlib.util
-import sys
-
+CALL_ROWS = LOAD_OPTIMIZED + '''
 import torch
 
-spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
-opt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(opt)
-fn, how = opt.build_optimized()
 x = torch.randn(9, 6, dtype=torch.float64)
 out = fn(x)
 print(type(out).__name__, str(out.dtype), bool(torch.equal(out, torch.tanh(x) * 2.0)), "chunked" in how)
@@ -469,11 +430,11 @@ def test_a_chunked_primary_of_a_torch_original_returns_tensors(tmp_path):
     # the chunk pipeline assembles NumPy arrays: a chunked primary (an over-budget run on a GPU) of a PyTorch original
     # handed its caller NumPy where the original returns tensors
     pytest.importorskip("torch")
-    run = _optimize(tmp_path, "trows", TORCH_ROWS, ["variant"])
+    run = optimize_text(tmp_path, "trows", TORCH_ROWS, ["variant"])
     row = run.results["variant:rows"]
     assert row["status"] == "ok", row.get("reason")
     row["recipe"] = dict(row["recipe"], chunk={"axes": {0: 0}, "out_axes": [0]})  # what an over-budget run records
     row["chunk_size"] = 4
-    script = _rewrite(run, "variant:rows")
+    script = rewrite(run, "variant:rows")
     out, _ = _python(tmp_path / "elsewhere", CALL_ROWS, script)
     assert out.split() == ["Tensor", "torch.float64", "True", "True"], out
