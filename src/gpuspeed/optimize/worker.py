@@ -292,9 +292,13 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
                 return _reject(result, "incorrect", "result read right after the call was wrong, right after a "
                                "synchronize: work left running on another stream", result_path)
             return _reject(result, "incorrect", f"seed {seed}: {res.summary}", result_path)
-        if not spec.get("original_mutates") and r["backend"] != "original":
-            if not W.same_inputs(host_before, args) or (dev_before is not None and not W.same_inputs(dev_before, dev)):
+        if r["backend"] != "original":
+            changed = _changed_read_only(spec, host_before, args, dev_before, dev)
+            if changed and not spec.get("original_mutates"):
                 return _reject(result, "mutates_inputs", "changes its input arrays (the original does not)", result_path)
+            if changed:
+                return _reject(result, "mutates_inputs", f"changes {W.param_names(wl, changed)}, which {wl.func} only "
+                               f"reads (it writes {W.param_names(wl, spec['in_place'])})", result_path)
         del out, dev, host, host_synced
     result["label"] = impl.label  # a backend may settle how it runs at its first call (Numba's serial fallback)
     result["notes"].extend(n for n in impl.notes if n not in result["notes"])
@@ -302,6 +306,23 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
     result["max_rel_err"] = max(c["max_rel_err"] for c in checks)
     result["rel_l2_err"] = max(c["rel_l2_err"] for c in checks)
     return impl
+
+
+def _changed_read_only(spec, host_before, args, dev_before, dev) -> list[int]:
+    """The positions of the arguments the original leaves as they were (all of them, or those outside the ones it
+    writes into) that this call changed: in the caller's host arrays, or in the candidate's own (device) copies."""
+    from gpuspeed.optimize import workload as W
+
+    if spec.get("original_mutates") and not spec.get("in_place"):
+        return []  # no record of which it writes: any may change
+    written = set(spec.get("in_place") or []) if spec.get("original_mutates") else set()
+    by_position = dev_before is None or len(dev_before) == len(args) == len(dev)
+    changed = [i for i in range(len(args)) if i not in written and (
+        not W.same_inputs((host_before[i],), (args[i],))
+        or (dev_before is not None and by_position and not W.same_inputs((dev_before[i],), (dev[i],))))]
+    if not changed and not written and not by_position and not W.same_inputs(dev_before, dev):
+        changed = list(range(len(args)))  # copies not one per argument: changed somewhere
+    return changed
 
 
 def _keeping(fn, held: list):
