@@ -31,8 +31,9 @@ def run_demo(device: str = "auto", shape: tuple[int, int] | None = None, budget_
     for m in (slow, fast):
         rows.append({"name": m.name, "median_s": m.median, "rel_noise": m.rel_noise, "rel_iqr": m.rel_iqr,
                      "n": m.n, "mode": m.mode, "throttled": m.throttled, "unreliable": m.unreliable,
+                     "shared_gpu": m.shared_gpu,
                      "GBps": bytes_moved / m.median / 1e9, "measurement": m.to_dict()})
-        notes += [f"{m.name}: {n}" for n in m.notes if n.startswith("unreliable")]
+        notes += [f"{m.name}: {n}" for n in m.notes if n.startswith("unreliable") or "other process" in n]
     summary = {"speedup": cmp.speedup, "speedup_ci_low": cmp.ci_low, "speedup_ci_high": cmp.ci_high,
                "verdict": cmp.verdict, "check_passed": result.passed, "rel_l2_err": result.rel_l2_err,
                "unreliable": slow.unreliable or fast.unreliable,

@@ -277,6 +277,47 @@ def nvml_used_bytes(index: int | None = None) -> int | None:
         return None
 
 
+NVML_NOT_AVAILABLE = 2**64 - 1  # NVML's usedGpuMemory where it cannot say (some containers, Windows' WDDM)
+
+
+def gpu_processes(index: int | None = None) -> list[dict] | None:
+    """Processes holding a compute context on the GPU, from NVML: [{"pid": int, "used_bytes": int or None}],
+    or None where NVML cannot list them."""
+    found = nvml_device(index)
+    if found is None:
+        return None
+    nvml, handle = found
+    try:
+        listed = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:
+        return None
+    out = []
+    for proc in listed:
+        used = getattr(proc, "usedGpuMemory", None)
+        ok = isinstance(used, int) and 0 <= used < NVML_NOT_AVAILABLE
+        out.append({"pid": int(proc.pid), "used_bytes": int(used) if ok else None})
+    return out
+
+
+def process_sm_busy(index: int | None = None, since_us: int = 0) -> dict[int, int] | None:
+    """pid -> the highest SM utilisation (%) NVML sampled for that process since `since_us` (host clock, in
+    microseconds since the epoch); {} when it sampled none; None where NVML cannot tell."""
+    found = nvml_device(index)
+    if found is None:
+        return None
+    nvml, handle = found
+    try:
+        samples = nvml.nvmlDeviceGetProcessUtilization(handle, int(since_us))
+    except Exception as exc:
+        not_found = getattr(nvml, "NVML_ERROR_NOT_FOUND", None)
+        return {} if not_found is not None and getattr(exc, "value", None) == not_found else None
+    busy: dict[int, int] = {}
+    for s in samples:
+        if int(getattr(s, "timeStamp", since_us)) >= since_us:
+            busy[int(s.pid)] = max(busy.get(int(s.pid), 0), int(s.smUtil))
+    return busy
+
+
 def get_device(device: str = "auto", index: int | None = None) -> DeviceInfo:
     """Describe the device a study will run on (the current CUDA device, or the CPU)."""
     kind = resolve_device(device)

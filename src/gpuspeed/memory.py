@@ -27,6 +27,7 @@ from typing import Callable
 from gpuspeed import device as _device
 from gpuspeed import trees
 from gpuspeed.errors import UserError
+from gpuspeed.sharing import ShareWatch, memory_note
 
 HEADROOM = 0.15  # fragmentation, the CUDA context, library workspaces: keep 15 % of a budget free
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -148,6 +149,7 @@ class MemoryReport:
     peak_source: str = ""  # which figure peak_bytes is: "torch", "cupy", "torch+cupy", "nvml" or "host"
     warmup: int = 0  # unmeasured calls made first
     notes: list[str] = field(default_factory=list)
+    gpu_sharing: dict = field(default_factory=dict)  # other processes on the GPU during the call (sharing.py)
 
     def fits(self, budget: str | int, headroom: float = HEADROOM) -> BudgetCheck:
         return check_budget(self.peak_bytes, budget, self.total_bytes, headroom)
@@ -257,6 +259,7 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     index = _device.current_index()  # the sampler thread's own current device would be GPU 0
     nvml_base = _device.nvml_used_bytes(index)
     sampler = _Sampler(lambda: _device.nvml_used_bytes(index)) if nvml_base is not None else None
+    sharing = ShareWatch(index) if nvml_base is not None else None
     if sampler:
         sampler.start()
     try:
@@ -267,6 +270,7 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
                 cupy.cuda.Device().synchronize()
     finally:
         nvml_peak = sampler.stop() if sampler else None
+    others = sharing.stop() if sharing is not None else {}
     if not warmup and (why := lazy_result(out, name, "peak_memory() would measure")) is not None:
         raise UserError(why)
     del out
@@ -280,6 +284,8 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
         notes.append("NVML not available: device-level peak not sampled (JAX, Numba and workspaces unseen)")
     else:
         notes.append("NVML counts every process on this GPU and samples every ~0.5 ms")
+    if (why := memory_note(others)) is not None:
+        notes.append(why)
     if torch_peak > reserved_peak + 2**20:
         notes.append(f"torch served {format_bytes(torch_peak - reserved_peak)} from memory it had reserved before "
                      "the call: NVML's device-level delta does not show that part")
@@ -305,7 +311,7 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     return MemoryReport(device="cuda", peak_bytes=int(peak), torch_peak_bytes=int(torch_peak),
                         torch_reserved_peak_bytes=int(reserved_peak), cupy_peak_bytes=cupy_peak,
                         nvml_peak_delta_bytes=nvml_delta, total_bytes=total, peak_source=source, warmup=warmup,
-                        notes=notes)
+                        notes=notes, gpu_sharing=others)
 
 
 # the tracemalloc windows of the peak_memory() calls in progress (one inside another's call): tracemalloc has one

@@ -157,6 +157,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     rows = recorder.rows
     if not rows and recorder.json_path is None:
         return
+    from gpuspeed.stats import flags
     from gpuspeed.timing import format_time
 
     tr = terminalreporter
@@ -167,7 +168,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if rows:
         tr.write_line(f"{'name':{width}} {'median':>12} {'noise':>7} {'IQR':>6} {'n':>5} {'mode':>7}")
     for _, m in rows:
-        flag = (" THROTTLED" if m.throttled else "") + (" UNRELIABLE" if m.unreliable else "")
+        flag = flags(m)
         tr.write_line(f"{m.name:{width}} {format_time(m.median):>12} {100 * m.rel_noise:6.2f}% "
                       f"{100 * m.rel_iqr:5.1f}% {m.n:5d} {m.mode:>7}{flag}")
     workers = _parallel_workers(config)

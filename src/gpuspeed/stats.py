@@ -54,6 +54,9 @@ class Measurement:
     flush: str = ""
     device_sync: bool = False  # host clock with a full device synchronize before and after each call
     unreliable: bool = False  # noise or spread too large to trust the median (a note says which)
+    shared_gpu: bool = False  # another process computed on the GPU while sampling (NVML; a note names it)
+    # other_processes (holding a context), other_busy (pid -> highest SM % sampled), other_used_bytes_*
+    gpu_sharing: dict = field(default_factory=dict)
 
     @property
     def rel_iqr(self) -> float:
@@ -86,7 +89,7 @@ class Measurement:
                 kept[k] = math.inf if k == "rel_noise" else math.nan
         if isinstance(kept.get("samples"), list):
             kept["samples"] = [math.nan if v is None else v for v in kept["samples"]]
-        for k, empty in (("samples", list), ("notes", list), ("clocks", dict)):
+        for k, empty in (("samples", list), ("notes", list), ("clocks", dict), ("gpu_sharing", dict)):
             if k in kept and kept[k] is None:
                 kept[k] = empty()
         return cls(**kept)
@@ -99,9 +102,16 @@ class Measurement:
         return cls.from_dict(json.loads(text))
 
     def __str__(self) -> str:
-        flag = (" THROTTLED" if self.throttled else "") + (" UNRELIABLE" if self.unreliable else "")
+        flag = flags(self)
         return (f"{self.name}: {format_time(self.median)} median, ±{100 * self.rel_noise:.2f}% "
                 f"(IQR {100 * self.rel_iqr:.1f}%, n={self.n}, {self.mode}){flag}")
+
+
+def flags(m) -> str:
+    """' THROTTLED', ' UNRELIABLE', ' SHARED-GPU' for a Measurement or its dict, as tables print them."""
+    get = m.get if isinstance(m, dict) else lambda k: getattr(m, k, False)
+    return "".join(f" {word}" for key, word in (("throttled", "THROTTLED"), ("unreliable", "UNRELIABLE"),
+                                                 ("shared_gpu", "SHARED-GPU")) if get(key))
 
 
 _FLOAT_FIELDS = ("median", "mean", "min", "max", "iqr", "p10", "p90", "rel_noise")

@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.demo import run_demo
         from gpuspeed.errors import UserError
         from gpuspeed.results import check_out_dir, write_results
+        from gpuspeed.stats import flags
         from gpuspeed.timing import format_speedup, format_time
 
         out = check_out_dir(out)  # a bad --out fails now, before the measuring
@@ -44,8 +45,7 @@ def register(app: typer.Typer) -> None:
             t.add_column(col, justify="left" if col == "version" else "right")
         for r in doc["rows"]:
             t.add_row(esc(r["name"]), format_time(r["median_s"]), f"±{100 * r['rel_noise']:.2f}%",
-                      f"{100 * r['rel_iqr']:.1f}%", str(r["n"]), r["mode"] + (" THROTTLED" if r["throttled"] else "")
-                      + (" UNRELIABLE" if r.get("unreliable") else ""), f"{r['GBps']:.3g}",
+                      f"{100 * r['rel_iqr']:.1f}%", str(r["n"]), r["mode"] + flags(r), f"{r['GBps']:.3g}",
                       style="yellow" if r.get("unreliable") else None)
         console.print(t)
         s = doc["summary"]

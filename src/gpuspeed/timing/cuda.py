@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from gpuspeed.clocks import ClockWatch, throttled
+from gpuspeed.sharing import ShareWatch, shared
 from gpuspeed.errors import UserError
 from gpuspeed.stats import Measurement, summarize
 from gpuspeed.timing import gpu
@@ -139,7 +140,7 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
             notes.append(f"graph capture failed ({why}); timed with events instead")
             graph, calls_per_sample = None, 1
 
-    watch = ClockWatch()
+    watch, sharing = ClockWatch(), ShareWatch()
     # Samples go out in batches of ~BATCH_S of GPU work, double-buffered: the next batch is queued before
     # the host waits on the last one, so the GPU never idles between batches, as under a loop calling
     # the function. Clocks and power then settle where sustained use puts them instead of recovering in
@@ -162,9 +163,10 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
     samples = sample_batches(queue, read, stopper, per_sample, nominal,
                              settle_batch=per_sample * nominal <= SETTLE_BATCH_MAX_S)
     torch.cuda.synchronize()
-    clocks = watch.stop()
+    clocks, others = watch.stop(), sharing.stop()
     notes.insert(0, stopper.reason)
     is_throttled = throttled(clocks, notes)
+    is_shared = shared(others, notes)
     flush_l2, flush_done = flush_record(flush, graph is not None)
     if graph is not None:
         notes.append(f"graph mode: {calls_per_sample} calls per replay, time divided by {calls_per_sample}")
@@ -181,4 +183,4 @@ def bench_cuda(fn, argsets, name: str, stopper: Stopper, warmup_s: float, mode: 
         notes.append(gpu.PROFILED_NOTE)
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="graph" if graph else "events",
                      clocks=clocks, throttled=is_throttled, flush_l2=flush_l2, flush=flush_done, rotate=rotate,
-                     calls_per_sample=calls_per_sample, notes=notes)
+                     calls_per_sample=calls_per_sample, shared_gpu=is_shared, gpu_sharing=others, notes=notes)

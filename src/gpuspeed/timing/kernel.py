@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from gpuspeed.clocks import ClockWatch, throttled
+from gpuspeed.sharing import ShareWatch, shared
 from gpuspeed.errors import UserError
 from gpuspeed.stats import Measurement, summarize
 from gpuspeed.timing import gpu
@@ -105,7 +106,7 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
     per_call_s = (time.perf_counter() - t0) / n_warm
     per_session = int(min(100, max(10, SESSION_S / max(per_call_s, 1e-6))))
     samples: list[float] = []
-    watch = ClockWatch()
+    watch, sharing = ClockWatch(), ShareWatch()
     while not stopper.done(samples):
         size = stopper.next_batch(len(samples), 0, per_call_s, per_session)
         started = time.perf_counter()
@@ -129,11 +130,13 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
         samples.extend(got)
         per_call_s = (time.perf_counter() - started) / size  # the session's own cost included
     samples = samples[:stopper.max_samples]
-    clocks = watch.stop()
+    clocks, others = watch.stop(), sharing.stop()
     notes = [stopper.reason, f"warm-up: {n_warm + 1} calls",
              "kernel mode: summed device activity durations (CUPTI); excludes launch latency and gaps between "
              "kernels"]
     is_throttled = throttled(clocks, notes)
+    is_shared = shared(others, notes)
     flush_l2, flush_done = flush_record(flush, graph=False)
     return summarize(samples, name=name, device=torch.cuda.get_device_name(), mode="kernel", clocks=clocks,
-                     throttled=is_throttled, flush_l2=flush_l2, flush=flush_done, rotate=rotate, notes=notes)
+                     throttled=is_throttled, flush_l2=flush_l2, flush=flush_done, rotate=rotate,
+                     shared_gpu=is_shared, gpu_sharing=others, notes=notes)
