@@ -48,7 +48,7 @@ class Launch:
     compiled: Any = None
     autotuner: Any = None
     meta: dict = field(default_factory=dict)  # constexpr / config kwargs of a Triton launch (BLOCK sizes...)
-    arg_bytes: int = 0  # bytes of the distinct arrays among its arguments (each counted once)
+    arg_bytes: int = 0  # bytes of the memory its array arguments cover (views of one buffer once: arg_bytes)
     # an autotuned launch: {"chosen": the Config it ran with, "timings": {Config: time} of its own tuning key, or
     # None where unknown}, taken when it ran (the autotuner itself keeps only its last choice and timings)
     tuned: dict | None = None
@@ -85,21 +85,35 @@ def _plain(v) -> bool:
 
 
 def arg_bytes(values) -> int:
-    """Bytes of the distinct arrays (torch, NumPy, CuPy, Numba device arrays) among a launch's arguments, each
-    counted once; scalars count nothing."""
-    seen, total = set(), 0
-    for v in values:
+    """Bytes of the array arguments (torch, NumPy, CuPy, Numba device arrays) of one launch, each memory range once:
+    arguments sharing memory (the same tensor passed as input and output, x and x.view(-1), x and x[::2]) count the
+    union of their byte ranges, as roofline.place.min_bytes counts a function's inputs; arrays whose memory cannot be
+    located (the CUDA simulator's device arrays) count their own bytes, once each; scalars count nothing.
+
+    A launch's arguments are taken as moved once each: which of them a kernel reads and which it writes cannot be
+    seen from its arguments, so a buffer that an in-place kernel reads and writes counts once (its real traffic is
+    twice that; pass bytes= to say so), the same whether it was passed once or as two views. A lower bound, as the
+    launcher's floor (inputs read once + outputs written once) is: the GB/s and % of roof it gives are never raised
+    by a buffer handed over twice."""
+    from gpuspeed import trees
+    from gpuspeed.roofline.place import _distinct_bytes, _extent
+
+    located, seen, total = [], set(), 0
+    for v in trees.leaves(list(values)):
+        if _extent(v) is not None:
+            located.append(v)
+            continue
         if id(v) in seen:
             continue
-        if hasattr(v, "element_size") and hasattr(v, "numel"):  # torch
+        if hasattr(v, "element_size") and hasattr(v, "numel"):  # torch (an empty one counts nothing)
             n = v.element_size() * v.numel()
-        elif getattr(v, "ndim", 0) > 0 and hasattr(v, "nbytes"):  # NumPy, CuPy, Numba device arrays (not scalars)
+        elif getattr(v, "ndim", 0) > 0 and hasattr(v, "nbytes"):  # device arrays with no address here (not scalars)
             n = v.nbytes
         else:
             continue
         seen.add(id(v))
         total += int(n)
-    return total
+    return total + _distinct_bytes(located)
 
 
 class Capture:

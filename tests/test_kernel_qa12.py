@@ -1,0 +1,116 @@
+"""`gpuspeed kernel` QA, round 12: one buffer passed to a launch as two views, what the summary's launch numbers
+count, the launch record of constexpr and runtime arguments however they are passed, zero-size inputs, and targets
+that are not launchers. Kernels run under the interpreters in a fresh process (they must be on before Triton and
+Numba define the kernels).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    return env
+
+
+def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
+    """Run `body` as a user's script with the interpreters on."""
+    p = tmp_path / "user_script.py"
+    p.write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=_env(), timeout=300,
+                          cwd=tmp_path)
+
+
+def _cli(tmp_path, files: dict, target: str, *extra) -> subprocess.CompletedProcess:
+    """`python -m gpuspeed kernel target --device cpu ...` with `files` written into tmp_path first."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", target, "--device", "cpu", *extra],
+                          capture_output=True, text=True, env=_env(), timeout=300, cwd=tmp_path)
+
+
+def _one_error(r: subprocess.CompletedProcess) -> str:
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    return errors[0]
+
+
+# --- one buffer passed to a launch as two views
+
+def test_views_of_one_buffer_count_its_bytes_once_in_a_launch():
+    # arg_bytes deduplicated arguments by id(): the same tensor passed twice counted once, but x and x.view(-1), or
+    # x and x[::2], counted the buffer twice (and a launcher's per-launch bytes, on a GPU, inflated GB/s and % of roof)
+    torch = pytest.importorskip("torch")
+    from gpuspeed.kernel.capture import arg_bytes
+
+    rng = np.random.default_rng()
+    n = int(rng.integers(200, 400))
+    x = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+    o = torch.from_numpy(rng.standard_normal(n).astype(np.float32))
+    assert arg_bytes([x, x, o, n]) == 8 * n
+    assert arg_bytes([x, x.view(-1), o]) == 8 * n
+    assert arg_bytes([x, x[::2], o]) == 8 * n
+    assert arg_bytes([x[: n // 2], x[n // 2:]]) == 4 * n  # two halves: the whole buffer, once
+    assert arg_bytes([x[: n // 2], x[n // 2 + 8:]]) == 4 * (n - 8)  # a gap between them is not counted
+    a = rng.standard_normal(n)
+    assert arg_bytes([a, torch.from_numpy(a)]) == 8 * n  # a NumPy array and a tensor on its memory
+    assert arg_bytes([x, x.to(torch.float64)]) == 12 * n  # a copy is memory of its own
+
+
+VIEWS = '''
+import json
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from gpuspeed import kernel_report
+from gpuspeed.kernel.capture import Capture
+from gpuspeed.kernel.report import call_bytes
+
+
+@triton.jit
+def axpy(x, y, o, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, 2.0 * tl.load(x + offs, mask=m) + tl.load(y + offs, mask=m), mask=m)
+
+
+def twice(x):  # two launches, each reading x through two views of it
+    o = torch.empty_like(x)
+    axpy[(triton.cdiv(x.numel(), 64),)](x, x.view(-1), o, x.numel(), BLOCK=64)
+    axpy[(triton.cdiv(x.numel(), 64),)](o, o.view(-1), o, x.numel(), BLOCK=64)
+    return o
+
+
+rng = np.random.default_rng()
+x = torch.from_numpy(rng.standard_normal(int(rng.integers(100, 300))).astype(np.float32))
+rep = kernel_report(twice, x, device="cpu", expected=9.0 * x.numpy())
+assert rep.check["passed"], rep.check
+with Capture() as cap:
+    twice(x)
+print(json.dumps({"n": x.numel(), "rows": [[la["arg_bytes"], la["count"]] for la in rep.launches],
+                  "arg_bytes": [la.arg_bytes for la in cap.launches],
+                  "call": call_bytes(None, 2 * x.nbytes, cap.launches)}))
+'''
+
+
+def test_a_launch_reading_one_buffer_through_two_views_is_not_charged_twice(tmp_path):
+    pytest.importorskip("triton")
+    r = _script(tmp_path, VIEWS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    n = got["n"]
+    # each launch moves x (or o) and o: 8 bytes an element, however many views of them it was handed
+    assert got["arg_bytes"] == [8 * n, 4 * n] and got["rows"] == [[8 * n, 2]], got
+    # the call: launch 1 reads x and writes o, launch 2 reads and writes o -- 12n by the launches, above the floor
+    assert got["call"][0] == 12 * n, got
