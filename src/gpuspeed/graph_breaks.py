@@ -248,9 +248,28 @@ def _reset_note(compiled: list[str]) -> str:
             f"earlier in this process ({names}) compile again at their next call")
 
 
-def default_variants(args: tuple, n: int = 3) -> list[tuple]:
-    """Calls with changing inputs: fresh values, then every tensor's first dim x2, x3; ints +1."""
+def _batch_size(args: tuple, kwargs: dict | None = None) -> int | None:
+    """The batch size the changed-input calls scale: the first dim of the first positional tensor (of at least
+    one dim), else of the keyword tensor with the most dims (the first such in the order given); None: no tensor."""
+    def tensors(obj):
+        return [x for x in trees.flatten(obj)[0] if trees.module_of(x) == "torch" and getattr(x, "ndim", 0) >= 1]
+
+    if first := tensors(args):
+        return int(first[0].shape[0])
+    if by_name := tensors(kwargs or {}):
+        return int(max(by_name, key=lambda x: x.ndim).shape[0])
+    return None
+
+
+def default_variants(args: tuple, n: int = 3, *, batch: int | None = None) -> list[tuple]:
+    """Calls with changing inputs: fresh values, then the batch x2, x3; ints +1.
+
+    The batch is `batch` (default: the first dim of the first tensor of args): every tensor whose first dim is
+    that size has it scaled; the others (a broadcast bias, a weight) keep their shape, with fresh values."""
     import torch
+
+    if batch is None:
+        batch = _batch_size(args)
 
     def fresh(x, shape: list):
         # the input's layout kept (a strided or transposed view's strides at the same shape, its stride order when
@@ -275,7 +294,7 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
     def vary(x, scale: int, bump: int):
         if trees.module_of(x) == "torch" and hasattr(x, "data_ptr"):
             shape = list(x.shape)
-            if shape and scale > 1:
+            if shape and scale > 1 and shape[0] == batch:  # a bias (8,) beside x (4, 8) keeps its shape
                 shape[0] *= scale
             try:
                 return fresh(x, shape)
@@ -296,11 +315,12 @@ def default_variants(args: tuple, n: int = 3) -> list[tuple]:
 
 
 def _default_calls(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
-    """default_variants' calls as (args, kwargs): the keyword arguments' tensors change as the positional ones do;
-    their other values (dim=, an int option) are kept, since a changed option is another call, not new inputs."""
+    """default_variants' calls as (args, kwargs): the keyword arguments' tensors change as the positional ones do
+    (those of the batch's size scale with it); their other values (dim=, an int option) are kept, since a changed
+    option is another call, not new inputs."""
     k_leaves, k_spec = trees.flatten(kwargs)
     out = []
-    for a, k in default_variants((args, kwargs)):
+    for a, k in default_variants((args, kwargs), batch=_batch_size(args, kwargs)):
         changed, _ = trees.flatten(k)
         keep = [new if trees.module_of(old) == "torch" else old for old, new in zip(k_leaves, changed, strict=True)]
         out.append((tuple(a), trees.unflatten(k_spec, keep)))
@@ -312,7 +332,8 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
     """Graph breaks, recompiles and fullgraph-ability of `fn(*args, **kwargs)` under torch.compile.
 
     variants: argument tuples for the extra calls that count recompiles, each called with `kwargs` (default:
-        default_variants of the arguments and keyword arguments together: keyword tensors change too).
+        default_variants of the arguments and keyword arguments together: fresh values, then the batch x2 and
+        x3, in every tensor of the batch's size, keyword tensors too; a broadcast bias or a weight keeps its shape).
     Uses dynamo's "eager" backend throughout: it finds graphs and breaks without compiling kernels.
     Each pass starts from torch._dynamo.reset() (as torch._dynamo.explain itself does), so its counts do not
     depend on what this process compiled before: every function compiled earlier (a torch.compile'd model, with
