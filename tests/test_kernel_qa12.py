@@ -114,3 +114,29 @@ def test_a_launch_reading_one_buffer_through_two_views_is_not_charged_twice(tmp_
     assert got["arg_bytes"] == [8 * n, 4 * n] and got["rows"] == [[8 * n, 2]], got
     # the call: launch 1 reads x and writes o, launch 2 reads and writes o -- 12n by the launches, above the floor
     assert got["call"][0] == 12 * n, got
+
+
+# --- the summary's launch numbers
+
+def _report(counts: list[int]):
+    from gpuspeed.kernel.report import KernelReport
+
+    launches = [{"kernel": f"k{i}", "backend": "triton", "grid": [i + 1, 1, 1], "block": None, "num_warps": 4,
+                 "num_stages": 3, "count": c} for i, c in enumerate(counts)]
+    return KernelReport(name="loop", backend="triton", gpu=False, note=None, time_s=None, time_rel_iqr=None,
+                        launches=launches, placement=None, pct_of_roof=None, occupancy_pct=None, limiter=None,
+                        verdict="v", next_lever="l")
+
+
+def test_the_summary_counts_launches_and_distinct_launches_apart():
+    # summary["launches"] was len(launches): the distinct launch configurations, so a launcher that launched one
+    # kernel 100 times read "launches: 1"
+    rng = np.random.default_rng()
+    counts = [int(rng.integers(2, 200)), 1, int(rng.integers(2, 50))]
+    rep = _report(counts)
+    summary = rep.to_results()["summary"]
+    assert summary["launch_count"] == sum(counts) and summary["distinct_launches"] == 3, summary
+    assert "launches" not in summary  # the old name, which counted distinct configurations: not reused
+    assert f"launches: {sum(counts)} in one call, 3 distinct" in rep.lines()
+    one = _report([1])
+    assert one.to_results()["summary"]["launch_count"] == 1 and "launches: 1 in one call" in one.lines()

@@ -491,7 +491,7 @@ def test_cli_input_specs_and_out(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "grid (5, 1, 1)" in r.stdout and "verdict:" in r.stdout and "next lever:" in r.stdout
     doc = json.loads((tmp_path / "kernel_report.json").read_text())
-    assert doc["study"] == "kernel_report" and doc["summary"]["launches"] == 2 and doc["summary"]["gpu"] is False
+    assert doc["study"] == "kernel_report" and doc["summary"]["launch_count"] == 2 and doc["summary"]["gpu"] is False
     assert doc["rows"][0]["grid"] == [5, 1, 1] and doc["report"]["backend"] == "triton"
 
 

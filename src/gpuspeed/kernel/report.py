@@ -69,14 +69,21 @@ class KernelReport:
         from gpuspeed.results import make_results
 
         d = self.to_dict()
+        # launch_count: the launches one call makes; distinct_launches: the rows, identical launches merged (files
+        # written before these two called the distinct count "launches", which read as the launches made)
         summary = {"time_s": self.time_s, "pct_of_roof": self.pct_of_roof, "occupancy_pct": self.occupancy_pct,
-                   "limiter": self.limiter, "launches": len(self.launches), "gpu": self.gpu,
+                   "limiter": self.limiter, "launch_count": self.launch_count(),
+                   "distinct_launches": len(self.launches), "gpu": self.gpu,
                    "check_passed": self.check["passed"] if self.check else None,
                    "verdict": self.verdict, "next_lever": self.next_lever}
         doc = make_results("kernel_report", params=params or {}, summary=summary, rows=d["launches"],
                            notes=([self.note] if self.note else []) + self.notes, device=device)
         doc["report"] = d
         return doc
+
+    def launch_count(self) -> int:
+        """The launches one call of the launcher makes (each row's `count` added up)."""
+        return sum(int(la.get("count", 1)) for la in self.launches)
 
     def lines(self) -> list[str]:
         """The report for people: one line per fact."""
@@ -86,6 +93,10 @@ class KernelReport:
             out.append(f"check against {self.check['against']}: {self.check['summary']}")
         if self.time_s is not None:
             out.append(f"time {self.time_s * 1e6:.1f} us (IQR/median {100 * (self.time_rel_iqr or 0):.1f} %)")
+        if self.launches:
+            total = self.launch_count()
+            out.append(f"launches: {total} in one call" + (f", {len(self.launches)} distinct" if total != len(self.launches)
+                                                            else ""))
         for la in self.launches:
             geo = f"grid {tuple(la['grid'])}"
             geo += (f" block {tuple(la['block'])}" if la.get("block")
