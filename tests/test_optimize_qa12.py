@@ -1,8 +1,11 @@
 """gpuspeed optimize and its optimized_<name>.py as a demanding user exercises them (QA pass 12), CPU only: small real
 runs (--device cpu, a short bench budget, few backends) and the emitted script run or imported in a subprocess."""
 
+import subprocess
+import sys
+
 import pytest
-from optimize_script_helpers import optimize_text
+from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text, rewrite
 
 RETURNS_ITS_ARGUMENTS = """
     import numpy as np
@@ -50,3 +53,55 @@ def test_a_candidate_that_writes_an_argument_the_original_only_reads_is_not_corr
     assert row["status"] == "mutates_inputs", (row["status"], row.get("reason"))
     assert "w" in row["reason"], row["reason"]
     assert run.results["original"]["status"] == "ok"
+
+
+def test_a_candidate_returning_new_arrays_where_the_original_returns_its_arguments_is_not_correct(returns_args):
+    """The original returns the caller's own `out` and `x` (written into): a variant handing back copies, equal in
+    value, breaks a caller that relies on the result being its array (r is out; a later write to r changes out)."""
+    run, _ = returns_args
+    row = run.results["variant:copies"]
+    assert row["status"] == "incorrect", (row["status"], row.get("reason"))
+    assert "returns a new array where" in row["reason"] and "`out` (argument 2)" in row["reason"], row["reason"]
+    assert run.results["numpy-fp32"]["status"] == "ok", run.results["numpy-fp32"].get("reason")
+
+
+CALL_RETURNS_ARGS = LOAD_OPTIMIZED + '''
+import numpy as np
+
+original = opt.load_workload("_mine").original
+rng = np.random.default_rng(11)
+for dtype in ("float64", "float32"):
+    x, w, out = rng.standard_normal(50).astype(dtype), rng.standard_normal(50).astype(dtype) + 3.0, \\
+        rng.standard_normal(50).astype(dtype)
+    x0, out0 = x.copy(), out.copy()
+    r = fn(x, w, out)
+    ref = original(x0, w, out0)
+    print(dtype, r[0] is out, r[1] is x, x.dtype, out.dtype, np.allclose(out, out0, rtol=1e-4, atol=1e-5),
+          np.allclose(x, x0, rtol=1e-4, atol=1e-5), np.isclose(r[2], ref[2], rtol=1e-4), r[2].dtype == ref[2].dtype)
+'''
+
+
+def test_the_optimized_call_returns_the_callers_own_array_where_the_original_returns_its_argument(returns_args):
+    """`def f(x, w, out): x *= 2; ...; return out, x, x.sum()`: the float32 primary wrote the caller's x and out but
+    returned new arrays (equal values, `r[0] is out` False), where the caller may rely on the result being its own
+    array. It returns the caller's arrays now, holding the result, for float64 and float32 callers alike."""
+    run, tmp_path = returns_args
+    script = rewrite(run, "numpy-fp32")
+    p = tmp_path / "use_returns.py"
+    p.write_text(CALL_RETURNS_ARGS)
+    r = subprocess.run([sys.executable, str(p), str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.split("\n")
+    assert "float64 True True float64 float64 True True True True" in lines, r.stdout
+    assert "float32 True True float32 float32 True True True True" in lines, r.stdout
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_scripts_check_fails_a_primary_that_returns_new_arrays_where_the_original_returns_its_arguments(
+        returns_args):
+    run, _ = returns_args
+    script = rewrite(run, "variant:copies")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "correctness: FAIL" in r.stdout, r.stdout + r.stderr
+    assert "a new array where the original returns its argument 2" in r.stdout, r.stdout

@@ -335,14 +335,21 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     within atol + rtol * |ref|, no NaN the original does not have. Returns True when all pass."""
     module = load_workload("_reference")
     original = getattr(module, FUNC)
+    handed = {{"optimized": [], "original": []}}  # the arguments each call returned as themselves (aliased)
     if IN_PLACE:  # what the two calls wrote into their arguments is what is compared
-        fn, original = returning_args(fn, IN_PLACE, IN_PLACE_RETURNS), returning_args(original, IN_PLACE, IN_PLACE_RETURNS)
+        fn, original = (returning_args(handing_back(f, handed[who]), IN_PLACE, IN_PLACE_RETURNS)
+                        for f, who in ((fn, "optimized"), (original, "original")))
     ok = True
     for seed in seeds:
         args = make_args(module, seed)
         with on_the_host():  # a copy: an original may return a buffer it reuses
             ref = copy.deepcopy(host_tree(original(*make_args(module, seed))))
         out, problem = keyed_like(host_tree(fn(*args)), ref)
+        for j, i in handed["original"]:  # `x *= 2; return x`: the caller's own x, holding the result
+            if [j, i] not in handed["optimized"]:
+                print(f"seed {{seed}} output {{j}}: a new array where the original returns its argument {{i}} "
+                      "(the caller's own array, which it writes into)")
+                ok = False
         if problem:
             print(f"seed {{seed}}: {{problem}}")
             ok = False
@@ -393,6 +400,16 @@ def check_against_original(fn, seeds=(101, 202, 303)):
         print(f"  (gpuspeed optimize found that {{FUNC}} is not deterministic: {{NONDETERMINISTIC}}; no check against it "
               "can pass, whatever the optimized code does: seed its randomness to check it)")
     return ok
+
+
+def handing_back(f, record):
+    """f, recording in `record` which of its arguments its result hands back as themselves ([[leaf, argument], ...])."""
+    def call(*args):
+        res = f(*args)
+        record[:] = aliased(res, args)
+        return res
+
+    return call
 
 
 def keyed_like(out, ref):

@@ -145,6 +145,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         mutates = saved.get("original_mutates", False)
         in_place = saved.get("in_place")
         wl.in_place_returns = bool(saved.get("in_place_returns"))
+        wl.returns_args = list(saved.get("returns_args") or [])
         wl.bf16_outputs = bool(saved.get("bf16_outputs"))
         reference_s = saved.get("reference_s")
     else:
@@ -174,14 +175,15 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         tmp = run_file.with_suffix(".json.tmp")  # whole or not at all: a kill mid-write leaves the old one
         tmp.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
                                          "original_mutates": mutates, "in_place": in_place,
-                                         "in_place_returns": wl.in_place_returns,
+                                         "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
                                          "bf16_outputs": wl.bf16_outputs, "reference_s": reference_s}, indent=1))
         tmp.replace(run_file)
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
               "budget": budget, "budget_bytes": budget_bytes, "rtol": wl.rtol, "atol": wl.atol,
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
               "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by,
-              "in_place": in_place, "in_place_returns": wl.in_place_returns, "cwd": os.getcwd()}
+              "in_place": in_place, "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
+              "cwd": os.getcwd()}
     run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
     home.notes = run.notes  # a later move (the hotspot pass's calls) is said in the run's notes
     if in_place and wl.in_place_returns:
@@ -199,7 +201,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": spec_rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file.absolute()), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
-                 "in_place": in_place, "in_place_returns": wl.in_place_returns,
+                 "in_place": in_place, "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
                  "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}

@@ -292,6 +292,11 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
                 return _reject(result, "incorrect", "result read right after the call was wrong, right after a "
                                "synchronize: work left running on another stream", result_path)
             return _reject(result, "incorrect", f"seed {seed}: {res.summary}", result_path)
+        missing = _not_handed_back(spec, out, dev, args) if not chunk else []
+        if missing:
+            return _reject(result, "incorrect", f"returns a new array where {wl.func} returns its argument "
+                           f"{W.param_names(wl, missing)}, which it writes into (its caller gets its own array back, "
+                           "holding the result)", result_path)
         if r["backend"] != "original":
             changed = _changed_read_only(spec, host_before, args, dev_before, dev)
             if changed and not spec.get("original_mutates"):
@@ -306,6 +311,18 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
     result["max_rel_err"] = max(c["max_rel_err"] for c in checks)
     result["rel_l2_err"] = max(c["rel_l2_err"] for c in checks)
     return impl
+
+
+def _not_handed_back(spec, out, dev, args) -> list[int]:
+    """The arguments the original returns itself (`x *= 2; return x`) that this call did not: it returned a new array
+    in their place (its own copies of the arguments, moved or cast, count as themselves)."""
+    from gpuspeed.optimize.backends.common import aliased, same_array
+
+    expected = spec.get("returns_args") if spec.get("in_place_returns") else None
+    if not expected or not isinstance(out, tuple) or len(dev) != len(args):
+        return []
+    got = aliased(out[0], dev, same_array)  # run() returned (result, written arguments)
+    return sorted({i for j, i in expected if [j, i] not in got})
 
 
 def _changed_read_only(spec, host_before, args, dev_before, dev) -> list[int]:

@@ -26,7 +26,7 @@ import numpy as np
 from gpuspeed.errors import UserError
 from gpuspeed.inputs import make_inputs, parse_specs
 from gpuspeed.loading import load_module
-from gpuspeed.optimize.backends.common import host_tree, kind_of, leaves, tree_map
+from gpuspeed.optimize.backends.common import aliased, host_tree, kind_of, leaves, tree_map
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 DEFAULT_EXAMPLE = "black_scholes"
@@ -99,6 +99,8 @@ class Workload:
     notes: list[str] = field(default_factory=list)
     in_place: list[int] | None = None  # set by the pipeline: the arguments the original writes into
     in_place_returns: bool = False  # ... and it returns a result too (checked with them), not None
+    # ... and [[j, i], ...]: its result's leaf j is argument i itself, on every seed (`x *= 2; return x`)
+    returns_args: list = field(default_factory=list)
     inputs_list: bool = False  # inputs() returned a list, splatted into the arguments
     # set by reference(): the original's output holds torch bfloat16 tensors, which reach NumPy (and the check) as
     # float32: without a stated rtol they are checked at bfloat16's, not float32's
@@ -361,7 +363,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     that limit comes from)."""
     import copy
 
-    outs, afters = {}, {}
+    outs, afters, returned = {}, {}, {}
     changed: set[int] = set()
     bf16_result = False  # a torch bfloat16 tensor among the original's results
     t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
@@ -395,6 +397,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         changed |= {i for i, (a, b) in enumerate(zip(before, args, strict=False)) if not same_inputs((a,), (b,))}
         if out is not None:
             _check_leaves(wl, out)  # before the copy: a generator, say, cannot be copied (nor checked)
+        returned[seed] = aliased(out, args)  # the caller's own arrays handed back (written into, or not)
         bf16_result = bf16_result or _has_bf16(out)
         # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
         outs[seed] = copy.deepcopy(host_tree(out))
@@ -407,6 +410,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
                         "module-level ones that the original changes")
     in_place = None
     wl.in_place_returns = False
+    wl.returns_args = []
     wl.bf16_outputs = False
     if all(out is None for out in outs.values()):
         if not changed:
@@ -416,6 +420,8 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         outs = {seed: host_tree(tuple(afters[seed][i] for i in in_place)) for seed in seeds}
     elif changed:  # a result and changed arguments: both are what the caller gets
         in_place, wl.in_place_returns = sorted(changed), True
+        # the arguments it hands back, where every seed agrees (the optimized call must hand back the caller's own)
+        wl.returns_args = returned[seeds[0]] if all(returned[s] == returned[seeds[0]] for s in seeds) else []
         outs = {seed: (outs[seed], copy.deepcopy(host_tree(tuple(afters[seed][i] for i in in_place))))
                 for seed in seeds}
     for out in outs.values():

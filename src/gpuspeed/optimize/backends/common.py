@@ -93,7 +93,9 @@ def host_tensors(out, out_dtypes=None):
     PyTorch original returns tensors, and its caller goes on with torch ops on them), cast back as host_tree casts a
     demoted float leaf (bfloat16 left as it is); other leaves as host_tree leaves them."""
     def move(x):
-        return x.detach().cpu() if kind_of(x) == "torch" and hasattr(x, "detach") else to_numpy(x)
+        if kind_of(x) == "torch" and hasattr(x, "detach"):  # one on the CPU already is kept (it may be the caller's)
+            return x if x.device.type == "cpu" and not x.requires_grad else x.detach().cpu()
+        return to_numpy(x)
 
     host = tree_map(move, out)
     if not out_dtypes:
@@ -366,17 +368,71 @@ def _host_scalar(x):
     return x.item() if isinstance(x, np.generic) else x
 
 
+def _address(x):
+    """(where its data starts, shape, strides, dtype, device) of a NumPy, torch or CuPy array; None for anything else."""
+    kind = kind_of(x)
+    if isinstance(x, np.ndarray):
+        return "numpy", x.__array_interface__["data"][0], x.shape, x.strides, x.dtype.str
+    if kind == "torch" and hasattr(x, "data_ptr"):
+        return "torch", x.data_ptr(), tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device)
+    if kind == "cupy" and hasattr(x, "data"):
+        return "cupy", x.data.ptr, x.shape, x.strides, x.dtype.str, x.device.id
+    return None
+
+
+def same_array(a, b) -> bool:
+    """a is b, or a view of exactly b's elements (torch.compile hands back a returned argument as such a view)."""
+    if a is b:
+        return True
+    where = _address(a)
+    return where is not None and 0 not in tuple(a.shape) and where == _address(b)  # empty ones share no data
+
+
+def aliased(out, args, same=None) -> list:
+    """[[j, i], ...]: the leaves j of `out` that are argument i itself (a NumPy, torch or CuPy array: code that writes
+    into an argument and returns it); `same` says what counts as the same array (default: the same object)."""
+    same = same or (lambda a, b: a is b)
+    found = []
+    for j, leaf in enumerate(leaves(out)):
+        if not hasattr(leaf, "shape") or isinstance(leaf, np.generic):
+            continue  # a scalar: no identity to keep
+        i = next((i for i, a in enumerate(args) if same(leaf, a)), None)
+        if i is not None:
+            found.append([j, i])
+    return found
+
+
+def with_arguments(out, args, pairs):
+    """out with leaf j replaced by args[i] for each [j, i] of `pairs` (the caller's own array where the code returned
+    its copy of that argument)."""
+    if not pairs:
+        return out
+    where = dict(pairs)
+    count = iter(range(len(leaves(out))))
+
+    def pick(leaf):
+        j = next(count)
+        return args[where[j]] if j in where else leaf
+
+    return tree_map(pick, out)
+
+
 def in_place_call(impl, positions, returns=False):
     """The original's contract for code that writes into its arguments: host arrays in, the call made on
     the implementation's own copies (moved, cast), the written ones copied back into the caller's, None out
-    (with `returns`, the call's result on the host)."""
+    (with `returns`, the call's result on the host, where the caller's own array stands for each argument the
+    call returned, as the original returns it: `x *= 2; return x` gives back the caller's x, holding the result)."""
     def call(*args):
         dev = impl.prepare(args)
         res = impl.run(*dev)
         impl.sync()
         for i in positions:
             write_back(args[i], dev[i])
-        return impl.fetch(res) if returns else None
+        if not returns:
+            return None
+        returned = aliased(res, dev, same_array) if len(dev) == len(args) else []
+        host = impl.fetch(res)
+        return with_arguments(host, args, returned) if len(leaves(host)) == len(leaves(res)) else host
 
     call.device = impl.device  # where the work runs, as on the Impl (the emitted script's benchmark reads it)
     return call
