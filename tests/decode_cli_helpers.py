@@ -22,3 +22,21 @@ def one_line(rc, cap, needle):
     assert rc == 2, cap.err
     assert cap.err.startswith("gpuspeed: error:") and needle in cap.err, cap.err
     assert len(cap.err.strip().splitlines()) == 1 and "Traceback" not in cap.err
+
+
+def random_hf_llama(base: dict, seed: int = 0, norms_off_one: bool = True, **over):
+    """A random transformers LlamaForCausalLM of config `base | over`, in eval mode; norms_off_one moves the norm
+    weights away from 1, so that eps and the norms' mapping count in a comparison. Skips without transformers."""
+    import pytest
+    import torch
+
+    transformers = pytest.importorskip("transformers", reason="transformers not installed")
+    pytest.importorskip("safetensors", reason="safetensors not installed")
+    torch.manual_seed(seed)
+    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(base | over))).eval()
+    if norms_off_one:
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.dim() == 1:
+                    p.copy_(1 + 0.1 * torch.randn_like(p))
+    return m

@@ -12,17 +12,14 @@ from gpuspeed.decode.quant import dequant_linear, quantize
 from gpuspeed.errors import UserError
 from gpuspeed.verify import check
 
-from decode_cli_helpers import SMALL, cli, one_line
+from decode_cli_helpers import SMALL, cli, one_line, random_hf_llama
 
 BASE = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=48, max_position_embeddings=256, bos_token_id=1, eos_token_id=2)
 
 
 def hf_model(**over):
-    transformers = pytest.importorskip("transformers", reason="transformers not installed")
-    pytest.importorskip("safetensors", reason="safetensors not installed")
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(**(BASE | over))).eval()
+    return random_hf_llama(BASE, norms_off_one=False, **over)
 
 
 def folder(tmp_path, name="m", edit=None, tensors=None, **over):

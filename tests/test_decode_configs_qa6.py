@@ -6,6 +6,8 @@ import json
 import pytest
 import torch
 
+from decode_cli_helpers import random_hf_llama
+
 from gpuspeed.decode import checkpoints as C, study, variants as V
 from gpuspeed.decode.generate import generate
 from gpuspeed.errors import UserError
@@ -21,14 +23,7 @@ L3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_f
 
 
 def hf_model(seed=0, **over):
-    """A random transformers Llama (norm weights away from 1, so eps and norm mapping count)."""
-    torch.manual_seed(seed)
-    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(BASE | over))).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.copy_(1 + 0.1 * torch.randn_like(p))
-    return m
+    return random_hf_llama(BASE, seed, **over)
 
 
 def saved(tmp_path, name, edit=None, **over):

@@ -6,6 +6,8 @@ import json
 import pytest
 import torch
 
+from decode_cli_helpers import random_hf_llama
+
 from gpuspeed.decode import checkpoints as C, variants as V
 from gpuspeed.decode.generate import generate
 from gpuspeed.verify import check
@@ -18,14 +20,7 @@ BASE = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_h
 
 
 def hf_model(seed=0, **over):
-    """A random transformers Llama (norm weights away from 1, so the norms' mapping counts)."""
-    torch.manual_seed(seed)
-    m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**(BASE | over))).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.copy_(1 + 0.1 * torch.randn_like(p))
-    return m
+    return random_hf_llama(BASE, seed, **over)
 
 
 def matches_transformers(folder, p=5, t=8, variants=("V2",)):
