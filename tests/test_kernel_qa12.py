@@ -140,3 +140,58 @@ def test_the_summary_counts_launches_and_distinct_launches_apart():
     assert f"launches: {sum(counts)} in one call, 3 distinct" in rep.lines()
     one = _report([1])
     assert one.to_results()["summary"]["launch_count"] == 1 and "launches: 1 in one call" in one.lines()
+
+
+# --- constexpr and runtime arguments, by position or by keyword
+
+CHUNKS = '''
+import json
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+from gpuspeed import kernel_report
+
+
+@triton.jit
+def chunk(x, o, off, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = off + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o + offs, tl.load(x + offs, mask=m) * SCALE, mask=m)
+
+
+def by_keyword(x):
+    o = torch.empty_like(x)
+    for i in range(0, x.numel(), 128):
+        chunk[(2,)](x, o, off=i, n=x.numel(), BLOCK=64, SCALE=3.0)
+    return o
+
+
+def by_position(x):
+    o = torch.empty_like(x)
+    for i in range(0, x.numel(), 128):
+        chunk[(2,)](x, o, i, x.numel(), 3.0, 64)
+    return o
+
+
+rng = np.random.default_rng()
+x = torch.from_numpy(rng.standard_normal(int(rng.integers(3, 6)) * 128).astype(np.float32))
+out = {"chunks": x.numel() // 128}
+for f in (by_keyword, by_position):
+    rep = kernel_report(f, x, device="cpu", expected=3.0 * x.numpy())
+    assert rep.check["passed"], rep.check
+    out[f.__name__] = [[la["count"], la["meta"]] for la in rep.launches]
+print(json.dumps(out))
+'''
+
+
+def test_a_launch_records_its_constexprs_and_not_its_runtime_arguments_however_passed(tmp_path):
+    # meta took every plain keyword argument and nothing positional: a loop passing its offset by keyword
+    # (off=i) listed each launch on a line of its own (identical lines, the offset told them apart), and
+    # BLOCK / SCALE passed by position were missing from the record
+    pytest.importorskip("triton")
+    r = _script(tmp_path, CHUNKS)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    want = [[got["chunks"], {"SCALE": 3.0, "BLOCK": 64}]]
+    assert got["by_keyword"] == want and got["by_position"] == want, got

@@ -126,6 +126,7 @@ class Capture:
         self._open = False
         self._undo: list = []
         self._timings: dict = {}  # (id(autotuner), tuning key) -> {Config: time} of that key's tuning
+        self._constexprs: dict = {}  # id(kernel) -> (kernel, the names of its tl.constexpr parameters)
         self._local = threading.local()
 
     # --- state kept per thread while a launch is under way
@@ -345,10 +346,22 @@ class Capture:
                 num_stages=getattr(md, "num_stages", None) or kwargs.get("num_stages", TRITON_DEFAULT_STAGES),
                 shared_dynamic=int(getattr(md, "shared", 0) or 0), interpreted=interpreted, compiled=compiled,
                 autotuner=cap._get("autotuner"),
-                meta={k: v for k, v in kwargs.items() if _plain(v) and k not in ("debug",)},
+                meta=cap._meta(jitfn, args, kwargs),
                 arg_bytes=arg_bytes([*args, *kwargs.values()])))
             return kernel
         return run
+
+    def _meta(self, jitfn, args, kwargs) -> dict:
+        """A Triton launch's constexpr arguments (BLOCK sizes...), by position or by keyword, and its launch options
+        (num_warps, the autotuner's config...): not its runtime arguments (an offset passed by keyword would tell
+        apart launches that are alike, and keep a loop's launches from merging into one row)."""
+        names = list(getattr(jitfn, "arg_names", None) or [])
+        if id(jitfn) not in self._constexprs:  # the kernel kept beside its names: its id is not reused meanwhile
+            self._constexprs[id(jitfn)] = (jitfn, _constexpr_names(jitfn))
+        const = self._constexprs[id(jitfn)][1]
+        meta = {n: v for n, v in zip(names, args, strict=False) if n in const and _plain(v)}
+        meta.update({k: v for k, v in kwargs.items() if _plain(v) and k != "debug" and (k in const or k not in names)})
+        return meta
 
     # --- Numba
     def _patch_numba(self) -> None:
@@ -385,6 +398,28 @@ class Capture:
                     return orig(kern, *args)
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
+
+
+def _constexpr_names(jitfn) -> set[str]:
+    """The tl.constexpr parameters of a Triton kernel: a JITFunction's own record of them, else (the interpreter's
+    InterpretedFunction keeps none) its function's annotations (`tl.constexpr`, or the string under postponed
+    annotations)."""
+    params = getattr(jitfn, "params", None)
+    if params:
+        return {p.name for p in params if getattr(p, "is_constexpr", False)}
+    import inspect
+
+    try:
+        signature = inspect.signature(getattr(jitfn, "fn", jitfn))
+    except (TypeError, ValueError):
+        return set()
+    out = set()
+    for p in signature.parameters.values():
+        ann = p.annotation
+        text = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+        if ann is not p.empty and "constexpr" in text:
+            out.add(p.name)
+    return out
 
 
 def _numpy_view(a):
