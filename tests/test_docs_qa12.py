@@ -3,6 +3,7 @@ gives a command exists on that command, and the numbers its prose quotes from re
 numbers (the generated block between results:start and results:end is benchmarks/readme_results.py's, checked by
 test_readme_results.py; the prose around it is typed, so it is checked here)."""
 
+import json
 import re
 import warnings
 from pathlib import Path
@@ -94,3 +95,135 @@ def test_every_option_the_readme_gives_a_command_is_one_of_its_options():
                 if flag not in per[cmd] | top:
                     wrong.append(f"gpuspeed {cmd} has no {flag}: {part}")
     assert checked > 40 and not wrong, wrong
+
+
+def _doc(name: str) -> dict:
+    return json.loads((H200 / name).read_text(encoding="utf-8"))
+
+
+def _row(name: str, example: str, variant: str) -> dict:
+    (row,) = [r for r in _doc(name)["rows"] if r.get("example") == example and r.get("variant") == variant]
+    return row
+
+
+def _pct(name: str, example: str, variant: str, key: str = "pct_of_roof") -> float:
+    row = _row(name, example, variant)
+    return row[key]["pct_of_roof"] if key == "scaled_up" else row[key]
+
+
+def _f(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}"
+
+
+def _kernel_claims() -> list[str]:
+    k, c9, e3, a24 = "kernels.json", "kernels_c9c4f64.json", "kernels_e339aaa.json", "kernels_a24f240.json"
+    rn, hs, hg, mb = ("row_normalize_loop", "triton_fp32"), "heat_stencil", "histogram", "mandelbrot"
+    before = ["kernels_a24f240.json", "kernels_2f01d3e.json", "kernels_b758d82.json", "kernels_9a6aeb3.json",
+              "kernels_1d9314b.json", "kernels_b8911b6.json", "kernels_163f2c9.json", "kernels_f1db579.json",
+              "kernels_f869982.json", "kernels_dc8f3c6.json"]
+    pcts = [f"{_pct(f, *rn):.1f} %" for f in before]
+    s = _doc(k)["summary"]
+    scaled = {f: _f(_pct(f, *rn, key="scaled_up"), 0) for f in (k, c9, "kernels_9a6aeb3.json", "kernels_b758d82.json")}
+    assert scaled["kernels_9a6aeb3.json"] == scaled["kernels_b758d82.json"], scaled  # quoted as one number
+    fp32_row = _row(k, *rn)
+    events_fixed = _doc("bench_accuracy.json")["summary"]["events_fixed_overhead_us"]
+    return [
+        f"{s['kernels_at_70pct_roof']} of its {s['kernels']} kernels reach 70 %",
+        f"row_stats has a Numba kernel ({_f(_pct(k, 'row_stats', 'numba_cuda'), 0)} %)",
+        f"{_f(_pct(k, *rn), 1)} % here, against {_f(_pct(k, *rn, key='copy_same_launches_pct_of_roof'), 1)} % for the copies",
+        f"{_f(_pct(c9, *rn), 1)} % ({_f(_pct(c9, *rn, key='copy_same_launches_pct_of_roof'), 1)} % for the copies, "
+        f"`{c9}`)",
+        f"{_f(_pct(e3, *rn), 1)} % ({_f(_pct(e3, *rn, key='copy_same_launches_pct_of_roof'), 1)} % for the copies, "
+        f"`{e3}`)",
+        f"{', '.join(pcts[:-1])} and {pcts[-1]} in the runs before ({', '.join(f'`{f}`' for f in before)})",
+        f"({events_fixed:.1f} us, `events_fixed_overhead_us` in `bench_accuracy.json`) is about "
+        f"{round(100 * events_fixed / (fp32_row['time_s'] * 1e6), -1):.0f} % of its {fp32_row['time_s'] * 1e6:.1f} us",
+        f"it reaches {scaled[k]} % of the copy roof ({scaled[c9]} % at c9c4f64, {scaled['kernels_9a6aeb3.json']} % at "
+        "9a6aeb3 and b758d82)",
+        f"rose from {_f(_pct('kernels_9200d2d.json', *rn), 0)} % and "
+        f"{_f(_pct('kernels_9200d2d.json', *rn, key='copy_same_launches_pct_of_roof'), 0)} % (`kernels_9200d2d.json`)",
+        f"{_f(_pct(k, hs, 'triton_fp32'), 0)} % of the copy roof and "
+        f"{_row(k, hs, 'triton_fp32')['speedup_vs_auto_same_precision']:.2f}x torch.compile's float32 kernel "
+        f"({_f(_pct('kernels_62a5101.json', hs, 'triton_fp32'), 0)} % as 1-row tiles, `kernels_62a5101.json`)",
+        f"float64 Triton stencil went from {_f(_pct(e3, hs, 'triton'), 0)} % to {_f(_pct(c9, hs, 'triton'), 0)} % "
+        f"({_row(c9, hs, 'triton')['time_s'] * 1e6:.0f} us,",
+        f"the Numba one from {_f(_pct(e3, hs, 'numba_cuda'), 0)} % to {_f(_pct(c9, hs, 'numba_cuda'), 0)} % "
+        f"({_f(_pct(k, hs, 'numba_cuda'), 0)} % at bb15aa0)",
+        f"The Triton histogram now reaches {_f(_pct(k, hg, 'triton'), 0)} % ({_row(k, hg, 'triton')['time_s'] * 1e6:.0f} "
+        f"us; {_f(_pct(c9, hg, 'triton'), 0)} %, {_row(c9, hg, 'triton')['time_s'] * 1e6:.0f} us, in `{c9}`; "
+        f"{_f(_pct(a24, hg, 'triton'), 0)} %, {_row(a24, hg, 'triton')['time_s'] * 1e6:.0f} us, in `{a24}`)",
+        f"shared-memory atomics, reaches {_f(_pct(k, hg, 'numba_cuda'), 0)} %",
+        f"(the histogram: {_f(_pct(a24, hg, 'triton'), 0)} % against "
+        f"{_f(_pct(a24, hg, 'triton', key='copy_same_launches_pct_of_roof'), 0)} % for its copies)",
+        f"Mandelbrot ({_f(_pct(k, mb, 'triton'), 0)} % and {_f(_pct(k, mb, 'numba_cuda'), 0)} %; "
+        f"{_f(_pct(e3, mb, 'numba_cuda'), 0)} % for Numba at e339aaa)",
+        f"mandelbrot then reaches {_f(_pct(k, mb, 'triton', key='scaled_up'), 0)} % (Triton",
+        f"and {_f(_pct(k, mb, 'numba_cuda', key='scaled_up'), 0)} % (Numba)",
+        f"row_normalize_loop's Numba prange loop, {_row(k, 'row_normalize_loop', 'triton')['best_auto_s'] * 1e3:.1f} ms",
+        f"a CuPy loop at {_row(c9, 'row_normalize_loop', 'triton')['best_auto_s']:.2f} s was before",
+        f"against torch.compile's {_row(k, mb, 'triton')['best_auto_s']:.2f} s",
+    ]
+
+
+def _decode_claims() -> list[str]:
+    s = _doc("decode.json")["summary"]
+    old = _doc("decode_dd6d009.json")["summary"]
+    capped = _doc("decode_2d128f4_tiny_capped.json")["summary"]
+    return [
+        f"V5 {s['llama-3.2-1b_bf16_v5_ms_per_token']:.3f} ms/token on llama-3.2-1b "
+        f"({s['llama-3.2-1b_bf16_p4096_best_ms_per_token']:.3f} at P = 4096), "
+        f"{s['smollm2-135m_bf16_v5_ms_per_token']:.3f} on smollm2-135m and {s['llama-3-8b_bf16_v5_ms_per_token']:.3f} "
+        "on llama-3-8b",
+        f"(V2 {old['tiny_fp32_v2_ms_per_token']:.1f} ms/token against {s['tiny_fp32_v2_ms_per_token']:.1f}, HF static "
+        f"{old['tiny_fp32_hf_static_ms_per_token']:.1f} against {s['tiny_fp32_hf_static_ms_per_token']:.1f}; round 9)",
+        f"(V5 {capped['tiny_fp32_v5_ms_per_token']:.4f} ms/token; round 11)",
+    ]
+
+
+def _optimize_claims() -> list[str]:
+    doc = _doc("optimize.json")
+    rows = {r["example"]: r for r in doc["rows"]}
+
+    def at(*examples):
+        commits = {rows[e]["git"][:7] for e in examples}
+        assert len(commits) == 1, (examples, commits)
+        return commits.pop()
+
+    def budget(*examples):
+        budgets = {rows[e]["time_budget_s"] for e in examples}
+        assert len(budgets) == 1, (examples, budgets)
+        return f"{budgets.pop():.0f} s"
+
+    four, two, pair, three = (("ema_filter", "heat_stencil", "black_scholes", "pairwise_distance"),
+                              ("row_stats", "polynomial_features"), ("torch_mlp", "image_filter"),
+                              ("histogram", "mandelbrot", "row_normalize_loop"))
+    alone = _doc("optimize_alone_2c6d805/mandelbrot/optimize_mandelbrot.json")
+    (prange,) = [r for r in alone["rows"] if r.get("name") == "numba-prange"]
+    return [
+        f"`optimize.json` holds {doc['summary']['examples']} examples",
+        f"ema_filter, heat_stencil, black_scholes and pairwise_distance at {at(*four)} (4 at once, {budget(*four)} "
+        "budgets",
+        f"row_stats and polynomial_features at {at(*two)} ({budget('row_stats')} and {budget('polynomial_features')}, "
+        "4 at once)",
+        f"torch_mlp and image_filter at {at(*pair)} ({budget(*pair)} each, 3 at once)",
+        f"(histogram, mandelbrot, row_normalize_loop) again at {at(*three)} ({budget(*three)} each, 3 at once)",
+        f"Numba prange took {prange['device_s'] * 1e3:.1f} ms in a run of mandelbrot alone",
+    ]
+
+
+def _roofline_claims() -> list[str]:
+    worst = _doc("roofline.json")["summary"]["elementwise_torch_worst"]
+    assert worst == "torch sin bf16", worst  # the README: "on the H200 torch.sin on bf16 is the slowest"
+    return ["on the H200 torch.sin on bf16 is the slowest"]
+
+
+@pytest.mark.parametrize("claims", [_kernel_claims, _decode_claims, _optimize_claims, _roofline_claims],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_numbers_the_prose_quotes_match_the_results_files_it_cites(claims):
+    """Each phrase is written from the results file's own numbers, rounded as the README rounds them: a phrase the
+    README does not hold is a number typed by hand that its file does not say (or a sentence rewritten: then
+    rewrite its phrase here from the file). It quoted heat_stencil's float32 Triton kernel at '1.39x
+    torch.compile's float32 kernel' beside kernels.json's 100 %, where kernels.json says 1.396 (1.39 was
+    kernels_c9c4f64.json's)."""
+    missing = [phrase for phrase in claims() if phrase not in PROSE]
+    assert not missing, "README prose disagrees with its results files (or says it differently):\n" + "\n".join(missing)
