@@ -3,7 +3,9 @@ runs (--device cpu, a short bench budget, few backends) and the emitted script r
 
 import subprocess
 import sys
+import textwrap
 
+import numpy as np
 import pytest
 from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text, rewrite
 
@@ -105,3 +107,53 @@ def test_the_scripts_check_fails_a_primary_that_returns_new_arrays_where_the_ori
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "correctness: FAIL" in r.stdout, r.stdout + r.stderr
     assert "a new array where the original returns its argument 2" in r.stdout, r.stdout
+
+
+FROM_A_FILE = """
+    import numpy as np
+
+
+    def original(x):
+        return np.sqrt(np.abs(x)) * 2.0
+
+
+    def inputs(rng):
+        data = np.load("data.npy")  # relative: found from the folder optimize ran in
+        return (data * rng.standard_normal(data.shape),)
+    """
+
+
+def _script_of(tmp_path, name, text, params=None):
+    """The optimized script a run in tmp_path writes for the workload `text` when it keeps the original (no run)."""
+    import types
+
+    from gpuspeed.optimize import emit, workload
+
+    p = tmp_path / f"{name}.py"
+    p.write_text(textwrap.dedent(text))
+    wl = workload.load(p, gpu=False)
+    row = {"name": "original", "recipe": {"name": "original", "backend": "original"}, "status": "ok",
+           "label": "the original (CPU)", "device_time": {"median": 1e-3}}
+    run = types.SimpleNamespace(wl=wl, where="cpu", out_dir=tmp_path, choice={"primary": "original"},
+                                params={"seeds": [1, 2, 3], "cwd": str(tmp_path)} | (params or {}),
+                                results={"original": row})
+    script = tmp_path / f"optimized_{name}.py"
+    script.write_text(emit.script_text(run))
+    return script
+
+
+def test_the_script_says_in_one_line_that_inputs_failed_when_run_from_another_folder(tmp_path, monkeypatch):
+    """inputs() reads a data file by a relative path, found where optimize ran: run from elsewhere, the script's check
+    ended in a FileNotFoundError traceback out of make_args (a failing import of the workload already said, in one
+    line, to run it from that folder)."""
+    np.save(tmp_path / "data.npy", np.random.default_rng(1).standard_normal(50))
+    monkeypatch.chdir(tmp_path)  # where optimize runs
+    script = _script_of(tmp_path, "fromfile", FROM_A_FILE)
+    here = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert here.returncode == 0 and "correctness: PASS" in here.stdout, here.stdout + here.stderr
+    (tmp_path / "elsewhere").mkdir()
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path / "elsewhere",
+                       timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    assert "fromfile.py: inputs(rng) raised FileNotFoundError" in r.stderr and str(tmp_path) in r.stderr, r.stderr

@@ -208,8 +208,14 @@ def make_args(module, seed):
                 values[name] = rng.integers(0, 16, shape).astype(dtype)
         return tuple(values[name] for name in ARG_ORDER)
     takes_scale = "scale" in _inspect.signature(module.inputs).parameters
-    with on_the_host():
-        out = module.inputs(rng, scale=SCALE) if takes_scale else module.inputs(rng)
+    try:
+        with on_the_host():
+            out = module.inputs(rng, scale=SCALE) if takes_scale else module.inputs(rng)
+    except Exception as exc:  # a data file it reads by a relative path, say: one line, as for a failing import
+        text = str(exc).strip().splitlines()
+        where = "" if Path.cwd() == Path(IMPORT_ROOT) else (f" (gpuspeed optimize ran it from {{IMPORT_ROOT}}: run this "
+                                                            "script from there)")
+        sys.exit(f"{{WORKLOAD_FILE}}: inputs(rng) raised {{type(exc).__name__}}: {{text[0] if text else ''}}{{where}}")
     return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
 
 
