@@ -195,3 +195,46 @@ def test_a_launch_records_its_constexprs_and_not_its_runtime_arguments_however_p
     got = json.loads(r.stdout.strip().splitlines()[-1])
     want = [[got["chunks"], {"SCALE": 3.0, "BLOCK": 64}]]
     assert got["by_keyword"] == want and got["by_position"] == want, got
+
+
+# --- zero-size inputs
+
+NUMBA_SUM = '''
+import numpy as np
+from numba import cuda, float32
+
+TPB = 32
+
+
+@cuda.jit
+def block_sums(x, out):
+    s = cuda.shared.array(TPB, dtype=float32)  # a static shared array
+    i, t = cuda.grid(1), cuda.threadIdx.x
+    s[t] = x[i] if i < x.shape[0] else 0.0
+    cuda.syncthreads()
+    if t == 0:
+        acc = 0.0
+        for k in range(TPB):
+            acc += s[k]
+        out[cuda.blockIdx.x] = acc
+
+
+def launcher(x):
+    out = np.empty((x.shape[0] + TPB - 1) // TPB, dtype=np.float32)
+    block_sums[out.shape[0], TPB](x, out)
+    return out
+'''
+
+
+def test_a_numba_launch_of_no_blocks_fails_under_the_simulator_as_on_a_gpu(tmp_path):
+    # an empty input made a grid of 0 blocks: the simulator ran nothing and the report said the launcher ran and
+    # returned, where a GPU refuses the launch (CUDA_ERROR_INVALID_VALUE; the bundled kernels found it on the GPU)
+    pytest.importorskip("numba")
+    r = _cli(tmp_path, {"sums.py": NUMBA_SUM}, "sums.py:launcher", "--input", "x=float32[0]")
+    err = _one_error(r)
+    assert "block_sums" in err and "grid (0, 1, 1)" in err and "a GPU refuses" in err, err
+    n = int(np.random.default_rng().integers(40, 100))
+    r = _cli(tmp_path, {}, "sums.py:launcher", "--input", f"x=float32[{n}]", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (la,) = json.loads(r.stdout)["launches"]
+    assert la["grid"] == [-(-n // 32), 1, 1] and la["block"] == [32, 1, 1] and la["arg_bytes"] == 4 * (n + -(-n // 32))

@@ -7,7 +7,8 @@ While a `Capture` is open it wraps, at class level, the methods every launch goe
   `Autotuner._bench` marks its benchmarking launches so they are not counted as the launcher's.
 - Numba: `_Kernel.launch` (the compiled kernel: registers, static shared memory, local memory per
   thread) and, under NUMBA_ENABLE_CUDASIM=1, the simulator's `FakeCUDAKernel.__call__` (which hands the kernel
-  NumPy views of host torch tensors, as a GPU launch takes CUDA tensors through __cuda_array_interface__).
+  NumPy views of host torch tensors, as a GPU launch takes CUDA tensors through __cuda_array_interface__, and
+  refuses a launch of no blocks or threads, as a GPU does, where the simulator would run nothing).
 An interpreted kernel's autotuner has no device to time its configs on (none here, or --device cpu), so its
 benchmark runs each config once (a correctness run) and calls them all equal: the first config is chosen.
 Backends are patched once imported: at entry, and again at `refresh()` (kernel_report calls it after the
@@ -388,6 +389,8 @@ class Capture:
             def wrap_call(orig):
                 def __call__(kern, *args):
                     top = not kern._device and not getattr(sim, "_kernel_context", None)
+                    if top:
+                        _refuse_empty_launch(getattr(kern.fn, "__name__", "kernel"), kern.grid_dim, kern.block_dim)
                     if top and cap.recording:
                         cap.launches.append(Launch(kernel=getattr(kern.fn, "__name__", "kernel"), backend="numba",
                                                    grid=_dims(kern.grid_dim), block=_dims(kern.block_dim),
@@ -444,6 +447,24 @@ class OutOfBounds(InterpretedLaunchError):
 
 class NotATensor(InterpretedLaunchError):
     """A NumPy array handed to an interpreted Triton kernel (the interpreter fails on it with an AttributeError)."""
+
+
+class EmptyLaunch(InterpretedLaunchError):
+    """A Numba launch of no blocks or no threads under the CUDA simulator (which runs nothing), which a GPU refuses."""
+
+
+def _refuse_empty_launch(kernel: str, grid, block) -> None:
+    """EmptyLaunch when a simulated Numba launch has a grid or block dimension below 1: the simulator runs no thread
+    and returns, a GPU fails the launch (cuLaunchKernel: CUDA_ERROR_INVALID_VALUE). Triton launches a grid of no
+    programs as nothing, on a GPU as in its interpreter: not refused."""
+    try:
+        g, b = _dims(grid), _dims(block)
+    except (TypeError, ValueError):  # a configuration the simulator itself will refuse
+        return
+    if min(g) < 1 or min(b) < 1:
+        raise EmptyLaunch(f"{kernel}: launched with grid {tuple(g)} and block {tuple(b)}: a GPU refuses a launch of no "
+                          "blocks or no threads (CUDA_ERROR_INVALID_VALUE), where the CUDA simulator runs nothing; an "
+                          "empty input makes such a grid: return before launching when there is nothing to do")
 
 
 def _refuse_host_arrays(jitfn, args, kwargs) -> None:

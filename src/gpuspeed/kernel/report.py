@@ -305,14 +305,15 @@ def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> 
 
 
 def _raise_out_of_bounds(exc: BaseException) -> None:
-    """A launcher's failure that came of an interpreted kernel's out-of-bounds load or store (capture.OutOfBounds) or
-    of a NumPy array among its arguments (capture.NotATensor), wrapped by the interpreter in its InterpreterError and
+    """A launcher's failure that came of an interpreted kernel's out-of-bounds load or store (capture.OutOfBounds), of
+    a NumPy array among its arguments (capture.NotATensor) or of a simulated Numba launch of no blocks
+    (capture.EmptyLaunch), wrapped by the interpreter in its InterpreterError and
     maybe by the launcher, as a UserError of one line."""
     from gpuspeed.kernel.capture import InterpretedLaunchError
 
     seen, e = set(), exc
     while e is not None and id(e) not in seen:
-        if isinstance(e, InterpretedLaunchError):  # OutOfBounds, NotATensor
+        if isinstance(e, InterpretedLaunchError):  # OutOfBounds, NotATensor, EmptyLaunch
             raise UserError(str(e)) from exc
         seen.add(id(e))
         e = e.__cause__ or e.__context__
