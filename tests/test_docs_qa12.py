@@ -227,3 +227,26 @@ def test_numbers_the_prose_quotes_match_the_results_files_it_cites(claims):
     kernels_c9c4f64.json's)."""
     missing = [phrase for phrase in claims() if phrase not in PROSE]
     assert not missing, "README prose disagrees with its results files (or says it differently):\n" + "\n".join(missing)
+
+
+def test_architecture_tree_names_every_module_of_the_package():
+    """docs/architecture.md's tree 'keeps it true' (design.md): every module of src/gpuspeed is named there (a module
+    at the top by its file name, one in a subpackage by its name; the bundled examples are one entry). sharing.py,
+    __main__.py and decode/kernels' four files were not."""
+    arch = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    tree = re.search(r"## The tree \(what exists now\)\s*```\n(.*?)```", arch, re.S)
+    assert tree, "architecture.md's tree is gone"
+    tree = tree.group(1)
+    src = ROOT / "src" / "gpuspeed"
+    missing = []
+    for path in sorted(src.rglob("*.py")):
+        rel = path.relative_to(src)
+        if path.name == "__init__.py" or rel.parts[0] == "examples":
+            continue
+        name = re.escape(path.name) if len(rel.parts) == 1 else rf"{re.escape(path.stem)}(\.py)?\b"
+        if not re.search(rf"(?<![\w/]){name}", tree):
+            missing.append(rel.as_posix())
+    for folder in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith("__")):
+        if f"{folder.name}/" not in tree:
+            missing.append(f"{folder.name}/")
+    assert not missing, f"modules missing from docs/architecture.md's tree: {missing}"
