@@ -238,3 +238,32 @@ def test_a_numba_launch_of_no_blocks_fails_under_the_simulator_as_on_a_gpu(tmp_p
     assert r.returncode == 0, r.stderr[-2000:]
     (la,) = json.loads(r.stdout)["launches"]
     assert la["grid"] == [-(-n // 32), 1, 1] and la["block"] == [32, 1, 1] and la["arg_bytes"] == 4 * (n + -(-n // 32))
+
+
+# --- a target that is not a function
+
+NOT_FUNCTIONS = '''
+import numpy as np
+
+THREADS = 128
+variants = {"fast": lambda x: x, "slow": lambda x: x}
+'''
+
+
+@pytest.mark.parametrize("name, said", [
+    ("variants", "variants is a dict, not a launcher: name one of its entries (not_functions.py:variants.fast, "
+                 "not_functions.py:variants.slow)"),
+    ("THREADS", "THREADS is an int, not a launcher"),
+    ("np", "np is a module, not a launcher"),
+])
+def test_a_target_that_is_not_a_function_says_what_it_is(tmp_path, monkeypatch, name, said):
+    # it said only 'not_functions.py:variants is not callable': for a workload's variants dict, not which to name
+    from gpuspeed.errors import UserError
+    from gpuspeed.kernel.target import load_target
+
+    (tmp_path / "not_functions.py").write_text(NOT_FUNCTIONS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(UserError) as err:
+        load_target(f"not_functions.py:{name}")
+    assert said in str(err.value), str(err.value)

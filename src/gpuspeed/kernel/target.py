@@ -66,11 +66,24 @@ def load_target(target: str) -> tuple[Callable, object, str]:
     if inspect.isclass(obj):
         raise UserError(f"{target} is a class, not a launcher: name the function that launches the kernel")
     if not callable(obj):
-        raise UserError(f"{target} is not callable")
+        raise UserError(_not_a_launcher(obj, target))
     if (what := lazy_kind(obj)) is not None:
         raise UserError(f"{target} is {what}: a call runs none of its body, so no kernel would launch; name a "
                         "plain function that launches the kernel")
     return obj, module, attr
+
+
+def _not_a_launcher(obj, target: str) -> str:
+    """What a target that is not callable is, and for a dict (a workload's `variants`) which entries to name."""
+    kind = "a module" if isinstance(obj, types.ModuleType) else type(obj).__name__
+    kind = kind if kind.startswith("a ") else ("an " if kind[:1].lower() in "aeiou" else "a ") + kind
+    said = f"{target} is {kind}, not a launcher"
+    if isinstance(obj, dict):
+        names = [k for k in obj if isinstance(k, str) and "." not in k and callable(obj[k])]
+        if names:
+            shown = ", ".join(f"{target}.{k}" for k in names[:3]) + (", ..." if len(names) > 3 else "")
+            return f"{said}: name one of its entries ({shown})"
+    return f"{said}: name the Python function that launches the kernel"
 
 
 def is_triton_kernel(obj) -> bool:
