@@ -1,7 +1,12 @@
 """QA round 12 on the instruments: explain(), launch, roofline, profile (CPU unless marked gpu)."""
 
+import re
+
+import pytest
 import torch
 
+from gpuspeed.cli import main
+from gpuspeed.errors import UserError
 from gpuspeed.graph_breaks import _default_calls, explain
 
 
@@ -34,3 +39,27 @@ def test_explain_changes_the_batch_of_its_inputs_not_a_broadcast_bias_or_a_weigh
     # all by keyword: the tensor with the most dimensions is the batch, whatever order the keywords come in
     calls = _default_calls((), {"bias": torch.randn(8), "x": torch.randn(4, 8)})
     assert [(k["x"].shape[0], k["bias"].shape[0]) for _, k in calls] == [(4, 8), (8, 8), (12, 8)]
+
+
+# -- launch: absurd sizes and budgets are refused in one line, before anything runs ------------------
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--ns", "1e30"], r"--ns goes up to 1e\+10 elements"),  # it printed a 23-digit GiB figure
+    (["--ns", "1000,1e12"], r"--ns goes up to 1e\+10 elements .*, got 1e\+12$"),
+    (["--budget", "1e30"], r"--budget is seconds per measurement, at most 3600"),  # it ran, for ever
+])
+def test_launch_refuses_unphysical_sizes_and_budgets_in_one_line(argv, match, capsys):
+    assert main(["launch", "--device", "cpu", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(match, err.strip()), err
+
+
+def test_launch_library_refuses_them_too():
+    from gpuspeed import launch
+
+    with pytest.raises(UserError, match=r"--ns goes up to"):
+        launch.check_params(None, [10**30], 8, 5, None, None)
+    with pytest.raises(UserError, match=r"at most 3600"):
+        launch.run_launch(device="cpu", ks=[1], ns=[1000], tiny_k=5, chain_k=2, variants=["eager"], budget_s=1e9)
+

@@ -24,6 +24,8 @@ CPU_NS = (1_000, 10_000, 100_000, 1_000_000)
 CHAIN_TINY = 1000  # ops in the chain whose graph speedup the issue asks for
 MAX_KERNELS = 65536  # K, --tiny-k: a captured graph of this many kernels already takes seconds to build
 MAX_CHAIN = 1024  # --chain-k: torch.compile traces every op of the chain, per N (minutes past this)
+MAX_N = 10**10  # --ns: 40 GB per fp32 copy, past any GPU's memory with the study's copies (check_fits says more)
+MAX_BUDGET_S = 3600.0  # --budget: seconds per measurement; an hour is already far past any noise target
 
 TARGETS = {"graph_us_per_kernel": ("<=", 1.1), "chain1000_graph_speedup": (">=", 6.0),
            "compiled_chain_over_copy_at_1e8": ("<=", 1.10)}
@@ -69,8 +71,13 @@ def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, vari
                         f"graph), got {max(max(ks or (1,)), tiny_k)}")
     if chain_k > MAX_CHAIN:
         raise UserError(f"--chain-k goes up to {MAX_CHAIN} ops (torch.compile traces each one), got {chain_k}")
+    if max(ns or (1,)) > MAX_N:  # --ns 1e30 was refused by check_fits with a 23-digit GiB figure
+        raise UserError(f"--ns goes up to {MAX_N:.0e} elements (fp32 vectors the fusion study copies several "
+                        f"times), got {max(ns):.0e}")
     if budget_s is not None and not 0 < budget_s < math.inf:  # NaN too
         raise UserError(f"budget must be a positive number of seconds, got {budget_s}")
+    if budget_s is not None and budget_s > MAX_BUDGET_S:  # 1e30 ran on, each measurement to its sample cap
+        raise UserError(f"--budget is seconds per measurement, at most {MAX_BUDGET_S:.0f}, got {budget_s:g}")
     bad = [v for v in (variants or ()) if v not in VARIANTS]
     if bad:
         raise UserError(f"unknown variant {bad[0]!r}: choose from {', '.join(VARIANTS)}")
