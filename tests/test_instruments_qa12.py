@@ -8,6 +8,7 @@ import torch
 from gpuspeed.cli import main
 from gpuspeed.errors import UserError
 from gpuspeed.graph_breaks import _default_calls, explain
+from gpuspeed.profiling import profile
 
 
 # -- explain(): the changed-input calls change the batch, not a broadcast bias or a weight ----------------------
@@ -63,3 +64,17 @@ def test_launch_library_refuses_them_too():
     with pytest.raises(UserError, match=r"at most 3600"):
         launch.run_launch(device="cpu", ks=[1], ns=[1000], tiny_k=5, chain_k=2, variants=["eager"], budget_s=1e9)
 
+
+
+def _sq(x):
+    return x * x
+
+
+@pytest.mark.parametrize("kw", [{"steps": 10**12}, {"warmup": 10**12}])
+def test_profile_refuses_a_step_or_warm_up_count_past_its_bound(kw, capsys):
+    # steps=10**12 ran for ever, holding every step's events in memory
+    with pytest.raises(UserError, match=r"at most"):
+        profile(_sq, torch.randn(4), device="cpu", hotspots=False, **kw)
+    flag = "--" + next(iter(kw))
+    assert main(["profile", "--function", f"{__file__}:_sq", "--input", "x=float32[4]", flag, str(10**12)]) == 2
+    assert "at most" in capsys.readouterr().err

@@ -153,6 +153,8 @@ def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: 
 
 
 LINE_BACKENDS = ("auto", "line_profiler", "settrace")
+MAX_STEPS = 10_000  # torch.profiler holds every profiled step's events in memory, then writes them all to the trace
+MAX_WARMUP = 1_000_000
 
 
 def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict | None = None,
@@ -178,6 +180,9 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     if not whole or steps < 1 or warmup < 0:
         raise UserError(f"profile() needs whole numbers steps >= 1 and warmup >= 0, got steps={steps!r}, "
                         f"warmup={warmup!r}")
+    if steps > MAX_STEPS or warmup > MAX_WARMUP:  # steps=10**12 ran for ever, every step's events held in memory
+        raise UserError(f"profile() takes at most {MAX_STEPS} steps (the profiler holds every step's events) and "
+                        f"{MAX_WARMUP} warm-up calls, got steps={steps}, warmup={warmup}")
     if (why := trees.one_pass_argument(args, kwargs)) is not None:  # the warm-up would use it up: steps see nothing
         raise UserError(f"profile(): {why}; profile() calls the function {calls_made(steps, warmup, hotspots)} "
                         "times, so the profiled calls would see it empty: pass a list or a tuple")
