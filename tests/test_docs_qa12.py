@@ -250,3 +250,26 @@ def test_architecture_tree_names_every_module_of_the_package():
         if f"{folder.name}/" not in tree:
             missing.append(f"{folder.name}/")
     assert not missing, f"modules missing from docs/architecture.md's tree: {missing}"
+
+
+def test_readme_results_block_and_archive_are_what_readme_results_writes(tmp_path):
+    """The README's generated block and results/ARCHIVE.md are benchmarks/readme_results.py's output for the
+    committed results files ('nothing here is typed by hand'): a results file replaced without rerunning it, or a
+    number edited in the block, shows here. The script runs on a copy (README and ARCHIVE.md written there)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_results_qa12", ROOT / "benchmarks" / "readme_results.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    (tmp_path / "README.md").write_text(README, encoding="utf-8")
+    (tmp_path / "results").mkdir()
+    for folder in (ROOT / "results").iterdir():
+        if folder.is_dir():
+            (tmp_path / "results" / folder.name).symlink_to(folder, target_is_directory=True)
+    script.ROOT, script.ARCHIVE = tmp_path, tmp_path / "results" / "ARCHIVE.md"
+    script.block.__defaults__ = (tmp_path,)  # links relative to the copy's root, as to the repository's
+    assert script.main() == 0
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == README, \
+        "README's results block is stale: run python benchmarks/readme_results.py"
+    assert script.ARCHIVE.read_text(encoding="utf-8") == (ROOT / "results" / "ARCHIVE.md").read_text(encoding="utf-8"), \
+        "results/ARCHIVE.md is stale: run python benchmarks/readme_results.py"
