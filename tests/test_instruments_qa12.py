@@ -78,3 +78,16 @@ def test_profile_refuses_a_step_or_warm_up_count_past_its_bound(kw, capsys):
     flag = "--" + next(iter(kw))
     assert main(["profile", "--function", f"{__file__}:_sq", "--input", "x=float32[4]", flag, str(10**12)]) == 2
     assert "at most" in capsys.readouterr().err
+
+
+# -- roofline: dtype names in any case, and the dtype names of torch ------------------------------------------
+
+
+def test_roofline_dtypes_read_in_any_case_and_as_torch_names():
+    from gpuspeed.roofline.study import parse_dtypes
+
+    # --dtype FP32 was 'unknown dtype', though the error listed fp32
+    assert parse_dtypes(["FP32", "BF16"]) == ["fp32", "bf16"]
+    assert parse_dtypes("float32, bfloat16,TF32,torch.float32") == ["fp32", "bf16", "tf32"]
+    with pytest.raises(UserError, match=r"unknown dtype 'FP16': use fp32, tf32, bf16"):
+        parse_dtypes(["FP16"])  # a unit that the study does not sweep is still refused

@@ -85,8 +85,9 @@ def test_study_dtypes_parse_in_the_library():
     for bad in (",", "", [], [" , "]):
         with pytest.raises(UserError, match="no dtype named"):  # ran every dtype
             study_mod.parse_dtypes(bad)
-    with pytest.raises(UserError, match="unknown dtype 'FP32'"):
-        study_mod.parse_dtypes("FP32")
+    with pytest.raises(UserError, match="unknown dtype 'fp64'"):
+        study_mod.parse_dtypes("fp64")
+    assert study_mod.parse_dtypes("FP32") == ["fp32"]  # any case (qa12)
 
 
 @pytest.mark.parametrize("args, says", [

@@ -16,7 +16,7 @@ from gpuspeed.errors import one_line as _err
 from gpuspeed.results import make_results
 from gpuspeed.roofline import sweep as ai_sweep
 from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
-from gpuspeed.roofline.place import ABOVE_ROOF, above_roof_note, count_flops, default_unit, locate, place
+from gpuspeed.roofline.place import _UNIT_ALIASES, ABOVE_ROOF, above_roof_note, count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
 
 DTYPES = ("fp32", "tf32", "bf16")
@@ -33,10 +33,16 @@ def parse_dtypes(dtypes) -> list[str]:
     if not names:
         raise UserError(f"no dtype named in {','.join(map(str, items))!r}: use {', '.join(DTYPES)} "
                         "(all three when none is given)")
-    bad = [d for d in names if d not in DTYPES]
+    bad = [d for d in names if _dtype_key(d) not in DTYPES]
     if bad:
         raise UserError(f"unknown dtype {bad[0]!r}: use {', '.join(DTYPES)}")
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(_dtype_key(d) for d in names))
+
+
+def _dtype_key(name: str) -> str:
+    """A dtype as DTYPES name it, in any case, torch's names too: 'FP32', 'float32', 'torch.bfloat16'."""
+    key = name.strip().lower().removeprefix("torch.")
+    return _UNIT_ALIASES.get(key, key)
 
 
 class Study:
