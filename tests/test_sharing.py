@@ -3,7 +3,7 @@ process lists and SM samples make, and the notes and flags it gives. The GPU hal
 
 import json
 
-from gpuspeed.sharing import memory_note, others, shared, summarize_sharing
+from gpuspeed.sharing import memory_note, others, others_growth, shared, summarize_sharing
 from gpuspeed.stats import Measurement, flags, summarize
 
 OWN = 4242
@@ -66,9 +66,11 @@ def test_no_process_list_claims_nothing():
 def test_others_memory_moving_during_a_peak_memory_call_is_noted_with_its_sign():
     grew = summarize_sharing(procs((OWN, 1), (8, 2**30)), procs((OWN, 1), (8, 3 * 2**30)), {}, OWN)
     why = memory_note(grew)
-    assert why is not None and "changed by +2.00 GiB" in why
+    assert why is not None and "changed by +2.00 GiB" in why and "left out of the peak" in why
+    assert others_growth(grew) == 2 * 2**30
     shrank = summarize_sharing(procs((OWN, 1), (8, 3 * 2**30)), procs((OWN, 1), (8, 2**30)), {}, OWN)
-    assert "changed by -2.00 GiB" in memory_note(shrank)
+    assert "changed by -2.00 GiB" in memory_note(shrank) and "left out" not in memory_note(shrank)
+    assert others_growth(shrank) == 0 and others_growth({}) == 0
     steady = summarize_sharing(procs((OWN, 1), (8, 2**30)), procs((OWN, 1), (8, 2**30)), {}, OWN)
     assert memory_note(steady) is None  # present but idle and steady: NVML's reading is ours
 
@@ -92,3 +94,11 @@ def test_measurement_records_and_reads_back_the_sharing_flag():
     old = {k: v for k, v in m.to_dict().items() if k not in ("shared_gpu", "gpu_sharing")}
     legacy = Measurement.from_dict(old | {"gpu_sharing": None})
     assert legacy.shared_gpu is False and legacy.gpu_sharing == {}
+
+
+def test_no_samples_at_all_while_others_hold_contexts_is_unknown_not_idle():
+    # we computed while measuring, so NVML sampling nobody means it does not sample processes here
+    record = summarize_sharing(procs((OWN, 5), (9, 5)), procs((OWN, 5), (9, 5)), {}, OWN)
+    assert "other_busy" not in record
+    notes = []
+    assert shared(record, notes) is False and "could not be read" in notes[0]

@@ -27,7 +27,7 @@ from typing import Callable
 from gpuspeed import device as _device
 from gpuspeed import trees
 from gpuspeed.errors import UserError
-from gpuspeed.sharing import ShareWatch, memory_note
+from gpuspeed.sharing import ShareWatch, memory_note, others_growth
 
 HEADROOM = 0.15  # fragmentation, the CUDA context, library workspaces: keep 15 % of a budget free
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -298,7 +298,8 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
     # NVML's rise counts what the frameworks' pools grew by plus everything else (JAX, Numba, raw
     # cudaMalloc, workspaces); the part the pools do not explain is added to their peak in use, so memory
     # outside torch still counts when torch served its share from memory it held before the call.
-    other = 0 if nvml_delta is None else max(nvml_delta - reserved_peak - (cupy_peak or 0), 0)
+    # what other processes' memory grew by (NVML's per-process figures) is theirs, not the call's
+    other = 0 if nvml_delta is None else max(nvml_delta - reserved_peak - (cupy_peak or 0) - others_growth(others), 0)
     if other > 2**21:  # under 2 MiB is allocator rounding and the context's own growth
         peak, source = framework + other, (source + "+nvml" if framework else "nvml")
         notes.append(f"peak from NVML and the allocators: the GPU's used memory rose {format_bytes(nvml_delta)}, "

@@ -42,6 +42,8 @@ def summarize_sharing(before: list[dict] | None, after: list[dict] | None, busy:
     other, identified = others(listed, own_pid)
     n_other = len(other) if identified else max(len(other) - 1, 0)
     record: dict = {"other_processes": n_other}
+    if busy is not None and not busy and n_other:
+        busy = None  # no samples at all, ours included though we were measuring: NVML does not sample them here
     if busy is not None:
         active = {pid: pct for pid, pct in busy.items() if pct >= BUSY_SM_PCT}
         busy_other, busy_identified = others(active, own_pid)
@@ -84,12 +86,20 @@ def memory_note(record: dict) -> str | None:
     b, a = record.get("other_used_bytes_before"), record.get("other_used_bytes_after")
     if b is not None and a is not None and a != b:
         sign = "+" if a > b else ""
-        return (f"other processes' memory on this GPU changed by {sign}{format_bytes(a - b)} during the call (NVML): "
-                "NVML's device-wide reading, and the part of the peak taken from it, may include theirs")
+        left_out = "; that growth is left out of the peak" if a > b else ""
+        return (f"other processes' memory on this GPU changed by {sign}{format_bytes(a - b)} during the call (NVML's "
+                f"per-process figures){left_out}: its device-wide samples in between, and the part of the peak "
+                "taken from them, may include theirs")
     if record.get("other_busy") or (record.get("other_processes") and b is None):
         return (f"{record['other_processes']} other process(es) hold memory on this GPU (NVML): NVML's "
                 "device-wide reading, and the part of the peak taken from it, may include theirs")
     return None
+
+
+def others_growth(record: dict) -> int:
+    """Bytes other processes' memory grew by between the two process lists (0 when it did not, or is unknown)."""
+    b, a = record.get("other_used_bytes_before"), record.get("other_used_bytes_after")
+    return max(a - b, 0) if b is not None and a is not None else 0
 
 
 class ShareWatch:
