@@ -91,3 +91,26 @@ def test_roofline_dtypes_read_in_any_case_and_as_torch_names():
     assert parse_dtypes("float32, bfloat16,TF32,torch.float32") == ["fp32", "bf16", "tf32"]
     with pytest.raises(UserError, match=r"unknown dtype 'FP16': use fp32, tf32, bf16"):
         parse_dtypes(["FP16"])  # a unit that the study does not sweep is still refused
+
+
+# -- roofline place(): flops and bytes no device could move are refused, not placed at 1e294 % of the roof ---------
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"flops": 1e300}, r"flops=1e\+300 per call .* times this device's fp32 ceiling"),
+    ({"flops": 10**400}, r"flops must be finite"),  # OverflowError: int too large to convert to float
+    ({"bytes": 2**70}, r"bytes=1\.18e\+21 per call .* times this device's memory roof"),
+    ({"bytes": 1e300}, r"bytes=1e\+300 per call"),
+    ({"bytes": 10**400}, r"bytes must be a finite byte count"),
+])
+def test_place_refuses_flops_or_bytes_past_any_roof(kw, match):
+    from gpuspeed.roofline.ceilings import Ceiling, Ceilings
+    from gpuspeed.roofline.place import place
+
+    ceil = Ceilings("cpu", "test", [Ceiling("copy", "memory", 20.0), Ceiling("fp32", "compute", 0.5)])
+    x = torch.randn(64, 64)
+    with pytest.raises(UserError, match=match):
+        place(lambda a: a @ a, x, ceilings=ceil, budget_s=0.02, **kw)
+    if "flops" in kw and kw["flops"] < 1e301:
+        p = place(lambda a: a @ a, x, ceilings=ceil, budget_s=0.02)  # its own count places it, near the roof
+        assert p.flops == 2 * 64**3 and 0 < p.pct_of_roof < 1e4

@@ -285,7 +285,7 @@ def test_a_cpu_point_above_its_memory_roof_is_not_explained_as_cache_alone():
     from gpuspeed.roofline.place import place
     from gpuspeed.roofline.report import pct_text
 
-    cpu = Ceilings("cpu", "test cpu", [Ceiling("read", "memory", 1e-3), Ceiling("fp32", "compute", 1.0)])
+    cpu = Ceilings("cpu", "test cpu", [Ceiling("read", "memory", 0.1), Ceiling("fp32", "compute", 1.0)])
     p = place(torch.sum, torch.rand(4096) + 0.5, flops=4096, ceilings=cpu, name="sum", budget_s=0.05,
               warmup_s=0.01)
     assert p.above_roof and p.bound == "memory"
@@ -293,7 +293,7 @@ def test_a_cpu_point_above_its_memory_roof_is_not_explained_as_cache_alone():
     assert len(note) == 1 and "shared CPU" in note[0] and "cache" in note[0], p.notes
     assert pct_text(p.to_dict(), cpu=True) == ">100 (above the measured ceiling)"
     assert pct_text(p.to_dict()) == ">100 (above roof: cache-resident data)"  # a GPU's table keeps its reason
-    gpu = Ceilings("cuda", "test", [Ceiling("read", "memory", 1e-3), Ceiling("fp32", "compute", 1.0)])
+    gpu = Ceilings("cuda", "test", [Ceiling("read", "memory", 0.1), Ceiling("fp32", "compute", 1.0)])
     g = place(torch.sum, torch.rand(4096) + 0.5, flops=4096, ceilings=gpu, name="sum", budget_s=0.05,
               warmup_s=0.01, device="cpu")
     assert [n for n in g.notes if n.startswith("above roof")] == [

@@ -164,12 +164,23 @@ def above_roof_note(bound: str, device_kind: str) -> str:
     return ABOVE_ROOF.get(f"{device_kind} {bound}", ABOVE_ROOF[bound])
 
 
+MAX_OVER_ROOF = 1e4  # a point this many times above its roof was given flops or bytes no device moves
+
+
+def _real(v) -> float:
+    """v as a float; inf where it is too large for one (10**400 raised OverflowError)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
+
+
 def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilings, unit: str) -> dict:
     """The roofline numbers of one measured point (shared by place() and the tests)."""
-    if not 0 <= flops < math.inf:  # NaN too; 0 is a copy's (no flops: it sits on the memory roof)
+    if not 0 <= _real(flops) < math.inf:  # NaN too; 0 is a copy's (no flops: it sits on the memory roof)
         raise UserError(f"{name}: flops must be finite and >= 0, got {flops}")
     for what, v in (("bytes", nbytes), ("time", time_s)):
-        if not 0 < v < math.inf:
+        if not 0 < _real(v) < math.inf:
             raise UserError(f"{name}: {what} must be positive and finite, got {v}")
     unit = unit_name(unit)
     ai = model.intensity(flops, nbytes)
@@ -179,6 +190,15 @@ def locate(name: str, flops: float, nbytes: int, time_s: float, ceilings: Ceilin
          "TFLOPs": flops / time_s / 1e12, "GBps": nbytes / time_s / 1e9, "unit": unit,
          "compute_ceiling": cname, "roof_TFLOPs": None, "pct_of_roof": None, "bound": None,
          "pct_of_mem_roof": None}
+    # no cache or clock beats a roof by this much: flops=1e300 was placed at 1e294 % of it, as 'above roof'
+    if peak_T and d["TFLOPs"] > MAX_OVER_ROOF * peak_T:
+        raise UserError(f"{name}: flops={flops:.3g} per call in {time_s:.3g} s is {d['TFLOPs']:.3g} TFLOP/s, "
+                        f"{d['TFLOPs'] / peak_T:.3g} times this device's {cname} ceiling: flops= is the FLOPs "
+                        "of one call")
+    if bw and d["GBps"] > MAX_OVER_ROOF * bw:
+        raise UserError(f"{name}: bytes={nbytes:.3g} per call in {time_s:.3g} s is {d['GBps']:.3g} GB/s, "
+                        f"{d['GBps'] / bw:.3g} times this device's memory roof: bytes= is the bytes one call "
+                        "reads and writes")
     if peak_T and bw and ai > 0:
         r = model.roof(ai, peak_T * 1e12, bw * 1e9)
         d |= {"roof_TFLOPs": r / 1e12, "pct_of_roof": 100 * d["TFLOPs"] * 1e12 / r,
@@ -219,10 +239,10 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
             raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts torch's matmul, conv and "
                             "attention ops only, not NumPy's or elementwise ones); pass flops= (0 for a copy)")
     # 0 is a copy's: no FLOPs, placed on the memory roof (locate)
-    if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 <= flops < math.inf:  # NaN too
+    if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 <= _real(flops) < math.inf:  # NaN too
         raise UserError(f"{name}: flops must be finite and >= 0, got {flops!r}")
     if bytes is not None and (isinstance(bytes, bool) or not isinstance(bytes, numbers.Real)
-                              or not 1 <= bytes < math.inf):  # 0.5 would be int()ed to 0 bytes
+                              or not 1 <= _real(bytes) < math.inf):  # 0.5 would be int()ed to 0 bytes
         raise UserError(f"{name}: bytes must be a finite byte count >= 1, got {bytes!r}")
     nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
     if nbytes <= 0:
