@@ -19,12 +19,12 @@ RETURNS_ITS_ARGUMENTS = """
         x *= 2.0
         x += w
         np.multiply(x, w, out=out)
-        return out, x, x.sum()
+        return {"out": out, "x": x, "sum": x.sum()}
 
 
     def copies(x, w, out):  # writes what the original writes, but hands back new arrays
         original(x, w, out)
-        return out.copy(), x.copy(), x.sum()
+        return {"out": out.copy(), "x": x.copy(), "sum": x.sum()}
 
 
     def clobbers(x, w, out):  # right in x and out, but it also writes into w, which the original only reads
@@ -33,7 +33,12 @@ RETURNS_ITS_ARGUMENTS = """
         return res
 
 
-    variants = {"copies": copies, "clobbers": clobbers}
+    def reordered(x, w, out):  # the original's, its dict in another order
+        res = original(x, w, out)
+        return {"sum": res["sum"], "x": res["x"], "out": res["out"]}
+
+
+    variants = {"copies": copies, "clobbers": clobbers, "reordered": reordered}
 
 
     def inputs(rng):
@@ -67,6 +72,17 @@ def test_a_candidate_returning_new_arrays_where_the_original_returns_its_argumen
     assert run.results["numpy-fp32"]["status"] == "ok", run.results["numpy-fp32"].get("reason")
 
 
+def test_a_candidate_returning_the_originals_dict_in_another_order_hands_back_the_same_arguments(returns_args):
+    """Outputs are paired by key: the same dict in another order returns the caller's arrays under the same keys (the
+    check of the arguments handed back counted leaves in the dict's own order, and rejected it)."""
+    run, _ = returns_args
+    row = run.results["variant:reordered"]
+    assert row["status"] == "ok", (row["status"], row.get("reason"))
+    script = rewrite(run, "variant:reordered")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
+
+
 CALL_RETURNS_ARGS = LOAD_OPTIMIZED + '''
 import numpy as np
 
@@ -78,8 +94,9 @@ for dtype in ("float64", "float32"):
     x0, out0 = x.copy(), out.copy()
     r = fn(x, w, out)
     ref = original(x0, w, out0)
-    print(dtype, r[0] is out, r[1] is x, x.dtype, out.dtype, np.allclose(out, out0, rtol=1e-4, atol=1e-5),
-          np.allclose(x, x0, rtol=1e-4, atol=1e-5), np.isclose(r[2], ref[2], rtol=1e-4), r[2].dtype == ref[2].dtype)
+    print(dtype, r["out"] is out, r["x"] is x, x.dtype, out.dtype, np.allclose(out, out0, rtol=1e-4, atol=1e-5),
+          np.allclose(x, x0, rtol=1e-4, atol=1e-5), np.isclose(r["sum"], ref["sum"], rtol=1e-4),
+          r["sum"].dtype == ref["sum"].dtype)
 '''
 
 

@@ -388,33 +388,52 @@ def same_array(a, b) -> bool:
     return where is not None and 0 not in tuple(a.shape) and where == _address(b)  # empty ones share no data
 
 
+def _keyed_map(fn, obj):
+    """tree_map, with each dict's items visited in the order of their keys (by repr), whatever order the dict holds
+    them in: leaf j is the same output of two results whose dicts differ only in their order."""
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_keyed_map(fn, o) for o in obj)
+    if isinstance(obj, dict):
+        done = {k: _keyed_map(fn, obj[k]) for k in sorted(obj, key=repr)}
+        return {k: done[k] for k in obj}
+    return fn(obj)
+
+
 def aliased(out, args, same=None) -> list:
-    """[[j, i], ...]: the leaves j of `out` that are argument i itself (a NumPy, torch or CuPy array: code that writes
-    into an argument and returns it); `same` says what counts as the same array (default: the same object)."""
+    """[[j, i], ...]: the leaves j of `out` (dicts by key) that are argument i itself (a NumPy, torch or CuPy array:
+    code that writes into an argument and returns it); `same` says what counts as the same array (default: the same
+    object)."""
     same = same or (lambda a, b: a is b)
-    found = []
-    for j, leaf in enumerate(leaves(out)):
-        if not hasattr(leaf, "shape") or isinstance(leaf, np.generic):
-            continue  # a scalar: no identity to keep
-        i = next((i for i, a in enumerate(args) if same(leaf, a)), None)
-        if i is not None:
-            found.append([j, i])
+    found: list = []
+
+    def look(leaf):
+        j = look.count
+        look.count += 1
+        if hasattr(leaf, "shape") and not isinstance(leaf, np.generic):  # a scalar has no identity to keep
+            i = next((i for i, a in enumerate(args) if same(leaf, a)), None)
+            if i is not None:
+                found.append([j, i])
+        return leaf
+
+    look.count = 0
+    _keyed_map(look, out)
     return found
 
 
 def with_arguments(out, args, pairs):
-    """out with leaf j replaced by args[i] for each [j, i] of `pairs` (the caller's own array where the code returned
-    its copy of that argument)."""
+    """out with leaf j (as aliased() counts them) replaced by args[i] for each [j, i] of `pairs` (the caller's own
+    array where the code returned its copy of that argument)."""
     if not pairs:
         return out
     where = dict(pairs)
-    count = iter(range(len(leaves(out))))
 
     def pick(leaf):
-        j = next(count)
+        j = pick.count
+        pick.count += 1
         return args[where[j]] if j in where else leaf
 
-    return tree_map(pick, out)
+    pick.count = 0
+    return _keyed_map(pick, out)
 
 
 def in_place_call(impl, positions, returns=False):
