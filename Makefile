@@ -31,5 +31,9 @@ lint: $(STAMP)
 gpu-test:
 	PYTHONPATH=src $(PYTHON) -m pytest -q -m gpu -p no:cacheprovider
 
+# every notebook executed at small sizes on this machine's CPU (or GPU), as CI does; their checks are asserts
+notebooks: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_notebooks.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache
