@@ -267,3 +267,19 @@ def test_a_target_that_is_not_a_function_says_what_it_is(tmp_path, monkeypatch, 
     with pytest.raises(UserError) as err:
         load_target(f"not_functions.py:{name}")
     assert said in str(err.value), str(err.value)
+
+
+def test_a_bundled_example_is_named_as_optimize_takes_it(tmp_path, monkeypatch):
+    """`gpuspeed kernel histogram:variants.triton` finds the bundled example, as `gpuspeed optimize histogram` does
+    (it said 'no such file: histogram'); a file of that name in the folder it runs from still comes first."""
+    from gpuspeed.errors import UserError
+    from gpuspeed.kernel.target import load_target
+
+    monkeypatch.chdir(tmp_path)
+    fn, module, attr = load_target("histogram:variants.triton")
+    assert callable(fn) and attr == "variants.triton" and module.__file__.endswith("examples/histogram.py")
+    with pytest.raises(UserError, match="no such file: nosuch_example"):
+        load_target("nosuch_example:f")
+    (tmp_path / "histogram").write_text("not python\n")  # the user's own file of that name: theirs, and refused
+    with pytest.raises(UserError, match="not a .py file"):
+        load_target("histogram:variants.triton")

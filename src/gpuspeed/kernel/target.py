@@ -16,6 +16,7 @@ import inspect
 import os
 import sys
 import types
+from pathlib import Path
 from typing import Callable
 
 from gpuspeed.errors import UserError
@@ -51,7 +52,7 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         raise UserError(f"no function name after ':' in {target!r}")
     if not path.strip():  # Path('') is '.': it would be called a folder
         raise UserError(f"no file before ':' in {target!r}: expected path/to/file.py:function")
-    module = load_module(path)
+    module = load_module(_bundled_example(path))
     obj = parent = module
     for part in attr.split("."):
         parent = obj
@@ -71,6 +72,16 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         raise UserError(f"{target} is {what}: a call runs none of its body, so no kernel would launch; name a "
                         "plain function that launches the kernel")
     return obj, module, attr
+
+
+def _bundled_example(path: str) -> str:
+    """A bundled example's name ('histogram', as optimize takes it) -> its file; any other path unchanged."""
+    p = Path(path)
+    if p.suffix or p.exists() or len(p.parts) != 1:
+        return path
+    from gpuspeed.optimize.workload import EXAMPLES_DIR, bundled_examples
+
+    return str(EXAMPLES_DIR / f"{p.name}.py") if p.name in bundled_examples() else path
 
 
 def _not_a_launcher(obj, target: str) -> str:
