@@ -1,6 +1,7 @@
 """QA round 12 on the instruments: explain(), launch, roofline, profile (CPU unless marked gpu)."""
 
 import re
+import textwrap
 
 import pytest
 import torch
@@ -152,3 +153,30 @@ def test_profile_hides_torch_s_spurious_profiler_warning_and_keeps_the_user_s(mo
     messages = [str(w.message) for w in seen]
     assert not any("Profiler clears events" in m for m in messages), messages
     assert "another warning of torch's" in messages and "the user's own warning" in messages
+
+
+# -- profile: a script reading file descriptor 0 itself reads the same input in every run ------------------------
+
+
+def test_every_run_of_a_script_reads_fd_0_as_the_first_run_did(tmp_path):
+    # sys.stdin's reads were replayed to the later runs, os.read(0, n) was not: the first run read the pipe dry and
+    # the source-line, cProfile and line-time runs read nothing. Under `python script.py` fd 0 is the process's
+    # own, as it is in `seq 1 5000 | gpuspeed profile script.py`: a process of its own here (pytest holds fd 0).
+    import subprocess
+    import sys
+
+    seen = tmp_path / "seen.txt"
+    script = tmp_path / "fdsum.py"
+    script.write_text(textwrap.dedent(f"""\
+        import os, sys
+        data = b""
+        while chunk := os.read(0, 4096):
+            data += chunk
+        rest = sys.stdin.read()  # after the fd's end: nothing left either way
+        open({str(seen)!r}, "a").write(f"{{len(data.split())}} {{len(rest)}}\\n")
+        """))
+    numbers = "\n".join(str(v) for v in torch.randint(1, 10**6, (5000,)).tolist()) + "\n"
+    done = subprocess.run([sys.executable, "-m", "gpuspeed", "profile", "--no-hotspots", "--json", str(script)],
+                          input=numbers.encode(), capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert seen.read_text().split("\n")[:-1] == ["5000 0"] * 2, seen.read_text()  # profiled step, source lines

@@ -4,7 +4,8 @@ Each run executes one compiled code object as `__main__` with the script's folde
 its own argv. Compiling once keeps the code objects the same from run to run, so the line timer of a
 later pass finds the functions (and the module-level code) that cProfile saw in an earlier one.
 A script's `sys.exit(0)` (or `os._exit(0)`) is a normal end; any other exit is recorded and stops that run there.
-A script reading its standard input (a pipe or a file, not a terminal) reads in every run what the first run read.
+A script reading its standard input (a pipe or a file, not a terminal) reads in every run what the first run read,
+through sys.stdin or file descriptor 0 itself (os.read(0, n), open(0), a child process it starts).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import builtins
 import contextlib
 import io
 import os
+import select
 import sys
+import tempfile
+import threading
 import types
 from pathlib import Path
 
@@ -49,11 +53,21 @@ class ScriptRunner:
         self.runs = 0
         self.exits: list = []
         self._stdin: _Recorder | bytes | None = None  # what the first run read of a piped stdin, given to later runs
+        self._fd0: _Fd0 | None = None  # the same for fd 0 itself, where sys.stdin reads it
 
     def _stdin_for_run(self):
         """The sys.stdin of this run, or None to leave it be: the first run reads the real one through a recorder
         (nothing is read ahead of the script: a script that never reads a pipe left open does not wait on it),
-        each later run reads what the first one read."""
+        each later run reads what the first one read. Where sys.stdin is the process's fd 0 (`python script.py`),
+        fd 0 itself is replayed (_Fd0) and sys.stdin reads it."""
+        if self.runs == 0 and _Fd0.applies():
+            self._fd0 = _Fd0()
+        if self._fd0 is not None:
+            self._fd0.enter()
+            real = sys.stdin
+            return io.TextIOWrapper(io.FileIO(0, "rb", closefd=False),
+                                    encoding=getattr(real, "encoding", None) or "utf-8",
+                                    errors=getattr(real, "errors", None) or "strict")
         if isinstance(self._stdin, _Recorder):
             self._stdin = bytes(self._stdin.data)
         real = sys.stdin
@@ -101,6 +115,8 @@ class ScriptRunner:
                 os.chdir(saved_cwd)
             os._exit = real_exit
             sys.stdin = saved_stdin
+            if self._fd0 is not None:
+                self._fd0.leave()
             sys.argv = saved_argv
             sys.path[:] = saved_path
             if saved_main is not None:
@@ -132,6 +148,82 @@ class _Recorder(io.RawIOBase):
         b[:len(chunk)] = chunk
         self.data += chunk
         return len(chunk)
+
+
+class _Fd0:
+    """File descriptor 0 of a script's runs. In the first, a pipe fed by a thread that reads the real input and
+    keeps every byte it passes on (the script waits on nothing it does not read); in each later run, a file of
+    those bytes. The real fd 0 comes back after each run."""
+
+    CHUNK = 1 << 16
+
+    @staticmethod
+    def applies() -> bool:
+        """sys.stdin is the process's fd 0, and that is a pipe or a file, not a terminal."""
+        try:
+            return sys.stdin is not None and sys.stdin.fileno() == 0 and not os.isatty(0)
+        except (AttributeError, OSError, ValueError):  # no fileno (a notebook, pytest's capture), or closed
+            return False
+
+    def __init__(self):
+        self.data = bytearray()
+        self.file: int | None = None  # the later runs' input: a file descriptor (an unlinked temporary file)
+        self.saved: int | None = None
+        self.stop = threading.Event()
+        self.pump: threading.Thread | None = None
+
+    def enter(self) -> None:
+        self.saved = os.dup(0)
+        if self.file is not None:  # a later run: what the first one was given
+            os.lseek(self.file, 0, os.SEEK_SET)
+            os.dup2(self.file, 0)
+            return
+        read_end, write_end = os.pipe()
+        os.dup2(read_end, 0)
+        os.close(read_end)
+        source = os.dup(self.saved)
+        self.pump = threading.Thread(target=self._pump, args=(source, write_end), name="gpuspeed-stdin", daemon=True)
+        self.pump.start()
+
+    def _pump(self, source: int, sink: int) -> None:
+        try:
+            while not self.stop.is_set():
+                if not select.select([source], [], [], 0.05)[0]:
+                    continue
+                chunk = os.read(source, self.CHUNK)
+                if not chunk:
+                    break
+                self.data += chunk
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(sink, view):]
+        except OSError:  # the run ended and its end of the pipe closed (BrokenPipeError), or the input failed
+            pass
+        finally:
+            os.close(source)
+            os.close(sink)
+
+    def leave(self) -> None:
+        if self.saved is None:
+            return
+        os.dup2(self.saved, 0)  # the real input back; the pipe's last reader closes with it
+        os.close(self.saved)
+        self.saved = None
+        if self.pump is not None:
+            self.stop.set()
+            self.pump.join(timeout=2)
+            self.pump = None
+            fd, name = tempfile.mkstemp(prefix="gpuspeed-stdin-")
+            os.unlink(name)
+            view = memoryview(bytes(self.data))
+            while view:
+                view = view[os.write(fd, view):]
+            self.file = fd
+
+    def __del__(self):
+        if self.file is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.file)
 
 
 @contextlib.contextmanager
