@@ -192,3 +192,15 @@ def test_a_timing_after_a_profile_says_cupti_stays_attached():
     assert gpu.PROFILED_NOTE in m.notes
     host = bench(np.sort, np.random.default_rng(0).standard_normal(1000), mode="cpu", budget_s=0.2)
     assert host.device_sync and gpu.PROFILED_NOTE in host.notes  # the host clock with device synchronizes too
+
+
+def test_kernel_mode_starts_its_profiler_sessions_without_torchs_clears_events_warning():
+    # torch 2.10/2.11 warn "Profiler clears events at the end of each cycle" at every profiler start
+    # (pytorch#180348): kernel mode starts one session per batch, and the warning says nothing about the user's code
+    import warnings
+
+    x = torch.randn(2**20, device="cuda")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        bench(lambda: x.mul(2), mode="kernel", budget_s=0.3)
+    assert not any("Profiler clears events" in str(w.message) for w in seen), [str(w.message) for w in seen]

@@ -5,8 +5,10 @@ Each shim restores only what is missing and says which combination needed it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
+import warnings
 
 
 def numpy_aliases_for_numba() -> bool:
@@ -65,3 +67,16 @@ def triton_interpreter_index() -> bool:
 
 
 RESTORED = {"numpy.row_stack (for numba-cuda)": numpy_aliases_for_numba()}
+
+
+PROFILER_CLEARS_WARNING = "Warning: Profiler clears events at the end of each cycle"
+
+
+@contextlib.contextmanager
+def quiet_profiler_start():
+    """torch 2.10 and 2.11 warn "Profiler clears events at the end of each cycle" at every profiler start
+    (pytorch#180348, fixed by #180387): our sessions start once each, so no events are cleared and the warning tells
+    the user nothing about their code. Hides that one message around a start; other warnings pass."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PROFILER_CLEARS_WARNING, category=UserWarning)
+        yield

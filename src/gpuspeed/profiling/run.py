@@ -16,13 +16,13 @@ import os
 import shutil
 import sys
 import tempfile
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from gpuspeed import device as _device, trees
+from gpuspeed.compat import quiet_profiler_start
 from gpuspeed.errors import UserError
 from gpuspeed.profiling import advice, hotspots as _hotspots, sites as _sites
 from gpuspeed.profiling.trace import STEP_PREFIX, TraceAnalysis
@@ -118,11 +118,7 @@ def record_trace(fn: Callable, args, kwargs, *, steps: int, on_gpu: bool, path: 
             notes.append("this torch has no CUDA sync events in its profiler: syncs come from runtime calls")
     nvtx = torch.cuda.nvtx if on_gpu else None
     prof = profile(activities=activities, record_shapes=True, with_stack=True, **extra)
-    with quiet_profiler_log(), warnings.catch_warnings():
-        # torch 2.10 and 2.11 say this at every profiler start (pytorch#180348): this session starts once, so no
-        # events are cleared, and the warning would tell the user nothing about their code
-        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle",
-                                category=UserWarning)
+    with quiet_profiler_log(), quiet_profiler_start():
         prof.start()
     try:
         for i in range(steps):

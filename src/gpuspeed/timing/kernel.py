@@ -11,9 +11,11 @@ same answer).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from gpuspeed.clocks import ClockWatch, throttled
+from gpuspeed.compat import quiet_profiler_start
 from gpuspeed.sharing import ShareWatch, shared
 from gpuspeed.errors import UserError
 from gpuspeed.stats import Measurement, summarize
@@ -110,7 +112,9 @@ def bench_kernels(fn, argsets, name: str, stopper: Stopper, warmup_s: float, flu
     while not stopper.done(samples):
         size = stopper.next_batch(len(samples), 0, per_call_s, per_session)
         started = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with contextlib.ExitStack() as session:
+            with quiet_profiler_start():  # torch 2.10/2.11 warn at every start (pytorch#180348)
+                prof = session.enter_context(profile(activities=[ProfilerActivity.CUDA]))
             mark()  # no call after this one: what follows it up to the next marker is the flush's own work
             for _ in range(size):
                 mark()
