@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         time_budget: float = typer.Option(300.0, "--time-budget", help="Seconds for the whole run."),
         scale: Optional[float] = typer.Option(None, "--scale", help="Input size factor for inputs(rng, scale) "
                                                                     "(default 1 with a GPU, 0.1 without)."),
-        rank_by: str = typer.Option("device", "--rank-by", help="device (data kept on the GPU) or e2e (with transfers)."),
+        rank_by: Optional[str] = typer.Option(None, "--rank-by", help="device (data kept on the GPU; the default "
+                                              "with one) or e2e (with transfers and casts; the default without)."),
         bench_budget: Optional[float] = typer.Option(None, "--bench-budget", help="Seconds bench() may spend timing "
                                                      "each candidate (default 1.5 with a GPU, 0.5 without)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", help="Candidates built and checked at once (default 3 with "

@@ -69,7 +69,7 @@ def _limit(rec: dict, loop_bound: bool, remaining: float) -> float:
 def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT_BUDGET, rtol=None, atol=None,
              backends=None, device: str = "auto", target_gpu: str = DEFAULT_TARGET,
              time_budget: float = DEFAULT_TIME_BUDGET_S, out=None, resume: bool = False, scale: float | None = None,
-             bench_budget_s: float | None = None, rank_by: str = "device", candidate_limit_s: float | None = None,
+             bench_budget_s: float | None = None, rank_by: str | None = None, candidate_limit_s: float | None = None,
              jobs: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> OptimizeRun:
     """Run the whole pipeline; returns what the report is written from (also written under out)."""
@@ -101,6 +101,12 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         raise UserError(f"--time-budget must be a positive finite number of seconds, got {time_budget:g}")
     if bench_budget_s is not None and not bench_budget_s > 0:
         raise UserError(f"--bench-budget is seconds and must be positive, got {bench_budget_s:g}")
+    if rank_by is None:  # without a GPU no data stays anywhere: the script's caller pays every cast, so rank with them
+        rank_by = "device" if where == "cuda" else "e2e"
+        if where != "cuda":
+            early_notes.append("no GPU: candidates ranked end to end (--rank-by e2e), with the casts of a float32 "
+                               "candidate's inputs and outputs: the optimized script's callers pass the original's "
+                               "arrays")
     if rank_by not in ("device", "e2e"):
         raise UserError("--rank-by must be device or e2e")
     n_jobs = jobs if jobs is not None else (DEFAULT_GPU_JOBS if where == "cuda" else 1)
@@ -455,7 +461,7 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
         out["speedup_ci"] = [primary["speedup"]["ci_low"], primary["speedup"]["ci_high"]]
         out["speedup_e2e"] = (primary.get("speedup_e2e") or {}).get("speedup")
     reasons = []
-    sp = out.get("speedup") or 0.0
+    sp = (out.get("speedup_e2e") if rank_by == "e2e" else out.get("speedup")) or 0.0
     tried = [n for n, r in run.results.items() if n != "original" and r.get("status") != "skipped"]
     missing = [r["why"].split(" is not installed")[0] for r in run.plan_rows if r.get("decision") == "skipped" and
                "is not installed" in (r.get("why") or "")]
@@ -487,7 +493,9 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
         e2e = out.get("speedup_e2e")
         if e2e is not None and sp > 0 and e2e < 0.5 * sp:
             reasons.append(f"transfer-bound: end to end {e2e:.2f}x against {sp:.2f}x device-resident; keep the data "
-                           "on the GPU between calls")
+                           "on the GPU between calls" if run.where == "cuda" else
+                           f"conversion-bound: end to end {e2e:.2f}x against {sp:.2f}x on inputs already cast; keep "
+                           "the data in the candidate's precision between calls")
         if _median(primary, key) < 50e-6 and run.where == "cuda":
             reasons.append("the work is tiny: launch overhead dominates; batch more work per call")
         if not reasons:
