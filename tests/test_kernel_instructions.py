@@ -170,7 +170,8 @@ def test_mix_of_ptx_the_installed_triton_compiles(tmp_path):
     assert hist["scope"] == "largest innermost loop" and hist["loops"] >= 1
     major, minor = (int(x) for x in got["version"].split(".")[:2])
     if (major, minor) >= (3, 7):  # triton-lang/triton#9517: one shared-memory atomic per element
-        assert hist["kinds"].get("shared atomic", 0) >= 1 and "warp vote" not in hist["kinds"]
+        # (3.7.1 still ballots beside its atomics: 64 warp votes and 8 shared atomics in this loop; 3.9 has none)
+        assert hist["kinds"].get("shared atomic", 0) >= 1
     else:  # ballots and popc per element
         assert hist["kinds"]["warp vote"] >= 8 and hist["kinds"]["bit counting"] >= 8
 

@@ -15,7 +15,8 @@ def headline(info: _device.DeviceInfo) -> str:
     try:
         import torch
 
-        why = "torch is a CPU-only build" if torch.version.cuda is None else "torch sees no CUDA device"
+        why = ("torch is a CPU-only build" if torch.version.cuda is None else
+               f"torch {torch.__version__} is a CUDA build, but sees no GPU: no driver or device visible")
     except ImportError:  # pragma: no cover - torch is a core dependency
         why = "torch is not installed"
     return f"No CUDA GPU here ({why}): studies run on the CPU ({info.name}, {format_bytes(info.mem_bytes)} RAM)."
