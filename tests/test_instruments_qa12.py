@@ -27,7 +27,8 @@ def test_explain_changes_the_batch_of_its_inputs_not_a_broadcast_bias_or_a_weigh
     # every tensor's first dim was doubled, a `bias=` of shape (8,) beside x (4, 8) too: calls 2 and 3 failed
     # ('The size of tensor a (8) must match ...') and the recompiles of a new batch size were never counted
     exp = explain(_biased, torch.randn(4, 8), bias=torch.randn(8), check_fullgraph=False)
-    assert exp.calls == 4 and not exp.notes, exp
+    # (a note that explain() reset dynamo's caches comes where an earlier test in this process compiled something)
+    assert exp.calls == 4 and not [n for n in exp.notes if "reset torch._dynamo's caches" not in n], exp
     assert exp.recompiles >= 1 and any("size" in r for r in exp.recompile_reasons), exp
     # positionally the same: a weight (8, 3) and a bias (3,) beside x (4, 8) keep their shapes
     calls = _default_calls((torch.randn(4, 8), torch.randn(8, 3), torch.randn(3)), {})
