@@ -10,6 +10,7 @@ its dependences between iterations and a verdict (profiling.loops).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import inspect
@@ -17,6 +18,7 @@ import os
 import pstats
 import re
 import sys
+import threading
 import time
 import types
 import warnings
@@ -406,7 +408,9 @@ def _line_targets(hot_user: list, fn) -> list:
 def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
     """cProfile pass, then a line-timing pass over the hottest user functions and the called function itself (a
     script's module code) when it is the user's; hot loop nests flagged."""
-    cp = cprofile(fn, args, kwargs)
+    with threads_started() as threads:
+        cp = cprofile(fn, args, kwargs)
+    cp["threads_started"] = len(threads)
     lt = line_times(_line_targets(cp["hot_user"], fn), fn, args, kwargs, backend=line_backend)
     _rebook_array_lines(cp, lt)
     total = cp["total_s"]
@@ -425,4 +429,28 @@ def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
             if share >= HOT_SHARE:
                 loops.append(loop | {"file": f["file"], "function": f["function"], "share": min(share, 1.0)})
     loops.sort(key=lambda loop: -loop["time_s"])
+    if threads:  # cProfile and the line timers see the calling thread only
+        note = (f"the call started {len(threads)} thread(s): cProfile and the line timer follow the calling thread "
+                "only, so the work done in them shows as time on the line that waits for them (a join(), a "
+                "result()), not on their own lines")
+        lt["note"] = note if not lt.get("note") else f"{lt['note']}; {note}"
     return {"cprofile": cp, "lines": lt, "hot_loops": loops}
+
+
+@contextlib.contextmanager
+def threads_started():
+    """One entry per thread the threading module starts inside the block (threading.setprofile's hook runs first
+    thing in each new thread; it removes itself there, so their work runs unprofiled as before). Idents, which a
+    later thread may reuse, are listed, not counted as a set."""
+    seen: list[int] = []
+    before = threading.getprofile() if hasattr(threading, "getprofile") else None
+
+    def hook(frame, event, arg):
+        seen.append(threading.get_ident())  # list.append is atomic: threads may start at once
+        sys.setprofile(before)  # the user's own threading.setprofile hook, if any, takes over
+
+    threading.setprofile(hook)
+    try:
+        yield seen
+    finally:
+        threading.setprofile(before)
