@@ -7,40 +7,9 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict:
-    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
-    return env
-
-
-def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
-    """Run `body` as a user's script with the interpreters on."""
-    p = tmp_path / "user_script.py"
-    p.write_text(textwrap.dedent(body))
-    return subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=_env(), timeout=300,
-                          cwd=tmp_path)
-
-
-def _cli(tmp_path, files: dict, target: str, *extra) -> subprocess.CompletedProcess:
-    """`python -m gpuspeed kernel target --device cpu ...` with `files` written into tmp_path first."""
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", target, "--device", "cpu", *extra],
-                          capture_output=True, text=True, env=_env(), timeout=300, cwd=tmp_path)
-
-
-def _one_error(r: subprocess.CompletedProcess) -> str:
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
-    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
-    return errors[0]
+from kernel_cli_helpers import interpreted_env, kernel_cli, one_error, run_script
 
 
 # --- an autotuned kernel launched on two tuning keys by one launcher
@@ -87,7 +56,7 @@ def test_each_autotuned_launch_names_the_config_it_ran_with(tmp_path):
     # ran BLOCK 64 (its meta and grid say so) and the report said 'autotune chose BLOCK 16' for it, and the launch on
     # the short one, whose pruning left BLOCK 16 alone, listed BLOCK 64 among the configs it tried
     pytest.importorskip("triton")
-    r = _script(tmp_path, "import json\n" + AUTOTUNED_TWICE)
+    r = run_script(tmp_path, "import json\n" + AUTOTUNED_TWICE)
     assert r.returncode == 0, r.stderr[-3000:]
     long, short = json.loads(r.stdout.strip().splitlines()[-1])
     assert long["meta"]["BLOCK"] == 64 and short["meta"]["BLOCK"] == 16
@@ -143,7 +112,7 @@ def test_a_device_function_is_not_told_to_be_launched(tmp_path, simulated):
     # ... (square[blocks, threads](...))", advice that fails: a device function has no launch configuration
     pytest.importorskip("numba")
     (tmp_path / "user_numba.py").write_text(NUMBA_FILE)
-    env = dict(_env(), NUMBA_ENABLE_CUDASIM=simulated)  # "0": numba-cuda's own dispatcher (built lazily, no GPU used)
+    env = dict(interpreted_env(), NUMBA_ENABLE_CUDASIM=simulated)  # "0": numba-cuda's own dispatcher (built lazily, no GPU used)
     p = tmp_path / "check_device.py"
     p.write_text(DEVICE_FUNCTIONS)
     r = subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
@@ -154,7 +123,7 @@ def test_a_device_function_is_not_told_to_be_launched(tmp_path, simulated):
     assert lines and all(ln.startswith("REFUSED") and "device function" in ln and "[blocks, threads]" not in ln
                          for ln in lines), r.stdout
     if simulated == "1":
-        error = _one_error(_cli(tmp_path, {}, "user_numba.py:square"))
+        error = one_error(kernel_cli(tmp_path, {}, "user_numba.py:square"))
         assert "square is a @cuda.jit(device=True) device function" in error and "[blocks" not in error
 
 
@@ -206,12 +175,12 @@ def test_a_variant_that_writes_into_its_argument_and_returns_it_is_checked_on_on
     pytest.importorskip("triton")
     seed = str(int.from_bytes(os.urandom(2), "little"))
     files = {"scale_file.py": IN_PLACE_RETURNING}
-    r = _cli(tmp_path, files, "scale_file.py:variants.triton", "--json", "--seed", seed)
+    r = kernel_cli(tmp_path, files, "scale_file.py:variants.triton", "--json", "--seed", seed)
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout)
     assert d["check"]["passed"] is True and d["rule"] == "no_gpu", d["check"]
     assert sum(la["count"] for la in d["launches"]) == 1  # the check's own call is not among the launches
-    r = _cli(tmp_path, files, "scale_file.py:variants.twice", "--json", "--seed", seed)  # a wrong one still fails
+    r = kernel_cli(tmp_path, files, "scale_file.py:variants.twice", "--json", "--seed", seed)  # a wrong one still fails
     assert r.returncode == 1, r.stderr[-2000:]
     assert json.loads(r.stdout)["check"]["passed"] is False
 
@@ -253,7 +222,7 @@ def test_a_numba_launcher_of_torch_tensors_runs_under_the_simulator(tmp_path):
     # supported between instances of 'int' and 'builtin_function_or_method'". Under kernel_report the simulator now
     # gets NumPy views of host tensors, written through to them
     pytest.importorskip("numba")
-    r = _script(tmp_path, NUMBA_TORCH)
+    r = run_script(tmp_path, NUMBA_TORCH)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "PASS" in r.stdout
 
@@ -325,14 +294,14 @@ def inputs(rng):
 
 def test_numpy_inputs_to_a_torch_launcher_point_at_gpuspeed_inputs(tmp_path):
     # the error was torch's alone ('empty_like(): ... must be Tensor, not numpy.ndarray'); the file's fix is one line
-    line = _one_error(_cli(tmp_path, {"twice.py": TORCH_LAUNCHER}, "twice.py:twice"))
+    line = one_error(kernel_cli(tmp_path, {"twice.py": TORCH_LAUNCHER}, "twice.py:twice"))
     assert "must be Tensor" in line and 'set `twice.gpuspeed_inputs = "torch"`' in line, line
 
 
 def test_flops_and_bytes_given_without_a_gpu_are_said_to_wait_for_one(tmp_path):
     # --flops/--bytes were taken on the CPU and dropped without a word
     files = {"twice.py": TORCH_LAUNCHER + '\ntwice.gpuspeed_inputs = "torch"\n'}
-    r = _cli(tmp_path, files, "twice.py:twice", "--flops", "100", "--bytes", "1600", "--json")
+    r = kernel_cli(tmp_path, files, "twice.py:twice", "--flops", "100", "--bytes", "1600", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     notes = json.loads(r.stdout)["notes"]
     assert any("flops/bytes given are used on a GPU run" in n for n in notes), notes

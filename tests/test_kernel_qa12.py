@@ -5,44 +5,11 @@ Numba define the kernels).
 """
 
 import json
-import os
-import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict:
-    env = dict(os.environ, TRITON_INTERPRET="1", NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
-    return env
-
-
-def _script(tmp_path, body: str) -> subprocess.CompletedProcess:
-    """Run `body` as a user's script with the interpreters on."""
-    p = tmp_path / "user_script.py"
-    p.write_text(textwrap.dedent(body))
-    return subprocess.run([sys.executable, str(p)], capture_output=True, text=True, env=_env(), timeout=300,
-                          cwd=tmp_path)
-
-
-def _cli(tmp_path, files: dict, target: str, *extra) -> subprocess.CompletedProcess:
-    """`python -m gpuspeed kernel target --device cpu ...` with `files` written into tmp_path first."""
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", target, "--device", "cpu", *extra],
-                          capture_output=True, text=True, env=_env(), timeout=300, cwd=tmp_path)
-
-
-def _one_error(r: subprocess.CompletedProcess) -> str:
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
-    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
-    return errors[0]
+from kernel_cli_helpers import kernel_cli, one_error, run_script
 
 
 # --- one buffer passed to a launch as two views
@@ -106,7 +73,7 @@ print(json.dumps({"n": x.numel(), "rows": [[la["arg_bytes"], la["count"]] for la
 
 def test_a_launch_reading_one_buffer_through_two_views_is_not_charged_twice(tmp_path):
     pytest.importorskip("triton")
-    r = _script(tmp_path, VIEWS)
+    r = run_script(tmp_path, VIEWS)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     n = got["n"]
@@ -190,7 +157,7 @@ def test_a_launch_records_its_constexprs_and_not_its_runtime_arguments_however_p
     # (off=i) listed each launch on a line of its own (identical lines, the offset told them apart), and
     # BLOCK / SCALE passed by position were missing from the record
     pytest.importorskip("triton")
-    r = _script(tmp_path, CHUNKS)
+    r = run_script(tmp_path, CHUNKS)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     want = [[got["chunks"], {"SCALE": 3.0, "BLOCK": 64}]]
@@ -230,11 +197,11 @@ def test_a_numba_launch_of_no_blocks_fails_under_the_simulator_as_on_a_gpu(tmp_p
     # an empty input made a grid of 0 blocks: the simulator ran nothing and the report said the launcher ran and
     # returned, where a GPU refuses the launch (CUDA_ERROR_INVALID_VALUE; the bundled kernels found it on the GPU)
     pytest.importorskip("numba")
-    r = _cli(tmp_path, {"sums.py": NUMBA_SUM}, "sums.py:launcher", "--input", "x=float32[0]")
-    err = _one_error(r)
+    r = kernel_cli(tmp_path, {"sums.py": NUMBA_SUM}, "sums.py:launcher", "--input", "x=float32[0]")
+    err = one_error(r)
     assert "block_sums" in err and "grid (0, 1, 1)" in err and "a GPU refuses" in err, err
     n = int(np.random.default_rng().integers(40, 100))
-    r = _cli(tmp_path, {}, "sums.py:launcher", "--input", f"x=float32[{n}]", "--json")
+    r = kernel_cli(tmp_path, {}, "sums.py:launcher", "--input", f"x=float32[{n}]", "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     (la,) = json.loads(r.stdout)["launches"]
     assert la["grid"] == [-(-n // 32), 1, 1] and la["block"] == [32, 1, 1] and la["arg_bytes"] == 4 * (n + -(-n // 32))
