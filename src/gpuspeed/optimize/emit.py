@@ -278,6 +278,15 @@ def build_optimized(force_cpu=False):
     return by_keyword(fn, impl, getattr(module, FUNC)), impl.label
 
 
+def wrapping(call, fn, impl):
+    """call, a wrapper of fn, carrying what the script reads off a primary: where its work runs (the benchmark reads
+    it), whose label a backend may settle at its first call, and the original's name."""
+    call.device = getattr(fn, "device", "cpu")  # where its work runs (the benchmark reads it)
+    call.impl = getattr(fn, "impl", impl)  # whose label a backend may settle at its first call
+    call.__name__ = FUNC
+    return call
+
+
 def by_keyword(fn, impl, original):
     """fn (which takes its arguments by position, as gpuspeed optimize called it), callable as the original is: an
     argument given by its name goes in its place; a call giving a keyword-only argument (which the run never passed,
@@ -297,10 +306,7 @@ def by_keyword(fn, impl, original):
             return original(*args, **kwargs)
         return fn(*bound.args)
 
-    call.device = getattr(fn, "device", "cpu")  # where its work runs (the benchmark reads it)
-    call.impl = getattr(fn, "impl", impl)  # whose label a backend may settle at its first call
-    call.__name__ = FUNC
-    return call
+    return wrapping(call, fn, impl)
 
 
 def has_double(args):
@@ -330,10 +336,7 @@ def as_callers_dtypes(fn, impl):
             return out
         return host_tensors(out, want) if TORCH_WORKLOAD else host_tree(out, want)
 
-    call.device = getattr(fn, "device", "cpu")  # where its work runs (the benchmark reads it)
-    call.impl = getattr(fn, "impl", impl)  # whose label a backend may settle at its first call
-    call.__name__ = FUNC
-    return call
+    return wrapping(call, fn, impl)
 
 
 def check_against_original(fn, seeds=(101, 202, 303)):
