@@ -86,8 +86,15 @@ def to_device(args, gpu: bool, fp32: bool = False):
     return tuple(one(a) for a in args)
 
 
-def optimize_doc(example: str, a, out_dir: Path) -> tuple[dict | None, str]:
-    """The optimize results document for the example: read from --optimize-json, or made by one run now."""
+def measured_on(doc: dict) -> str | None:
+    """The name of the device a results document was measured on (None where it records none)."""
+    device = doc.get("device")
+    return device.get("name") if isinstance(device, dict) else None
+
+
+def optimize_doc(example: str, a, out_dir: Path, device_name: str) -> tuple[dict | None, str]:
+    """The optimize results document for the example: read from --optimize-json, or made by one run now.
+    A document measured on another device is not used: a speedup across two GPUs is no speedup of the kernel."""
     if a.optimize_json:
         p = Path(a.optimize_json)
         if p.is_dir():
@@ -97,6 +104,10 @@ def optimize_doc(example: str, a, out_dir: Path) -> tuple[dict | None, str]:
         doc = json.loads(p.read_text())
         if Path(doc.get("params", {}).get("workload", "")).stem != example:
             return None, f"{p} is not a run of {example}"
+        theirs = measured_on(doc)
+        if theirs != device_name:
+            return None, (f"{p} was measured on {theirs or 'an unrecorded device'}, this run on {device_name}: "
+                          f"no speedup (pass an optimize run from this device, or leave out --optimize-json)")
         return doc, f"read from {p}"
     folder = out_dir / "kernels_optimize" / example
     cmd = [sys.executable, "-m", "gpuspeed", "optimize", example, "--out", str(folder), "--json",
@@ -202,15 +213,16 @@ def summarize(rows: list[dict]) -> dict:
             by_example[r["example"]] = max(by_example.get(r["example"], 0.0), r["speedup_vs_auto"])
     speedups = [r["speedup_vs_auto"] for r in rows if r.get("speedup_vs_auto")]
     same = [r for r in rows if (r.get("speedup_vs_auto_same_precision") or 0) > 1]
+    compared = bool(speedups)  # no optimize run to compare with (none here, or another GPU's): unknown, not 0
     return {"kernels": len(rows), "kernels_correct": sum(1 for r in rows if r.get("correct")),
             "kernels_timed": len(timed), "kernels_at_70pct_roof": sum(1 for r in timed if r["at_70pct_roof"]),
-            "kernels_faster_than_auto": len(faster),
+            "kernels_faster_than_auto": len(faster) if compared else None,
             # under the target where a plain copy with the same bytes per launch is under it too (the size's floor)
             "kernels_short_where_a_copy_is_too": sum(1 for r in timed if not r["at_70pct_roof"] and
                                                      (r.get("copy_same_launches_pct_of_roof") or 100) < ROOF_TARGET),
-            "kernels_faster_than_auto_same_precision": len(same),
+            "kernels_faster_than_auto_same_precision": len(same) if compared else None,
             "examples": len({r["example"] for r in rows}),
-            "examples_faster_than_auto": sum(1 for s in by_example.values() if s > 1),
+            "examples_faster_than_auto": sum(1 for s in by_example.values() if s > 1) if compared else None,
             "geomean_speedup_vs_auto": math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups
             else None}
 
@@ -241,6 +253,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     from gpuspeed.results import check_out_dir, default_dir, git_commit, make_results, write_results
+    from gpuspeed.device import get_device
 
     names = a.examples.split(",") if a.examples else EXAMPLES
     bad = [n for n in names if n not in EXAMPLES]
@@ -267,16 +280,20 @@ def main(argv=None) -> int:
         notes.append("no GPU: the kernels ran under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 at a tiny scale, for "
                      "correctness only; no timings, occupancy or speedups")
     have_numba = importlib.util.find_spec("numba_cuda") is not None or (gpu and importlib.util.find_spec("numba"))
+    device_name = get_device("cuda" if gpu else "cpu").name
     kept = []  # rows of examples an earlier call measured and this one does not: several calls make one file
     previous = out / "kernels.json"
     if previous.is_file():
         try:
             earlier = json.loads(previous.read_text())
-            # each kept row carries the commit it was measured at (the file's own stamp is this call's)
+        except (json.JSONDecodeError, OSError):
+            earlier = {}
+        if measured_on(earlier) not in (None, device_name):  # one file, one device: its rows are not merged
+            notes.append(f"rows of {previous} were measured on {measured_on(earlier)}, this run on {device_name}: "
+                         f"not kept")
+        else:  # each kept row carries the commit it was measured at (the file's own stamp is this call's)
             kept = [dict(r, git=r.get("git") or earlier.get("git")) for r in earlier.get("rows", [])
                     if r.get("example") not in names]
-        except (json.JSONDecodeError, OSError):
-            kept = []
     if kept:
         commits = sorted({str(r["git"])[:7] for r in kept})
         notes.append(f"rows kept from an earlier call: {', '.join(sorted({r['example'] for r in kept}))} "
@@ -287,7 +304,7 @@ def main(argv=None) -> int:
     docs = {}
     for example in names:
         docs[example] = (None, "no GPU") if not gpu else (None, "--quick: no optimize run") \
-            if a.quick and not a.optimize_json else optimize_doc(example, a, out)
+            if a.quick and not a.optimize_json else optimize_doc(example, a, out, device_name)
         if gpu and docs[example][0] is None:
             print(f"{example}: {docs[example][1]}", flush=True)
     for example in names:

@@ -10,6 +10,7 @@ line per case; the tests read those lines.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -408,10 +409,16 @@ def test_kernels_benchmark_runs_on_the_cpu_with_a_note(tmp_path):
     assert doc["summary"]["kernels"] == doc["summary"]["kernels_correct"] == 1 + ran
 
 
-def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_path, numba_hidden_path):
-    # several calls make one kernels.json: a kept row says which commit measured it, the new rows theirs
+@pytest.mark.parametrize("earlier_device", [None, "this one", "NVIDIA H200"])
+def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_path, numba_hidden_path,
+                                                                           earlier_device):
+    # several calls make one kernels.json: a kept row says which commit measured it, the new rows theirs; rows that
+    # another device measured are not merged into this one's file
     pytest.importorskip("triton")
     earlier = {"study": "kernels", "git": "a" * 40, "rows": [{"example": "histogram", "variant": "triton"}]}
+    if earlier_device:
+        earlier["device"] = {"name": _kernels_benchmark_module_device() if earlier_device == "this one"
+                             else earlier_device}
     (tmp_path / "kernels.json").write_text(json.dumps(earlier))
     # numba hidden: row_stats' simulated kernel (~40 s here) is not what is checked here (the test above runs one)
     proc = _run_kernels_benchmark(tmp_path, "--examples", "row_stats", "--quick", "--out", str(tmp_path),
@@ -419,9 +426,20 @@ def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((tmp_path / "kernels.json").read_text())
     rows = {(r["example"], r["variant"]): r for r in doc["rows"]}
-    assert rows["histogram", "triton"]["git"] == "a" * 40 and rows["row_stats", "triton"]["git"] == "b" * 40
-    assert doc["git"] == "b" * 40
+    assert doc["git"] == "b" * 40 and rows["row_stats", "triton"]["git"] == "b" * 40
+    if earlier_device == "NVIDIA H200":
+        assert ("histogram", "triton") not in rows
+        assert any("measured on NVIDIA H200, this run on" in n and "not kept" in n for n in doc["notes"])
+        return
+    assert rows["histogram", "triton"]["git"] == "a" * 40
     assert any("rows kept from an earlier call: histogram (at aaaaaaa" in n for n in doc["notes"])
+
+
+def _kernels_benchmark_module_device() -> str:
+    """The device name benchmarks/kernels.py records here without a GPU (the CPU's)."""
+    from gpuspeed.device import get_device
+
+    return get_device("cpu").name
 
 
 def test_kernels_benchmark_reports_the_float32_variant_in_the_same_columns(tmp_path):
@@ -477,6 +495,29 @@ def test_kernels_benchmark_picks_the_best_automatic_candidate():
     s = bench.summarize(rows)
     assert (s["kernels"], s["kernels_at_70pct_roof"], s["kernels_faster_than_auto"]) == (3, 1, 1)
     assert s["examples_faster_than_auto"] == 1 and s["examples"] == 2
+    # nothing compared (no optimize run, or another GPU's): how many are faster is unknown, not 0
+    s = bench.summarize([dict(r, speedup_vs_auto=None) for r in rows])
+    assert s["kernels_faster_than_auto"] is None and s["examples_faster_than_auto"] is None
+    assert s["kernels_faster_than_auto_same_precision"] is None and s["geomean_speedup_vs_auto"] is None
+
+
+def test_kernels_benchmark_compares_only_with_an_optimize_run_on_the_same_gpu(tmp_path):
+    # an H100 kernel time over an H200 optimize run's time is no speedup: the document is not used, and says why
+    bench = _kernels_benchmark_module()
+    doc = {"params": {"workload": "src/gpuspeed/examples/histogram.py"}, "device": {"name": "NVIDIA H200"},
+           "rows": [{"name": "cupy", "backend": "cupy", "status": "ok", "device_s": 5e-4}]}
+    (tmp_path / "histogram").mkdir()
+    (tmp_path / "histogram" / "optimize_histogram.json").write_text(json.dumps(doc))
+    a = argparse.Namespace(optimize_json=str(tmp_path))
+    got, source = bench.optimize_doc("histogram", a, tmp_path, "NVIDIA H100 80GB HBM3")
+    assert got is None
+    assert "measured on NVIDIA H200, this run on NVIDIA H100 80GB HBM3: no speedup" in source
+    got, source = bench.optimize_doc("histogram", a, tmp_path, "NVIDIA H200")
+    assert got == doc and source.startswith("read from")
+    del doc["device"]  # a document that records no device is not taken to be this one's
+    (tmp_path / "histogram" / "optimize_histogram.json").write_text(json.dumps(doc))
+    got, source = bench.optimize_doc("histogram", a, tmp_path, "NVIDIA H200")
+    assert got is None and "an unrecorded device" in source
 
 
 if __name__ == "__main__":
