@@ -227,6 +227,30 @@ def read_results(path: str | os.PathLike) -> dict:
     return doc
 
 
+def measured_on(doc) -> str | None:
+    """The name of the device a results document was measured on (None where it records none)."""
+    device = doc.get("device") if isinstance(doc, dict) else None
+    name = device.get("name") if isinstance(device, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
+
+
+def measured_elsewhere(doc, here) -> str | None:
+    """None where a results document (or its "device" stamp, {kind, name}) was measured on `here` (a DeviceInfo, or
+    anything with its kind and name); else the device it was measured on, in words, for a refusal or a note:
+    'NVIDIA H200', 'x86_64 (a CPU)', 'an unrecorded device'. Numbers of another device are not this one's: a speedup
+    or a % of roof across two devices is neither."""
+    stamp = doc.get("device") if isinstance(doc, dict) and "device" in doc else doc
+    name = measured_on({"device": stamp})
+    if name is None:
+        return "an unrecorded device"
+    kind = stamp.get("kind")
+    if name != here.name:
+        return name
+    if kind in (None, here.kind):
+        return None
+    return f"{name} ({'a GPU' if kind == 'cuda' else 'a CPU'})"  # a CPU named as the GPU is: not this device
+
+
 def validate(doc: dict) -> None:
     if not isinstance(doc, dict):  # `42`, `null`, a list: `"study" in 42` was a TypeError, in a string a substring test
         kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",

@@ -242,8 +242,23 @@ class Study:
 
 
 def ceilings_from_results(doc: dict) -> Ceilings:
-    """The Ceilings of a roofline results document (for notebooks and plots)."""
+    """The Ceilings of a roofline results document (for notebooks and plots), named for the device it was measured
+    on. A document that is not a whole roofline one (another study's, a truncated one, one of no ceilings) is
+    refused in one line: its placements would have had no roof, or another's, without a word."""
+    from gpuspeed.results import validate
+
+    validate(doc)
+    if doc["study"] != "roofline":
+        raise UserError(f"a {doc['study']} results document, not a roofline one: it holds no ceilings "
+                        "(gpuspeed roofline --out DIR writes one)")
     known = set(Ceiling.__dataclass_fields__)
     rows = [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in doc["rows"]
-            if r.get("section") == "ceiling"]
-    return Ceilings(doc["params"].get("device", "cuda"), doc["params"].get("device_name", ""), rows)
+            if isinstance(r, dict) and r.get("section") == "ceiling"]
+    if not rows:
+        raise UserError("the roofline results document has no ceiling rows: no roof to place anything on")
+    stamp = doc["device"] if isinstance(doc["device"], dict) else {}
+    params = doc["params"] if isinstance(doc["params"], dict) else {}
+    kind = params.get("device") or stamp.get("kind")
+    if kind not in ("cuda", "cpu"):
+        raise UserError(f"the roofline results document records no device kind (cuda or cpu), got {kind!r}")
+    return Ceilings(kind, params.get("device_name") or stamp.get("name") or "", rows)

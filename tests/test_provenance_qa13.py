@@ -1,0 +1,100 @@
+"""QA round 13: results that gpuspeed reads back (a roofline's ceilings, rows kept from an earlier benchmark file,
+tuning notes pasted from kernels.json) are used only where they were measured on this device; a file from another
+GPU, a CPU's file, one with no device recorded, a truncated one or one of another study is refused, left out with a
+note, or labelled with the device it came from -- never mixed into this device's numbers in silence (CPU only: the
+documents are small fake results files written in tmp_path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpuspeed.device import get_device
+from gpuspeed.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = {"kind": "cuda", "name": "NVIDIA H200", "cc": "9.0", "sms": 132, "slug": "nvidia-h200"}
+FAST = dict(budget_s=0.02, warmup_s=0.005)
+
+
+def _here() -> dict:
+    info = get_device("cpu")
+    return info.to_dict() | {"slug": info.slug}
+
+
+def _roofline_doc(device: dict | None, study: str = "roofline") -> dict:
+    """A roofline results document as `gpuspeed roofline --json` writes one, measured on `device` (its stamp)."""
+    rows = [{"section": "ceiling", "name": "copy", "kind": "memory", "value": 20.0, "unit": "GB/s"},
+            {"section": "ceiling", "name": "fp32", "kind": "compute", "value": 0.5, "unit": "TFLOP/s"}]
+    doc = {"study": study, "schema": 1, "created": "2026-12-06T00:00:00+00:00", "command": ["gpuspeed", "roofline"],
+           "git": "0123456789abcdef0123456789abcdef01234567", "device": device,
+           "versions": {"python": "3.11", "torch": torch.__version__},
+           "params": {"quick": True}, "summary": {"copy_GBps": 20.0}, "rows": rows, "notes": []}
+    if device is None:
+        del doc["device"]
+        doc["device"] = {}
+    else:
+        doc["params"] |= {"device": device["kind"], "device_name": device["name"]}
+    return doc
+
+
+# --- gpuspeed.roofline.study.ceilings_from_results: the one way from a results document to Ceilings
+
+
+def test_ceilings_from_results_refuses_a_document_of_another_study():
+    # decode.json handed where a roofline goes: no ceiling rows, and every placement got no roof without a word
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    with pytest.raises(UserError, match=r"a decode results document, not a roofline") as e:
+        ceilings_from_results(_roofline_doc(H200, study="decode"))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("cut", ["rows", "device", "schema"])
+def test_ceilings_from_results_refuses_a_truncated_document_in_one_line(cut):
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    doc = _roofline_doc(H200)
+    del doc[cut]
+    with pytest.raises(UserError, match=cut) as e:  # was a KeyError traceback, or Ceilings of no device
+        ceilings_from_results(doc)
+    assert "\n" not in str(e.value)
+
+
+def test_ceilings_from_results_refuses_a_roofline_with_no_ceilings():
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    doc = _roofline_doc(H200)
+    doc["rows"] = [r for r in doc["rows"] if r["section"] != "ceiling"]
+    with pytest.raises(UserError, match="no ceiling rows"):
+        ceilings_from_results(doc)
+
+
+def test_ceilings_from_results_takes_the_device_from_the_stamp_where_params_lack_it():
+    # params.device_name is the study's own copy; without it the device was '' and the kind guessed 'cuda'
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    doc = _roofline_doc(_here())
+    doc["params"] = {"quick": True}
+    c = ceilings_from_results(doc)
+    assert (c.device_kind, c.device_name) == ("cpu", get_device("cpu").name)
+
+
+# --- gpuspeed.results: where a results document was measured
+
+
+def test_measured_elsewhere_names_the_other_device_or_none():
+    from gpuspeed.results import measured_elsewhere, measured_on
+
+    here = get_device("cpu")
+    assert measured_on(_roofline_doc(H200)) == "NVIDIA H200"
+    assert measured_on({"device": {}}) is None and measured_on({"device": "x"}) is None and measured_on([]) is None
+    assert measured_elsewhere(_roofline_doc(_here()), here) is None
+    assert measured_elsewhere(_roofline_doc(H200), here) == "NVIDIA H200"
+    assert measured_elsewhere(_roofline_doc(None), here) == "an unrecorded device"
+    # the same name of another kind is not this device (a CPU's name on a GPU machine, a GPU's 'cuda' stamp)
+    assert measured_elsewhere({"device": {"kind": "cuda", "name": here.name}}, here) == f"{here.name} (a GPU)"
+    assert measured_elsewhere({"device": {"kind": "cuda", "name": "NVIDIA H200"}},
+                              get_device("cpu")) == "NVIDIA H200"
