@@ -98,3 +98,22 @@ def test_measured_elsewhere_names_the_other_device_or_none():
     assert measured_elsewhere({"device": {"kind": "cuda", "name": here.name}}, here) == f"{here.name} (a GPU)"
     assert measured_elsewhere({"device": {"kind": "cuda", "name": "NVIDIA H200"}},
                               get_device("cpu")) == "NVIDIA H200"
+
+
+# --- place(): a roof of another device is said to be one
+
+
+def test_place_on_another_devices_roof_says_so():
+    # GPUSPEED_ROOFLINE_RESULTS=results/nvidia-h200/roofline.json in notebook 01 on another machine: the live points
+    # were placed on the H200's roof, their % of roof printed as this machine's
+    from gpuspeed.roofline.place import place
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    x = torch.rand(4096) + 0.5
+    p = place(torch.sum, x, flops=4096, ceilings=ceilings_from_results(_roofline_doc(H200)), name="sum",
+              device="cpu", **FAST)
+    said = [n for n in p.notes if "NVIDIA H200" in n]
+    assert len(said) == 1 and "not this" in said[0] and get_device("cpu").name in said[0], p.notes
+    mine = place(torch.sum, x, flops=4096, ceilings=ceilings_from_results(_roofline_doc(_here())), name="sum",
+                 device="cpu", **FAST)
+    assert not [n for n in mine.notes if "roof measured on" in n], mine.notes

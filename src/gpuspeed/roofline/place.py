@@ -249,6 +249,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
     unit = unit_name(unit) if unit is not None else default_unit((args, kwargs), counted > 0)
     host_note = None
+    given = ceilings is not None
     if ceilings is None:  # the ceilings of the device the call is timed on (device="cpu" on a GPU machine too)
         where = bench_kwargs.get("device", "auto")
         if where == "auto" and not trees.has_gpu_data((args, kwargs, out)):
@@ -260,9 +261,23 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
     d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
     above = [above_roof_note(d["bound"], ceilings.device_kind)] if d["above_roof"] else []
-    notes = list(m.notes) + above + ([host_note] if host_note else [])
+    elsewhere = _elsewhere_note(ceilings, m) if given else None  # ceilings measured here need no word
+    notes = list(m.notes) + above + [n for n in (host_note, elsewhere) if n]
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
                      notes=notes)
+
+
+def _elsewhere_note(ceilings: Ceilings, m) -> str | None:
+    """A note where the ceilings given were measured on another device than the one `m` was timed on (a saved
+    roofline of another GPU, or of the CPU): the % of roof is then of that device's roof, not this one's."""
+    from gpuspeed.results import measured_elsewhere
+
+    here = _device.DeviceInfo(kind="cpu" if m.mode == "cpu" and not m.device_sync else "cuda", name=m.device)
+    theirs = measured_elsewhere({"kind": ceilings.device_kind, "name": ceilings.device_name}, here)
+    if theirs is None:
+        return None
+    return (f"roof measured on {theirs}, not this {here.name}: its % of roof is of that device's roof (place it on "
+            "this device's ceilings: leave ceilings= out, or pass gpuspeed.roofline.ceilings())")
 
 
 _cache: dict = {}
