@@ -6,6 +6,7 @@ documents are small fake results files written in tmp_path)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,47 @@ def test_place_on_another_devices_roof_says_so():
     mine = place(torch.sum, x, flops=4096, ceilings=ceilings_from_results(_roofline_doc(_here())), name="sum",
                  device="cpu", **FAST)
     assert not [n for n in mine.notes if "roof measured on" in n], mine.notes
+
+
+# --- kernel_report's ceilings: given, or found under results/<gpu>/roofline.json
+
+
+def test_kernel_report_refuses_given_ceilings_of_another_device(tmp_path):
+    from gpuspeed.kernel.report import _ceilings
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    here = get_device("cpu")
+    path = tmp_path / "roofline.json"
+    path.write_text(json.dumps(_roofline_doc(H200)))
+    for given in (_roofline_doc(H200), path, str(path), ceilings_from_results(_roofline_doc(H200)),
+                  _roofline_doc(None)):
+        with pytest.raises(UserError, match=r"measured on (NVIDIA H200, this|an unrecorded device)") as e:
+            _ceilings(given, here)
+        assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match="a decode results document"):
+        _ceilings(_roofline_doc(H200, study="decode"), here)
+    ceil, source, notes = _ceilings(_roofline_doc(_here()), here)  # this device's: used
+    assert ceil.value("copy") == 20.0 and source == "given results document" and not notes
+
+
+def test_committed_roofline_of_another_device_or_study_or_truncated_is_left_out_with_a_note(tmp_path):
+    from gpuspeed.kernel.report import committed_ceilings
+
+    here = get_device("cpu")
+    roots = [tmp_path / "a", tmp_path / "b"]
+    first, second = (r / "results" / here.slug / "roofline.json" for r in roots)
+    first.parent.mkdir(parents=True)
+    second.parent.mkdir(parents=True)
+    mine = _roofline_doc(_here())
+    mine["rows"][0]["value"] = 33.0
+    second.write_text(json.dumps(mine))
+    for bad, said in ((_roofline_doc(H200), "measured on NVIDIA H200"),
+                      (_roofline_doc(None), "measured on an unrecorded device"),
+                      (_roofline_doc(_here(), study="decode"), "a decode results document"),
+                      (None, "not valid JSON")):
+        first.write_text(json.dumps(mine)[:100] if bad is None else json.dumps(bad))  # None: cut off mid-write
+        ceil, source, notes = committed_ceilings(here, roots)
+        assert ceil.value("copy") == 33.0 and source == str(second)  # the next one, this device's
+        assert len(notes) == 1 and str(first) in notes[0] and said in notes[0] and "not used" in notes[0], notes
+    second.unlink()
+    assert committed_ceilings(here, roots)[0] is None  # none of this device's: measured now by the caller

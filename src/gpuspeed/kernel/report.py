@@ -205,36 +205,72 @@ def group(launches: list) -> list[tuple]:
     return [tuple(v) for v in seen.values()]
 
 
-def _ceilings(ceilings):
-    """(Ceilings, where they came from): given; a roofline results document or its path; this GPU's committed
-    results/<gpu>/roofline.json when there is one; else measured now (quick)."""
+def _ceilings(ceilings, info=None, roots=None) -> tuple:
+    """(Ceilings, where they came from, notes): given; a roofline results document or its path; this GPU's committed
+    results/<gpu>/roofline.json when there is one (committed_ceilings); else measured now (quick). `info`: the device
+    the kernel runs on (default this one). Ceilings given of another device (or of none recorded) are refused in one
+    line: a kernel's % of another GPU's roof is no figure of this one."""
+    from gpuspeed.results import measured_elsewhere, read_results
     from gpuspeed.roofline.ceilings import Ceilings
     from gpuspeed.roofline.study import ceilings_from_results
 
-    if isinstance(ceilings, Ceilings):
-        return ceilings, "given"
-    if isinstance(ceilings, dict):
-        return ceilings_from_results(ceilings), "given results document"
-    if isinstance(ceilings, (str, Path)):
-        from gpuspeed.results import read_results
+    info = info or _device.get_device("auto")
+    if ceilings is None:
+        ceil, source, notes = committed_ceilings(info, roots)
+        if ceil is not None:
+            return ceil, source, notes
+        from gpuspeed.roofline.place import cached_ceilings
 
+        return cached_ceilings(info.kind), "measured now (quick)", notes
+    if isinstance(ceilings, Ceilings):
+        ceil, source = ceilings, "given"
+    elif isinstance(ceilings, dict):
+        ceil, source = ceilings_from_results(ceilings), "given results document"
+    elif isinstance(ceilings, (str, Path)):
         p = Path(ceilings)
         if not p.is_file():
             raise UserError(f"ceilings file {p} does not exist")
-        return ceilings_from_results(read_results(p)), str(p)
+        ceil, source = ceilings_from_results(read_results(p)), str(p)
+    else:
+        raise UserError(f"ceilings= takes a Ceilings, a roofline results document or its path, got "
+                        f"{type(ceilings).__name__}")
+    theirs = measured_elsewhere({"kind": ceil.device_kind, "name": ceil.device_name}, info)
+    if theirs is not None:
+        what = "ceilings given" if source == "given" else f"the ceilings of {source}"
+        raise UserError(f"{what} were measured on {theirs}, this kernel runs on {info.name}: pass this device's "
+                        "roofline (gpuspeed roofline --out DIR), or leave ceilings= out")
+    return ceil, source, []
 
-    slug = _device.get_device("cuda").slug
-    import gpuspeed
 
-    for root in (Path.cwd(), Path(gpuspeed.__file__).resolve().parents[2]):
-        p = root / "results" / slug / "roofline.json"
-        if p.is_file():
-            from gpuspeed.results import read_results
+def committed_ceilings(info, roots=None) -> tuple:
+    """(Ceilings, path, notes) of the first results/<slug>/roofline.json under `roots` (default: the current folder,
+    then gpuspeed's checkout) measured on `info`'s device; (None, None, notes) where there is none. A file there of
+    another device (written there by hand, or a CPU's run with --out into a GPU's folder), of none recorded, of
+    another study or cut short is not used: a note says why, and the next is looked at."""
+    from gpuspeed.results import measured_elsewhere, read_results
+    from gpuspeed.roofline.study import ceilings_from_results
 
-            return ceilings_from_results(read_results(p)), str(p)
-    from gpuspeed.roofline.place import cached_ceilings
+    if roots is None:
+        import gpuspeed
 
-    return cached_ceilings("cuda"), "measured now (quick)"
+        roots = (Path.cwd(), Path(gpuspeed.__file__).resolve().parents[2])
+    notes = []
+    for root in dict.fromkeys(Path(r) for r in roots):  # the checkout may be the current folder
+        p = Path(root) / "results" / info.slug / "roofline.json"
+        if not p.is_file():
+            continue
+        try:
+            doc = read_results(p)
+            ceil = ceilings_from_results(doc)
+        except UserError as exc:
+            notes.append(f"{p} not used for the roof: {exc}")
+            continue
+        theirs = measured_elsewhere(doc, info)
+        if theirs is not None:
+            notes.append(f"{p} not used for the roof: measured on {theirs}, this kernel runs on {info.name}")
+            continue
+        return ceil, str(p), notes
+    return None, None, notes
 
 
 def copy_roof_view(ceil):
@@ -463,7 +499,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         nbytes, moved = call_bytes(bytes, min_bytes((args, kwargs), out) or
                                    trees.nbytes((args, kwargs)) + trees.nbytes(out), cap.launches)
         if nbytes > 0:
-            ceil, source = _ceilings(ceilings)
+            ceil, source, said = _ceilings(ceilings, _device.get_device("cuda"))
+            notes += said
             place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil),
                               unit or default_unit((args, kwargs), counted))
             place["bytes_source"] = moved

@@ -260,5 +260,6 @@ def ceilings_from_results(doc: dict) -> Ceilings:
     params = doc["params"] if isinstance(doc["params"], dict) else {}
     kind = params.get("device") or stamp.get("kind")
     if kind not in ("cuda", "cpu"):
-        raise UserError(f"the roofline results document records no device kind (cuda or cpu), got {kind!r}")
+        raise UserError(f"the roofline results document was measured on an unrecorded device (its kind, cuda or "
+                        f"cpu, is {kind!r}): whose roof it is cannot be told")
     return Ceilings(kind, params.get("device_name") or stamp.get("name") or "", rows)
