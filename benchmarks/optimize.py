@@ -32,7 +32,10 @@ sys.path.insert(0, str(ROOT / "src"))
 from gpuspeed.optimize.pipeline import geomean  # noqa: E402
 from gpuspeed.optimize.runner import LOCK_ENV  # noqa: E402
 from gpuspeed.optimize.workload import bundled_examples  # noqa: E402
-from gpuspeed.results import check_out_dir, default_dir, make_results, write_results  # noqa: E402
+from gpuspeed.device import get_device  # noqa: E402
+from gpuspeed.errors import UserError  # noqa: E402
+from gpuspeed.results import (check_out_dir, default_dir, make_results, measured_elsewhere, read_results,  # noqa: E402
+                              write_results)
 
 MIN_EXAMPLE_S = 60.0  # an example is not started with less time than this left in a --limit call
 REPORT_S = 20.0  # time an example needs after its budget to write its report and script
@@ -96,6 +99,24 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
+def kept_rows(previous: Path, names: list[str], here) -> tuple[list[dict], list[str]]:
+    """(rows of an earlier optimize.json for the examples not run now, notes): two calls compose one file, on one
+    device. Nothing is kept from a file measured on another device than `here` (or on none recorded), of another
+    study, or unreadable: a note says so (its rows' speedups are not this device's)."""
+    if not previous.is_file():
+        return [], []
+    try:
+        earlier = read_results(previous)
+    except UserError as exc:
+        return [], [f"rows of {previous} not kept: {exc}"]
+    if earlier["study"] != "optimize":
+        return [], [f"rows of {previous} not kept: a {earlier['study']} results document, not an optimize one"]
+    theirs = measured_elsewhere(earlier, here)
+    if theirs is not None:
+        return [], [f"rows of {previous} not kept: measured on {theirs}, this run on {here.name}"]
+    return [r for r in earlier["rows"] if isinstance(r, dict) and r.get("example") not in names], []
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="folder for optimize.json (default results/<gpu>)")
@@ -121,12 +142,10 @@ def main(argv=None) -> int:
     env = dict(os.environ, **{LOCK_ENV: str(lock)})
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT / "src"), env.get("PYTHONPATH")] if p)
     previous = out / "optimize.json"
-    kept = []  # rows of examples an earlier call ran and this one does not (two calls compose one file)
-    if previous.is_file():
-        try:
-            kept = [r for r in json.loads(previous.read_text()).get("rows", []) if r.get("example") not in names]
-        except (json.JSONDecodeError, OSError):
-            kept = []
+    if a.restamp:  # the file's own rows, under its own stamp (rewritten below)
+        kept, kept_notes = json.loads(previous.read_text()).get("rows", []), []
+    else:  # rows of examples an earlier call ran and this one does not (two calls compose one file)
+        kept, kept_notes = kept_rows(previous, names, get_device(a.device))
     for r in kept:  # rows from before rows carried their commit: their example's own results file has it
         own = out / "optimize" / r["example"] / f"optimize_{r['example']}.json"
         if r.get("ok") and "git" not in r and own.is_file():
@@ -190,6 +209,7 @@ def main(argv=None) -> int:
             notes.append(f"{max(1, a.parallel or n_gpus)} examples ran at once on {n_gpus} GPU(s); one shared lock kept "
                          "every measurement alone (nothing compiled, measured or computed on the host for "
                          "references and hotspots beside it)")
+        notes.extend(kept_notes)
         if kept:
             notes.append(f"rows kept from an earlier call: {', '.join(r['example'] for r in kept)}")
         commits = sorted({r["git"] for r in kept + rows if r.get("git")})

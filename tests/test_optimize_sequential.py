@@ -151,9 +151,15 @@ def test_benchmark_rerun_of_some_examples_keeps_the_other_rows_and_counts_sequen
     import subprocess
     from pathlib import Path
 
+    from gpuspeed.device import get_device
+
     root = Path(__file__).resolve().parents[1]
     shutil.copy(root / "results" / "nvidia-h200" / "optimize.json", tmp_path / "optimize.json")
-    before = {r["example"]: r for r in json.loads((tmp_path / "optimize.json").read_text())["rows"]}
+    # rows are merged only into a file of the same device: the H200's file as if it were this CPU's
+    earlier = json.loads((tmp_path / "optimize.json").read_text())
+    earlier["device"] = get_device("cpu").to_dict() | {"slug": "cpu"}
+    (tmp_path / "optimize.json").write_text(json.dumps(earlier))
+    before = {r["example"]: r for r in earlier["rows"]}
     assert "ema_filter" in before and len(before) > 1
     r = subprocess.run([sys.executable, "benchmarks/optimize.py", "--out", str(tmp_path), "--device", "cpu",
                         "--examples", "ema_filter", "--scale", "0.02", "--time-budget", "60", "--bench-budget", "0.1"],

@@ -6,6 +6,7 @@ documents are small fake results files written in tmp_path)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -162,3 +163,49 @@ def test_committed_roofline_of_another_device_or_study_or_truncated_is_left_out_
         assert len(notes) == 1 and str(first) in notes[0] and said in notes[0] and "not used" in notes[0], notes
     second.unlink()
     assert committed_ceilings(here, roots)[0] is None  # none of this device's: measured now by the caller
+
+
+# --- benchmarks/optimize.py: rows kept from an earlier optimize.json
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _earlier_optimize(tmp_path, device) -> Path:
+    doc = _roofline_doc(device, study="optimize")
+    doc["rows"] = [{"example": "ema_filter", "ok": True, "minutes": 2.0, "speedup": 7.5, "git": "abc1234",
+                    "correct": True, "within_budget": True}]
+    doc["summary"] = {"wall_minutes": 2.0}
+    path = tmp_path / "optimize.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("device,said", [(H200, "NVIDIA H200"), (None, "an unrecorded device")])
+def test_optimize_benchmark_keeps_no_rows_of_another_device(tmp_path, device, said):
+    # --limit 1: no example starts (too little time), the file is written from the kept rows and the unstarted one
+    _earlier_optimize(tmp_path, device)
+    assert _bench("optimize").main(["--out", str(tmp_path), "--examples", "black_scholes", "--limit", "1",
+                                    "--device", "cpu"]) == 0
+    doc = json.loads((tmp_path / "optimize.json").read_text())
+    assert doc["device"]["name"] == get_device("cpu").name
+    assert [r["example"] for r in doc["rows"]] == ["black_scholes"], doc["rows"]  # the H200's ema_filter: not kept
+    assert doc["summary"]["geomean_speedup"] is None and doc["summary"]["wall_minutes"] < 1
+    assert any(said in n and "not kept" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_optimize_benchmark_keeps_this_devices_rows_and_says_when_the_earlier_file_is_unreadable(tmp_path):
+    path = _earlier_optimize(tmp_path, _here())
+    bench = _bench("optimize")
+    assert bench.main(["--out", str(tmp_path), "--examples", "black_scholes", "--limit", "1", "--device", "cpu"]) == 0
+    doc = json.loads(path.read_text())
+    assert [r["example"] for r in doc["rows"]] == ["ema_filter", "black_scholes"]
+    path.write_text(path.read_text()[:200])  # truncated
+    assert bench.main(["--out", str(tmp_path), "--examples", "black_scholes", "--limit", "1", "--device", "cpu"]) == 0
+    doc = json.loads(path.read_text())
+    assert [r["example"] for r in doc["rows"]] == ["black_scholes"]
+    assert any("not valid JSON" in n and "not kept" in n for n in doc["notes"]), doc["notes"]
