@@ -4,7 +4,9 @@ or of an earlier note.
 
     python benchmarks/kernel_notes.py results/nvidia-h200/kernels.json
 
-Nothing is typed by hand: every figure comes from the results file, stamped with its commit.
+Nothing is typed by hand: every figure comes from the results file, stamped with its commit and the GPU it was
+measured on. A file of another study, of no device recorded or measured without a GPU (no timings: its rows would
+write 'not measured' over the GPU's notes) is refused, nothing pasted.
 """
 
 from __future__ import annotations
@@ -16,13 +18,20 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "src" / "gpuspeed" / "examples" / "kernels"
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpuspeed.results import measured_on  # noqa: E402
+
+KERNELS = ROOT / "src" / "gpuspeed" / "examples" / "hand_kernels"
 MODULE = {"row_normalize_loop": "row_normalize"}  # example -> module where the names differ
-PLACEHOLDER = re.compile(r"^(?P<indent>\s*)Tuning note \(gpuspeed kernel, H200, commit [^)]*\):.*$")
+# an earlier note, of whichever GPU it names
+PLACEHOLDER = re.compile(r"^(?P<indent>\s*)Tuning note \(gpuspeed kernel, [^,()]+, commit [^)]*\):.*$")
 
 
-def note(row: dict, sha: str) -> str:
-    head = f"Tuning note (gpuspeed kernel, H200, commit {sha[:7]}): "
+def note(row: dict, sha: str, device: str) -> str:
+    """The tuning note of one kernels.json row, measured on `device` (the file's device name) at commit `sha`."""
+    gpu = re.sub(r"^NVIDIA\s+", "", device).replace(",", " ").strip() or device  # 'NVIDIA H200' -> 'H200'
+    head = f"Tuning note (gpuspeed kernel, {gpu}, commit {sha[:7]}): "
     if row.get("time_s") is None:
         return head + f"not measured there ({row.get('error') or row.get('note') or 'no time'})."
     geo = f"grid {'x'.join(str(g) for g in row['grid'] if g != 1) or 1}"
@@ -76,6 +85,15 @@ def main() -> int:
         print(f"kernel_notes: {sys.argv[1]} is not a readable kernels.json ({type(exc).__name__}: {exc})",
               file=sys.stderr)
         return 2
+    device = measured_on(doc)
+    kind = doc["device"].get("kind") if isinstance(doc.get("device"), dict) else None
+    why = (f"a {doc.get('study')} results document, not a kernels one" if doc.get("study") != "kernels" else
+           "no device recorded: the notes could not say which GPU measured them" if device is None else
+           f"measured without a GPU ({device}): its rows time nothing, and would write 'not measured' over the GPU's "
+           "notes" if kind != "cuda" else None)
+    if why:
+        print(f"kernel_notes: {sys.argv[1]}: {why}; nothing pasted", file=sys.stderr)
+        return 2
     for row in rows:
         path = KERNELS / f"{MODULE.get(row['example'], row['example'])}.py"
         func = row.get("main_kernel")
@@ -83,7 +101,7 @@ def main() -> int:
             kind = "numba" if "numba" in row["variant"] else "kernel"
             names = re.findall(r"^\s*def (\w+)\(", path.read_text(), re.M)
             func = next((n for n in names if kind in n and n.endswith("kernel") and not n.startswith("_")), None)
-        ok = func is not None and paste(path, func, note(row, row.get("git") or sha))  # a kept row: its own commit
+        ok = func is not None and paste(path, func, note(row, row.get("git") or sha, device))  # kept row: its commit
         print(f"{row['example']}:{row['variant']}: {'pasted into ' + func if ok else 'no placeholder found'}")
     return 0
 

@@ -6,8 +6,12 @@ documents are small fake results files written in tmp_path)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +213,76 @@ def test_optimize_benchmark_keeps_this_devices_rows_and_says_when_the_earlier_fi
     doc = json.loads(path.read_text())
     assert [r["example"] for r in doc["rows"]] == ["black_scholes"]
     assert any("not valid JSON" in n and "not kept" in n for n in doc["notes"]), doc["notes"]
+
+
+# --- benchmarks/kernel_notes.py: tuning notes pasted into the hand kernels' docstrings
+
+
+def _kernels_doc(device: dict | None, study: str = "kernels") -> dict:
+    doc = _roofline_doc(device, study=study)
+    doc["rows"] = [{"example": "no_such_example", "variant": "triton", "main_kernel": "no_such_kernel",
+                    "time_s": None, "note": "no GPU"}]
+    return doc
+
+
+def _kernel_notes(tmp_path, doc) -> subprocess.CompletedProcess:
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps(doc))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks/kernel_notes.py"), str(path)], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+
+
+@pytest.mark.parametrize("device,study,said", [
+    ("cpu", "kernels", "measured without a GPU"),  # its rows time nothing: 'not measured there' over the GPU's notes
+    (None, "kernels", "no device recorded"),
+    (H200, "decode", "a decode results document"),
+])
+def test_kernel_notes_refuses_a_cpu_an_unrecorded_or_another_studys_file(tmp_path, device, study, said):
+    proc = _kernel_notes(tmp_path, _kernels_doc(_here() if device == "cpu" else device, study))
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert not proc.stdout  # no kernel was touched
+
+
+def test_kernel_notes_names_the_gpu_the_note_was_measured_on(tmp_path):
+    # the head said 'H200' whatever GPU kernels.json came from; a note of another GPU replaces the earlier one
+    kn = _bench("kernel_notes")
+    assert kn.KERNELS.is_dir() and (kn.KERNELS / "heat_stencil.py").is_file()  # the folder it pastes into
+    row = {"time_s": 12.5e-6, "grid": [1024, 4, 1], "num_warps": 4, "num_stages": 1, "registers": 32, "spills": 0,
+           "shared_bytes": 0, "occupancy_pct": 100.0, "limiter": "warps", "GBps": 3000.0, "pct_of_roof": 70.0,
+           "roof": "copy", "verdict": "near the roof"}
+    text = kn.note(row, "abcdef0123", "NVIDIA H100 80GB HBM3")
+    assert text.startswith("Tuning note (gpuspeed kernel, H100 80GB HBM3, commit abcdef0): ")
+    assert kn.note(row, "abcdef0123", "NVIDIA H200").startswith("Tuning note (gpuspeed kernel, H200, commit abcdef0)")
+    module = tmp_path / "k.py"
+    original = (ROOT / "src/gpuspeed/examples/hand_kernels/heat_stencil.py").read_text()
+    module.write_text(original)
+    func = "heat_step_kernel"
+    assert kn.paste(module, func, text)
+    pasted = module.read_text()
+    assert "Tuning note (gpuspeed kernel, H100 80GB HBM3, commit abcdef0)" in pasted
+    assert pasted.count("Tuning note (") == original.count("Tuning note (")  # replaced, not added
+    again = kn.note(copy.deepcopy(row) | {"pct_of_roof": 71.0}, "1234567", "NVIDIA H200")
+    assert kn.paste(module, func, again)  # and an H100's note is replaced in turn
+    assert "H100 80GB HBM3" not in module.read_text()
+
+
+def test_kernel_notes_pastes_an_h100_files_notes_naming_the_h100(tmp_path, monkeypatch, capsys):
+    # the committed H200 kernels.json as an H100 would write it, pasted into a copy of the hand kernels
+    import shutil
+
+    kn = _bench("kernel_notes")
+    kernels = tmp_path / "hand_kernels"
+    shutil.copytree(kn.KERNELS, kernels, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(kn, "KERNELS", kernels)
+    doc = json.loads((ROOT / "results/nvidia-h200/kernels.json").read_text())
+    doc["device"] = H200 | {"name": "NVIDIA H100 80GB HBM3", "slug": "nvidia-h100-80gb-hbm3"}
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(sys, "argv", ["kernel_notes.py", str(path)])
+    assert kn.main() == 0
+    out = capsys.readouterr().out
+    assert out.count("pasted into") == len(doc["rows"]) and "no placeholder" not in out, out
+    text = "".join(p.read_text() for p in kernels.glob("*.py"))
+    assert text.count("Tuning note (gpuspeed kernel, H100 80GB HBM3, commit ") >= len(doc["rows"])
+    assert "Tuning note (gpuspeed kernel, H200," not in text  # every earlier note replaced, none said H200
