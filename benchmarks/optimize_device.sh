@@ -12,6 +12,8 @@
 #           settings (--time-budget 300, bench() budget 1.5 s unless TB / BB say otherwise), merged into the committed
 #           results/nvidia-h200/optimize.json: its other rows are kept as they are. Each example ends within its
 #           time budget, so 4 at once take ~5 min of the call (cut at LIMIT, default 520 s)
+#           O2 and RE merge only on the GPU that file was measured on (an H200): on another one (an H100)
+#           benchmarks/optimize.py keeps none of its rows, and optimize.json's notes say so
 #   T       the optimize GPU tests (~3.5 min)
 #   TC      only the chunking and cupy.fuse GPU tests (~1.5 min): the pipeline re-planned from its measured peak,
 #           a fuse trace failure recorded as unavailable (issue 13)
