@@ -86,28 +86,28 @@ def to_device(args, gpu: bool, fp32: bool = False):
     return tuple(one(a) for a in args)
 
 
-def measured_on(doc: dict) -> str | None:
-    """The name of the device a results document was measured on (None where it records none)."""
-    device = doc.get("device")
-    return device.get("name") if isinstance(device, dict) else None
+def optimize_doc(example: str, a, out_dir: Path, here) -> tuple[dict | None, str]:
+    """The optimize results document for the example: read from --optimize-json, or made by one run now (here: this
+    run's DeviceInfo). A document measured on another device is not used: a speedup across two GPUs is no speedup of
+    the kernel."""
+    from gpuspeed.results import measured_elsewhere
 
-
-def optimize_doc(example: str, a, out_dir: Path, device_name: str) -> tuple[dict | None, str]:
-    """The optimize results document for the example: read from --optimize-json, or made by one run now.
-    A document measured on another device is not used: a speedup across two GPUs is no speedup of the kernel."""
     if a.optimize_json:
         p = Path(a.optimize_json)
         if p.is_dir():
             p = p / example / f"optimize_{example}.json"
         if not p.is_file():
             return None, f"no optimize results at {p}"
-        doc = json.loads(p.read_text())
-        if Path(doc.get("params", {}).get("workload", "")).stem != example:
+        try:
+            doc = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+            return None, f"{p} is not a readable results file ({type(exc).__name__})"
+        if not isinstance(doc, dict) or Path(str(doc.get("params", {}).get("workload", ""))).stem != example:
             return None, f"{p} is not a run of {example}"
-        theirs = measured_on(doc)
-        if theirs != device_name:
-            return None, (f"{p} was measured on {theirs or 'an unrecorded device'}, this run on {device_name}: "
-                          f"no speedup (pass an optimize run from this device, or leave out --optimize-json)")
+        theirs = measured_elsewhere(doc, here)
+        if theirs:
+            return None, (f"{p} was measured on {theirs}, this run on {here.name}: no speedup (pass an optimize run "
+                          f"from this device, or leave out --optimize-json)")
         return doc, f"read from {p}"
     folder = out_dir / "kernels_optimize" / example
     cmd = [sys.executable, "-m", "gpuspeed", "optimize", example, "--out", str(folder), "--json",
@@ -252,7 +252,8 @@ def main(argv=None) -> int:
     if not gpu:  # before any kernel module is imported: the interpreters replace the compilers
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    from gpuspeed.results import check_out_dir, default_dir, git_commit, make_results, write_results
+    from gpuspeed.results import (check_out_dir, default_dir, git_commit, make_results, measured_elsewhere,
+                                  write_results)
     from gpuspeed.device import get_device
 
     names = a.examples.split(",") if a.examples else EXAMPLES
@@ -280,17 +281,20 @@ def main(argv=None) -> int:
         notes.append("no GPU: the kernels ran under TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1 at a tiny scale, for "
                      "correctness only; no timings, occupancy or speedups")
     have_numba = importlib.util.find_spec("numba_cuda") is not None or (gpu and importlib.util.find_spec("numba"))
-    device_name = get_device("cuda" if gpu else "cpu").name
+    here = get_device("cuda" if gpu else "cpu")
     kept = []  # rows of examples an earlier call measured and this one does not: several calls make one file
     previous = out / "kernels.json"
     if previous.is_file():
         try:
             earlier = json.loads(previous.read_text())
-        except (json.JSONDecodeError, OSError):
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+            notes.append(f"{previous} could not be read ({type(exc).__name__}): none of its rows kept")
             earlier = {}
-        if measured_on(earlier) not in (None, device_name):  # one file, one device: its rows are not merged
-            notes.append(f"rows of {previous} were measured on {measured_on(earlier)}, this run on {device_name}: "
-                         f"not kept")
+        if not isinstance(earlier, dict):
+            earlier = {}
+        elsewhere = measured_elsewhere(earlier, here) if earlier.get("rows") else None
+        if elsewhere:  # one file, one device: its rows are not merged
+            notes.append(f"rows of {previous} were measured on {elsewhere}, this run on {here.name}: not kept")
         else:  # each kept row carries the commit it was measured at (the file's own stamp is this call's)
             kept = [dict(r, git=r.get("git") or earlier.get("git")) for r in earlier.get("rows", [])
                     if r.get("example") not in names]
@@ -304,7 +308,7 @@ def main(argv=None) -> int:
     docs = {}
     for example in names:
         docs[example] = (None, "no GPU") if not gpu else (None, "--quick: no optimize run") \
-            if a.quick and not a.optimize_json else optimize_doc(example, a, out, device_name)
+            if a.quick and not a.optimize_json else optimize_doc(example, a, out, here)
         if gpu and docs[example][0] is None:
             print(f"{example}: {docs[example][1]}", flush=True)
     for example in names:

@@ -427,9 +427,10 @@ def test_kernels_benchmark_keeps_other_examples_rows_with_their_own_commit(tmp_p
     doc = json.loads((tmp_path / "kernels.json").read_text())
     rows = {(r["example"], r["variant"]): r for r in doc["rows"]}
     assert doc["git"] == "b" * 40 and rows["row_stats", "triton"]["git"] == "b" * 40
-    if earlier_device == "NVIDIA H200":
+    if earlier_device != "this one":  # another device's rows, or rows of no device recorded
         assert ("histogram", "triton") not in rows
-        assert any("measured on NVIDIA H200, this run on" in n and "not kept" in n for n in doc["notes"])
+        assert any(f"measured on {earlier_device or 'an unrecorded device'}, this run on" in n and "not kept" in n
+                   for n in doc["notes"])
         return
     assert rows["histogram", "triton"]["git"] == "a" * 40
     assert any("rows kept from an earlier call: histogram (at aaaaaaa" in n for n in doc["notes"])
@@ -509,15 +510,19 @@ def test_kernels_benchmark_compares_only_with_an_optimize_run_on_the_same_gpu(tm
     (tmp_path / "histogram").mkdir()
     (tmp_path / "histogram" / "optimize_histogram.json").write_text(json.dumps(doc))
     a = argparse.Namespace(optimize_json=str(tmp_path))
-    got, source = bench.optimize_doc("histogram", a, tmp_path, "NVIDIA H100 80GB HBM3")
+    h100, h200 = (argparse.Namespace(kind="cuda", name=n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
+    got, source = bench.optimize_doc("histogram", a, tmp_path, h100)
     assert got is None
     assert "measured on NVIDIA H200, this run on NVIDIA H100 80GB HBM3: no speedup" in source
-    got, source = bench.optimize_doc("histogram", a, tmp_path, "NVIDIA H200")
+    got, source = bench.optimize_doc("histogram", a, tmp_path, h200)
     assert got == doc and source.startswith("read from")
     del doc["device"]  # a document that records no device is not taken to be this one's
     (tmp_path / "histogram" / "optimize_histogram.json").write_text(json.dumps(doc))
-    got, source = bench.optimize_doc("histogram", a, tmp_path, "NVIDIA H200")
+    got, source = bench.optimize_doc("histogram", a, tmp_path, h200)
     assert got is None and "an unrecorded device" in source
+    (tmp_path / "histogram" / "optimize_histogram.json").write_text(json.dumps(doc)[:40])  # cut short
+    got, source = bench.optimize_doc("histogram", a, tmp_path, h200)
+    assert got is None and "is not a readable results file (JSONDecodeError)" in source
 
 
 if __name__ == "__main__":
