@@ -286,3 +286,22 @@ def test_kernel_notes_pastes_an_h100_files_notes_naming_the_h100(tmp_path, monke
     text = "".join(p.read_text() for p in kernels.glob("*.py"))
     assert text.count("Tuning note (gpuspeed kernel, H100 80GB HBM3, commit ") >= len(doc["rows"])
     assert "Tuning note (gpuspeed kernel, H200," not in text  # every earlier note replaced, none said H200
+
+
+def test_quick_ceilings_are_measured_once_per_device_not_per_spelling(monkeypatch):
+    # 'auto' and 'cpu' name one device on a machine without a GPU: one measurement; the cache is keyed by the device
+    # the call resolves to (and a GPU's current index), not by the string a caller passed
+    import importlib
+
+    from gpuspeed import device as _device
+
+    if _device.cuda_available():
+        pytest.skip("checks the spelling on a machine without a GPU")
+    # the package's `ceilings` and `place` are the functions: the modules by name
+    ceilings_mod = importlib.import_module("gpuspeed.roofline.ceilings")
+    place_mod = importlib.import_module("gpuspeed.roofline.place")
+    measured = []
+    monkeypatch.setattr(ceilings_mod, "ceilings", lambda kind, quick: measured.append(kind) or f"roof of {kind}")
+    monkeypatch.setattr(place_mod, "_cache", {})
+    assert place_mod.cached_ceilings("auto") == place_mod.cached_ceilings("cpu") == "roof of cpu"
+    assert place_mod.cached_ceilings("CPU") == "roof of cpu" and measured == ["cpu"]

@@ -284,9 +284,19 @@ _cache: dict = {}
 
 
 def cached_ceilings(device: str = "auto") -> Ceilings:
-    """Quick ceilings for this device, measured once per process."""
+    """Quick ceilings for this device, measured once per process and device: keyed by the device the call resolves
+    to ('auto' and 'cpu' on a machine without a GPU are one), and for a GPU by the current CUDA device's index, so a
+    process that moves to another GPU with torch.cuda.set_device is not placed on the first one's roof."""
     from gpuspeed.roofline.ceilings import ceilings
 
-    if device not in _cache:
-        _cache[device] = ceilings(device, quick=True)
-    return _cache[device]
+    kind = _device.resolve_device(device)
+    key = (kind, _torch_current_device() if kind == "cuda" else None)
+    if key not in _cache:
+        _cache[key] = ceilings(kind, quick=True)
+    return _cache[key]
+
+
+def _torch_current_device() -> int:
+    import torch
+
+    return torch.cuda.current_device()
