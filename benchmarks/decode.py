@@ -13,7 +13,6 @@ DIR/decode.json with decode_ladder.png, decode_bandwidth.png and traces/ beside 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -55,6 +54,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
     from gpuspeed.results import check_out_dir, write_results
 
     why = bad_input(args)
@@ -78,7 +78,8 @@ def main() -> int:
         left = args.total_s - (time.perf_counter() - t0)
         cap = max(45.0, left * share / shares_left)
         shares_left -= share
-        run_dir = out / "runs" / f"{model}_{dtype}"
+        run_dir = run_dir_for(out, model, dtype)
+        name = run_dir.name
         if run_dir.exists():
             shutil.rmtree(run_dir)
         cmd = [sys.executable, "-m", "gpuspeed", "decode", "--model", model, "--dtype", dtype, "--variants", "all",
@@ -95,15 +96,17 @@ def main() -> int:
         except subprocess.TimeoutExpired as exc:
             rc, err = "timeout", (exc.stderr or b"").decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         (out / "runs").mkdir(exist_ok=True)
-        (out / "runs" / f"{model}_{dtype}.log").write_text(err or "")
+        (out / "runs" / f"{name}.log").write_text(err or "")
         path = run_dir / "decode.json"
-        if path.is_file():
-            doc = json.loads(path.read_text())
+        doc, status = None, "no results"
+        try:
+            doc = study.read_run(path) if path.is_file() else None
+        except UserError as exc:  # a run killed as it wrote: its model has no results, the others go on
+            status = f"unreadable results ({exc})"
+        if doc is not None:
             docs.append(doc)
             status = "partial" if doc["params"].get("partial") else "done"
             read_roof = read_roof or (doc["params"].get("read_ceiling") or {}).get("GBps")
-        else:
-            status = "no results"
         if rc != 0:
             failures.append(f"{model} {dtype}: exit {rc} ({status}); last line: {(err or '').strip().splitlines()[-1:]}")
         print(f"[{time.perf_counter() - t0:6.0f}s] {model} {dtype}: {status}, rc={rc}, {time.perf_counter() - t:.0f}s",
@@ -122,6 +125,14 @@ def main() -> int:
     return 0
 
 
+def run_dir_for(out: Path, model: str, dtype: str) -> Path:
+    """Where a model's run writes: runs/<model key>_<dtype> (a checkpoint's path is no folder name: an absolute one
+    put the run, and the rmtree of an earlier one, beside the checkpoint, outside --out)."""
+    from gpuspeed.decode.study import model_key
+
+    return out / "runs" / f"{model_key(model)}_{dtype}"
+
+
 def bad_input(args) -> str | None:
     """The one-line reason these arguments cannot run (None: they can): each --models entry a named config or a
     checkpoint path with a dtype the CLI takes, --keep an existing file given with --merge."""
@@ -132,6 +143,14 @@ def bad_input(args) -> str | None:
         return "--keep needs --merge"
     if args.keep and not Path(args.keep).is_file():
         return f"--keep {args.keep}: no such file"
+    if args.keep:  # corrupt, truncated or another study's: refused before --out is made
+        from gpuspeed.decode.study import read_run
+        from gpuspeed.errors import UserError
+
+        try:
+            read_run(args.keep, "decode.json to keep")
+        except UserError as exc:
+            return f"--keep {exc}"
     for entry in (args.models or "").split(","):
         if not entry:
             continue
@@ -178,34 +197,47 @@ def finish(docs, failures, out, study, write_results) -> None:
 
 
 def merge_only(args, out, study, write_results) -> int:
-    """decode.json from the per-model runs of earlier outputs (each model once: the first one found)."""
-    docs, seen = [], set()
+    """decode.json from the per-model runs of earlier outputs (each model once: the first one found). A run file that
+    does not read as a decode run, or runs (--keep's included) measured on different devices: one line, exit 2, and
+    nothing written."""
+    from gpuspeed.errors import UserError
+    from gpuspeed.results import remove_created
+
+    docs, names, seen = [], [], set()
+    try:
+        for d in args.merge:
+            for path in sorted(Path(d).glob("runs/*/decode.json")):
+                doc = study.read_run(path)
+                key = _key(doc)
+                if key in seen:
+                    continue
+                seen.add(key)
+                docs.append(doc)
+                names.append(str(path))
+        if not docs:
+            raise UserError(f"no runs/*/decode.json under {', '.join(args.merge)}")
+        if args.keep:
+            kept = [d for d in split(study.read_run(args.keep, "decode.json to keep")) if _key(d) not in seen]
+            docs += kept
+            names += [f"{args.keep} ({study.run_label(d)})" for d in kept]
+        study.check_one_device(docs, names)
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        remove_created()  # bad input: no empty --out left behind
+        return 2
     for d in args.merge:
-        for path in sorted(Path(d).glob("runs/*/decode.json")):
-            doc = json.loads(path.read_text())
-            key = _key(doc)
-            if key in seen:
-                continue
-            seen.add(key)
-            docs.append(doc)
         for trace in Path(d).glob("traces/*.json.gz"):
             (out / "traces").mkdir(exist_ok=True)
             shutil.copy2(trace, out / "traces" / trace.name)
-    if not docs:
-        from gpuspeed.results import remove_created
-
-        print(f"no runs/*/decode.json under {', '.join(args.merge)}", file=sys.stderr)
-        remove_created()  # bad input: no empty --out left behind
-        return 2
-    if args.keep:
-        docs += [d for d in split(json.loads(Path(args.keep).read_text())) if _key(d) not in seen]
     finish(docs, [], out, study, write_results)
     return 0
 
 
 def _key(doc: dict) -> tuple:
+    from gpuspeed.decode.study import model_key
+
     p = doc["params"]
-    return p.get("model"), p.get("dtype"), p.get("quant")
+    return model_key(str(p.get("model"))), p.get("dtype"), p.get("quant")
 
 
 def _names_run(note: str, git: str | None) -> bool:
@@ -218,14 +250,18 @@ def split(merged: dict) -> list[dict]:
     """The per-run docs a merged decode.json was made from: each run's rows (same model, dtype and quant), its
     summary keys (named <model>_<dtype or int8>_...), its commit and date; the notes that name no run go with
     every doc (merge() keeps one of each)."""
+    from gpuspeed.decode.study import model_key, run_label
+
+    if not isinstance(merged["params"].get("runs"), list):  # one run's own decode.json (gpuspeed decode --out)
+        return [merged]
     docs = []
     derived = ("the runs come from several commits", "partial: the run had not finished")
     for p in merged["params"].get("runs", []):
         p = dict(p)
         git, created = p.pop("git", None), p.pop("created", None)
-        prefix = f"{p.get('model')}_{'int8' if p.get('quant') == 'int8' else p.get('dtype')}_"
+        prefix = run_label({"params": p}) + "_"  # a checkpoint's keys and rows go under its model key, not its path
         rows = [r for r in merged["rows"] if (r.get("model"), r.get("dtype"), r.get("quant")) ==
-                (p.get("model"), p.get("dtype"), p.get("quant"))]
+                (model_key(str(p.get("model"))), p.get("dtype"), p.get("quant"))]
         notes = [n for n in merged["notes"] if not n.startswith(derived)
                  and (("int8" in n) == (p.get("quant") == "int8")) and _names_run(n, git)]
         if p.get("partial"):

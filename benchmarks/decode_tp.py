@@ -127,13 +127,16 @@ def merge_int8(run_dir: Path, into: Path) -> int:
     """Add an int8 run's rows, summary keys and notes to an existing decode.json (its bf16 rows stay)."""
     from gpuspeed.results import write_results
 
+    from gpuspeed.decode import study
+
     src = sorted(Path(run_dir).glob("runs/*int8*/decode.json")) or sorted(Path(run_dir).glob("**/decode.json"))
     if not src or not into.is_file():
         print(f"need an int8 run under {run_dir} and an existing {into}", file=sys.stderr)
         return 1
-    doc = json.loads(into.read_text())
+    doc = study.read_run(into, "decode.json to merge into")
     for path in src:
-        run = json.loads(path.read_text())
+        run = study.read_run(path)
+        study.check_one_device([doc, run], [str(into), str(path)])  # an H100's int8 rows are not the H200 file's
         if run["params"].get("quant") != "int8" and "int8" in path.parent.name and run["params"].get("partial") \
                 and any("_int8_" in k for k in run["summary"]):
             # a run cut by its time cap before 382357a wrote its partial file without the int8 naming: given it
@@ -150,7 +153,8 @@ def merge_int8(run_dir: Path, into: Path) -> int:
             continue
         doc["rows"] = [r for r in doc["rows"] if not (r.get("quant") == "int8" and r.get("model") == run["params"]["model"])]
         doc["rows"] += run["rows"]
-        doc["summary"] |= run["summary"]
+        label = study.run_label(run) + "_"  # the replaced int8 run's keys go with it: none left beside the new run's
+        doc["summary"] = {k: v for k, v in doc["summary"].items() if not k.startswith(label)} | run["summary"]
         doc["notes"] += [n for n in run["notes"] if n not in doc["notes"]]
         doc["params"]["runs"] = [p for p in doc["params"].get("runs", [])  # a second merge replaces the first
                                  if not (p.get("quant") == "int8" and p.get("model") == run["params"]["model"])]
@@ -158,6 +162,33 @@ def merge_int8(run_dir: Path, into: Path) -> int:
         print(f"merged {path} into {into}")
     write_results(doc, into)
     return 0
+
+
+def merged_runs(args) -> dict:
+    """decode_tp.json from the runs/ of earlier outputs, with the identity rows and keys of their decode_tp.json; a
+    file that does not read, another study's, or runs from different devices: a UserError, one line."""
+    from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
+    from gpuspeed.results import read_results
+
+    paths = [p for d in args.merge for p in sorted(Path(d).glob("runs/*/decode.json"))]
+    docs = [study.read_run(p) for p in paths]
+    extra_rows, extra_summary, olds = [], {}, []
+    for d in args.merge:
+        prev = Path(d) / "decode_tp.json"
+        if prev.is_file():  # the identity rows and keys of an earlier call
+            old = read_results(prev)
+            if old["study"] != "decode_tp":
+                raise UserError(f"{prev} is a {old['study']!r} results file, not a decode_tp.json")
+            olds.append(old)
+            paths.append(prev)
+            extra_rows += [r for r in old["rows"] if r.get("study") == "tokens"]
+            extra_summary |= {k: v for k, v in old["summary"].items() if k.endswith("_tp2_tokens_identical")}
+    if not docs and not olds:
+        raise UserError(f"no runs/*/decode.json or decode_tp.json under {', '.join(args.merge)}")
+    study.check_one_device(docs + olds, [str(p) for p in paths])  # combine() stamps one device on them all
+    n = max([o["params"].get("gpus", 0) for o in olds] or [0])
+    return combine(docs, extra_summary, extra_rows, [], n, sys.argv[1:])
 
 
 def main() -> int:
@@ -176,25 +207,27 @@ def main() -> int:
                                                     "--compile-backend eager --prompt-len 4').")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
+    from gpuspeed.errors import UserError
+
     if args.merge_int8:
-        return merge_int8(Path(args.merge_int8), Path(args.into or "results/nvidia-h200/decode.json"))
+        try:
+            return merge_int8(Path(args.merge_int8), Path(args.into or "results/nvidia-h200/decode.json"))
+        except UserError as exc:  # a corrupt file, another study's, another device's run: one line
+            print(exc, file=sys.stderr)
+            return 2
     if not args.out:
         ap.error("--out is required")
-    from gpuspeed.results import check_out_dir, write_results
+    from gpuspeed.results import check_out_dir, remove_created, write_results
 
     out = check_out_dir(args.out)
     if args.merge:
-        docs = [json.loads(p.read_text()) for d in args.merge for p in sorted(Path(d).glob("runs/*/decode.json"))]
-        extra_rows, extra_summary = [], {}
-        for d in args.merge:
-            prev = Path(d) / "decode_tp.json"
-            if prev.is_file():  # the identity rows and keys of an earlier call
-                old = json.loads(prev.read_text())
-                extra_rows += [r for r in old["rows"] if r.get("study") == "tokens"]
-                extra_summary |= {k: v for k, v in old["summary"].items() if k.endswith("_tp2_tokens_identical")}
-        n = max([json.loads((Path(d) / "decode_tp.json").read_text())["params"].get("gpus", 0)
-                 for d in args.merge if (Path(d) / "decode_tp.json").is_file()] or [0])
-        path = write_results(combine(docs, extra_summary, extra_rows, [], n, sys.argv[1:]), out)
+        try:
+            doc = merged_runs(args)
+        except UserError as exc:
+            print(exc, file=sys.stderr)
+            remove_created()  # bad input: no empty --out left behind
+            return 2
+        path = write_results(doc, out)
         print(f"wrote {path}")
         return 0
     import torch

@@ -20,3 +20,173 @@ def test_a_run_in_a_pipe_prints_a_line_per_step_on_stderr_and_json_stays_on_stdo
     for step in ("loading model", "read ceiling", "now tiny_fp32 V2"):
         assert step in said, said
     assert " 3/3 tiny_fp32 V2: " in lines[-1] and "now" not in lines[-1], lines  # the last step's end is said too
+
+
+# --- the study's merging: benchmarks/decode.py --merge/--keep, decode_tp.py --merge/--merge-int8 -------------------
+
+import copy  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "cc": "9.0", "sms": 132, "mem_bytes": 85 * 2**30,
+        "l2_bytes": 50 * 2**20, "driver": "580.159.04", "clocks": {}}
+
+
+def _spec(**over):
+    from gpuspeed.decode import study
+
+    kw = dict(model="tiny", max_layers=1, prompt_len=3, new_tokens=2, variants=["V2"], hf=False, profile=False,
+              bench_budget_s=0.05, device="cpu", read_roof_GBps=20.0)  # a given roof: no ceiling measured
+    return study.Spec(**(kw | over))
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Two real CPU runs of a one-layer tiny model (fp32, bf16): the documents `gpuspeed decode --out` writes."""
+    from gpuspeed.decode import study
+
+    return {"fp32": study.run(_spec()), "bf16": study.run(_spec(dtype="bf16"))}
+
+
+def _put(doc, path: Path) -> Path:
+    from gpuspeed.results import write_results
+
+    path.mkdir(parents=True, exist_ok=True)
+    return write_results(doc, path)
+
+
+def _bench(*argv, script="decode.py"):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *map(str, argv)], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def _refused(p, *needles):
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+    for n in needles:
+        assert n in p.stderr, p.stderr
+
+
+def on_h100(doc):
+    d = copy.deepcopy(doc)
+    d["device"] = dict(H100)
+    return d
+
+
+def test_merge_refuses_runs_from_two_devices_and_writes_nothing(tmp_path, runs):
+    """A CPU run and an H100 run went into one decode.json stamped with the first run's device, in silence."""
+    _put(runs["fp32"], tmp_path / "a" / "runs" / "tiny_fp32")
+    _put(on_h100(runs["bf16"]), tmp_path / "b" / "runs" / "tiny_bf16")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "a", tmp_path / "b")
+    _refused(p, "different devices", "NVIDIA H100 80GB HBM3", runs["fp32"]["device"]["name"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_keep_refuses_a_file_measured_on_another_device(tmp_path, runs):
+    from gpuspeed.decode import study
+
+    _put(runs["fp32"], tmp_path / "new" / "runs" / "tiny_fp32")
+    kept = _put(on_h100(study.merge([runs["bf16"]])), tmp_path / "old")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "new", "--keep", kept)
+    _refused(p, "different devices", "NVIDIA H100 80GB HBM3", "tiny_bf16")
+    assert not (tmp_path / "out").exists()
+
+
+def test_runs_of_one_device_from_two_commits_merge_and_each_row_names_its_commit(tmp_path, runs):
+    """The commits were in params.runs and a note; a row did not say which run (which commit) measured it."""
+    a, b = copy.deepcopy(runs["fp32"]), copy.deepcopy(runs["bf16"])
+    a["git"], b["git"] = "a" * 40, "b" * 40
+    _put(a, tmp_path / "x" / "runs" / "tiny_fp32")
+    _put(b, tmp_path / "y" / "runs" / "tiny_bf16")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "x", tmp_path / "y")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode.json").read_text())
+    assert {(r["dtype"], r["git"]) for r in doc["rows"]} == {("fp32", "a" * 40), ("bf16", "b" * 40)}
+    assert any("several commits" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("bad,says", [
+    (lambda text: text[:len(text) // 2], "not valid JSON"),  # a run killed as it wrote, a copy cut short
+    (lambda text: json.dumps(json.loads(text) | {"study": "roofline"}), "'roofline' results file"),
+    (lambda text: "[]", "JSON object"),
+])
+def test_a_corrupt_or_other_study_run_or_keep_file_is_one_line(tmp_path, runs, bad, says):
+    """--merge: a JSONDecodeError/KeyError traceback; --keep: the same, or another study's file kept nothing, exit 0."""
+    good = _put(runs["fp32"], tmp_path / "good" / "runs" / "tiny_fp32")
+    broken = tmp_path / "broken" / "runs" / "tiny_bf16" / "decode.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(bad(good.read_text()))
+    _refused(_bench("--out", tmp_path / "out", "--merge", tmp_path / "good", tmp_path / "broken"), says, str(broken))
+    assert not (tmp_path / "out").exists()
+    _refused(_bench("--out", tmp_path / "out", "--merge", tmp_path / "good", "--keep", broken), "--keep", says)
+    assert not (tmp_path / "out").exists()
+
+
+def test_keep_of_one_runs_own_decode_json_keeps_it(tmp_path, runs):
+    """`gpuspeed decode --out` writes one run's document (no params.runs): --keep of it kept nothing, in silence."""
+    _put(runs["fp32"], tmp_path / "new" / "runs" / "tiny_fp32")
+    kept = _put(runs["bf16"], tmp_path / "one")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "new", "--keep", kept)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode.json").read_text())
+    assert {r["dtype"] for r in doc["rows"]} == {"fp32", "bf16"}
+    assert doc["summary"]["tiny_bf16_best_ms_per_token"] == runs["bf16"]["summary"]["tiny_bf16_best_ms_per_token"]
+
+
+def test_split_keeps_a_checkpoint_runs_rows_and_keys(tmp_path, runs):
+    """A checkpoint's run names its params by path and its rows and keys by model key: split() (--keep) matched
+    rows and keys by the path, and the run came back with none of them."""
+    import importlib.util
+
+    from gpuspeed.decode import study
+
+    loader = importlib.util.spec_from_file_location("bench_decode_qa13", ROOT / "benchmarks" / "decode.py")
+    bench = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(bench)
+
+    ck = copy.deepcopy(runs["fp32"])
+    ck["params"]["model"] = "/models/Llama-3.2-1B"  # what run() records for `--model /models/Llama-3.2-1B`
+    for r in ck["rows"]:
+        r["model"] = study.model_key(ck["params"]["model"])
+    ck["summary"] = {k.replace("tiny_", "llama-3.2-1b_", 1): v for k, v in ck["summary"].items()}
+    (back,) = bench.split(study.merge([ck]))
+    assert len(back["rows"]) == len(ck["rows"]) and back["summary"] == ck["summary"]
+    assert bench._key(back) == ("llama-3.2-1b", "fp32", None)
+    # the run's folder is named by its model key: an absolute path left --out (out / "runs" / "/models/..._fp32")
+    assert bench.run_dir_for(tmp_path, "/models/Llama-3.2-1B", "bf16") == tmp_path / "runs" / "llama-3.2-1b_bf16"
+
+
+def test_tp_merge_refuses_runs_from_two_devices(tmp_path, runs):
+    _put(runs["fp32"], tmp_path / "a" / "runs" / "tiny_fp32_tp1")
+    _put(on_h100(runs["bf16"]), tmp_path / "b" / "runs" / "tiny_bf16_tp1")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "a", tmp_path / "b", script="decode_tp.py")
+    _refused(p, "different devices", "NVIDIA H100 80GB HBM3")
+    assert not (tmp_path / "out").exists()
+
+
+def test_merge_int8_replaces_the_old_int8_keys_and_refuses_another_devices_file(tmp_path, runs):
+    """--merge-int8 added the new run's keys over the old run's: a key the new run lacks (a rung it did not reach)
+    stayed, the old run's number beside the new run's rows; an int8 run from an H100 went into the H200's file."""
+    from gpuspeed.decode import study
+
+    new = study.run(_spec(dtype="bf16", quant="int8"))
+    assert new["summary"]["tiny_int8_best_ms_per_token"] > 0
+    old = copy.deepcopy(new)
+    old["summary"]["tiny_int8_v0_over_v2"] = 9.5  # the old run reached V0, the new one did not
+    into = _put(study.merge([runs["bf16"], old]), tmp_path / "results")
+    _put(new, tmp_path / "int8" / "runs" / "tiny_int8_tp1")
+    p = _bench("--merge-int8", tmp_path / "int8", "--into", into, script="decode_tp.py")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(into.read_text())
+    assert "tiny_int8_v0_over_v2" not in doc["summary"]
+    assert doc["summary"]["tiny_int8_best_ms_per_token"] == new["summary"]["tiny_int8_best_ms_per_token"]
+    assert doc["summary"]["tiny_bf16_best_ms_per_token"] == runs["bf16"]["summary"]["tiny_bf16_best_ms_per_token"]
+    _put(on_h100(new), tmp_path / "int8" / "runs" / "tiny_int8_tp1")
+    before = into.read_text()
+    _refused(_bench("--merge-int8", tmp_path / "int8", "--into", into, script="decode_tp.py"), "different devices")
+    assert into.read_text() == before
+

@@ -963,9 +963,60 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     return s
 
 
+def run_label(doc: dict) -> str:
+    """The label a decode run's summary keys and rows go under (Spec.label: <model key>_<dtype or quant>[_tpN]), from
+    its params: a checkpoint's path gives its model key, as its rows name it."""
+    p = doc.get("params") or {}
+    tp = p.get("tp") or 1
+    return f"{model_key(str(p.get('model')))}_{p.get('quant') or p.get('dtype')}" + (f"_tp{tp}" if tp > 1 else "")
+
+
+def _device_words(doc: dict) -> str:
+    from gpuspeed.results import measured_on
+
+    name = measured_on(doc)
+    if name is None:
+        return "an unrecorded device"
+    kind = doc["device"].get("kind")
+    return f"{name} ({'a CPU' if kind == 'cpu' else 'a GPU'})" if kind in ("cpu", "cuda") else name
+
+
+def check_one_device(docs: list[dict], names: list[str] | None = None) -> None:
+    """Refuse (UserError, one line) runs measured on different devices in one document: its single device stamp
+    would name one of them for all, and ratios across its rows would compare two machines. names: how to call each
+    run in the message (default: its label)."""
+    seen: dict = {}
+    for i, d in enumerate(docs):
+        seen.setdefault(_device_words(d), (names[i] if names else run_label(d)))
+    if len(seen) > 1:
+        (a, first), (b, second) = list(seen.items())[:2]
+        raise UserError(f"runs from different devices cannot go into one file: {first} was measured on {a}, {second} "
+                        f"on {b} (merge each device's runs into its own file)")
+
+
+def read_run(path, what: str = "decode run") -> dict:
+    """A decode results file (a run's, or a merged one) read for a merge: a missing, corrupt or truncated file, or
+    another study's, is a one-line UserError naming it."""
+    from gpuspeed.results import read_results
+
+    try:
+        doc = read_results(path)
+    except UserError as exc:  # validate()'s words name no file: 'a results document is a JSON object, got an array'
+        raise UserError(str(exc) if str(path) in str(exc) else f"{path}: {exc}") from None
+    if doc.get("study") != "decode":
+        raise UserError(f"{path} is a {doc.get('study')!r} results file, not a {what}")
+    params = doc.get("params")
+    if not isinstance(params, dict) or not (isinstance(params.get("runs"), list) or
+                                            (params.get("model") and params.get("dtype"))):
+        raise UserError(f"{path}: its params name no model and dtype (not a {what})")
+    return doc
+
+
 def stamp_from_runs(doc: dict, docs: list[dict]) -> dict:
     """doc with the runs' device, versions and commit, not those of the process merging them (which may be a
-    CPU machine after the fact); a note when the runs come from several commits."""
+    CPU machine after the fact); a note when the runs come from several commits. Runs from different devices are
+    refused (check_one_device): one document, one device."""
+    check_one_device(docs)
     for key in ("device", "versions", "git"):
         doc[key] = docs[0].get(key, doc[key]) if docs else doc[key]
     if len({d.get("git") for d in docs}) > 1:
@@ -983,7 +1034,7 @@ def merge(docs: list[dict], command=None) -> dict:
     params: dict = {"runs": []}
     for d in docs:
         summary |= d["summary"]
-        rows += d["rows"]
+        rows += [dict(r, git=r.get("git") or d.get("git")) for r in d["rows"]]  # each row names its run's commit
         notes += [n for n in d["notes"] if n not in notes]
         params["runs"].append(d["params"] | {"git": d.get("git"), "created": d.get("created")})
     doc = stamp_from_runs(make_results("decode", params=params, summary=summary, rows=rows, notes=notes), docs)
