@@ -190,3 +190,25 @@ def test_merge_int8_replaces_the_old_int8_keys_and_refuses_another_devices_file(
     _refused(_bench("--merge-int8", tmp_path / "int8", "--into", into, script="decode_tp.py"), "different devices")
     assert into.read_text() == before
 
+
+def test_summary_headline_keys_are_none_when_their_rung_failed_or_was_skipped(runs):
+    """V0 failed, V4 skipped by the cap, transformers' static row failed, no read roof: the issue's keys were left
+    out (a run-to-run comparison read them as never asked for); now None, and never another row's number."""
+    from gpuspeed.decode import study
+
+    v2 = next(r for r in runs["fp32"]["rows"] if r["variant"] == "V2")
+    assert v2["ms_per_token"] > 0
+    rows = [{"variant": "V0", "error": "RuntimeError: out of memory"}, dict(v2),
+            {"variant": "V4", "skipped": "time cap of 1 s reached"}]
+    rows[1].pop("pct_of_read_roof", None)  # the ceiling measurement failed: no roof
+    hf = [{"variant": "HF static", "error": "decode time not measurable"}, {"variant": "HF dynamic", "ms_per_token": 3.0}]
+    spec = _spec(variants=["V0", "V2", "V4"], hf=True)
+    s = study.summarize("tiny_fp32", rows, [], hf, spec)
+    for key in ("v0_over_v2", "graph_step_speedup", "best_over_hf_static", "pct_of_read_roof"):
+        assert s[f"tiny_fp32_{key}"] is None, (key, s)
+    assert s["tiny_fp32_best_variant"] == "V2" and s["tiny_fp32_variants_failed_or_skipped"] == 2
+    assert "tiny_fp32_graph_compiled_step_speedup" not in s  # V3 and V4c were not asked for
+    # asked for nothing it needs: no key (--variants V2 --no-hf)
+    s = study.summarize("tiny_fp32", [dict(v2)], [], [], _spec())
+    assert not {"tiny_fp32_v0_over_v2", "tiny_fp32_graph_step_speedup", "tiny_fp32_best_over_hf_static"} & set(s)
+    assert s["tiny_fp32_pct_of_read_roof"] == v2["pct_of_read_roof"] > 0

@@ -913,8 +913,9 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     best = min(ok, key=lambda r: r["ms_per_token"])
     s[f"{label}_best_ms_per_token"] = best["ms_per_token"]
     s[f"{label}_best_variant"] = best["variant"]
-    if "pct_of_read_roof" in best:
-        s[f"{label}_pct_of_read_roof"] = best["pct_of_read_roof"]
+    # the headline keys are always there: None where the row they need failed, was skipped or has no roof
+    # (another row's number never stands in); a key whose rung was not asked for stays out
+    s[f"{label}_pct_of_read_roof"] = best.get("pct_of_read_roof")
     s[f"{label}_best_weight_GBps"] = best["weight_GBps"]
     s[f"{label}_variants_measured"] = len(ok)
     s[f"{label}_variants_failed_or_skipped"] = len(rows) - len(ok)
@@ -925,12 +926,14 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
         s[f"{label}_tokens_identical"] = (all(compared) if any(r["variant"] == "V0" for r in ok)
                                           and None not in compared else None)
     by = {r["variant"]: r for r in ok}
-    if "V0" in by and "V2" in by:
-        s[f"{label}_v0_over_v2"] = by["V0"]["ms_per_token"] / by["V2"]["ms_per_token"]
-    if "V2" in by and "V4" in by:  # the same eager step, launched one op at a time or as one graph replay
-        s[f"{label}_graph_step_speedup"] = by["V2"]["ms_per_token"] / by["V4"]["ms_per_token"]
-    if "V3" in by and "V4c" in by:
-        s[f"{label}_graph_compiled_step_speedup"] = by["V3"]["ms_per_token"] / by["V4c"]["ms_per_token"]
+    asked = set(spec.variants)
+    # V2 and V4: the same eager step, launched one op at a time or as one graph replay; V3 and V4c: compiled
+    for key, a, b in (("v0_over_v2", "V0", "V2"), ("graph_step_speedup", "V2", "V4"),
+                      ("graph_compiled_step_speedup", "V3", "V4c")):
+        if a in by and b in by:
+            s[f"{label}_{key}"] = by[a]["ms_per_token"] / by[b]["ms_per_token"]
+        elif {a, b} <= asked:
+            s[f"{label}_{key}"] = None
     for r in ok:
         s[f"{label}_{r['variant'].lower()}_ms_per_token"] = r["ms_per_token"]
     hs = next((r for r in hf if r.get("variant") == "HF static" and "ms_per_token" in r), None)
@@ -943,6 +946,8 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     if hs:
         s[f"{label}_hf_static_ms_per_token"] = hs["ms_per_token"]
         s[f"{label}_best_over_hf_static"] = hs["ms_per_token"] / best["ms_per_token"]
+    elif spec.transformers_rows:  # asked for, but failed, skipped by a cap, or transformers missing
+        s[f"{label}_best_over_hf_static"] = None
     for r in extra_rows:
         if "ms_per_token" not in r:
             continue
