@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from decode_cli_helpers import TINY, cli
+from decode_cli_helpers import SMALL, TINY, cli, one_line
 
 
 def test_a_run_in_a_pipe_prints_a_line_per_step_on_stderr_and_json_stays_on_stdout(capsys):
@@ -212,3 +212,45 @@ def test_summary_headline_keys_are_none_when_their_rung_failed_or_was_skipped(ru
     s = study.summarize("tiny_fp32", [dict(v2)], [], [], _spec())
     assert not {"tiny_fp32_v0_over_v2", "tiny_fp32_graph_step_speedup", "tiny_fp32_best_over_hf_static"} & set(s)
     assert s["tiny_fp32_pct_of_read_roof"] == v2["pct_of_read_roof"] > 0
+
+
+def _truncated_gguf(path: Path) -> Path:
+    """A llama GGUF cut short: its header and metadata whole, its tensor data cut (a download that stopped)."""
+    gguf = pytest.importorskip("gguf", reason="gguf is not installed")
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(256)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(96)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    rng = np.random.default_rng(0)
+    w.add_tensor("token_embd.weight", rng.standard_normal((128, 64)).astype(np.float32))
+    w.add_tensor("output_norm.weight", rng.standard_normal(64).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) * 3 // 4])
+    return path
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--variants", "v2,V9", "--prompt-len", "3"], "unknown variant 'V9'"),  # after TINY's --variants: the user's
+    (["--batch", "0", "--prompt-len", "3"], "--batch must be >= 1"),
+    (["--new-tokens", "-1", "--prompt-len", "3"], "--new-tokens must be >= 2"),
+    (["--prompt", ""], "--prompt needs a checkpoint"),
+    (["--model", "FOLDER", "--prompt-len", "3"], "no config.json"),  # a folder, but no model's
+    (["--model", "GGUF", "--prompt-len", "3"], "not a readable GGUF file"),
+])
+def test_bad_input_as_a_user_gives_it_is_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
+    """Each refused before any work, in one line, exit 2, and --out not made. (--dtype fp16 on the CPU is no
+    mistake: it runs, tokens and logits checked against fp32.)"""
+    paths = {"FOLDER": lambda: tmp_path, "GGUF": lambda: _truncated_gguf(tmp_path / "m.gguf")}
+    args = [str(paths[a]()) if a in paths else a for a in args]
+    rc, cap = cli((SMALL if "--model" in args else TINY) + args + ["--out", str(tmp_path / "out")], capsys)
+    one_line(rc, cap, needle)
+    assert not (tmp_path / "out").exists()
