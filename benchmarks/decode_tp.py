@@ -110,13 +110,21 @@ def combine(docs: list[dict], extra_summary: dict, extra_rows: list, notes: list
         params["runs"].append({k: d["params"].get(k) for k in ("model", "dtype", "tp", "quant", "variants",
                                                                  "new_tokens", "prompt_len", "read_ceiling")})
     summary |= extra_summary
+    from gpuspeed.decode.study import run_label, stamp_from_runs
+
+    # what a run decoded: a tp speedup compares two runs of the same work (runs merged from separate calls may differ)
+    work = {run_label(d): {k: d["params"].get(k) for k in ("batch", "prompt_len", "prompt", "new_tokens")}
+            for d in docs}
     for model, dtype in {(d["params"]["model"], d["params"]["dtype"]) for d in docs}:
         one = summary.get(f"{model}_{dtype}_best_ms_per_token")
         for tp in (2, 4):
             many = summary.get(f"{model}_{dtype}_tp{tp}_best_ms_per_token")
             if one and many:
-                summary[f"{model}_{dtype}_tp{tp}_speedup_over_tp1"] = one / many
-    from gpuspeed.decode.study import stamp_from_runs
+                a, b = work.get(f"{model}_{dtype}"), work.get(f"{model}_{dtype}_tp{tp}")
+                key = f"{model}_{dtype}_tp{tp}_speedup_over_tp1"
+                summary[key] = one / many if a == b else None
+                if a != b:
+                    notes.append(f"{key}: none: tp1 and tp{tp} decoded different work ({a} vs {b})")
 
     doc = stamp_from_runs(make_results("decode_tp", params=params, summary=summary, rows=rows, notes=notes), docs)
     doc["command"] = ["python3", "benchmarks/decode_tp.py", *argv]

@@ -254,3 +254,24 @@ def test_bad_input_as_a_user_gives_it_is_one_line_and_writes_nothing(tmp_path, c
     rc, cap = cli((SMALL if "--model" in args else TINY) + args + ["--out", str(tmp_path / "out")], capsys)
     one_line(rc, cap, needle)
     assert not (tmp_path / "out").exists()
+
+
+def test_tp_speedup_is_none_between_runs_of_different_work(runs):
+    """decode_tp.py --merge of two calls' runs: a tp2 run of 64 new tokens against a tp1 run of 2 gave
+    *_tp2_speedup_over_tp1 as if the same decode had run on one GPU and on two."""
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("bench_decode_tp_qa13", ROOT / "benchmarks" / "decode_tp.py")
+    bench = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(bench)
+    one = copy.deepcopy(runs["fp32"])
+    two = copy.deepcopy(runs["fp32"])  # what a --tp 2 run records: its params' tp, its keys under <label>_tp2_
+    two["params"]["tp"] = 2
+    two["summary"] = {k.replace("tiny_fp32_", "tiny_fp32_tp2_", 1): v / 2 for k, v in two["summary"].items()
+                      if isinstance(v, float)}
+    doc = bench.combine([one, two], {}, [], [], 2, [])
+    assert doc["summary"]["tiny_fp32_tp2_speedup_over_tp1"] == pytest.approx(2.0)  # the same work: a speedup
+    two["params"]["new_tokens"] = 64
+    doc = bench.combine([one, two], {}, [], [], 2, [])
+    assert doc["summary"]["tiny_fp32_tp2_speedup_over_tp1"] is None
+    assert any("tp2_speedup_over_tp1: none" in n and "64" in n for n in doc["notes"]), doc["notes"]
