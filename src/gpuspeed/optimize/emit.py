@@ -101,6 +101,9 @@ Run:
     python optimized_{name}.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
     python optimized_{name}.py --cpu      # force the CPU fallback
 {fallback_line}
+build_optimized()'s function returns what the original returns (its dtypes for your inputs' dtypes, its kinds of
+numbers, your own array where it hands one back); its first call on arguments of other dtypes than the run's (or
+their other precision) is the original's own, and teaches it how the result is to look for the later ones.
 """
 
 import argparse
@@ -119,9 +122,10 @@ IMPORT_ROOT = {import_root!r}  # the folder `gpuspeed optimize` ran in: the work
 FUNC = {func!r}
 RAN_ON_GPU = {ran_on_gpu!r}  # where gpuspeed optimize measured it
 RECIPE = {recipe}
-OUT_DTYPES = {out_dtypes!r}  # the original's output dtypes on the run's inputs (a float32 primary's are cast back)
-RUN_DOUBLE = {run_double!r}  # the run's inputs held float64 (or complex128) arrays or NumPy scalars
-OTHER_OUT_DTYPES = {other_out_dtypes!r}  # the original's on those inputs in the other precision (None: not known)
+# what the original returns (output_form: each output's kind and dtype, the arguments it hands back), by the kinds and
+# dtypes of a call's arguments (dtype_signature): the run's inputs, and those in the other precision; the optimized
+# call's results are made to look the same (None: as computed); a call on arguments of other dtypes is the original's
+OUT_FORMS = {out_forms}
 RTOL, ATOL = {rtol!r}, {atol!r}  # None: gpuspeed.check's defaults, by dtype (below)
 TOLERANCES = {tolerances!r}  # default rtol by dtype: the less precise of output and original
 SCALE = {scale!r}  # the inputs' scale when the workload's inputs() takes one
@@ -260,7 +264,7 @@ def build_optimized(force_cpu=False):
         return module.{func_attr}, f"the original on the CPU ({{exc.name}} is not installed)"
     opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange", "fuse")}}
     precision = RECIPE.get("precision", "as-written")
-    # a float32 primary's outputs are cast back to the original's dtypes for each call's own inputs (as_callers_dtypes)
+    # a float32 primary's outputs are cast back to the original's dtypes for each call's own inputs (like_the_original)
     impl = build(module, func=FUNC, precision=precision, out_dtypes=None, device="cuda" if needs_gpu else "cpu", **opts)
     if TORCH_WORKLOAD:  # a PyTorch original's caller gets tensors back (on the CPU), as from the original
         impl.fetch = host_tensors
@@ -273,9 +277,7 @@ def build_optimized(force_cpu=False):
     if IN_PLACE:  # like the original: the result is written into the caller's arrays
         fn = in_place_call(impl, IN_PLACE, IN_PLACE_RETURNS)
         fn.impl = impl
-    if precision == "float32":
-        fn = as_callers_dtypes(fn, impl)
-    return by_keyword(fn, impl, getattr(module, FUNC)), impl.label
+    return by_keyword(like_the_original(fn, impl), impl, getattr(module, FUNC)), impl.label
 
 
 def wrapping(call, fn, impl):
@@ -310,6 +312,30 @@ def by_keyword(fn, impl, original):
     return wrapping(call, fn, impl)
 
 
+def like_the_original(fn, impl):
+    """fn, whose results look as the original's do for the caller's own arguments (returned_like): of the dtypes it
+    returns for them (a float32 primary's cast back: float64 for float64 or integer inputs where the original computes
+    in float64, float32 for float32 ones), NumPy scalars and Python numbers where it returns those, the caller's own
+    array where it hands that argument back. OUT_FORMS holds what the run found for its inputs' dtypes (and the other
+    precision's); a call on arguments of dtypes it does not hold is answered by the original itself, once, and what
+    that returned is kept for the later calls on arguments of those dtypes."""
+    def call(*args):
+        form = OUT_FORMS.get(dtype_signature(args), learn)
+        if form is learn:
+            return learn(args)
+        return returned_like(fn(*args), form, args)
+
+    return wrapping(call, fn, impl)
+
+
+def learn(args):
+    """The original's own answer for args, with how it looks kept in OUT_FORMS for later calls on those dtypes."""
+    with on_the_host():
+        out = pristine_original()(*args)
+    OUT_FORMS[dtype_signature(args)] = output_form(out, args)
+    return out
+
+
 _PRISTINE = []
 
 
@@ -321,41 +347,12 @@ def pristine_original():
     return _PRISTINE[0]
 
 
-def has_double(args):
-    """Whether the arguments hold a float64 or complex128 array (NumPy, torch, ...) or NumPy scalar: what a float32
-    primary casts down on its way in."""
-    return any(str(getattr(x, "dtype", "")).replace("torch.", "") in ("float64", "complex128") for x in leaves(args))
-
-
-def has_floating(args):
-    """Whether the arguments hold a floating-point or complex array (NumPy, torch, ...) or NumPy scalar."""
-    return any(str(getattr(x, "dtype", "")).replace("torch.", "").startswith(("float", "complex", "bfloat"))
-               for x in leaves(args))
-
-
-def as_callers_dtypes(fn, impl):
-    """fn (a float32 primary, built without a cast back) with its outputs cast to the dtypes the original returns for
-    the caller's own inputs: OUT_DTYPES where they are of the run's precision (float64 inputs: what the run checked),
-    OTHER_OUT_DTYPES where they are of the other (the original returns float32 on float32 inputs, where the run's
-    float64 dtypes handed back float64); as computed where that is not known, or where the arguments hold no
-    floating-point data (integers: nothing was cast down, and the original's result follows its own types)."""
-    def call(*args):
-        want = None
-        if has_floating(args):
-            want = OUT_DTYPES if has_double(args) == RUN_DOUBLE else OTHER_OUT_DTYPES
-        out = fn(*args)
-        if not want:
-            return out
-        return host_tensors(out, want) if TORCH_WORKLOAD else host_tree(out, want)
-
-    return wrapping(call, fn, impl)
-
-
 def check_against_original(fn, seeds=(101, 202, 303)):
     """The optimized function against the original on fresh inputs: same shapes and dtypes, every element
     within atol + rtol * |ref|, no NaN the original does not have. Returns True when all pass."""
     module = load_workload("_reference")
     original = getattr(module, FUNC)
+    built = hasattr(fn, "impl")  # a primary built by build_optimized() (not the original itself)
     handed = {{"optimized": [], "original": []}}  # the arguments each call returned as themselves (aliased)
     if IN_PLACE:  # what the two calls wrote into their arguments is what is compared
         fn, original = (returning_args(handing_back(f, handed[who]), IN_PLACE, IN_PLACE_RETURNS)
@@ -363,6 +360,8 @@ def check_against_original(fn, seeds=(101, 202, 303)):
     ok = True
     for seed in seeds:
         args = make_args(module, seed)
+        if built and dtype_signature(args) not in OUT_FORMS:  # how the original's output looks, so fn's own is checked
+            learn(make_args(module, seed))
         with on_the_host():  # a copy: an original may return a buffer it reuses
             ref = copy.deepcopy(host_tree(original(*make_args(module, seed))))
         out, problem = keyed_like(host_tree(fn(*args)), ref)
@@ -632,7 +631,6 @@ def script_text(run) -> str:
                     "against it (see report.md)." if nondeterministic else
                     f"Correct against the original within {_tolerance_text(run.wl.rtol, run.wl.atol)} on "
                     f"{len(run.params['seeds'])} fresh seeds (see report.md).")
-    run_double, other_out_dtypes = _other_precision(run, rec)
     text = TEMPLATE.format(
         verdict_line=verdict_line, nondeterministic=nondeterministic,
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
@@ -644,8 +642,7 @@ def script_text(run) -> str:
         import_root=run.params.get("cwd") or os.getcwd(),
         fallback_line=_fallback_line(backend, rec, lib),
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
-        recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_dtypes=W_out_dtypes(run),
-        run_double=run_double, other_out_dtypes=other_out_dtypes,
+        recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_forms=_out_forms(run, rec),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
         in_place=run.params.get("in_place"), in_place_returns=bool(run.params.get("in_place_returns")),
         caches_results={"original": bool(run.results.get("original", {}).get("caches_results")),
@@ -681,35 +678,27 @@ def _tolerances() -> dict:
     return {k: v for k, v in TOLERANCES.items() if k in ("float64", "complex128", "float32", "complex64", "float16")}
 
 
-def W_out_dtypes(run):  # noqa: N802 - mirrors the worker's spec key
-    from gpuspeed.optimize.workload import load_refs, out_dtypes
-
-    path = run.out_dir / "refs.pkl"
-    if not path.is_file():
-        return None
-    refs = load_refs(path)
-    return out_dtypes(refs[run.params["seeds"][0]])
+OTHER_PRECISION_MAX_S = 10.0  # the original's extra calls are skipped past this (a reference call's time in the run)
+FORM_MAX_CHARS = 100_000  # an output form longer than this is not written into the script (its results as computed)
 
 
-OTHER_PRECISION_MAX_S = 10.0  # the original's extra call is skipped past this (a reference call's time in the run)
-
-
-def _other_precision(run, rec) -> tuple:
-    """(whether the run's inputs hold float64/complex128, the original's output dtypes on those inputs in the other
-    precision or None): for a float32 primary, whose script casts its outputs back to the original's dtypes for each
-    call's inputs. The original is called once more here, on the run's first seed's inputs with float64 arrays (and
-    NumPy scalars) as float32 (complex128 as complex64), or float32 as float64 where the run had no float64; not where
-    a reference call took over OTHER_PRECISION_MAX_S, or it fails (the script then returns the dtypes it computes)."""
-    from gpuspeed.optimize.backends.common import kind_of, returning_args, tree_map
+def _out_forms(run, rec) -> str:
+    """OUT_FORMS, as the script's source: {dtype_signature of the arguments: output_form of the original's output}
+    for the run's first seed's inputs and for those inputs in the other precision (float64 arrays and NumPy scalars as
+    float32, complex128 as complex64; float32 as float64 where the run had no float64), each from a call of the
+    original here. Past OTHER_PRECISION_MAX_S a call (the run's reference calls took that long), the run's own
+    inputs' form is read off its references (refs.pkl) and the other precision's is None (results as computed); a
+    call that fails gives None too (code that takes only float64). None for the original itself (nothing to shape)."""
+    from gpuspeed.optimize.backends.common import dtype_signature, kind_of, tree_map
     from gpuspeed.optimize.worker import host_inputs
-    from gpuspeed.optimize.workload import out_dtypes
 
-    if rec.get("precision") != "float32" or not run.params.get("seeds"):
-        return False, None
+    if rec["backend"] == "original" or not run.params.get("seeds"):
+        return "None"
+    seed = run.params["seeds"][0]
     try:
-        args = host_inputs(run.wl, run.params["seeds"][0])
+        args = host_inputs(run.wl, seed)
     except Exception:  # noqa: BLE001 - the run made these inputs before: only a workload that changed fails here
-        return False, None
+        return "{}"  # the script's check learns the run's from the original
     double = _has_double(args)
     flip = {"float64": "float32", "complex128": "complex64"} if double else {"float32": "float64",
                                                                               "complex64": "complex128"}
@@ -725,33 +714,62 @@ def _other_precision(run, rec) -> tuple:
         return x
 
     flipped = tree_map(other, args)
-    if not any(a is not b for a, b in zip(_leaves(args), _leaves(flipped), strict=True)):
-        return double, W_out_dtypes(run)  # no float arguments: the run's dtypes hold for every call
+    forms = {}
     if (run.params.get("reference_s") or 0) > OTHER_PRECISION_MAX_S:
-        return double, None
-    fn = run.wl.original
-    if run.params.get("in_place"):  # its outputs are what it writes (after what it returns), as the references hold
-        fn = returning_args(fn, run.params["in_place"], bool(run.params.get("in_place_returns")))
+        forms[dtype_signature(args)] = _form_of_refs(run, seed)
+        forms.setdefault(dtype_signature(flipped), None)
+    else:
+        for call_args in (args, flipped):
+            forms.setdefault(dtype_signature(call_args), _form_of_call(run, call_args))
+    return "{" + "".join(f"\n    {k!r}: {_literal(v)}," for k, v in forms.items()) + "\n}"
+
+
+def _form_of_call(run, args):
+    """The output_form of the original's output on args (None where it raises)."""
+    from gpuspeed.optimize.backends.common import output_form
+
     cwd = os.getcwd()
     try:
         torch = sys.modules.get("torch")
         with torch.device("cpu") if torch is not None else contextlib.nullcontext():
-            return double, out_dtypes(fn(*flipped))
+            return output_form(run.wl.original(*args), args)
     except Exception:  # noqa: BLE001 - code that takes only float64: the script then returns what it computes
-        return double, None
+        return None
     finally:
         if os.getcwd() != cwd:
             os.chdir(cwd)
 
 
-def _leaves(tree) -> list:
-    from gpuspeed.optimize.backends.common import leaves
+def _form_of_refs(run, seed):
+    """The output_form of the original's output as the run's references hold it (NumPy for torch tensors, a 0-d
+    tensor a NumPy scalar: the script casts a tensor by its dtype alone); None where they cannot be read."""
+    from gpuspeed.optimize.backends.common import output_form
+    from gpuspeed.optimize.workload import load_refs
 
-    return leaves(tree)
+    try:
+        ref = load_refs(run.out_dir / "refs.pkl")[seed]
+    except Exception:  # noqa: BLE001 - a run whose refs.pkl is gone: the script returns what it computes
+        return None
+    if run.params.get("in_place"):  # (its result, what it wrote) or what it wrote: the script returns the result
+        ref = ref[0] if run.params.get("in_place_returns") else None
+    return output_form(ref)
+
+
+def _literal(form) -> str:
+    """form as a Python literal for the script; None where it is not one (a dict keyed by other objects) or too long."""
+    import ast
+
+    text = repr(form)
+    try:
+        return text if len(text) <= FORM_MAX_CHARS and ast.literal_eval(text) == form else "None"
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return "None"
 
 
 def _has_double(args) -> bool:
-    return any(str(getattr(x, "dtype", "")).replace("torch.", "") in ("float64", "complex128") for x in _leaves(args))
+    from gpuspeed.optimize.backends.common import leaves
+
+    return any(str(getattr(x, "dtype", "")).replace("torch.", "") in ("float64", "complex128") for x in leaves(args))
 
 
 def _arg_order(wl) -> list:

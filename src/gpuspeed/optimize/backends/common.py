@@ -436,6 +436,185 @@ def with_arguments(out, args, pairs):
     return _keyed_map(pick, out)
 
 
+def dtype_signature(args) -> tuple:
+    """What a function's output types follow in its arguments: each leaf's type and dtype, and whether it is 0-d (NumPy
+    and torch promote by dtype; torch by dimension too), not its shape or values; runs of equal leaves counted once
+    ((key, count), ...: a list of 10,000 floats is one entry)."""
+    sig: list = []
+    for x in args if type(args) is tuple and all(type(a) in _FLAT for a in args) else leaves(args):
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or not hasattr(x, "shape"):
+            key = type(x).__name__
+        else:
+            key = (type(x), dtype, not len(x.shape))
+            key = _SIGNATURE_KEYS.get(key) or _SIGNATURE_KEYS.setdefault(
+                key, f"{type(x).__name__}:{str(dtype).replace('torch.', '')}" + (":0d" if key[2] else ""))
+        if sig and sig[-1][0] == key:
+            sig[-1][1] += 1
+        else:
+            sig.append([key, 1])
+    return tuple([(k, n) for k, n in sig])
+
+
+_FLAT = (np.ndarray, float, int, bool)  # arguments that are leaves themselves (no walk through leaves() needed)
+_SIGNATURE_KEYS: dict = {}  # (type, dtype, 0-d) -> its dtype_signature key, made once
+
+
+_PYTHON_NUMBERS = (bool, int, float, complex)  # in this order: each holds the ones before it without loss
+
+
+def _leaf_kind(x):
+    """'array:<dtype>' (a NumPy array or a torch tensor), 'scalar:<dtype>' (a NumPy scalar), 'python:<type>' (a
+    Python number), None (anything else)."""
+    if isinstance(x, np.generic):
+        return f"scalar:{x.dtype.name}"
+    if isinstance(x, np.ndarray):
+        return f"array:{x.dtype.name}"
+    if kind_of(x) == "torch" and hasattr(x, "dtype"):
+        return f"array:{str(x.dtype).replace('torch.', '')}"
+    if isinstance(x, _PYTHON_NUMBERS):
+        return f"python:{type(x).__name__}"
+    return None
+
+
+def output_form(out, args=()) -> list:
+    """[kinds, handed, twins]: how a call's output looks, for another's to be made to look the same (returned_like):
+    `kinds` is out's structure with each leaf's kind (_leaf_kind), `handed` the leaves that are arguments themselves
+    ([[path, argument], ...]), `twins` the leaves that are an earlier leaf's array again ([[path, earlier path], ...]:
+    `return y, y`); a path is the keys and indices from out to the leaf, so a list of another length elsewhere in
+    the output moves none of them."""
+    seen: dict = {}
+    handed: list = []
+    twins: list = []
+
+    def look(leaf, path):
+        if hasattr(leaf, "shape") and not isinstance(leaf, np.generic):  # an array (a scalar has no identity to keep)
+            i = next((i for i, a in enumerate(args) if a is leaf), None)
+            if i is not None:
+                handed.append([path, i])
+            elif id(leaf) in seen:
+                twins.append([path, seen[id(leaf)]])
+            else:
+                seen[id(leaf)] = path
+        return leaf
+
+    _path_map(look, out)
+    return [tree_map(_leaf_kind, out), handed, twins]
+
+
+def _path_map(fn, obj, path=()):
+    """tree_map with fn(leaf, path), each dict's items visited in the order of their keys (by repr)."""
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_path_map(fn, o, (*path, j)) for j, o in enumerate(obj))
+    if isinstance(obj, dict):
+        done = {k: _path_map(fn, obj[k], (*path, k)) for k in sorted(obj, key=repr)}
+        return {k: done[k] for k in obj}
+    return fn(obj, path)
+
+
+def returned_like(out, form, args):
+    """out (an optimized call's result on `args`) made to look as the original's does by its output_form(): the
+    caller's own array where the original hands back that argument, each dict's items in the original's order, each
+    container a tuple or a list as the original's, each leaf of the original's kind and dtype (a float32 result cast
+    back to float64, a 0-d array or a Python float made the NumPy scalar the original returns, a NumPy scalar made
+    the Python number it returns), one array where the original returns one array twice. A cast that would lose a
+    kind of data (complex to float, float to integer) is not made: such a result is wrong, and is left to show it."""
+    if form is None:
+        return out
+    kinds, handed, twins = form
+    if handed:
+        where = {tuple(path): i for path, i in handed}
+
+        def mine(leaf, path):
+            i = where.get(path)
+            return args[i] if i is not None and i < len(args) and _same_form(leaf, args[i]) else leaf
+
+        out = _path_map(mine, out)
+    out = _shaped_like(out, kinds)
+    if twins:
+        held: dict = {}
+        _path_map(lambda leaf, path: held.setdefault(path, leaf), out)
+        first = {tuple(path): tuple(earlier) for path, earlier in twins}
+
+        def once(leaf, path):
+            k = first.get(path)
+            return held[k] if k in held and _same_form(leaf, held[k]) else leaf
+
+        out = _path_map(once, out)
+    return out
+
+
+def _same_form(a, b) -> bool:
+    """Two arrays of one shape (the one standing for the other in an output)."""
+    return hasattr(a, "shape") and hasattr(b, "shape") and tuple(a.shape) == tuple(b.shape)
+
+
+def _shaped_like(out, kinds):
+    if isinstance(kinds, dict):
+        if isinstance(out, dict) and set(out) == set(kinds):
+            return {k: _shaped_like(out[k], kinds[k]) for k in kinds}
+        return out
+    if isinstance(kinds, (tuple, list)):
+        if isinstance(out, (tuple, list)) and len(out) == len(kinds):
+            return type(kinds)(_shaped_like(o, k) for o, k in zip(out, kinds, strict=True))
+        if isinstance(out, (tuple, list)) and kinds and all(k == kinds[0] for k in kinds):
+            return type(kinds)(_shaped_like(o, kinds[0]) for o in out)  # one per row, say: as many as the call has
+        return out
+    return _leaf_like(out, kinds) if isinstance(kinds, str) else out
+
+
+def _parsed_kind(kind):
+    """(what, name, NumPy dtype or None) of a _leaf_kind, parsed once."""
+    parsed = _KINDS.get(kind)
+    if parsed is None:
+        what, _, name = kind.partition(":")
+        try:
+            dtype = np.dtype(name) if what != "python" else None
+        except TypeError:  # bfloat16, float8: torch's own, never a demoted result
+            dtype = None
+        parsed = _KINDS[kind] = (what, name, dtype)
+    return parsed
+
+
+_KINDS: dict = {}
+
+
+def _leaf_like(x, kind):
+    what, name, want = _parsed_kind(kind)
+    if what == "array" and type(x) is np.ndarray and x.dtype == want:  # the usual case, first
+        return x
+    if what == "python":
+        if type(x).__name__ == name:
+            return x
+        if getattr(x, "ndim", None) == 0 and hasattr(x, "item"):  # a NumPy scalar, a 0-d array or tensor
+            x = x.item()
+        want = next((t for t in _PYTHON_NUMBERS if t.__name__ == name), None)
+        if want is not None and type(x) in _PYTHON_NUMBERS and \
+                _PYTHON_NUMBERS.index(type(x)) <= _PYTHON_NUMBERS.index(want):
+            return want(x)
+        return x
+    if want is None:
+        return x
+    if kind_of(x) == "torch":
+        try:
+            have = np.dtype(str(x.dtype).replace("torch.", ""))
+        except TypeError:
+            return x
+        if have != want and np.can_cast(have, want, "same_kind"):
+            return x.to(getattr(sys.modules["torch"], want.name))
+        return x
+    if isinstance(x, np.ndarray) and (what == "array" or x.ndim):
+        return x.astype(want) if x.dtype != want and np.can_cast(x.dtype, want, "same_kind") else x
+    if isinstance(x, (np.ndarray, np.generic, *_PYTHON_NUMBERS)):  # a number, or a 0-d array
+        have = np.asarray(x).dtype
+        if have != want and not np.can_cast(have, want, "same_kind"):
+            return x
+        if what == "array":
+            return np.asarray(x, dtype=want)
+        return x if type(x) is want.type else want.type(x[()] if isinstance(x, np.ndarray) else x)
+    return x
+
+
 def in_place_call(impl, positions, returns=False):
     """The original's contract for code that writes into its arguments: host arrays in, the call made on
     the implementation's own copies (moved, cast), the written ones copied back into the caller's, None out
