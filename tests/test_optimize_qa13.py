@@ -257,3 +257,74 @@ def test_a_pytorch_float32_primary_returns_what_the_pytorch_original_returns(tmp
     calls = [line for line in lines if line.split()[0] in ("float64", "float32", "int64", "mixed", "strided")]
     assert len(calls) == 10 and all(line.split()[2:5] == ["True"] * 3 for line in calls), "\n".join(lines)
     assert "check True" in lines and any(line.startswith("correctness: PASS") for line in lines), lines
+
+
+CALL_FALLBACK = LOAD_OPTIMIZED + '''
+import numpy as np
+
+original = opt.load_workload("_mine").original
+rng = np.random.default_rng(2)
+print(how)
+for dtype in ("float64", "float32", "int64"):
+    x, w = (rng.standard_normal(40) * 5).astype(dtype), (rng.standard_normal(40) * 5).astype(dtype)
+    ref, out = original(x, w), fn(x, w)
+    print(dtype, all(type(a) is type(b) and np.array_equal(a, b) for a, b in zip(ref, out)))
+'''
+
+
+def test_a_gpu_primary_falls_back_to_the_original_exactly_without_a_gpu(kinds):
+    """A CuPy primary's script on a machine without a GPU runs the original, as written: the same values and types
+    as the original's, for float64, float32 and integer inputs."""
+    run, tmp_path = kinds
+    rec = {"name": "cupy-fp32", "backend": "cupy", "precision": "float32"}
+    run.results["cupy-fp32"] = {"name": "cupy-fp32", "recipe": rec, "status": "ok", "label": "CuPy (float32)",
+                                "device_time": {"median": 1e-4}}
+    try:
+        lines = _lines(tmp_path, rewrite(run, "cupy-fp32"), CALL_FALLBACK)
+    finally:
+        del run.results["cupy-fp32"]
+    assert lines == ["the original on the CPU (no GPU)", "float64 True", "float32 True", "int64 True"], lines
+
+
+def test_the_script_skips_its_calls_of_a_slow_original(kinds, monkeypatch):
+    """The emitted script's extra calls of the original (its output's form on the run's inputs and in the other
+    precision) are to be skipped where its reference calls took long: the run never recorded how long they took,
+    so an original taking minutes was called again at emit, whatever OTHER_PRECISION_MAX_S said."""
+    from gpuspeed.optimize import emit
+
+    run, _ = kinds
+    assert run.params["reference_s"] > 0
+    calls = []
+    original = run.wl.original
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(run.wl, "original", counted)
+    run.choice = {"primary": "numba"}
+    emit.script_text(run)
+    assert len(calls) == 2  # the run's inputs, and in float32
+    calls.clear()
+    monkeypatch.setattr(emit, "OTHER_PRECISION_MAX_S", run.params["reference_s"] / 2)
+    text = emit.script_text(run)
+    assert not calls
+    forms = text.split("\nOUT_FORMS = ", 1)[1].split("\n}\n", 1)[0]
+    assert "(('ndarray:float64', 2),): [('array:float64'" in forms  # read off the run's references
+    assert "(('ndarray:float32', 2),): None," in forms  # as computed
+
+
+@pytest.mark.parametrize("text, args, message", [
+    ("import numpy as np\ndef original(x):\n    return x, None\ndef inputs(rng):\n    return (rng.random(4),)\n",
+     [], "returned a NoneType"),
+    ("def original(x):\n    return x * 2\n", ["--input", "x=float64[3]", "--input", "x=float64[4]"], "given twice"),
+    ("def original(x):\n    return x * 2\n", ["--input", "x=float64[3]", "--time-budget", "nan"], "--time-budget"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, args, message):
+    from gpuspeed.cli import main
+
+    p = tmp_path / "bad_wl.py"
+    p.write_text(text)
+    rc = main(["optimize", str(p), "--device", "cpu", "--out", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("gpuspeed: error:") and err.count("\n") == 1 and message in err, repr(err)

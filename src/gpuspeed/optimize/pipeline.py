@@ -189,7 +189,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
               "tolerance_source": wl.tolerance_source, "device": where, "target_gpu": target_gpu,
               "time_budget_s": time_budget, "seeds": seeds, "backends": sorted(requested), "rank_by": rank_by,
               "in_place": in_place, "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
-              "cwd": os.getcwd()}
+              "cwd": os.getcwd(), "reference_s": reference_s}
     run = OptimizeRun(wl=wl, where=where, out_dir=out_dir, params=params, notes=list(wl.notes) + early_notes)
     home.notes = run.notes  # a later move (the hotspot pass's calls) is said in the run's notes
     if in_place and wl.in_place_returns:
