@@ -328,3 +328,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, text, args, message)
     rc = main(["optimize", str(p), "--device", "cpu", "--out", str(tmp_path / "o"), *args])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("gpuspeed: error:") and err.count("\n") == 1 and message in err, repr(err)
+
+
+def test_resume_refuses_a_run_begun_on_another_device(tmp_path):
+    # --resume reuses the finished candidates' timings: a run folder begun on another machine (an H200's resumed on
+    # an H100, or copied to another CPU) would mix that device's times into this one's ranking
+    import json
+
+    from gpuspeed.errors import UserError
+    from gpuspeed.optimize import optimize
+
+    text = """
+        import numpy as np
+
+        def original(x):
+            return np.sin(x) * 2.0 + x
+
+        def inputs(rng):
+            return (rng.standard_normal(500),)
+        """
+    run = optimize_text(tmp_path, "elsewhere", text, ["numpy"])
+    run_file = run.out_dir / "run.json"
+    saved = json.loads(run_file.read_text())
+    assert saved["device_name"]  # the machine's device, by name, beside 'cpu' / 'cuda'
+    run_file.write_text(json.dumps(saved | {"device_name": "NVIDIA H200"}))
+    with pytest.raises(UserError, match=r"device_name 'NVIDIA H200' there, '.+' now"):
+        optimize(run.wl.path, device="cpu", out=run.out_dir, backends=["numpy"], time_budget=60,
+                 bench_budget_s=0.05, resume=True)

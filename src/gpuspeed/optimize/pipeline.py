@@ -117,8 +117,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     out_dir = Path(out) if out is not None else default_dir(where) / "optimize" / wl.name
     run_file = out_dir / "run.json"
     refs_file = out_dir / "refs.pkl"
+    # the device by name too: --resume reuses finished candidates' times, and another GPU's (or CPU's) are not these
     key = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs, "device": where,
-           "tolerance": [wl.rtol, wl.atol]}
+           "device_name": _device.get_device(where).name, "tolerance": [wl.rtol, wl.atol]}
     # the file's contents too: a resumed run reuses the references and the rows of the code it was started on
     source_hash = hashlib.sha256(wl.path.read_bytes()).hexdigest()
     if resume:
