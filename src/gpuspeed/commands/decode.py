@@ -95,30 +95,23 @@ def register(app: typer.Typer) -> None:
                           "the numbers are CPU numbers. Every rung and the transformers rows take a minute or more: "
                           "--variants V2,V5 --no-hf for a quick look.")
         bar_console = make_console(stderr=True)
-        with progress_bar(36, console=bar_console) as bar:
+        # off a terminal (a log, a pipe, CI) the bar is hidden and says each step in a plain line on stderr instead
+        with progress_bar(36, console=bar_console, name="gpuspeed decode") as bar:
             steps = [study.progress_steps(spec)]  # run() tells the exact count as it learns it
             task = bar.add_task("decode", total=steps[0])
-            # the bar shows only on a terminal: in a log, a pipe or CI a plain line as each step ends (stderr)
-            lines = None if bar_console.is_terminal else study.StepLines(sys.stderr, steps[0])
 
             def progress(what: str) -> None:
                 bar.update(task, advance=1, description=what)
-                if lines:
-                    lines(what)
 
             def total(n: int) -> None:
                 steps[0] = n
                 bar.update(task, total=n)
-                if lines:
-                    lines.set_total(n)
 
             if tp_ranks > 1:  # the ranks run in their own processes: no per-variant progress from them
                 bar.update(task, description=f"{tp_ranks} ranks (tensor parallel)")
                 doc = tensor_parallel.launch(spec, tp_ranks)
             else:
                 doc = study.run(spec, progress=progress, total=total)
-            if lines:
-                lines.close()
             bar.update(task, completed=steps[0], description="done")
         if sampling_note:
             doc["notes"].append(sampling_note)

@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
         total = study.count_steps(k_list or (study.GPU_KS if where == "cuda" else study.CPU_KS),
                                   n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS),
                                   v_list or study.VARIANTS, where)
-        with progress_bar(34, transient=as_json) as bar:
+        with progress_bar(34, transient=as_json, name="gpuspeed launch") as bar:
             task = bar.add_task("launch", total=total)
 
             def progress(what: str) -> None:

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         signal.signal(signal.SIGTERM, _terminate)
         # with --json, stdout holds the JSON alone: what the workload prints while it is loaded and run goes to stderr
         quiet = stdout_to_stderr() if as_json else contextlib.nullcontext()
-        with quiet, progress_bar(console=console) as bar:
+        with quiet, progress_bar(console=console, name="gpuspeed optimize") as bar:
             task = bar.add_task("loading", total=3)
 
             def progress(label, done, total):

@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         if study.kind == "cpu":
             console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
         steps = study.steps()
-        with progress_bar(40, console=console) as bar:
+        with progress_bar(40, console=console, name="gpuspeed roofline") as bar:
             task = bar.add_task("roofline", total=len(steps))
             for label, fn in steps:
                 bar.update(task, description=label)

@@ -630,41 +630,6 @@ def progress_steps(spec: Spec, args: M.ModelArgs | None = None) -> int:
     return 2 + has_reference(spec) + len(steps) + (sum(kind == "ladder" for _, kind, _ in steps) if spec.profile else 0)
 
 
-class StepLines:
-    """run()'s progress as plain lines, for a log, a pipe or CI, where the bar is hidden (a default CPU run printed
-    nothing for its minute or two). One line as each step ends: its name, its seconds, the run's time so far and
-    what runs now; close() ends the last. A step that stops the run (a checkpoint that does not load, a prompt the
-    model refuses) prints no line: its error stays the one line."""
-
-    def __init__(self, stream=None, total: int = 0, name: str = "gpuspeed decode"):
-        self.stream, self.total, self.name = stream, total, name
-        self.done = 0
-        self.current: str | None = None
-        self.t0 = self.t_step = time.perf_counter()
-
-    def set_total(self, n: int) -> None:
-        self.total = n
-
-    def __call__(self, what: str) -> None:
-        now = time.perf_counter()
-        if self.current is not None:
-            self._line(now, what)
-        self.current, self.t_step = what, now
-
-    def close(self) -> None:
-        if self.current is not None:
-            self._line(time.perf_counter(), None)
-            self.current = None
-
-    def _line(self, now: float, next_step: str | None) -> None:
-        import sys
-
-        self.done += 1
-        text = (f"{self.name} [{now - self.t0:5.0f} s] {self.done}/{max(self.total, self.done)} {self.current}: "
-                f"{now - self.t_step:.1f} s" + (f"; now {next_step}" if next_step else ""))
-        print(text, file=self.stream or sys.stderr, flush=True)
-
-
 def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         total: Callable[[int], None] | None = None) -> dict:
     """The whole study for one model and dtype; returns the results document (tp: this rank, tp.worker).
