@@ -162,7 +162,20 @@ def _kernel_claims() -> list[str]:
         f"row_normalize_loop's Numba prange loop, {_row(k, 'row_normalize_loop', 'triton')['best_auto_s'] * 1e3:.1f} ms",
         f"a CuPy loop at {_row(c9, 'row_normalize_loop', 'triton')['best_auto_s']:.2f} s was before",
         f"against torch.compile's {_row(k, mb, 'triton')['best_auto_s']:.2f} s",
+        *_h100_kernel_claims(),
     ]
+
+
+def _h100_kernel_claims() -> list[str]:
+    """The H100's kernels.json (no H200 came for that run): its own roof, and no speedup against the H200's runs."""
+    doc = json.loads((H200.parent / "nvidia-h100" / "kernels.json").read_text(encoding="utf-8"))
+    (row,) = [r for r in doc["rows"] if (r.get("example"), r.get("variant")) == ("row_normalize_loop", "triton_fp32")]
+    s = doc["summary"]
+    assert doc["device"]["name"].startswith("NVIDIA H100") and s["kernels_faster_than_auto"] is None
+    return [f"at {doc['git'][:7]}, `results/nvidia-h100/kernels.json`) {s['kernels_at_70pct_roof']} of the "
+            f"{s['kernels']} kernels reach 70 % of that GPU's roof, the float32 row normalization "
+            f"{row['pct_of_roof']:.1f} % ({row['copy_same_launches_pct_of_roof']:.1f} % for the copies) in "
+            f"{row['time_s'] * 1e6:.1f} us; it gives no speedups"]
 
 
 def _decode_claims() -> list[str]:
