@@ -175,6 +175,73 @@ def _umask() -> int:
     return mask
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`timeout`, a job scheduler, a benchmark's limit) inside stop_signals(): it unwinds like Ctrl-C."""
+
+
+def _terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def stop_signals(keep=None):
+    """A command's measuring, stopped from outside. Inside, SIGTERM unwinds like Ctrl-C (it killed the process
+    where it stood: no line said why, an empty --out was left and every step measured was lost). On either,
+    `keep()` (if given) writes what was measured and returns a few words saying where (or None: nothing kept);
+    then one line on stderr says what happened and the process exits 130 (Ctrl-C) or 143 (SIGTERM). A Ctrl-C with
+    nothing kept goes on as KeyboardInterrupt (the CLI's own line and 130). A second signal while keep() writes is
+    ignored: the files it writes are whole."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's only
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        term = isinstance(exc, Terminated)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        kept = None
+        if keep is not None:
+            held = ({s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)} if main else {})
+            try:
+                kept = keep()
+            except Exception as err:  # the rows could not be written: said, not a traceback over the interrupt
+                from gpuspeed.errors import one_line
+
+                kept = f"nothing kept ({one_line(err)})"
+            finally:
+                for s, h in held.items():
+                    signal.signal(s, h)
+        if not term and kept is None:
+            raise
+        print(f"gpuspeed: {'stopped by SIGTERM' if term else 'interrupted'}" + (f": {kept}" if kept else ""),
+              file=sys.stderr, flush=True)
+        raise SystemExit(143 if term else 130) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C and SIGTERM wait until the block ends (a command writing its files): they never leave one of them
+    written and the next not. Where signals cannot be held (not the main thread, no pthread_sigmask), as is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def strict_json(obj: Any, indent: int | None = 1) -> str:
     """JSON text as the results files hold it: NaN and infinities as null, arrays and measurements as lists and
     dicts (a command's --json prints this, so its stdout parses as strict JSON)."""

@@ -22,9 +22,9 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.commands import esc, make_console, progress_bar
         from rich.table import Table
 
-        from gpuspeed.results import check_out_dir
+        from gpuspeed.results import check_out_dir, signals_held
         from gpuspeed.roofline.report import pct_text
-        from gpuspeed.roofline.study import Study
+        from gpuspeed.roofline.study import Study, run_steps, write_artifacts
 
         check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         console = make_console(stderr=as_json)
@@ -34,28 +34,17 @@ def register(app: typer.Typer) -> None:
         steps = study.steps()
         with progress_bar(40, console=console, name="gpuspeed roofline") as bar:
             task = bar.add_task("roofline", total=len(steps))
-            for label, fn in steps:
-                bar.update(task, description=label)
-                fn()
-                bar.advance(task)
-        doc = study.document()
+
+            def step(label, done):
+                bar.update(task, description=label, completed=done)
+
+            doc = run_steps(study, steps, out=out, step=step)  # stopped part-way: the steps done are kept in --out
+            bar.update(task, completed=len(steps))
         if out:
-            from pathlib import Path
-
-            from gpuspeed.errors import one_line
-            from gpuspeed.results import write_results, write_text_atomic
-            from gpuspeed.roofline.plot import plot
-            from gpuspeed.roofline.report import markdown
-
-            try:
-                pics = plot(doc, out)
-            except Exception as exc:  # a plot failure must not lose the numbers: they are written, with a note
-                pics = []
-                doc["notes"].append(f"plot failed: {one_line(exc)}")
-            path = write_results(doc, out)
-            md = write_text_atomic(Path(out) / "roofline.md", markdown(doc))  # never half-written, no temp left
-            console.print(f"wrote {esc(path)}, {esc(md)}" + "".join(f", {esc(p)}" for p in pics))
-            if not pics:
+            with signals_held():  # a Ctrl-C now waits until every file is whole
+                paths = write_artifacts(doc, out)
+            console.print("wrote " + ", ".join(esc(p) for p in paths))
+            if len(paths) == 2:  # no plots
                 console.print(f"[yellow]{esc(doc['notes'][-1])}[/]", markup=True)
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON

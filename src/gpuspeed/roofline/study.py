@@ -213,13 +213,18 @@ class Study:
                          + sum(1 for p in self.placements if "error" in p))
         return s
 
-    def document(self) -> dict:
+    def document(self, partial: str | None = None) -> dict:
+        """The results document; `partial` (how the run was stopped, in words) marks one of a run cut short: params
+        partial true, a note first, the summary figures of the steps not run null."""
         rows = ([{"section": "ceiling", **r} for r in self.ceil.to_dict()["rows"]]
                 + [{"section": "sweep", **r} for r in self.sweep_rows]
                 + [{"section": "placement", **p} for p in self.placements])
         params = {"device": self.kind, "quick": self.quick, "dtypes": self.dtypes, "sweep": self.do_sweep,
                   "workloads": self.do_workloads, "device_name": self.info.name}
-        notes = list(self.notes) + [
+        if partial:
+            params["partial"] = True
+        notes = ([f"partial: {partial}; the steps not run have no rows and their summary figures are null: rerun "
+                  "gpuspeed roofline for the whole roof"] if partial else []) + list(self.notes) + [
             "ceilings: best candidate of each row; " + (
                 "gpuspeed's kernels and the matmuls were checked for correctness before timing (torch's copy_, sum "
                 "and fill_ and the L2 read are timed as they are)" if self.kind == "cuda" else
@@ -241,6 +246,53 @@ class Study:
                             device=self.kind)
 
 
+def write_artifacts(doc: dict, out) -> list:
+    """roofline.json (through gpuspeed.results), roofline.md and roofline.png/.svg under `out`; returns their paths.
+    The plots go first, so that a plot failure is among the notes the JSON and the Markdown hold (the numbers are
+    written all the same)."""
+    from pathlib import Path
+
+    from gpuspeed.results import write_results, write_text_atomic
+    from gpuspeed.roofline.plot import plot
+    from gpuspeed.roofline.report import markdown
+
+    try:
+        pics = plot(doc, out)
+    except Exception as exc:  # a plot failure must not lose the numbers: they are written, with a note
+        pics = []
+        doc["notes"].append(f"plot failed: {_err(exc)}")
+    path = write_results(doc, out)
+    md = write_text_atomic(Path(out) / "roofline.md", markdown(doc))  # never half-written, no temp left
+    return [path, md, *pics]
+
+
+def run_steps(study: Study, steps, out=None, step=None) -> dict:
+    """Run `steps` (study.steps()) in order and return the document; `step(label, done)` is called before each (a
+    progress bar; done: the steps finished). Stopped part-way (Ctrl-C, SIGTERM: gpuspeed.results.stop_signals), the
+    steps done are kept: with `out`, a document marked partial is written there (json, md, plots), the line says so."""
+    from gpuspeed.results import stop_signals
+
+    done: list[str] = []
+    now: list[str] = []
+
+    def keep():
+        if not out or not done:
+            return None
+        stopped = (f"stopped after {len(done)} of {len(steps)} steps"
+                   + (f", during {now[-1]!r}" if now and now[-1] not in done else ""))
+        paths = write_artifacts(study.document(partial=stopped), out)
+        return f"{stopped}; what they measured is in {paths[0]} (marked partial), its .md and plots beside it"
+
+    with stop_signals(keep):
+        for label, fn in steps:
+            now.append(label)
+            if step:
+                step(label, len(done))
+            fn()
+            done.append(label)
+    return study.document()
+
+
 def ceilings_from_results(doc: dict) -> Ceilings:
     """The Ceilings of a roofline results document (for notebooks and plots), named for the device it was measured
     on. A document that is not a whole roofline one (another study's, a truncated one, one of no ceilings) is
@@ -251,6 +303,9 @@ def ceilings_from_results(doc: dict) -> Ceilings:
     if doc["study"] != "roofline":
         raise UserError(f"a {doc['study']} results document, not a roofline one: it holds no ceilings "
                         "(gpuspeed roofline --out DIR writes one)")
+    if isinstance(doc["params"], dict) and doc["params"].get("partial"):
+        raise UserError("a partial roofline results document (its run was stopped before the end: some ceilings "
+                        "are missing): rerun gpuspeed roofline --out DIR for the whole roof")
     known = set(Ceiling.__dataclass_fields__)
     rows = [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in doc["rows"]
             if isinstance(r, dict) and r.get("section") == "ceiling"]
