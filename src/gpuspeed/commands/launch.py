@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed import launch as study
         from gpuspeed.errors import UserError
         from gpuspeed.launch.report import fmt
-        from gpuspeed.results import check_out_dir
+        from gpuspeed.results import check_out_dir, signals_held, stop_signals
 
         out = check_out_dir(out)  # a bad --out fails now, not after the whole study
         console = make_console()
@@ -149,10 +149,12 @@ def register(app: typer.Typer) -> None:
             def progress(what: str) -> None:
                 bar.update(task, advance=1, description=what)
 
-            doc = study.run_launch(device=device, ks=k_list, ns=n_list, chain_k=chain_k, tiny_k=tiny_k,
-                                   variants=v_list, budget_s=budget, progress=progress)
+            with stop_signals():  # SIGTERM: one line and 143; with --out the rows measured are kept there
+                doc = study.run_launch(device=device, ks=k_list, ns=n_list, chain_k=chain_k, tiny_k=tiny_k,
+                                       variants=v_list, budget_s=budget, progress=progress, out=out)
             bar.update(task, completed=total, description="done")
-        paths = study.write_artifacts(doc, out) if out else []
+        with signals_held():  # a Ctrl-C now waits until every file is whole
+            paths = study.write_artifacts(doc, out) if out else []
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null, as launch.json has them
 

@@ -40,11 +40,13 @@ def check_chain(out, x, k: int) -> verify.CheckResult:
     return verify.check(out[::step], ref, rtol=chain_rtol(k))
 
 
-def tiny_chain(k: int, where: str, budget_s: float, progress: Progress, notes: list[str]) -> tuple[list, dict]:
-    """Eager vs a replayed capture() of a K-op chain on TINY_N elements, both timed with bench()."""
+def tiny_chain(k: int, where: str, budget_s: float, progress: Progress, notes: list[str],
+               rows: list | None = None) -> tuple[list, dict]:
+    """Eager vs a replayed capture() of a K-op chain on TINY_N elements, both timed with bench(). `rows`: the list
+    each row goes into as it is measured (the caller's, so that a run stopped part-way keeps them)."""
     import torch
 
-    rows: list[dict] = []
+    rows = [] if rows is None else rows
     fn = make_chain(k)
     dev = "cuda" if where == "cuda" else "cpu"
     x = torch.randn(TINY_N, device=dev)

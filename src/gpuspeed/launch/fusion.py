@@ -145,8 +145,9 @@ def steps(ns, variants) -> int:
 
 
 def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Progress,
-                 notes: list[str]) -> list[dict]:
-    """Each variant of a K-op chain at each N, plus one copy of N elements; rows with time, bytes, GB/s."""
+                 notes: list[str], rows: list | None = None) -> list[dict]:
+    """Each variant of a K-op chain at each N, plus one copy of N elements; rows with time, bytes, GB/s. `rows`: the
+    list each N's rows go into once its rounds are done (the caller's, so that a run stopped part-way keeps them)."""
     import torch
 
     unknown = [v for v in variants if v not in VARIANTS]
@@ -155,7 +156,7 @@ def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Pr
     dev = "cuda" if where == "cuda" else "cpu"
     mode = "events" if dev == "cuda" else "cpu"
     fn = make_chain(k)
-    rows: list[dict] = []
+    rows = [] if rows is None else rows
     if where != "cuda" and any(v.startswith("captured") for v in variants):
         notes.append("no CUDA device: captured variants run eagerly (capture() falls back)")
     for n in ns:

@@ -90,7 +90,8 @@ def plot(doc: dict, path: str | Path) -> Path:
     left.set_ylabel("time for K launches (us)")
     left.set_title("launch overhead")
     left.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize=7)
+    if left.get_legend_handles_labels()[0]:  # a partial run may have no points here (matplotlib warned)
+        left.legend(fontsize=7)
     fusion = [r for r in doc["rows"] if r["study"] == "fusion" and "time_s" in r]
     any_hollow = False
     for name in dict.fromkeys(r["variant"] for r in fusion):
@@ -112,7 +113,8 @@ def plot(doc: dict, path: str | Path) -> Path:
     right.set_title(f"{doc['params']['chain_k']}-op elementwise chain: flat = launch-bound, sloped = bandwidth-bound")
     right.title.set_fontsize(9)
     right.grid(True, which="both", alpha=0.3)
-    right.legend(fontsize=7)
+    if right.get_legend_handles_labels()[0]:  # a partial run may have no points here (matplotlib warned)
+        right.legend(fontsize=7)
     fig.suptitle(f"gpuspeed launch on {doc['device'].get('name', '?')}")
     fig.tight_layout()
     path = Path(path)

@@ -7,6 +7,7 @@ gpuspeed.verify.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -14,6 +15,7 @@ from gpuspeed import device as _device
 from gpuspeed.errors import UserError
 from gpuspeed.launch import fusion
 from gpuspeed.launch.chains import chain_rtol, tiny_chain
+from gpuspeed.launch.fit import fit_linear
 from gpuspeed.launch.fusion import VARIANTS, fusion_study
 from gpuspeed.launch.sweep import TINY_N, Progress, launch_sweep
 
@@ -104,9 +106,10 @@ def check_fits(n: int, where: str) -> None:
 
 
 def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k: int = CHAIN_TINY,
-               variants=None, budget_s: float | None = None, progress: Progress | None = None) -> dict:
-    """The whole study: sweep, 1000-op chain, fusion. Returns the results document (not yet written)."""
-    from gpuspeed.results import make_results
+               variants=None, budget_s: float | None = None, progress: Progress | None = None, out=None) -> dict:
+    """The whole study: sweep, 1000-op chain, fusion. Returns the results document (not yet written). With `out`, a
+    run stopped part-way (Ctrl-C, SIGTERM: gpuspeed.results.stop_signals) writes the rows it measured there, in a
+    document marked partial (launch.json, launch.md, launch.png), and one line says so."""
 
     where = _device.resolve_device(device)
     gpu = where == "cuda"
@@ -125,9 +128,60 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
         notes.append("CPU fusion study: inputs are not rotated past the CPU's caches, so copy_roof_GBps and the "
                      "% of it are cache bandwidth at these N, not main-memory bandwidth")
 
-    sweep_rows, fits = launch_sweep(ks, where, budget_s, progress, notes)
-    chain_rows, chain = tiny_chain(tiny_k, where, budget_s, progress, notes)
-    fusion_rows = fusion_study(ns, chain_k, variants, where, budget_s, progress, notes)
+    sweep_rows: list[dict] = []
+    chain_rows: list[dict] = []
+    fusion_rows: list[dict] = []
+    done: dict = {}
+
+    def keep():  # stopped part-way: the rows measured so far, in a document marked partial
+        if not (sweep_rows or chain_rows or fusion_rows):
+            return None
+        if "fusion" not in done:
+            fusion.flag_non_monotone(fusion_rows)
+            fusion.add_roof(fusion_rows)
+        stage = next((w for s, w in (("sweep", "sweep"), ("chain", "chain"), ("fusion", "fusion study"))
+                      if s not in done), "summary")
+        stopped = f"stopped during the {stage} with {len(sweep_rows) + len(chain_rows) + len(fusion_rows)} rows done"
+        doc = _document(where, ks, ns, chain_k, tiny_k, variants, budget_s, sweep_rows, chain_rows, fusion_rows,
+                        done.get("fits") or _fits_of(sweep_rows), done.get("chain") or {}, notes, partial=stopped)
+        from gpuspeed.launch.report import write_artifacts
+
+        paths = write_artifacts(doc, out)
+        return f"{stopped}; they are in {paths[0]} (marked partial), its .md and plot beside it"
+
+    from gpuspeed.results import stop_signals
+
+    with stop_signals(keep) if out is not None else contextlib.nullcontext():
+        _, done["fits"] = launch_sweep(ks, where, budget_s, progress, notes, rows=sweep_rows)
+        done["sweep"] = True
+        _, done["chain"] = tiny_chain(tiny_k, where, budget_s, progress, notes, rows=chain_rows)
+        fusion_study(ns, chain_k, variants, where, budget_s, progress, notes, rows=fusion_rows)
+        done["fusion"] = True
+    return _document(where, ks, ns, chain_k, tiny_k, variants, budget_s, sweep_rows, chain_rows, fusion_rows,
+                     done["fits"], done["chain"], notes)
+
+
+def _fits_of(sweep_rows: list[dict]) -> dict:
+    """The per-launch fits of the sweep rows measured so far (a run stopped during the sweep)."""
+    fits = {}
+    for variant in dict.fromkeys(r["variant"] for r in sweep_rows):
+        ok = [r for r in sweep_rows if r["variant"] == variant and "time_s" in r]
+        if len(ok) >= 2:
+            fits[variant] = fit_linear([r["K"] for r in ok], [r["time_s"] for r in ok])
+    return fits
+
+
+def _document(where, ks, ns, chain_k, tiny_k, variants, budget_s, sweep_rows, chain_rows, fusion_rows, fits, chain,
+              notes, partial: str | None = None) -> dict:
+    """The results document of the study's rows; `partial` (how the run was stopped, in words) marks one cut short:
+    params partial true, a note first, the summary figures of what did not run null."""
+    from gpuspeed.results import make_results
+
+    gpu = where == "cuda"
+    notes = list(notes)
+    if partial:
+        notes.insert(0, f"partial: {partial}; what did not run has no rows and its summary figures are null: rerun "
+                        "gpuspeed launch for the whole study")
 
     def fit_us(name, attr):
         f = fits.get(name)
@@ -145,12 +199,12 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
         "graph_us_per_kernel": fit_us("graph", "per_s"),
         "graph_us_per_kernel_err": fit_us("graph", "per_err_s"),
         "graph_fixed_us": fit_us("graph", "fixed_s"),
-        f"chain{tiny_k}_eager_us": chain["eager_s"] * 1e6 if chain["eager_s"] else None,
-        f"chain{tiny_k}_graph_us": chain["captured_s"] * 1e6 if chain["captured_s"] else None,
-        f"chain{tiny_k}_eager_wall_us": chain["eager_wall_s"] * 1e6 if chain["eager_wall_s"] else None,
-        f"chain{tiny_k}_graph_speedup": chain["speedup"],
-        f"chain{tiny_k}_graph_wall_us": chain["captured_wall_s"] * 1e6 if chain["captured_wall_s"] else None,
-        f"chain{tiny_k}_graph_speedup_events": chain["speedup_events"],
+        f"chain{tiny_k}_eager_us": chain["eager_s"] * 1e6 if chain.get("eager_s") else None,
+        f"chain{tiny_k}_graph_us": chain["captured_s"] * 1e6 if chain.get("captured_s") else None,
+        f"chain{tiny_k}_eager_wall_us": chain["eager_wall_s"] * 1e6 if chain.get("eager_wall_s") else None,
+        f"chain{tiny_k}_graph_speedup": chain.get("speedup"),
+        f"chain{tiny_k}_graph_wall_us": chain["captured_wall_s"] * 1e6 if chain.get("captured_wall_s") else None,
+        f"chain{tiny_k}_graph_speedup_events": chain.get("speedup_events"),
         "compiled_chain_over_copy_at_1e8": (comp_1e8["time_s"] / copy_1e8["time_s"]
                                             if comp_1e8 and copy_1e8 and "time_s" in comp_1e8
                                             and "time_s" in copy_1e8 else None),
@@ -170,6 +224,8 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
               "fusion_rounds": fusion.ROUNDS,
               "targets": {k: f"{op} {t}" for k, (op, t) in TARGETS.items()},
               "fits": {k: f.to_dict() for k, f in fits.items()}}
+    if partial:
+        params["partial"] = True
     if gpu:
         notes.append("eager sweep: host wall time from synchronize to synchronize over K launches, median of "
                      "repeats; graph sweep and chains: bench() with CUDA events, warm cache (flush=False) so the "

@@ -107,11 +107,13 @@ def _adds(k: int):
     return body
 
 
-def launch_sweep(ks, where: str, budget_s: float, progress: Progress, notes: list[str]) -> tuple[list, dict]:
-    """Rows and fits of the tiny-kernel sweep."""
+def launch_sweep(ks, where: str, budget_s: float, progress: Progress, notes: list[str],
+                 rows: list | None = None) -> tuple[list, dict]:
+    """Rows and fits of the tiny-kernel sweep. `rows`: the list each row goes into as it is measured (the caller's,
+    so that a run stopped part-way keeps them)."""
     import torch
 
-    rows: list[dict] = []
+    rows = [] if rows is None else rows
     fits: dict = {}
     est = 10e-6 if where == "cuda" else 3e-6
     for name, (launch, sync) in _tiny_backends(where, notes).items():
