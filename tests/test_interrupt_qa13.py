@@ -96,13 +96,87 @@ def test_roofline_ctrl_c_before_a_step_ends_leaves_nothing(tmp_path):
 
 
 def _ctrl_c_at_start(out: Path, cwd: Path):
-    """Ctrl-C a roofline run right after it started measuring (its --out made, no step ended)."""
+    """Ctrl-C a roofline run once it said it measures (stdout), before its first step ends (stderr)."""
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "roofline", "--quick", "--no-place", "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd)
-    deadline = time.monotonic() + 60
-    while not out.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.02)
+    said = p.stdout.readline()
+    assert "measuring the CPU roofline" in said, said
     time.sleep(0.3)
     p.send_signal(signal.SIGINT)
     stdout, err = p.communicate(timeout=120)
+    assert "gpuspeed roofline [" not in err, err  # no step had ended
+    return p.returncode, said + stdout, err
+
+
+def test_launch_stopped_by_sigterm_keeps_the_rows_it_measured(tmp_path):
+    # the sweep and the chain had run (their rows, the per-launch fit): SIGTERM during the fusion study lost them all
+    out = tmp_path / "res"
+    rc, _, err = stopped(["launch", "--ks", "1,2,4", "--ns", "1000", "--variants", "eager", "--tiny-k", "10",
+                          "--budget", "0.05", "--out", str(out)], signal.SIGTERM, "; now fusion N=1e+03 copy", tmp_path)
+    assert rc == 143, (rc, err[-3000:])
+    line = _one_line(err, "stopped by SIGTERM")
+    assert "partial" in line and str(out / "launch.json") in line, line
+    assert "UserWarning" not in err, err[-2000:]  # the partial plot has no fusion points: no legend warning
+    doc = json.loads((out / "launch.json").read_text())
+    assert doc["params"]["partial"] is True and doc["notes"][0].startswith("partial: stopped during the fusion study")
+    sweep = [r for r in doc["rows"] if r["study"] == "sweep"]
+    assert [r["K"] for r in sweep] == [1, 2, 4] and all(r["time_s"] > 0 for r in sweep)
+    assert [r["variant"] for r in doc["rows"] if r["study"] == "chain"] == ["eager", "captured"]
+    assert doc["summary"]["eager_us_per_launch"] > 0 and doc["summary"]["copy_roof_GBps"] is None
+    assert (out / "launch.md").is_file() and (out / "launch.png").is_file()
+    _no_temp(out)
+
+
+def test_launch_stopped_by_sigterm_without_out_says_so(tmp_path):
+    rc, stdout, err = stopped(["launch", "--ks", "1,2,4", "--ns", "1000", "--variants", "eager", "--tiny-k", "10",
+                               "--budget", "0.05", "--json"], signal.SIGTERM, "gpuspeed launch [", tmp_path)
+    assert rc == 143, (rc, err[-3000:])
+    _one_line(err, "stopped by SIGTERM")
+    assert stdout.strip() == ""  # --json prints a whole document or nothing
+
+
+def test_profile_stopped_by_sigterm_leaves_no_unfinished_trace(tmp_path):
+    # killed in its second run of the script (placing source lines), the trace staged in --out stayed there as
+    # .<name>.trace.json.gz.unfinished.gz, beside no profile.json, and nothing was said
+    script = tmp_path / "slow.py"
+    script.write_text("import sys, time\nimport numpy as np\nprint('run started', file=sys.stderr, flush=True)\n"
+                      "t = time.perf_counter()\nwhile time.perf_counter() - t < 0.5:\n"
+                      "    np.random.default_rng().random(10000).sum()\n")
+    out = tmp_path / "res"
+    rc, _, err = stopped(["profile", "--no-hotspots", "--out", str(out), str(script)], signal.SIGTERM, "run started",
+                         tmp_path, times=2)
+    assert rc == 143, (rc, err[-3000:])
+    _one_line(err, "stopped by SIGTERM")
+    assert not out.exists() or not list(out.iterdir()), list(out.iterdir())
+
+
+def _stop_when_made(args: list[str], out: Path, cwd: Path, sig: int, wait: float = 0.5):
+    """Send `sig` to `python -m gpuspeed *args` `wait` s after its --out folder appeared."""
+    p = subprocess.Popen([sys.executable, "-m", "gpuspeed", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=_env(), cwd=cwd)
+    deadline = time.monotonic() + 60
+    while not out.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.02)
+    time.sleep(wait)
+    p.send_signal(sig)
+    stdout, err = p.communicate(timeout=120)
     return p.returncode, stdout, err
+
+
+def test_bench_stopped_by_sigterm_says_so_and_leaves_no_empty_out(tmp_path):
+    out = tmp_path / "res"
+    rc, _, err = _stop_when_made(["bench", "--budget", "1", "--out", str(out)], out, tmp_path, signal.SIGTERM)
+    assert rc == 143, (rc, err[-3000:])
+    _one_line(err, "stopped by SIGTERM")
+    assert not out.exists()
+
+
+def test_kernel_stopped_by_sigterm_says_so_and_leaves_no_empty_out(tmp_path):
+    (tmp_path / "k.py").write_text("import sys, time\nprint('loading', file=sys.stderr, flush=True)\n"
+                                   "time.sleep(30)\ndef launch(x):\n    return x\n")
+    out = tmp_path / "res"
+    rc, _, err = stopped(["kernel", f"{tmp_path / 'k.py'}:launch", "--device", "cpu", "--out", str(out)],
+                         signal.SIGTERM, "loading", tmp_path)
+    assert rc == 143, (rc, err[-3000:])
+    _one_line(err, "stopped by SIGTERM")
+    assert not out.exists()

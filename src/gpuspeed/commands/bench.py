@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
         from gpuspeed.demo import run_demo
         from gpuspeed.errors import UserError
-        from gpuspeed.results import check_out_dir, write_results
+        from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results
         from gpuspeed.stats import flags
         from gpuspeed.timing import format_speedup, format_time
 
@@ -32,8 +32,10 @@ def register(app: typer.Typer) -> None:
             raise UserError("--rows and --cols go together and must be positive")
         if not 0 < budget < float("inf"):  # NaN too
             raise UserError(f"--budget is seconds per measurement and must be positive and finite, got {budget:g}")
-        doc = run_demo(device=device, shape=(rows, cols) if rows else None, budget_s=budget)
-        path = write_results(doc, out) if out else None
+        with stop_signals():  # SIGTERM (`timeout`): one line and 143, not a silent kill leaving an empty --out
+            doc = run_demo(device=device, shape=(rows, cols) if rows else None, budget_s=budget)
+        with signals_held():
+            path = write_results(doc, out) if out else None
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
 

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.kernel import kernel_report
         from gpuspeed.kernel.target import (launcher_error_hint, load_target, make_args, reference_check, unwrap_lazy,
                                             use_interpreters)
-        from gpuspeed.results import check_out_dir, write_results
+        from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results
 
         if device not in ("auto", "cpu", "cuda"):
             raise UserError(f"unknown device {device!r}: use cpu, cuda or auto")
@@ -60,7 +60,8 @@ def register(app: typer.Typer) -> None:
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
         from gpuspeed.profiling.script import stdout_to_stderr
 
-        with stdout_to_stderr() if as_json else contextlib.nullcontext():  # the user's prints stay off the JSON
+        # the user's prints stay off the JSON; SIGTERM (`timeout`) is one line and 143, not a silent kill
+        with stop_signals(), stdout_to_stderr() if as_json else contextlib.nullcontext():
             fn, module, name = load_target(target)
             args, kwargs, notes, host_args = make_args(fn, module, list(inputs), seed=seed, backend=backend, device=where)
             checking = reference_check(module, name, host_args, Path(target.rpartition(":")[0]).name)
@@ -87,7 +88,8 @@ def register(app: typer.Typer) -> None:
         if out:
             doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,
                                          "bytes": nbytes}, device=where)
-            path = write_results(doc, out)
+            with signals_held():
+                path = write_results(doc, out)
             console.print(f"wrote {esc(path)}")
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.profiling.backend import infer_backend, make_backend_inputs
         from gpuspeed.profiling.report import print_report, results_doc
         from gpuspeed.profiling.script import ScriptRunner, stdout_to_stderr
-        from gpuspeed.results import check_out_dir, write_results, write_text_atomic
+        from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results, write_text_atomic
 
         console = make_console(stderr=as_json)
         if device not in ("auto", "cpu", "cuda"):
@@ -99,7 +99,8 @@ def register(app: typer.Typer) -> None:
         name = callable_name(fn)  # an nn.Module, a functools.partial or a callable object has no __name__
         trace_path = out / f"{name}.trace.json.gz" if out else None
         try:
-            with stdout_to_stderr() if as_json else _nothing():
+            # SIGTERM (`timeout`): one line and 143; it killed the run where it stood, leaving the unfinished trace
+            with stop_signals(), stdout_to_stderr() if as_json else _nothing():
                 res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
                                   trace_path=trace_path, hotspots=hotspots)
         except UserError:
@@ -119,9 +120,10 @@ def register(app: typer.Typer) -> None:
                   "script_args": list(ctx.args)}
         doc = results_doc(res, params=params)
         if out:
-            path = write_results(doc, out)
-            md = out / "profile.md"
-            write_text_atomic(md, res.markdown())
+            with signals_held():  # the trace is in --out already: its json and md are written whole beside it
+                path = write_results(doc, out)
+                md = out / "profile.md"
+                write_text_atomic(md, res.markdown())
             console.print(f"wrote {esc(path)}, {esc(md)} and {esc(res.trace_path)}")
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null, as profile.json has them
