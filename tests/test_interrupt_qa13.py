@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,3 +181,39 @@ def test_kernel_stopped_by_sigterm_says_so_and_leaves_no_empty_out(tmp_path):
     assert rc == 143, (rc, err[-3000:])
     _one_line(err, "stopped by SIGTERM")
     assert not out.exists()
+
+
+def test_roofline_a_failing_step_keeps_the_others_and_names_its_error(tmp_path):
+    # a ceiling and a placement that raise (a dtype this CPU's torch does not run): the other steps' numbers stay,
+    # the failures are named in the document, its Markdown and the count, and the files are whole
+    import numpy as np
+    import torch
+
+    from gpuspeed.roofline.study import Study, run_steps, write_artifacts
+    from gpuspeed.roofline.workloads import Workload
+
+    def unsupported():
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'")
+
+    rng = np.random.default_rng()
+    x = torch.from_numpy(rng.standard_normal(1 << 16).astype(np.float32))
+    good = Workload("add fp32", "torch elementwise", "fp32", lambda: (torch.add, (x, x)),
+                    nbytes=lambda a: 3 * a[0].numel() * 4)
+    bad = Workload("mm fp16", "matmul", "fp16", unsupported)
+    st = Study(device="cpu", quick=True, sweep=False, workloads=False)
+    steps = [("fp16 ceiling", st._ceiling_step("FP16 matmul", unsupported))]
+    steps += [("place add", st._place_step(good)), ("place mm", st._place_step(bad))]
+    doc = run_steps(st, steps, out=tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no roof to draw: the plot has no legend, not a matplotlib warning
+        paths = write_artifacts(doc, tmp_path)
+    assert (tmp_path / "roofline.png") in paths and not [n for n in doc["notes"] if "plot failed" in n]
+    saved = json.loads((tmp_path / "roofline.json").read_text())
+    assert "partial" not in saved["params"] and saved["summary"]["n_errors"] == 2
+    rows = {r["name"]: r for r in saved["rows"]}
+    assert rows["add fp32"]["GBps"] > 0
+    assert "not implemented for 'Half'" in rows["FP16 matmul"]["error"]
+    assert "not implemented for 'Half'" in rows["mm fp16"]["error"]
+    md = (tmp_path / "roofline.md").read_text()
+    assert md.count("not implemented for 'Half'") == 2
+    _no_temp(tmp_path)

@@ -162,12 +162,14 @@ def draw(doc: dict):
     if ys:
         ax.set_ylim(min(ys) / 3, top * 2.5)
     ax.grid(True, which="major", alpha=0.3)
-    legend = ax.legend(fontsize=7, loc="lower right")
+    # no roof drawn (every ceiling failed, or a partial run's): no legend, which matplotlib warned about
+    legend = ax.legend(fontsize=7, loc="lower right") if ax.get_legend_handles_labels()[0] else None
     fig.tight_layout()  # final layout first: label boxes are measured in display pixels
 
     renderer = fig.canvas.get_renderer()
     labels = _Labels(ax, renderer)
-    labels.block(legend.get_window_extent(renderer))
+    if legend is not None:
+        labels.block(legend.get_window_extent(renderer))
     for r in placed:
         labels.block_point(r["ai"], r["TFLOPs"] * scale)
     for r in sweep:
