@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -217,3 +218,46 @@ def test_roofline_a_failing_step_keeps_the_others_and_names_its_error(tmp_path):
     md = (tmp_path / "roofline.md").read_text()
     assert md.count("not implemented for 'Half'") == 2
     _no_temp(tmp_path)
+
+
+def test_json_stdout_stays_alone_when_the_users_code_prints_at_exit(tmp_path):
+    # a profiled script's or a kernel file's atexit handler printed after the JSON (at process exit): stdout no
+    # longer parsed as JSON alone; its prints go to stderr now, as the rest of the user's output under --json
+    from kernel_cli_helpers import interpreted_env
+
+    script = tmp_path / "script.py"
+    script.write_text("import atexit\nimport numpy as np\natexit.register(print, 'bye from the script')\n"
+                      "print('script says', np.random.default_rng().random(4).sum())\n")
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "profile", "--no-hotspots", "--json", str(script)],
+                       capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["params"]["target"] == str(script)
+    assert "bye from the script" in r.stderr and "script says" in r.stderr
+    (tmp_path / "kern.py").write_text(textwrap.dedent("""\
+        import atexit
+        import numpy as np
+        import triton
+        import triton.language as tl
+        atexit.register(print, "bye from the kernel file")
+
+        @triton.jit
+        def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * 2, mask=i < n)
+
+        def launch(x):
+            import torch
+            print("launching")
+            y = torch.empty_like(x)
+            _double[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+            return y
+
+        def inputs(rng):
+            import torch
+            return (torch.from_numpy(rng.standard_normal(1000).astype(np.float32)),)
+        """))
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "kern.py:launch", "--device", "cpu", "--json"],
+                       capture_output=True, text=True, env=interpreted_env(), cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["name"] == "launch"
+    assert "bye from the kernel file" in r.stderr and "launching" in r.stderr

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         console = make_console(stderr=as_json)
         if where != "cuda":
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
-        from gpuspeed.profiling.script import stdout_to_stderr
+        from gpuspeed.profiling.script import print_json_alone, stdout_to_stderr
 
         # the user's prints stay off the JSON; SIGTERM (`timeout`) is one line and 143, not a silent kill
         with stop_signals(), stdout_to_stderr() if as_json else contextlib.nullcontext():
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
 
-            print(strict_json(rep.to_dict()))
+            print_json_alone(strict_json(rep.to_dict()))  # the file's atexit prints go to stderr
         else:
             for line in rep.lines():
                 console.print(line, highlight=False, markup=False, soft_wrap=True)

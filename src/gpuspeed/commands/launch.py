@@ -107,7 +107,7 @@ def register(app: typer.Typer) -> None:
             if given:
                 raise UserError(f"{given[0]} goes with the launch study, not --explain (the function runs where "
                                 "its inputs are)")
-            from gpuspeed.profiling.script import stdout_to_stderr
+            from gpuspeed.profiling.script import print_json_alone, stdout_to_stderr
 
             with stdout_to_stderr() if as_json else contextlib.nullcontext():  # the user's prints stay off the JSON
                 exp = _explain_target(explain, inputs)
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
 
                 path = write_text_atomic(out / "explain.json", strict_json(doc) + "\n")
             if as_json:
-                print(strict_json(doc))
+                print_json_alone(strict_json(doc))  # the file's atexit prints go to stderr
             else:
                 for line in exp.lines():
                     console.print(line, highlight=False, markup=False)

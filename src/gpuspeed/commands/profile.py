@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.profiling import profile as run_profile
         from gpuspeed.profiling.backend import infer_backend, make_backend_inputs
         from gpuspeed.profiling.report import print_report, results_doc
-        from gpuspeed.profiling.script import ScriptRunner, stdout_to_stderr
+        from gpuspeed.profiling.script import ScriptRunner, print_json_alone, stdout_to_stderr
         from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results, write_text_atomic
 
         console = make_console(stderr=as_json)
@@ -128,9 +128,11 @@ def register(app: typer.Typer) -> None:
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null, as profile.json has them
 
-            print(strict_json({"summary": doc["summary"], "findings": res.findings, "hotspots": res.hotspots,
-                               "recommendations": res.recommendations, "notes": res.notes,
-                               "params": doc["params"], "trace": res.trace_path}, indent=None))
+            # what the script's atexit handlers print goes to stderr: stdout holds the JSON alone
+            print_json_alone(strict_json({"summary": doc["summary"], "findings": res.findings,
+                                          "hotspots": res.hotspots, "recommendations": res.recommendations,
+                                          "notes": res.notes, "params": doc["params"], "trace": res.trace_path},
+                                         indent=None))
         else:
             print_report(res, console)
 

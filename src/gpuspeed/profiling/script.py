@@ -248,3 +248,26 @@ def stdout_to_stderr():
             sys.__stdout__.flush()
             os.dup2(saved, out_fd)
             os.close(saved)
+
+
+def print_json_alone(text: str) -> None:
+    """Print a command's --json text on stdout as the last thing stdout gets: what the user's code writes later (an
+    atexit handler of a profiled script or a kernel file, run when the process ends) goes to stderr. It printed
+    after the JSON, so stdout no longer parsed as JSON alone. atexit runs the last handler registered first: this
+    one, registered after the user's code ran, moves stdout (sys.stdout and file descriptor 1) to stderr before
+    theirs run. Only where stdout is the process's own (a command line), not one captured by a host (pytest, a
+    notebook calling gpuspeed.cli.main), which keeps its stdout."""
+    import atexit
+
+    print(text, flush=True)
+    if sys.stdout is sys.__stdout__:
+        atexit.register(_stdout_to_stderr_now)
+
+
+def _stdout_to_stderr_now() -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        sys.__stdout__.flush()
+        os.dup2(sys.__stderr__.fileno(), sys.__stdout__.fileno())
+    sys.stdout = sys.stderr
