@@ -261,3 +261,24 @@ def test_json_stdout_stays_alone_when_the_users_code_prints_at_exit(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["name"] == "launch"
     assert "bye from the kernel file" in r.stderr and "launching" in r.stderr
+
+
+def test_a_signal_while_the_files_are_written_waits_for_them(tmp_path):
+    # the final writes run with Ctrl-C and SIGTERM held: a signal then lets every file be written whole, and SIGTERM
+    # is still said in one line with 143 (blocking it in the main thread alone let another thread take it at once)
+    code = textwrap.dedent(f"""\
+        import os, signal, threading, time
+        from pathlib import Path
+        from gpuspeed.results import signals_held, write_text_atomic
+        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()  # torch's threads: one more taker
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            write_text_atomic(Path({str(tmp_path)!r}) / "a.json", "{{}}")
+            write_text_atomic(Path({str(tmp_path)!r}) / "b.md", "b")
+        write_text_atomic(Path({str(tmp_path)!r}) / "after", "not reached")
+        """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert r.returncode == 143, (r.returncode, r.stderr[-2000:])
+    _one_line(r.stderr, "stopped by SIGTERM")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.md"]

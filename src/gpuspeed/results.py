@@ -227,19 +227,26 @@ def stop_signals(keep=None):
 @contextlib.contextmanager
 def signals_held():
     """Ctrl-C and SIGTERM wait until the block ends (a command writing its files): they never leave one of them
-    written and the next not. Where signals cannot be held (not the main thread, no pthread_sigmask), as is."""
+    written and the next not; then they stop the command as stop_signals() says (one line, 130 or 143). Held by
+    handlers that note the signal (blocking it in this thread would not hold one that another thread takes). Not
+    in the main thread, where no handler can be set, as is."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    caught: list[int] = []
+    with stop_signals():  # a SIGTERM held till the end is said in one line, not a silent kill after the files
+        saved = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                 for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in saved.items():
+                signal.signal(s, h)
+        if caught:
+            raise Terminated(caught[0]) if signal.SIGTERM in caught else KeyboardInterrupt
 
 
 def strict_json(obj: Any, indent: int | None = 1) -> str:

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             if ctx.args:
                 raise UserError(f"unexpected arguments {' '.join(ctx.args)} (inputs go in --input)")
             specs = parse_specs(inputs)
-            with stdout_to_stderr() if as_json else _nothing():
+            with stop_signals(), stdout_to_stderr() if as_json else _nothing():  # SIGTERM: one line, 143
                 fn = load_function(function)
             if backend == "auto":
                 backend, why = infer_backend(fn)
