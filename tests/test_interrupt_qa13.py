@@ -282,3 +282,19 @@ def test_a_signal_while_the_files_are_written_waits_for_them(tmp_path):
     assert r.returncode == 143, (r.returncode, r.stderr[-2000:])
     _one_line(r.stderr, "stopped by SIGTERM")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.md"]
+
+
+def test_decode_stopped_by_sigterm_says_so_and_keeps_the_rungs_it_measured(tmp_path):
+    # decode rewrites its decode.json (marked partial) as each rung ends; SIGTERM killed it where it stood: exit -15
+    # and no line, so a user did not learn that the file there holds part of a run
+    out = tmp_path / "out"
+    code, _, err = stopped(["decode", "--model", "tiny", "--layers", "1", "--prompt-len", "3", "--new-tokens", "3",
+                            "--variants", "V2,V0,V1", "--no-hf", "--no-profile", "--budget", "0.05", "--out", str(out)],
+                           signal.SIGTERM, "now tiny_fp32 V1", tmp_path)
+    assert code == 143, (code, err[-3000:])
+    line = _one_line(err, "stopped by SIGTERM")
+    assert f"the rungs measured are in {out / 'decode.json'} (marked partial)" in line
+    doc = json.loads((out / "decode.json").read_text())
+    assert doc["params"]["partial"] is True
+    assert {"V2", "V0"} <= {r["variant"] for r in doc["rows"]}
+    _no_temp(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import typer
 
@@ -63,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.decode.generate import Sampling
         from gpuspeed.decode.variants import parse_variants
         from gpuspeed.device import resolve_device
-        from gpuspeed.results import check_out_dir, write_results
+        from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results
 
         from gpuspeed.errors import UserError
 
@@ -96,7 +97,10 @@ def register(app: typer.Typer) -> None:
                           "--variants V2,V5 --no-hf for a quick look.")
         bar_console = make_console(stderr=True)
         # off a terminal (a log, a pipe, CI) the bar is hidden and says each step in a plain line on stderr instead
-        with progress_bar(36, console=bar_console, name="gpuspeed decode") as bar:
+        # Ctrl-C or SIGTERM: one line and 130 / 143; the run writes the rungs it measured into --out as it goes
+        started = time.time()
+        with stop_signals(lambda: study.partial_kept(out, started)), \
+                progress_bar(36, console=bar_console, name="gpuspeed decode") as bar:
             steps = [study.progress_steps(spec)]  # run() tells the exact count as it learns it
             task = bar.add_task("decode", total=steps[0])
 
@@ -117,8 +121,9 @@ def register(app: typer.Typer) -> None:
             doc["notes"].append(sampling_note)
         paths = []
         if out:
-            paths.append(write_results(doc, out))
-            paths += study.plots(doc, out)
+            with signals_held():  # a Ctrl-C now waits until every file is whole
+                paths.append(write_results(doc, out))
+                paths += study.plots(doc, out)
         nothing = study.nothing_measured(doc)
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON

@@ -560,6 +560,21 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     return row
 
 
+def partial_kept(out, since: float) -> str | None:
+    """Where a run stopped part-way left the rungs it measured, in words (None: nothing of this run's is there): the
+    decode.json in `out` that run() rewrites as each rung ends, marked params.partial and written after `since` (the
+    run's start, time.time(): an earlier run's file is not this one's)."""
+    import json
+
+    path = Path(out) / "decode.json" if out else None
+    try:
+        partial = path is not None and path.stat().st_mtime >= since and \
+            json.loads(path.read_text())["params"].get("partial") is True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        partial = False
+    return f"the rungs measured are in {path} (marked partial)" if partial else None
+
+
 def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> None:
     """With --out, the rows so far go to decode.json after every variant: a run killed by a time limit
     still leaves what it measured (the final write replaces it)."""
