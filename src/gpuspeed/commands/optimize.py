@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import signal
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -47,11 +47,18 @@ def register(app: typer.Typer) -> None:
 
         console = make_console(stderr=True)
         out = check_out_dir(out)
-        # stopped from outside (a benchmark's --limit, `timeout`): unwind, so the runner stops its workers too
-        signal.signal(signal.SIGTERM, _terminate)
+        from gpuspeed.results import stop_signals
+
+        def kept():  # where a stopped run's candidates are: each is in candidates.jsonl as soon as it is measured
+            if out is None or (Path(out) / "run.json").is_file():
+                return "the candidates measured are kept; the same command with --resume goes on from them"
+            return None
+
         # with --json, stdout holds the JSON alone: what the workload prints while it is loaded and run goes to stderr
         quiet = stdout_to_stderr() if as_json else contextlib.nullcontext()
-        with quiet, progress_bar(console=console, name="gpuspeed optimize") as bar:
+        # stopped from outside (a benchmark's --limit, `timeout`, Ctrl-C): the run unwinds, so the runner stops its
+        # workers too; one line says so, exit 143 (130)
+        with stop_signals(kept), quiet, progress_bar(console=console, name="gpuspeed optimize") as bar:
             task = bar.add_task("loading", total=3)
 
             def progress(label, done, total):
@@ -73,9 +80,6 @@ def register(app: typer.Typer) -> None:
 
     return optimize
 
-
-def _terminate(signum, _frame):
-    raise SystemExit(128 + signum)
 
 
 def _print(run, console) -> None:
