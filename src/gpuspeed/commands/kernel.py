@@ -27,6 +27,9 @@ def register(app: typer.Typer) -> None:
                                                                    "+ outputs written once; for several launches "
                                                                    "whose arguments add up to more, each launch's "
                                                                    "arguments once)."),
+        ceilings: Optional[str] = typer.Option(None, "--ceilings", metavar="<path>",
+                                               help="The roof: a roofline.json of this GPU (gpuspeed roofline --out "
+                                                    "DIR) (default: results/<gpu>/roofline.json, else measured now)."),
         # a str, not a Path: typer makes --out '' Path("."), which check_out_dir could no longer tell from the cwd
         out: Optional[str] = typer.Option(None, "--out", metavar="<path>", help="Write kernel_report.json into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -37,6 +40,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.device import resolve_device
         from gpuspeed.errors import UserError
         from gpuspeed.kernel import kernel_report
+        from gpuspeed.kernel.report import given_ceilings
         from gpuspeed.kernel.target import (launcher_error_hint, load_target, make_args, reference_check, unwrap_lazy,
                                             use_interpreters)
         from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results
@@ -55,6 +59,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--seed must be >= 0, got {seed}")
         out = check_out_dir(out)
         where = resolve_device(device)
+        given_ceilings(ceilings, where == "cuda")  # a bad roof is refused before the user's file is even imported
         console = make_console(stderr=as_json)
         if where != "cuda":
             use_interpreters()  # before the file is imported: its kernels are defined under the interpreters
@@ -75,7 +80,7 @@ def register(app: typer.Typer) -> None:
                               "slow (Numba's simulator can take minutes on large inputs)", highlight=False)
             try:
                 rep = kernel_report(fn, *args, flops=flops, bytes=nbytes, name=name, device=where, kwargs=kwargs,
-                                    **checking)
+                                    ceilings=ceilings, **checking)
             except UserError:
                 raise
             except (Exception, SystemExit) as exc:  # the user's launcher failed: one line, the traceback under --debug
@@ -87,7 +92,7 @@ def register(app: typer.Typer) -> None:
         rep.notes[:0] = notes
         if out:
             doc = rep.to_results(params={"target": target, "inputs": list(inputs), "seed": seed, "flops": flops,
-                                         "bytes": nbytes}, device=where)
+                                         "bytes": nbytes, "ceilings": ceilings}, device=where)
             with signals_held():
                 path = write_results(doc, out)
             console.print(f"wrote {esc(path)}")

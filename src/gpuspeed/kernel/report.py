@@ -210,9 +210,7 @@ def _ceilings(ceilings, info=None, roots=None) -> tuple:
     results/<gpu>/roofline.json when there is one (committed_ceilings); else measured now (quick). `info`: the device
     the kernel runs on (default this one). Ceilings given of another device (or of none recorded) are refused in one
     line: a kernel's % of another GPU's roof is no figure of this one."""
-    from gpuspeed.results import measured_elsewhere, read_results
-    from gpuspeed.roofline.ceilings import Ceilings
-    from gpuspeed.roofline.study import ceilings_from_results
+    from gpuspeed.results import measured_elsewhere
 
     info = info or _device.get_device("auto")
     if ceilings is None:
@@ -222,24 +220,52 @@ def _ceilings(ceilings, info=None, roots=None) -> tuple:
         from gpuspeed.roofline.place import cached_ceilings
 
         return cached_ceilings(info.kind), "measured now (quick)", notes
-    if isinstance(ceilings, Ceilings):
-        ceil, source = ceilings, "given"
-    elif isinstance(ceilings, dict):
-        ceil, source = ceilings_from_results(ceilings), "given results document"
-    elif isinstance(ceilings, (str, Path)):
-        p = Path(ceilings)
-        if not p.is_file():
-            raise UserError(f"ceilings file {p} does not exist")
-        ceil, source = ceilings_from_results(read_results(p)), str(p)
-    else:
-        raise UserError(f"ceilings= takes a Ceilings, a roofline results document or its path, got "
-                        f"{type(ceilings).__name__}")
+    ceil, source = _read_ceilings(ceilings)
     theirs = measured_elsewhere({"kind": ceil.device_kind, "name": ceil.device_name}, info)
     if theirs is not None:
         what = "ceilings given" if source == "given" else f"the ceilings of {source}"
         raise UserError(f"{what} were measured on {theirs}, this kernel runs on {info.name}: pass this device's "
                         "roofline (gpuspeed roofline --out DIR), or leave ceilings= out")
     return ceil, source, []
+
+
+def _read_ceilings(ceilings) -> tuple:
+    """(Ceilings, where they came from) of ceilings= as given (a Ceilings, a roofline results document or its path),
+    or a one-line UserError: what a launch need not run to find wrong."""
+    from gpuspeed.results import read_results
+    from gpuspeed.roofline.ceilings import Ceilings
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    if isinstance(ceilings, Ceilings):
+        return ceilings, "given"
+    if isinstance(ceilings, dict):
+        doc, source = ceilings, "given results document"
+    elif isinstance(ceilings, (str, Path)):
+        p = Path(ceilings)
+        if not p.is_file():
+            raise UserError(f"ceilings file {p} does not exist")
+        doc, source = read_results(p), str(p)
+    else:
+        raise UserError(f"ceilings= takes a Ceilings, a roofline results document or its path, got "
+                        f"{type(ceilings).__name__}")
+    try:
+        return ceilings_from_results(doc), source
+    except TypeError as exc:  # a ceiling row without its name or kind: Ceiling(**row) cannot be made
+        raise UserError(f"{'the ceilings given' if source.startswith('given') else source}: a ceiling row lacks "
+                        f"its name or kind ({exc})") from exc
+
+
+def given_ceilings(ceilings, gpu: bool) -> tuple:
+    """(Ceilings, source) of ceilings= (None, None when left out) and notes, checked before the launcher first runs,
+    so a bad value costs no launch, compile or timing: on a GPU as _ceilings() takes them (this device's only);
+    without one they are read to refuse what is not a roof, and said to be unused (nothing is placed)."""
+    if ceilings is None:
+        return None, None, []
+    if gpu:
+        ceil, source, notes = _ceilings(ceilings, _device.get_device("cuda"))
+        return ceil, source, notes
+    _, source = _read_ceilings(ceilings)
+    return None, None, [f"the ceilings of {source} are not used: without a GPU nothing is timed or placed on a roof"]
 
 
 def committed_ceilings(info, roots=None) -> tuple:
@@ -408,7 +434,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     flops / bytes: per call (default: torch's FlopCounterMode count, usually none for hand kernels, and the
     minimum traffic, every input read once and every output written once, or for several launches whose array
     arguments add up to more, each launch's arguments moved once: call_bytes). ceilings: a Ceilings, a roofline
-    results document or its path (default: this GPU's results/<gpu>/roofline.json, else measured now).
+    results document or its path (default: this GPU's results/<gpu>/roofline.json, else measured now), checked before
+    the launcher first runs (a bad one, or another device's on a GPU, is a UserError; without a GPU it is unused).
     bench_kw go to gpuspeed.bench. unit: the compute ceiling (default from the dtypes, as place() does).
     expected: what the launcher should return (e.g. a workload's original() on the same inputs), checked with
     gpuspeed.check under rtol / atol (its dtype defaults when None); `against` names it in the report; it is what
@@ -427,7 +454,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     refuse_kernel(fn, name, getattr(fn, "__name__", None), "pass the function that launches it, or the kernel with "
                   "its launch configuration")
     gpu = resolve_device(device) == "cuda"
-    notes: list[str] = []
+    given_ceil, given_source, notes = given_ceilings(ceilings, gpu)  # before any launch
     if expected is not None:
         from gpuspeed.trees import clone_tree
 
@@ -499,7 +526,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         nbytes, moved = call_bytes(bytes, min_bytes((args, kwargs), out) or
                                    trees.nbytes((args, kwargs)) + trees.nbytes(out), cap.launches)
         if nbytes > 0:
-            ceil, source, said = _ceilings(ceilings, _device.get_device("cuda"))
+            ceil, source, said = ((given_ceil, given_source, []) if given_ceil is not None
+                                  else _ceilings(None, _device.get_device("cuda")))
             notes += said
             place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil),
                               unit or default_unit((args, kwargs), counted))
