@@ -111,9 +111,10 @@ def register(app: typer.Typer) -> None:
                 steps[0] = n
                 bar.update(task, total=n)
 
-            if tp_ranks > 1:  # the ranks run in their own processes: no per-variant progress from them
-                bar.update(task, description=f"{tp_ranks} ranks (tensor parallel)")
-                doc = tensor_parallel.launch(spec, tp_ranks)
+            if tp_ranks > 1:  # the ranks run in their own processes: rank 0's steps come back through launch()
+                total(steps[0] + 1)
+                progress(f"starting {tp_ranks} ranks (tensor parallel)")
+                doc = tensor_parallel.launch(spec, tp_ranks, progress=progress, total=lambda n: total(n + 1))
             else:
                 doc = study.run(spec, progress=progress, total=total)
             bar.update(task, completed=steps[0], description="done")

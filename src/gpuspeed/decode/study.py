@@ -63,8 +63,8 @@ class Spec:
     @property
     def transformers_rows(self) -> bool:
         """Whether the run has transformers generate rows: asked for (hf), and not under --quant (transformers
-        cannot run the int8 weights)."""
-        return self.hf and not self.quant
+        cannot run the int8 weights) nor --tp N (the ranks hold shards; tp.worker drops them)."""
+        return self.hf and not self.quant and self.tp == 1
 
 
 def model_key(model: str) -> str:
@@ -587,7 +587,8 @@ def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> N
         extra = [r for r in rows if r.get("study") in ("batch", "long_prompt")]
         ladder = [r for r in rows if r not in hf and r not in extra]
         summary = summarize(spec.label(), ladder, extra, hf, spec)
-        tags = {"quant": spec.quant} if spec.quant else {}
+        # named as the finished run's rows are (tp.add_tp_figures): a merge tells a tp run's rows by their tp
+        tags = ({"quant": spec.quant} if spec.quant else {}) | ({"tp": spec.tp} if spec.tp > 1 else {})
         doc = make_results("decode", params={"model": spec.model, "dtype": spec.dtype, "partial": True,
                                              "read_ceiling": roof, "quant": spec.quant, "tp": spec.tp},
                            summary=summary,

@@ -26,6 +26,7 @@ import math
 import os
 import socket
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +42,7 @@ from gpuspeed.errors import UserError
 FAIL_ENV = "GPUSPEED_TP_FAIL"  # test hook: "RANK:exit" (the rank dies) or "RANK:raise" (it raises)
 PORT_ENV = "GPUSPEED_TP_PORT"  # the rendezvous port (default: a free one)
 TIMEOUT_ENV = "GPUSPEED_TP_TIMEOUT_S"  # the process group's timeout: a rank stuck in a collective fails
+PROGRESS_ENV = "GPUSPEED_TP_PROGRESS"  # launch() sets it: the file rank 0 appends its steps to, for the launcher's bar
 DEFAULT_TIMEOUT_S = 600.0  # compiles and kernel choices differ per rank; a 70B shard compiles for minutes
 # NVLink multicast (NVLS) stays off: on a shared host a program using it can take the GPUs out of service
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -392,7 +394,8 @@ def worker(spec) -> dict | None:
     tp = init(device)
     try:
         spec = replace(spec, hf=False, time_cap_s=None, out=spec.out if rank == 0 else None)
-        doc = study.run(spec, tp=tp)
+        progress, total = _step_writers(os.environ.get(PROGRESS_ENV) if rank == 0 else None)
+        doc = study.run(spec, tp=tp, progress=progress, total=total)
         # every rank's all-reduce share, for the profile findings per rank
         mine = {r.get("variant"): {k: r.get(k) for k in ("comm_kernel_ms_per_token", "kernel_ms_per_token")}
                 for r in doc["rows"] if r.get("variant")}
@@ -526,9 +529,75 @@ def tokens_worker(spec) -> dict | None:
         dist.destroy_process_group()
 
 
-def launch(spec, n: int, target=None) -> dict:
+def _step_writers(path: str | None):
+    """study.run's progress and total callbacks for rank 0: one JSON line each in the launcher's file (None, None
+    without one)."""
+    if not path:
+        return None, None
+    import json
+
+    def write(kind: str, value) -> None:
+        with open(path, "a") as f:  # one short line per step: appended whole, read by _relay_steps
+            f.write(json.dumps([kind, value]) + "\n")
+
+    return (lambda what: write("step", what)), (lambda n: write("total", n))
+
+
+@contextmanager
+def _relay_steps(progress, total):
+    """While the ranks run: rank 0's steps (written to a file named in PROGRESS_ENV) reach progress(text) and
+    total(n) in this process, from a thread that reads the file's new lines as they come."""
+    if progress is None and total is None:
+        yield
+        return
+    import json
+    import tempfile
+    import threading
+
+    fd, path = tempfile.mkstemp(prefix="gpuspeed-tp-steps-", suffix=".jsonl")
+    os.close(fd)
+    before = os.environ.get(PROGRESS_ENV)
+    os.environ[PROGRESS_ENV] = path  # the ranks inherit this process's environment
+    stop = threading.Event()
+
+    def relay(f) -> None:
+        pending = ""
+        while True:
+            last = stop.is_set()  # read once more after the ranks ended: their last lines
+            pending += f.read()
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                try:
+                    kind, value = json.loads(line)
+                    if kind == "step" and progress:
+                        progress(str(value))
+                    elif kind == "total" and total:
+                        total(int(value))
+                except Exception:  # a progress line is never worth the run
+                    pass
+            if last:
+                return
+            stop.wait(0.1)
+
+    with open(path) as f:
+        thread = threading.Thread(target=relay, args=(f,), name="gpuspeed-tp-steps", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=5)
+            if before is None:
+                os.environ.pop(PROGRESS_ENV, None)
+            else:
+                os.environ[PROGRESS_ENV] = before
+            Path(path).unlink(missing_ok=True)
+
+
+def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
     """Run the study (or target: a module-level function of spec) on N ranks with torchrun's launcher, from
-    Python; rank 0's return value."""
+    Python; rank 0's return value. progress(text) and total(n): study.run's callbacks, called here as rank 0 of
+    the study calls them."""
     import logging
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -559,7 +628,8 @@ def launch(spec, n: int, target=None) -> dict:
                        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=0,
                        monitor_interval=0.1, start_method="spawn", local_addr="127.0.0.1")
     try:
-        out = elastic_launch(cfg, target or worker)(spec)
+        with _relay_steps(progress, total):
+            out = elastic_launch(cfg, target or worker)(spec)
     except ChildFailedError as exc:
         raise UserError(_failure_line(exc)) from None
     except Exception as exc:  # the rendezvous itself (a port taken meanwhile, a store that did not start)

@@ -1,0 +1,113 @@
+"""QA round 14: `gpuspeed decode` as a user runs it: --tp N's progress lines, benchmarks/decode.py's --merge/--keep
+of runs that differ in tp, bad input and the results file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decode_cli_helpers import SMALL, TINY, cli, one_line
+
+ROOT = Path(__file__).resolve().parents[1]
+# the smallest --tp 2 run (tests/test_decode_tp.py's): one layer, three tokens, the eager backend
+TP_SMALL = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
+            "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--variants", "V2"]
+
+
+def _decode(*args, timeout=240):
+    """`gpuspeed decode ARGS` as a user runs it in a pipe (stderr is no terminal)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    return subprocess.run([sys.executable, "-m", "gpuspeed", "decode", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=ROOT)
+
+
+def test_tp_run_in_a_pipe_says_rank_0s_steps_as_a_one_gpu_run_does(tmp_path):
+    """--tp 2 said one line at its end ('2 ranks (tensor parallel)'): the ranks reported no steps."""
+    p = _decode(*TP_SMALL, "--tp", "2", "--json", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["params"]["tp"] == 2  # stdout is the document alone
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("gpuspeed decode [")]
+    said = "\n".join(lines)
+    for step in ("loading model", "read ceiling", "now tiny_fp32_tp2 V2"):
+        assert step in said, p.stderr
+    last = lines[-1]
+    assert " tiny_fp32_tp2 V2: " in last and "now" not in last, p.stderr
+    done, total = last.split("] ", 1)[1].split(" ", 1)[0].split("/")
+    assert done == total, last  # the count ends where the total said it would
+
+
+# --- benchmarks/decode.py --merge/--keep: a tp=2 run and a tp=1 run of one model, dtype and variant ---------------
+
+def _spec(**over):
+    from gpuspeed.decode import study
+
+    kw = dict(model="tiny", max_layers=1, prompt_len=3, new_tokens=2, variants=["V2"], hf=False, profile=False,
+              bench_budget_s=0.05, device="cpu", read_roof_GBps=20.0, compile_backend="eager")
+    return study.Spec(**(kw | over))
+
+
+@pytest.fixture(scope="module")
+def tp_runs():
+    """Real CPU runs of a one-layer tiny model, fp32 V2: one process, and two gloo ranks (what `--tp 2 --out` writes)."""
+    from gpuspeed.decode import study, tp as TP
+
+    return {1: study.run(_spec()), 2: TP.launch(_spec(tp=2), 2)}
+
+
+def _put(doc, path: Path) -> Path:
+    from gpuspeed.results import write_results
+
+    path.mkdir(parents=True, exist_ok=True)
+    return write_results(doc, path)
+
+
+def _bench(*argv):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), *map(str, argv)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def _tp_of_rows(doc):
+    return sorted((r.get("tp") or 1, r["variant"]) for r in doc["rows"])
+
+
+def test_merge_keeps_a_tp2_run_beside_the_tp1_run_of_the_same_model_and_dtype(tmp_path, tp_runs):
+    """--merge keyed runs by (model, dtype, quant): the tp2 run was taken for the tp1 one and dropped, in silence."""
+    _put(tp_runs[1], tmp_path / "a" / "runs" / "tiny_fp32")
+    _put(tp_runs[2], tmp_path / "a" / "runs" / "tiny_fp32_tp2")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "a")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode.json").read_text())
+    assert _tp_of_rows(doc) == [(1, "V2"), (2, "V2")]
+    s = doc["summary"]
+    assert s["tiny_fp32_best_ms_per_token"] == tp_runs[1]["summary"]["tiny_fp32_best_ms_per_token"]
+    assert s["tiny_fp32_tp2_best_ms_per_token"] == tp_runs[2]["summary"]["tiny_fp32_tp2_best_ms_per_token"]
+    assert sorted(r.get("tp", 1) for r in doc["params"]["runs"]) == [1, 2]
+
+
+def test_keep_replaces_only_the_new_runs_tp_and_its_keys(tmp_path, tp_runs):
+    """--keep split the kept file by (model, dtype, quant): the tp1 run took the tp2 rows and every tiny_fp32_tp2_*
+    key with it (their names start with tiny_fp32_), and so overwrote the new tp2 run's figures with the old ones."""
+    import copy
+
+    from gpuspeed.decode import study
+
+    old2 = copy.deepcopy(tp_runs[2])
+    for r in old2["rows"]:
+        r["ms_per_token"] *= 10  # the old tp2 run: slower, so that its figures are told from the new one's
+    old2["summary"] = {k: (v * 10 if k.endswith("_ms_per_token") else v) for k, v in old2["summary"].items()}
+    kept = _put(study.merge([tp_runs[1], old2]), tmp_path / "old")
+    _put(tp_runs[2], tmp_path / "new" / "runs" / "tiny_fp32_tp2")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "new", "--keep", kept)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode.json").read_text())
+    assert _tp_of_rows(doc) == [(1, "V2"), (2, "V2")]  # the old tp2 row is gone, the tp1 row kept once
+    rows = {r.get("tp") or 1: r for r in doc["rows"]}
+    assert rows[2]["ms_per_token"] == tp_runs[2]["rows"][0]["ms_per_token"]
+    s = doc["summary"]
+    assert s["tiny_fp32_tp2_best_ms_per_token"] == tp_runs[2]["summary"]["tiny_fp32_tp2_best_ms_per_token"]
+    assert s["tiny_fp32_best_ms_per_token"] == tp_runs[1]["summary"]["tiny_fp32_best_ms_per_token"]
