@@ -203,15 +203,16 @@ def merge_only(args, out, study, write_results) -> int:
     from gpuspeed.errors import UserError
     from gpuspeed.results import remove_created
 
-    docs, names, seen = [], [], set()
+    docs, names, seen = [], [], {}
     try:
         for d in args.merge:
             for path in sorted(Path(d).glob("runs/*/decode.json")):
                 doc = study.read_run(path)
                 key = _key(doc)
-                if key in seen:
+                if key in seen:  # its summary keys are the first one's: one file holds one run of each
+                    print(f"skipped {path}: {study.run_label(doc)} comes from {seen[key]} already", file=sys.stderr)
                     continue
-                seen.add(key)
+                seen[key] = str(path)
                 docs.append(doc)
                 names.append(str(path))
         if not docs:
@@ -234,10 +235,15 @@ def merge_only(args, out, study, write_results) -> int:
 
 
 def _key(doc: dict) -> tuple:
+    """What tells two runs apart in one file: their rows' (model, dtype, quant, tp), and so their summary keys."""
     from gpuspeed.decode.study import model_key
 
     p = doc["params"]
-    return model_key(str(p.get("model"))), p.get("dtype"), p.get("quant")
+    return model_key(str(p.get("model"))), p.get("dtype"), p.get("quant"), p.get("tp") or 1
+
+
+def _row_key(r: dict) -> tuple:
+    return r.get("model"), r.get("dtype"), r.get("quant"), r.get("tp") or 1  # a tp 1 row names no tp
 
 
 def _names_run(note: str, git: str | None) -> bool:
@@ -247,21 +253,25 @@ def _names_run(note: str, git: str | None) -> bool:
 
 
 def split(merged: dict) -> list[dict]:
-    """The per-run docs a merged decode.json was made from: each run's rows (same model, dtype and quant), its
+    """The per-run docs a merged decode.json was made from: each run's rows (same model, dtype, quant and tp), its
     summary keys (named <model>_<dtype or int8>_...), its commit and date; the notes that name no run go with
     every doc (merge() keeps one of each)."""
-    from gpuspeed.decode.study import model_key, run_label
+    from gpuspeed.decode.study import run_label
 
     if not isinstance(merged["params"].get("runs"), list):  # one run's own decode.json (gpuspeed decode --out)
         return [merged]
     docs = []
     derived = ("the runs come from several commits", "partial: the run had not finished")
-    for p in merged["params"].get("runs", []):
-        p = dict(p)
+    runs = [dict(p) for p in merged["params"].get("runs", [])]
+    # a checkpoint's keys and rows go under its model key, not its path
+    labels = [run_label({"params": p}) + "_" for p in runs]
+
+    def owner(key: str) -> str | None:  # the longest label a key starts with: tiny_fp32_tp2_x is tp2's, not tiny_fp32's
+        return max((lb for lb in labels if key.startswith(lb)), key=len, default=None)
+
+    for p, prefix in zip(runs, labels, strict=True):
         git, created = p.pop("git", None), p.pop("created", None)
-        prefix = run_label({"params": p}) + "_"  # a checkpoint's keys and rows go under its model key, not its path
-        rows = [r for r in merged["rows"] if (r.get("model"), r.get("dtype"), r.get("quant")) ==
-                (model_key(str(p.get("model"))), p.get("dtype"), p.get("quant"))]
+        rows = [r for r in merged["rows"] if _row_key(r) == _key({"params": p})]
         notes = [n for n in merged["notes"] if not n.startswith(derived)
                  and (("int8" in n) == (p.get("quant") == "int8")) and _names_run(n, git)]
         if p.get("partial"):
@@ -269,7 +279,7 @@ def split(merged: dict) -> list[dict]:
         docs.append({"study": merged.get("study"), "schema": merged.get("schema"), "created": created,
                      "command": merged.get("command"), "git": git, "device": merged.get("device"),
                      "versions": merged.get("versions"), "params": p, "rows": rows, "notes": notes,
-                     "summary": {k: v for k, v in merged["summary"].items() if k.startswith(prefix)}})
+                     "summary": {k: v for k, v in merged["summary"].items() if owner(k) == prefix}})
     return docs
 
 

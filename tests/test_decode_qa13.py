@@ -155,7 +155,7 @@ def test_split_keeps_a_checkpoint_runs_rows_and_keys(tmp_path, runs):
     ck["summary"] = {k.replace("tiny_", "llama-3.2-1b_", 1): v for k, v in ck["summary"].items()}
     (back,) = bench.split(study.merge([ck]))
     assert len(back["rows"]) == len(ck["rows"]) and back["summary"] == ck["summary"]
-    assert bench._key(back) == ("llama-3.2-1b", "fp32", None)
+    assert bench._key(back) == ("llama-3.2-1b", "fp32", None, 1)
     # the run's folder is named by its model key: an absolute path left --out (out / "runs" / "/models/..._fp32")
     assert bench.run_dir_for(tmp_path, "/models/Llama-3.2-1B", "bf16") == tmp_path / "runs" / "llama-3.2-1b_bf16"
 
