@@ -284,6 +284,25 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def partial_stem(out: str | os.PathLike, study: str) -> str:
+    """The name a run stopped part-way gives its files in `out`: `study` (roofline.json, .md, plots), unless a complete
+    <study>.json is there already, which part of another run must not replace (it was lost): then `study`.partial."""
+    try:
+        doc = read_results(Path(out) / f"{study}.json")
+    except UserError:  # none there, or not a results file: nothing of worth is replaced
+        return study
+    params = doc.get("params")
+    return study if isinstance(params, dict) and params.get("partial") else f"{study}.partial"
+
+
+def partial_kept_words(paths: list, stem: str, study: str, plots: str = "plots") -> str:
+    """How the one line of a stopped run says where its partial files went (and that a complete one is kept)."""
+    words = f"in {paths[0]} (marked partial), its .md and {plots} beside it"
+    if stem != study:
+        words += f"; the complete {Path(paths[0]).with_name(study + '.json')} is kept"
+    return words
+
+
 def read_results(path: str | os.PathLike) -> dict:
     """Read and validate a results file."""
     p = Path(path)

@@ -129,16 +129,16 @@ def plot(doc: dict, path: str | Path) -> Path:
     return path
 
 
-def write_artifacts(doc: dict, out: str | Path) -> list[Path]:
-    """launch.json (through gpuspeed.results), launch.md and launch.png under `out`."""
+def write_artifacts(doc: dict, out: str | Path, stem: str = "launch") -> list[Path]:
+    """launch.json (through gpuspeed.results), launch.md and launch.png under `out` (`stem` names them)."""
     from gpuspeed.results import write_results, write_text_atomic
 
     out = Path(out)
     pics = []
     try:  # first, so that a failure is among the notes the JSON and the Markdown hold
-        pics.append(plot(doc, out / "launch.png"))
+        pics.append(plot(doc, out / f"{stem}.png"))
     except Exception as exc:  # a plot failure must not lose the numbers
         doc["notes"].append(f"plot failed: {err_text(exc)}")
-    paths = [write_results(doc, out)]
-    paths.append(write_text_atomic(out / "launch.md", to_markdown(doc)))  # never half-written, no temp left
+    paths = [write_results(doc, out / f"{stem}.json")]
+    paths.append(write_text_atomic(out / f"{stem}.md", to_markdown(doc)))  # never half-written, no temp left
     return paths + pics

@@ -145,9 +145,11 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
         doc = _document(where, ks, ns, chain_k, tiny_k, variants, budget_s, sweep_rows, chain_rows, fusion_rows,
                         done.get("fits") or _fits_of(sweep_rows), done.get("chain") or {}, notes, partial=stopped)
         from gpuspeed.launch.report import write_artifacts
+        from gpuspeed.results import partial_kept_words, partial_stem
 
-        paths = write_artifacts(doc, out)
-        return f"{stopped}; they are in {paths[0]} (marked partial), its .md and plot beside it"
+        stem = partial_stem(out, "launch")  # a complete launch.json there is kept
+        paths = write_artifacts(doc, out, stem)
+        return f"{stopped}; they are {partial_kept_words(paths, stem, 'launch', 'plot')}"
 
     from gpuspeed.results import stop_signals
 

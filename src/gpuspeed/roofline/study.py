@@ -246,10 +246,10 @@ class Study:
                             device=self.kind)
 
 
-def write_artifacts(doc: dict, out) -> list:
-    """roofline.json (through gpuspeed.results), roofline.md and roofline.png/.svg under `out`; returns their paths.
-    The plots go first, so that a plot failure is among the notes the JSON and the Markdown hold (the numbers are
-    written all the same)."""
+def write_artifacts(doc: dict, out, stem: str = "roofline") -> list:
+    """roofline.json (through gpuspeed.results), roofline.md and roofline.png/.svg under `out` (`stem` names them);
+    returns their paths. The plots go first, so that a plot failure is among the notes the JSON and the Markdown
+    hold (the numbers are written all the same)."""
     from pathlib import Path
 
     from gpuspeed.results import write_results, write_text_atomic
@@ -257,12 +257,12 @@ def write_artifacts(doc: dict, out) -> list:
     from gpuspeed.roofline.report import markdown
 
     try:
-        pics = plot(doc, out)
+        pics = plot(doc, out, stem)
     except Exception as exc:  # a plot failure must not lose the numbers: they are written, with a note
         pics = []
         doc["notes"].append(f"plot failed: {_err(exc)}")
-    path = write_results(doc, out)
-    md = write_text_atomic(Path(out) / "roofline.md", markdown(doc))  # never half-written, no temp left
+    path = write_results(doc, Path(out) / f"{stem}.json")
+    md = write_text_atomic(Path(out) / f"{stem}.md", markdown(doc))  # never half-written, no temp left
     return [path, md, *pics]
 
 
@@ -270,7 +270,7 @@ def run_steps(study: Study, steps, out=None, step=None) -> dict:
     """Run `steps` (study.steps()) in order and return the document; `step(label, done)` is called before each (a
     progress bar; done: the steps finished). Stopped part-way (Ctrl-C, SIGTERM: gpuspeed.results.stop_signals), the
     steps done are kept: with `out`, a document marked partial is written there (json, md, plots), the line says so."""
-    from gpuspeed.results import stop_signals
+    from gpuspeed.results import partial_kept_words, partial_stem, stop_signals
 
     done: list[str] = []
     now: list[str] = []
@@ -280,8 +280,9 @@ def run_steps(study: Study, steps, out=None, step=None) -> dict:
             return None
         stopped = (f"stopped after {len(done)} of {len(steps)} steps"
                    + (f", during {now[-1]!r}" if now and now[-1] not in done else ""))
-        paths = write_artifacts(study.document(partial=stopped), out)
-        return f"{stopped}; what they measured is in {paths[0]} (marked partial), its .md and plots beside it"
+        stem = partial_stem(out, "roofline")  # a complete roofline.json there is kept
+        paths = write_artifacts(study.document(partial=stopped), out, stem)
+        return f"{stopped}; what they measured is {partial_kept_words(paths, stem, 'roofline')}"
 
     with stop_signals(keep):
         for label, fn in steps:
