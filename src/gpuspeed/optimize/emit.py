@@ -102,8 +102,12 @@ Run:
     python optimized_{name}.py --cpu      # force the CPU fallback
 {fallback_line}
 build_optimized()'s function returns what the original returns (its dtypes for your inputs' dtypes, its kinds of
-numbers, your own array where it hands one back); its first call on arguments of other dtypes than the run's (or
-their other precision) is the original's own, and teaches it how the result is to look for the later ones.
+numbers, your own array where it hands one back, a view of your array where it returns one: `x[1:]`, `x.T`).
+Its FIRST call on arguments of other dtypes than the run's and their other precision (OUT_FORMS below: int32
+arrays, say) runs the original itself, at the original's speed, and keeps what its result looked like for the
+later calls on those dtypes, which run the optimized code: which dtypes the original returns there cannot be known
+without running it, and a float32 result cast back to a guessed dtype could be a wrong answer. Call it once on such
+arguments before you time it.
 """
 
 import argparse
@@ -323,6 +327,8 @@ def like_the_original(fn, impl):
         form = OUT_FORMS.get(dtype_signature(args), learn)
         if form is learn:
             return learn(args)
+        if form and len(form) > 3 and form[3] and fn is impl:  # it returns views of its arguments: the caller's own
+            return returned_like(keeping_views(impl, args, form[3]), form, args)
         return returned_like(fn(*args), form, args)
 
     return wrapping(call, fn, impl)

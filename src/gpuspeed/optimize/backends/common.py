@@ -478,14 +478,16 @@ def _leaf_kind(x):
 
 
 def output_form(out, args=()) -> list:
-    """[kinds, handed, twins]: how a call's output looks, for another's to be made to look the same (returned_like):
-    `kinds` is out's structure with each leaf's kind (_leaf_kind), `handed` the leaves that are arguments themselves
-    ([[path, argument], ...]), `twins` the leaves that are an earlier leaf's array again ([[path, earlier path], ...]:
-    `return y, y`); a path is the keys and indices from out to the leaf, so a list of another length elsewhere in
-    the output moves none of them."""
+    """[kinds, handed, twins, views]: how a call's output looks, for another's to be made to look the same
+    (returned_like): `kinds` is out's structure with each leaf's kind (_leaf_kind), `handed` the leaves that are
+    arguments themselves ([[path, argument], ...]), `twins` the leaves that are an earlier leaf's array again ([[path,
+    earlier path], ...]: `return y, y`), `views` the leaves that are views of an argument's memory ([[path, argument],
+    ...]: `return x[1:]`); a path is the keys and indices from out to the leaf, so a list of another length elsewhere
+    in the output moves none of them."""
     seen: dict = {}
     handed: list = []
     twins: list = []
+    views: list = []
 
     def look(leaf, path):
         if hasattr(leaf, "shape") and not isinstance(leaf, np.generic):  # an array (a scalar has no identity to keep)
@@ -496,10 +498,125 @@ def output_form(out, args=()) -> list:
                 twins.append([path, seen[id(leaf)]])
             else:
                 seen[id(leaf)] = path
+                i = next((i for i, a in enumerate(args) if _shares_memory(leaf, a)), None)
+                if i is not None:
+                    views.append([path, i])
         return leaf
 
     _path_map(look, out)
-    return [tree_map(_leaf_kind, out), handed, twins]
+    return [tree_map(_leaf_kind, out), handed, twins, views]
+
+
+def _shares_memory(leaf, arg) -> bool:
+    """leaf lies in arg's memory (a view of it: a slice, a transpose, a diagonal), for NumPy arrays and torch tensors."""
+    if isinstance(leaf, np.ndarray) and isinstance(arg, np.ndarray):
+        return leaf.size > 0 and bool(np.may_share_memory(leaf, arg))
+    if kind_of(leaf) == "torch" and kind_of(arg) == "torch" and hasattr(leaf, "untyped_storage"):
+        try:
+            return leaf.numel() > 0 and leaf.device == arg.device and \
+                leaf.untyped_storage().data_ptr() == arg.untyped_storage().data_ptr()
+        except Exception:  # a tensor without storage (a fake or sparse one): no view to keep
+            return False
+    return False
+
+
+def _geometry(x):
+    """(address of its first element, itemsize, shape, strides in elements) of a NumPy, CuPy or torch array; None
+    for anything else, or strides that are not whole elements."""
+    kind = kind_of(x)
+    try:
+        if isinstance(x, np.ndarray):
+            ptr, size, strides = x.__array_interface__["data"][0], x.itemsize, x.strides
+        elif kind == "cupy":
+            ptr, size, strides = x.data.ptr, x.itemsize, x.strides
+        elif kind == "torch" and hasattr(x, "data_ptr") and x.layout == sys.modules["torch"].strided:
+            return x.data_ptr(), x.element_size(), tuple(x.shape), tuple(x.stride())
+        else:
+            return None
+    except Exception:  # no address to read (a fake tensor, an array without data)
+        return None
+    if any(st % size for st in strides):
+        return None
+    return ptr, size, tuple(x.shape), tuple(st // size for st in strides)
+
+
+def _index_of(offset, shape, strides):
+    """The multi-index (one entry per dimension of an array of this shape and element strides) whose element lies
+    `offset` elements from the first, each try (floor, then balanced digits) checked to land exactly; None if none."""
+    order = sorted(range(len(shape)), key=lambda d: -abs(strides[d]))
+    for balanced in (False, True):
+        rest, index = offset, [0] * len(shape)
+        for d in order:
+            if strides[d] == 0 or shape[d] == 1:
+                continue
+            q = round(rest / strides[d]) if balanced else rest // strides[d]
+            index[d], rest = q, rest - q * strides[d]
+        if rest == 0:
+            yield index
+
+
+def view_onto(leaf, made_from, caller):
+    """`caller`'s own array viewed as `leaf` views `made_from` (caller as a backend cast or moved it: its shape, its
+    elements in another dtype or on another device): the same elements of the caller's array, so the slice, transpose
+    or diagonal of an argument that the optimized code returns is the caller's memory again, with its exact values, as
+    the original's is. None where leaf is no such view (a copy, another dtype's reinterpretation, out of bounds)."""
+    g_leaf, g_made, g_caller = _geometry(leaf), _geometry(made_from), _geometry(caller)
+    if None in (g_leaf, g_made, g_caller) or kind_of(leaf) != kind_of(made_from) or leaf.dtype != made_from.dtype:
+        return None
+    (p_leaf, size, v_shape, v_strides), (p_made, _, shape, strides) = g_leaf, g_made
+    if g_caller[2] != shape or (p_leaf - p_made) % size or 0 in v_shape or 0 in shape:
+        return None
+    start = next((i for i in _index_of((p_leaf - p_made) // size, shape, strides)
+                  if all(0 <= q < n for q, n in zip(i, shape))), None)
+    # the shortest step of those found (a reversed axis is -1 along it, not -1 along the one above and n-1 along it)
+    steps = [min(_index_of(st, shape, strides), key=lambda i: sum(map(abs, i)), default=None) for st in v_strides]
+    if start is None or None in steps:
+        return None
+    for d in range(len(shape)):  # every element of the view inside the array: its multi-index is then the one
+        lo = start[d] + sum(min(0, (n - 1) * step[d]) for n, step in zip(v_shape, steps))
+        hi = start[d] + sum(max(0, (n - 1) * step[d]) for n, step in zip(v_shape, steps))
+        if lo < 0 or hi >= shape[d]:
+            return None
+    mine = g_caller[3]
+    new_strides = [sum(step[d] * mine[d] for d in range(len(shape))) for step in steps]
+    if isinstance(caller, np.ndarray):
+        first = caller[tuple(slice(i, i + 1) for i in start)]
+        writeable = bool(caller.flags.writeable and getattr(getattr(leaf, "flags", None), "writeable", True))
+        return np.lib.stride_tricks.as_strided(first, v_shape, [st * caller.itemsize for st in new_strides],
+                                               writeable=writeable)
+    if kind_of(caller) == "torch":
+        offset = caller.storage_offset() + sum(i * st for i, st in zip(start, mine))
+        return caller.as_strided(v_shape, new_strides, offset)
+    return None
+
+
+def _leaf_at(obj, path):
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+def keeping_views(impl, args, views):
+    """impl(*args) (an Impl: host arguments in, host results out), with each leaf that `views` ([[path, argument], ...]
+    of output_form) names the caller's own argument viewed as the optimized code viewed its copy of it (view_onto):
+    the original returns a view of its argument there, and a cast-back copy of a float32 slice is neither the caller's
+    memory nor its exact values. A leaf that is not such a view in this call is left as computed."""
+    dev = impl.prepare(args)
+    res = impl.run(*dev)
+    mapped = {}
+    for path, i in views:
+        if i >= len(args) or i >= len(dev):
+            continue
+        try:
+            view = view_onto(_leaf_at(res, path), dev[i], args[i])
+        except (KeyError, IndexError, TypeError):  # the optimized output has another structure: left as it is
+            view = None
+        if view is not None:
+            mapped[tuple(path)] = view
+    host = impl.fetch(res)
+    if not mapped:
+        return host
+    return _path_map(lambda leaf, path: mapped.get(path, leaf), host)
 
 
 def _path_map(fn, obj, path=()):
@@ -521,7 +638,7 @@ def returned_like(out, form, args):
     kind of data (complex to float, float to integer) is not made: such a result is wrong, and is left to show it."""
     if form is None:
         return out
-    kinds, handed, twins = form
+    kinds, handed, twins = form[:3]
     if handed:
         where = {tuple(path): i for path, i in handed}
 

@@ -1,0 +1,72 @@
+"""QA pass 14 on `gpuspeed optimize` and its optimized_<name>.py: what a demanding user's own functions get back.
+CPU only: small real runs (--device cpu, a short bench budget) and the emitted script in a fresh process."""
+
+import subprocess
+import sys
+
+import pytest
+from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text, rewrite
+
+VIEWS = """
+    import numpy as np
+
+    TOLERANCE = dict(rtol=1e-4, atol=1e-5)  # loose enough for the float32 candidate
+
+
+    def original(x, w):
+        acc = np.zeros(x.shape[0])  # float32 under the float32 candidate
+        for i in range(x.shape[0]):
+            acc[i] = x[i] * w[i]
+        k = int(np.argmax(w))  # where the slice starts depends on the values, not only on the shapes
+        return acc, x[1:], w[::-2], {"tail": x[k:]}
+
+
+    def inputs(rng):
+        return rng.standard_normal(120), rng.standard_normal(120)
+    """
+
+CALL_VIEWS = LOAD_OPTIMIZED + '''
+import numpy as np
+
+original = opt.load_workload("_mine").original
+rng = np.random.default_rng(3)
+for kind in ("float64", "float32", "strided"):
+    for n in (37, 120):
+        if kind == "strided":
+            x, w = rng.standard_normal(3 * n)[::3], rng.standard_normal((n, 2))[:, 1]
+        else:
+            x, w = rng.standard_normal(n).astype(kind), rng.standard_normal(n).astype(kind)
+        ref = original(x, w)
+        out = fn(x, w)
+        views = [np.shares_memory(out[1], x), np.shares_memory(out[2], w), np.shares_memory(out[3]["tail"], x)]
+        exact = [np.array_equal(out[1], ref[1]), np.array_equal(out[2], ref[2]),
+                 np.array_equal(out[3]["tail"], ref[3]["tail"])]
+        print(kind, n, all(views), all(exact), views, exact)
+'''
+
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("views")
+    run = optimize_text(tmp_path, "views", VIEWS, ["numpy"])
+    return run, tmp_path
+
+
+def _lines(tmp_path, script, text):
+    p = tmp_path / "use_it.py"
+    p.write_text(text)
+    r = subprocess.run([sys.executable, str(p), str(script)], capture_output=True, text=True, timeout=180,
+                       cwd=tmp_path.parent)  # another folder than the script's and the workload's
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.splitlines()
+
+
+def test_a_view_of_an_argument_comes_back_as_that_view_under_a_float32_primary(views):
+    """`return x[1:]`: the float32 primary cast x to float32, sliced the copy and cast the slice back, so the caller
+    got a new array (writing into it left x as it was) holding x's values rounded through float32 (not x's own).
+    The slice, reversed step and value-dependent start alike now come back as views of the caller's own arrays:
+    its elements exactly, for the run's dtypes, the other precision and strided inputs."""
+    run, tmp_path = views
+    assert run.results["numpy-fp32"]["status"] == "ok", run.results["numpy-fp32"].get("reason")
+    lines = _lines(tmp_path, rewrite(run, "numpy-fp32"), CALL_VIEWS)
+    assert len(lines) == 6 and all(line.split()[2:4] == ["True", "True"] for line in lines), "\n".join(lines)
