@@ -78,3 +78,69 @@ def test_a_partial_run_still_replaces_a_partial_one(tmp_path):
         assert str(out / "launch.json") in _one_line(err, "stopped by SIGTERM")
     assert json.loads((out / "launch.json").read_text())["params"]["partial"] is True
     assert not (out / "launch.partial.json").exists()
+
+
+# -- 2. a signal before the command's own handler ----------------------------------------------------------------
+
+def _catches_sigterm(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask >> (signal.SIGTERM - 1) & 1)
+
+
+def _early_stop(command: list[str], sig: int, when: str, cwd: Path):
+    """Run `command` and send `sig` early: once it catches SIGTERM or maps `when` (a shared library's name, as torch's
+    import loads it), whichever comes first. Returns (exit code, stdout, stderr)."""
+    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd)
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline:
+        try:
+            if _catches_sigterm(p.pid) or when in Path(f"/proc/{p.pid}/maps").read_text():
+                break
+        except (OSError, StopIteration):
+            pass
+        time.sleep(0.002)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    return p.returncode, out, err
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("entry", ["-m", "script"])
+@pytest.mark.parametrize("when", ["startup", "libtorch"])
+def test_sigterm_before_the_command_is_ready_is_one_line_and_143(tmp_path, entry, when):
+    # `timeout 5 gpuspeed roofline --out DIR` on a slow start: SIGTERM while the CLI and torch loaded killed it where
+    # it stood (exit -15, no word) and left the empty --out folder
+    out = tmp_path / "res"
+    head = [sys.executable, "-m", "gpuspeed"] if entry == "-m" else [str(Path(sys.executable).with_name("gpuspeed"))]
+    if entry == "script" and not Path(head[0]).exists():
+        pytest.skip("no gpuspeed console script beside this python")
+    rc, stdout, err = _early_stop([*head, "roofline", "--quick", "--out", str(out)], signal.SIGTERM,
+                                  "libtorch" if when == "libtorch" else "\0", tmp_path)
+    assert rc == 143, (rc, err[-3000:])
+    assert err.strip() == "gpuspeed: stopped by SIGTERM", err[-3000:]
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("when", ["startup", "libtorch"])
+def test_ctrl_c_before_the_command_is_ready_is_one_line_and_130(tmp_path, when):
+    # Ctrl-C while the CLI's modules or torch loaded: a KeyboardInterrupt traceback and exit -2 (or, raised inside
+    # torch's extension init, an abort)
+    out = tmp_path / "res"
+    rc, _, err = _early_stop([sys.executable, "-m", "gpuspeed", "roofline", "--quick", "--out", str(out)],
+                             signal.SIGINT, "libtorch" if when == "libtorch" else "\0", tmp_path)
+    assert rc == 130, (rc, err[-3000:])
+    assert err.strip().splitlines()[-1] == "gpuspeed: interrupted" and "Traceback" not in err, err[-3000:]
+    assert not out.exists()
+
+
+def test_ctrl_c_inside_a_command_still_keeps_what_it_measured(tmp_path):
+    # the early handler gives way to the command's own: Ctrl-C during the roofline's steps keeps the steps done
+    out = tmp_path / "res"
+    rc, _, err = stopped(["roofline", "--quick", "--no-place", "--out", str(out)], signal.SIGINT,
+                         "gpuspeed roofline [", tmp_path, times=2)
+    assert rc == 130, (rc, err[-3000:])
+    assert "partial" in _one_line(err, "interrupted")
+    assert json.loads((out / "roofline.json").read_text())["params"]["partial"] is True
+    _no_temp(out)

@@ -8,6 +8,10 @@ import sys
 if sys.path and sys.path[0] in ("", os.getcwd()):
     sys.path.append(sys.path.pop(0))
 
+from gpuspeed.results import stop_early  # noqa: E402
+
+stop_early()  # SIGTERM or Ctrl-C while the CLI and torch load: one line and 143 / 130, not a silent -15
+
 from gpuspeed.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -9,12 +9,26 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+from pathlib import Path
 
-import typer
-from rich.table import Table
 
-from gpuspeed.commands import make_console
-from gpuspeed.errors import UserError
+def _stop_early_if_entry() -> None:
+    """The `gpuspeed` console script imports this module first: SIGTERM or Ctrl-C from here on is one line and 143 /
+    130 (a notebook importing it keeps its own handlers)."""
+    entry = sys.modules.get("__main__")
+    if Path(getattr(entry, "__file__", None) or "").name in ("gpuspeed", "gpuspeed.exe", "gpuspeed-script.py"):
+        from gpuspeed.results import stop_early
+
+        stop_early()
+
+
+_stop_early_if_entry()
+
+import typer  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from gpuspeed.commands import make_console  # noqa: E402
+from gpuspeed.errors import UserError  # noqa: E402
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure, analyze and speed up Python code on NVIDIA GPUs.")
@@ -146,12 +160,13 @@ def _is(exc: BaseException, name: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning user mistakes into one line and exit code 2; a command that fails leaves
     no empty --out folder behind."""
-    from gpuspeed.results import CREATED, command_line, remove_created
+    from gpuspeed.results import CREATED, command_line, remove_created, stop_early
 
     CREATED.clear()  # this command's folders only
     rv = None
     try:
-        if argv is None:
+        if argv is None:  # the process's command line: SIGTERM before a command's own handler is one line too
+            stop_early()
             rv = _main(argv)
         else:  # called from Python: its results files record these arguments, not the host process's argv
             with command_line(["gpuspeed", *map(str, argv)]):
@@ -165,6 +180,20 @@ def main(argv: list[str] | None = None) -> int:
 def _interrupted(args: list[str]) -> None:
     hint = ": the candidates that finished are kept; rerun with --resume to go on" if "optimize" in args else ""
     print(f"gpuspeed: interrupted{hint}", file=sys.stderr, flush=True)
+
+
+def _stopped(args: list[str]) -> int:
+    """The one line and the exit code of a run stopped before a command's own stop_signals(): 143 for a SIGTERM that
+    stop_early() turned into an exception (typer took it for Ctrl-C), else 130."""
+    import signal
+
+    from gpuspeed.results import EARLY_SIGNALS
+
+    if signal.SIGTERM in EARLY_SIGNALS:
+        print("gpuspeed: stopped by SIGTERM", file=sys.stderr, flush=True)
+        return 143
+    _interrupted(args)
+    return 130
 
 
 def _debug_first(args: list[str]) -> list[str]:
@@ -193,8 +222,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         rv = app(args=args, prog_name="gpuspeed", standalone_mode=False)
         if rv == 130:  # typer's answer to Ctrl-C (KeyboardInterrupt -> Exit(130), returned without standalone mode)
-            _interrupted(args)
+            return _stopped(args)
         return rv if isinstance(rv, int) else 0
+    except KeyboardInterrupt:  # outside typer's own catch (stop_early's handler, SIGTERM as Ctrl-C)
+        return _stopped(args)
     except UserError as exc:
         if debug:
             raise

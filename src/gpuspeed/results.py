@@ -183,6 +183,46 @@ def _terminated(signum, _frame):
     raise Terminated(signum)
 
 
+EARLY_SIGNALS: list[int] = []  # the signals stop_early()'s handler turned into an exception (the CLI says which)
+
+
+def stop_early() -> None:
+    """For the process's entry point (`gpuspeed`, `python -m gpuspeed`): from here until a command's stop_signals(),
+    SIGTERM and Ctrl-C end the run with the same one line and 143 / 130. SIGTERM killed it where it stood (exit -15,
+    not a word, an empty --out left), Ctrl-C during an import ended in a traceback and -2."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, _stopped_early)
+
+
+def _importing(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _stopped_early(signum, frame):
+    import signal
+
+    term = signum == signal.SIGTERM
+    if _importing(frame):
+        # raised inside an import, the exception can unwind through an extension's init (torch's pybind11 aborts) or
+        # past the CLI's handler (a traceback, -2); nothing is measured yet, so the process ends here, with the line
+        remove_created()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os.write(2, b"gpuspeed: stopped by SIGTERM\n" if term else b"gpuspeed: interrupted\n")
+        os._exit(143 if term else 130)
+    EARLY_SIGNALS.append(signum)
+    raise Terminated(signum) if term else KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def stop_signals(keep=None):
     """A command's measuring, stopped from outside. Inside, SIGTERM unwinds like Ctrl-C (it killed the process
@@ -196,6 +236,9 @@ def stop_signals(keep=None):
 
     main = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's only
     previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    early_int = main and signal.getsignal(signal.SIGINT) is _stopped_early
+    if early_int:  # Ctrl-C is a KeyboardInterrupt here, wherever it lands: keep() writes what was measured
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -222,6 +265,8 @@ def stop_signals(keep=None):
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
+        if early_int:
+            signal.signal(signal.SIGINT, _stopped_early)
 
 
 @contextlib.contextmanager
