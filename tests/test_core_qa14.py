@@ -144,3 +144,26 @@ def test_ctrl_c_inside_a_command_still_keeps_what_it_measured(tmp_path):
     assert "partial" in _one_line(err, "interrupted")
     assert json.loads((out / "roofline.json").read_text())["params"]["partial"] is True
     _no_temp(out)
+
+
+# -- check(): an explicit tolerance on an integer output ---------------------------------------------------------
+
+def test_check_honours_an_explicit_atol_on_integer_outputs():
+    # a uint8 image off by one level, checked with atol=1: FAIL "(atol 0, rtol 0)", the atol passed silently dropped,
+    # while the same values as floats against the integer reference passed
+    import numpy as np
+
+    import gpuspeed
+
+    ref = np.array([[10, 200], [0, 255]], dtype=np.uint8)
+    out = np.array([[11, 199], [0, 255]], dtype=np.uint8)
+    r = gpuspeed.check(out, ref, atol=1)
+    assert r.passed, r.summary
+    assert r.leaves[0].atol == 1 and r.leaves[0].max_abs_err == 1
+    assert gpuspeed.check(out.astype(np.float64), ref, atol=1).passed  # as it was already
+    off_by_two = out.astype(np.int64) + np.array([[1, 0], [0, 0]])
+    bad = gpuspeed.check(off_by_two, ref, atol=1)
+    assert not bad.passed and "1/4 over tolerance (atol 1" in bad.summary and bad.leaves[0].worst_index == (0, 0)
+    assert not gpuspeed.check(out, ref).passed  # without one: exact, as documented
+    assert not gpuspeed.check(out, ref, rtol=0.1).passed  # a relative tolerance is not one for counts and indices
+    assert gpuspeed.check(np.array([True, False]), np.array([True, True]), atol=1).passed
