@@ -111,3 +111,18 @@ def test_keep_replaces_only_the_new_runs_tp_and_its_keys(tmp_path, tp_runs):
     s = doc["summary"]
     assert s["tiny_fp32_tp2_best_ms_per_token"] == tp_runs[2]["summary"]["tiny_fp32_tp2_best_ms_per_token"]
     assert s["tiny_fp32_best_ms_per_token"] == tp_runs[1]["summary"]["tiny_fp32_best_ms_per_token"]
+
+
+# --- bad checkpoints: refused before the run starts, with nothing else printed -------------------------------------
+
+def test_a_folder_that_is_not_a_llama_is_one_line_and_prints_nothing_else(tmp_path):
+    """A GPT-2 folder (and any config the loader refuses) got past the check before the run: the CPU banner went to
+    stdout, then the error came from the loading step."""
+    transformers = pytest.importorskip("transformers")
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100)) \
+        .save_pretrained(tmp_path)
+    p = _decode("--model", str(tmp_path), *SMALL, "--prompt-len", "3")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("gpuspeed: error:") and "not a Llama checkpoint" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert p.stdout == "", p.stdout

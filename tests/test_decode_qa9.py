@@ -170,12 +170,14 @@ def test_a_gguf_refused_for_memory_from_the_cli_is_one_line(tmp_path, monkeypatc
 
 
 def test_without_the_gguf_package_the_loader_says_so_in_one_line(tmp_path, monkeypatch, capsys):
-    """check_fits passes over a GGUF it cannot read (the GPU machine has no gguf package): the loader's line stands."""
+    """A GGUF with no gguf package to read it (the GPU machine had none): the loader's line, from check_fits now
+    (before the run prints anything; QA 14)."""
     from test_decode_checkpoints_qa7 import write_gguf
 
     path = write_gguf(tmp_path / "m.gguf")
     monkeypatch.setitem(sys.modules, "gguf", None)  # `import gguf` raises ImportError
-    study.check_fits(study.Spec(model=str(path), prompt_len=3, new_tokens=2, variants=["V2"]), "cpu")
+    with pytest.raises(UserError, match="needs the gguf package"):
+        study.check_fits(study.Spec(model=str(path), prompt_len=3, new_tokens=2, variants=["V2"]), "cpu")
     rc, cap = cli(["--model", str(path), "--prompt-len", "3"] + SMALL, capsys)
     one_line(rc, cap, "needs the gguf package")
 

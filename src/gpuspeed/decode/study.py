@@ -1047,18 +1047,16 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
 def _checkpoint_args(model: str):
     """The shapes of a checkpoint's model before any weight is read: a Hugging Face folder's config.json, a GGUF
     file's metadata (memory-mapped: no tensor is dequantized). None where the loader will refuse it in its own words
-    (no readable Llama config, no gguf package)."""
+    (no config.json, not a checkpoint); a config or metadata it cannot take (not a Llama, a bad field, a truncated
+    GGUF) is the loader's one-line UserError, raised now: before the run prints or starts anything."""
     p = Path(model)
-    try:
-        if p.is_dir():
-            cfg = p / "config.json"
-            if not cfg.is_file():
-                return None
-            return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p))
-        if p.is_file() and checkpoints._is_gguf(p):
-            return checkpoints.gguf_args(p)
-    except UserError:
-        return None
+    if p.is_dir():
+        cfg = p / "config.json"
+        if not cfg.is_file():
+            return None
+        return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p))
+    if p.is_file() and checkpoints._is_gguf(p):
+        return checkpoints.gguf_args(p)
     return None
 
 
