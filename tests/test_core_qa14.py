@@ -167,3 +167,17 @@ def test_check_honours_an_explicit_atol_on_integer_outputs():
     assert not gpuspeed.check(out, ref).passed  # without one: exact, as documented
     assert not gpuspeed.check(out, ref, rtol=0.1).passed  # a relative tolerance is not one for counts and indices
     assert gpuspeed.check(np.array([True, False]), np.array([True, True]), atol=1).passed
+
+
+# -- gpuspeed profile --function whose function calls sys.exit -----------------------------------------------------
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_profile_function_that_calls_sys_exit_is_one_line_and_2(tmp_path, code):
+    # the function's sys.exit ended gpuspeed itself: exit 3 (or 0, as if the profile had passed) and not a word
+    (tmp_path / "fn.py").write_text(f"import sys\n\ndef f(x):\n    sys.exit({code})\n")
+    out = tmp_path / "res"
+    r = _gpuspeed("profile", "-f", f"{tmp_path / 'fn.py'}:f", "-i", "x=float32[8]", "--no-hotspots", "--out", str(out),
+                  cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert r.stderr.strip().splitlines()[-1] == f"gpuspeed: error: f raised SystemExit({code})", r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not out.exists()

@@ -105,11 +105,13 @@ def register(app: typer.Typer) -> None:
                                   trace_path=trace_path, hotspots=hotspots)
         except UserError:
             raise
-        except Exception as exc:  # the user's code failed: one line, the traceback under --debug
+        except (Exception, SystemExit) as exc:  # the user's code failed (its sys.exit too, which ended gpuspeed
+            # silently with its code): one line, the traceback under --debug
             if ctx.find_root().params.get("debug"):
                 raise
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise UserError(f"{name} raised {type(exc).__name__}: {first}") from exc
+            from gpuspeed.loading import _first_line
+
+            raise UserError(f"{name} raised {_first_line(exc)}") from exc
         res.notes[:0] = notes
         if runner is not None:
             res.notes.append(f"ran {script} {runner.runs} times ({warmup} warm-up, {steps} profiled, 1 to place "
