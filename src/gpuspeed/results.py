@@ -194,8 +194,12 @@ def stop_early() -> None:
     import threading
 
     if threading.current_thread() is threading.main_thread():
+        _EARLY_PID[:] = [os.getpid()]
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, _stopped_early)
+
+
+_EARLY_PID: list[int] = []  # the process stop_early() was called in (a forked child inherits the handler)
 
 
 def _importing(frame) -> bool:
@@ -210,6 +214,12 @@ def _stopped_early(signum, frame):
     import signal
 
     term = signum == signal.SIGTERM
+    if os.getpid() not in _EARLY_PID:  # a process forked from gpuspeed's: the signal does what it would there
+        signal.signal(signum, signal.SIG_DFL if term else signal.default_int_handler)
+        if not term:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+        return
     if _importing(frame):
         # raised inside an import, the exception can unwind through an extension's init (torch's pybind11 aborts) or
         # past the CLI's handler (a traceback, -2); nothing is measured yet, so the process ends here, with the line
