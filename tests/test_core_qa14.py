@@ -181,3 +181,15 @@ def test_profile_function_that_calls_sys_exit_is_one_line_and_2(tmp_path, code):
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     assert r.stderr.strip().splitlines()[-1] == f"gpuspeed: error: f raised SystemExit({code})", r.stderr[-2000:]
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_bench_demo_with_a_shape_given_does_not_say_it_ran_smaller(tmp_path):
+    # `gpuspeed bench --rows 8 --cols 8` on a CPU noted "both versions run on the CPU, at a smaller size": the size was
+    # the user's own
+    r = _gpuspeed("bench", "--rows", "8", "--cols", "8", "--budget", "0.1", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["params"]["shape"] == [8, 8]
+    assert not any("smaller size" in n for n in doc["notes"]), doc["notes"]
+    default = _gpuspeed("bench", "--budget", "0.1", "--json", cwd=tmp_path)
+    assert any("smaller size" in n for n in json.loads(default.stdout)["notes"])  # the CPU default shape: it is

@@ -14,11 +14,13 @@ def run_demo(device: str = "auto", shape: tuple[int, int] | None = None, budget_
     import torch
 
     where = _device.resolve_device(device)
+    chosen = shape
     shape = shape or (ex.GPU_SHAPE if where == "cuda" else ex.CPU_SHAPE)
     _check_fits(shape, where)
     x = ex.make_inputs(shape)
     xt = torch.from_numpy(x).to(where)
-    notes = [] if where == "cuda" else ["no GPU: both versions run on the CPU, at a smaller size"]
+    # "smaller" only where gpuspeed picked the CPU's default shape, not the user's --rows/--cols
+    notes = [] if where == "cuda" else ["no GPU: both versions run on the CPU" + ("" if chosen else ", at a smaller size")]
 
     slow = bench(ex.softmax_numpy, x, name="softmax_numpy (NumPy, CPU)", device="cpu", budget_s=budget_s)
     fast = bench(ex.softmax_torch, xt, name=f"softmax_torch ({where})", device=where, budget_s=budget_s)
