@@ -76,7 +76,7 @@ def test_pipeline_small_end_to_end_and_resume(tmp_path):
     run = optimize(p, device="cpu", out=out, time_budget=120)
     assert run.results["original"]["status"] == "ok"
     assert run.results["numpy-fp32"]["status"] == "ok"  # float32 is within 1e-5 here
-    assert run.choice["primary"] in ("numpy-fp32", "original", "numba", "numba-prange")  # the fastest here
+    assert run.choice["primary"] in ("numpy-fp32", "original", "numba", "numba-serial", "numba-prange")  # the fastest here
     for name in ("report.md", "optimize_wl.json", "optimize_wl.png", "optimized_wl.py", "candidates.jsonl"):
         assert (out / name).is_file(), name
     md = (out / "report.md").read_text()
@@ -87,7 +87,8 @@ def test_pipeline_small_end_to_end_and_resume(tmp_path):
     assert doc["summary"]["correct"] is True and doc["study"] == "optimize_wl"
     lines = read_jsonl(out / "candidates.jsonl")
     names = {r["name"] for r in lines}  # Numba and JAX join where installed
-    assert {"original", "numpy-fp32"} <= names <= {"original", "numpy-fp32", "numba", "numba-prange", "jax", "jax-fp32"}
+    assert {"original", "numpy-fp32"} <= names <= {"original", "numpy-fp32", "numba", "numba-serial", "numba-prange", "jax",
+                                                     "jax-fp32"}
     # an interrupted run: drop the last line, resume: the kept line is reused, the lost one re-run
     (out / "candidates.jsonl").write_text(json.dumps(lines[0]) + "\n")
     run2 = optimize(p, device="cpu", out=out, time_budget=120, resume=True)

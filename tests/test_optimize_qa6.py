@@ -148,7 +148,7 @@ def test_no_prange_candidate_for_a_loop_prange_cannot_rewrite():
     class Wl:
         kind, rtol, atol, in_place, variants, module = "numpy", 1e-9, None, None, {}, np
 
-    for fn, want in ((zipped, {"numba"}), (ranged, {"numba", "numba-prange"})):
+    for fn, want in ((zipped, {"numba", "numba-serial"}), (ranged, {"numba", "numba-serial", "numba-prange"})):
         Wl.original = staticmethod(fn)
         _, recs = C.plan(Wl, "cpu", {"loop_bound": True, "float64": True}, requested=["numba"])
         assert {r["name"] for r in recs} == want

@@ -237,6 +237,8 @@ def _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested,
         why = "array code: parallel array expressions"
     row("numba", "tried", why)
     recipes.append(recipe("numba", "numba"))
+    if loop_bound or sequential:  # parallel=True forks threads for each small array expression inside the loop
+        recipes.append(recipe("numba-serial", "numba", parallel=False))
     if loop_bound and not sequential and range_loops(wl.original):
         recipes.append(recipe("numba-prange", "numba", prange=True))
 

@@ -51,7 +51,7 @@ def implementation_source(run, name: str | None) -> str:
     if not name:
         return ""
     rec = run.results[name]["recipe"]
-    opts = ", ".join(f"{k}={v!r}" for k, v in rec.items() if k in ("mode", "variant", "prange", "precision", "fuse"))
+    opts = ", ".join(f"{k}={v!r}" for k, v in rec.items() if k in ("mode", "variant", "prange", "precision", "fuse", "parallel"))
     head = [f"# {name}: {run.results[name].get('label')}",
             f"# impl = build(workload_module, func={run.wl.func!r}, {opts})"
             + ("  # then wrapped in a CUDA graph (gpuspeed.graphs.capture)" if rec.get("graph") else ""),
@@ -77,6 +77,8 @@ def implementation_source(run, name: str | None) -> str:
            "jax": "with `np` bound to jax.numpy, under jax.jit"}.get(rec["backend"], "")
     if rec["backend"] == "torch" and rec.get("device") == "cpu":
         how = "compiled by torch.compile on the CPU (Inductor's C++/OpenMP code)"
+    if rec["backend"] == "numba" and rec.get("parallel") is False:
+        how = "compiled by numba.njit (serial)"
     try:
         orig = inspect.getsource(run.wl.original)
     except (OSError, TypeError):
@@ -266,7 +268,7 @@ def build_optimized(force_cpu=False):
         build = _backend_build()
     except ImportError as exc:
         return module.{func_attr}, f"the original on the CPU ({{exc.name}} is not installed)"
-    opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange", "fuse")}}
+    opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange", "fuse", "parallel")}}
     precision = RECIPE.get("precision", "as-written")
     # a float32 primary's outputs are cast back to the original's dtypes for each call's own inputs (like_the_original)
     impl = build(module, func=FUNC, precision=precision, out_dtypes=None, device="cuda" if needs_gpu else "cpu", **opts)

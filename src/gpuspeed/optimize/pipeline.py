@@ -555,7 +555,10 @@ def _sequential_why(hot: dict) -> str:
 def _numba_route(run) -> str:
     """The fastest achievable route for a sequential loop when nothing beat the original here: Numba on the CPU,
     with why it did not run or did not win here."""
-    r = run.results.get("numba")
+    tried = [run.results[n] for n in ("numba", "numba-serial") if n in run.results]
+    ok = [r for r in tried if r.get("status") == "ok"]
+    r = min(ok, key=lambda r: (r.get("e2e_time") or {}).get("median") or float("inf")) if ok else \
+        (tried[0] if tried else None)  # the faster of parallel=True and the serial njit
     plan = next((p for p in run.plan_rows if p.get("key") == "numba"), {})
     if r is None:
         return f"Numba @njit on the CPU (not tried here: {plan.get('why') or 'not planned'})"

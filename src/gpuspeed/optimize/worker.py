@@ -157,7 +157,7 @@ def build(spec: dict, wl, module):
         impl = Impl(getattr(module, wl.func), device="cpu", label="the original (CPU)")
         return impl.returning(in_place, returns) if in_place else impl
     mod = importlib.import_module(f"gpuspeed.optimize.backends.{BACKEND_MODULES[backend]}")
-    opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange", "fuse") and v is not None}
+    opts = {k: v for k, v in r.items() if k in ("mode", "variant", "prange", "fuse", "parallel") and v is not None}
     precision = r.get("precision", "as-written")
     if backend == "variant" and getattr(module.variants.get(r.get("variant")), "precision", None) == "float32":
         # a variant declaring fn.precision = "float32" takes the demoted candidates' path: float32 inputs, outputs
