@@ -459,8 +459,8 @@ def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(old))
     (tmp_path / "new" / "runs" / "tiny_fp32").mkdir(parents=True)
     (tmp_path / "new" / "runs" / "tiny_fp32" / "decode.json").write_text(json.dumps(run("tiny", "fp32", 0.1, "bbb")))
-    assert [bench._key(d) for d in bench.split(old)] == [("tiny", "fp32", None), ("big", "bf16", None),
-                                                         ("big", "bf16", "int8")]
+    assert [bench._key(d) for d in bench.split(old)] == [("tiny", "fp32", None, 1), ("big", "bf16", None, 1),
+                                                         ("big", "bf16", "int8", 1)]
     p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out"),
                         "--merge", str(tmp_path / "new"), "--keep", str(tmp_path / "old.json")],
                        capture_output=True, text=True, cwd=root)
