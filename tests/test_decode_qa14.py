@@ -126,3 +126,31 @@ def test_a_folder_that_is_not_a_llama_is_one_line_and_prints_nothing_else(tmp_pa
     assert p.stderr.startswith("gpuspeed: error:") and "not a Llama checkpoint" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert p.stdout == "", p.stdout
+
+
+def test_tp_honours_time_cap_as_one_process_does(tmp_path):
+    """--tp 2 --time-cap: the ranks dropped the cap in silence (each rank's clock would skip different rungs and
+    their collectives would not pair up) and ran every rung; now rank 0's clock decides for all ranks."""
+    p = _decode(*TP_SMALL, "--variants", "V0,V2", "--tp", "2", "--time-cap", "0.001", "--json")
+    doc = json.loads(p.stdout)
+    assert doc["params"]["time_cap_s"] == 0.001
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert set(rows) == {"V0", "V2"}
+    assert all("time cap of 0.001 s reached" in rows[v].get("skipped", "") for v in rows), doc["rows"]
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr  # nothing measured: not a success
+    assert doc["summary"]["tiny_fp32_tp2_best_ms_per_token"] is None
+    assert doc["summary"]["tiny_fp32_tp2_tokens_per_s"] is None and doc["summary"]["tiny_fp32_tp2_v2_ms_per_token"] is None
+
+
+def test_summary_keys_are_none_not_missing_when_every_rung_failed():
+    """Every rung failed or was skipped: the summary was {} (a run-to-run comparison read the model as never run);
+    and a rung that failed beside one measured lost its <variant>_ms_per_token key."""
+    from gpuspeed.decode import study
+
+    rows = [{"variant": "V0", "error": "RuntimeError: out of memory"}, {"variant": "V2", "skipped": "time cap"}]
+    s = study.summarize("tiny_fp32", rows, [], [{"variant": "HF static", "ms_per_token": 2.0}],
+                        _spec(variants=["V0", "V2"], hf=True))
+    for key in ("best_ms_per_token", "best_variant", "pct_of_read_roof", "best_weight_GBps", "tokens_identical",
+                "v0_over_v2", "v0_ms_per_token", "v2_ms_per_token", "b1_tokens_per_s", "best_over_hf_static"):
+        assert s[f"tiny_fp32_{key}"] is None, (key, s)
+    assert s["tiny_fp32_variants_measured"] == 0 and s["tiny_fp32_variants_failed_or_skipped"] == 2

@@ -727,7 +727,12 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         # the rungs awaiting their profiling pass keep their share inside the cap: the passes run after it, and a
         # driver's hard kill soon after the cap (benchmarks/decode.py) took four of the 1B's seven at b651bde
         reserve = PROFILE_PASS_RESERVE_S * len(profiles)
-        return bool(spec.time_cap_s and time.perf_counter() - t_start + reserve > spec.time_cap_s)
+        late = bool(spec.time_cap_s and time.perf_counter() - t_start + reserve > spec.time_cap_s)
+        if tp is not None:  # a rung's collectives run on every rank or on none: rank 0's clock decides for all
+            from gpuspeed.decode.tp import rank0_says
+
+            late = rank0_says(tp, late)
+        return late
 
     def best_so_far():
         ok = [r for r in rows if "ms_per_token" in r]
@@ -889,15 +894,13 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     """The issue's summary keys for this model and dtype (<model>_<dtype>_...)."""
     s: dict = {}
     ok = [r for r in rows if "ms_per_token" in r]
-    if not ok:
-        return s
-    best = min(ok, key=lambda r: r["ms_per_token"])
-    s[f"{label}_best_ms_per_token"] = best["ms_per_token"]
-    s[f"{label}_best_variant"] = best["variant"]
+    best = min(ok, key=lambda r: r["ms_per_token"]) if ok else {}  # {}: every rung failed or was skipped
+    s[f"{label}_best_ms_per_token"] = best.get("ms_per_token")
+    s[f"{label}_best_variant"] = best.get("variant")
     # the issue's headline keys are always there: None where the row they need failed, was skipped or has no roof
     # (another row's number never stands in); a key whose rung was not asked for stays out
     s[f"{label}_pct_of_read_roof"] = best.get("pct_of_read_roof")
-    s[f"{label}_best_weight_GBps"] = best["weight_GBps"]
+    s[f"{label}_best_weight_GBps"] = best.get("weight_GBps")
     s[f"{label}_variants_measured"] = len(ok)
     s[f"{label}_variants_failed_or_skipped"] = len(rows) - len(ok)
     if spec.dtype == "fp32":
@@ -915,8 +918,8 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
             s[f"{label}_{key}"] = by[a]["ms_per_token"] / by[b]["ms_per_token"]
         elif {a, b} <= asked:
             s[f"{label}_{key}"] = None
-    for r in ok:
-        s[f"{label}_{r['variant'].lower()}_ms_per_token"] = r["ms_per_token"]
+    for r in rows:  # a rung that failed or was skipped: None
+        s[f"{label}_{r['variant'].lower()}_ms_per_token"] = r.get("ms_per_token")
     hs = next((r for r in hf if r.get("variant") == "HF static" and "ms_per_token" in r), None)
     hd = next((r for r in hf if r.get("variant") == "HF dynamic" and "ms_per_token" in r), None)
     if hd:
@@ -926,6 +929,7 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
         s[f"{label}_hf_nocache_ms_per_token"] = hn["ms_per_token"]
     if hs:
         s[f"{label}_hf_static_ms_per_token"] = hs["ms_per_token"]
+    if hs and best:
         s[f"{label}_best_over_hf_static"] = hs["ms_per_token"] / best["ms_per_token"]
     elif spec.transformers_rows:  # asked for, but failed, skipped by a cap, or transformers missing
         s[f"{label}_best_over_hf_static"] = None
@@ -936,7 +940,7 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
             s[f"{label}_p{r['prompt_len']}_best_ms_per_token"] = r["ms_per_token"]
         elif r["study"] == "batch":
             s[f"{label}_b{r['batch']}_tokens_per_s"] = r["tokens_per_s"]
-    s[f"{label}_b{spec.batch}_tokens_per_s"] = best["tokens_per_s"]
+    s[f"{label}_b{spec.batch}_tokens_per_s"] = best.get("tokens_per_s")
     if spec.dtype != "fp32":
         ag = [r.get("token_agreement_vs_fp32") for r in ok if r.get("token_agreement_vs_fp32") is not None]
         if ag:

@@ -313,6 +313,14 @@ def _signal(tp: TP, value: int) -> int:
     return int(t.item())
 
 
+def rank0_says(tp: TP, flag: bool) -> bool:
+    """Rank 0's flag on every rank (a yes/no each rank decides by its own clock, as study.run's time cap, would
+    differ between ranks and leave one in a collective the others skip)."""
+    if tp.world == 1:
+        return flag
+    return bool(_signal(tp, int(flag)))
+
+
 def lockstep(bench_fn, tp: TP | None):
     """gpuspeed.bench for a TP rank. bench decides the number of calls by time (warm-up, noise, budget),
     which differs per rank, and a call that runs collectives must run on every rank: rank 0 runs bench and,
@@ -393,7 +401,7 @@ def worker(spec) -> dict | None:
     device = _device.resolve_device(spec.device)
     tp = init(device)
     try:
-        spec = replace(spec, hf=False, time_cap_s=None, out=spec.out if rank == 0 else None)
+        spec = replace(spec, hf=False, out=spec.out if rank == 0 else None)
         progress, total = _step_writers(os.environ.get(PROGRESS_ENV) if rank == 0 else None)
         doc = study.run(spec, tp=tp, progress=progress, total=total)
         # every rank's all-reduce share, for the profile findings per rank
@@ -432,15 +440,14 @@ def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
             if roof:
                 r["aggregate_pct_of_read_roof"] = 100 * r["aggregate_weight_GBps"] / (tp.world * roof)
     ok = [r for r in doc["rows"] if r.get("study") == "ladder" and "ms_per_token" in r]
-    if ok:
-        best = min(ok, key=lambda r: r["ms_per_token"])
-        s = doc["summary"]
-        s[f"{label}_tokens_per_s"] = best.get("tokens_per_s")
-        s[f"{label}_aggregate_weight_GBps"] = best.get("aggregate_weight_GBps")
-        if best.get("aggregate_pct_of_read_roof") is not None:
-            s[f"{label}_aggregate_pct_of_read_roof"] = best["aggregate_pct_of_read_roof"]
-        if best.get("allreduce_share_of_step") is not None:
-            s[f"{label}_allreduce_share"] = best["allreduce_share_of_step"]
+    best = min(ok, key=lambda r: r["ms_per_token"]) if ok else {}
+    s = doc["summary"]
+    s[f"{label}_tokens_per_s"] = best.get("tokens_per_s")  # None where every rung failed or was skipped
+    s[f"{label}_aggregate_weight_GBps"] = best.get("aggregate_weight_GBps")
+    if best.get("aggregate_pct_of_read_roof") is not None:
+        s[f"{label}_aggregate_pct_of_read_roof"] = best["aggregate_pct_of_read_roof"]
+    if best.get("allreduce_share_of_step") is not None:
+        s[f"{label}_allreduce_share"] = best["allreduce_share_of_step"]
 
 
 def port_free(port: int) -> bool:
