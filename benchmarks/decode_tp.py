@@ -76,8 +76,8 @@ def timed_run(out: Path, part, model, dtype, variants, tp, cap_s, budget, extra=
         shutil.rmtree(run_dir)
     cmd = [sys.executable, "-m", "gpuspeed", "decode", "--model", model, "--dtype", dtype, "--variants", variants,
            "--tp", str(tp), "--no-hf", "--budget", str(budget), "--device", device, "--out", str(run_dir), *extra]
-    if tp == 1:  # one process honours a soft cap (the rungs it finished are kept); TP ranks cannot (see tp.lockstep)
-        cmd += ["--time-cap", f"{max(30.0, cap_s - 40):.0f}"]
+    # a soft cap keeps the rungs finished before it (TP ranks too: rank 0's clock decides for all, tp.rank0_says)
+    cmd += ["--time-cap", f"{max(30.0, cap_s - 40):.0f}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(ROOT / "src"), os.environ.get("PYTHONPATH")] if p))
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cap_s, cwd=ROOT)
