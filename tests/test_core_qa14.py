@@ -193,3 +193,23 @@ def test_bench_demo_with_a_shape_given_does_not_say_it_ran_smaller(tmp_path):
     assert not any("smaller size" in n for n in doc["notes"]), doc["notes"]
     default = _gpuspeed("bench", "--budget", "0.1", "--json", cwd=tmp_path)
     assert any("smaller size" in n for n in json.loads(default.stdout)["notes"])  # the CPU default shape: it is
+
+
+@pytest.mark.parametrize("command", [["bench", "--budget", "0.1"], ["roofline", "--quick", "--no-place"],
+                                     ["launch", "--ks", "1,2"]])
+def test_a_torch_that_cannot_be_imported_is_one_line_and_2(tmp_path, command):
+    # a broken torch install (a CUDA library missing, a half-finished upgrade): each command ended in a 30-line
+    # ImportError traceback and exit 1; doctor alone said what was wrong
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise ImportError('libcudnn.so.9: cannot open shared object file', name='torch')\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
+    out = tmp_path / "res"
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", *command, "--out", str(out)], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("gpuspeed: error: cannot import torch") and "libcudnn.so.9" in line, line
+    assert "gpuspeed doctor" in line and not out.exists()

@@ -236,6 +236,14 @@ def _main(argv: list[str] | None) -> int:
             raise
         print(f"gpuspeed: error: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:  # a broken install (torch missing a CUDA library): one line, not 30 of traceback
+        if debug:
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"gpuspeed: error: cannot import {exc.name or 'a module gpuspeed needs'}: "
+              f"{text[0] if text else type(exc).__name__} (`gpuspeed doctor` shows what is installed; --debug for the "
+              "traceback)", file=sys.stderr)
+        return 2
     except Exception as exc:
         if _is(exc, "NoArgsIsHelpError"):  # typer has printed the help already
             return 0
