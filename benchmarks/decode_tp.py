@@ -179,8 +179,16 @@ def merged_runs(args) -> dict:
     from gpuspeed.errors import UserError
     from gpuspeed.results import read_results
 
-    paths = [p for d in args.merge for p in sorted(Path(d).glob("runs/*/decode.json"))]
-    docs = [study.read_run(p) for p in paths]
+    paths, docs, seen = [], [], {}
+    for path in (p for d in args.merge for p in sorted(Path(d).glob("runs/*/decode.json"))):
+        doc = study.read_run(path)
+        label = study.run_label(doc)  # its summary keys' prefix: one file holds one run of each
+        if label in seen:
+            print(f"skipped {path}: {label} comes from {seen[label]} already", file=sys.stderr)
+            continue
+        seen[label] = path
+        paths.append(path)
+        docs.append(doc)
     extra_rows, extra_summary, olds = [], {}, []
     for d in args.merge:
         prev = Path(d) / "decode_tp.json"

@@ -154,3 +154,18 @@ def test_summary_keys_are_none_not_missing_when_every_rung_failed():
                 "v0_over_v2", "v0_ms_per_token", "v2_ms_per_token", "b1_tokens_per_s", "best_over_hf_static"):
         assert s[f"tiny_fp32_{key}"] is None, (key, s)
     assert s["tiny_fp32_variants_measured"] == 0 and s["tiny_fp32_variants_failed_or_skipped"] == 2
+
+
+def test_tp_merge_of_two_calls_holding_the_same_run_keeps_it_once(tmp_path, tp_runs):
+    """decode_tp.py --merge A B where both hold runs/tiny_fp32_tp2: both went in, the rows twice over and the summary
+    from whichever came last; now the first found, and a line says which was skipped."""
+    _put(tp_runs[2], tmp_path / "a" / "runs" / "tiny_fp32_tp2")
+    _put(tp_runs[2], tmp_path / "b" / "runs" / "tiny_fp32_tp2")
+    _put(tp_runs[1], tmp_path / "b" / "runs" / "tiny_fp32_tp1")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode_tp.py"), "--out", str(tmp_path / "out"),
+                        "--merge", str(tmp_path / "a"), str(tmp_path / "b")], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode_tp.json").read_text())
+    assert sorted((r["run_tp"], r["variant"]) for r in doc["rows"]) == [(1, "V2"), (2, "V2")]
+    assert len(doc["params"]["runs"]) == 2
+    assert "skipped" in p.stderr and str(tmp_path / "b" / "runs" / "tiny_fp32_tp2") in p.stderr, p.stderr
