@@ -169,3 +169,18 @@ def test_tp_merge_of_two_calls_holding_the_same_run_keeps_it_once(tmp_path, tp_r
     assert sorted((r["run_tp"], r["variant"]) for r in doc["rows"]) == [(1, "V2"), (2, "V2")]
     assert len(doc["params"]["runs"]) == 2
     assert "skipped" in p.stderr and str(tmp_path / "b" / "runs" / "tiny_fp32_tp2") in p.stderr, p.stderr
+
+
+def test_merged_plots_give_a_tp2_run_its_own_panel(tmp_path, tp_runs):
+    """decode_ladder.png grouped rows by model and dtype: a tp1 and a tp2 V2 bar (or an int8 and a bf16 V5, as
+    merge_int8 makes) went into one panel at one x position, the later bar hiding the other."""
+    import matplotlib.image as mpimg
+
+    from gpuspeed.decode import study
+
+    merged = study.merge([tp_runs[1], tp_runs[2]])
+    paths = study.plots(merged, tmp_path)
+    (tmp_path / "one").mkdir()
+    one = study.plots(tp_runs[1], tmp_path / "one")
+    for p, q in zip(paths, one, strict=True):  # a figure is as wide as its panels
+        assert mpimg.imread(p).shape[1] == 2 * mpimg.imread(q).shape[1], p.name

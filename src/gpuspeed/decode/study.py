@@ -1167,15 +1167,19 @@ def plots(doc: dict, out) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out = Path(out)
+
+    def panel(model, dtype, quant, tp) -> str:  # one per run: a tp2 or int8 bar beside a tp1 bf16 one hid it
+        return f"{model} {quant or dtype}" + (f" tp{tp}" if (tp or 1) > 1 else "")
+
     groups: dict = {}
     for r in doc["rows"]:
         if r.get("study") in ("ladder", "transformers") and "ms_per_token" in r:
-            groups.setdefault(f"{r['model']} {r['dtype']}", []).append(r)
+            groups.setdefault(panel(r["model"], r["dtype"], r.get("quant"), r.get("tp")), []).append(r)
     if not groups:
         return []
     roofs = {}
     for run in doc["params"].get("runs", [doc["params"]]):
-        key = f"{model_key(str(run.get('model')))} {run.get('dtype')}"
+        key = panel(model_key(str(run.get("model"))), run.get("dtype"), run.get("quant"), run.get("tp"))
         roofs[key] = (run.get("read_ceiling") or {}).get("GBps")
     paths = []
     n = len(groups)
