@@ -213,3 +213,15 @@ def test_a_torch_that_cannot_be_imported_is_one_line_and_2(tmp_path, command):
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("gpuspeed: error: cannot import torch") and "libcudnn.so.9" in line, line
     assert "gpuspeed doctor" in line and not out.exists()
+
+
+def test_check_given_a_function_instead_of_its_result_says_so():
+    # check(out, np.sum) (the reference function, not its result): "cannot compare _ArrayFunctionDispatcher values"
+    import numpy as np
+
+    import gpuspeed
+    from gpuspeed.errors import UserError
+
+    for out, ref in ((np.ones(3), np.sum), (lambda: np.ones(3), np.ones(3))):
+        with pytest.raises(UserError, match=r"a function .*pass its result.*verify_function"):
+            gpuspeed.check(out, ref)

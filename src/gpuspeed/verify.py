@@ -132,6 +132,9 @@ def _to_host(x) -> tuple[np.ndarray, str]:
         return np.asarray(x, dtype=np.float64), "python float"
     if isinstance(x, complex):
         return np.asarray(x, dtype=np.complex128), "python complex"
+    if callable(x):  # check(out, np.sum): the reference function where its result belongs
+        raise UserError(f"check() compares results, got a function ({getattr(x, '__name__', type(x).__name__)}): pass "
+                        "its result, or call both with gpuspeed.verify.verify_function(fn, reference, make_inputs)")
     raise UserError(f"check() cannot compare {type(x).__name__} values")
 
 
