@@ -100,3 +100,43 @@ def test_loop_bound_code_gets_a_serial_numba_candidate(tmp_path):
     script = rewrite(run, "numba-serial")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd="/")
     assert r.returncode == 0 and "correctness: PASS" in r.stdout and "serial" in r.stdout, r.stdout + r.stderr
+
+
+NOISY = """
+    import numpy as np
+
+
+    def original(x):
+        noise = np.random.standard_normal(x.shape)  # unseeded: another result on every call
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i] + 1e-3 * noise[i]
+        return out
+
+
+    def inputs(rng):
+        return (rng.standard_normal(200),)
+    """
+
+
+def test_candidates_of_a_nondeterministic_original_are_not_called_wrong(tmp_path):
+    """Against an original that does not reproduce its own output, the table and the summary called every candidate
+    WRONG: a verdict nothing established (the candidate differed from the original as the original differs from
+    itself). They are now 'not checkable', and none is the primary."""
+    import json
+
+    run = optimize_text(tmp_path, "noisy", NOISY, ["numba"])
+    assert run.results["original"].get("nondeterministic")
+    report = (tmp_path / "out" / "report.md").read_text()
+    tried = [n for n, r in run.results.items() if n != "original" and r.get("status") == "unverifiable"]
+    assert tried, {n: r.get("status") for n, r in run.results.items()}
+    assert "WRONG" not in report, report
+    assert f"| {tried[0]} | not checkable |" in report, report
+    assert "not checkable: " in " ".join(run.choice["why_not_2x"]), run.choice["why_not_2x"]
+    assert run.choice["primary"] == "original"
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "optimize", str(tmp_path / "noisy.py"), "--device", "cpu",
+                        "--backends", "numba", "--out", str(tmp_path / "out"), "--resume", "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "WRONG" not in r.stdout + r.stderr
+    json.loads(r.stdout)

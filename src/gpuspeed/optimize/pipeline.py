@@ -305,6 +305,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     total[0] += len(more)
     try_all(more)
     _roof_shares(run)
+    if run.results.get("original", {}).get("nondeterministic"):
+        _not_checkable(run.results)
     run.choice = choose(run, rank_by)
     run.projection = project(run, target_gpu)
     run.elapsed_s = time.perf_counter() - t_start
@@ -388,6 +390,16 @@ def _flock_until(f, mode: int, until: float | None) -> bool:
             if time.perf_counter() >= until:
                 return False
             time.sleep(0.05)
+
+
+def _not_checkable(results: dict) -> None:
+    """Candidates that differed from the outputs of an original that does not reproduce its own: their status is
+    "unverifiable", not "incorrect" (they differ from it as it differs from itself: nothing says they are wrong,
+    nor right). A wrong structure, or a new array where the original hands back its argument, stays a fault."""
+    for r in results.values():
+        if r.get("status") == "incorrect" and str(r.get("reason") or "").startswith(("seed ", "result read right")):
+            r["status"] = "unverifiable"
+            r["reason"] = f"not checkable: the original does not reproduce its own output ({r['reason']})"
 
 
 def _roof_shares(run: OptimizeRun) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from gpuspeed.timing import format_time
 
-STATUS_WORDS = {"ok": "correct", "incorrect": "WRONG", "wrong_output": "WRONG shape/dtype",
+STATUS_WORDS = {"ok": "correct", "incorrect": "WRONG", "unverifiable": "not checkable",
+                "wrong_output": "WRONG shape/dtype",
                 "mutates_inputs": "REJECTED (mutates inputs)", "error": "failed", "crashed": "crashed",
                 "timeout": "timed out", "oom": "out of memory", "over_budget": "over budget",
                 "unavailable": "unavailable", "skipped": "skipped"}
