@@ -140,3 +140,39 @@ def test_candidates_of_a_nondeterministic_original_are_not_called_wrong(tmp_path
     assert r.returncode == 0, r.stderr[-2000:]
     assert "WRONG" not in r.stdout + r.stderr
     json.loads(r.stdout)
+
+
+ROW_UPDATE = """
+    import numpy as np
+
+
+    def original(state, forces, dt):
+        for i in range(state.shape[0]):
+            state[i] += forces[i] * dt  # row i only: the iterations are independent
+            if state[i, 0] > 3.0:  # an element of that same row
+                state[i, 0] = 3.0
+        return state
+
+
+    def inputs(rng):
+        return rng.standard_normal((400, 3)), rng.standard_normal((400, 3)), 0.01
+    """
+
+
+def test_a_row_update_read_back_by_element_is_not_a_sequential_recurrence(tmp_path, monkeypatch):
+    """`state[i] += ...` then `state[i, 0]` read: the two index tuples differ in length, so the loop analysis took
+    them for two elements of different iterations, called the loop a sequential recurrence, skipped every GPU
+    backend "for any machine" and wrote in the report that no GPU candidate could reach 2x, for a loop whose rows
+    are independent. Row i and element (i, 0) are now seen as the same iteration's."""
+    from gpuspeed.optimize import analysis
+    from gpuspeed.optimize import candidates as C
+    from gpuspeed.optimize import workload
+
+    monkeypatch.setattr(C, "installed", lambda name: True)
+    p = tmp_path / "rows.py"
+    p.write_text(__import__("textwrap").dedent(ROW_UPDATE))
+    wl = workload.load(p, gpu=True)
+    hot = analysis.analyze(wl, wl.make_args(0), 1e-3)
+    assert not hot["sequential"], hot["hot_loops"]
+    rows = {r["key"]: r for r in C.plan(wl, "cuda", hot)[0]}
+    assert "sequential" not in rows and rows["cupy"]["decision"] == "tried", rows

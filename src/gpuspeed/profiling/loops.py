@@ -154,8 +154,12 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
             reductions.append({"name": key, "op": ups[0]["op"]} | at(ups[0]["line"]))
         else:  # placed where the carried value is assigned; read_line is where an iteration first reads it
             recurrences.append({"name": key} | at(assigned[key]) | {"read_line": line + first_line - 1})
+    own = {ast.dump(ast.Name(id=v, ctx=ast.Load())) for v in _target_names(loop.target)} \
+        if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
     for store in scan.stores:
-        clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]]
+        # `a[i]` and `a[i, 0]`, i this loop's own variable: the same iteration's row, no other iteration's element
+        clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]
+                 and not any(x[0] == y[0] and x[0] in own for x, y in zip(ld["dims"], store["dims"]))]
         if clash:
             if _only_inner(store["dims"], clash[0]["dims"], inner_vars):
                 continue
