@@ -225,3 +225,41 @@ def test_check_given_a_function_instead_of_its_result_says_so():
     for out, ref in ((np.ones(3), np.sum), (lambda: np.ones(3), np.ones(3))):
         with pytest.raises(UserError, match=r"a function .*pass its result.*verify_function"):
             gpuspeed.check(out, ref)
+
+
+# -- bench(rotate=N): copies that cannot fit -----------------------------------------------------------------------
+
+def test_bench_rotate_that_cannot_fit_is_refused_before_any_copy():
+    # bench(fn, x, rotate=N) cloned N-1 copies of the arguments blindly: past the free memory the OOM killer ended the
+    # process (python killed, not a word; on a shared machine it may take another's), on a GPU a raw CUDA OOM
+    import numpy as np
+
+    import gpuspeed
+    from gpuspeed.errors import UserError
+    from gpuspeed.inputs import host_available_bytes
+
+    x = np.ones(1 << 20)  # 8 MiB
+    free = host_available_bytes()
+    if free is None:
+        pytest.skip("the free host memory is not known here")
+    rotate = 2 * free // x.nbytes + 2
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match=r"rotate=\d+ .* GiB .* free"):
+        gpuspeed.bench(lambda a: None, x, rotate=rotate, budget_s=0.1)
+    assert time.perf_counter() - t0 < 5  # refused before copying
+    assert gpuspeed.bench(lambda a: None, x, rotate=3, budget_s=0.1).n > 0  # a rotation that fits still runs
+
+
+@pytest.mark.gpu
+def test_bench_rotate_of_a_cuda_tensor_that_cannot_fit_is_refused():
+    import torch
+
+    import gpuspeed
+    from gpuspeed.errors import UserError
+    from gpuspeed.inputs import gpu_available_bytes
+
+    x = torch.ones(1 << 28, device="cuda")  # 1 GiB
+    rotate = 2 * gpu_available_bytes("cuda:0") // x.nbytes + 2
+    with pytest.raises(UserError, match=r"GPU \(cuda:0\) memory"):
+        gpuspeed.bench(lambda a: a.sum(), x, rotate=rotate, budget_s=0.2)
+    assert gpuspeed.bench(lambda a: a.sum(), x, rotate=2, budget_s=0.2).n > 0

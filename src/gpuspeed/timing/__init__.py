@@ -94,6 +94,34 @@ def refuse_lazy_result(out, name: str) -> None:
         raise UserError(why)
 
 
+def _check_rotation_fits(args, kwargs, rotate: int) -> None:
+    """A one-line UserError where rotate - 1 copies of the arguments do not fit in the free memory where they live:
+    cloned blindly, they took all of it and the OOM killer ended the process without a word (on a GPU: a raw
+    out-of-memory error)."""
+    from gpuspeed.inputs import gpu_available_bytes, host_available_bytes
+
+    need: dict[str, int] = {}
+    seen: set[int] = set()
+    for x in trees.leaves((args, kwargs)):
+        size = trees.nbytes(x)
+        if not size or id(x) in seen:  # one array passed twice is copied once
+            continue
+        seen.add(id(x))
+        dev = getattr(x, "device", None)
+        where = "host"
+        if trees.module_of(x) == "torch" and getattr(dev, "type", None) == "cuda":
+            where = f"cuda:{dev.index or 0}"
+        elif trees.module_of(x) == "cupy":
+            where = f"cuda:{getattr(dev, 'id', 0)}"
+        need[where] = need.get(where, 0) + size * (rotate - 1)
+    for where, needed in need.items():
+        free = host_available_bytes() if where == "host" else gpu_available_bytes(where)
+        if free is not None and needed > free:
+            place = "host" if where == "host" else f"GPU ({where})"
+            raise UserError(f"rotate={rotate} makes {rotate - 1} copies of the arguments: {needed / 2**30:.1f} GiB of "
+                            f"{place} memory, {free / 2**30:.1f} GiB is free: pass a smaller rotate")
+
+
 def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
           mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
           min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
@@ -158,6 +186,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     gpu_present = _device.resolve_device(device) == "cuda"
     stopper = Stopper(max_noise, min_samples, max_samples, budget_s)
     warmup_s = budget_s * WARMUP_SHARE if warmup_s is None else warmup_s
+    if rotate > 1:
+        _check_rotation_fits(args, kwargs, rotate)
     argsets = [(args, kwargs)] + [clone_tree((args, kwargs)) for _ in range(max(rotate, 1) - 1)]
 
     clock, device_sync = choose_clock(device, mode, gpu_present, (args, kwargs), lambda: fn(*args, **kwargs))
