@@ -263,3 +263,19 @@ def test_bench_rotate_of_a_cuda_tensor_that_cannot_fit_is_refused():
     with pytest.raises(UserError, match=r"GPU \(cuda:0\) memory"):
         gpuspeed.bench(lambda a: a.sum(), x, rotate=rotate, budget_s=0.2)
     assert gpuspeed.bench(lambda a: a.sum(), x, rotate=2, budget_s=0.2).n > 0
+
+
+def test_doctor_tells_a_broken_torch_from_a_missing_one(tmp_path):
+    # torch installed but failing to import (a CUDA library missing): doctor said "torch is not installed", sending the
+    # user to reinstall what is there instead of to the library that is missing
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "torch.py").write_text("raise ImportError('libcudnn.so.9: cannot open shared object file', name='torch')\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "doctor", "--json"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    headline = json.loads(r.stdout)["headline"]
+    assert "not installed" not in headline and "torch cannot be imported" in headline, headline
+    assert "libcudnn.so.9" in headline

@@ -17,8 +17,12 @@ def headline(info: _device.DeviceInfo) -> str:
 
         why = ("torch is a CPU-only build" if torch.version.cuda is None else
                f"torch {torch.__version__} is a CUDA build, but sees no GPU: no driver or device visible")
-    except ImportError:  # pragma: no cover - torch is a core dependency
-        why = "torch is not installed"
+    except ModuleNotFoundError as exc:
+        why = ("torch is not installed" if exc.name == "torch" else
+               f"torch cannot be imported: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no module'}")
+    except ImportError as exc:  # installed but broken (a CUDA library missing): not to be reinstalled blindly
+        text = str(exc).strip().splitlines()
+        why = f"torch cannot be imported: {text[0] if text else type(exc).__name__}"
     return f"No CUDA GPU here ({why}): studies run on the CPU ({info.name}, {format_bytes(info.mem_bytes)} RAM)."
 
 
