@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from decode_cli_helpers import SMALL, TINY, cli, one_line
+from decode_cli_helpers import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]
 # the smallest --tp 2 run (tests/test_decode_tp.py's): one layer, three tokens, the eager backend
@@ -184,3 +184,38 @@ def test_merged_plots_give_a_tp2_run_its_own_panel(tmp_path, tp_runs):
     one = study.plots(tp_runs[1], tmp_path / "one")
     for p, q in zip(paths, one, strict=True):  # a figure is as wide as its panels
         assert mpimg.imread(p).shape[1] == 2 * mpimg.imread(q).shape[1], p.name
+
+
+# --- --tp N stopped from outside ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig,code,says", [("SIGTERM", 143, "stopped by SIGTERM"), ("SIGINT", 130, "interrupted")])
+def test_a_tp_run_stopped_by_a_signal_says_so_in_one_line_and_keeps_its_rungs(tmp_path, monkeypatch, sig, code, says):
+    """torchrun's agent takes SIGTERM/SIGINT for itself: a --tp run stopped by `timeout` or Ctrl-C ended 'gpuspeed:
+    error: --tp 2: the launcher failed: SignalException: Process N got signal: 15', exit 2, after a torch warning line,
+    and did not say that --out's decode.json held the rungs measured."""
+    import signal
+    import time
+
+    from test_interrupt_qa13 import stopped
+
+    tag = f"qa14-{os.getpid()}-{time.time_ns()}"  # marks every process of this run, to look for leftovers
+    monkeypatch.setenv("GPUSPEED_TEST_TAG", tag)
+    out = tmp_path / "out"
+    rc, _, err = stopped(["decode", *TP_SMALL, "--variants", "V0,V2", "--budget", "0.5", "--tp", "2",
+                          "--out", str(out)], getattr(signal, sig), "now tiny_fp32_tp2 V0", ROOT)
+    assert rc == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert all(ln.startswith("gpuspeed") for ln in err.strip().splitlines()), err[-3000:]  # no torch log lines
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"gpuspeed: {says}: ") and str(out / "decode.json") in last, err[-3000:]
+    doc = json.loads((out / "decode.json").read_text())
+    assert doc["params"]["partial"] is True and [r["variant"] for r in doc["rows"]] == ["V2"]
+    time.sleep(2)  # the agent stops its ranks before it returns; give the kernel a moment to reap them
+    left = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"GPUSPEED_TEST_TAG={tag}".encode() in env_file.read_bytes():
+                left.append(env_file.parent.name)
+        except OSError:
+            continue
+    assert not left, f"processes of the stopped run still alive: {left}"

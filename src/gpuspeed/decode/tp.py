@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import threading
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -559,7 +560,6 @@ def _relay_steps(progress, total):
         return
     import json
     import tempfile
-    import threading
 
     fd, path = tempfile.mkstemp(prefix="gpuspeed-tp-steps-", suffix=".jsonl")
     os.close(fd)
@@ -629,18 +629,35 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
             raise UserError(f"--tp {n}: the rendezvous port {port} ({PORT_ENV}) is in use")
     else:
         port = free_port()
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)  # the one-line error below says what failed
+    quiet = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run")
+    for name in [*quiet, *(n for n in logging.root.manager.loggerDict if n.startswith(quiet))]:
+        # the one-line error below says what failed; torch gives each module's logger its own level (LOGLEVEL)
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=f"gpuspeed-{uuid.uuid4().hex[:8]}",
                        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{port}", max_restarts=0,
                        monitor_interval=0.1, start_method="spawn", local_addr="127.0.0.1")
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from gpuspeed.results import Terminated
+
+    # the agent puts its own handlers on SIGTERM, SIGINT, SIGHUP and SIGQUIT (they stop the ranks, then raise
+    # SignalException) and leaves them there: ours come back when it returns
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
     try:
         with _relay_steps(progress, total):
             out = elastic_launch(cfg, target or worker)(spec)
+    except SignalException as exc:  # the ranks are stopped: the command's stop_signals says it in one line
+        raise (Terminated(int(exc.sigval)) if exc.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     except ChildFailedError as exc:
         raise UserError(_failure_line(exc)) from None
     except Exception as exc:  # the rendezvous itself (a port taken meanwhile, a store that did not start)
         text = str(exc).strip().splitlines()
         raise UserError(f"--tp {n}: the launcher failed: {type(exc).__name__}: {text[0][:200] if text else ''}") from None
+    finally:
+        if threading.current_thread() is threading.main_thread():  # handlers are the main thread's only
+            for s, h in handlers.items():
+                signal.signal(s, h if h is not None else signal.SIG_DFL)
     return out[0]
 
