@@ -131,7 +131,7 @@ def test_markdown_that_cannot_be_written_leaves_no_temporary_file(tmp_path, caps
 def test_a_plot_failure_without_a_message_is_a_note_not_a_traceback(tmp_path, capsys, monkeypatch, one_ceiling):
     import gpuspeed.roofline.plot as plot_mod
 
-    def fail(doc, out):
+    def fail(doc, out, stem="roofline"):
         raise MemoryError()  # str() is empty: the note's splitlines()[0] raised IndexError
 
     monkeypatch.setattr(plot_mod, "plot", fail)
