@@ -176,3 +176,48 @@ def test_a_row_update_read_back_by_element_is_not_a_sequential_recurrence(tmp_pa
     assert not hot["sequential"], hot["hot_loops"]
     rows = {r["key"]: r for r in C.plan(wl, "cuda", hot)[0]}
     assert "sequential" not in rows and rows["cupy"]["decision"] == "tried", rows
+
+
+def test_no_prange_candidate_where_parallel_iterations_would_race_on_an_array_element():
+    """`for k in range(n): for i in ...: out[i] += f(x[i], k)`: every iteration of the outer loop adds into the same
+    out[i], so run as numba.prange its iterations race (Numba's docs: "accumulating into the same element of `y`
+    from different parallel iterations ... results in a race condition"). The prange candidate was planned anyway:
+    on a machine of few cores the race lost no update in the run's 3 checks, and it became the primary (58x), a
+    function that gives wrong sums now and then where more threads run. It is planned only where each iteration
+    writes the arrays it shares at its own index (the loop's variable) or into its own temporaries."""
+    import numpy as np
+
+    from gpuspeed.optimize import candidates as C
+
+    def accumulates(x, n):
+        out = np.zeros_like(x)
+        for k in range(n):
+            for i in range(x.shape[0]):
+                out[i] += np.sin(x[i] + k)
+        return out
+
+    def histogram(ids, values, n):
+        sums = np.zeros(n)
+        for i in range(ids.shape[0]):
+            sums[ids[i]] += values[i]
+        return sums
+
+    def rows(x, w):
+        out = np.empty((x.shape[0], 2))
+        total = 0.0
+        for i in range(x.shape[0]):
+            tmp = np.zeros(2)  # its own temporary
+            tmp[0] = x[i, 0] * w[i]
+            tmp[1] = x[i, 1] - w[i]
+            out[i] = tmp
+            out[i, 0] += 1.0
+            total += tmp[0]  # a scalar reduction: Numba's prange handles these
+        return out, total
+
+    class Wl:
+        kind, rtol, atol, in_place, variants, module = "numpy", 1e-9, None, None, {}, np
+
+    for fn, prange in ((accumulates, False), (histogram, False), (rows, True)):
+        Wl.original = staticmethod(fn)
+        _, recs = C.plan(Wl, "cpu", {"loop_bound": True, "float64": True}, requested=["numba"])
+        assert ("numba-prange" in {r["name"] for r in recs}) is prange, (fn.__name__, [r["name"] for r in recs])

@@ -138,9 +138,9 @@ def test_no_prange_candidate_for_a_loop_prange_cannot_rewrite():
         return sums
 
     def ranged(ids, values, n):
-        sums = np.zeros(n)
+        sums = np.zeros(ids.shape[0])  # each iteration its own element (`sums[ids[i]] +=` would race: qa14)
         for i in range(ids.shape[0]):
-            sums[ids[i]] += values[i]
+            sums[i] += values[i] * ids[i]
         return sums
 
     assert not C.range_loops(zipped) and C.range_loops(ranged)

@@ -240,7 +240,56 @@ def _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested,
     if loop_bound or sequential:  # parallel=True forks threads for each small array expression inside the loop
         recipes.append(recipe("numba-serial", "numba", parallel=False))
     if loop_bound and not sequential and range_loops(wl.original):
-        recipes.append(recipe("numba-prange", "numba", prange=True))
+        race = prange_race(wl.original)
+        if race is None:
+            recipes.append(recipe("numba-prange", "numba", prange=True))
+        else:  # said in the plan: a candidate that passes its checks by luck on few cores is not planned
+            rows[-1]["why"] += f"; no prange candidate: {race}"
+
+
+def prange_race(fn) -> str | None:
+    """Why running fn's outermost `for v in range(...)` loops as numba.prange would race, or None: an iteration that
+    writes an element of an array it shares with the others (not made inside the loop) at an index that is not v
+    itself (`out[i] += ...` under `for k`, `sums[ids[i]] += v`) adds into what another thread writes at once, a
+    lost update now and then, which 3 checks on a machine of few cores need not catch. Scalar reductions (`s +=`)
+    and whole-array ones Numba handles. Unknown source: None (range_loops assumes a loop, the checks decide)."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    fdef = tree.body[0] if tree.body else None
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    for loop in fdef.body:
+        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and
+                isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range" and
+                isinstance(loop.target, ast.Name)):
+            continue
+        var = loop.target.id
+        # arrays an iteration makes for itself (`tmp = np.zeros(3)`); a name bound to a subscript or another name
+        # may be a view of a shared array, so it is not one of them
+        own = {t.id for n in ast.walk(loop) if isinstance(n, ast.Assign)
+               and not isinstance(n.value, (ast.Subscript, ast.Name, ast.Attribute)) for t in n.targets
+               if isinstance(t, ast.Name)}
+        for n in ast.walk(loop):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+            for t in targets:
+                if not isinstance(t, ast.Subscript):
+                    continue
+                dims, base = [], t
+                while isinstance(base, ast.Subscript):
+                    dims[:0] = base.slice.elts if isinstance(base.slice, ast.Tuple) else [base.slice]
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in own:
+                    continue
+                if not any(isinstance(d, ast.Name) and d.id == var for d in dims):
+                    return (f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over "
+                            f"{var} write `{ast.unparse(t)}`, an element other iterations write too (parallel, they "
+                            "would race)")
+    return None
 
 
 def range_loops(fn) -> bool:
