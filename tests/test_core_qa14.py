@@ -279,3 +279,21 @@ def test_doctor_tells_a_broken_torch_from_a_missing_one(tmp_path):
     headline = json.loads(r.stdout)["headline"]
     assert "not installed" not in headline and "torch cannot be imported" in headline, headline
     assert "libcudnn.so.9" in headline
+
+
+def test_an_ignored_ctrl_c_stays_ignored(tmp_path):
+    # `gpuspeed roofline ... &` in a script starts it with SIGINT ignored, as a background job should be: the early
+    # handler must not make it answer a Ctrl-C meant for the foreground
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "bench", "--rows", "64", "--cols", "64", "--budget", "0.3",
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path,
+                         preexec_fn=ignore_sigint)
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline and not _catches_sigterm(p.pid):
+        time.sleep(0.005)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, (p.returncode, err[-2000:])
+    assert json.loads(out)["study"] == "bench_demo"

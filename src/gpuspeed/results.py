@@ -196,7 +196,8 @@ def stop_early() -> None:
     if threading.current_thread() is threading.main_thread():
         _EARLY_PID[:] = [os.getpid()]
         for s in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(s, _stopped_early)
+            if signal.getsignal(s) is not signal.SIG_IGN:  # ignored by the caller (`cmd &` in a script): stays so
+                signal.signal(s, _stopped_early)
 
 
 _EARLY_PID: list[int] = []  # the process stop_early() was called in (a forked child inherits the handler)
