@@ -265,7 +265,8 @@ def given_ceilings(ceilings, gpu: bool) -> tuple:
         ceil, source, notes = _ceilings(ceilings, _device.get_device("cuda"))
         return ceil, source, notes
     _, source = _read_ceilings(ceilings)
-    return None, None, [f"the ceilings of {source} are not used: without a GPU nothing is timed or placed on a roof"]
+    what = "the ceilings given" if source.startswith("given") else f"the ceilings of {source}"
+    return None, None, [f"{what} are not used: without a GPU nothing is timed or placed on a roof"]
 
 
 def committed_ceilings(info, roots=None) -> tuple:
