@@ -219,3 +219,29 @@ def test_a_tp_run_stopped_by_a_signal_says_so_in_one_line_and_keeps_its_rungs(tm
         except OSError:
             continue
     assert not left, f"processes of the stopped run still alive: {left}"
+
+
+# --- on GPUs (the lead runs these on nvidia-h100-x2 / nvidia-h200-x2) ---------------------------------------------
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+def test_tp2_on_gpus_says_rank_0s_steps_and_honours_the_time_cap(tmp_path):
+    """NCCL ranks: rank 0's steps reach the launcher's lines, and a cap that falls after the first rung (a compiled
+    rung takes seconds) skips the later rungs on every rank alike (a per-rank decision would hang a collective)."""
+    args = ["--model", "tiny", "--layers", "2", "--new-tokens", "8", "--prompt-len", "4", "--device", "cuda",
+            "--no-profile", "--budget", "0.2", "--tp", "2", "--json"]
+    p = _decode(*args, "--variants", "V2,V0", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("gpuspeed decode [")]
+    said = "\n".join(lines)
+    assert "loading model" in said and "now tiny_fp32_tp2 V0" in said, p.stderr[-3000:]
+    p = _decode(*args, "--variants", "V2,V5", "--time-cap", "0.001", timeout=300)
+    doc = json.loads(p.stdout)
+    assert all("time cap" in r.get("skipped", "") for r in doc["rows"]), doc["rows"]
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
