@@ -98,20 +98,20 @@ def register(app: typer.Typer) -> None:
 
         name = callable_name(fn)  # an nn.Module, a functools.partial or a callable object has no __name__
         trace_path = out / f"{name}.trace.json.gz" if out else None
-        try:
-            # SIGTERM (`timeout`): one line and 143; it killed the run where it stood, leaving the unfinished trace
-            with stop_signals(), stdout_to_stderr() if as_json else _nothing():
+        # SIGTERM (`timeout`): one line and 143; it killed the run where it stood, leaving the unfinished trace
+        with stop_signals(), stdout_to_stderr() if as_json else _nothing():
+            try:  # inside: stop_signals' own SystemExit (143, 130) is not the user's
                 res = run_profile(fn, steps=steps, warmup=warmup, kwargs=kwargs, device=where,
                                   trace_path=trace_path, hotspots=hotspots)
-        except UserError:
-            raise
-        except (Exception, SystemExit) as exc:  # the user's code failed (its sys.exit too, which ended gpuspeed
-            # silently with its code): one line, the traceback under --debug
-            if ctx.find_root().params.get("debug"):
+            except UserError:
                 raise
-            from gpuspeed.loading import _first_line
+            except (Exception, SystemExit) as exc:  # the user's code failed (its sys.exit too, which ended gpuspeed
+                # silently with its code): one line, the traceback under --debug
+                if ctx.find_root().params.get("debug"):
+                    raise
+                from gpuspeed.loading import _first_line
 
-            raise UserError(f"{name} raised {_first_line(exc)}") from exc
+                raise UserError(f"{name} raised {_first_line(exc)}") from exc
         res.notes[:0] = notes
         if runner is not None:
             res.notes.append(f"ran {script} {runner.runs} times ({warmup} warm-up, {steps} profiled, 1 to place "
