@@ -124,6 +124,7 @@ def register(app: typer.Typer) -> None:
         if out:
             with signals_held():  # a Ctrl-C now waits until every file is whole
                 paths.append(write_results(doc, out))
+                study.drop_partial(out, started)
                 paths += study.plots(doc, out)
         nothing = study.nothing_measured(doc)
         if as_json:

@@ -560,19 +560,35 @@ def hf_row(hf, label: str, m: M.Transformer, spec: Spec, prompt, device: str, ou
     return row
 
 
-def partial_kept(out, since: float) -> str | None:
-    """Where a run stopped part-way left the rungs it measured, in words (None: nothing of this run's is there): the
-    decode.json in `out` that run() rewrites as each rung ends, marked params.partial and written after `since` (the
-    run's start, time.time(): an earlier run's file is not this one's)."""
+def _partial_of_this_run(path: Path, since: float) -> bool:
     import json
 
-    path = Path(out) / "decode.json" if out else None
     try:
-        partial = path is not None and path.stat().st_mtime >= since and \
-            json.loads(path.read_text())["params"].get("partial") is True
+        return path.stat().st_mtime >= since and json.loads(path.read_text())["params"].get("partial") is True
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        partial = False
-    return f"the rungs measured are in {path} (marked partial)" if partial else None
+        return False
+
+
+def partial_kept(out, since: float) -> str | None:
+    """Where a run stopped part-way left the rungs it measured, in words (None: nothing of this run's is there): the
+    decode.json in `out` that run() rewrites as each rung ends (decode.partial.json where a complete decode.json was
+    there: _partial), marked params.partial and written after `since` (the run's start, time.time(): an earlier
+    run's file is not this one's)."""
+    if not out:
+        return None
+    for name in ("decode.partial.json", "decode.json"):
+        path = Path(out) / name
+        if _partial_of_this_run(path, since):
+            kept = f"; the complete {path.with_name('decode.json')} is kept" if name != "decode.json" else ""
+            return f"the rungs measured are in {path} (marked partial){kept}"
+    return None
+
+
+def drop_partial(out, since: float) -> None:
+    """A finished run's decode.partial.json (its rungs are in decode.json now): not left to be taken for a later one."""
+    path = Path(out) / "decode.partial.json" if out else None
+    if path is not None and _partial_of_this_run(path, since):
+        path.unlink(missing_ok=True)
 
 
 def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> None:
@@ -580,7 +596,7 @@ def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> N
     still leaves what it measured (the final write replaces it)."""
     if not spec.out:
         return
-    from gpuspeed.results import make_results, write_results
+    from gpuspeed.results import make_results, partial_stem, write_results
 
     try:
         hf = [r for r in rows if str(r.get("variant", "")).startswith("HF")]
@@ -599,7 +615,8 @@ def _partial(spec: Spec, rows: list, notes: list, roof: dict | None = None) -> N
             from gpuspeed.decode import quant
 
             quant.relabel(doc, spec.label())
-        write_results(doc, spec.out)
+        # a complete decode.json there (an earlier run's) is kept: this run's rungs go beside it till the run ends
+        write_results(doc, Path(spec.out) / f"{partial_stem(spec.out, 'decode')}.json")
     except Exception:  # never lose the run over a partial write
         pass
 
