@@ -221,3 +221,22 @@ def test_no_prange_candidate_where_parallel_iterations_would_race_on_an_array_el
         Wl.original = staticmethod(fn)
         _, recs = C.plan(Wl, "cpu", {"loop_bound": True, "float64": True}, requested=["numba"])
         assert ("numba-prange" in {r["name"] for r in recs}) is prange, (fn.__name__, [r["name"] for r in recs])
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_view_of_an_argument_comes_back_as_that_view_from_a_cupy_primary(tmp_path):
+    """The same as on the CPU, through a GPU primary: CuPy sliced its device copy of x, and the script handed back a
+    host copy of the slice (float32-rounded under cupy-fp32); now the caller's own array viewed the same way."""
+    import textwrap
+
+    from gpuspeed.optimize.pipeline import optimize
+
+    pytest.importorskip("cupy")
+    p = tmp_path / "views.py"
+    p.write_text(textwrap.dedent(VIEWS))
+    run = optimize(p, device="cuda", out=tmp_path / "out", backends=["cupy"], time_budget=120, bench_budget_s=0.05)
+    ran = [n for n in ("cupy", "cupy-fp32") if run.results.get(n, {}).get("status") == "ok"]
+    assert ran, {n: r.get("status") for n, r in run.results.items()}
+    for name in ran:
+        lines = _lines(tmp_path, rewrite(run, name), CALL_VIEWS)
+        assert len(lines) == 6 and all(line.split()[2:4] == ["True", "True"] for line in lines), (name, lines)
