@@ -151,10 +151,11 @@ def bad_input(args) -> str | None:
             read_run(args.keep, "decode.json to keep")
         except UserError as exc:
             return f"--keep {exc}"
-    for entry in (args.models or "").split(","):
-        if not entry:
-            continue
+    entries = [e for e in (args.models or "").split(",") if e]
+    for entry in entries:
         model, _, dtype = entry.partition(":")
+        if entries.count(entry) > 1:  # run twice into one runs/ folder, merged twice over
+            return f"--models {entry} is given twice"
         if model not in CONFIGS and not Path(model).exists():
             return f"--models {entry}: {model!r} is neither a named model ({', '.join(CONFIGS)}) nor a path"
         if dtype not in DTYPES:

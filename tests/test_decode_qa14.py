@@ -274,3 +274,12 @@ def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert not (out / "decode.partial.json").exists()
     assert (out / "decode.json").read_text() != complete  # the finished run's
+
+
+def test_benchmark_models_given_twice_is_one_line_before_anything_runs(tmp_path):
+    """--models tiny:bf16,tiny:bf16 ran the model twice into one runs/ folder (the second removing the first's)
+    and merged both documents: every row twice, the summary of the last."""
+    p = _bench("--out", tmp_path / "out", "--models", "tiny:bf16,tiny:bf16", "--device", "cpu")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stderr.strip() == "--models tiny:bf16 is given twice", p.stderr
+    assert not (tmp_path / "out").exists()
