@@ -297,3 +297,25 @@ def test_an_ignored_ctrl_c_stays_ignored(tmp_path):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, (p.returncode, err[-2000:])
     assert json.loads(out)["study"] == "bench_demo"
+
+
+def test_an_ignored_sigterm_stays_ignored_while_measuring(tmp_path):
+    # started with SIGTERM ignored (`trap '' TERM` before it), a run was stopped all the same once its measuring began:
+    # stop_signals() put its own handler over the caller's choice
+    def ignore_sigterm():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    out = tmp_path / "res"
+    p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "launch", "--ks", "1,2,4", "--ns", "1000", "--variants",
+                          "eager", "--tiny-k", "10", "--budget", "0.05", "--out", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, preexec_fn=ignore_sigterm)
+    err = []
+    for line in p.stderr:
+        err.append(line)
+        if "gpuspeed launch [" in line:  # measuring, inside stop_signals()
+            p.send_signal(signal.SIGTERM)
+            break
+    stdout, rest = p.communicate(timeout=120)
+    assert p.returncode == 0, (p.returncode, "".join(err) + rest)
+    assert "params" in json.loads((out / "launch.json").read_text())
+    assert not json.loads((out / "launch.json").read_text())["params"].get("partial")

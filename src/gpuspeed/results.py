@@ -246,7 +246,10 @@ def stop_signals(keep=None):
     import threading
 
     main = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's only
-    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    # a SIGTERM the caller ignores (`trap '' TERM`) stays ignored: previous is then SIG_IGN, put back as it was
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    if main and previous is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, _terminated)
     early_int = main and signal.getsignal(signal.SIGINT) is _stopped_early
     if early_int:  # Ctrl-C is a KeyboardInterrupt here, wherever it lands: keep() writes what was measured
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -295,7 +298,7 @@ def signals_held():
     caught: list[int] = []
     with stop_signals():  # a SIGTERM held till the end is said in one line, not a silent kill after the files
         saved = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
-                 for s in (signal.SIGINT, signal.SIGTERM)}
+                 for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN}
         try:
             yield
         finally:
