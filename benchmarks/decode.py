@@ -198,9 +198,9 @@ def finish(docs, failures, out, study, write_results) -> None:
 
 
 def merge_only(args, out, study, write_results) -> int:
-    """decode.json from the per-model runs of earlier outputs (each model once: the first one found). A run file that
-    does not read as a decode run, or runs (--keep's included) measured on different devices: one line, exit 2, and
-    nothing written."""
+    """decode.json from the per-model runs of earlier outputs (each model once: the first finished one found, else the
+    first partial one). A run file that does not read as a decode run, or runs (--keep's included) measured on
+    different devices: one line, exit 2, and nothing written."""
     from gpuspeed.errors import UserError
     from gpuspeed.results import remove_created
 
@@ -211,7 +211,14 @@ def merge_only(args, out, study, write_results) -> int:
                 doc = study.read_run(path)
                 key = _key(doc)
                 if key in seen:  # its summary keys are the first one's: one file holds one run of each
-                    print(f"skipped {path}: {study.run_label(doc)} comes from {seen[key]} already", file=sys.stderr)
+                    i = names.index(seen[key])
+                    if docs[i]["params"].get("partial") and not doc["params"].get("partial"):  # a cut run gives way
+                        print(f"skipped {seen[key]} (partial): {study.run_label(doc)} comes from {path}",
+                              file=sys.stderr)
+                        docs[i], names[i] = doc, str(path)
+                        seen[key] = str(path)
+                    else:
+                        print(f"skipped {path}: {study.run_label(doc)} comes from {seen[key]} already", file=sys.stderr)
                     continue
                 seen[key] = str(path)
                 docs.append(doc)

@@ -283,3 +283,21 @@ def test_benchmark_models_given_twice_is_one_line_before_anything_runs(tmp_path)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert p.stderr.strip() == "--models tiny:bf16 is given twice", p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_merge_takes_a_finished_run_over_a_partial_one_of_the_same_model(tmp_path, tp_runs):
+    """--merge A B, A's run cut by its cap (partial), B's the same model finished: the first found (A's partial)
+    went in and B's was dropped in silence."""
+    import copy
+
+    cut = copy.deepcopy(tp_runs[1])
+    cut["params"]["partial"] = True
+    cut["notes"].append("partial: the run had not finished when this was written")
+    _put(cut, tmp_path / "a" / "runs" / "tiny_fp32")
+    _put(tp_runs[1], tmp_path / "b" / "runs" / "tiny_fp32")
+    p = _bench("--out", tmp_path / "out", "--merge", tmp_path / "a", tmp_path / "b")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "out" / "decode.json").read_text())
+    (run,) = doc["params"]["runs"]
+    assert not run.get("partial") and not any(n.startswith("partial") for n in doc["notes"]), doc["notes"]
+    assert str(tmp_path / "a" / "runs" / "tiny_fp32") in p.stderr  # the one left out is named
