@@ -14,7 +14,9 @@ iteration assigns it is carried from the previous iteration. A carried name upda
 nowhere else is a reduction; one stepped by a loop-invariant amount (`i += 1`) is an induction variable;
 any other carried name is a recurrence. An array written at one index and read at another in the same
 loop is a recurrence too, unless the indices differ only in variables of inner loops (then the inner
-loop carries it and the outer iterations stay independent).
+loop carries it). An element whose index uses only inner-loop variables is the same element in every iteration
+of the outer loop: only added into (`out[i] += ...` under `for k`), it is a reduction over the outer loop; read
+before it is written in an iteration, a recurrence; written first, the iteration's own scratch.
 """
 
 from __future__ import annotations
@@ -106,6 +108,18 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
         return "vectorize: the loop calls array functions per iteration; batch them into one call"
     if kind == "reduction":
         names = ", ".join(f"{r['name']} ({r['op']})" for r in deps["reductions"][:3])
+        same = [r for r in deps["reductions"] if r.get("elements") == "same"]
+        par = [i for i in inner if i["kind"] == "parallel-map"]
+        if same:  # threads over this loop would all add into the same elements: the inner loop is the kernel
+            text = (f"reduction over this loop into {names}: every iteration adds into the same elements, so "
+                    "its iterations are not independent (threads over them would race)")
+            return text + (f"; the inner loop at line {par[0]['line']} is parallel-map: make it the kernel, one "
+                           "thread per element, and run this loop inside each thread, summing in a register"
+                           if par else "; swap the loops so that each thread owns its elements")
+        if any(r.get("elements") == "indirect" for r in deps["reductions"]):
+            return (f"parallel reduction into {names}: iterations may add into the same element; a GPU kernel "
+                    "with atomic adds (or torch.bincount / index_add_), not prange as written (its iterations "
+                    "would race)")
         return (f"parallel reduction into {names}: iterations are otherwise independent; a GPU reduction "
                 "(torch.sum, or partial sums per thread and a tree reduction in a kernel) or Numba "
                 "@njit(parallel=True) with prange")
@@ -166,8 +180,34 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
             recurrences.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
                                         f"[{clash[0]['index']}]"} | at(store["line"]))
         elif store["aug"] and store["indirect"] and store["op"]:
-            reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"]} | at(store["line"]))
+            reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"],
+                               "elements": "indirect"} | at(store["line"]))
+    _same_elements(scan, variant - inner_vars, recurrences, reductions, at)
     return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions}
+
+
+def _same_elements(scan, outer: set, recurrences: list, reductions: list, at) -> None:
+    """Arrays whose stores use no name that changes from one iteration of the loop to the next (`out[i]` under
+    `for k`, i an inner loop's): every iteration touches the same elements, carried unless written first."""
+    reported = {d["name"].split("[")[0] for d in recurrences + reductions}
+    for base in dict.fromkeys(s["base"] for s in scan.stores):
+        stores = [s for s in scan.stores if s["base"] == base]
+        if base in reported or any(names & outer for s in stores for _, names in s["dims"]):
+            continue
+        loads = [ld for ld in scan.loads if ld["base"] == base]
+        ops = {s["op"] for s in stores}
+        if all(s["aug"] for s in stores) and len(ops) == 1 and None not in ops and \
+                len(loads) == len(stores) and all(ld.get("aug") for ld in loads):
+            first = stores[0]
+            reductions.append({"name": f"{base}[{first['index']}]", "op": first["op"], "elements": "same"}
+                              | at(first["line"]))
+            continue
+        first = min(stores + loads, key=lambda e: e["seq"])
+        if first in loads:  # read before this iteration writes it: the previous iteration's value
+            store = next(s for s in stores if s["seq"] > first["seq"]) if any(
+                s["seq"] > first["seq"] for s in stores) else stores[0]
+            recurrences.append({"name": f"{base}[{store['index']}] from {base}[{first['index']}]"}
+                               | at(store["line"]) | {"read_line": at(first["line"])["line"]})
 
 
 def _only_inner(dims_a: tuple, dims_b: tuple, inner_vars: set) -> bool:
@@ -192,6 +232,7 @@ class _Scan:
         self.events: list = []
         self.stores: list = []
         self.loads: list = []
+        self.order = 0
 
     def block(self, stmts) -> None:
         for s in stmts:
@@ -320,12 +361,17 @@ class _Scan:
         entry = {"base": base, "dims": dims, "index": index, "line": node.lineno}
         if store:
             indirect = any(isinstance(n, (ast.Subscript, ast.Call)) for ix in index_nodes for n in ast.walk(ix))
-            self.stores.append(entry | {"aug": aug, "op": op, "indirect": indirect})
-            if aug:
-                self.loads.append(entry)
+            if aug:  # `a[i] += v` reads a[i] before it writes it
+                self.loads.append(entry | {"aug": True, "seq": self._next()})
+            self.stores.append(entry | {"aug": aug, "op": op, "indirect": indirect, "seq": self._next()})
         else:
-            self.loads.append(entry)
+            self.loads.append(entry | {"seq": self._next()})
         return True
+
+    def _next(self) -> int:
+        """Order of element accesses in the loop body."""
+        self.order += 1
+        return self.order
 
 
 def _subscript_parts(node):
