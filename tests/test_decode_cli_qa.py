@@ -196,5 +196,6 @@ def test_a_checkpoint_folder_too_large_for_the_device_is_refused_before_its_weig
     with pytest.raises(UserError, match=r"needs about .* GiB; this cuda has .*: try --dtype bf16"):
         study.check_fits(study.Spec(**base, dtype="fp32"), "cuda")
     study.check_fits(study.Spec(**base, dtype="bf16", agreement=False), "cuda")  # 2 bytes a weight: fits
-    (tmp_path / "config.json").write_text("{}")  # no Llama config: the loader says why, not check_fits
-    study.check_fits(study.Spec(**base, dtype="fp32"), "cuda")
+    (tmp_path / "config.json").write_text("{}")  # no Llama config: the loader's line, from check_fits (QA 14)
+    with pytest.raises(UserError, match="not a Llama checkpoint"):
+        study.check_fits(study.Spec(**base, dtype="fp32"), "cuda")
