@@ -319,3 +319,13 @@ def test_an_ignored_sigterm_stays_ignored_while_measuring(tmp_path):
     assert p.returncode == 0, (p.returncode, "".join(err) + rest)
     assert "params" in json.loads((out / "launch.json").read_text())
     assert not json.loads((out / "launch.json").read_text())["params"].get("partial")
+
+
+@pytest.mark.parametrize("name", ["inspect", "numbers", "tempfile"])
+def test_python_m_gpuspeed_from_a_folder_with_a_module_named_as_the_standard_librarys(tmp_path, name):
+    # `python -m gpuspeed` put the current folder first on sys.path while it imported the gpuspeed package itself
+    # (before __main__'s fix ran): a user's inspect.py there ended every command in a traceback
+    (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the user {name}.py was imported')\n")
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "--version"], cwd=tmp_path, capture_output=True, text=True,
+                       env=_env(), timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("gpuspeed "), (r.returncode, r.stderr[-2000:])
