@@ -329,3 +329,20 @@ def test_python_m_gpuspeed_from_a_folder_with_a_module_named_as_the_standard_lib
     r = subprocess.run([sys.executable, "-m", "gpuspeed", "--version"], cwd=tmp_path, capture_output=True, text=True,
                        env=_env(), timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("gpuspeed "), (r.returncode, r.stderr[-2000:])
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGTERM, 143, "stopped by SIGTERM"),
+                                             (signal.SIGINT, 130, "interrupted")])
+def test_a_signal_in_a_command_without_its_own_handler_is_one_line(tmp_path, sig, code, word):
+    # `gpuspeed launch --explain` installs no stop_signals(): a SIGTERM while the user's make_inputs() ran killed it
+    # where it stood (exit -15, not a word); the early handler unwinds it instead (typer takes it for a Ctrl-C: the CLI
+    # tells the two apart)
+    (tmp_path / "f.py").write_text("import sys, time\n\ndef f(x):\n    return x + 1\n\ndef make_inputs():\n"
+                                   "    print('making inputs', file=sys.stderr, flush=True)\n    time.sleep(30)\n"
+                                   "    return (1,)\n")
+    out = tmp_path / "res"
+    rc, _, err = stopped(["launch", "--explain", f"{tmp_path / 'f.py'}:f", "--out", str(out)], sig, "making inputs",
+                         tmp_path)
+    assert rc == code, (rc, err[-3000:])
+    assert err.strip().splitlines()[-1] == f"gpuspeed: {word}" and "Traceback" not in err, err[-3000:]
+    assert not out.exists()
