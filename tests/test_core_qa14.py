@@ -346,3 +346,22 @@ def test_a_signal_in_a_command_without_its_own_handler_is_one_line(tmp_path, sig
     assert rc == code, (rc, err[-3000:])
     assert err.strip().splitlines()[-1] == f"gpuspeed: {word}" and "Traceback" not in err, err[-3000:]
     assert not out.exists()
+
+
+def test_check_of_arrays_too_large_to_compare_on_this_host_is_refused_in_one_line():
+    # check() compares in float64 on the host: an output of billions of elements took every byte and the OOM killer
+    # ended the process without a word (or NumPy raised a bare MemoryError from deep inside); a broadcast view costs
+    # no memory here, so the arrays of the test are free to make
+    import numpy as np
+
+    import gpuspeed
+    from gpuspeed.errors import UserError
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    n = 2 * total // 8  # one float64 copy alone is twice this host's memory
+    out = np.broadcast_to(np.float32(1), (n,))
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match=r"out\['y'\] has [\d,]+ elements.* GiB .*free"):
+        gpuspeed.check({"y": out}, {"y": out})
+    assert time.perf_counter() - t0 < 5
+    assert gpuspeed.check(np.ones(1000), np.ones(1000)).passed

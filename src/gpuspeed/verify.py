@@ -317,7 +317,36 @@ def _exact_integer_diff(got: np.ndarray, ref: np.ndarray, diff: np.ndarray) -> n
     return diff
 
 
+def _elements(x) -> int:
+    """How many elements an array or scalar holds, without copying it anywhere."""
+    count = getattr(x, "numel", None)  # torch
+    if callable(count):
+        return int(count())
+    size = getattr(x, "size", None)  # NumPy, CuPy, JAX
+    return int(size) if isinstance(size, (int, np.integer)) else 1
+
+
+BYTES_PER_COMPARED = 40  # float64 copies of out and ref, |ref|, the difference and the tolerance: a floor
+
+
+def _check_fits_host(path: str, out, ref) -> None:
+    """A one-line UserError where the float64 comparison of a leaf cannot fit in the host's free memory: it took every
+    byte and the OOM killer ended the process without a word (or NumPy raised a bare MemoryError)."""
+    n = max(_elements(out), _elements(ref))
+    need = BYTES_PER_COMPARED * n
+    if need < 2**30:  # small: not worth reading /proc for
+        return
+    from gpuspeed.inputs import host_available_bytes
+
+    free = host_available_bytes()
+    if free is not None and need > free:
+        raise UserError(f"check() compares in float64 on the host: {path} has {n:,} elements, ~{need / 2**30:.1f} GiB "
+                        f"to compare, {free / 2**30:.1f} GiB of host memory is free: compare it in slices "
+                        "(check(out[i:j], ref[i:j]))")
+
+
 def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
+    _check_fits_host(path, out, ref)
     out_host, out_dtype = _to_host(out)
     ref_host, ref_dtype_name = _to_host(ref)
     for arr, which in ((out_host, "output"), (ref_host, "reference")):
