@@ -28,7 +28,15 @@ def _fmt(v) -> str:
 
 
 def archived(path: Path) -> bool:
-    return bool(ARCHIVED.search(path.stem))
+    """A run kept under its commit, or a run stopped before its end (params.partial: roofline.partial.json, a
+    decode.json cut short), which the README must not quote as the current result."""
+    if ARCHIVED.search(path.stem) or path.stem.endswith(".partial"):
+        return True
+    try:
+        params = json.loads(path.read_text()).get("params")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(params, dict) and bool(params.get("partial"))
 
 
 def block(paths: list[Path], base: Path = ROOT) -> str:
@@ -41,8 +49,9 @@ def block(paths: list[Path], base: Path = ROOT) -> str:
         rel = path.relative_to(base)
         dev = doc.get("device", {}).get("name", "?")
         ver = doc.get("versions", {})
+        cut = " · partial (stopped before its end)" if (doc.get("params") or {}).get("partial") else ""
         lines.append(f"**{doc['study']}** — [`{rel}`]({rel}) · {dev} · torch {ver.get('torch')} · "
-                     f"commit `{str(doc.get('git'))[:12]}` · {doc.get('created', '')[:10]}")
+                     f"commit `{str(doc.get('git'))[:12]}` · {doc.get('created', '')[:10]}{cut}")
         lines.append("")
         lines.append("| summary key | value |")
         lines.append("|---|---|")

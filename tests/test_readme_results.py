@@ -30,3 +30,17 @@ def test_every_results_file_is_quoted_once_with_a_link_that_resolves():
         in_readme, in_archive = f"]({rel})" in readme, f"]({path.relative_to(archive_path.parent).as_posix()})" in archive
         assert in_readme != in_archive, (rel, in_readme, in_archive)
         assert in_archive == readme_results.archived(path), rel
+
+
+def test_a_partial_run_is_never_quoted_as_the_current_result(tmp_path):
+    """A stopped run's file (params.partial: roofline.partial.json beside a complete roofline.json, or a partial
+    roofline.json alone) goes to the archive, labelled, never to the README's current block."""
+    doc = {"study": "roofline", "params": {"partial": True}, "summary": {"copy_GBps": 1.0}, "device": {"name": "X"}}
+    for name in ("roofline.partial.json", "roofline.json"):
+        path = tmp_path / name
+        path.write_text(json.dumps(doc))
+        assert readme_results.archived(path), name
+        assert "partial (stopped before its end)" in readme_results.block([path], base=tmp_path)
+    complete = tmp_path / "launch.json"
+    complete.write_text(json.dumps({**doc, "study": "launch", "params": {"partial": False}}))
+    assert not readme_results.archived(complete)
