@@ -93,3 +93,35 @@ def test_a_histogram_is_not_advised_as_prange():
     loop = _loop("def f(b, h, n):\n    for i in range(n):\n        h[b[i]] += 1\n")
     assert loop["kind"] == "reduction" and "atomic" in loop["verdict"], loop["verdict"]
     assert "with prange" not in loop["verdict"], loop["verdict"]
+
+
+def _earlier_kernel_claims() -> list[str]:
+    """The kernel paragraph's numbers from earlier runs and from the mandelbrot verdicts, not checked before."""
+    from test_docs_qa12 import _doc, _f, _pct, _row
+
+    k, rn64 = "kernels.json", ("row_normalize_loop", "triton")
+    two_step = [_pct("kernels_1bac8bf.json", "heat_stencil", v) for v in ("triton", "numba_cuda", "triton_fp32")]
+    one_step = [_pct("kernels_1bac8bf.json", "heat_stencil", v) for v in ("triton_one_step", "triton_one_step_fp32")]
+    mandel = {v: _row(k, "mandelbrot", v)["scaled_up"]["verdict"] for v in ("triton", "numba_cuda")}
+    assert "fp64 50 %" in mandel["triton"] and "3 of its 8 fp64 instructions are FMAs" in mandel["triton"], mandel
+    assert "fp64 67 %" in mandel["numba_cuda"] and "2 of its 10 fp64" in mandel["numba_cuda"], mandel
+    assert _doc(k)["git"].startswith("bb15aa0")  # "(79 % at bb15aa0)": kernels.json is that run
+    return [
+        f"(the float64 row normalization went from {_f(_pct('kernels_9200d2d.json', *rn64), 0)} % to "
+        f"{_f(_pct(k, *rn64), 0)} %)",
+        f"measured them at {_f(min(two_step), 0)}-{_f(max(two_step), 0)} % of the roof, against "
+        f"{_f(min(one_step), 0)}-{_f(max(one_step), 0)} % for one step a launch",
+        f"the Numba histogram with a multiply ran {_row('kernels_c68085a.json', 'histogram', 'numba_cuda')['time_s'] * 1e6:.0f} us",
+        f"loaded each row after storing the one before ({_f(_pct('kernels_89c290e.json', 'heat_stencil', 'triton_fp32'), 0)} %)",
+        "fp64 is half the Triton loop's instructions and 3 of its 8 are FMAs, two thirds of the Numba loop's and 2 of "
+        "its 10",
+    ]
+
+
+def test_earlier_runs_numbers_the_kernel_paragraph_quotes_match_their_files():
+    """It said the float64 row normalization 'went from 71 % to 82 %' when bench's flush began reading its buffer;
+    kernels.json, the run the paragraph quotes beside it, says 81.4 %."""
+    from test_docs_qa12 import PROSE
+
+    missing = [phrase for phrase in _earlier_kernel_claims() if phrase not in PROSE]
+    assert not missing, "README prose disagrees with its results files:\n" + "\n".join(missing)
