@@ -301,3 +301,28 @@ def test_merge_takes_a_finished_run_over_a_partial_one_of_the_same_model(tmp_pat
     (run,) = doc["params"]["runs"]
     assert not run.get("partial") and not any(n.startswith("partial") for n in doc["notes"]), doc["notes"]
     assert str(tmp_path / "a" / "runs" / "tiny_fp32") in p.stderr  # the one left out is named
+
+
+def test_a_tp_run_started_with_sigterm_ignored_is_not_stopped_by_one(tmp_path):
+    """`trap '' TERM; gpuspeed decode --tp 2`: torchrun's agent put its own handler on SIGTERM over the caller's
+    choice, so a SIGTERM the caller meant to ignore stopped the ranks and the run (one process keeps it ignored)."""
+    import signal
+
+    def ignore_sigterm():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
+    p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "decode", *TP_SMALL, "--variants", "V2,V0", "--tp", "2",
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=ROOT, preexec_fn=ignore_sigterm)
+    err = []
+    for line in p.stderr:
+        err.append(line)
+        if "now tiny_fp32_tp2 V2" in line:  # the ranks are measuring
+            p.send_signal(signal.SIGTERM)
+            break
+    _, rest = p.communicate(timeout=240)
+    assert p.returncode == 0, (p.returncode, "".join(err) + rest)
+    doc = json.loads((out / "decode.json").read_text())
+    assert not doc["params"].get("partial") and {r["variant"] for r in doc["rows"]} == {"V0", "V2"}

@@ -645,6 +645,8 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
     # the agent puts its own handlers on SIGTERM, SIGINT, SIGHUP and SIGQUIT (they stop the ranks, then raise
     # SignalException) and leaves them there: ours come back when it returns
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+    # a signal the caller ignores (trap '' TERM) stays ignored: the agent handles only the others
+    cfg.signals_to_handle = ",".join(s.name for s, h in handlers.items() if h is not signal.SIG_IGN)
     try:
         with _relay_steps(progress, total):
             out = elastic_launch(cfg, target or worker)(spec)
