@@ -2,6 +2,8 @@
 user copies them."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -111,7 +113,8 @@ def _earlier_kernel_claims() -> list[str]:
         f"{_f(_pct(k, *rn64), 0)} %)",
         f"measured them at {_f(min(two_step), 0)}-{_f(max(two_step), 0)} % of the roof, against "
         f"{_f(min(one_step), 0)}-{_f(max(one_step), 0)} % for one step a launch",
-        f"the Numba histogram with a multiply ran {_row('kernels_c68085a.json', 'histogram', 'numba_cuda')['time_s'] * 1e6:.0f} us",
+        f"the Numba histogram with a multiply ran "
+        f"{_row('kernels_c68085a.json', 'histogram', 'numba_cuda')['time_s'] * 1e6:.0f} us",
         f"loaded each row after storing the one before ({_f(_pct('kernels_89c290e.json', 'heat_stencil', 'triton_fp32'), 0)} %)",
         "fp64 is half the Triton loop's instructions and 3 of its 8 are FMAs, two thirds of the Numba loop's and 2 of "
         "its 10",
@@ -125,3 +128,59 @@ def test_earlier_runs_numbers_the_kernel_paragraph_quotes_match_their_files():
 
     missing = [phrase for phrase in _earlier_kernel_claims() if phrase not in PROSE]
     assert not missing, "README prose disagrees with its results files:\n" + "\n".join(missing)
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _commands_with_device() -> list[str]:
+    """The commands of the README's Commands block, those that take --device (the README: --device cpu|cuda|auto)."""
+    import typer
+
+    from gpuspeed.cli import app
+
+    block = re.search(r"## Commands\s*```\n(.*?)```", _readme(), re.S).group(1)
+    named = dict.fromkeys(re.findall(r"^gpuspeed ([a-z]+)", block, re.M))
+    group = typer.main.get_command(app)
+    return [c for c in named if "--device" in {o for p in group.commands[c].params for o in p.opts}]
+
+
+# the least each command needs besides --device (a file, a model), so that only the device is wrong
+_MINIMAL = {"profile": ["script.py"], "kernel": ["script.py:f"], "optimize": ["black_scholes"],
+            "decode": ["--model", "tiny"], "roofline": ["--quick"]}
+
+
+def test_every_readme_command_asked_for_a_gpu_on_a_cpu_only_machine_says_so_in_one_line(tmp_path, capsys):
+    """`--device cuda` where no GPU is: one line naming `gpuspeed doctor`, exit 2, nothing written to --out; never a
+    traceback nor a silent fall back to the CPU (the README: every command runs without a GPU, and says so)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    from gpuspeed.cli import main
+
+    (tmp_path / "script.py").write_text("def f(x):\n    return x\n")
+    commands = _commands_with_device()
+    assert {"bench", "roofline", "launch", "profile", "kernel", "optimize", "decode"} <= set(commands), commands
+    for cmd in commands:
+        out = tmp_path / f"out_{cmd}"
+        args = [cmd, "--device", "cuda", *_MINIMAL.get(cmd, [])]
+        args += ["--out", str(out)] if cmd != "profile" else []
+        assert main(args) == 2, cmd
+        err = capsys.readouterr().err
+        assert err.startswith("gpuspeed: error: ") and err.count("\n") == 1 and "gpuspeed doctor" in err, (cmd, err)
+        assert not out.exists(), cmd
+
+
+@pytest.mark.parametrize("script", ["bench_accuracy.py", "matmul_power.py"])
+def test_readme_gpu_only_benchmarks_say_so_in_one_line_on_a_cpu(tmp_path, script):
+    """The README's benchmarks that need a GPU, run as it writes them (PYTHONPATH=src python3 benchmarks/...
+    --out DIR) on a CPU-only machine: one line, exit 2, no results file."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    assert f"benchmarks/{script}" in _readme()
+    run = subprocess.run([sys.executable, f"benchmarks/{script}", "--out", str(tmp_path / "out")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "needs a CUDA GPU" in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists() and not run.stdout

@@ -173,7 +173,7 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
     for store in scan.stores:
         # `a[i]` and `a[i, 0]`, i this loop's own variable: the same iteration's row, no other iteration's element
         clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]
-                 and not any(x[0] == y[0] and x[0] in own for x, y in zip(ld["dims"], store["dims"]))]
+                 and not any(x[0] == y[0] and x[0] in own for x, y in zip(ld["dims"], store["dims"], strict=False))]
         if clash:
             if _only_inner(store["dims"], clash[0]["dims"], inner_vars):
                 continue
