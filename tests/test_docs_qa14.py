@@ -184,3 +184,25 @@ def test_readme_gpu_only_benchmarks_say_so_in_one_line_on_a_cpu(tmp_path, script
                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "needs a CUDA GPU" in run.stderr, run.stderr
     assert not (tmp_path / "out").exists() and not run.stdout
+
+
+@pytest.mark.parametrize("src", [
+    "def f(x, out, n, K):\n    for k in range(K):\n        for i in range(n):\n            out[i] = out[i] + x[i] * k\n",
+    "def f(a, acc, n):\n    for i in range(n):\n        acc[0] = acc[0] + a[i]\n",
+])
+def test_an_element_written_as_itself_plus_a_value_is_the_same_reduction_as_plus_equals(src):
+    """`out[i] = out[i] + v` is `out[i] += v` written out: a reduction (over k into out[i]; into acc[0]), as
+    `s = s + a[i]` is for a name; it was called a sequential recurrence."""
+    loop = _loop(src)
+    assert loop["kind"] == "reduction" and loop["dependences"]["reductions"], (loop["dependences"], loop["verdict"])
+
+
+def test_an_array_bound_anew_each_iteration_carries_nothing():
+    """`for r in rows: for key, label in pairs: r[label] = f(r[key])`: r is another dict (or a fresh array:
+    `tmp = np.zeros(m)`) in each iteration, so what one iteration writes in it no other reads."""
+    loop = _loop("def f(rows, pairs):\n    for r in rows:\n        for key, label in pairs:\n"
+                 "            r[label] = r[key] * 2\n")
+    assert loop["kind"] != "sequential-loop" and not loop["dependences"]["recurrences"], loop["dependences"]
+    loop = _loop("def f(a, out, n, m):\n    for r in range(n):\n        tmp = np.zeros(m)\n        for j in range(m):\n"
+                 "            tmp[j] = tmp[j - 1] + a[r, j]\n        out[r] = tmp[m - 1]\n")
+    assert loop["kind"] == "parallel-map", loop["dependences"]

@@ -192,7 +192,8 @@ def _same_elements(scan, outer: set, recurrences: list, reductions: list, at) ->
     reported = {d["name"].split("[")[0] for d in recurrences + reductions}
     for base in dict.fromkeys(s["base"] for s in scan.stores):
         stores = [s for s in scan.stores if s["base"] == base]
-        if base in reported or any(names & outer for s in stores for _, names in s["dims"]):
+        # a base bound in the loop (`for r in rows`, `tmp = np.zeros(m)`) is another array in each iteration
+        if base in reported or base in outer or any(names & outer for s in stores for _, names in s["dims"]):
             continue
         loads = [ld for ld in scan.loads if ld["base"] == base]
         ops = {s["op"] for s in stores}
@@ -247,6 +248,12 @@ class _Scan:
                 name, op, other = upd
                 self.expr(other)
                 self._update(name, op, other, s.lineno)
+                return
+            elem = _element_self_update(s)
+            if elem is not None:  # `a[i] = a[i] + v` is `a[i] += v` written out
+                target, op, other = elem
+                self.expr(other)
+                self.subscript(target, store=True, aug=True, op=op, value=other)
                 return
             self.expr(s.value)
             for t in s.targets:
@@ -411,6 +418,22 @@ def _self_update(s: ast.Assign):
         for me, other in ((v.args[0], v.args[1]), (v.args[1], v.args[0])):
             if isinstance(me, ast.Name) and me.id == name and name not in _names(other):
                 return name, v.func.id, other
+    return None
+
+
+def _element_self_update(s: ast.Assign):
+    """(target, op, other) for `a[i] = a[i] op other` or `a[i] = other op a[i]` (op commutative), other not reading a."""
+    if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Subscript) or not isinstance(s.value, ast.BinOp) or \
+            type(s.value.op) not in _REDUCE_OPS:
+        return None
+    t, v = s.targets[0], s.value
+    base = _subscript_parts(t)[0]
+    sides = ((v.left, v.right), (v.right, v.left)) if not isinstance(v.op, ast.Sub) else ((v.left, v.right),)
+    for me, other in sides:
+        if isinstance(me, ast.Subscript) and ast.dump(me.value) == ast.dump(t.value) and \
+                ast.dump(me.slice) == ast.dump(t.slice) and base is not None and base not in _names(other) and \
+                not any(isinstance(n, ast.Subscript) and _subscript_parts(n)[0] == base for n in ast.walk(other)):
+            return t, _REDUCE_OPS[type(v.op)], other
     return None
 
 
