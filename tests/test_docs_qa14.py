@@ -206,3 +206,21 @@ def test_an_array_bound_anew_each_iteration_carries_nothing():
     loop = _loop("def f(a, out, n, m):\n    for r in range(n):\n        tmp = np.zeros(m)\n        for j in range(m):\n"
                  "            tmp[j] = tmp[j - 1] + a[r, j]\n        out[r] = tmp[m - 1]\n")
     assert loop["kind"] == "parallel-map", loop["dependences"]
+
+
+def test_the_runs_the_readme_says_decode_json_merges_are_its_runs():
+    """'`decode.json` merges five runs ... The three bf16 models are at 2d128f4 ... tiny is at c442d0f ... The int8 8B
+    is at 38ca50f': the count and each run's commit, read from params.runs."""
+    from test_docs_qa12 import PROSE, _doc
+
+    runs = _doc("decode.json")["params"]["runs"]
+    words = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+    bf16 = {r["git"][:7] for r in runs if r["dtype"] == "bf16" and not r.get("quant")}
+    (tiny,) = {r["git"][:7] for r in runs if r["model"] == "tiny"}
+    (int8,) = {r["git"][:7] for r in runs if r.get("quant") == "int8"}
+    assert len(bf16) == 1, bf16
+    claims = [f"`decode.json` merges {words[len(runs)]} runs",
+              f"The {words[sum(r['dtype'] == 'bf16' and not r.get('quant') for r in runs)]} bf16 models are at "
+              f"{bf16.pop()}", f"tiny is at {tiny}", f"The int8 8B is at {int8}"]
+    missing = [c for c in claims if c not in PROSE]
+    assert not missing, missing
