@@ -4,7 +4,9 @@ Each outermost loop gets a machine-readable `kind` (the optimize planner reads i
   sequential-loop  an iteration needs the one before it (`x = x * 0.5 + 1`, `a[i] = a[i - 1] + ...`):
                    not one GPU thread per iteration; compile it, make it a scan, or parallelize inside
   vectorize        the loop calls array functions on each iteration: batch them into one call
-  reduction        iterations independent except for accumulators (`s += a[i]`): a parallel reduction
+  reduction        iterations independent except for accumulators (`s += a[i]`): a parallel reduction; an
+                   array element as accumulator (`h[b[i]] += 1`, `out[i] += ...` under `for k`) is marked
+                   `elements` (indirect / same): prange as written would race on it
   parallel-map     independent iterations of element-wise array arithmetic: one GPU thread per iteration
   control-flow     Python control flow without array arithmetic: restructure before moving it
 
@@ -16,7 +18,8 @@ any other carried name is a recurrence. An array written at one index and read a
 loop is a recurrence too, unless the indices differ only in variables of inner loops (then the inner
 loop carries it). An element whose index uses only inner-loop variables is the same element in every iteration
 of the outer loop: only added into (`out[i] += ...` under `for k`), it is a reduction over the outer loop; read
-before it is written in an iteration, a recurrence; written first, the iteration's own scratch.
+before it is written in an iteration, a recurrence; written first, the iteration's own scratch. `a[i] = a[i] op v`
+is `a[i] op= v`.
 """
 
 from __future__ import annotations
