@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from signal_helpers import at_a_terminal
 from test_interrupt_qa13 import _env, _no_temp, _one_line, stopped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +92,8 @@ def _catches_sigterm(pid: int) -> bool:
 def _early_stop(command: list[str], sig: int, when: str, cwd: Path):
     """Run `command` and send `sig` early: once it catches SIGTERM or maps `when` (a shared library's name, as torch's
     import loads it), whichever comes first. Returns (exit code, stdout, stderr)."""
-    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd)
+    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd,
+                         preexec_fn=at_a_terminal)
     deadline = time.monotonic() + 60
     while p.poll() is None and time.monotonic() < deadline:
         try:

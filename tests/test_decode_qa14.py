@@ -209,7 +209,8 @@ def test_a_tp_run_stopped_by_a_signal_says_so_in_one_line_and_keeps_its_rungs(tm
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"gpuspeed: {says}: ") and str(out / "decode.json") in last, err[-3000:]
     doc = json.loads((out / "decode.json").read_text())
-    assert doc["params"]["partial"] is True and [r["variant"] for r in doc["rows"]] == ["V2"]
+    # V2's rung is kept; V0's may have ended between the signal and the ranks' stop (a loaded machine)
+    assert doc["params"]["partial"] is True and [r["variant"] for r in doc["rows"]][:1] == ["V2"], doc["rows"]
     time.sleep(2)  # the agent stops its ranks before it returns; give the kernel a moment to reap them
     left = []
     for env_file in Path("/proc").glob("[0-9]*/environ"):

@@ -16,6 +16,8 @@ import time
 import warnings
 from pathlib import Path
 
+from signal_helpers import at_a_terminal
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,7 +32,7 @@ def stopped(args: list[str], sig: int, after: str, cwd: Path, times: int = 1) ->
     """Run `python -m gpuspeed *args` and send it `sig` once `after` has appeared `times` times in its stderr.
     Returns (exit code, stdout, stderr)."""
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=_env(), cwd=cwd)
+                         text=True, env=_env(), cwd=cwd, preexec_fn=at_a_terminal)
     err = []
     seen = 0
     deadline = time.monotonic() + 120
@@ -100,7 +102,7 @@ def test_roofline_ctrl_c_before_a_step_ends_leaves_nothing(tmp_path):
 def _ctrl_c_at_start(out: Path, cwd: Path):
     """Ctrl-C a roofline run once it said it measures (stdout), before its first step ends (stderr)."""
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "roofline", "--quick", "--no-place", "--out", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=cwd, preexec_fn=at_a_terminal)
     said = p.stdout.readline()
     assert "measuring the CPU roofline" in said, said
     time.sleep(0.3)
@@ -155,7 +157,7 @@ def test_profile_stopped_by_sigterm_leaves_no_unfinished_trace(tmp_path):
 def _stop_when_made(args: list[str], out: Path, cwd: Path, sig: int, wait: float = 0.5):
     """Send `sig` to `python -m gpuspeed *args` `wait` s after its --out folder appeared."""
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=_env(), cwd=cwd)
+                         text=True, env=_env(), cwd=cwd, preexec_fn=at_a_terminal)
     deadline = time.monotonic() + 60
     while not out.exists() and time.monotonic() < deadline and p.poll() is None:
         time.sleep(0.02)

@@ -11,6 +11,7 @@ import pytest
 
 from gpuspeed.memory import HEADROOM
 from gpuspeed.optimize import budget
+from signal_helpers import at_a_terminal
 
 MiB = 2**20
 # pairwise_distance at scale 0.1 (n = m = 3794 points in 3-d, float64) under a 256 MiB budget: per row of `a`
@@ -308,7 +309,7 @@ def test_a_stopped_optimize_run_stops_its_workers(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in ["src", os.environ.get("PYTHONPATH")] if p))
     proc = subprocess.Popen([sys.executable, "-m", "gpuspeed", "optimize", str(wl), "--device", "cpu", "--out",
                              str(out), "--time-budget", "120"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=at_a_terminal)
     pids, t0 = [], time.monotonic()
     while not pids and time.monotonic() - t0 < 60 and proc.poll() is None:
         time.sleep(0.2)

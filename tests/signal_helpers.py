@@ -1,0 +1,15 @@
+"""Signals for tests that stop a gpuspeed subprocess from outside.
+
+A test run started in the background (`make test &`, a CI runner without job control) inherits SIGINT ignored,
+and gpuspeed keeps a signal its caller ignores (a background job must not answer the terminal's Ctrl-C). A test
+that means "the user pressed Ctrl-C" (or "`timeout` sent SIGTERM") starts its child as a command typed at a
+terminal is started: both signals at their defaults.
+"""
+
+import signal
+
+
+def at_a_terminal() -> None:
+    """preexec_fn for subprocess.Popen: SIGINT and SIGTERM back to their defaults in the child."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
