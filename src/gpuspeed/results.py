@@ -195,7 +195,9 @@ def stop_early() -> None:
 
     if threading.current_thread() is threading.main_thread():
         _EARLY_PID[:] = [os.getpid()]
-        for s in (signal.SIGTERM, signal.SIGINT):
+        # Ctrl-C's first: once SIGTERM shows as caught (/proc/PID/status), both are gpuspeed's (a SIGINT in between
+        # met Python's own handler, a traceback inside signal.signal and -2)
+        for s in (signal.SIGINT, signal.SIGTERM):
             if signal.getsignal(s) is not signal.SIG_IGN:  # ignored by the caller (`cmd &` in a script): stays so
                 signal.signal(s, _stopped_early)
 
