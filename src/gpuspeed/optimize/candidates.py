@@ -254,19 +254,12 @@ def prange_race(fn) -> str | None:
     lost update now and then, which 3 checks on a machine of few cores need not catch. Scalar reductions (`s +=`)
     and whole-array ones Numba handles. Unknown source: None (range_loops assumes a loop, the checks decide)."""
     import ast
-    import textwrap
 
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    fdef = tree.body[0] if tree.body else None
-    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    fdef = _function_def(fn)
+    if fdef is None:
         return None
     for loop in fdef.body:
-        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and
-                isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range" and
-                isinstance(loop.target, ast.Name)):
+        if not (_range_loop(loop) and isinstance(loop.target, ast.Name)):
             continue
         var = loop.target.id
         # arrays an iteration makes for itself (`tmp = np.zeros(3)`); a name bound to a subscript or another name
@@ -296,18 +289,29 @@ def range_loops(fn) -> bool:
     """Whether fn's body has an outermost `for ... in range(...)`: the only loops the prange candidate rewrites
     (numba_cpu._with_prange), so without one it would compile and time the plain njit candidate a second time
     (`for g, v in zip(ids, values)`, a loop inside `with` or `if`). Unknown source: assumed to have one."""
+    fdef = _function_def(fn)
+    return True if fdef is None else any(_range_loop(node) for node in fdef.body)
+
+
+def _function_def(fn):
+    """fn's `def` as an AST node, or None where its source cannot be had or parsed."""
     import ast
     import textwrap
 
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
-        return True
+        return None
     fdef = tree.body[0] if tree.body else None
-    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return True
-    return any(isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
-               and node.iter.func.id == "range" for node in fdef.body)
+    return fdef if isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _range_loop(node) -> bool:
+    """Whether node is a `for ... in range(...)` loop."""
+    import ast
+
+    return (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
+            and node.iter.func.id == "range")
 
 
 def derived(results: dict, wl, where: str, requested=None, graph_below_s: float = 1e-3) -> list[dict]:
