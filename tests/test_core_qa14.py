@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from signal_helpers import at_a_terminal
+from signal_helpers import at_a_terminal, ignoring
 from test_interrupt_qa13 import _env, _no_temp, _one_line, stopped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,16 +197,22 @@ def test_bench_demo_with_a_shape_given_does_not_say_it_ran_smaller(tmp_path):
     assert any("smaller size" in n for n in json.loads(default.stdout)["notes"])  # the CPU default shape: it is
 
 
-@pytest.mark.parametrize("command", [["bench", "--budget", "0.1"], ["roofline", "--quick", "--no-place"],
-                                     ["launch", "--ks", "1,2"]])
-def test_a_torch_that_cannot_be_imported_is_one_line_and_2(tmp_path, command):
-    # a broken torch install (a CUDA library missing, a half-finished upgrade): each command ended in a 30-line
-    # ImportError traceback and exit 1; doctor alone said what was wrong
+def _broken_torch_env(tmp_path: Path) -> dict:
+    """An environment whose `import torch` fails as a broken install's does (a CUDA library missing)."""
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "torch.py").write_text("raise ImportError('libcudnn.so.9: cannot open shared object file', name='torch')\n")
     env = _env()
     env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
+    return env
+
+
+@pytest.mark.parametrize("command", [["bench", "--budget", "0.1"], ["roofline", "--quick", "--no-place"],
+                                     ["launch", "--ks", "1,2"]])
+def test_a_torch_that_cannot_be_imported_is_one_line_and_2(tmp_path, command):
+    # a broken torch install (a CUDA library missing, a half-finished upgrade): each command ended in a 30-line
+    # ImportError traceback and exit 1; doctor alone said what was wrong
+    env = _broken_torch_env(tmp_path)
     out = tmp_path / "res"
     r = subprocess.run([sys.executable, "-m", "gpuspeed", *command, "--out", str(out)], capture_output=True, text=True,
                        env=env, cwd=tmp_path, timeout=120)
@@ -270,11 +276,7 @@ def test_bench_rotate_of_a_cuda_tensor_that_cannot_fit_is_refused():
 def test_doctor_tells_a_broken_torch_from_a_missing_one(tmp_path):
     # torch installed but failing to import (a CUDA library missing): doctor said "torch is not installed", sending the
     # user to reinstall what is there instead of to the library that is missing
-    fake = tmp_path / "fake"
-    fake.mkdir()
-    (fake / "torch.py").write_text("raise ImportError('libcudnn.so.9: cannot open shared object file', name='torch')\n")
-    env = _env()
-    env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
+    env = _broken_torch_env(tmp_path)
     r = subprocess.run([sys.executable, "-m", "gpuspeed", "doctor", "--json"], capture_output=True, text=True, env=env,
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -286,12 +288,9 @@ def test_doctor_tells_a_broken_torch_from_a_missing_one(tmp_path):
 def test_an_ignored_ctrl_c_stays_ignored(tmp_path):
     # `gpuspeed roofline ... &` in a script starts it with SIGINT ignored, as a background job should be: the early
     # handler must not make it answer a Ctrl-C meant for the foreground
-    def ignore_sigint():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "bench", "--rows", "64", "--cols", "64", "--budget", "0.3",
                           "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path,
-                         preexec_fn=ignore_sigint)
+                         preexec_fn=ignoring(signal.SIGINT))
     deadline = time.monotonic() + 60
     while p.poll() is None and time.monotonic() < deadline and not _catches_sigterm(p.pid):
         time.sleep(0.005)
@@ -304,13 +303,10 @@ def test_an_ignored_ctrl_c_stays_ignored(tmp_path):
 def test_an_ignored_sigterm_stays_ignored_while_measuring(tmp_path):
     # started with SIGTERM ignored (`trap '' TERM` before it), a run was stopped all the same once its measuring began:
     # stop_signals() put its own handler over the caller's choice
-    def ignore_sigterm():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
     out = tmp_path / "res"
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "launch", "--ks", "1,2,4", "--ns", "1000", "--variants",
                           "eager", "--tiny-k", "10", "--budget", "0.05", "--out", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, preexec_fn=ignore_sigterm)
+                         stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path, preexec_fn=ignoring(signal.SIGTERM))
     err = []
     for line in p.stderr:
         err.append(line)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from decode_cli_helpers import SMALL
+from signal_helpers import ignoring, tagged_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 # the smallest --tp 2 run (tests/test_decode_tp.py's): one layer, three tokens, the eager backend
@@ -212,13 +213,7 @@ def test_a_tp_run_stopped_by_a_signal_says_so_in_one_line_and_keeps_its_rungs(tm
     # V2's rung is kept; V0's may have ended between the signal and the ranks' stop (a loaded machine)
     assert doc["params"]["partial"] is True and [r["variant"] for r in doc["rows"]][:1] == ["V2"], doc["rows"]
     time.sleep(2)  # the agent stops its ranks before it returns; give the kernel a moment to reap them
-    left = []
-    for env_file in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if f"GPUSPEED_TEST_TAG={tag}".encode() in env_file.read_bytes():
-                left.append(env_file.parent.name)
-        except OSError:
-            continue
+    left = tagged_processes(tag)
     assert not left, f"processes of the stopped run still alive: {left}"
 
 
@@ -309,14 +304,11 @@ def test_a_tp_run_started_with_sigterm_ignored_is_not_stopped_by_one(tmp_path):
     choice, so a SIGTERM the caller meant to ignore stopped the ranks and the run (one process keeps it ignored)."""
     import signal
 
-    def ignore_sigterm():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
     p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "decode", *TP_SMALL, "--variants", "V2,V0", "--tp", "2",
                           "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         cwd=ROOT, preexec_fn=ignore_sigterm)
+                         cwd=ROOT, preexec_fn=ignoring(signal.SIGTERM))
     err = []
     for line in p.stderr:
         err.append(line)

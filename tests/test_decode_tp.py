@@ -15,6 +15,7 @@ import torch
 from gpuspeed.decode import model as M, study, tp as TP
 from gpuspeed.errors import UserError
 from gpuspeed.verify import check
+from signal_helpers import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 # V3: its prefill runs eagerly (the in-place dist.all_reduce / all_gather), its decode steps compiled (the
@@ -131,13 +132,7 @@ def test_a_failing_rank_ends_the_run_with_one_line_naming_it(how, cause):
     tag = f"h3-{os.getpid()}-{time.time_ns()}"  # marks every process of this run, to look for leftovers
     p, took = _cli(*SMALL, "--tp", "2", "--variants", "V2", env={TP.FAIL_ENV: f"1:{how}", "GPUSPEED_TEST_TAG": tag})
     assert p.returncode == 2, p.stderr[-2000:]
-    left = []
-    for env_file in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if f"GPUSPEED_TEST_TAG={tag}".encode() in env_file.read_bytes():
-                left.append(env_file.parent.name)
-        except OSError:  # gone, or not ours to read
-            continue
+    left = tagged_processes(tag)
     assert not left, f"processes of the failed run still alive: {left}"
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith("gpuspeed: error: rank 1 failed:") and cause in lines[-1], p.stderr[-2000:]
