@@ -18,7 +18,7 @@
    do_bench with warmup=0), which bench()'s warm-up is not: the headline uses warmup=0, the default is
    kept beside it.
 
-Run on the GPU:  PYTHONPATH=src python3 benchmarks/bench_accuracy.py --out results/nvidia-h200
+Run on the GPU:  PYTHONPATH=src python3 benchmarks/bench_accuracy.py   (writes results/<gpu>/)
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ Run after copying new results in:  python benchmarks/readme_results.py
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -61,7 +62,9 @@ def block(paths: list[Path], base: Path = ROOT) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv: list[str] | tuple = ()) -> int:
+    # parsed first: --help, or an argument it does not take, must leave README.md and ARCHIVE.md as they are
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     readme = ROOT / "README.md"
     text = readme.read_text()
     if START not in text or END not in text:
@@ -82,4 +85,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,104 @@
+"""QA round 15, docs: a newcomer on a machine without a GPU reads the README top to bottom and does what it says."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8")
+        for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _readme_copy(tmp_path: Path) -> Path:
+    """The script, a README whose results block is stale, and the committed results, laid out as in the repository:
+    a run that rewrites the block shows."""
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "readme_results.py", tmp_path / "benchmarks")
+    stale = re.sub(r"(<!-- results:start -->).*?(<!-- results:end -->)", r"\1\nstale\n\2", README, flags=re.S)
+    (tmp_path / "README.md").write_text(stale, encoding="utf-8")
+    (tmp_path / "results").mkdir()
+    for folder in (ROOT / "results").iterdir():
+        if folder.is_dir():
+            (tmp_path / "results" / folder.name).symlink_to(folder, target_is_directory=True)
+    return tmp_path / "README.md"
+
+
+@pytest.mark.parametrize("args, rc", [(["--help"], 0), (["-h"], 0), (["--check"], 2), (["results"], 2)])
+def test_readme_results_help_or_an_unknown_argument_rewrites_nothing(tmp_path, args, rc):
+    """`python benchmarks/readme_results.py --help` rewrote README.md and results/ARCHIVE.md (any argument was
+    ignored): a newcomer asking what it does changed two tracked files. --help prints the usage, an argument it does
+    not take is one line and exit 2, and neither writes anything."""
+    readme = _readme_copy(tmp_path)
+    before = readme.read_text(encoding="utf-8")
+    run = subprocess.run([sys.executable, str(tmp_path / "benchmarks" / "readme_results.py"), *args],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == rc, (run.stdout, run.stderr)
+    assert readme.read_text(encoding="utf-8") == before
+    assert not (tmp_path / "results" / "ARCHIVE.md").exists()
+    if rc == 0:
+        assert "usage:" in run.stdout and "README" in run.stdout, run.stdout
+    else:
+        assert len(run.stderr.strip().splitlines()) <= 3 and "Traceback" not in run.stderr, run.stderr
+
+
+def test_readme_results_without_arguments_still_rewrites_the_block(tmp_path):
+    readme = _readme_copy(tmp_path)
+    run = subprocess.run([sys.executable, str(tmp_path / "benchmarks" / "readme_results.py")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "stale" not in readme.read_text(encoding="utf-8")
+    assert (tmp_path / "results" / "ARCHIVE.md").is_file()
+
+
+def test_regenerate_commands_write_the_folder_of_the_gpu_they_run_on():
+    """'Regenerate on a GPU: ... --out results/nvidia-h200' wrote whatever card ran it (an H100, the card most often
+    lent; a user's RTX 4090) into the H200's folder, where readme_results.py then quotes it as the H200's result
+    (beside the H200's other files). The README's regenerate commands name no card's folder: each script's default,
+    or results/<gpu>."""
+    start = README.index("Regenerate on a GPU")
+    regen = README[start:README.index("\n\n", start)]
+    commands = re.findall(r"`([^`]+)`", regen)
+    assert commands, regen
+    for cmd in commands:
+        assert "nvidia-h" not in cmd, cmd
+        m = re.search(r"--out (\S+)", cmd)
+        assert m is None or m.group(1) == "results/<gpu>", cmd
+
+
+def test_a_results_file_the_docs_name_at_a_commit_is_that_commits_run():
+    """docs/notes/timing.md cited '`kernels.json` at 1d9314b' for the float64 row normalization's 82 %: kernels.json is
+    bb15aa0's run now (81.4 %), and 1d9314b's is kept as kernels_1d9314b.json. A file named 'at <sha>' is that run:
+    its own `git` is that commit, or, where a copy is kept under the commit, the text names the copy."""
+    wrong = []
+    for page, text in DOCS.items():
+        for m in re.finditer(r"`?([a-z_0-9]+)\.json`? at ([0-9a-f]{7})\b", _flat(text)):
+            stem, sha = m.groups()
+            kept = list(ROOT.glob(f"results/*/{stem}_{sha}*.json"))
+            current = [json.loads(p.read_text(encoding="utf-8")).get("git", "")[:7] for p in
+                       ROOT.glob(f"results/*/{stem}.json")]
+            if kept or (current and sha not in current and not _only_in_history(stem, sha)):
+                wrong.append(f"{page}: '{m.group(0)}' (kept: {[p.name for p in kept]}, current at {current})")
+    assert not wrong, wrong
+
+
+def _only_in_history(stem: str, sha: str) -> bool:
+    """A run never kept beside the current file (kernels.json at efc5c2d): the text quotes the file as committed
+    then, which git still holds."""
+    log = subprocess.run(["git", "log", "--format=%h", "--", f"results/*/{stem}.json"], capture_output=True,
+                         text=True, cwd=ROOT)
+    for commit in log.stdout.split():
+        show = subprocess.run(["git", "show", f"{commit}:results/nvidia-h200/{stem}.json"], capture_output=True,
+                              text=True, cwd=ROOT)
+        if show.returncode == 0 and json.loads(show.stdout).get("git", "").startswith(sha):
+            return True
+    return False
