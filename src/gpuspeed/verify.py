@@ -260,13 +260,72 @@ def _pairs(out, ref, path="out"):
         yield path, out, ref, None
 
 
-def _norm(x: np.ndarray) -> float:
-    """Euclidean norm of finite non-negative values, scaled by their largest first: squaring values past
-    ~1e154 would overflow to inf (and below ~1e-162 underflow to 0), which made the tolerance infinite."""
-    scale = float(np.max(x)) if x.size else 0.0
-    if not 0 < scale < math.inf:
-        return scale
-    return scale * float(np.sqrt(np.sum((x / scale) ** 2)))
+CHUNK = 1 << 16  # elements compared at a time: float64 temporaries of a whole leaf took ~86 bytes an element
+
+
+def _chunks(n: int):
+    """Slices that cover n elements, CHUNK at a time."""
+    return (slice(i, min(i + CHUNK, n)) for i in range(0, n, CHUNK))
+
+
+class _NormSum:
+    """The Euclidean norm of non-negative values given a chunk at a time, each scaled by the largest so far: squaring
+    values past ~1e154 would overflow to inf (and below ~1e-162 underflow to 0), which made the tolerance infinite."""
+
+    def __init__(self):
+        self.scale, self.sum_sq = 0.0, 0.0  # the norm is scale * sqrt(sum_sq)
+
+    def add(self, x: np.ndarray) -> None:
+        top = float(np.max(x)) if x.size else 0.0
+        if math.isnan(top) or math.isnan(self.scale):  # a NaN makes the norm NaN, then an inf makes it inf
+            self.scale = math.nan
+            return
+        if top == math.inf or self.scale == math.inf:
+            self.scale = math.inf
+            return
+        if top == 0:
+            return
+        if top > self.scale:
+            self.sum_sq *= (self.scale / top) ** 2
+            self.scale = top
+        self.sum_sq += float(np.sum((x / self.scale) ** 2))
+
+    def value(self) -> float:
+        return self.scale * math.sqrt(self.sum_sq) if 0 < self.scale < math.inf else self.scale
+
+
+class _Tally:
+    """What check() reports of a leaf, gathered a chunk at a time: the elements over tolerance, the largest absolute and
+    relative errors, the worst element (the first of the highest score) and the norm of the differences."""
+
+    def __init__(self, exact: bool, atol: float, rtol: float):
+        self.exact, self.atol, self.rtol = exact, atol, rtol
+        self.n_bad, self.max_abs, self.max_rel = 0, 0.0, 0.0
+        self.worst, self.worst_score = 0, None
+        self.diff_norm, self.ref_norm = _NormSum(), _NormSum()
+        self.all_finite = True
+
+    def add(self, start: int, diff: np.ndarray, bad: np.ndarray, ref_abs: np.ndarray) -> None:
+        self.n_bad += int(bad.sum())
+        fin = np.isfinite(diff)
+        self.all_finite = self.all_finite and bool(fin.all())
+        self.diff_norm.add(diff if self.exact else np.where(fin, diff, 0.0))
+        if self.exact:
+            self.ref_norm.add(ref_abs)
+        if not diff.size:
+            return
+        finite_diff = np.where(fin, diff, np.inf)
+        self.max_abs = max(self.max_abs, float(np.max(finite_diff)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
+                           np.where(finite_diff > 0, np.inf, 0))
+        self.max_rel = max(self.max_rel, float(np.max(rel)))
+        with np.errstate(invalid="ignore"):  # an infinite tolerance: inf - inf
+            score = np.where(bad, np.inf if self.exact else 0, 0) + (finite_diff - (self.atol + self.rtol * ref_abs))
+        score = np.where(np.isnan(score), np.inf, score)
+        i = int(np.argmax(score))
+        if self.worst_score is None or score[i] > self.worst_score:
+            self.worst, self.worst_score = start + i, float(score[i])
 
 
 def _object_numbers(arr: np.ndarray, name: str, which: str, path: str) -> tuple[np.ndarray, str]:
@@ -326,22 +385,27 @@ def _elements(x) -> int:
     return int(size) if isinstance(size, (int, np.integer)) else 1
 
 
-BYTES_PER_COMPARED = 40  # float64 copies of out and ref, |ref|, the difference and the tolerance: a floor
+def _host_bytes(x) -> int:
+    """Bytes of x's copy on the host: at least 4 an element (bf16, fp16 and fp8 become float32 there)."""
+    element_size = getattr(x, "element_size", None)  # torch
+    itemsize = element_size() if callable(element_size) else getattr(getattr(x, "dtype", None), "itemsize", 8)
+    return _elements(x) * max(4, int(itemsize))
 
 
 def _check_fits_host(path: str, out, ref) -> None:
-    """A one-line UserError where the float64 comparison of a leaf cannot fit in the host's free memory: it took every
-    byte and the OOM killer ended the process without a word (or NumPy raised a bare MemoryError)."""
-    n = max(_elements(out), _elements(ref))
-    need = BYTES_PER_COMPARED * n
+    """A one-line UserError where the host copies of a leaf's output and reference cannot fit in the host's free
+    memory (the float64 work runs a chunk at a time, on top of them): it took every byte and the OOM killer ended the
+    process without a word (or NumPy raised a bare MemoryError)."""
+    need = _host_bytes(out) + _host_bytes(ref)
     if need < 2**30:  # small: not worth reading /proc for
         return
     from gpuspeed.inputs import host_available_bytes
 
     free = host_available_bytes()
     if free is not None and need > free:
-        raise UserError(f"check() compares in float64 on the host: {path} has {n:,} elements, ~{need / 2**30:.1f} GiB "
-                        f"to compare, {free / 2**30:.1f} GiB of host memory is free: compare it in slices "
+        n = max(_elements(out), _elements(ref))
+        raise UserError(f"check() compares on the host: {path} has {n:,} elements, ~{need / 2**30:.1f} GiB of host "
+                        f"copies, {free / 2**30:.1f} GiB of host memory is free: compare it in slices "
                         "(check(out[i:j], ref[i:j]))")
 
 
@@ -385,7 +449,6 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         out_host, ref_host = out_host.view(np.int64), ref_host.view(np.int64)
     notes = [] if out_dtype == ref_dtype_name else [f"dtype {out_dtype} vs reference {ref_dtype_name}"]
     exact = out_host.dtype.kind in "biuO" and ref_host.dtype.kind in "biuO"  # O: Python ints past int64
-    ref_nan = 0
     l2_rule = atol is None  # an explicit atol makes the rule purely elementwise
     # an integer or bool reference (a count, an index, a mask) is matched exactly, even by a float output
     exact_ref = exact or ref_host.dtype.kind in "biuO" and out_host.dtype.kind == "f"
@@ -393,65 +456,70 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         rtol = default_rtol(dtype) if dtype else (
             EXACT if exact_ref else max(default_rtol(out_dtype) if out_host.dtype.kind in "fc" else 0.0,
                                     default_rtol(ref_dtype_name) if ref_host.dtype.kind in "fc" else 0.0) or 1e-12)
+    out_flat, ref_flat = out_host.reshape(-1), ref_host.reshape(-1)
     if exact:
         big = {out_host.dtype.kind, ref_host.dtype.kind} & {"O"} or np.dtype(np.uint64) in (out_host.dtype, ref_host.dtype)
-        got = out_host.astype(object) if big else out_host.astype(np.int64)  # object: exact, whatever the size
-        want = ref_host.astype(object) if big else ref_host.astype(np.int64)
-        diff = np.asarray(np.abs(got - want), dtype=np.float64)  # asarray: a 0-d object array's abs is an int
+        wide = object if big else np.int64  # object: exact, whatever the size
         # an atol passed is honoured (a uint8 image off by a level); an rtol is not: relative room on a count or an
         # index lets a large one drift
-        allowed = float(atol) if atol is not None else 0.0
-        bad = ~(diff <= allowed)
-        ref_abs = np.asarray(np.abs(want), dtype=np.float64)
-        leaf.rtol, leaf.atol = 0.0, allowed
-        num, den = _norm(diff), _norm(ref_abs)
-        leaf.rel_l2_err = num / den if den > 0 else (0.0 if num == 0 else math.inf)  # reported; exactness decides
+        leaf.rtol, leaf.atol = 0.0, float(atol) if atol is not None else 0.0
+        ref_norm = None
     else:
         cplx = out_host.dtype.kind == "c" or ref_host.dtype.kind == "c"
-        got = out_host.astype(np.complex128 if cplx else np.float64)
-        want = ref_host.astype(np.complex128 if cplx else np.float64)
-        nan_out, inf_out = np.isnan(got), np.isinf(got)
-        leaf.nan_count, leaf.inf_count = int(nan_out.sum()), int(inf_out.sum())
-        finite_ref = np.isfinite(want)
-        ref_nan = int(np.isnan(want).sum())
-        ref_abs = np.abs(np.where(finite_ref, want, 0))
+        wide = np.complex128 if cplx else np.float64
+        ref_norm = _NormSum()  # ||ref|| over its finite elements: the default atol's scale and rel L2's denominator
+        for part in _chunks(ref_flat.size):
+            want = ref_flat[part].astype(wide)
+            ref_norm.add(np.abs(np.where(np.isfinite(want), want, 0)))
         if atol is None:
-            atol = rtol * (_norm(ref_abs) / math.sqrt(ref_abs.size)) if ref_abs.size else 0.0  # rtol x RMS(ref)
+            atol = rtol * (ref_norm.value() / math.sqrt(ref_flat.size)) if ref_flat.size else 0.0  # rtol x RMS(ref)
         leaf.rtol, leaf.atol = float(rtol), float(atol)
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(got - want)
-        same_special = (got == want) & ~finite_ref  # matching +-inf
-        if equal_nan:
-            same_special |= np.isnan(got) & np.isnan(want)
-        diff = np.where(same_special, 0.0, diff)
-        if not cplx and ref_host.dtype.kind in "iuO":
-            diff = _exact_integer_diff(got, ref_host, diff)
-        # NaN compares False, so NaN is always bad; an Inf or NaN where the reference is finite is bad whatever the
-        # tolerance (an infinite atol would otherwise take it), and so is anything but the same Inf where the
-        # reference holds one (-inf for +inf, or a finite value, passed an infinite atol: inf <= inf)
-        with np.errstate(invalid="ignore"):  # an infinite rtol x a zero |ref|: no relative room there, not NaN
-            tol = atol + np.where(ref_abs > 0, rtol * ref_abs, 0.0)
-        bad = ~(diff <= tol) | (~np.isfinite(got) & finite_ref) | (~finite_ref & ~same_special)
-        fin = np.isfinite(diff)
-        num = _norm(np.where(fin, diff, 0.0))
-        den = _norm(ref_abs)
-        leaf.rel_l2_err = (num / den if den > 0 else (0.0 if num == 0 else math.inf)) if fin.all() else math.inf
-    if nat is not None:  # NaT is the NaN of times: it never matches, unless equal_nan=True and both hold it
-        either, matched = nat[0] | nat[1], nat[0] & nat[1] & bool(equal_nan)
-        bad = (bad & ~either) | (either & ~matched)
-        diff = np.where(either, np.where(matched, 0.0, np.inf), diff)
+    tally = _Tally(exact, leaf.atol, leaf.rtol)
+    ref_nan = 0
+    for part in _chunks(out_flat.size):
+        got, want = out_flat[part].astype(wide), ref_flat[part].astype(wide)
+        if exact:
+            diff = np.asarray(np.abs(got - want), dtype=np.float64)  # asarray: a 0-d object array's abs is an int
+            bad = ~(diff <= leaf.atol)
+            ref_abs = np.asarray(np.abs(want), dtype=np.float64)
+        else:
+            leaf.nan_count += int(np.isnan(got).sum())
+            leaf.inf_count += int(np.isinf(got).sum())
+            finite_ref = np.isfinite(want)
+            ref_nan += int(np.isnan(want).sum())
+            ref_abs = np.abs(np.where(finite_ref, want, 0))
+            with np.errstate(invalid="ignore"):
+                diff = np.abs(got - want)
+            same_special = (got == want) & ~finite_ref  # matching +-inf
+            if equal_nan:
+                same_special |= np.isnan(got) & np.isnan(want)
+            diff = np.where(same_special, 0.0, diff)
+            if not cplx and ref_host.dtype.kind in "iuO":
+                diff = _exact_integer_diff(got, ref_flat[part], diff)
+            # NaN compares False, so NaN is always bad; an Inf or NaN where the reference is finite is bad whatever the
+            # tolerance (an infinite atol would otherwise take it), and so is anything but the same Inf where the
+            # reference holds one (-inf for +inf, or a finite value, passed an infinite atol: inf <= inf)
+            with np.errstate(invalid="ignore"):  # an infinite rtol x a zero |ref|: no relative room there, not NaN
+                tol = leaf.atol + np.where(ref_abs > 0, leaf.rtol * ref_abs, 0.0)
+            bad = ~(diff <= tol) | (~np.isfinite(got) & finite_ref) | (~finite_ref & ~same_special)
+        if nat is not None:  # NaT is the NaN of times: it never matches, unless equal_nan=True and both hold it
+            either = nat[0].reshape(-1)[part] | nat[1].reshape(-1)[part]
+            matched = nat[0].reshape(-1)[part] & nat[1].reshape(-1)[part] & bool(equal_nan)
+            bad = (bad & ~either) | (either & ~matched)
+            diff = np.where(either, np.where(matched, 0.0, np.inf), diff)
+        tally.add(part.start, diff, bad, ref_abs)
+    if nat is not None:
         leaf.nan_count, ref_nan = int(nat[0].sum()), int(nat[1].sum())
-    leaf.n_over_tol = int(bad.sum())
-    if diff.size:
-        finite_diff = np.where(np.isfinite(diff), diff, np.inf)
-        leaf.max_abs_err = float(np.max(finite_diff))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
-                           np.where(finite_diff > 0, np.inf, 0))
-        leaf.max_rel_err = float(np.max(rel))
-        with np.errstate(invalid="ignore"):  # an infinite tolerance: inf - inf
-            score = np.where(bad, np.inf if exact else 0, 0) + (finite_diff - (leaf.atol + leaf.rtol * ref_abs))
-        worst = int(np.argmax(np.where(np.isnan(score), np.inf, score)))
+    leaf.n_over_tol = tally.n_bad
+    if exact:
+        num, den = tally.diff_norm.value(), tally.ref_norm.value()
+        leaf.rel_l2_err = num / den if den > 0 else (0.0 if num == 0 else math.inf)  # reported; exactness decides
+    else:
+        num, den = tally.diff_norm.value(), ref_norm.value()
+        leaf.rel_l2_err = (num / den if den > 0 else (0.0 if num == 0 else math.inf)) if tally.all_finite else math.inf
+    if out_flat.size:
+        leaf.max_abs_err, leaf.max_rel_err = tally.max_abs, tally.max_rel
+        worst = tally.worst
         if kept is not None:  # a position among the unmasked values: where it sits in the array
             worst = int(kept[worst])
         leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, shape)) if len(shape) else ()
