@@ -32,3 +32,58 @@ def test_check_of_a_large_array_holds_no_whole_array_float64_temporaries():
         tracemalloc.stop()
     assert not r.passed and r.n_over_tol == 1 and r.worst_index == (123_457,), r.summary
     assert peak < 4 * n, f"check() held {peak / n:.1f} bytes an element beyond its inputs"
+
+
+# -- a roofline results file read back: a hand-edited ceiling is refused in one line, not a TypeError later ----------
+
+def _cpu_roofline_doc(**edits) -> dict:
+    """A roofline results document of this machine's CPU, as `gpuspeed roofline --json` writes one, with the ceiling
+    rows' fields changed as given (name -> {field: value})."""
+    import torch
+
+    from gpuspeed.device import get_device
+
+    info = get_device("cpu")
+    rows = [{"section": "ceiling", "name": "copy", "kind": "memory", "value": 20.0},
+            {"section": "ceiling", "name": "fp32", "kind": "compute", "value": 0.5},
+            {"section": "ceiling", "name": "l2", "kind": "memory", "value": None, "error": "no L2 on a CPU run"}]
+    for row in rows:
+        row.update(edits.get(row["name"], {}))
+    return {"study": "roofline", "schema": 1, "created": "2026-12-06T00:00:00+00:00", "command": ["gpuspeed", "roofline"],
+            "git": "0" * 40, "device": info.to_dict(), "versions": {"torch": torch.__version__},
+            "params": {"quick": True, "device": "cpu", "device_name": info.name}, "summary": {}, "rows": rows,
+            "notes": []}
+
+
+def test_ceilings_from_a_results_file_place_a_call_as_written():
+    import torch
+
+    from gpuspeed.roofline import place
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    x = torch.randn(64, 64)
+    p = place(torch.mm, x, x, ceilings=ceilings_from_results(_cpu_roofline_doc()), budget_s=0.1)
+    assert p.roof_TFLOPs is not None and p.pct_of_roof > 0
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"copy": {"value": "20.0"}}, r"ceiling 'copy'.*value.*'20.0'"),  # a string: TypeError in place()
+    ({"fp32": {"value": "0.5"}}, r"ceiling 'fp32'.*value"),
+    ({"fp32": {"value": -0.5}}, r"ceiling 'fp32'.*value.*-0.5"),  # "-0.0029 times this device's fp32 ceiling"
+    ({"copy": {"value": -20.0}}, r"ceiling 'copy'.*value"),  # left out of the roof in silence
+    ({"fp32": {"value": True}}, r"ceiling 'fp32'.*value.*True"),  # read as 1 TFLOP/s
+    ({"fp32": {"value": [0.5]}}, r"ceiling 'fp32'.*value"),
+    ({"copy": {"value": None}, "fp32": {"value": None}}, r"no measured ceiling"),  # every % of roof None, no word
+    ({"copy": {"name": None}}, r"name"),  # Ceiling(**row) TypeError
+    ({"fp32": {"kind": "flops"}}, r"ceiling 'fp32'.*kind.*'flops'"),
+])
+def test_a_hand_edited_ceiling_is_refused_in_one_line(edit, words):
+    from gpuspeed.errors import UserError
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    doc = _cpu_roofline_doc(**edit)
+    if edit.get("copy", {}).get("name", "copy") is None:
+        del doc["rows"][0]["name"]
+    with pytest.raises(UserError, match=words) as e:
+        ceilings_from_results(doc)
+    assert "\n" not in str(e.value)

@@ -8,6 +8,8 @@ roofline issue. A step that fails records its error in its row; the others still
 from __future__ import annotations
 
 import gc
+import json
+import math
 from typing import Callable
 
 from gpuspeed import device as _device
@@ -294,6 +296,27 @@ def run_steps(study: Study, steps, out=None, step=None) -> dict:
     return study.document()
 
 
+def _check_ceiling_row(row: dict) -> None:
+    """A one-line UserError for a ceiling row a roof cannot be made of (a file edited by hand): a value that is a string,
+    a bool or not positive and finite read as a TypeError inside place(), as 1 TFLOP/s, or as a negative % of roof."""
+    name = row.get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"a ceiling row of the roofline results document has no name: {_short_row(row)}")
+    if row.get("kind") not in ("memory", "compute"):
+        raise UserError(f"ceiling {name!r} of the roofline results document has kind {row.get('kind')!r}: "
+                        "'memory' (GB/s) or 'compute' (TFLOP/s)")
+    value = row.get("value")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 < value < math.inf):
+        raise UserError(f"ceiling {name!r} of the roofline results document has value {value!r}: a measured ceiling "
+                        "is a positive number (null where it failed)")
+
+
+def _short_row(row: dict) -> str:
+    text = json.dumps(row, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def ceilings_from_results(doc: dict) -> Ceilings:
     """The Ceilings of a roofline results document (for notebooks and plots), named for the device it was measured
     on. A document that is not a whole roofline one (another study's, a truncated one, one of no ceilings) is
@@ -308,10 +331,15 @@ def ceilings_from_results(doc: dict) -> Ceilings:
         raise UserError("a partial roofline results document (its run was stopped before the end: some ceilings "
                         "are missing): rerun gpuspeed roofline --out DIR for the whole roof")
     known = set(Ceiling.__dataclass_fields__)
-    rows = [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in doc["rows"]
-            if isinstance(r, dict) and r.get("section") == "ceiling"]
+    rows = [r for r in doc["rows"] if isinstance(r, dict) and r.get("section") == "ceiling"]
     if not rows:
         raise UserError("the roofline results document has no ceiling rows: no roof to place anything on")
+    for r in rows:
+        _check_ceiling_row(r)
+    if not any(r.get("value") for r in rows):  # every one failed: each placement would get no roof, without a word
+        raise UserError("the roofline results document has no measured ceiling (every ceiling row's value is null): "
+                        "no roof to place anything on")
+    rows = [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in rows]
     stamp = doc["device"] if isinstance(doc["device"], dict) else {}
     params = doc["params"] if isinstance(doc["params"], dict) else {}
     kind = params.get("device") or stamp.get("kind")
