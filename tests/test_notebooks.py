@@ -13,6 +13,7 @@ NOTEBOOKS = [
     ("01_roofline.ipynb", "file:roofline_nb.png"),
     ("02_decode_optimization.ipynb", "file:decode_ladder.png"),
     ("03_compile_cuda_graphs.ipynb", "text:eager_us_per_launch"),
+    ("03_compile_cuda_graphs.ipynb", "file:launch_nb.png"),
     ("04_optimize_your_code.ipynb", "file:report.md"),
     ("04_optimize_your_code.ipynb", "file:optimized_black_scholes.py"),
 ]
