@@ -47,7 +47,7 @@ class Measurement:
     throttled: bool = False
     flush_l2: bool = True  # True only when every timed call started with L2 flushed
     rotate: int = 0
-    calls_per_sample: int = 1  # calls per graph replay in graph mode: each sample is a replay over this
+    calls_per_sample: int = 1  # per graph replay (graph mode), per batch (a call under 20 us on the bare host clock)
     notes: list[str] = field(default_factory=list)
     # how L2 was cleared: "per-call", "per-replay" (graph mode: once per replay of calls_per_sample calls),
     # "custom per-call" / "custom per-replay" (the caller's flush), "none"; "" in records made before it

@@ -66,11 +66,13 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
             gpu.synchronize()
         return time.perf_counter() - t
 
+    def batch_size(per_call: float) -> int:
+        return int(min(10_000, max(2, BATCH_SAMPLE_S // max(per_call, 1e-8))))
+
     typical, n_warm, settled = settle(one, warmup_s)
     per_sample = 1
     if not device_sync and not callable(flush) and typical < BATCH_BELOW_S:  # a flush goes before every call
-        per_sample = int(min(10_000, max(2, BATCH_SAMPLE_S // max(typical, 1e-8))))
-
+        per_sample = batch_size(typical)
     # the argument sets of one batch, in rotation order: the timed loop does nothing but call
     plan = [argsets[i % len(argsets)] for i in range(per_sample)] if per_sample > 1 else []
     any_kwargs = any(kw for _, kw in argsets)
@@ -89,6 +91,10 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
                 block(fn(*args, **kwargs))
         return (time.perf_counter() - t) / per_sample
 
+    if per_sample > 1:  # a call timed alone was mostly the clock's cost: sized again on a batch's time of one call
+        typical = batch()
+        per_sample = batch_size(typical)
+        plan = [argsets[i % len(argsets)] for i in range(per_sample)]
     sample = one if per_sample == 1 else batch
     samples: list[float] = []
     while not stopper.done(samples):
@@ -108,5 +114,5 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
             notes.append(gpu.PROFILED_NOTE)
     # with device_sync the time may be the GPU's: name the GPU, mode "cpu" names the clock
     where = _device.get_device("cuda" if device_sync else "cpu").name
-    return summarize(samples, name=name, device=where, mode="cpu", flush_l2=flush_l2,
+    return summarize(samples, name=name, device=where, mode="cpu", flush_l2=flush_l2, calls_per_sample=per_sample,
                      flush=flush_done, device_sync=device_sync, rotate=rotate, notes=notes)
