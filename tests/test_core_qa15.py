@@ -103,3 +103,39 @@ def test_a_call_faster_than_the_clock_is_batched_as_the_record_says():
     assert m.median * batch > 60e-6, (m.median, batch)  # ~200 us of calls a sample
     one = float(re.search(r"one takes ~([0-9.e+-]+) us", note).group(1)) * 1e-6
     assert one / 3 < m.median < one * 3, (one, m.median, note)
+
+
+# -- verify_function() of two in-place functions with no array to write into --------------------------------------
+
+def _append_one(values):
+    values.append(1.0)
+
+
+def _append_two(values):
+    values.append(2.0)
+
+
+def test_verify_function_never_passes_on_nothing_compared():
+    # both return None and no argument is an array: every seed read "PASS: nothing to compare", the wrong one too
+    from gpuspeed.errors import UserError
+    from gpuspeed.verify import verify_function
+
+    with pytest.raises(UserError, match=r"returned None.*no argument is an array") as e:
+        verify_function(_append_one, _append_two, lambda seed: ([0.0],), seeds=(1,))
+    assert "\n" not in str(e.value)
+
+
+def _grow(values):
+    values.append(np.ones(3))
+
+
+def _keep(values):
+    pass
+
+
+def test_verify_function_of_arguments_changed_in_structure_fails_in_words():
+    # fn added an array to a list argument, the reference did not: an IndexError from pairing the arguments' leaves
+    from gpuspeed.verify import verify_function
+
+    (r,) = verify_function(_grow, _keep, lambda seed: ([np.zeros(2)],), seeds=(1,))
+    assert not r.passed and "argument" in r.summary, r.summary

@@ -644,7 +644,9 @@ def _argument_arrays(args: tuple, ref_args: tuple) -> tuple[dict, dict]:
 
     mine, theirs = trees.flatten(args)[0], trees.flatten(ref_args)[0]
     keep = [i for i, x in enumerate(mine) if hasattr(x, "shape") and hasattr(x, "dtype")]
-    return ({f"argument leaf {i}": mine[i] for i in keep}, {f"argument leaf {i}": theirs[i] for i in keep})
+    # an argument one function grew (an array appended to a list) pairs with nothing: check() says so, by key
+    return ({f"argument leaf {i}": mine[i] for i in keep},
+            {f"argument leaf {i}": theirs[i] for i in keep if i < len(theirs)})
 
 
 def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[int], tuple], *,
@@ -685,7 +687,12 @@ def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[in
             raise
         result = check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype)
         if not result.leaves:  # both returned None: an in-place pair passed on nothing ("nothing to compare")
-            result = check(*_argument_arrays(args, ref_args), rtol=rtol, atol=atol, dtype=dtype)
+            written, expected_written = _argument_arrays(args, ref_args)
+            if not written:  # a PASS on nothing compared would read as a checked function
+                raise UserError(f"{getattr(fn, '__name__', 'fn')} and the reference both returned {_short(expected)} and no argument "
+                                "is an array they could have written into: nothing to compare; return the result, "
+                                "or pass the output buffer (a NumPy, torch or CuPy array) as an argument")
+            result = check(written, expected_written, rtol=rtol, atol=atol, dtype=dtype)
             result.summary += " (both returned nothing: their argument arrays compared after the calls)"
         result.summary = f"seed {seed}: {result.summary}"
         results.append(result)
