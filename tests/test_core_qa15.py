@@ -139,3 +139,19 @@ def test_verify_function_of_arguments_changed_in_structure_fails_in_words():
 
     (r,) = verify_function(_grow, _keep, lambda seed: ([np.zeros(2)],), seeds=(1,))
     assert not r.passed and "argument" in r.summary, r.summary
+
+
+# -- bench(rotate=N) of a broadcast (stride-0) argument: its copies are a few bytes ---------------------------------
+
+@pytest.mark.parametrize("lib", ["torch", "numpy"])
+def test_rotate_of_an_expanded_argument_is_not_refused_for_its_shape(lib):
+    # a bias expanded to 10**10 elements is 4 bytes of memory, and clone_tree copies those 4 bytes; the rotate guard
+    # counted its shape's 37 GiB and refused: "rotate=2 makes 1 copies of the arguments: 37.3 GiB of host memory"
+    if lib == "torch":
+        import torch
+
+        wide = torch.ones(1).expand(10**10)
+    else:
+        wide = np.broadcast_to(np.ones(1, dtype=np.float32), (10**10,))
+    m = gpuspeed.bench(lambda a: a[0], wide, rotate=2, device="cpu", budget_s=0.05)
+    assert m.rotate == 2

@@ -197,6 +197,44 @@ def clone_tree(obj):
     return unflatten(spec, [clones[id(x)] for x in values])
 
 
+def clone_copies(obj) -> list[tuple[Any, int]]:
+    """(an array, bytes) for each copy clone_tree(obj) makes: the span of its buffer that the arrays viewing it use (a
+    broadcast view's few bytes, not its shape's), or an array's own bytes where it is copied alone."""
+    values, _ = flatten(obj)
+    groups: dict[tuple, list] = {}
+    alone: list = []
+    seen: set[int] = set()
+    for x in values:
+        if id(x) in seen:  # one array passed twice is copied once
+            continue
+        seen.add(id(x))
+        key = _buffer_key(x)
+        if key is None:
+            alone.append(x)
+        else:
+            groups.setdefault(key, []).append(x)
+    copies = []
+    for key, members in groups.items():
+        try:
+            size = _group_span(key[0], members)
+        except Exception:  # what clone_tree copies plainly then
+            size = sum(nbytes(x) for x in members)
+        copies.append((members[0], size))
+    return copies + [(x, nbytes(x)) for x in alone if nbytes(x)]
+
+
+def _group_span(kind: str, members: list) -> int:
+    """Bytes of the span that arrays over one buffer use: what _clone_torch / _clone_numpy / _clone_cupy copy."""
+    if kind == "torch":
+        spans = [_span(t.storage_offset() * t.element_size(), t.shape, [d * t.element_size() for d in t.stride()],
+                       t.element_size()) for t in members]
+    elif kind == "numpy":
+        spans = [_span(x.__array_interface__["data"][0], x.shape, x.strides, x.itemsize) for x in members]
+    else:
+        spans = [_span(x.data.ptr, x.shape, x.strides, x.itemsize) for x in members]
+    return max(h for _, h in spans) - min(lo for lo, _ in spans) + _ALIGN  # the copy starts aligned
+
+
 def _buffer_key(x):
     """(library, identity of the buffer x views), or None for leaves cloned one by one (or not at all)."""
     mod = module_of(x)

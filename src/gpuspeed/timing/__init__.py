@@ -101,12 +101,7 @@ def _check_rotation_fits(args, kwargs, rotate: int) -> None:
     from gpuspeed.inputs import gpu_available_bytes, host_available_bytes
 
     need: dict[str, int] = {}
-    seen: set[int] = set()
-    for x in trees.leaves((args, kwargs)):
-        size = trees.nbytes(x)
-        if not size or id(x) in seen:  # one array passed twice is copied once
-            continue
-        seen.add(id(x))
+    for x, size in trees.clone_copies((args, kwargs)):  # a broadcast view's copy is its few bytes, not its shape's
         dev = getattr(x, "device", None)
         where = "host"
         if trees.module_of(x) == "torch" and getattr(dev, "type", None) == "cuda":
@@ -118,7 +113,7 @@ def _check_rotation_fits(args, kwargs, rotate: int) -> None:
         free = host_available_bytes() if where == "host" else gpu_available_bytes(where)
         if free is not None and needed > free:
             place = "host" if where == "host" else f"GPU ({where})"
-            raise UserError(f"rotate={rotate} makes {rotate - 1} copies of the arguments: {needed / 2**30:.1f} GiB of "
+            raise UserError(f"rotate={rotate} makes {rotate - 1} cop{'y' if rotate == 2 else 'ies'} of the arguments: {needed / 2**30:.1f} GiB of "
                             f"{place} memory, {free / 2**30:.1f} GiB is free: pass a smaller rotate")
 
 
