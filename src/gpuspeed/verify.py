@@ -386,10 +386,15 @@ def _elements(x) -> int:
 
 
 def _host_bytes(x) -> int:
-    """Bytes of x's copy on the host: at least 4 an element (bf16, fp16 and fp8 become float32 there)."""
+    """Bytes of x's copy on the host: at least 4 an element (bf16, fp16 and fp8 become float32 there), twice that
+    for a strided array (transposed, sliced, broadcast), which is flattened into one more copy."""
     element_size = getattr(x, "element_size", None)  # torch
     itemsize = element_size() if callable(element_size) else getattr(getattr(x, "dtype", None), "itemsize", 8)
-    return _elements(x) * max(4, int(itemsize))
+    contiguous = getattr(x, "is_contiguous", None)  # torch
+    flags = getattr(x, "flags", None)  # NumPy, CuPy
+    strided = (not contiguous() if callable(contiguous) else
+               not getattr(flags, "c_contiguous", True) if flags is not None and not isinstance(flags, int) else False)
+    return _elements(x) * max(4, int(itemsize)) * (2 if strided else 1)
 
 
 def _check_fits_host(path: str, out, ref) -> None:
