@@ -155,3 +155,48 @@ def test_rotate_of_an_expanded_argument_is_not_refused_for_its_shape(lib):
         wide = np.broadcast_to(np.ones(1, dtype=np.float32), (10**10,))
     m = gpuspeed.bench(lambda a: a[0], wide, rotate=2, device="cpu", budget_s=0.05)
     assert m.rotate == 2
+
+
+# -- Measurement records read back (a results file's, hand-edited or of an older version) --------------------------
+
+def _record() -> dict:
+    return gpuspeed.bench(lambda: sum(range(100)), device="cpu", budget_s=0.05).to_dict()
+
+
+def test_a_measurement_record_without_its_statistics_reads_them_off_its_samples():
+    # "Reads records of any version: missing ones take their defaults": a record without p10/p90 (or any statistic)
+    # was a TypeError "missing 1 required positional argument"
+    from gpuspeed import Measurement
+
+    full = _record()
+    older = {k: v for k, v in full.items() if k not in ("p10", "p90", "iqr", "mean")}
+    m = Measurement.from_dict(older)
+    assert m.p10 == pytest.approx(full["p10"]) and m.p90 == pytest.approx(full["p90"])
+    assert m.iqr == pytest.approx(full["iqr"]) and m.median == full["median"]
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"median": "1e-3"}, r"median.*number"),  # TypeError inside format_time
+    ({"samples": "x"}, r"samples.*list"),  # ValueError: could not convert string to float
+    ({"samples": [1e-3, "x"]}, r"samples.*list"),
+    ({"name": None, "drop": "name"}, r"lacks name"),  # TypeError: missing 1 required positional argument
+])
+def test_a_hand_edited_measurement_record_is_refused_in_one_line(edit, words):
+    from gpuspeed import Measurement
+    from gpuspeed.errors import UserError
+
+    d = _record()
+    d.update({k: v for k, v in edit.items() if k != "drop"})
+    d.pop(edit.get("drop"), None)
+    with pytest.raises(UserError, match=words) as e:
+        Measurement.from_dict(d)
+    assert "\n" not in str(e.value)
+
+
+def test_measurement_from_json_of_broken_text_is_one_line():
+    from gpuspeed import Measurement
+    from gpuspeed.errors import UserError
+
+    for text in ("{bad", "[1, 2]"):
+        with pytest.raises(UserError, match="Measurement"):
+            Measurement.from_json(text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 
 import numpy as np
 
@@ -82,6 +82,8 @@ class Measurement:
         Strict JSON (results files, --json) writes NaN and infinities as null: a null rel_noise reads back as
         inf (no error estimate: fewer than 3 samples), any other null time or sample as NaN, a null list or
         dict as empty."""
+        if not isinstance(d, dict):
+            raise UserError(f"a Measurement record is a dict (a JSON object), got {type(d).__name__}")
         known = {f for f in cls.__dataclass_fields__}
         kept = {k: v for k, v in d.items() if k in known}
         for k in _FLOAT_FIELDS:
@@ -92,6 +94,19 @@ class Measurement:
         for k, empty in (("samples", list), ("notes", list), ("clocks", dict), ("gpu_sharing", dict)):
             if k in kept and kept[k] is None:
                 kept[k] = empty()
+        samples = kept.get("samples")
+        if samples is not None and (not isinstance(samples, list) or not all(_is_number(v) for v in samples)):
+            raise UserError(f"a Measurement record's samples must be a list of seconds, got {_short(samples)}")
+        if samples and any(k not in kept for k in _STAT_FIELDS):  # an older or trimmed record: its samples say them
+            stats = summarize(samples, name="", device="", mode="")
+            kept = {k: getattr(stats, k) for k in _STAT_FIELDS} | kept
+        missing = [k for k, f in cls.__dataclass_fields__.items()
+                   if k not in kept and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise UserError(f"a Measurement record lacks {', '.join(missing)}")
+        for k in (*_FLOAT_FIELDS, "n"):
+            if not _is_number(kept[k]):
+                raise UserError(f"a Measurement record's {k} must be a number, got {_short(kept[k])}")
         return cls(**kept)
 
     def to_json(self) -> str:
@@ -99,7 +114,11 @@ class Measurement:
 
     @classmethod
     def from_json(cls, text: str) -> "Measurement":
-        return cls.from_dict(json.loads(text))
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"a Measurement record is JSON text: {exc}") from None
+        return cls.from_dict(d)
 
     def __str__(self) -> str:
         flag = flags(self)
@@ -115,6 +134,16 @@ def flags(m) -> str:
 
 
 _FLOAT_FIELDS = ("median", "mean", "min", "max", "iqr", "p10", "p90", "rel_noise")
+_STAT_FIELDS = (*_FLOAT_FIELDS, "n")  # what summarize() reads off the samples
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def format_time(seconds: float) -> str:
