@@ -67,8 +67,8 @@ def test_a_loaded_example_does_not_shadow_a_package_the_stack_imports(monkeypatc
 
     monkeypatch.setattr(sys, "path", list(sys.path))
     folder = Path(examples.__file__).parent
-    load_module(folder / "mandelbrot.py", "gpuspeed_user_mandelbrot_shadow_check")
-    monkeypatch.delitem(sys.modules, "gpuspeed_user_mandelbrot_shadow_check")
+    module = load_module(folder / "mandelbrot.py", "gpuspeed_user_mandelbrot_shadow_check")
+    monkeypatch.delitem(sys.modules, module.__name__)  # named inside its package (gpuspeed.examples)
     for probed in ("kernels", "triton", "numba", "cupy", "torch", "numpy", "transformers"):
         spec = importlib.util.find_spec(probed)
         assert spec is None or folder not in Path(spec.origin or "").parents, probed

@@ -20,6 +20,9 @@ def load_module(path: str | Path, name: str | None = None):
     if p.suffix != ".py":
         raise UserError(f"{p} is not a .py file")
     mod_name = name or f"gpuspeed_user_{p.stem}"
+    package = package_of(p)
+    if package is not None:  # named inside its package, so that its `from .helpers import f` resolves
+        mod_name = f"{package[1]}.{mod_name}"
     spec = importlib.util.spec_from_file_location(mod_name, p)
     if spec is None or spec.loader is None:
         raise UserError(f"cannot import {p}")
@@ -32,6 +35,8 @@ def load_module(path: str | Path, name: str | None = None):
     if folder in sys.path:
         sys.path.remove(folder)
     sys.path.insert(0, folder)  # first, ahead of an earlier user folder's: its siblings are the ones imported
+    if package is not None and package[0] not in sys.path:  # `from shop.helpers import f`, as `python -m` runs it
+        sys.path.insert(1, package[0])
     before = set(sys.modules)
     sys.modules[mod_name] = module
     argv = sys.argv
@@ -46,8 +51,18 @@ def load_module(path: str | Path, name: str | None = None):
         raise UserError(f"importing {p} raised {_first_line(exc)}") from exc
     finally:
         sys.argv = argv
-    _record_siblings(folder, before)
+    _record_siblings(folder, before, package[0] if package else None)
     return module
+
+
+def package_of(path: Path) -> tuple[str, str] | None:
+    """(the folder above its top package, the dotted package name) for a file inside a package (its folder holds
+    an __init__.py), as `python -m shop.work` would import it from that folder; else None."""
+    folder, parts = Path(path).resolve().parent, []
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return (str(folder), ".".join(parts)) if parts else None
 
 
 _SIBLINGS: dict[str, set[str]] = {}  # a loaded user file's folder -> the modules from that folder its import brought in
@@ -66,15 +81,15 @@ def _forget_other_folders(folder: str) -> None:
                 del sys.modules[name]
 
 
-def _record_siblings(folder: str, before: set[str]) -> None:
-    """Remember the top-level modules the file's import loaded from its own folder."""
+def _record_siblings(folder: str, before: set[str], root: str | None = None) -> None:
+    """Remember the top-level modules the file's import loaded from its own folder (or its package's root)."""
     for name in set(sys.modules) - before:
         where = getattr(sys.modules.get(name), "__file__", None)
         if "." in name or not where or name.startswith("gpuspeed"):
             continue
         f = Path(where).resolve()
         home = f.parent.parent if f.name == "__init__.py" else f.parent
-        if str(home) == folder:
+        if str(home) in (folder, root):
             _SIBLINGS.setdefault(folder, set()).add(name)
 
 

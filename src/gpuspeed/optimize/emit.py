@@ -171,9 +171,17 @@ def load_workload(unique=""):
     if path is None:
         sys.exit(f"cannot find {{WORKLOAD_FILE}} next to this script or at {{WORKLOAD_PATH}}")
     sys.path.insert(0, str(path.parent))
+    name, folder, parts = f"workload_{{path.stem}}{{unique}}", path.resolve().parent, []
+    while (folder / "__init__.py").is_file() and folder.name.isidentifier():  # a file inside a package
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if parts:  # named inside its package (its `from .helpers import f`), the package importable (`from shop...`)
+        name = ".".join(parts + [name])
+        if str(folder) not in sys.path:
+            sys.path.insert(1, str(folder))
     if Path(IMPORT_ROOT).is_dir() and IMPORT_ROOT not in sys.path:  # after everything else, as optimize had it
         sys.path.append(IMPORT_ROOT)
-    spec = importlib.util.spec_from_file_location(f"workload_{{path.stem}}{{unique}}", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
