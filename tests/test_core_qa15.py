@@ -200,3 +200,10 @@ def test_measurement_from_json_of_broken_text_is_one_line():
     for text in ("{bad", "[1, 2]"):
         with pytest.raises(UserError, match="Measurement"):
             Measurement.from_json(text)
+
+
+def test_a_measurement_shown_in_a_notebook_is_not_its_samples():
+    # a notebook cell ending in `m` shows repr(m): the dataclass repr listed every sample, up to 2000 floats
+    m = gpuspeed.bench(lambda: None, device="cpu", max_noise=1e-6, min_samples=500, max_samples=500, budget_s=5)
+    assert m.n == 500
+    assert len(repr(m)) < 1500 and "median=" in repr(m), len(repr(m))

@@ -38,7 +38,7 @@ class Measurement:
     p90: float
     n: int
     rel_noise: float  # relative standard error of the median (what the stopping rule watches)
-    samples: list[float]
+    samples: list[float] = field(repr=False)  # a notebook showing `m` lists the statistics, not 2000 floats
     device: str
     mode: str  # "events", "graph", "kernel" or "cpu" (the host clock)
     # sm_max_mhz, sm_mhz_before/_after, sm_mhz_median_during/_min_during (polled while sampling),
