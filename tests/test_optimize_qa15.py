@@ -86,3 +86,30 @@ def test_a_workload_inside_a_package_imports_its_siblings_and_so_does_its_script
         """))
     u = subprocess.run([sys.executable, str(use)], capture_output=True, text=True, timeout=180, cwd=other)
     assert u.returncode == 0 and u.stdout.strip().endswith("True"), u.stdout + u.stderr
+
+
+CONSOLE_SCRIPT = """
+    import sys
+    from gpuspeed.cli import main
+    if __name__ == '__main__':
+        sys.exit(main())
+    """
+
+
+def test_the_gpuspeed_command_finds_modules_of_the_folder_it_runs_in_as_python_m_gpuspeed_does(tmp_path):
+    # scripts/work.py's `from utils import f`, utils.py at the project's root, run from that root: `python -m gpuspeed
+    # optimize` found it (the cwd on sys.path) and the `gpuspeed` command (a script in the venv's bin/) did not
+    project = tmp_path / "project"
+    (project / "scripts").mkdir(parents=True)
+    (project / "utils.py").write_text(textwrap.dedent(HELPERS))
+    (project / "scripts" / "work.py").write_text(textwrap.dedent(RELATIVE).replace("from .helpers", "from utils"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gpuspeed").write_text(textwrap.dedent(CONSOLE_SCRIPT))  # what pip writes into .venv/bin
+    r = subprocess.run([sys.executable, str(bin_dir / "gpuspeed"), "optimize", "scripts/work.py", "--device", "cpu",
+                        "--backends", "numpy", "--time-budget", "60", "--bench-budget", "0.05", "--out", "out"],
+                       capture_output=True, text=True, timeout=300, cwd=project, env=_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    s = subprocess.run([sys.executable, "out/optimized_work.py"], capture_output=True, text=True, timeout=180,
+                       cwd=project)
+    assert s.returncode == 0 and "correctness: PASS" in s.stdout, s.stdout + s.stderr

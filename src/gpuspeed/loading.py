@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -35,6 +36,8 @@ def load_module(path: str | Path, name: str | None = None):
     if folder in sys.path:
         sys.path.remove(folder)
     sys.path.insert(0, folder)  # first, ahead of an earlier user folder's: its siblings are the ones imported
+    if os.getcwd() not in sys.path and "" not in sys.path:  # last, as `python -m gpuspeed` has it (first there)
+        sys.path.append(os.getcwd())  # the `gpuspeed` command's too: a project's root modules, run from that root
     if package is not None and package[0] not in sys.path:  # `from shop.helpers import f`, as `python -m` runs it
         sys.path.insert(1, package[0])
     before = set(sys.modules)
