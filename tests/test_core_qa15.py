@@ -207,3 +207,19 @@ def test_a_measurement_shown_in_a_notebook_is_not_its_samples():
     m = gpuspeed.bench(lambda: None, device="cpu", max_noise=1e-6, min_samples=500, max_samples=500, budget_s=5)
     assert m.n == 500
     assert len(repr(m)) < 1500 and "median=" in repr(m), len(repr(m))
+
+
+# -- pytest --gpubench-json to a place no file can be made: refused before the session, not after it ---------------
+
+def test_gpubench_json_where_no_file_can_be_made_is_refused_before_any_test(tmp_path, plugin_args):
+    # os.access() says yes to root for any existing folder, /proc included: the session's timing ran to its end and
+    # then "gpubench: ERROR: cannot write /proc/x/out.json" (under a container's root user, as on most GPU hosts)
+    import subprocess
+    import sys
+
+    (tmp_path / "test_user.py").write_text("def test_x(gpubench):\n    raise AssertionError('must not run')\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", *plugin_args, "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "test_user.py", "--gpubench-json=/proc/gpuspeed-test/out.json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "--gpubench-json" in run.stderr and "must not run" not in run.stdout

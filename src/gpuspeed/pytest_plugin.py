@@ -16,6 +16,7 @@ be written stops the session before any test runs, as a gpuspeed `--out` does.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,11 @@ def _json_target(raw: str) -> Path:
         folder = folder.parent  # the nearest folder that exists: the missing ones are made at the end
     if not folder.is_dir():
         raise pytest.UsageError(f"--gpubench-json {raw}: cannot write there ({folder} is not a folder)")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"--gpubench-json {raw}: cannot write there ({folder} is not writable)")
+    try:  # a file made there, not os.access(), which says yes to root for any folder (/proc too)
+        tempfile.NamedTemporaryFile(dir=folder, prefix=".gpubench-write-probe.", delete=True).close()
+    except OSError as exc:
+        raise pytest.UsageError(f"--gpubench-json {raw}: cannot write there ({folder}: "
+                                f"{exc.strerror or exc})") from None
     return path
 
 
