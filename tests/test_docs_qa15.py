@@ -102,3 +102,81 @@ def _only_in_history(stem: str, sha: str) -> bool:
         if show.returncode == 0 and json.loads(show.stdout).get("git", "").startswith(sha):
             return True
     return False
+
+
+def _code(nb: dict) -> list[str]:
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def _printed(cells: list[dict]) -> str:
+    return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize("name", ["01_roofline.ipynb", "03_compile_cuda_graphs.ipynb", "04_optimize_your_code.ipynb"])
+def test_a_committed_notebooks_outputs_are_a_gpu_run_of_its_code(name):
+    """What a reader sees in a committed notebook is a GPU run of the code beside it, on the card it names. Notebook 01
+    printed 'read /root/out/r/roofline.json created 2026-11-29...' and ceilings (bf16 786.9 TFLOP/s) from a run never
+    committed, under code since changed (it prints 'measured on <device>' now); 03's outputs predated the launch study's
+    rewrite (explain's 'call 2 with changed inputs failed'); 04 had no outputs at all. benchmarks/run_notebook.py stamps
+    the commit and the device into the notebook's metadata; the code cells must be that commit's."""
+    nb = json.loads((ROOT / "notebooks" / name).read_text(encoding="utf-8"))
+    stamp = nb["metadata"].get("gpuspeed")
+    assert stamp, f"{name}: no metadata.gpuspeed: execute it on a GPU with benchmarks/run_notebook.py"
+    assert stamp["complete"] and stamp["device"].startswith("NVIDIA"), stamp
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c.get("execution_count") for c in code), f"{name}: a code cell has not run"
+    assert not [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"], name
+    first = _printed(code[:1])
+    assert first.startswith(stamp["device"]), (first, stamp)  # the card named is the card that ran it
+    sha = stamp["git"]
+    assert re.fullmatch(r"[0-9a-f]{40}", sha), f"{name}: run at {sha!r}, not a clean commit"
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], capture_output=True, text=True, cwd=ROOT)
+    if shallow.returncode != 0 or shallow.stdout.strip() == "true":
+        pytest.skip("no git history here to read the notebook's commit from")
+    then = subprocess.run(["git", "show", f"{sha}:notebooks/{name}"], capture_output=True, text=True, cwd=ROOT)
+    assert then.returncode == 0, then.stderr
+    assert _code(json.loads(then.stdout)) == _code(nb), \
+        f"{name}: its code changed since the GPU run at {sha[:7]}: execute it again on a GPU"
+
+
+def test_the_roofline_notebook_reads_the_committed_roofline_of_its_card():
+    """Where notebook 01 read a saved roofline (GPUSPEED_ROOFLINE_RESULTS) rather than measuring, it is a committed
+    results file of the card that ran the notebook, the one whose numbers the README quotes."""
+    nb = json.loads((ROOT / "notebooks" / "01_roofline.ipynb").read_text(encoding="utf-8"))
+    text = _printed([c for c in nb["cells"] if c["cell_type"] == "code"])
+    m = re.search(r"^read (\S+) measured on (.+?) created (\S+)$", text, re.M)
+    if m is None:
+        assert not re.search(r"^read \S+\.json", text, re.M), text[:300]  # a saved roofline, printed as the code prints it
+        return
+    path, device, created = m.groups()
+    doc = json.loads((ROOT / path).read_text(encoding="utf-8"))
+    assert (doc["device"]["name"], doc["created"]) == (device, created), (path, device, created)
+    assert device == nb["metadata"]["gpuspeed"]["device"]
+
+
+@pytest.mark.parametrize("test, op", [("a[i] > m", "max"), ("m < a[i]", "max"), ("a[i] >= m", "max"),
+                                      ("a[i] < m", "min"), ("m > a[i]", "min")])
+def test_a_running_max_written_with_if_is_a_reduction_not_a_sequential_loop(test, op):
+    """`if a[i] > m: m = a[i]` is the running maximum, written as users write it: a max reduction, as `m = max(m,
+    a[i])` already was. It was called a sequential loop ('each iteration needs the previous one's m ... cannot be one
+    GPU thread per iteration'), which optimize reads as 'a GPU cannot help' and skips the GPU drop-ins for."""
+    from gpuspeed.profiling.loops import loop_nests
+
+    src = f"def f(a, n):\n    m = a[0]\n    for i in range(n):\n        if {test}:\n            m = a[i]\n    return m\n"
+    (loop,) = loop_nests(src, 1, {}, 0.0)
+    assert loop["kind"] == "reduction", loop["verdict"]
+    assert [(r["name"], r["op"]) for r in loop["dependences"]["reductions"]] == [("m", op)], loop["dependences"]
+    assert "sequential" not in loop["verdict"], loop["verdict"]
+
+
+@pytest.mark.parametrize("body", [
+    "        if a[i] > m:\n            m = a[i] * 2\n",  # keeps a[i] * 2 when a[i] is larger: not max(m, a[i])
+    "        if a[i] > m:\n            m = a[i]\n        else:\n            m = 0\n",
+    "        if a[i] > m:\n            m = a[i]\n        b[i] = m\n",  # every step's running max is read: a scan
+])
+def test_a_conditional_assignment_that_is_not_a_running_max_stays_sequential(body):
+    from gpuspeed.profiling.loops import loop_nests
+
+    src = f"def f(a, b, n):\n    m = a[0]\n    for i in range(n):\n{body}    return m\n"
+    (loop,) = loop_nests(src, 1, {}, 0.0)
+    assert loop["kind"] == "sequential-loop", (body, loop["verdict"])

@@ -12,8 +12,8 @@ Each outermost loop gets a machine-readable `kind` (the optimize planner reads i
 
 Dependences come from the source alone. A name assigned in the loop and read in an iteration before that
 iteration assigns it is carried from the previous iteration. A carried name updated only as
-`s op= expr` / `s = s op expr` / `s = max(s, expr)` (op one of + - * | & ^, expr not reading s) and read
-nowhere else is a reduction; one stepped by a loop-invariant amount (`i += 1`) is an induction variable;
+`s op= expr` / `s = s op expr` / `s = max(s, expr)` / `if expr > s: s = expr` (op one of + - * | & ^, expr
+not reading s) and read nowhere else is a reduction; one stepped by a loop-invariant amount (`i += 1`) is an induction variable;
 any other carried name is a recurrence. An array written at one index and read at another in the same
 loop is a recurrence too, unless the indices differ only in variables of inner loops (then the inner
 loop carries it). An element whose index uses only inner-loop variables is the same element in every iteration
@@ -287,6 +287,12 @@ class _Scan:
             self.expr(s.test)
             self.nested_block(s.body, s.orelse)
         elif isinstance(s, ast.If):
+            extreme = _conditional_extreme(s)
+            if extreme is not None:  # `if a[i] > m: m = a[i]` is `m = max(m, a[i])` written out
+                name, op, other = extreme
+                self.expr(other)
+                self._update(name, op, other, s.lineno)
+                return
             self.expr(s.test)
             self.nested_block(s.body, s.orelse)
         elif isinstance(s, (ast.With, ast.AsyncWith)):
@@ -422,6 +428,25 @@ def _self_update(s: ast.Assign):
             if isinstance(me, ast.Name) and me.id == name and name not in _names(other):
                 return name, v.func.id, other
     return None
+
+
+def _conditional_extreme(s: ast.If):
+    """(name, "max" or "min", other) for `if other > m: m = other` (>, >=, <, <=, m on either side; no else)."""
+    if s.orelse or len(s.body) != 1 or not isinstance(s.body[0], ast.Assign) or len(s.body[0].targets) != 1 or \
+            not isinstance(s.body[0].targets[0], ast.Name) or not isinstance(s.test, ast.Compare) or \
+            len(s.test.ops) != 1 or not isinstance(s.test.ops[0], (ast.Gt, ast.GtE, ast.Lt, ast.LtE)):
+        return None
+    name, value = s.body[0].targets[0].id, s.body[0].value
+    left, right, greater = s.test.left, s.test.comparators[0], isinstance(s.test.ops[0], (ast.Gt, ast.GtE))
+    if isinstance(right, ast.Name) and right.id == name:  # `other > m`: m takes other when other is larger
+        other, op = left, "max" if greater else "min"
+    elif isinstance(left, ast.Name) and left.id == name:  # `m < other`
+        other, op = right, "min" if greater else "max"
+    else:
+        return None
+    if ast.dump(other) != ast.dump(value) or name in _names(other):
+        return None
+    return name, op, other
 
 
 def _element_self_update(s: ast.Assign):
