@@ -113,3 +113,24 @@ def test_the_gpuspeed_command_finds_modules_of_the_folder_it_runs_in_as_python_m
     s = subprocess.run([sys.executable, "out/optimized_work.py"], capture_output=True, text=True, timeout=180,
                        cwd=project)
     assert s.returncode == 0 and "correctness: PASS" in s.stdout, s.stdout + s.stderr
+
+
+def test_a_required_keyword_only_parameter_says_how_to_pass_it(tmp_path):
+    # `def original(x, *, alpha)`: inputs(rng)'s tuple is passed by position, so the reference call failed with Python's
+    # own "missing 1 required keyword-only argument" and nothing said that the workload format cannot pass one
+    (tmp_path / "kw.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+
+        def original(x, *, alpha):
+            return np.tanh(x * alpha)
+
+
+        def inputs(rng):
+            return (rng.standard_normal((30, 4)),)
+        """))
+    r = subprocess.run([*GPUSPEED, "optimize", "kw.py", "--device", "cpu", "--out", "out"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path, env=_env())
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "keyword-only" in errors[0] and "by position" in errors[0] and "def original(x, alpha)" in errors[0], errors

@@ -136,6 +136,7 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
         raise UserError(f"{path.name} defines no function {func!r} (the code to speed up; --func picks another)")
     if not callable(fn):
         raise UserError(f"{path.name}: {func} is not a function")
+    _refuse_required_keywords(path, fn, func)
     specs = parse_specs(list(input_specs))
     maker = getattr(module, "inputs", None)
     notes = []
@@ -220,6 +221,20 @@ def _keyword_only(fn) -> set[str]:
         return {n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY}
     except (TypeError, ValueError):
         return set()
+
+
+def _refuse_required_keywords(path: Path, fn, func: str) -> None:
+    """A keyword-only parameter without a default cannot be given: every call passes the arguments by position."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    needed = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    if needed:
+        plain = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        raise UserError(f"{path.name}: {func}'s parameter {needed[0]!r} is keyword-only with no default, and optimize "
+                        f"passes the arguments by position (inputs(rng)'s tuple): make it positional (def "
+                        f"{func}({', '.join(plain + needed)})) or give it a default")
 
 
 def _spec_order(fn, names: list[str]) -> list[str]:
