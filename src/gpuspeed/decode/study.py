@@ -895,6 +895,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
     params = {k: v for k, v in spec.__dict__.items() if k != "sampling"} | {
         "hf": spec.transformers_rows, "sampling": spec.sampling.__dict__, "model_args": m.args.__dict__,
         "source": ck.source, "checkpoint": ck.path, "read_ceiling": roof, "prompt_tokens": int(prompt.shape[1]),
+        "prompt_len": int(prompt.shape[1]),  # a text prompt's own length, not the unused default of a random one
         "weight_bytes_per_token": weight_bytes_per_token(m)}
     if texts:
         params["texts"] = texts

@@ -1,0 +1,52 @@
+"""QA round 15: `gpuspeed decode` and `gpuspeed.decode` pointed at a user's own checkpoint on a machine without a GPU:
+a Hugging Face folder with its tokenizer (--prompt), what the results file says of the prompt, and refusals that
+come before the weights are read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decode_cli_helpers import SMALL, cli, one_line, random_hf_llama
+
+# a context of 64 positions: the largest prompt + new tokens a run takes is 40 (study.check_context)
+BASE = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=48, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+WORDS = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(61)]  # one token a word: a prompt's length is its words
+
+
+def save_tokenizer(folder):
+    """A word-level tokenizer of BASE's vocabulary (tokenizer.json + tokenizer_config.json), as transformers saves one."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformers import PreTrainedTokenizerFast
+
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # words joined by spaces
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>") \
+        .save_pretrained(folder)
+
+
+@pytest.fixture
+def hf_folder(tmp_path):
+    """A random Llama saved as a user's Hugging Face folder: config.json, model.safetensors and its tokenizer."""
+    d = tmp_path / "my-llama"
+    random_hf_llama(BASE).save_pretrained(d)
+    save_tokenizer(d)
+    return d
+
+
+def words(n: int) -> str:
+    return " ".join(f"w{i % 61}" for i in range(n))
+
+
+def test_params_prompt_len_is_the_text_prompts_token_count(hf_folder, capsys):
+    """With --prompt, decode.json's params.prompt_len said 8 (the CPU's default length of a random prompt, unused)
+    beside params.prompt_tokens 5 and rows of prompt_len 5: a reader of the file took the run for an 8-token one."""
+    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(5), *SMALL, "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    assert doc["params"]["prompt_tokens"] == 5
+    assert doc["params"]["prompt_len"] == 5, doc["params"]
+    assert {r["prompt_len"] for r in doc["rows"]} == {5}
