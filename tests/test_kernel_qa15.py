@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from kernel_cli_helpers import interpreted_env
+from kernel_cli_helpers import interpreted_env, one_error
 
 KERNELS = """
     import triton
@@ -46,3 +46,62 @@ def test_a_launcher_inside_a_package_imports_its_kernels_relatively(tmp_path):
                        capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "add_kernel [triton] grid (8, 1, 1)" in r.stdout and "no timing or occupancy here" in r.stdout, r.stdout
+
+
+OWN_FILE = """
+    import numpy as np
+    from numba import cuda
+
+
+    @cuda.jit
+    def axpy(a, x, y, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = a * x[i] + y[i]
+
+
+    def launch(x, y):
+        out = np.empty_like(x)
+        axpy[(x.size + 127) // 128, 128](np.float32(2.0), x, y, out)
+        return out
+
+
+    def original(x, y):
+        return x + y  # not what launch computes: launch is not one of the file's variants, so nothing compares them
+
+
+    def inputs(rng):
+        return rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+    """
+
+
+def test_a_launcher_that_was_not_checked_is_not_said_to_be_checked_against_original(tmp_path):
+    # the no-GPU note said "to check what it computes (against original() where the file has one)" beside the verdict's
+    # "nothing checked its output", for a file that has an original() that was not run
+    (tmp_path / "mine.py").write_text(textwrap.dedent(OWN_FILE))
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "mine.py:launch", "--device", "cpu", "--json"],
+                       capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    rep = json.loads(r.stdout)
+    said = " ".join([rep["note"] or "", rep["verdict"], *rep["notes"]])
+    assert rep["check"] is None and "nothing checked its output" in said
+    assert "against original()" not in said and "no timing, registers or occupancy are possible here" in rep["note"]
+
+
+def test_a_numba_launcher_given_torch_tensors_by_the_guess_says_which_arrays_it_got(tmp_path):
+    # a file that imports torch beside numba gets torch tensors for its --input arrays; its Numba launcher's `x.size`
+    # (a method of a tensor) failed with "unsupported operand type(s) for +: 'builtin_function_or_method' and 'int'",
+    # and nothing on the error line said that the arrays were tensors nor how to choose NumPy ones
+    (tmp_path / "mixed.py").write_text("import torch  # the project's other code\n" + textwrap.dedent(OWN_FILE))
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "mixed.py:launch", "--device", "cpu",
+                        "--input", "x=float32[1000]", "--input", "y=float32[1000]"],
+                       capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
+    line = one_error(r)
+    assert "launch raised TypeError" in line and "torch" in line and "--backend numpy" in line, line
+    # chosen by hand, the same launcher runs
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "mixed.py:launch", "--device", "cpu",
+                        "--input", "x=float32[1000]", "--input", "y=float32[1000]", "--backend", "numpy"],
+                       capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and "axpy [numba] grid (8, 1, 1)" in r.stdout, r.stderr[-2000:]

@@ -24,9 +24,13 @@ from gpuspeed.kernel import instructions, numba_info, triton_info, verdict
 from gpuspeed.kernel.capture import Capture, interpreting_triton, simulating_numba
 from gpuspeed.kernel.occupancy import Limits, device_limits, occupancy
 
-NO_GPU_NOTE = ("no GPU: ran under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1) to check what it "
-               "computes (against original() where the file has one); no timing, registers or occupancy are possible "
-               "here")
+NO_GPU_NOTE = ("no GPU: ran under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1){checked}; no timing, "
+               "registers or occupancy are possible here")
+
+
+def no_gpu_note(checked: dict | None) -> str:
+    """What a run under the interpreters did: its check is named only where one ran (a variant on inputs(rng)'s)."""
+    return NO_GPU_NOTE.format(checked=f" to check what it computes against {checked['against']}" if checked else "")
 
 
 @dataclass
@@ -553,7 +557,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
              else None}
     rule, said, lever = verdict.judge(facts)
     return KernelReport(
-        name=name, backend=backend, gpu=gpu, note=None if gpu else NO_GPU_NOTE, time_s=time_s, time_rel_iqr=rel_iqr,
+        name=name, backend=backend, gpu=gpu, note=None if gpu else no_gpu_note(checked), time_s=time_s, time_rel_iqr=rel_iqr,
         launches=launches, placement=place, pct_of_roof=place["pct_of_roof"] if place else None,
         occupancy_pct=occ["pct"] if occ else None, limiter=occ["limiter"] if occ else None, verdict=said,
         next_lever=lever, rule=rule, main_kernel=main["kernel"] if main else None,

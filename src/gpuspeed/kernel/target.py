@@ -285,14 +285,23 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
     return (), {}, notes, None
 
 
-def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException) -> str:
+def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed: bool = False) -> str:
     """What to change when the launcher failed on the arguments the file's inputs(rng) made ('' when nothing fits):
     a dict is one argument, not keywords; NumPy arrays handed to a launcher written for torch tensors want
-    `gpuspeed_inputs = "torch"`, which moves them to the device first."""
+    `gpuspeed_inputs = "torch"`, which moves them to the device first. For --input arrays whose library was
+    guessed from the launcher's module (`guessed`), which library they were and how to choose another."""
     import numpy as np
 
     if host_args is None:
-        return ""
+        if not guessed:
+            return ""
+        from gpuspeed.profiling.backend import infer_backend
+
+        asked = getattr(fn, "gpuspeed_inputs", None)
+        backend, why = (asked, f"the launcher says gpuspeed_inputs = {asked!r}") if asked in ("torch", "numpy", "cupy") \
+            else infer_backend(fn)
+        other = "--backend torch for torch tensors" if backend == "numpy" else "--backend numpy for NumPy arrays"
+        return f" (its --input arrays were {backend} arrays, as {why}: {other})"
     if len(host_args) == 1 and isinstance(host_args[0], dict):
         from gpuspeed.optimize.workload import _one_argument_hint
 
