@@ -50,3 +50,40 @@ def test_params_prompt_len_is_the_text_prompts_token_count(hf_folder, capsys):
     assert doc["params"]["prompt_tokens"] == 5
     assert doc["params"]["prompt_len"] == 5, doc["params"]
     assert {r["prompt_len"] for r in doc["rows"]} == {5}
+
+
+# --- --prompt on a checkpoint: what holds for any text is refused before the weights are read -----------------------
+
+
+def _without_weights(folder):
+    """The folder with its weights gone: a refusal that comes first was made before any weight was read."""
+    (folder / "model.safetensors").unlink()
+    return folder
+
+
+def test_new_tokens_past_the_context_with_a_prompt_is_refused_before_loading(hf_folder, capsys):
+    """--prompt TEXT --new-tokens past the context was refused only once the weights were loaded and the text
+    tokenized (13 s for SmolLM2-135M, minutes for an 8B), after the CPU banner; a random prompt's was refused up front."""
+    rc, cap = cli(["--model", str(_without_weights(hf_folder)), "--prompt", words(3), *SMALL[2:],
+                   "--new-tokens", "40"], capsys)
+    one_line(rc, cap, "a text prompt of at least 1 token plus 40 new ones exceeds the model's context of 64")
+    assert cap.out == ""
+
+
+def test_prompt_on_a_folder_without_tokenizer_files_is_refused_before_loading(hf_folder, capsys):
+    for f in hf_folder.glob("tokenizer*"):
+        f.unlink()
+    rc, cap = cli(["--model", str(_without_weights(hf_folder)), "--prompt", words(3), *SMALL], capsys)
+    one_line(rc, cap, "has no tokenizer.json, tokenizer.model or tokenizer_config.json")
+    assert cap.out == ""
+
+
+def test_prompt_on_a_gguf_without_a_tokenizer_is_refused_before_loading(tmp_path, capsys):
+    """A GGUF with no tokenizer.ggml.* metadata: refused after every tensor was dequantized, in transformers' words
+    ('Cannot build a tokenizer from a GGUF file stating tokenizer None'), after the CPU banner."""
+    from test_decode_checkpoints_qa7 import write_gguf
+
+    pytest.importorskip("gguf")
+    rc, cap = cli(["--model", str(write_gguf(tmp_path / "m.gguf")), "--prompt", "hello", *SMALL], capsys)
+    one_line(rc, cap, "holds no tokenizer (no tokenizer.ggml.model)")
+    assert cap.out == ""

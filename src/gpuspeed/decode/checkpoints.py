@@ -365,9 +365,21 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
         eos_ids = [int(e) for e in (eos if isinstance(eos, list) else [eos] if eos is not None else [])]
     except (TypeError, ValueError):
         raise UserError(f"{folder}: eos_token_id {eos!r} is not a token id or a list of them") from None
-    has_tok = any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json"))
     return Checkpoint(model=model, source="hf", path=str(folder), eos_ids=eos_ids, bos_id=cfg.get("bos_token_id"),
-                      tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tok else None)
+                      tokenizer_args={"pretrained_model_name_or_path": str(folder)} if has_tokenizer(folder) else None)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def has_tokenizer(path: str | Path) -> bool:
+    """Whether a Hugging Face folder holds tokenizer files, or a GGUF file a tokenizer (tokenizer.ggml.model), read
+    before any weight is (whether it loads is seen when it does)."""
+    p = Path(path)
+    if p.is_dir():
+        return any((p / f).is_file() for f in TOKENIZER_FILES)
+    opened = _GGUF_OPENED.get(_file_key(p)) or _open_gguf(p)  # gguf_args' reader where it has just read this file
+    return _gguf_field(opened[1], "tokenizer.ggml.model") is not None
 
 
 def _read_json(path: Path):

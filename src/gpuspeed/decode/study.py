@@ -99,7 +99,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: str = "the model's") -> None:
+def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: str = "the model's",
+                  at_least: bool = False) -> None:
     """Every rung's cache (and RoPE table) holds V.max_len_for(P, T) positions: the prompt, the new tokens and
     room for a capture's warm-up steps. Past the context, each rung would fail on it alone: refuse it up front."""
     need = V.max_len_for(prompt_len, new_tokens)
@@ -109,7 +110,8 @@ def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: 
             raise UserError(f"{whose} context of {ctx} is too short for gpuspeed decode: every rung's cache holds "
                             f"prompt + new tokens + {4 * V.STEPS_PER_REPLAY + 8} positions of a graph capture's "
                             f"warm-up (rounded up to 16), so it needs a context of at least {V.max_len_for(1, 2)}")
-        raise UserError(f"{what} of {prompt_len} tokens plus {new_tokens} new ones exceeds {whose} context of {ctx}: "
+        raise UserError(f"{what} of {'at least ' if at_least else ''}{prompt_len} token{'s' if prompt_len != 1 else ''} "
+                        f"plus {new_tokens} new ones exceeds {whose} context of {ctx}: "
                         f"the cache holds {need} positions (a graph capture's warm-up steps included), so prompt + "
                         f"new tokens can be at most {fit}")
 
@@ -1082,6 +1084,16 @@ def _checkpoint_args(model: str):
     return None
 
 
+def check_text_prompt(spec: Spec, args) -> None:
+    """--prompt on a checkpoint, before its weights are read (minutes for a large one): refused where it has no
+    tokenizer (make_prompt's words), or where --new-tokens leave no room in its context even for a one-token prompt."""
+    if not checkpoints.has_tokenizer(spec.model):
+        what = "has no tokenizer.json, tokenizer.model or tokenizer_config.json" if Path(spec.model).is_dir() else \
+            "holds no tokenizer (no tokenizer.ggml.model)"
+        raise UserError(f"--prompt needs a tokenizer: {spec.model} {what}; give --prompt-len for a random prompt")
+    check_context("a text prompt", 1, spec.new_tokens, args.max_seq_len, at_least=True)
+
+
 def check_fits(spec: Spec, device: str) -> None:
     """Refuse a named model or a checkpoint (Hugging Face folder, GGUF file) whose weights would not fit this device's
     memory (before making or reading them); under tensor parallel, rank 0's shard (the largest) on one GPU.
@@ -1101,6 +1113,8 @@ def check_fits(spec: Spec, device: str) -> None:
             for what, n in [("a prompt", spec.prompt_len)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt
                                                               else []):
                 check_context(what, n, spec.new_tokens, args.max_seq_len)  # worded as make_prompt's, after loading
+        else:  # the text's length is known once it is tokenized, after loading: what holds for any text is refused now
+            check_text_prompt(spec, args)
     world = spec.tp or 1
     if world > 1:
         from gpuspeed.decode.tp import local_args
