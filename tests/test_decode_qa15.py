@@ -87,3 +87,32 @@ def test_prompt_on_a_gguf_without_a_tokenizer_is_refused_before_loading(tmp_path
     rc, cap = cli(["--model", str(write_gguf(tmp_path / "m.gguf")), "--prompt", "hello", *SMALL], capsys)
     one_line(rc, cap, "holds no tokenizer (no tokenizer.ggml.model)")
     assert cap.out == ""
+
+
+# --- --batch B with a text prompt ------------------------------------------------------------------------------------
+
+
+def test_a_sampled_batch_reports_every_sequences_text(hf_folder, capsys):
+    """--batch 3 --temperature 1: three sequences sampled, each its own text, yet the run printed (and decode.json
+    held) the first one's alone, under the rung's name, as if it were the batch's."""
+    args = ["--model", str(hf_folder), "--prompt", words(4), *SMALL[2:], "--new-tokens", "6", "--batch", "3",
+            "--temperature", "1", "--seed", "1"]
+    rc, cap = cli([*args, "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    texts = doc["params"]["batch_texts"]["V2"]
+    assert len(texts) == 3 and len(set(texts)) > 1, texts  # sampled rows differ
+    assert texts[0] == doc["params"]["texts"]["V2"] == doc["rows"][0]["text"]
+    assert doc["rows"][0]["texts"] == texts
+    rc, cap = cli(args, capsys)  # the table's lines: one a sequence
+    assert rc == 0, cap.err
+    for i, text in enumerate(texts):
+        assert f"V2 [{i}]: {text!r}" in cap.out, cap.out
+
+
+def test_a_greedy_batch_of_one_prompt_prints_its_one_text_once(hf_folder, capsys):
+    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(4), *SMALL, "--batch", "2", "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    assert "batch_texts" not in doc["params"] and "texts" not in doc["rows"][0]  # every row greedy: the same text
+    assert doc["rows"][0]["text"] == doc["params"]["texts"]["V2"]

@@ -145,8 +145,11 @@ def register(app: typer.Typer) -> None:
         console.print(t)
         for key, val in doc["summary"].items():
             console.print(f"  {esc(key)}: {esc(study._fmt(val, '.4g'))}", highlight=False)
+        batch_texts = doc["params"].get("batch_texts") or {}
         for name, text in (doc["params"].get("texts") or {}).items():
-            console.print(f"  {name}: {text!r}", highlight=False, markup=False)
+            for label, seq in ([(f"{name} [{i}]", t) for i, t in enumerate(batch_texts[name])] if name in batch_texts
+                               else [(name, text)]):
+                console.print(f"  {label}: {seq!r}", highlight=False, markup=False)
         for r in doc["rows"]:
             for note in r.get("notes") or []:
                 console.print(f"  {r['variant']}: {note}", style="dim", highlight=False, markup=False)

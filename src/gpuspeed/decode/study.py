@@ -491,6 +491,12 @@ def _same_length(a: torch.Tensor, b: torch.Tensor, eos_ids) -> tuple[torch.Tenso
     return out[0], out[1]
 
 
+def decode_text(tok, ids: list, eos_ids) -> str:
+    """One sequence's generated tokens as text, up to and including its first EOS."""
+    stop = next((i for i, t in enumerate(ids) if t in (eos_ids or [])), len(ids) - 1)
+    return tok.decode(ids[:stop + 1])
+
+
 def _agreement(tokens, ref_tokens, logits, ref_logits, eos_ids=None) -> dict:
     tokens, ref_tokens = _same_length(tokens, ref_tokens, eos_ids)
     n = min(tokens.shape[1], ref_tokens.shape[1])
@@ -740,6 +746,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
     state: dict = {"v0_tokens": None, "hf_model": None}
     outputs: dict = {}  # variant -> (tokens, per-step logits)
     texts: dict = {}
+    batch_texts: dict = {}  # variant -> every sequence's text, where a batch's sequences differ
     profiles: list = []  # (variant, row, its profiling pass): run once every timing is done (measure_variant says why)
 
     def over_cap() -> bool:
@@ -767,10 +774,10 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         if ref_tokens is not None:
             row |= {f"{k}_vs_fp32": v for k, v in _agreement(tokens, ref_tokens, logits, ref_logits, eos_ids).items()}
         if tok is not None:
-            ids = tokens[0].tolist()
-            stop = next((i for i, t in enumerate(ids) if t in (eos_ids or [])), len(ids) - 1)
-            texts[name] = tok.decode(ids[:stop + 1])  # up to the first EOS
-            row["text"] = texts[name]
+            seqs = [decode_text(tok, ids, eos_ids) for ids in tokens.tolist()]
+            texts[name] = row["text"] = seqs[0]
+            if len(set(seqs)) > 1:  # sampled sequences differ: each one's, not the first's as the batch's
+                batch_texts[name] = row["texts"] = seqs
         rows.append(row)
 
     def extra(kind, size):
@@ -901,6 +908,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         "weight_bytes_per_token": weight_bytes_per_token(m)}
     if texts:
         params["texts"] = texts
+    if batch_texts:
+        params["batch_texts"] = batch_texts
     doc = make_results("decode", params=params, summary=summary, rows=all_rows, notes=notes, device=spec.device)
     if spec.quant:
         from gpuspeed.decode import quant
