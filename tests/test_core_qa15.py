@@ -223,3 +223,14 @@ def test_gpubench_json_where_no_file_can_be_made_is_refused_before_any_test(tmp_
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout[-2000:] + run.stderr[-2000:]
     assert "--gpubench-json" in run.stderr and "must not run" not in run.stdout
+
+
+def test_plotting_a_hand_edited_roofline_file_is_refused_in_one_line(tmp_path):
+    # the notebook's plot(read_results(SAVED)): a ceiling's value written as a string was a TypeError inside matplotlib
+    from gpuspeed.errors import UserError
+    from gpuspeed.roofline.plot import plot
+
+    assert all(p.is_file() for p in plot(_cpu_roofline_doc(), tmp_path))
+    with pytest.raises(UserError, match=r"ceiling 'copy'.*value") as e:
+        plot(_cpu_roofline_doc(copy={"value": "20.0"}), tmp_path, stem="edited")
+    assert "\n" not in str(e.value) and not (tmp_path / "edited.png").exists()

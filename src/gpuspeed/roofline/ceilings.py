@@ -11,6 +11,8 @@ power-bound: each matmul candidate is the best of a few short runs (TENSOR_RUNS)
 
 from __future__ import annotations
 
+import json
+import math
 import numbers
 import time
 import traceback
@@ -87,6 +89,27 @@ class Ceilings:
         known = set(Ceiling.__dataclass_fields__)
         return cls(d["device_kind"], d["device_name"],
                    [Ceiling(**{k: v for k, v in r.items() if k in known}) for r in d["rows"]])
+
+
+def check_ceiling_row(row: dict) -> None:
+    """A one-line UserError for a ceiling row a roof cannot be made of (a file edited by hand): a value that is a string,
+    a bool or not positive and finite read as a TypeError inside place(), as 1 TFLOP/s, or as a negative % of roof."""
+    name = row.get("name")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"a ceiling row of the roofline results document has no name: {_short_row(row)}")
+    if row.get("kind") not in ("memory", "compute"):
+        raise UserError(f"ceiling {name!r} of the roofline results document has kind {row.get('kind')!r}: "
+                        "'memory' (GB/s) or 'compute' (TFLOP/s)")
+    value = row.get("value")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not 0 < value < math.inf):
+        raise UserError(f"ceiling {name!r} of the roofline results document has value {value!r}: a measured ceiling "
+                        "is a positive number (null where it failed)")
+
+
+def _short_row(row: dict) -> str:
+    text = json.dumps(row, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _pct(value, device_name, kind, name) -> float | None:

@@ -107,6 +107,11 @@ def draw(doc: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from gpuspeed.roofline.ceilings import check_ceiling_row
+
+    for row in doc["rows"]:  # a file edited by hand: one line, not a TypeError inside matplotlib
+        if isinstance(row, dict) and row.get("section") == "ceiling":
+            check_ceiling_row(row)
     gpu = doc["params"].get("device") == "cuda"
     scale, yunit = (1.0, "TFLOP/s") if gpu else (1e3, "GFLOP/s")  # stored in TFLOP/s
     ceil = {r["name"]: r for r in doc["rows"] if r.get("section") == "ceiling" and r.get("value")}

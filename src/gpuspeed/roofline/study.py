@@ -8,8 +8,6 @@ roofline issue. A step that fails records its error in its row; the others still
 from __future__ import annotations
 
 import gc
-import json
-import math
 from typing import Callable
 
 from gpuspeed import device as _device
@@ -17,7 +15,7 @@ from gpuspeed.errors import UserError
 from gpuspeed.errors import one_line as _err
 from gpuspeed.results import make_results
 from gpuspeed.roofline import sweep as ai_sweep
-from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps
+from gpuspeed.roofline.ceilings import TENSOR_RUNS, Ceiling, Ceilings, ceiling_steps, check_ceiling_row
 from gpuspeed.roofline.place import _UNIT_ALIASES, ABOVE_ROOF, above_roof_note, count_flops, default_unit, locate, place
 from gpuspeed.roofline.workloads import Workload, builtin, matmul_precision, sdpa_flops
 
@@ -296,27 +294,6 @@ def run_steps(study: Study, steps, out=None, step=None) -> dict:
     return study.document()
 
 
-def _check_ceiling_row(row: dict) -> None:
-    """A one-line UserError for a ceiling row a roof cannot be made of (a file edited by hand): a value that is a string,
-    a bool or not positive and finite read as a TypeError inside place(), as 1 TFLOP/s, or as a negative % of roof."""
-    name = row.get("name")
-    if not isinstance(name, str) or not name:
-        raise UserError(f"a ceiling row of the roofline results document has no name: {_short_row(row)}")
-    if row.get("kind") not in ("memory", "compute"):
-        raise UserError(f"ceiling {name!r} of the roofline results document has kind {row.get('kind')!r}: "
-                        "'memory' (GB/s) or 'compute' (TFLOP/s)")
-    value = row.get("value")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not 0 < value < math.inf):
-        raise UserError(f"ceiling {name!r} of the roofline results document has value {value!r}: a measured ceiling "
-                        "is a positive number (null where it failed)")
-
-
-def _short_row(row: dict) -> str:
-    text = json.dumps(row, default=str)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def ceilings_from_results(doc: dict) -> Ceilings:
     """The Ceilings of a roofline results document (for notebooks and plots), named for the device it was measured
     on. A document that is not a whole roofline one (another study's, a truncated one, one of no ceilings) is
@@ -335,7 +312,7 @@ def ceilings_from_results(doc: dict) -> Ceilings:
     if not rows:
         raise UserError("the roofline results document has no ceiling rows: no roof to place anything on")
     for r in rows:
-        _check_ceiling_row(r)
+        check_ceiling_row(r)
     if not any(r.get("value") for r in rows):  # every one failed: each placement would get no roof, without a word
         raise UserError("the roofline results document has no measured ceiling (every ceiling row's value is null): "
                         "no roof to place anything on")
