@@ -116,3 +116,39 @@ def test_a_greedy_batch_of_one_prompt_prints_its_one_text_once(hf_folder, capsys
     doc = json.loads(cap.out)
     assert "batch_texts" not in doc["params"] and "texts" not in doc["rows"][0]  # every row greedy: the same text
     assert doc["rows"][0]["text"] == doc["params"]["texts"]["V2"]
+
+
+# --- % of the read roof over 100 -------------------------------------------------------------------------------------
+
+
+def test_a_rung_past_a_given_read_roof_says_the_roof_is_no_bound(hf_folder, capsys):
+    """SmolLM2-135M on this 2-core CPU: V2 at 165 % of the read roof, with nothing said (the ceiling had been measured
+    while other work shared the machine); a % of roof over 100 was printed as if it were one."""
+    rc, cap = cli(["--model", str(hf_folder), "--prompt-len", "4", *SMALL, "--read-roof", "0.001", "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    assert doc["params"]["read_ceiling"]["GBps"] == 0.001  # given: kept as given
+    assert doc["rows"][0]["pct_of_read_roof"] > 100
+    assert any(n.startswith("V2 read the weights faster than the read ceiling (0.001 GB/s, given by --read-roof)")
+               for n in doc["notes"]), doc["notes"]
+
+
+def test_a_read_ceiling_a_rung_beat_is_measured_again_and_the_faster_kept(hf_folder, capsys, monkeypatch):
+    """The ceiling is measured once before the rungs; a busy neighbour then (here: the first measurement made to read
+    1 MB/s) left every rung 'over 100 %' of it. A rung faster than it now has the ceiling measured again."""
+    from gpuspeed.decode import study
+
+    real, calls = study.read_ceiling, []
+
+    def busy_then_real(device):
+        calls.append(device)
+        return real(device) | ({"GBps": 0.001} if len(calls) == 1 else {})
+
+    monkeypatch.setattr(study, "read_ceiling", busy_then_real)
+    rc, cap = cli(["--model", str(hf_folder), "--prompt-len", "4", *SMALL, "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    roof = doc["params"]["read_ceiling"]
+    assert len(calls) == 2 and roof["GBps"] > 0.001 and "measured again after the rungs" in roof["how"], roof
+    row = doc["rows"][0]
+    assert row["pct_of_read_roof"] == pytest.approx(100 * row["weight_GBps"] / roof["GBps"])

@@ -836,6 +836,20 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         state["hf_model"].to("meta")  # its copy of the weights goes now
         state["hf_model"] = None
         _free(device)
+    fastest = max((r["weight_GBps"] for r in rows + extra_rows + hf if r.get("weight_GBps")), default=0.0)
+    if roof_GBps and fastest > roof_GBps and not spec.read_roof_GBps and tp is None:
+        # a rung read faster than the ceiling measured before it, which met a busy machine (a shared CPU's bandwidth
+        # wanders by tens of %): a ceiling is the most the machine did, so the faster of two measurements is kept
+        set_total(said[0] + 1 + len(profiles))
+        say("read ceiling again")
+        try:
+            again = read_ceiling(device)
+        except Exception:  # the first measurement stands
+            again = {}
+        if (again.get("GBps") or 0) > roof_GBps:
+            roof = again | {"how": f"{again['how']}; measured again after the rungs, one of which read faster than "
+                                   f"the first measurement ({roof_GBps:.4g} GB/s)"}
+            roof_GBps = roof["GBps"]
     # every timing above ran before any profiler session. The passes run past a time cap too: a few tokens each,
     # they belong to rungs already timed (kernels and syncs per token), and each result is written as it comes
     broken = None  # a CUDA error in one pass leaves the context unusable: the later passes are skipped, the rows kept
@@ -894,6 +908,12 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         for choice in (r.get("kernel_choices") or {}).values():  # how far cuBLAS's GEMV sits from the roof
             if roof_GBps and choice.get("cublas_GBps"):
                 choice["cublas_pct_of_read_roof"] = 100 * choice["cublas_GBps"] / roof_GBps
+    over = list(dict.fromkeys(r["variant"] for r in rows + extra_rows + hf if (r.get("pct_of_read_roof") or 0) > 100))
+    if over:
+        notes.append(f"{', '.join(over)} read the weights faster than the read ceiling ({roof_GBps:.4g} GB/s, "
+                     f"{'given by --read-roof' if spec.read_roof_GBps else 'measured in this run'}), which is then "
+                     "no bound for them: weights small enough to stay in a cache, or a ceiling measured while other "
+                     "work shared the machine; their % of read roof over 100 is not a measured fraction of a roof")
     for r in rows + extra_rows + hf:
         r.setdefault("study", "ladder" if not r.get("variant", "").startswith("HF") else "transformers")
         r["model"], r["dtype"] = model_key(spec.model), spec.dtype
