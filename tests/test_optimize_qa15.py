@@ -134,3 +134,49 @@ def test_a_required_keyword_only_parameter_says_how_to_pass_it(tmp_path):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr
     assert "keyword-only" in errors[0] and "by position" in errors[0] and "def original(x, alpha)" in errors[0], errors
+
+
+NUMBA_CUDA_VARIANT = """
+    import numpy as np
+    from numba import cuda
+
+
+    @cuda.jit
+    def double(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = 2 * x[i]
+
+
+    def launch(x):
+        d = cuda.to_device(x)
+        out = cuda.device_array_like(d)
+        double[(x.size + 127) // 128, 128](d, out)
+        return out.copy_to_host()
+
+
+    def original(x):
+        return 2 * x
+
+
+    def inputs(rng):
+        return (rng.standard_normal(100),)
+
+
+    variants = {"cuda": launch}
+    """
+
+
+def test_a_numba_cuda_variant_on_a_machine_without_a_gpu_says_why_it_could_not_run(tmp_path):
+    # its row said "CudaSupportError: Error at driver init:" and stopped there: Numba's reason is on the lines after
+    (tmp_path / "dbl.py").write_text(textwrap.dedent(NUMBA_CUDA_VARIANT))
+    env = {k: v for k, v in _env().items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([*GPUSPEED, "optimize", "dbl.py", "--device", "cpu", "--backends", "variants", "--time-budget",
+                        "60", "--bench-budget", "0.05", "--out", "out", "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json
+
+    rows = {row["name"]: row for row in json.loads((tmp_path / "out" / "optimize_dbl.json").read_text())["rows"]}
+    said = rows["variant:cuda"]["reason"]
+    assert "Error at driver init" in said and "CUDA driver library cannot be found" in said, said

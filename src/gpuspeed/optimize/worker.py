@@ -33,8 +33,10 @@ def _write(path: str, result: dict) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # "Error at driver init:" - the reason is on the next line
+        lines[0] = f"{lines[0]} {lines[1]}"
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def classify(exc: BaseException) -> str:
