@@ -234,3 +234,17 @@ def test_plotting_a_hand_edited_roofline_file_is_refused_in_one_line(tmp_path):
     with pytest.raises(UserError, match=r"ceiling 'copy'.*value") as e:
         plot(_cpu_roofline_doc(copy={"value": "20.0"}), tmp_path, stem="edited")
     assert "\n" not in str(e.value) and not (tmp_path / "edited.png").exists()
+
+
+def test_check_of_host_arrays_larger_than_the_free_memory_allows_copies_of_runs(monkeypatch):
+    # NumPy arrays already on the host are compared in place, a chunk at a time: they need no copy, yet the guard
+    # counted one of each and refused 1 GiB of arrays with 256 MiB free ("compare it in slices")
+    import gpuspeed.inputs
+
+    n = 1 << 26
+    out, ref = np.zeros(n), np.zeros(n)  # calloc'd: untouched pages take no memory
+    monkeypatch.setattr(gpuspeed.inputs, "host_available_bytes", lambda: 1 << 28)
+    r = gpuspeed.check(out, ref, atol=0)
+    assert r.passed and r.leaves[0].n_elements == n, r.summary
+    with pytest.raises(gpuspeed.UserError, match="compare it in slices"):  # a strided view is flattened into a copy
+        gpuspeed.check(np.broadcast_to(np.float64(0), (2 * n,)), np.zeros(2 * n))

@@ -386,15 +386,35 @@ def _elements(x) -> int:
 
 
 def _host_bytes(x) -> int:
-    """Bytes of x's copy on the host: at least 4 an element (bf16, fp16 and fp8 become float32 there), twice that
-    for a strided array (transposed, sliced, broadcast), which is flattened into one more copy."""
-    element_size = getattr(x, "element_size", None)  # torch
-    itemsize = element_size() if callable(element_size) else getattr(getattr(x, "dtype", None), "itemsize", 8)
+    """Bytes check() copies of x on the host before comparing it a chunk at a time: none for a NumPy array or a torch CPU
+    tensor that NumPy reads in place; else a copy of at least 4 bytes an element (bf16, fp16 and fp8 become float32
+    there); and for a strided array (transposed, sliced, broadcast) one more, flattened."""
+    itemsize = _host_itemsize(x)
     contiguous = getattr(x, "is_contiguous", None)  # torch
     flags = getattr(x, "flags", None)  # NumPy, CuPy
     strided = (not contiguous() if callable(contiguous) else
                not getattr(flags, "c_contiguous", True) if flags is not None and not isinstance(flags, int) else False)
-    return _elements(x) * max(4, int(itemsize)) * (2 if strided else 1)
+    return _elements(x) * ((0 if _read_in_place(x) else itemsize) + (itemsize if strided else 0))
+
+
+def _host_itemsize(x) -> int:
+    element_size = getattr(x, "element_size", None)  # torch
+    itemsize = element_size() if callable(element_size) else getattr(getattr(x, "dtype", None), "itemsize", 8)
+    return max(4, int(itemsize))
+
+
+def _read_in_place(x) -> bool:
+    """Whether _to_host hands NumPy x's own memory (no copy): a plain NumPy array, or a torch CPU tensor of a dtype
+    NumPy has."""
+    if type(x) is np.ndarray:
+        return True
+    if type(x).__module__.split(".")[0] != "torch":
+        return False
+    import torch
+
+    return (x.device.type == "cpu" and x.layout == torch.strided and not x.is_quantized and not x.is_conj()
+            and not x.is_neg() and not (x.is_floating_point() and x.element_size() <= 2)
+            and x.dtype != torch.complex32)
 
 
 def _check_fits_host(path: str, out, ref) -> None:
