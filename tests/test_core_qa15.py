@@ -248,3 +248,20 @@ def test_check_of_host_arrays_larger_than_the_free_memory_allows_copies_of_runs(
     assert r.passed and r.leaves[0].n_elements == n, r.summary
     with pytest.raises(gpuspeed.UserError, match="compare it in slices"):  # a strided view is flattened into a copy
         gpuspeed.check(np.broadcast_to(np.float64(0), (2 * n,)), np.zeros(2 * n))
+
+
+@pytest.mark.gpu
+def test_check_of_a_bf16_cuda_tensor_on_a_full_gpu_makes_no_copy_there():
+    # check() made the float32 copy of a bf16 output on the GPU, before moving it to the host: on a GPU with less free
+    # memory than twice the output (a model's activations beside it) check() itself raised CUDA out of memory
+    import torch
+
+    out = torch.zeros(1 << 28, dtype=torch.bfloat16, device="cuda")  # 512 MiB
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    filler = torch.empty(free - (700 << 20), dtype=torch.uint8, device="cuda")  # ~700 MiB left: no 1 GiB float32 copy
+    try:
+        r = gpuspeed.check(out, torch.zeros(1 << 28, dtype=torch.float64), atol=0)
+    finally:
+        del filler
+    assert r.passed, r.summary

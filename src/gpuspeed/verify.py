@@ -100,6 +100,7 @@ def _to_host(x) -> tuple[np.ndarray, str]:
         t = x.detach()
         if t.device.type == "meta":
             raise UserError("check() cannot compare a meta tensor: it holds no data")
+        t = t.cpu()  # before any conversion: a float32 copy of a bf16 tensor on a full GPU ran out of memory there
         if t.layout != torch.strided:  # sparse (torch.sparse.mm's result): its values, densely
             t = t.to_dense()
         if t.is_quantized:  # qint8 & co.: the real values it stands for (float32, exactly)
