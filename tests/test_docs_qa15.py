@@ -180,3 +180,66 @@ def test_a_conditional_assignment_that_is_not_a_running_max_stays_sequential(bod
     src = f"def f(a, b, n):\n    m = a[0]\n    for i in range(n):\n{body}    return m\n"
     (loop,) = loop_nests(src, 1, {}, 0.0)
     assert loop["kind"] == "sequential-loop", (body, loop["verdict"])
+
+
+@pytest.mark.parametrize("header, body", [
+    ("for i in range(n - 1):", "a[i] = a[i + 1] * 2"),  # shift left: reads the element a later iteration writes
+    ("for i in range(1, n):", "a[i - 1] = a[i] + b[i]"),
+    ("for i in range(n - 2, -1, -1):", "a[i + 1] = a[i] * 2"),  # downward, reading below: still ahead of the writes
+    ("for j in range(m - 2):", "g[r, j] = g[r, j + 2] - g[r, j + 1]"),
+])
+def test_reading_an_element_a_later_iteration_overwrites_is_no_recurrence(header, body):
+    """`for i in range(n - 1): a[i] = a[i + 1] * 2` reads a[i + 1] before iteration i + 1 overwrites it: every read sees
+    the original array, so it is `a[:-1] = a[1:] * 2`, iterations independent once the result goes to a new array. It
+    was called 'sequential: each iteration needs the previous one's a[i] from a[i + 1]', which no iteration does, and
+    optimize read that as 'a GPU cannot help'. In place, threads would race: the verdict says to write out of place."""
+    from gpuspeed.profiling.loops import loop_nests
+
+    src = f"def f(a, b, g, n, m, r):\n    {header}\n        {body}\n"
+    (loop,) = loop_nests(src, 1, {}, 0.0)
+    assert loop["kind"] == "parallel-map", loop["verdict"]
+    assert not loop["dependences"]["recurrences"] and loop["dependences"]["reads_ahead"], loop["dependences"]
+    assert "sequential" not in loop["verdict"] and "new array" in loop["verdict"], loop["verdict"]
+
+
+@pytest.mark.parametrize("header, body", [
+    ("for i in range(1, n):", "a[i] = a[i - 1] * 2"),  # reads what the previous iteration wrote
+    ("for i in range(n - 2, -1, -1):", "a[i] = a[i + 1] + 1"),  # downward: a[i + 1] is the previous iteration's
+    ("for i in range(1, n - 1):", "a[i] = a[i - 1] + a[i + 1]"),  # one read behind is enough
+    ("for i in range(0, n - 1, k):", "a[i] = a[i + 1] * 2"),  # a step of unknown sign
+    ("for i in range(n - 1):", "a[2 * i] = a[i + 1]"),  # not a shift of the same index
+])
+def test_a_read_of_an_earlier_iterations_element_stays_a_recurrence(header, body):
+    from gpuspeed.profiling.loops import loop_nests
+
+    src = f"def f(a, n, k):\n    {header}\n        {body}\n"
+    (loop,) = loop_nests(src, 1, {}, 0.0)
+    assert loop["kind"] == "sequential-loop", (header, body, loop["verdict"])
+
+
+def test_no_prange_candidate_for_a_loop_that_reads_an_element_a_later_iteration_overwrites():
+    """Now that `a[i] = a[i + 1] * 2` in place is no sequential loop, optimize plans its Numba candidates: prange would
+    let a thread overwrite a[i + 1] before the thread of iteration i reads it (a wrong element at each chunk's edge,
+    now and then), so no prange candidate is planned; the serial ones are."""
+    import numpy as np
+
+    from gpuspeed.optimize import candidates as C
+
+    def shift(a):
+        for i in range(a.shape[0] - 1):
+            a[i] = a[i + 1] * 2.0
+
+    def scaled(a, out):
+        for i in range(a.shape[0] - 1):
+            out[i] = a[i + 1] * 2.0
+
+    class Wl:
+        kind, rtol, atol, in_place, variants, module = "numpy", 1e-9, None, None, {}, np
+
+    for fn, prange in ((shift, False), (scaled, True)):
+        Wl.original = staticmethod(fn)
+        rows, recs = C.plan(Wl, "cpu", {"loop_bound": True, "float64": True}, requested=["numba"])
+        names = {r["name"] for r in recs}
+        assert ("numba-prange" in names) is prange and "numba" in names, (fn.__name__, names)
+        if not prange:
+            assert any("a later iteration overwrites" in r.get("why", "") for r in rows), rows

@@ -255,6 +255,8 @@ def prange_race(fn) -> str | None:
     and whole-array ones Numba handles. Unknown source: None (range_loops assumes a loop, the checks decide)."""
     import ast
 
+    from gpuspeed.profiling.loops import dependences
+
     fdef = _function_def(fn)
     if fdef is None:
         return None
@@ -282,6 +284,10 @@ def prange_race(fn) -> str | None:
                     return (f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over "
                             f"{var} write `{ast.unparse(t)}`, an element other iterations write too (parallel, they "
                             "would race)")
+        ahead = dependences(loop)["reads_ahead"]  # `a[i] = a[i + 1] ...`: a thread may overwrite what another reads
+        if ahead:
+            return (f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over {var} read "
+                    f"{ahead[0]['name']}, an element a later iteration overwrites (parallel, they would race)")
     return None
 
 

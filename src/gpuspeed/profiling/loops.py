@@ -127,9 +127,14 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
                 "(torch.sum, or partial sums per thread and a tree reduction in a kernel) or Numba "
                 "@njit(parallel=True) with prange")
     if kind == "parallel-map":
-        return (f"move into a GPU kernel (one thread per {'outer ' if depth > 1 else ''}iteration) or Numba "
+        text = (f"move into a GPU kernel (one thread per {'outer ' if depth > 1 else ''}iteration) or Numba "
                 f"@njit{'(parallel=True)' if depth > 1 else ''}: element-wise arithmetic on arrays, iterations "
                 "independent")
+        ahead = deps.get("reads_ahead")
+        if ahead:  # a[i] = a[i + 1] ...: each read sees the original array, but a thread may overwrite it first
+            text += (f" once the results go to a new array: in place, {ahead[0]['name']} reads an element that a "
+                     "later iteration overwrites, so threads would race (NumPy's a[:-1] = a[1:] ... copies first)")
+        return text
     return "Python control flow: restructure before moving it off the interpreter"
 
 
@@ -173,6 +178,7 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
             recurrences.append({"name": key} | at(assigned[key]) | {"read_line": line + first_line - 1})
     own = {ast.dump(ast.Name(id=v, ctx=ast.Load())) for v in _target_names(loop.target)} \
         if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    reads_ahead = []
     for store in scan.stores:
         # `a[i]` and `a[i, 0]`, i this loop's own variable: the same iteration's row, no other iteration's element
         clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]
@@ -180,13 +186,61 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
         if clash:
             if _only_inner(store["dims"], clash[0]["dims"], inner_vars):
                 continue
+            if all(_ahead(loop, ld, store) for ld in clash):  # every read sees the array as it was before the loop
+                reads_ahead.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
+                                            f"[{clash[0]['index']}]"} | at(store["line"]))
+                continue
             recurrences.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
                                         f"[{clash[0]['index']}]"} | at(store["line"]))
         elif store["aug"] and store["indirect"] and store["op"]:
             reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"],
                                "elements": "indirect"} | at(store["line"]))
     _same_elements(scan, variant - inner_vars, recurrences, reductions, at)
-    return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions}
+    return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions, "reads_ahead": reads_ahead}
+
+
+def _ahead(loop, load: dict, store: dict) -> bool:
+    """The load reads an element that only a later iteration stores (`a[i + 1]` beside `a[i] = ...` going up):
+    indices equal but in one dimension, there `v + k` of the loop's own range variable v, k a literal; the load's
+    k lies ahead of the store's in the direction of a literal step."""
+    step = _range_step(loop)
+    if step is None or len(load["dims"]) != len(store["dims"]):
+        return False
+    differ = [p for p, (x, y) in enumerate(zip(load["dims"], store["dims"], strict=True)) if x[0] != y[0]]
+    if len(differ) != 1:
+        return False
+    k_load, k_store = (_offset(ast.parse(e["sources"][differ[0]], mode="eval").body, loop.target.id)
+                       for e in (load, store))
+    return k_load is not None and k_store is not None and (k_load - k_store) * step > 0
+
+
+def _range_step(loop):
+    """The literal step of `for v in range(...)` (1 when not given), else None."""
+    if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Name) or not isinstance(loop.iter, ast.Call) \
+            or _call_name(loop.iter) != "range" or loop.iter.keywords or not 1 <= len(loop.iter.args) <= 3:
+        return None
+    if len(loop.iter.args) < 3:
+        return 1
+    step = loop.iter.args[2]
+    if isinstance(step, ast.UnaryOp) and isinstance(step.op, ast.USub):
+        step, sign = step.operand, -1
+    else:
+        sign = 1
+    return sign * step.value if isinstance(step, ast.Constant) and type(step.value) is int and step.value else None
+
+
+def _offset(node, v: str):
+    """k for an index `v`, `v + k`, `k + v` or `v - k` (k an int literal), else None."""
+    if isinstance(node, ast.Name) and node.id == v:
+        return 0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        a, b = node.left, node.right
+        if isinstance(a, ast.Name) and a.id == v and isinstance(b, ast.Constant) and type(b.value) is int:
+            return b.value if isinstance(node.op, ast.Add) else -b.value
+        if isinstance(node.op, ast.Add) and isinstance(b, ast.Name) and b.id == v and isinstance(a, ast.Constant) \
+                and type(a.value) is int:
+            return a.value
+    return None
 
 
 def _same_elements(scan, outer: set, recurrences: list, reductions: list, at) -> None:
@@ -374,7 +428,8 @@ class _Scan:
             else:
                 self.events.append((key, "write", node.lineno, None))
             return True
-        entry = {"base": base, "dims": dims, "index": index, "line": node.lineno}
+        entry = {"base": base, "dims": dims, "index": index, "line": node.lineno,
+                 "sources": [ast.unparse(ix) for ix in index_nodes]}
         if store:
             indirect = any(isinstance(n, (ast.Subscript, ast.Call)) for ix in index_nodes for n in ast.walk(ix))
             if aug:  # `a[i] += v` reads a[i] before it writes it
