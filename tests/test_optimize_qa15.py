@@ -180,3 +180,42 @@ def test_a_numba_cuda_variant_on_a_machine_without_a_gpu_says_why_it_could_not_r
     rows = {row["name"]: row for row in json.loads((tmp_path / "out" / "optimize_dbl.json").read_text())["rows"]}
     said = rows["variant:cuda"]["reason"]
     assert "Error at driver init" in said and "CUDA driver library cannot be found" in said, said
+
+
+FLOAT32_SUM = """
+    import numpy as np
+
+
+    def original(x, y):
+        s = np.float32(0)
+        for i in range(x.shape[0]):
+            s += x[i] * y[i]
+        return s
+
+
+    def inputs(rng):
+        return rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+    """
+
+
+def test_a_numba_candidate_returning_a_float32_number_is_checked_as_one(tmp_path):
+    # Numba hands a float32 result back as a Python float: the original's np.float32 made every Numba candidate
+    # "WRONG shape/dtype: output 0: dtype float64, the original's float32", for the same number
+    import numpy as np
+    from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text, rewrite
+
+    run = optimize_text(tmp_path, "dot32", FLOAT32_SUM, ["numba"])
+    row = run.results["numba-serial"]
+    assert row["status"] == "ok", row.get("reason")
+    script = rewrite(run, "numba-serial")
+    use = tmp_path / "use_it.py"
+    use.write_text(LOAD_OPTIMIZED + textwrap.dedent("""
+        import numpy as np
+        x, y = np.arange(5, dtype=np.float32), np.ones(5, dtype=np.float32)
+        out = fn(x, y)
+        print(how, type(out).__name__, float(out))
+        """))
+    r = subprocess.run([sys.executable, str(use), str(script)], capture_output=True, text=True, timeout=180,
+                       cwd=tmp_path.parent)
+    assert r.returncode == 0 and r.stdout.strip().endswith("float32 10.0"), r.stdout + r.stderr
+    assert "serial" in r.stdout and np.float32(10.0) == 10.0

@@ -166,6 +166,8 @@ def build(spec: dict, wl, module):
         # cast back and checked under the workload's tolerance
         precision = r["precision"] = "float32"
     dtypes = spec.get("out_dtypes") if precision == "float32" else None
+    if backend == "numba":  # its Python numbers for the original's NumPy scalars
+        opts["scalar_dtypes"] = spec.get("out_dtypes")
     impl = mod.build(module, func=wl.func, precision=precision, out_dtypes=dtypes, device=device, **opts)
     if in_place:
         impl = impl.returning(in_place, returns)

@@ -200,7 +200,29 @@ def _users_own(fn, module) -> bool:
     return src.is_relative_to(home) and "site-packages" not in src.parts
 
 
-def build(module, func="original", precision="as-written", out_dtypes=None, prange=False, parallel=True, **_):
+def _numpy_scalars(out, out_dtypes):
+    """Numba boxes a float32 (int32, complex64) number it returns as a Python one: as the NumPy scalar the original
+    returned there (out_dtypes: its leaves' dtype names), the same value; a leaf of another kind is left as it is."""
+    wanted = iter(out_dtypes)
+
+    def cast(x):
+        want = next(wanted, None)
+        if want is None or type(x) not in (int, float, complex):
+            return x
+        want = np.dtype(want)
+        if want.kind not in "iufc" or want == np.asarray(x).dtype:
+            return x
+        try:
+            return want.type(x)
+        except (OverflowError, TypeError, ValueError):  # not a value of that dtype: the check says so
+            return x
+
+    return tree_map(cast, out)
+
+
+def build(module, func="original", precision="as-written", out_dtypes=None, prange=False, parallel=True,
+          scalar_dtypes=None, **_):
+    """scalar_dtypes: the original's output dtypes, for the numbers Numba returns as Python ones (_numpy_scalars)."""
     demote = precision == "float32"
     _install_shims()
     for key, val in list(vars(module).items()):  # helpers the original calls must be compiled too
@@ -238,8 +260,10 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
 
     # as written, the host arrays go in as they are and come out as Numba returns them (NumPy already): each call's
     # own cost is the compiled code's, as the run's end-to-end time (its device time) says
-    jitted.impl = Impl(jitted, prepare if demote else None,
-                       (lambda out: host_tree(_plain(out), out_dtypes)) if demote or out_dtypes else _plain, device="cpu",
+    fetch = (lambda out: host_tree(_plain(out), out_dtypes)) if demote or out_dtypes else _plain
+    if scalar_dtypes:
+        fetch = (lambda out, plain=fetch: _numpy_scalars(plain(out), scalar_dtypes))
+    jitted.impl = Impl(jitted, prepare if demote else None, fetch, device="cpu",
                        label=f"Numba njit({'parallel=True' if parallel else 'serial'}{', prange' if prange else ''}) "
                              f"on the CPU ({precision})")
     return jitted.impl
