@@ -152,3 +152,16 @@ def test_a_read_ceiling_a_rung_beat_is_measured_again_and_the_faster_kept(hf_fol
     assert len(calls) == 2 and roof["GBps"] > 0.001 and "measured again after the rungs" in roof["how"], roof
     row = doc["rows"][0]
     assert row["pct_of_read_roof"] == pytest.approx(100 * row["weight_GBps"] / roof["GBps"])
+
+
+@pytest.mark.parametrize("n_words, fits", [(38, True), (39, False)])
+def test_a_text_prompt_exactly_at_the_room_runs_and_one_past_is_one_line(hf_folder, capsys, n_words, fits):
+    """A context of 64 holds prompt + new tokens of at most 40 (the rest is a capture's warm-up room): 38 words and
+    2 new tokens run, 39 are refused in one line naming the limit."""
+    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(n_words), *SMALL, "--json"], capsys)
+    if fits:
+        assert rc == 0, cap.err
+        assert json.loads(cap.out)["rows"][0]["prompt_len"] == 38
+    else:
+        one_line(rc, cap, "a prompt of 39 tokens plus 2 new ones exceeds the model's context of 64")
+        assert "can be at most 40" in cap.err and cap.out == ""
