@@ -178,3 +178,21 @@ def test_prompt_on_the_named_smollm2_points_at_the_real_checkpoint_where_install
     rc, cap = cli(["--model", "smollm2-135m", "--prompt", "The capital of France is", *SMALL], capsys)
     one_line(rc, cap, f"smollm2-135m is random weights of SmolLM2-135M's shapes; the real SmolLM2-135M-Instruct is "
                       f"installed: --model {path}")
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line_before_loading(hf_folder):
+    """`--prompt "$(cat notes.txt)"` of a Latin-1 file (café as the byte e9): Python hands the stray byte on as a
+    surrogate, and the tokenizer stopped with a TypeError traceback (exit 1) after the weights were loaded."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root / "src"))
+    p = subprocess.run([sys.executable, "-m", "gpuspeed", "decode", "--model", str(_without_weights(hf_folder)),
+                        "--prompt", b"caf\xe9 au lait", *SMALL], capture_output=True, env=env, timeout=120, cwd=root)
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert err.startswith("gpuspeed: error:") and "not UTF-8" in err and "0xe9" in err, err
+    assert len(err.strip().splitlines()) == 1 and p.stdout == b""

@@ -128,6 +128,14 @@ def check_spec(spec: Spec) -> None:
         raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
     if spec.model not in M.CONFIGS and (not spec.model.strip() or not Path(spec.model).exists()):  # Path("") is "."
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
+    if spec.prompt is not None:
+        try:
+            spec.prompt.encode("utf-8")
+        except UnicodeEncodeError as exc:  # argv bytes that are not UTF-8 arrive as surrogates: the tokenizer's TypeError
+            code = ord(spec.prompt[exc.start])
+            what = f"the byte 0x{code & 0xFF:02x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+            raise UserError(f"--prompt is not UTF-8 text ({what} at character {exc.start}): give the text in UTF-8 "
+                            "(iconv -f latin1 -t utf-8 converts a Latin-1 file)") from None
     if spec.prompt is not None and spec.model in M.CONFIGS:  # before its random weights are made (an 8B: 32 GB)
         real = checkpoints.smollm2_gguf() if spec.model == "smollm2-135m" else None  # the README's real model
         raise UserError("--prompt needs a checkpoint with a tokenizer (a .gguf file or an HF folder); "
