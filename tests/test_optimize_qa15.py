@@ -219,3 +219,26 @@ def test_a_numba_candidate_returning_a_float32_number_is_checked_as_one(tmp_path
                        cwd=tmp_path.parent)
     assert r.returncode == 0 and r.stdout.strip().endswith("float32 10.0"), r.stdout + r.stderr
     assert "serial" in r.stdout and np.float32(10.0) == 10.0
+
+
+def test_the_commands_the_report_and_the_script_give_run_as_pasted_for_a_file_with_spaces(tmp_path):
+    # "my work.py": report.md's E section said `python -m cProfile -s cumtime optimized_my work.py --cpu` and
+    # `gpuspeed profile --function /path/my work.py:original`, and the script's docstring `python optimized_my work.py`:
+    # pasted into a shell, each split the name in two
+    import re
+    import shlex
+
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "my work", FLOAT32_SUM, ["numpy"])
+    report = (run.out_dir / "report.md").read_text()
+    script_name = "optimized_my work.py"
+    spans = [c for ln in report.splitlines() if ln.startswith("- ") for c in re.findall(r"`([^`]+)`", ln)]
+    commands = [c for c in spans if c.startswith(("python ", "gpuspeed ", "nsys ", "ncu "))]
+    assert len(commands) >= 5, commands
+    for command in commands:
+        argv = shlex.split(command)
+        assert script_name in argv or f"{run.wl.path}:original" in argv, command
+    doc = (run.out_dir / script_name).read_text().split('"""')[1]
+    runs = [ln.split("#")[0].strip() for ln in doc.splitlines() if ln.strip().startswith("python ")]
+    assert runs and all(shlex.split(r)[1] == script_name for r in runs), runs

@@ -10,6 +10,7 @@ import inspect
 import json
 import os
 import re
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -99,9 +100,9 @@ Measured on {device}: {measured}
 Install:
     {install}
 Run:
-    python optimized_{name}.py            # correctness test against the original, then exit 0 / 1
-    python optimized_{name}.py --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
-    python optimized_{name}.py --cpu      # force the CPU fallback
+    python {script_arg}            # correctness test against the original, then exit 0 / 1
+    python {script_arg} --bench    # and a benchmark (CUDA events, or gpuspeed.bench when installed)
+    python {script_arg} --cpu      # force the CPU fallback
 {fallback_line}
 build_optimized()'s function returns what the original returns (its dtypes for your inputs' dtypes, its kinds of
 numbers, your own array where it hands one back, a view of your array where it returns one: `x[1:]`, `x.T`).
@@ -650,6 +651,7 @@ def script_text(run) -> str:
     text = TEMPLATE.format(
         verdict_line=verdict_line, nondeterministic=nondeterministic,
         name=run.wl.name, date=_dt.date.today().isoformat(), workload_name=run.wl.path.name,
+        script_arg=shlex.quote(f"optimized_{run.wl.name}.py"),  # as pasted into a shell: a space in the name
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
         atol=run.wl.atol, tolerance=_tolerance_text(run.wl.rtol, run.wl.atol), tolerances=_tolerances(),
         ran_on_gpu=run.where == "cuda", torch_workload=run.wl.kind == "torch",

@@ -4,6 +4,7 @@ scale; the primary's bandwidth against the roofs of this GPU and the target)."""
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from gpuspeed.timing import format_time
@@ -212,16 +213,17 @@ def _projection_text(pr) -> str:
 def _profiling_guide(run) -> list[str]:
     wl = run.wl
     p = run.choice.get("primary") or ""
-    script = f"optimized_{wl.name}.py"
+    # quoted for the shell where a name has a space in it: the commands are pasted as they are
+    script, target, name = (shlex.quote(t) for t in (f"optimized_{wl.name}.py", f"{wl.path}:{wl.func}", wl.name))
     backend = run.results[p]["recipe"]["backend"] if p else ""
     L = ["Commands:", "",
          f"- Python side of the original: `python -m cProfile -s cumtime {script} --cpu` and "
-         f"`gpuspeed profile --function {wl.path}:{wl.func} --backend numpy ...`",
+         f"`gpuspeed profile --function {target} --backend {'torch' if wl.kind == 'torch' else 'numpy'} ...`",
          f"- The optimized script's own benchmark (CUDA events, warm-up, median): `python {script} --bench`",
          "- torch timing by hand: `s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); "
          "s.record(); f(x); e.record(); torch.cuda.synchronize(); s.elapsed_time(e)`",
          "- CuPy timing by hand: `cupyx.profiler.benchmark(f, (x,), n_repeat=100)` or `cupy.cuda.Event()` pairs",
-         f"- Timeline: `nsys profile -t cuda,nvtx,osrt -o {wl.name} python {script} --bench`",
+         f"- Timeline: `nsys profile -t cuda,nvtx,osrt -o {name} python {script} --bench`",
          f"- Kernels: `ncu --set full -k regex:. -c 20 python {script} --bench` (memory throughput, occupancy)",
          f"- gpuspeed: `gpuspeed profile {script} --bench` (GPU busy/idle, launch gaps, syncs, transfers)", "",
          "The levers that matter here:", ""]
