@@ -105,3 +105,34 @@ def test_a_numba_launcher_given_torch_tensors_by_the_guess_says_which_arrays_it_
                         "--input", "x=float32[1000]", "--input", "y=float32[1000]", "--backend", "numpy"],
                        capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
     assert r.returncode == 0 and "axpy [numba] grid (8, 1, 1)" in r.stdout, r.stderr[-2000:]
+
+
+ASKS_FOR_CUDA = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def add_one(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+    def launch(x):
+        out = torch.empty_like(x)
+        add_one[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+        torch.cuda.synchronize()  # as launchers written for a GPU do
+        return out
+    """
+
+
+def test_a_launcher_that_asks_for_cuda_without_a_gpu_is_told_what_to_change_not_to_swap_backends(tmp_path):
+    # torch.cuda.synchronize() (or device="cuda") in the launcher: "Torch not compiled with CUDA enabled", with nothing
+    # said about why a GPU was asked for under the interpreters (and --backend numpy would not help a Triton launcher)
+    (tmp_path / "sync.py").write_text(textwrap.dedent(ASKS_FOR_CUDA))
+    r = subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", "sync.py:launch", "--device", "cpu",
+                        "--input", "x=float32[100]"],
+                       capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
+    line = one_error(r)
+    assert "CUDA" in line and "--backend" not in line and "device=x.device" in line, line

@@ -87,7 +87,8 @@ def register(app: typer.Typer) -> None:
                 if ctx.find_root().params.get("debug"):
                     raise
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                hint = launcher_error_hint(fn, host_args, exc, guessed=backend == "auto" and bool(inputs))
+                hint = launcher_error_hint(fn, host_args, exc, guessed=backend == "auto" and bool(inputs),
+                                           gpu=where == "cuda")
                 raise UserError(f"{name} raised {type(exc).__name__}: {first}{hint}") from exc
         rep.notes[:0] = notes
         if out:

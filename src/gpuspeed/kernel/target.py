@@ -285,15 +285,22 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
     return (), {}, notes, None
 
 
-def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed: bool = False) -> str:
+def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed: bool = False,
+                        gpu: bool = True) -> str:
     """What to change when the launcher failed on the arguments the file's inputs(rng) made ('' when nothing fits):
     a dict is one argument, not keywords; NumPy arrays handed to a launcher written for torch tensors want
     `gpuspeed_inputs = "torch"`, which moves them to the device first. For --input arrays whose library was
-    guessed from the launcher's module (`guessed`), which library they were and how to choose another."""
+    guessed from the launcher's module (`guessed`), which library they were and how to choose another. Without a
+    GPU (`gpu` False), a launcher that asks for CUDA itself (torch.cuda.synchronize(), device="cuda")."""
     import numpy as np
 
+    text = str(exc).lower()
+    if not gpu and ("cuda" in text or "nvidia driver" in text):
+        return (" (without a GPU the launcher runs on the CPU under the interpreters, so it must not ask for CUDA "
+                "itself: make its arrays where its arguments are, device=x.device or torch.empty_like(x), and leave "
+                "torch.cuda.synchronize() out of it or behind `if x.is_cuda:`)")
     if host_args is None:
-        if not guessed:
+        if not guessed or not isinstance(exc, (TypeError, AttributeError)):  # arrays of another library fail so
             return ""
         from gpuspeed.profiling.backend import infer_backend
 
