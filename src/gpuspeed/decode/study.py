@@ -981,14 +981,10 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
     for r in rows:  # a rung that failed or was skipped: None
         s[f"{label}_{r['variant'].lower()}_ms_per_token"] = r.get("ms_per_token")
     hs = next((r for r in hf if r.get("variant") == "HF static" and "ms_per_token" in r), None)
-    hd = next((r for r in hf if r.get("variant") == "HF dynamic" and "ms_per_token" in r), None)
-    if hd:
-        s[f"{label}_hf_dynamic_ms_per_token"] = hd["ms_per_token"]
-    hn = next((r for r in hf if r.get("variant") == "HF no-cache" and "ms_per_token" in r), None)
-    if hn:
-        s[f"{label}_hf_nocache_ms_per_token"] = hn["ms_per_token"]
-    if hs:
-        s[f"{label}_hf_static_ms_per_token"] = hs["ms_per_token"]
+    for key, kind in (("hf_dynamic", "HF dynamic"), ("hf_nocache", "HF no-cache"), ("hf_static", "HF static")):
+        row = next((r for r in hf if r.get("variant") == kind), None)
+        if row is not None:  # a row that failed or was skipped: None, as a rung's (no row: not run, or no transformers)
+            s[f"{label}_{key}_ms_per_token"] = row.get("ms_per_token")
     if hs and best:
         s[f"{label}_best_over_hf_static"] = hs["ms_per_token"] / best["ms_per_token"]
     elif spec.transformers_rows:  # asked for, but failed, skipped by a cap, or transformers missing
