@@ -200,11 +200,14 @@ def test_a_prompt_that_is_not_utf8_is_one_line_before_loading(hf_folder):
 
 def test_transformers_rows_that_were_skipped_keep_their_summary_keys_as_none(hf_folder, capsys):
     """The ladder's <variant>_ms_per_token keys are None where a rung failed or was skipped, but the transformers
-    rows' (hf_static/hf_dynamic/hf_nocache_ms_per_token) went missing: a run-to-run comparison read them as not asked."""
+    rows' (hf_static/hf_dynamic/hf_nocache_ms_per_token), the --batches and the --long-prompt ones went missing: a
+    run-to-run comparison read them as not asked for."""
     rc, cap = cli(["--model", str(hf_folder), "--prompt", words(4), *[a for a in SMALL if a != "--no-hf"], "--time-cap",
-                   "0.001", "--json"], capsys)
+                   "0.001", "--batches", "2", "--long-prompt", "8", "--json"], capsys)
     assert rc == 1, cap.err  # nothing measured
     summary = json.loads(cap.out)["summary"]
-    for key in ("hf_static", "hf_dynamic", "hf_nocache"):
-        assert f"my-llama_fp32_{key}_ms_per_token" in summary, summary
-        assert summary[f"my-llama_fp32_{key}_ms_per_token"] is None
+    # and so did the batch sweep's and the long prompt's
+    for key in ("hf_static_ms_per_token", "hf_dynamic_ms_per_token", "hf_nocache_ms_per_token", "b2_tokens_per_s",
+                "p8_best_ms_per_token"):
+        assert f"my-llama_fp32_{key}" in summary, summary
+        assert summary[f"my-llama_fp32_{key}"] is None

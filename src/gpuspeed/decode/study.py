@@ -989,13 +989,11 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
         s[f"{label}_best_over_hf_static"] = hs["ms_per_token"] / best["ms_per_token"]
     elif spec.transformers_rows:  # asked for, but failed, skipped by a cap, or transformers missing
         s[f"{label}_best_over_hf_static"] = None
-    for r in extra_rows:
-        if "ms_per_token" not in r:
-            continue
+    for r in extra_rows:  # one that failed or was skipped: None
         if r["study"] == "long_prompt":
-            s[f"{label}_p{r['prompt_len']}_best_ms_per_token"] = r["ms_per_token"]
+            s[f"{label}_p{r['prompt_len']}_best_ms_per_token"] = r.get("ms_per_token")
         elif r["study"] == "batch":
-            s[f"{label}_b{r['batch']}_tokens_per_s"] = r["tokens_per_s"]
+            s[f"{label}_b{r['batch']}_tokens_per_s"] = r.get("tokens_per_s")
     s[f"{label}_b{spec.batch}_tokens_per_s"] = best.get("tokens_per_s")
     if spec.dtype != "fp32":
         ag = [r.get("token_agreement_vs_fp32") for r in ok if r.get("token_agreement_vs_fp32") is not None]
