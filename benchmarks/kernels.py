@@ -228,7 +228,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph: a whole sentence
     ap.add_argument("--out", default=None, help="folder for kernels.json (default results/<gpu>)")
     ap.add_argument("--examples", default=None, help=f"comma-separated (default: {','.join(EXAMPLES)})")
     ap.add_argument("--quick", action="store_true", help="short timings; no optimize run (unless --optimize-json)")

@@ -118,7 +118,7 @@ def kept_rows(previous: Path, names: list[str], here) -> tuple[list[dict], list[
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # the first paragraph: a whole sentence
     ap.add_argument("--out", default=None, help="folder for optimize.json (default results/<gpu>)")
     ap.add_argument("--examples", default=None, help="comma-separated names (default: every bundled example)")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs to spread the examples over (CUDA_VISIBLE_DEVICES)")

@@ -136,3 +136,17 @@ def test_a_launcher_that_asks_for_cuda_without_a_gpu_is_told_what_to_change_not_
                        capture_output=True, text=True, env=interpreted_env(), timeout=300, cwd=tmp_path)
     line = one_error(r)
     assert "CUDA" in line and "--backend" not in line and "device=x.device" in line, line
+
+
+def test_the_benchmark_scripts_help_says_what_they_do_in_whole_sentences():
+    # `python benchmarks/kernels.py --help` said "each one's time on device-resident inputs, its" and stopped: the
+    # description was the docstring's first line, cut mid-sentence
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for script, ends in (("kernels.py", "kernels.json."), ("optimize.py", ".")):
+        r = subprocess.run([sys.executable, str(root / "benchmarks" / script), "--help"], capture_output=True,
+                           text=True, env=interpreted_env(), timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        described = " ".join(r.stdout.split("\n\n")[1].split())  # the paragraph after the usage
+        assert described.endswith(ends) and not described.endswith(("its", ",")), (script, described)
