@@ -265,3 +265,20 @@ def test_check_of_a_bf16_cuda_tensor_on_a_full_gpu_makes_no_copy_there():
     finally:
         del filler
     assert r.passed, r.summary
+
+
+# -- place(): a point far past any cache's speed is not called cache-resident -------------------------------------
+
+def test_a_call_that_moves_none_of_its_bytes_is_not_placed_as_cache_resident():
+    # a call that returns a view or does nothing was placed at ~60000 % of the memory roof with the note "cache-resident
+    # data (the working set sat in cache...)": no cache is 600x faster than memory; its bytes were never moved
+    import torch
+
+    from gpuspeed.roofline import place
+    from gpuspeed.roofline.study import ceilings_from_results
+
+    x = torch.randn(512, 512)
+    p = place(lambda t: t.t(), x, flops=1, ceilings=ceilings_from_results(_cpu_roofline_doc()), budget_s=0.1)
+    assert p.pct_of_roof > 5000, p.pct_of_roof
+    assert not any("cache-resident" in n or "sat in cache" in n for n in p.notes), p.notes
+    assert any("bytes=" in n and "fewer" in n for n in p.notes), p.notes

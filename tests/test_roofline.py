@@ -284,18 +284,20 @@ def test_a_cpu_point_above_its_memory_roof_is_not_explained_as_cache_alone():
 
     from gpuspeed.roofline.place import place
     from gpuspeed.roofline.report import pct_text
+    from gpuspeed.timing import bench
 
-    cpu = Ceilings("cpu", "test cpu", [Ceiling("read", "memory", 0.1), Ceiling("fp32", "compute", 1.0)])
-    p = place(torch.sum, torch.rand(4096) + 0.5, flops=4096, ceilings=cpu, name="sum", budget_s=0.05,
-              warmup_s=0.01)
+    x = torch.rand(4096) + 0.5
+    # a roof a third of what the call reaches here: above it, but not past any cache's speed (IMPLAUSIBLE_OVER_ROOF)
+    roof = x.nbytes / bench(torch.sum, x, device="cpu", budget_s=0.05).median / 1e9 / 3
+    cpu = Ceilings("cpu", "test cpu", [Ceiling("read", "memory", roof), Ceiling("fp32", "compute", 1.0)])
+    p = place(torch.sum, x, flops=4096, ceilings=cpu, name="sum", budget_s=0.05, warmup_s=0.01)
     assert p.above_roof and p.bound == "memory"
     note = [n for n in p.notes if n.startswith("above roof")]
     assert len(note) == 1 and "shared CPU" in note[0] and "cache" in note[0], p.notes
     assert pct_text(p.to_dict(), cpu=True) == ">100 (above the measured ceiling)"
     assert pct_text(p.to_dict()) == ">100 (above roof: cache-resident data)"  # a GPU's table keeps its reason
-    gpu = Ceilings("cuda", "test", [Ceiling("read", "memory", 0.1), Ceiling("fp32", "compute", 1.0)])
-    g = place(torch.sum, torch.rand(4096) + 0.5, flops=4096, ceilings=gpu, name="sum", budget_s=0.05,
-              warmup_s=0.01, device="cpu")
+    gpu = Ceilings("cuda", "test", [Ceiling("read", "memory", roof), Ceiling("fp32", "compute", 1.0)])
+    g = place(torch.sum, x, flops=4096, ceilings=gpu, name="sum", budget_s=0.05, warmup_s=0.01, device="cpu")
     assert [n for n in g.notes if n.startswith("above roof")] == [
         "above roof: cache-resident data (the working set sat in cache, faster than device memory)"]
 

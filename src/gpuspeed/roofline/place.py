@@ -151,16 +151,24 @@ class Placement:
 
 # Why a point can sit above the roof, by its bound: the roof is what device memory or the compute ceiling
 # delivers, and a point beats it only when that is not what limited it.
+IMPLAUSIBLE_OVER_ROOF = 50  # times its roof: past any cache's bandwidth over memory's (a GPU's L1 ~8x, a CPU's L2 ~10x)
 ABOVE_ROOF = {"memory": "above roof: cache-resident data (the working set sat in cache, faster than device memory)",
               "compute": "above roof: faster than the measured compute ceiling (measured in a slower clock state)",
               # a CPU's placement of a working set far past its last-level cache (sum over 128 MiB) was seen at
               # 157 % of a shared CI host's read ceiling: the ceilings were measured while neighbours used the bus
               "cpu memory": "above roof: faster than the measured memory ceiling (the working set sat in cache, or "
-                            "this shared CPU's ceilings were measured while other work used its memory bus)"}
+                            "this shared CPU's ceilings were measured while other work used its memory bus)",
+              # a view or a no-op (x.t(), lambda x: None) was placed at ~60000 % of the roof as "cache-resident"
+              "implausible": f"far above roof (over {IMPLAUSIBLE_OVER_ROOF}x): no cache or clock is that fast, so the "
+                             "call moved fewer bytes or did fewer FLOPs than counted (it returned a view, did nothing, "
+                             "or its work runs lazily or ran earlier): pass bytes= and flops= as one call moves them"}
 
 
-def above_roof_note(bound: str, device_kind: str) -> str:
-    """Why a point of this bound beats its roof on this kind of device (ABOVE_ROOF's entry)."""
+def above_roof_note(bound: str, device_kind: str, pct_of_roof: float | None = None) -> str:
+    """Why a point of this bound beats its roof on this kind of device (ABOVE_ROOF's entry); far above it, that its
+    flops or bytes were not what the call did."""
+    if pct_of_roof is not None and pct_of_roof > 100 * IMPLAUSIBLE_OVER_ROOF:
+        return ABOVE_ROOF["implausible"]
     return ABOVE_ROOF.get(f"{device_kind} {bound}", ABOVE_ROOF[bound])
 
 
@@ -260,7 +268,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         ceilings = cached_ceilings(where)
     m = bench(fn, *args, kwargs=kwargs, name=name, **bench_kwargs)
     d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
-    above = [above_roof_note(d["bound"], ceilings.device_kind)] if d["above_roof"] else []
+    above = [above_roof_note(d["bound"], ceilings.device_kind, d["pct_of_roof"])] if d["above_roof"] else []
     elsewhere = _elsewhere_note(ceilings, m) if given else None  # ceilings measured here need no word
     notes = list(m.notes) + above + [n for n in (host_note, elsewhere) if n]
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,

@@ -108,7 +108,7 @@ class Study:
                 p |= locate(p["name"], p["flops"], p["bytes"], p["time_s"], self.ceil, p["unit"])
                 p["notes"] = [n for n in p.get("notes", []) if n not in ABOVE_ROOF.values()]
                 if p["above_roof"]:
-                    p["notes"].append(above_roof_note(p["bound"], self.kind))
+                    p["notes"].append(above_roof_note(p["bound"], self.kind, p["pct_of_roof"]))
 
     def _ceiling_step(self, label, fn, merge: bool = False):
         def run():
