@@ -211,3 +211,14 @@ def test_transformers_rows_that_were_skipped_keep_their_summary_keys_as_none(hf_
                 "p8_best_ms_per_token"):
         assert f"my-llama_fp32_{key}" in summary, summary
         assert summary[f"my-llama_fp32_{key}"] is None
+
+
+def test_a_bf16_run_that_measured_nothing_keeps_its_agreement_keys_as_none(hf_folder, capsys):
+    rc, cap = cli(["--model", str(hf_folder), "--prompt-len", "4", *SMALL, "--dtype", "bf16", "--time-cap", "0.001",
+                   "--json"], capsys)
+    assert rc == 1, cap.err
+    summary = json.loads(cap.out)["summary"]
+    for key in ("min_token_agreement_vs_fp32", "min_teacher_forced_agreement_vs_fp32",
+                "max_teacher_forced_logit_err_vs_fp32"):
+        assert f"my-llama_bf16_{key}" in summary, summary
+        assert summary[f"my-llama_bf16_{key}"] is None

@@ -1004,6 +1004,11 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
             s[f"{label}_min_teacher_forced_agreement_vs_fp32"] = min(tf)
             s[f"{label}_max_teacher_forced_logit_err_vs_fp32"] = worst(  # a NaN rung's: NaN, not the others'
                 r["teacher_forced_max_logit_err_vs_fp32"] for r in ok if "teacher_forced_max_logit_err_vs_fp32" in r)
+        if spec.agreement and not spec.quant:  # no rung compared with fp32 (failed, skipped): None, not missing
+            s.setdefault(f"{label}_min_token_agreement_vs_fp32", None)
+            if spec.sampling.greedy:  # teacher forcing is greedy's alone
+                s.setdefault(f"{label}_min_teacher_forced_agreement_vs_fp32", None)
+                s.setdefault(f"{label}_max_teacher_forced_logit_err_vs_fp32", None)
     return s
 
 
