@@ -222,3 +222,10 @@ def test_a_bf16_run_that_measured_nothing_keeps_its_agreement_keys_as_none(hf_fo
                 "max_teacher_forced_logit_err_vs_fp32"):
         assert f"my-llama_bf16_{key}" in summary, summary
         assert summary[f"my-llama_bf16_{key}"] is None
+
+
+def test_a_long_prompt_past_the_context_beside_a_text_prompt_is_refused_before_loading(hf_folder, capsys):
+    rc, cap = cli(["--model", str(_without_weights(hf_folder)), "--prompt", words(3), *SMALL, "--long-prompt", "60"],
+                  capsys)
+    one_line(rc, cap, "--long-prompt of 60 tokens plus 2 new ones exceeds the model's context of 64")
+    assert cap.out == ""

@@ -1125,12 +1125,15 @@ def _checkpoint_args(model: str):
 
 def check_text_prompt(spec: Spec, args) -> None:
     """--prompt on a checkpoint, before its weights are read (minutes for a large one): refused where it has no
-    tokenizer (make_prompt's words), or where --new-tokens leave no room in its context even for a one-token prompt."""
+    tokenizer (make_prompt's words), or where its context cannot hold --new-tokens after a one-token prompt, or after
+    --long-prompt."""
     if not checkpoints.has_tokenizer(spec.model):
         what = "has no tokenizer.json, tokenizer.model or tokenizer_config.json" if Path(spec.model).is_dir() else \
             "holds no tokenizer (no tokenizer.ggml.model)"
         raise UserError(f"--prompt needs a tokenizer: {spec.model} {what}; give --prompt-len for a random prompt")
     check_context("a text prompt", 1, spec.new_tokens, args.max_seq_len, at_least=True)
+    if spec.long_prompt:  # its random tokens' length is known now
+        check_context("--long-prompt", spec.long_prompt, spec.new_tokens, args.max_seq_len)
 
 
 def check_fits(spec: Spec, device: str) -> None:
