@@ -282,3 +282,6 @@ def test_a_call_that_moves_none_of_its_bytes_is_not_placed_as_cache_resident():
     assert p.pct_of_roof > 5000, p.pct_of_roof
     assert not any("cache-resident" in n or "sat in cache" in n for n in p.notes), p.notes
     assert any("bytes=" in n and "fewer" in n for n in p.notes), p.notes
+    from gpuspeed.roofline.report import pct_text  # the tables' % of roof column
+
+    assert "cache" not in pct_text(p.to_dict()) and "fewer" in pct_text(p.to_dict())

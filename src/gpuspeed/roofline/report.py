@@ -16,8 +16,12 @@ def _f(v, fmt=None) -> str:
 def pct_text(row: dict, fmt: str = ",.1f", *, cpu: bool = False) -> str:
     """% of roof as shown to a reader: a point above the roof is labelled why, not shown as 103-180 %
     (cpu: a CPU's point, where a shared host's drifting ceilings explain it as well as a cache does)."""
+    from gpuspeed.roofline.place import IMPLAUSIBLE_OVER_ROOF
+
     if row.get("pct_of_roof") is None:
         return "-"
+    if row["pct_of_roof"] > 100 * IMPLAUSIBLE_OVER_ROOF:  # no cache is that fast: the counts were not the call's
+        return f">{IMPLAUSIBLE_OVER_ROOF}x roof (fewer bytes or FLOPs moved than counted)"
     if row["pct_of_roof"] > 100:
         return ">100 (above roof: cache-resident data)" if row.get("bound") == "memory" and not cpu else \
             ">100 (above the measured ceiling)"
