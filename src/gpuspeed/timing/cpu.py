@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from gpuspeed import device as _device
-from gpuspeed.stats import Measurement, summarize
+from gpuspeed.stats import Measurement, format_time, summarize
 from gpuspeed.timing import gpu
 from gpuspeed.timing import refuse_lazy_result as _refuse_lazy_result
 from gpuspeed.timing.stopping import Stopper, settle
@@ -24,6 +24,15 @@ def idle_sync_s(n: int = 21) -> float:
     for _ in range(n):
         t = time.perf_counter()
         gpu.synchronize()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def clock_cost_s(n: int = 101) -> float:
+    """Median seconds between two perf_counter readings with nothing between them."""
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
         times.append(time.perf_counter() - t)
     return float(np.median(times))
 
@@ -103,6 +112,10 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
     if per_sample > 1:
         notes.append(f"each sample is the mean of {per_sample} back-to-back calls: one takes ~{typical * 1e6:.2g} us, "
                      "where the clock's own cost would be much of a single call's time")
+    elif not device_sync and typical < BATCH_BELOW_S:  # a callable flush before every call: one call a sample
+        notes.append(f"each sample is one call (the flush goes before each), ~{format_time(float(np.median(samples)))}: "
+                     f"a call this short is timed with the clock's own cost in it (~{clock_cost_s() * 1e9:.0f} ns a "
+                     "reading, measured here) and the call's Python overhead; without flush= it is timed in batches")
     flush_l2, flush_done = False, "custom per-call" if callable(flush) else "none"
     if device_sync:
         notes.append(f"host clock with a device synchronize before and after each call: host data in and out, "
