@@ -242,3 +242,47 @@ def test_the_commands_the_report_and_the_script_give_run_as_pasted_for_a_file_wi
     doc = (run.out_dir / script_name).read_text().split('"""')[1]
     runs = [ln.split("#")[0].strip() for ln in doc.splitlines() if ln.strip().startswith("python ")]
     assert runs and all(shlex.split(r)[1] == script_name for r in runs), runs
+
+
+TWO_PROJECTS = """
+import importlib.util
+import sys
+
+import numpy as np
+
+fns = []
+for script in sys.argv[1:]:
+    spec = importlib.util.spec_from_file_location(f"opt{len(fns)}", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fns.append(module.build_optimized()[0])
+print([float(fn(np.ones(2))[0]) for fn in fns])
+"""
+
+
+def test_two_projects_optimized_scripts_in_one_process_each_use_their_own_helpers(tmp_path):
+    # a notebook loading project a's and project b's optimized_work.py, each workload doing `from helpers import scale`
+    # from its own folder: b's function used a's helpers (already in sys.modules) and returned a's answers
+    from optimize_script_helpers import optimize_text
+
+    scripts = []
+    for project, factor in (("a", 2.0), ("b", 3.0)):
+        folder = tmp_path / project
+        folder.mkdir()
+        (folder / "helpers.py").write_text(f"def scale(x):\n    return x * {factor}\n")
+        run = optimize_text(folder, "work", """
+            from helpers import scale
+
+
+            def original(x):
+                return scale(x) + 1
+
+
+            def inputs(rng):
+                return (rng.standard_normal(50),)
+            """, ["numpy"])
+        scripts.append(str(run.out_dir / "optimized_work.py"))
+    use = tmp_path / "notebook.py"
+    use.write_text(TWO_PROJECTS)
+    r = subprocess.run([sys.executable, str(use), *scripts], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[3.0, 4.0]", r.stdout + r.stderr

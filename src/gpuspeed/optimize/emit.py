@@ -182,6 +182,7 @@ def load_workload(unique=""):
             sys.path.insert(1, str(folder))
     if Path(IMPORT_ROOT).is_dir() and IMPORT_ROOT not in sys.path:  # after everything else, as optimize had it
         sys.path.append(IMPORT_ROOT)
+    forget_shadowed([path.resolve().parent, folder] if parts else [path.resolve().parent])
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -195,6 +196,24 @@ def load_workload(unique=""):
         sys.exit(f"{{WORKLOAD_FILE}} failed to load: {{type(exc).__name__}}: {{text[0] if text else ''}} (gpuspeed "
                  f"optimize ran it from {{IMPORT_ROOT}}: run this script from there)")
     return module
+
+
+def forget_shadowed(folders):
+    """Drop the modules another folder's code brought in under a name these folders hold too (a second project's
+    helpers.py, its optimized script loaded earlier in this process), so that this workload's `from helpers import f`
+    finds its own, not theirs; the code that imported them keeps what it bound. Libraries are left alone."""
+    import sysconfig
+
+    libraries = [Path(p).resolve() for k, p in sysconfig.get_paths().items()
+                 if k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    for name, mod in list(sys.modules.items()):
+        where = getattr(mod, "__file__", None)
+        top = name.partition(".")[0]
+        if not where or top.startswith("__") or not any((f / f"{{top}}.py").is_file() or (f / top / "__init__.py").is_file() for f in folders):
+            continue
+        where = Path(where).resolve()
+        if not any(f in where.parents for f in folders) and not any(lib in where.parents for lib in libraries):
+            del sys.modules[name]
 
 
 def on_the_host():
