@@ -56,8 +56,9 @@ def test_params_prompt_len_is_the_text_prompts_token_count(hf_folder, capsys):
 
 
 def _without_weights(folder):
-    """The folder with its weights gone: a refusal that comes first was made before any weight was read."""
-    (folder / "model.safetensors").unlink()
+    """The folder with its weights replaced by bytes no loader reads: a refusal that comes first was made before any
+    weight was read."""
+    (folder / "model.safetensors").write_bytes(b"not read")
     return folder
 
 
@@ -228,4 +229,17 @@ def test_a_long_prompt_past_the_context_beside_a_text_prompt_is_refused_before_l
     rc, cap = cli(["--model", str(_without_weights(hf_folder)), "--prompt", words(3), *SMALL, "--long-prompt", "60"],
                   capsys)
     one_line(rc, cap, "--long-prompt of 60 tokens plus 2 new ones exceeds the model's context of 64")
+    assert cap.out == ""
+
+
+def test_a_bin_only_folder_is_one_line_and_prints_nothing_else(hf_folder, capsys):
+    """A folder of pytorch_model.bin (an older save_pretrained) was refused by the loader, after the CPU banner had gone
+    to stdout: a refusal that prints a banner first reads as a run that started."""
+    import torch
+    from safetensors.torch import load_file
+
+    torch.save(load_file(hf_folder / "model.safetensors"), hf_folder / "pytorch_model.bin")
+    (hf_folder / "model.safetensors").unlink()
+    rc, cap = cli(["--model", str(hf_folder), "--prompt-len", "4", *SMALL], capsys)
+    one_line(rc, cap, "no .safetensors files (pytorch_model.bin is not supported)")
     assert cap.out == ""

@@ -300,7 +300,7 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
         files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else \
             sorted(folder.glob("*.safetensors"))
         if not files:
-            raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
+            check_has_weights(folder)
         weight_map = None
     try:
         from safetensors import safe_open
@@ -380,6 +380,12 @@ def has_tokenizer(path: str | Path) -> bool:
         return any((p / f).is_file() for f in TOKENIZER_FILES)
     opened = _GGUF_OPENED.get(_file_key(p)) or _open_gguf(p)  # gguf_args' reader where it has just read this file
     return _gguf_field(opened[1], "tokenizer.ggml.model") is not None
+
+
+def check_has_weights(folder: Path) -> None:
+    """A one-line UserError for a folder holding no safetensors weights (pytorch_model.bin alone), before any is read."""
+    if not (folder / "model.safetensors.index.json").is_file() and not any(folder.glob("*.safetensors")):
+        raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
 
 
 def _read_json(path: Path):

@@ -1117,7 +1117,9 @@ def _checkpoint_args(model: str):
         cfg = p / "config.json"
         if not cfg.is_file():
             return None
-        return checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p))
+        args = checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p))
+        checkpoints.check_has_weights(p)
+        return args
     if p.is_file() and checkpoints._is_gguf(p):
         return checkpoints.gguf_args(p)
     return None
