@@ -243,3 +243,29 @@ def test_a_bin_only_folder_is_one_line_and_prints_nothing_else(hf_folder, capsys
     rc, cap = cli(["--model", str(hf_folder), "--prompt-len", "4", *SMALL], capsys)
     one_line(rc, cap, "no .safetensors files (pytorch_model.bin is not supported)")
     assert cap.out == ""
+
+
+def _no_config(d):
+    (d / "config.json").unlink()
+    return d
+
+
+def _a_shard_missing(d):
+    (d / "model.safetensors").unlink()
+    random_hf_llama(BASE).save_pretrained(d, max_shard_size="20KB")  # several shards and their index
+    shards = sorted(d.glob("model-*.safetensors"))
+    shards[-1].unlink()
+    return d
+
+
+@pytest.mark.parametrize("break_it, says", [
+    (_no_config, "no config.json (not a Hugging Face model folder)"),
+    (_a_shard_missing, "model.safetensors.index.json: names model-0000"),
+    (lambda d: d / "config.json", "not a GGUF file or a folder with config.json and safetensors"),  # a file given
+])
+def test_a_checkpoint_the_loader_refuses_is_one_line_before_the_run_starts(hf_folder, capsys, break_it, says):
+    """A folder with no config.json, a sharded folder missing a shard, a file that is no GGUF: the loader's one line
+    came after the CPU banner had gone to stdout."""
+    rc, cap = cli(["--model", str(break_it(hf_folder)), "--prompt-len", "4", *SMALL], capsys)
+    one_line(rc, cap, says)
+    assert cap.out == ""

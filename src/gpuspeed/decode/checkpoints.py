@@ -254,7 +254,11 @@ def load(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
         return load_gguf(p, device=device, dtype=dtype)
     if p.is_dir():
         return load_hf(p, device=device, dtype=dtype)
-    raise UserError(f"{p}: not a GGUF file or a folder with config.json and safetensors")
+    raise not_a_checkpoint(p)
+
+
+def not_a_checkpoint(p: Path) -> UserError:
+    return UserError(f"{p}: not a GGUF file or a folder with config.json and safetensors")
 
 
 def _is_gguf(p: Path) -> bool:
@@ -278,12 +282,10 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
     folder = Path(folder)
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        ggufs = sorted(p.name for p in folder.glob("*.gguf")) if folder.is_dir() else []
-        hint = f"; it holds {ggufs[0]}: pass that file as --model" if len(ggufs) == 1 else (
-            f"; it holds {len(ggufs)} .gguf files: pass one of them as --model" if ggufs else "")
-        raise UserError(f"{folder}: no config.json (not a Hugging Face model folder){hint}")
+        raise no_config(folder)
     cfg = _read_json(cfg_path)
     args = args_from_hf_config(cfg, name=folder_name(folder))
+    check_weight_files(folder)
     index = folder / "model.safetensors.index.json"
     # transformers reads model.safetensors first where both are: save_pretrained of a whole model over a sharded
     # save leaves the old index behind (it removes the old shards only), so the index there is stale
@@ -300,7 +302,7 @@ def load_hf(folder: str | Path, *, device="cpu", dtype=torch.float32, shape_args
         files = [folder / "model.safetensors"] if (folder / "model.safetensors").is_file() else \
             sorted(folder.glob("*.safetensors"))
         if not files:
-            check_has_weights(folder)
+            check_weight_files(folder)
         weight_map = None
     try:
         from safetensors import safe_open
@@ -382,10 +384,27 @@ def has_tokenizer(path: str | Path) -> bool:
     return _gguf_field(opened[1], "tokenizer.ggml.model") is not None
 
 
-def check_has_weights(folder: Path) -> None:
-    """A one-line UserError for a folder holding no safetensors weights (pytorch_model.bin alone), before any is read."""
-    if not (folder / "model.safetensors.index.json").is_file() and not any(folder.glob("*.safetensors")):
+def no_config(folder: Path) -> UserError:
+    ggufs = sorted(p.name for p in folder.glob("*.gguf")) if folder.is_dir() else []
+    hint = f"; it holds {ggufs[0]}: pass that file as --model" if len(ggufs) == 1 else (
+        f"; it holds {len(ggufs)} .gguf files: pass one of them as --model" if ggufs else "")
+    return UserError(f"{folder}: no config.json (not a Hugging Face model folder){hint}")
+
+
+def check_weight_files(folder: Path) -> None:
+    """A one-line UserError, before any weight is read, for a folder holding no safetensors weights (pytorch_model.bin
+    alone) or whose index (read where there is no model.safetensors, as load_hf reads it) names a shard not there."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file() and not any(folder.glob("*.safetensors")):
         raise UserError(f"{folder}: no .safetensors files (pytorch_model.bin is not supported)")
+    if index.is_file() and not (folder / "model.safetensors").is_file():
+        doc = _read_json(index)
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if isinstance(weight_map, dict):  # else load_hf's own line: not a safetensors index
+            missing = sorted({str(f) for f in weight_map.values() if not (folder / str(f)).is_file()})
+            if missing:
+                more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+                raise UserError(f"{index}: names {missing[0]}{more}, which is not there (a download cut short?)")
 
 
 def _read_json(path: Path):

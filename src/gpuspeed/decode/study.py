@@ -1109,19 +1109,22 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
 
 def _checkpoint_args(model: str):
     """The shapes of a checkpoint's model before any weight is read: a Hugging Face folder's config.json, a GGUF
-    file's metadata (memory-mapped: no tensor is dequantized). None where the loader will refuse it in its own words
-    (no config.json, not a checkpoint); a config or metadata it cannot take (not a Llama, a bad field, a truncated
-    GGUF) is the loader's one-line UserError, raised now: before the run prints or starts anything."""
+    file's metadata (memory-mapped: no tensor is dequantized); None where there is nothing at that path. What the
+    loader would refuse without reading a weight (no config.json, no safetensors or a shard missing, a file that is no
+    GGUF, not a Llama, a bad field, a truncated GGUF) is its one-line UserError, raised now: before the run prints or
+    starts anything."""
     p = Path(model)
     if p.is_dir():
         cfg = p / "config.json"
         if not cfg.is_file():
-            return None
+            raise checkpoints.no_config(p)
         args = checkpoints.args_from_hf_config(checkpoints._read_json(cfg), name=checkpoints.folder_name(p))
-        checkpoints.check_has_weights(p)
+        checkpoints.check_weight_files(p)
         return args
     if p.is_file() and checkpoints._is_gguf(p):
         return checkpoints.gguf_args(p)
+    if p.exists():  # a file that is no GGUF
+        raise checkpoints.not_a_checkpoint(p)
     return None
 
 
