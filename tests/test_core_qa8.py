@@ -54,7 +54,9 @@ def test_explain_varies_tensors_passed_by_keyword_and_keeps_keyword_options():
     by_name = explain(_scaled_sin, scale=2, x=torch.randn(8), check_fullgraph=False)
     assert by_name.calls == 4 and by_name.recompiles >= 1, by_name
     assert any("size" in r for r in by_name.recompile_reasons), by_name
-    assert not by_name.notes  # the int option `scale` was not bumped into calls the function refuses
+    # the int option `scale` was not bumped into calls the function refuses (a note on functions other tests of this
+    # process compiled, which explain()'s cache reset recompiles, is about them, not this call)
+    assert not [n for n in by_name.notes if "reset torch._dynamo's caches" not in n], by_name.notes
     # the same function with the tensor passed positionally reads the same
     positional = explain(_scaled_sin, torch.randn(8), scale=2, check_fullgraph=False)
     assert positional.recompiles == by_name.recompiles
