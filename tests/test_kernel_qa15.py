@@ -150,3 +150,23 @@ def test_the_benchmark_scripts_help_says_what_they_do_in_whole_sentences():
         assert r.returncode == 0, r.stderr[-2000:]
         described = " ".join(r.stdout.split("\n\n")[1].split())  # the paragraph after the usage
         assert described.endswith(ends) and not described.endswith(("its", ",")), (script, described)
+
+
+# -- the verdict of a point far past any cache's speed ---------------------------------------------------------------
+
+
+def test_a_kernel_far_above_its_roof_is_not_called_cache_resident():
+    """A launcher whose counted bytes its launches never move (a view handed back, bytes= too large) was placed at
+    thousands of % of the copy roof with the verdict 'cache-resident data, part of the traffic stayed in L2', where
+    roofline.place already says such a point moved fewer bytes than counted. The verdict now says the same."""
+    from gpuspeed.kernel import verdict
+
+    la = {"kernel": "k", "backend": "triton", "grid": [4096, 1, 1], "num_warps": 4, "threads_per_block": 128}
+    facts = {"gpu": True, "launches": [la], "main": la, "sms": 132, "bound": "memory", "roof": "copy",
+             "time_s": 2e-6, "occupancy_pct": 100.0, "limiter": "warps", "copy_pct": 90.0}
+    rule, said, lever = verdict.judge({**facts, "pct_of_roof": 60000.0})
+    assert "cache-resident" not in said and "fewer bytes" in said, said
+    assert "bytes=" in lever, lever
+    # a point a little above the roof (outputs L2 took in) keeps its cache explanation
+    rule, said, lever = verdict.judge({**facts, "pct_of_roof": 130.0})
+    assert rule == "at_roof" and "cache-resident" in said, said

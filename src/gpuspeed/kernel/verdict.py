@@ -4,7 +4,8 @@
   2. wrong        its output failed the check against the reference (a workload's original()): fix that first
   3. no_gpu       ran under the interpreters: correct run only, no timing or occupancy
   4. empty        every launch had an empty grid (0 programs / blocks: empty inputs): nothing ran to judge
-  5. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so)
+  5. at_roof      >= DONE_PCT % of its roof: done (over ABOVE_PCT % of a memory roof: cache-resident, say so; past
+                 IMPLAUSIBLE_OVER_ROOF x any roof: its counted bytes or FLOPs are not what it did)
   6. at_copy      memory-bound and within COPY_MATCH of what device copies of the same bytes per launch reach:
                  at the practical roof for its launch size; more bytes per launch is the only lever
   7. spills       any launch spills registers to local memory: lower BLOCK / num_warps (Triton) or per-thread state
@@ -33,6 +34,7 @@ limiter, copy_pct, triton_version, check), so the rules are testable on syntheti
 from __future__ import annotations
 
 from gpuspeed.kernel import instructions
+from gpuspeed.roofline.place import ABOVE_ROOF, IMPLAUSIBLE_OVER_ROOF
 
 ABOVE_PCT = 105.0  # a memory-bound point this far over the roof ran from cache (roofline.place's ABOVE_ROOF)
 DONE_PCT = 80.0  # at or above this % of its roof a kernel is done: what is left is noise and tails
@@ -86,6 +88,9 @@ def empty(f):
 
 def at_roof(f):
     p = f.get("pct_of_roof")
+    if p is not None and p > 100 * IMPLAUSIBLE_OVER_ROOF:  # no cache is that fast: the counts were not the work
+        return (f"{_pct(p)} of the {_roof_name(f)} roof, {ABOVE_ROOF['implausible']}",
+                "pass bytes= (--bytes) and flops= (--flops) as one call's launches move them")
     if p is not None and p > ABOVE_PCT and f.get("bound") == "memory":
         # after bench's flush the inputs come from memory: the rest is outputs L2 took in, written back after the kernel
         return (f"above the {_roof_name(f)} roof ({_pct(p)}): cache-resident data, part of the traffic stayed in L2 "
