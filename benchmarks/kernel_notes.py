@@ -75,6 +75,9 @@ def paste(path: Path, func: str, text: str) -> bool:
 
 
 def main() -> int:
+    if sys.argv[1:] in (["--help"], ["-h"]):
+        print(f"usage: python benchmarks/kernel_notes.py results/<gpu>/kernels.json\n\n{__doc__.strip()}")
+        return 0
     if len(sys.argv) != 2:
         print("usage: python benchmarks/kernel_notes.py results/<gpu>/kernels.json", file=sys.stderr)
         return 2

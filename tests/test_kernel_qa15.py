@@ -170,3 +170,17 @@ def test_a_kernel_far_above_its_roof_is_not_called_cache_resident():
     # a point a little above the roof (outputs L2 took in) keeps its cache explanation
     rule, said, lever = verdict.judge({**facts, "pct_of_roof": 130.0})
     assert rule == "at_roof" and "cache-resident" in said, said
+
+
+def test_kernel_notes_help_prints_its_usage():
+    """`python benchmarks/kernel_notes.py --help` read '--help' as a kernels.json: 'kernel_notes: --help is not a
+    readable kernels.json (FileNotFoundError ...)', exit 2. It now prints what the script does and how to call it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_notes.py"
+    for flag in ("--help", "-h"):
+        proc = subprocess.run([sys.executable, str(script), flag], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "usage: python benchmarks/kernel_notes.py" in proc.stdout and "not a readable" not in proc.stderr
