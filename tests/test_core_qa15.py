@@ -4,6 +4,7 @@ back), and the CLI's JSON."""
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -293,3 +294,28 @@ def test_a_fast_call_timed_one_by_one_behind_a_custom_flush_says_the_clock_is_in
     m = gpuspeed.bench(lambda: None, device="cpu", flush=lambda: None, budget_s=0.2)
     assert m.calls_per_sample == 1
     assert any("clock" in n and "ns" in n for n in m.notes), m.notes
+
+
+# -- --out=~/x: the user's home, not a folder named '~' -----------------------------------------------------------------
+
+
+def test_out_with_a_tilde_is_the_users_home_for_every_command(tmp_path, monkeypatch, capsys):
+    """`--out=~/runs/a` (bash expands no ~ after '=') made a folder literally named '~' in the working directory and
+    wrote the results there. check_out_dir expands it, and decode and roofline, which passed the raw string on, write
+    where it points."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from decode_cli_helpers import TINY, cli
+
+    from gpuspeed.results import check_out_dir
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir(), work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    assert check_out_dir("~/runs/x") == home / "runs" / "x" and (home / "runs" / "x").is_dir()
+    rc, cap = cli(["--model", "tiny", "--prompt-len", "4", *TINY, "--out", "~/runs/decode"], capsys)
+    assert rc == 0, cap.err
+    assert (home / "runs" / "decode" / "decode.json").is_file()
+    assert not (work / "~").exists(), sorted(p.name for p in work.iterdir())

@@ -123,14 +123,15 @@ def default_dir(device: str = "auto") -> Path:
 
 def check_out_dir(out: str | os.PathLike | None) -> Path | None:
     """Validate a command's `--out DIR` before any work starts: a one-line UserError (exit 2) when it
-    names an existing file or a folder that cannot be created or written. Creates the folder."""
+    names an existing file or a folder that cannot be created or written. Creates the folder; returns its path, with
+    a leading ~ expanded (the commands write there)."""
     if out is None:
         return None
     if not str(out).strip():  # Path("") is ".": an unset $VAR in `--out "$VAR"` would write into the cwd
         raise UserError(f"--out {str(out)!r}: an empty path (give a folder, '.' for this one)")
     if "\0" in str(out):
         raise UserError(f"--out {str(out)!r}: a path cannot hold a NUL character")
-    path = Path(out)
+    path = Path(out).expanduser()  # `--out=~/runs`: the shell expands no ~ after '=', so a folder named '~' was made
     if path.exists() and not path.is_dir():
         raise UserError(f"--out {path}: exists and is not a directory")
     if path.is_symlink() and not path.exists():

@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
         if prompt is not None and prompt_len is not None:  # the text sets the length: one would be ignored
             raise UserError("--prompt and --prompt-len are exclusive: a text prompt's length is its tokens")
         sampling, sampling_note = Sampling.from_options(temperature, top_k, top_p, seed)
-        check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
+        out = check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         where = resolve_device(device)
         small = where != "cuda"
         spec = study.Spec(model=model, dtype=dtype, variants=parse_variants(variants), batch=batch,

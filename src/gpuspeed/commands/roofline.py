@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.roofline.report import pct_text
         from gpuspeed.roofline.study import Study, run_steps, write_artifacts
 
-        check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
+        out = check_out_dir(out)  # a bad --out fails now, not after minutes of measuring
         console = make_console(stderr=as_json)
         study = Study(device=device, quick=quick, dtypes=dtype or None, sweep=not no_sweep, workloads=not no_place)
         if study.kind == "cpu":
