@@ -715,7 +715,8 @@ def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[in
         if not result.leaves:  # both returned None: an in-place pair passed on nothing ("nothing to compare")
             written, expected_written = _argument_arrays(args, ref_args)
             if not written:  # a PASS on nothing compared would read as a checked function
-                raise UserError(f"{getattr(fn, '__name__', 'fn')} and the reference both returned {_short(expected)} and no argument "
+                raise UserError(f"{getattr(fn, '__name__', 'fn')} and the reference both returned {_short(expected)} "
+                                "and no argument "
                                 "is an array they could have written into: nothing to compare; return the result, "
                                 "or pass the output buffer (a NumPy, torch or CuPy array) as an argument")
             result = check(written, expected_written, rtol=rtol, atol=atol, dtype=dtype)

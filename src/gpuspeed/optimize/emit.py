@@ -209,7 +209,8 @@ def forget_shadowed(folders):
     for name, mod in list(sys.modules.items()):
         where = getattr(mod, "__file__", None)
         top = name.partition(".")[0]
-        if not where or top.startswith("__") or not any((f / f"{{top}}.py").is_file() or (f / top / "__init__.py").is_file() for f in folders):
+        if not where or top.startswith("__") or not any(
+                (f / f"{{top}}.py").is_file() or (f / top / "__init__.py").is_file() for f in folders):
             continue
         where = Path(where).resolve()
         if not any(f in where.parents for f in folders) and not any(lib in where.parents for lib in libraries):

@@ -113,7 +113,8 @@ def _check_rotation_fits(args, kwargs, rotate: int) -> None:
         free = host_available_bytes() if where == "host" else gpu_available_bytes(where)
         if free is not None and needed > free:
             place = "host" if where == "host" else f"GPU ({where})"
-            raise UserError(f"rotate={rotate} makes {rotate - 1} cop{'y' if rotate == 2 else 'ies'} of the arguments: {needed / 2**30:.1f} GiB of "
+            raise UserError(f"rotate={rotate} makes {rotate - 1} cop{'y' if rotate == 2 else 'ies'} of the arguments: "
+                            f"{needed / 2**30:.1f} GiB of "
                             f"{place} memory, {free / 2**30:.1f} GiB is free: pass a smaller rotate")
 
 

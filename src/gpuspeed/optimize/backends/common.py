@@ -567,14 +567,14 @@ def view_onto(leaf, made_from, caller):
     if g_caller[2] != shape or (p_leaf - p_made) % size or 0 in v_shape or 0 in shape:
         return None
     start = next((i for i in _index_of((p_leaf - p_made) // size, shape, strides)
-                  if all(0 <= q < n for q, n in zip(i, shape))), None)
+                  if all(0 <= q < n for q, n in zip(i, shape, strict=True))), None)
     # the shortest step of those found (a reversed axis is -1 along it, not -1 along the one above and n-1 along it)
     steps = [min(_index_of(st, shape, strides), key=lambda i: sum(map(abs, i)), default=None) for st in v_strides]
     if start is None or None in steps:
         return None
     for d in range(len(shape)):  # every element of the view inside the array: its multi-index is then the one
-        lo = start[d] + sum(min(0, (n - 1) * step[d]) for n, step in zip(v_shape, steps))
-        hi = start[d] + sum(max(0, (n - 1) * step[d]) for n, step in zip(v_shape, steps))
+        lo = start[d] + sum(min(0, (n - 1) * step[d]) for n, step in zip(v_shape, steps, strict=True))
+        hi = start[d] + sum(max(0, (n - 1) * step[d]) for n, step in zip(v_shape, steps, strict=True))
         if lo < 0 or hi >= shape[d]:
             return None
     mine = g_caller[3]
@@ -585,7 +585,7 @@ def view_onto(leaf, made_from, caller):
         return np.lib.stride_tricks.as_strided(first, v_shape, [st * caller.itemsize for st in new_strides],
                                                writeable=writeable)
     if kind_of(caller) == "torch":
-        offset = caller.storage_offset() + sum(i * st for i, st in zip(start, mine))
+        offset = caller.storage_offset() + sum(i * st for i, st in zip(start, mine, strict=True))
         return caller.as_strided(v_shape, new_strides, offset)
     return None
 
