@@ -187,8 +187,8 @@ def test_eos_in_a_batch_stops_rows_at_their_own_steps_with_several_eos_ids():
             toks = got[row].tolist()
             assert toks[:stop + 1] == free[row, :stop + 1].tolist(), name  # to its EOS: the free run's
             assert all(x == eos[0] for x in toks[stop + 1:]), name  # after it: EOS, never a generated token
-        # what the study counts: each row to its EOS; the EOS repeated until the check are not tokens generated
-        assert study.generated_tokens(got, got.shape[1] - 1, eos) == sum(stops)
+        # the text's tokens: each row's to its EOS (the prefill's first included); the EOS repeated after it are not
+        assert study.text_tokens(got, eos) == sum(stops) + 2
 
 
 def test_eos_first_and_never():
@@ -200,15 +200,17 @@ def test_eos_first_and_never():
         first = generate(V.make_engine(name, m, 2, V.max_len_for(5, t), eos_ids=free[:, 0].tolist(), check_every=4,
                                        compile_backend="eager"), prompt, t)
         assert (first[:, 1:] == free[0, 0]).all() and torch.equal(first[:, 0], free[:, 0]), name
-        assert study.generated_tokens(first, first.shape[1] - 1, free[:, 0].tolist()) == 0
+        assert study.text_tokens(first, free[:, 0].tolist()) == 2  # each row's first token, its EOS
         unseen = [x for x in range(m.args.vocab_size) if x not in free.tolist()[0] + free.tolist()[1]][:2]
         never = generate(V.make_engine(name, m, 2, V.max_len_for(5, t), eos_ids=unseen, check_every=4,
                                        compile_backend="eager"), prompt, t)
         assert torch.equal(never, free), name
-        assert study.generated_tokens(never, t - 1, unseen) == 2 * (t - 1)
+        assert study.text_tokens(never, unseen) == 2 * t
 
 
-def test_tokens_per_s_counts_the_tokens_generated_not_the_eos_after_them():
+def test_tokens_per_s_counts_the_timed_tokens_and_the_row_the_texts_tokens_apart():
+    """The timed decodes run on past an EOS (ignore-EOS: every rung times the same work, test_decode_qa16), so tokens/s
+    counts every timed token; text_tokens says where the text ended."""
     m = micro()
     prompt = prompt_for(m)
     t = 10
@@ -219,9 +221,8 @@ def test_tokens_per_s_counts_the_tokens_generated_not_the_eos_after_them():
     row, tokens, _ = study.measure_variant("V2", m, spec, prompt, "cpu", eos_ids=eos)
     steps = row["timed_steps"]
     assert steps == tokens.shape[1] - 1 == t - 1  # V2 checks every 16 steps: it ran on, emitting EOS
-    assert row["generated_tokens"] == sum(stops) < 2 * steps
-    assert row["tokens_per_s"] == pytest.approx(row["generated_tokens"] / (row["decode_ms"] / 1e3))
-    assert any("tokens/s counts" in n for n in row["notes"])
+    assert row["timed_tokens"] == 2 * steps and row["text_tokens"] == sum(stops) + 2 < 2 * t
+    assert row["tokens_per_s"] == pytest.approx(row["timed_tokens"] / (row["decode_ms"] / 1e3))
 
 
 def test_greedy_batch_with_eos_matches_transformers_generate():

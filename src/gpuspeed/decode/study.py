@@ -327,17 +327,16 @@ def timed_steps_for(engine, steps: int) -> int:
     return min(steps, EAGER_TIMED_STEPS) if engine.eager else steps
 
 
-def generated_tokens(tokens: torch.Tensor, steps: int, eos_ids=None) -> int:
-    """Tokens the first `steps` decode steps generated (tokens [B, 1 + T]: the prefill's first): in each row, those
-    up to and including its first EOS. The EOS a finished row repeats until the next check are not generated."""
-    dec = tokens[:, :steps + 1]
+def text_tokens(tokens: torch.Tensor, eos_ids=None) -> int:
+    """The tokens a generation's text holds (tokens [B, n], the prefill's first included): in each row, those up to
+    and including its first EOS, summed over the rows. The EOS a finished row repeats after it are not text."""
     if not eos_ids:
-        return int(dec[:, 1:].numel())
-    hit = torch.zeros_like(dec, dtype=torch.bool)
+        return int(tokens.numel())
+    hit = torch.zeros_like(tokens, dtype=torch.bool)
     for e in eos_ids:
-        hit |= dec == int(e)
+        hit |= tokens == int(e)
     after = (hit.long().cumsum(1) - hit.long()) > 0  # an EOS came before: padding
-    return int((~after[:, 1:]).sum())
+    return int((~after).sum())
 
 
 def teacher_forced(engine, prompt: torch.Tensor, ref_tokens: torch.Tensor, steps: int) -> tuple[torch.Tensor, list]:
@@ -401,27 +400,25 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             row[key] = engine.info[key]
     row["notes"] = list(engine.info.get("notes", []))
     budget = bench_budget_s or spec.bench_budget_s
-    steps = timed_steps_for(engine, tokens.shape[1] - 1)
-    if steps < tokens.shape[1] - 1:
-        row["notes"].append(f"timed over the first {steps} of {tokens.shape[1] - 1} decode steps (an eager rung: "
+    # the timed decodes run every step past an EOS (ignore-EOS, as llama.cpp's and vLLM's benchmarks): stopped at
+    # it, V0/V1 timed 1 step and V2+ 16 (their first check), and the ladder's ratios compared different work
+    steps = timed_steps_for(engine, t - 1)
+    if steps < t - 1:
+        row["notes"].append(f"timed over the first {steps} of {t - 1} decode steps (an eager rung: "
                             "each timed generation is repeated >= 7 times)")
     mp = bench(lambda: engine.prefill(prompt), **_bench_kw(device, budget / 2))
     first = engine.prefill(prompt)
-    md = bench(lambda: engine.decode(first, steps), **_bench_kw(device, budget))
-    made = generated_tokens(tokens, steps, eos_ids)
+    md = bench(lambda: engine.decode(first, steps, stop_at_eos=False), **_bench_kw(device, budget))
     row |= {"prefill_ms": mp.median * 1e3, "prefill_rel_iqr": mp.rel_iqr, "decode_ms": md.median * 1e3,
             "ms_per_token": md.median * 1e3 / steps, "decode_rel_iqr": md.rel_iqr, "decode_samples": md.n,
-            "decode_throttled": md.throttled, "timed_steps": steps, "generated_tokens": made,
-            "tokens_per_s": made / md.median}
-    if made < b * steps:
-        row["notes"].append(f"tokens/s counts the {made} tokens generated in the {steps} timed steps (each row's up "
-                            f"to its EOS), not the {b * steps - made} EOS after them; ms/token is per decode step")
+            "decode_throttled": md.throttled, "timed_steps": steps, "timed_tokens": b * steps,
+            "text_tokens": text_tokens(tokens, eos_ids), "tokens_per_s": b * steps / md.median}
     wb = weight_bytes_per_token(m)  # as stored: int8 + scales under --quant, a rank's shard under --tp
     row["weight_bytes_per_token"] = wb
     row["weight_GBps"] = wb / (md.median / steps) / 1e9
     if hasattr(engine, "cache") and hasattr(engine.cache, "nbytes"):
         row["kv_cache_bytes"] = engine.cache.nbytes
-    mem = peak_memory(lambda: engine.decode(first, steps), device=device)
+    mem = peak_memory(lambda: engine.decode(first, steps, stop_at_eos=False), device=device)
     row["peak_decode_bytes"] = mem.peak_bytes
     if device == "cuda":
         # the process's peak while this variant ran (weights, and whatever else is alive: rungs awaiting their
@@ -439,9 +436,9 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             # which a fullgraph-compiled step refuses to trace
             if path is None:
                 path = Path(tempfile.mkdtemp(prefix="gpuspeed-decode-")) / f"{spec.label()}_{name}.trace.json.gz"
-            engine.decode(first, n)
+            engine.decode(first, n, stop_at_eos=False)
             _sync(device)
-            record_trace(lambda: engine.decode(first, n), (), {}, steps=1, on_gpu=device == "cuda", path=path)
+            record_trace(lambda: engine.decode(first, n, stop_at_eos=False), (), {}, steps=1, on_gpu=device == "cuda", path=path)
             row.update(count_trace(str(path), n, device == "cuda"))
             row["trace"] = str(path) if trace_dir else None
         except Exception as exc:  # the timing stands without the trace
@@ -883,12 +880,15 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
-    steps_of = {r["variant"]: r["timed_steps"] for r in rows if r.get("timed_steps")}
-    if eos_ids and len(set(steps_of.values())) > 1:
-        notes.append("an EOS stopped the rungs at different steps (the eager ones at once, the others at their next "
-                     "check), so their ms/token are means over different step counts: "
-                     + ", ".join(f"{k} {v}" for k, v in steps_of.items()) + " (give a longer --new-tokens or "
-                     "another prompt for like-for-like times)")
+    ended = sorted({r["text_tokens"] for r in rows if "text_tokens" in r and r["text_tokens"] < r["batch"] * spec.new_tokens})
+    if ended:  # the texts stop at their EOS; the timings ran on past it (measure_variant)
+        timed = ", ".join(f"{r['variant']} {r['timed_steps']}" for r in rows if "timed_steps" in r)
+        n = " or ".join(map(str, ended))
+        notes.append(f"an EOS ended the text after {n} token{'s' if ended != [1] else ''}"
+                     f"{f' (over {spec.batch} sequences)' if spec.batch > 1 else ''} of the {spec.new_tokens} asked "
+                     f"for; the timed generations ran on past it, EOS ignored as llama.cpp's and vLLM's benchmarks "
+                     f"do, so every rung times the same work (decode steps timed: {timed}; each row's timed_tokens "
+                     "against its text_tokens)")
     if "V0" in outputs:
         v0_tokens, v0_logits = outputs["V0"]
         for r in rows:

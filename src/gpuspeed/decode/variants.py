@@ -107,9 +107,10 @@ class Engine:
     def prefill(self, prompt, on_logits=None) -> torch.Tensor:
         raise NotImplementedError
 
-    def decode(self, first, steps: int, on_logits=None, forced=None) -> torch.Tensor:
+    def decode(self, first, steps: int, on_logits=None, forced=None, stop_at_eos: bool = True) -> torch.Tensor:
         """The next `steps` tokens after `first` [B]. forced [B, >= steps - 1] (teacher forcing): step i + 1
-        consumes forced[:, i] instead of the token step i chose; the tokens returned are still the chosen ones."""
+        consumes forced[:, i] instead of the token step i chose; the tokens returned are still the chosen ones.
+        stop_at_eos False runs all `steps` past an EOS (a finished row keeps emitting EOS): a timed decode's work."""
         raise NotImplementedError
 
 
@@ -153,7 +154,7 @@ class _HostLoop(Engine):
     def _prefill_state(self, prompt):
         pass
 
-    def decode(self, first, steps, on_logits=None, forced=None):
+    def decode(self, first, steps, on_logits=None, forced=None, stop_at_eos=True):
         self._restore_gen()
         done = list(self.first_done)
         seq = torch.cat([self.prompt, first[:, None]], dim=1)
@@ -166,7 +167,7 @@ class _HostLoop(Engine):
             out.append(ids)
             nxt = torch.tensor(ids, device=self.device) if forced is None else forced[:, i].to(self.device)
             seq = torch.cat([seq, nxt[:, None]], dim=1)
-            if self.eos is not None and all(done) and forced is None:
+            if self.eos is not None and all(done) and forced is None and stop_at_eos:
                 break
         return torch.tensor(out, dtype=torch.long).T.reshape(self.batch, len(out))
 
@@ -192,9 +193,9 @@ class KVCache(_HostLoop):
         pos = torch.arange(start, start + tokens.shape[1], device=self.device)
         return self.model(tokens, pos, self.cache, last_only=True)
 
-    def decode(self, first, steps, on_logits=None, forced=None):
+    def decode(self, first, steps, on_logits=None, forced=None, stop_at_eos=True):
         self.cache.truncate(self.prompt_len)  # back to the state prefill left
-        return super().decode(first, steps, on_logits, forced)
+        return super().decode(first, steps, on_logits, forced, stop_at_eos)
 
     def _step(self, seq):
         return self._forward(seq[:, -1:], seq.shape[1] - 1)[:, -1]
@@ -270,7 +271,7 @@ class Static(Engine):
         if self.eos is not None:
             self.done.copy_(self.first_done)
 
-    def decode(self, first, steps, on_logits=None, forced=None):
+    def decode(self, first, steps, on_logits=None, forced=None, stop_at_eos=True):
         if self.prompt_len + steps + 1 > self.max_len:
             raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
         self._reset(first)
@@ -286,7 +287,7 @@ class Static(Engine):
                 if i + 1 < steps:
                     self.tok.copy_(forced[:, i:i + 1])  # the next step reads its token from this buffer
                 continue
-            if self.eos is not None and (i + 1) % self.check_every == 0 and bool(self.done.all()):
+            if stop_at_eos and self.eos is not None and (i + 1) % self.check_every == 0 and bool(self.done.all()):
                 done_at = i + 1  # one host read every check_every steps, never per token
                 break
         return self.out[:, :done_at].to("cpu", copy=True)  # not the buffer itself (.cpu() on the CPU)
@@ -407,11 +408,11 @@ class Graphed(Static):
     def _replay_one(self):
         return self._graph(1)()
 
-    def decode(self, first, steps, on_logits=None, forced=None):
+    def decode(self, first, steps, on_logits=None, forced=None, stop_at_eos=True):
         one_by_one = on_logits is not None or forced is not None or not self.sampling.greedy or self.k == 1
         self.prepare(1 if one_by_one else steps)
         if one_by_one:  # one step per replay: every step's logits seen, a forced token written between replays
-            return super().decode(first, steps, on_logits, forced)
+            return super().decode(first, steps, on_logits, forced, stop_at_eos)
         if self.prompt_len + steps + 1 > self.max_len:
             raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
         self._reset(first)
@@ -423,7 +424,7 @@ class Graphed(Static):
             many()
             done_steps += self.k
             n += 1
-            if self.eos is not None and n % checks_every == 0 and bool(self.done.all()):
+            if stop_at_eos and self.eos is not None and n % checks_every == 0 and bool(self.done.all()):
                 return self.out[:, :done_steps].to("cpu", copy=True)
         while done_steps < steps:
             one()
