@@ -251,11 +251,14 @@ def prange_race(fn) -> str | None:
     """Why running fn's outermost `for v in range(...)` loops as numba.prange would race, or None: an iteration that
     writes an element of an array it shares with the others (not made inside the loop) at an index that is not v
     itself (`out[i] += ...` under `for k`, `sums[ids[i]] += v`) adds into what another thread writes at once, a
-    lost update now and then, which 3 checks on a machine of few cores need not catch. Scalar reductions (`s +=`)
-    and whole-array ones Numba handles. Unknown source: None (range_loops assumes a loop, the checks decide)."""
+    lost update now and then, which 3 checks on a machine of few cores need not catch; `a[n - 1 - i]` under
+    `for i in range(n // 2)` is no other iteration's element. Scalar reductions Numba handles (`s +=`, `s *=`,
+    `m = max(m, v)`) and whole-array ones are fine; a value carried from one iteration to the next, a conditional
+    update (`if v > m: m = v`, an argmax), an `|=` and a counter read in the loop are not: prange would change the
+    answer. Unknown source: None (range_loops assumes a loop, the checks decide)."""
     import ast
 
-    from gpuspeed.profiling.loops import dependences
+    from gpuspeed.profiling.loops import dependences, mirrored_index
 
     fdef = _function_def(fn)
     if fdef is None:
@@ -280,14 +283,31 @@ def prange_race(fn) -> str | None:
                     base = base.value
                 if isinstance(base, ast.Name) and base.id in own:
                     continue
-                if not any(isinstance(d, ast.Name) and d.id == var for d in dims):
+                if not any(isinstance(d, ast.Name) and d.id == var or
+                           mirrored_index(loop, d, base.id if isinstance(base, ast.Name) and p == 0 else None)
+                           for p, d in enumerate(dims)):
                     return (f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over "
                             f"{var} write `{ast.unparse(t)}`, an element other iterations write too (parallel, they "
                             "would race)")
-        ahead = dependences(loop)["reads_ahead"]  # `a[i] = a[i + 1] ...`: a thread may overwrite what another reads
+        where = f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over {var}"
+        deps = dependences(loop, fn.__code__.co_firstlineno)
+        ahead = deps["reads_ahead"]  # `a[i] = a[i + 1] ...`: a thread may overwrite what another reads
         if ahead:
-            return (f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over {var} read "
-                    f"{ahead[0]['name']}, an element a later iteration overwrites (parallel, they would race)")
+            return f"{where} read {ahead[0]['name']}, an element a later iteration overwrites (parallel, they would race)"
+        if deps["recurrences"]:
+            return f"{where} carry {deps['recurrences'][0]['name']} from one to the next (parallel, it would be lost)"
+        for red in deps["reductions"]:
+            if red.get("elements"):
+                continue  # an element reduction: the stores above decide
+            if red.get("form") == "if" or red["op"] not in ("+", "*", "max", "min"):
+                how = "an argmax written with `if`" if red["op"] in ("argmax", "argmin") else \
+                    "a conditional update" if red.get("form") == "if" else f"a `{red['op']}=` reduction"
+                return (f"{where} update {red['name']} in {how}, which Numba's prange does not reduce (each thread's "
+                        "result would be lost)")
+        for ind in deps["inductions"]:
+            if ind.get("read"):
+                return (f"{where} read the counter {ind['name']}, which prange would count per thread (each "
+                        "iteration would see another value)")
     return None
 
 

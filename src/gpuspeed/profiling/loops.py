@@ -6,8 +6,10 @@ Each outermost loop gets a machine-readable `kind` (the optimize planner reads i
   vectorize        the loop calls array functions on each iteration: batch them into one call
   reduction        iterations independent except for accumulators (`s += a[i]`): a parallel reduction; an
                    array element as accumulator (`h[b[i]] += 1`, `out[i] += ...` under `for k`) is marked
-                   `elements` (indirect / same): prange as written would race on it
-  parallel-map     independent iterations of element-wise array arithmetic: one GPU thread per iteration
+                   `elements` (indirect / same): prange as written would race on it; an argmax written with
+                   `if` (`if x[i] > m: m = x[i]; k = i`) is one over (value, index) pairs, with its tie rule
+  parallel-map     independent iterations of element-wise array arithmetic: one GPU thread per iteration (a swap
+                   of a[i] and a[n - 1 - i] over range(n // 2) too: no element belongs to two iterations)
   control-flow     Python control flow without array arithmetic: restructure before moving it
 
 Dependences come from the source alone. A name assigned in the loop and read in an iteration before that
@@ -86,7 +88,7 @@ def _kind(deps: dict, lib_calls: list, depth: int, subscripts: int, arith: int) 
         return "vectorize"
     if deps["reductions"] and (arith or subscripts):
         return "reduction"
-    if subscripts and arith:
+    if subscripts and (arith or deps.get("permutations")):
         return "parallel-map"
     return "control-flow"
 
@@ -110,6 +112,9 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
     if kind == "vectorize":
         return "vectorize: the loop calls array functions per iteration; batch them into one call"
     if kind == "reduction":
+        arg = next((r for r in deps["reductions"] if r["op"] in ("argmax", "argmin") and "of" not in r), None)
+        if arg is not None:
+            return _arg_verdict(arg, deps)
         names = ", ".join(f"{r['name']} ({r['op']})" for r in deps["reductions"][:3])
         same = [r for r in deps["reductions"] if r.get("elements") == "same"]
         par = [i for i in inner if i["kind"] == "parallel-map"]
@@ -123,9 +128,19 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
             return (f"parallel reduction into {names}: iterations may add into the same element; a GPU kernel "
                     "with atomic adds (or torch.bincount / index_add_), not prange as written (its iterations "
                     "would race)")
-        return (f"parallel reduction into {names}: iterations are otherwise independent; a GPU reduction "
+        text = (f"parallel reduction into {names}: iterations are otherwise independent; a GPU reduction "
                 "(torch.sum, or partial sums per thread and a tree reduction in a kernel) or Numba "
                 "@njit(parallel=True) with prange")
+        cond = next((r for r in deps["reductions"] if r.get("form") == "if"), None)
+        if cond is not None:  # Numba's prange reduces `m = max(m, v)` but not an `if`: each thread's result is lost
+            text += (f" once it is written `{cond['name']} = {cond['op']}({cond['name']}, ...)` (prange does not "
+                     "reduce a conditional update)")
+        return text
+    if kind == "parallel-map" and deps.get("permutations"):
+        pair = deps["permutations"][0]["name"]
+        return (f"parallel permutation: each iteration exchanges its own pair ({pair}), and over half the range no "
+                "element belongs to two iterations, so the iterations are independent: one GPU thread per pair or "
+                "Numba @njit with prange (a whole array reversed in place is `a[:] = a[::-1]` in NumPy)")
     if kind == "parallel-map":
         text = (f"move into a GPU kernel (one thread per {'outer ' if depth > 1 else ''}iteration) or Numba "
                 f"@njit{'(parallel=True)' if depth > 1 else ''}: element-wise arithmetic on arrays, iterations "
@@ -136,6 +151,19 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
                      "later iteration overwrites, so threads would race (NumPy's a[:-1] = a[1:] ... copies first)")
         return text
     return "Python control flow: restructure before moving it off the interpreter"
+
+
+def _arg_verdict(arg: dict, deps: dict) -> str:
+    """The sentence for an argmax / argmin written with `if`: a reduction over (value, index) pairs with its tie rule."""
+    along = [r["name"] for r in deps["reductions"] if r.get("of") == arg["name"]]
+    op, larger = arg["op"], "larger" if arg["op"] == "argmax" else "smaller"
+    first = arg["ties"] == "first"
+    library = (f"; over an ascending range that is np.{op} / torch.{op} (they return the first index of the extreme, "
+               "but a NaN where the comparison skips it)") if first else ""
+    return (f"parallel {op} reduction into {arg['name']} with {', '.join(along)} (line {arg['line']}): a GPU reduction "
+            f"over (value, index) pairs that keeps the {larger} value and on a tie the {'first' if first else 'last'} "
+            f"iteration's index, as the {'strict comparison' if first else 'comparison with equality'} does{library}; "
+            "not Numba prange as written (it does not reduce a conditional update: the threads' results would be lost)")
 
 
 def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
@@ -171,20 +199,25 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
             continue  # only read, or assigned before it is read in each iteration: private to the iteration
         ups = updates[key]
         if "write" not in kinds[key] and ups and all(u["op"] == "+" and u["step"] for u in ups):
-            inductions.append({"name": key} | at(line))
+            inductions.append({"name": key} | at(line) | {"read": "read" in kinds[key]})
         elif kinds[key] == {"update"} and len({u["op"] for u in ups}) == 1:
-            reductions.append({"name": key, "op": ups[0]["op"]} | at(ups[0]["line"]))
+            reductions.append({"name": key, "op": ups[0]["op"]} | at(ups[0]["line"])
+                              | {k: ups[0][k] for k in ("form", "ties", "of") if k in ups[0]})
         else:  # placed where the carried value is assigned; read_line is where an iteration first reads it
             recurrences.append({"name": key} | at(assigned[key]) | {"read_line": line + first_line - 1})
     own = {ast.dump(ast.Name(id=v, ctx=ast.Load())) for v in _target_names(loop.target)} \
         if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
-    reads_ahead = []
+    reads_ahead, permutations = [], []
     for store in scan.stores:
         # `a[i]` and `a[i, 0]`, i this loop's own variable: the same iteration's row, no other iteration's element
         clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]
                  and not any(x[0] == y[0] and x[0] in own for x, y in zip(ld["dims"], store["dims"], strict=False))]
         if clash:
             if _only_inner(store["dims"], clash[0]["dims"], inner_vars):
+                continue
+            if all(_mirrored(loop, ld, store) for ld in clash):  # a swap of a[i] and a[n - 1 - i] over half the range
+                permutations.append({"name": f"{store['base']}[{store['index']}] and {store['base']}"
+                                             f"[{clash[0]['index']}]"} | at(store["line"]))
                 continue
             if all(_ahead(loop, ld, store) for ld in clash):  # every read sees the array as it was before the loop
                 reads_ahead.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
@@ -196,7 +229,67 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
             reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"],
                                "elements": "indirect"} | at(store["line"]))
     _same_elements(scan, variant - inner_vars, recurrences, reductions, at)
-    return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions, "reads_ahead": reads_ahead}
+    return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions, "reads_ahead": reads_ahead,
+            "permutations": permutations}
+
+
+def mirrored_index(loop, index, base: str | None = None) -> bool:
+    """Whether `index` is the mirror of the loop's own variable v over a loop that walks half the range, so that no
+    iteration's v is another's mirror: `n - 1 - v` (`n - v - 1`, `n - (v + 1)`) under `for v in range(n // 2)`
+    (start a literal >= 0, step 1), or `-1 - v` (`-v - 1`, `~v`) where n is len(base) or base.shape[0]."""
+    if _range_step(loop) != 1 or len(loop.iter.args) > 2:
+        return False
+    args = loop.iter.args
+    start, stop = (args[0], args[1]) if len(args) == 2 else (None, args[0])
+    if start is not None and not (isinstance(start, ast.Constant) and type(start.value) is int and start.value >= 0):
+        return False
+    if not (isinstance(stop, ast.BinOp) and isinstance(stop.op, ast.FloorDiv) and isinstance(stop.right, ast.Constant)
+            and stop.right.value == 2):
+        return False
+    half, v = ast.dump(stop.left), loop.target.id
+
+    def is_v(node):
+        return isinstance(node, ast.Name) and node.id == v
+
+    def one(node):
+        return isinstance(node, ast.Constant) and type(node.value) is int and node.value == 1
+
+    n = None
+    if isinstance(index, ast.BinOp) and isinstance(index.op, ast.Sub):
+        left, right = index.left, index.right
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub) and (
+                (one(left.right) and is_v(right)) or (is_v(left.right) and one(right))):
+            n = left.left  # n - 1 - v, n - v - 1
+        elif isinstance(right, ast.BinOp) and isinstance(right.op, ast.Add) and (
+                (is_v(right.left) and one(right.right)) or (one(right.left) and is_v(right.right))):
+            n = left  # n - (v + 1)
+        if isinstance(left, ast.UnaryOp) and isinstance(left.op, ast.USub) and one(left.operand) and is_v(right):
+            n = "negative"  # -1 - v
+        elif isinstance(left, ast.UnaryOp) and isinstance(left.op, ast.USub) and is_v(left.operand) and one(right):
+            n = "negative"  # -v - 1
+    elif isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.Invert) and is_v(index.operand):
+        n = "negative"  # ~v
+    if n is None:
+        return False
+    if n != "negative":
+        return ast.dump(n) == half
+    lengths = (f"len({base})", f"{base}.shape[0]") if base else ()
+    return ast.unparse(stop.left) in lengths
+
+
+def _mirrored(loop, load: dict, store: dict) -> bool:
+    """The load and the store differ in one dimension, where one is the loop's own variable and the other its mirror
+    (mirrored_index): what one iteration touches no other does."""
+    if len(load["dims"]) != len(store["dims"]) or not isinstance(getattr(loop, "target", None), ast.Name):
+        return False
+    differ = [p for p, (x, y) in enumerate(zip(load["dims"], store["dims"], strict=True)) if x[0] != y[0]]
+    if len(differ) != 1:
+        return False
+    sides = [ast.parse(e["sources"][differ[0]], mode="eval").body for e in (load, store)]
+    v = loop.target.id
+    base = store["base"] if differ[0] == 0 else None
+    return any(isinstance(a, ast.Name) and a.id == v and mirrored_index(loop, b, base)
+               for a, b in (sides, sides[::-1]))
 
 
 def _ahead(loop, load: dict, store: dict) -> bool:
@@ -345,7 +438,16 @@ class _Scan:
             if extreme is not None:  # `if a[i] > m: m = a[i]` is `m = max(m, a[i])` written out
                 name, op, other = extreme
                 self.expr(other)
-                self._update(name, op, other, s.lineno)
+                self._update(name, op, other, s.lineno, form="if")
+                return
+            arg = _conditional_arg_extreme(s)
+            if arg is not None:  # `if a[i] > m: m = a[i]; k = i`: an argmax, its index taken along
+                name, op, other, along, ties = arg
+                self.expr(other)
+                self._update(name, op, other, s.lineno, form="if", ties=ties)
+                for target, value in along:
+                    self.expr(value)
+                    self._update(target, op, value, s.lineno, form="if", ties=ties, of=name)
                 return
             self.expr(s.test)
             self.nested_block(s.body, s.orelse)
@@ -369,10 +471,12 @@ class _Scan:
             self.block(b)
         self.nested -= 1
 
-    def _update(self, name: str, op: str, other, line: int) -> None:
-        """`name op= other`: a step by a loop-invariant amount on every iteration is an induction step."""
+    def _update(self, name: str, op: str, other, line: int, **how) -> None:
+        """`name op= other`: a step by a loop-invariant amount on every iteration is an induction step; `how` says
+        more of a reduction (form="if": a conditional update; ties and of: an argmax's)."""
         invariant = not (_names(other) & self.variant) and not any(isinstance(n, ast.Call) for n in ast.walk(other))
-        self.events.append((name, "update", line, {"op": op, "step": invariant and self.nested == 0, "line": line}))
+        self.events.append((name, "update", line, {"op": op, "step": invariant and self.nested == 0, "line": line}
+                            | how))
 
     def expr(self, node) -> None:
         """Record the reads of an expression (all of them happen before its statement's writes)."""
@@ -502,6 +606,29 @@ def _conditional_extreme(s: ast.If):
     if ast.dump(other) != ast.dump(value) or name in _names(other):
         return None
     return name, op, other
+
+
+def _conditional_arg_extreme(s: ast.If):
+    """(name, "argmax" or "argmin", other, [(target, value), ...], ties) for `if other > m: m = other; k = i` (the
+    other assignments to names, reading neither m nor each other's targets); ties: which iteration's index a tie
+    keeps, "first" for a strict comparison, "last" for >= / <=."""
+    if s.orelse or len(s.body) < 2 or not all(isinstance(b, ast.Assign) and len(b.targets) == 1 and
+                                              isinstance(b.targets[0], ast.Name) for b in s.body):
+        return None
+    targets = [b.targets[0].id for b in s.body]
+    if len(set(targets)) != len(targets):
+        return None
+    for b in s.body:
+        found = _conditional_extreme(ast.If(test=s.test, body=[b], orelse=[]))
+        if found is None:
+            continue
+        name, op, other = found
+        along = [(t.targets[0].id, t.value) for t in s.body if t is not b]
+        if any(_names(value) & set(targets) for _, value in along):
+            return None
+        strict = isinstance(s.test.ops[0], (ast.Gt, ast.Lt))
+        return name, "arg" + op, other, along, "first" if strict else "last"
+    return None
 
 
 def _element_self_update(s: ast.Assign):

@@ -1,0 +1,202 @@
+"""QA pass 16 on `gpuspeed optimize` and `gpuspeed profile`: loop advice for a mirror swap and an argmax written with
+`if`, no prange candidate that changes the answer, and workloads a Python developer writes (in place, tuples,
+np.random inside, float16, a broken file, a decorator, inputs over the budget). CPU only: small real runs."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+GPUSPEED = [sys.executable, "-m", "gpuspeed"]
+
+LOOPS = """
+    import numpy as np
+
+
+    def flip(a):
+        n = a.shape[0]
+        for i in range(n // 2):
+            a[i], a[n - 1 - i] = a[n - 1 - i], a[i]
+
+
+    def flip_twice(a):
+        n = a.shape[0]
+        for i in range(n):
+            a[i], a[n - 1 - i] = a[n - 1 - i], a[i]
+
+
+    def argmax(x):
+        best = -np.inf
+        idx = -1
+        for i in range(x.shape[0]):
+            if x[i] > best:
+                best = x[i]
+                idx = i
+        return idx, best
+
+
+    def largest(x):
+        best = -np.inf
+        for i in range(x.shape[0]):
+            if x[i] > best:
+                best = x[i]
+        return best
+    """
+
+
+def _loop(tmp_path, name: str) -> dict:
+    """The one hot loop nest `gpuspeed profile --function loops.py:<name> --json` reports."""
+    p = tmp_path / "loops.py"
+    p.write_text(textwrap.dedent(LOOPS))
+    r = subprocess.run([*GPUSPEED, "profile", "--function", f"{p}:{name}", "--input", "x=float64[3000]" if name in (
+        "argmax", "largest") else "a=float64[3000]", "--json"], capture_output=True, text=True, timeout=300,
+        cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (loop,) = json.loads(r.stdout)["hotspots"]["hot_loops"]
+    return loop
+
+
+def test_profile_calls_a_swap_over_half_the_range_a_parallel_permutation(tmp_path):
+    """`for i in range(n // 2): a[i], a[n - 1 - i] = a[n - 1 - i], a[i]` was "sequential: each iteration needs the
+    previous one's a[i] from a[n - 1 - i]": each pair is touched by one iteration only, so its iterations are
+    independent. The same swap over the whole range (each pair swapped twice) does depend on order."""
+    loop = _loop(tmp_path, "flip")
+    assert loop["kind"] == "parallel-map" and loop["verdict"].startswith("parallel permutation"), loop["verdict"]
+    assert "a[i] and a[n - 1 - i]" in loop["verdict"]
+    twice = _loop(tmp_path, "flip_twice")
+    assert twice["kind"] == "sequential-loop", twice["verdict"]
+
+
+def test_profile_calls_an_argmax_written_with_if_a_reduction_whose_ties_keep_the_first_index(tmp_path):
+    """`if x[i] > best: best = x[i]; idx = i` was "sequential: each iteration needs the previous one's best": it is an
+    argmax reduction, with its tie rule (strict `>`: the first index), and not one for prange as written."""
+    loop = _loop(tmp_path, "argmax")
+    verdict = loop["verdict"]
+    assert loop["kind"] == "reduction" and verdict.startswith("parallel argmax reduction into best with idx"), verdict
+    assert "on a tie the first iteration's index" in verdict and "not Numba prange as written" in verdict
+    largest = _loop(tmp_path, "largest")  # a max written with `if`: prange would lose each thread's result too
+    assert largest["kind"] == "reduction" and "once it is written `best = max(best, ...)`" in largest["verdict"]
+
+
+ARGMAX = """
+    import numpy as np
+
+
+    def original(x):
+        best = -np.inf
+        idx = -1
+        for i in range(x.shape[0]):
+            if x[i] > best:
+                best = x[i]
+                idx = i
+        return idx, best
+
+
+    def inputs(rng):
+        return (rng.integers(0, 40, 5000).astype(np.float64),)  # many ties: the first index must win
+    """
+
+LARGEST = """
+    import numpy as np
+
+
+    def original(x):
+        best = -np.inf
+        for i in range(x.shape[0]):
+            if x[i] > best:
+                best = x[i]
+        return best
+
+
+    def inputs(rng):
+        return (rng.standard_normal(5000),)
+    """
+
+FLIP = """
+    def original(a):
+        n = a.shape[0]
+        for i in range(n // 2):
+            a[i], a[n - 1 - i] = a[n - 1 - i], a[i]
+
+
+    def inputs(rng):
+        return (rng.standard_normal(5001),)
+    """
+
+
+def _numba_row(run) -> dict:
+    (row,) = [r for r in run.plan_rows if r["key"] == "numba"]
+    return row
+
+
+def test_optimize_plans_no_prange_candidate_for_a_conditional_update(tmp_path):
+    """prange does not reduce `if x[i] > best: best = x[i]`: compiled so, it returned -inf (each thread's best lost).
+    optimize planned that candidate for the max (it failed its check) and, once the argmax is a reduction, would
+    have for the argmax: neither is planned, the plan says why, and the argmax's answer keeps the first index."""
+    from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text
+
+    for name, text in (("largest", LARGEST), ("argmax_ties", ARGMAX)):
+        (tmp_path / name).mkdir()
+        run = optimize_text(tmp_path / name, name, text, ["numba"])
+        assert "numba-prange" not in run.results, (name, run.results["numba-prange"].get("reason"))
+        assert "no prange candidate" in _numba_row(run)["why"] and "does not reduce" in _numba_row(run)["why"]
+        assert run.results["numba-serial"]["status"] == "ok"
+    script = run.out_dir / "optimized_argmax_ties.py"
+    use = tmp_path / "use_it.py"
+    use.write_text(LOAD_OPTIMIZED + textwrap.dedent("""
+        import numpy as np
+        x = np.array([1.0, 7.0, 3.0, 7.0, 7.0, 2.0])
+        idx, best = fn(x)
+        print(how, idx, best)
+        """))
+    r = subprocess.run([sys.executable, str(use), str(script)], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.split()[-2:] == ["1", "7.0"], r.stdout + r.stderr
+
+
+def test_optimize_plans_prange_for_a_swap_over_half_the_range_and_it_gives_the_originals_answer(tmp_path):
+    """The mirror swap is a parallel permutation: its prange candidate is planned and checked against the original."""
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "flip", FLIP, ["numba"])
+    assert run.results["numba-prange"]["status"] == "ok", run.results["numba-prange"].get("reason")
+    assert "no prange candidate" not in _numba_row(run)["why"]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("""
+    def original(x):
+        out = x.copy()
+        k = 0
+        for i in range(x.shape[0]):
+            out[i] = x[i] + k
+            k += 1
+        return out
+    """, "read the counter k"),
+    ("""
+    def original(x):
+        out = x.copy()
+        acc = 0.0
+        for i in range(x.shape[0]):
+            for j in range(x.shape[1]):
+                acc = acc * 0.5 + x[i, j]
+                out[i, j] = acc
+        return out
+    """, "carry acc"),
+])
+def test_optimize_plans_no_prange_candidate_for_a_value_carried_between_iterations(tmp_path, text, why):
+    """A counter read in the loop, or a value carried through a nest of few outer iterations (not 'sequential' by the
+    hotspot rule), got a prange candidate: prange counts per thread and starts each thread from the initial value."""
+    import numpy as np  # noqa: F401  (the workload's inputs)
+    from optimize_script_helpers import optimize_text
+
+    body = textwrap.dedent(text) + textwrap.dedent("""
+
+    def inputs(rng):
+        return (rng.standard_normal((40, 300)),)
+    """)
+    run = optimize_text(tmp_path, "carried", "import numpy as np\n" + body, ["numba"])
+    assert "numba-prange" not in run.results, run.results["numba-prange"]
+    assert why in _numba_row(run)["why"], _numba_row(run)["why"]
