@@ -325,9 +325,25 @@ def write_results(doc: dict, out: str | os.PathLike | None = None) -> Path:
     target = Path(out) if out is not None else default_dir()
     path = target if target.suffix == ".json" and not target.is_dir() else target / f"{doc['study']}.json"
     try:
-        return write_text_atomic(path, text)
+        written = write_text_atomic(path, text)
     except OSError as exc:  # a full disk, a folder where the file goes, a parent that is a file
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    params = doc.get("params")
+    if path.name == f"{doc['study']}.json" and not (isinstance(params, dict) and params.get("partial")):
+        drop_partials(path.parent, doc["study"])
+    return written
+
+
+def drop_partials(folder: Path, study: str) -> None:
+    """Remove <study>.partial.* (json, md, plots) from `folder`: a run stopped before a complete <study>.json was
+    written there, which a reader would otherwise take beside it. Called once that complete file is in place."""
+    prefix = f"{study}.partial."
+    try:
+        stale = [p for p in folder.iterdir() if p.name.startswith(prefix) and p.is_file()]
+        for p in stale:
+            p.unlink(missing_ok=True)
+    except OSError:  # an unreadable folder, a file another process holds: the complete file is written all the same
+        pass
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -47,6 +47,25 @@ def leaves(obj) -> Iterator[Any]:
         yield obj
 
 
+NUMBER_TYPES = (bool, int, float, complex)
+
+
+def number_grid(obj) -> tuple[tuple[int, ...], list] | None:
+    """(shape, the numbers in row-major order) when obj is a list or tuple of plain Python numbers (bool, int, float,
+    complex; ints within +-2**53, which float64 holds exactly), or of equally long such lists nested alike, holding at
+    least one number; else None."""
+    if not isinstance(obj, (list, tuple)) or not obj:
+        return None
+    if all(type(x) in NUMBER_TYPES for x in obj):  # type(), not isinstance: NumPy scalars keep their own dtype
+        if not all(-2**53 < x < 2**53 for x in obj if type(x) is int):
+            return None
+        return (len(obj),), list(obj)
+    rows = [number_grid(x) for x in obj]
+    if any(r is None for r in rows) or len({r[0] for r in rows}) != 1:  # a ragged grid or a leaf that is no number
+        return None
+    return (len(obj), *rows[0][0]), [x for _, row in rows for x in row]
+
+
 def one_pass_argument(args: tuple, kwargs: dict) -> str | None:
     """Which top-level argument is a one-pass iterator (a generator, map, zip, iter(list)...), in words, or
     None: a function called more than once on it (timing, a warm-up) sees it empty after the first call."""

@@ -1,0 +1,195 @@
+"""QA round 16, core: check() of Python number lists, the host-memory guard of half-precision GPU tensors, stale partial
+results files, and a demanding user's pass over check / bench / peak_memory."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+
+import gpuspeed
+
+
+# -- check() of lists of plain numbers: one array, each number's own verdict ---------------------------------------
+
+def test_check_of_a_million_float_list_takes_no_minutes_and_says_where_it_differs():
+    # a list of 1,000,000 floats was compared a number at a time, each as its own leaf: ~2 minutes
+    rng = random.Random(0)
+    ref = [rng.random() for _ in range(1_000_000)]
+    out = list(ref)
+    out[777_777] += 1.0
+    start = time.perf_counter()
+    bad, good = gpuspeed.check(out, ref), gpuspeed.check(list(ref), ref)
+    took = time.perf_counter() - start
+    assert took < 15, f"check() of two 1M-float lists took {took:.0f} s"
+    assert not bad.passed and "out[777777]" in bad.summary and bad.n_over_tol == 1, bad.summary
+    assert good.passed, good.summary
+
+
+def _number(rng: random.Random):
+    kind = rng.choice(["float", "float", "int", "bool", "complex", "special"])
+    if kind == "float":
+        return rng.choice([0.0, 1.0, -2.5, 1e-30, 3e7]) * rng.choice([1, 1 + 1e-7, 1 + 1e-3])
+    if kind == "int":
+        return rng.choice([0, 1, -7, 2**40])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "complex":
+        return complex(rng.choice([0.0, 1.0, 2.0]), rng.choice([0.0, 1e-9, 1.0]))
+    return rng.choice([math.nan, math.inf, -math.inf])
+
+
+@pytest.mark.parametrize("options", [{}, {"atol": 1e-6}, {"rtol": 1e-2}, {"dtype": "float64"}, {"equal_nan": True},
+                                     {"rtol": 0, "atol": 0}])
+def test_check_of_a_number_list_gives_the_verdict_of_each_number_checked_alone(options):
+    # compared as one array, each number keeps the tolerance it had as a leaf of its own (an element of (loss, count)
+    # is not judged on the other's scale), and a failure names the first number that differs
+    rng = random.Random(1)
+    for _ in range(300):
+        ref = [_number(rng) for _ in range(rng.randint(1, 6))]
+        out = [rng.choice([r, _number(rng)]) if rng.random() < 0.3 else r for r in ref]
+        if rng.random() < 0.3:
+            ref[0] = ref[0] * (1 + 2e-6) if isinstance(ref[0], float) else ref[0]
+        alone = [gpuspeed.check(o, r, **options).passed for o, r in zip(out, ref, strict=True)]
+        whole = gpuspeed.check(out, tuple(ref), **options)
+        assert whole.passed == all(alone), (out, ref, options, whole.summary)
+        if not whole.passed:
+            assert f"first at out[{alone.index(False)}]:" in whole.summary, (out, ref, whole.summary)
+            assert whole.n_over_tol == alone.count(False)
+
+
+def test_check_of_nested_number_lists_names_the_index_path():
+    ref = [[float(i * 3 + j) for j in range(3)] for i in range(4)]
+    out = [row[:] for row in ref]
+    out[2][1] = 99.0
+    r = gpuspeed.check({"grid": out}, {"grid": ref})
+    assert not r.passed and "out['grid'][2][1]: 99.0 vs reference 7.0" in r.summary, r.summary
+    assert r.worst_index == (2, 1)
+
+
+def test_check_of_number_lists_keeps_its_structure_errors():
+    assert "length differs" in gpuspeed.check([1.0, 2.0], [1.0, 2.0, 3.0]).summary
+    assert "length differs" in gpuspeed.check([[1.0, 2.0], [1.0]], [[1.0, 2.0], [1.0, 2.0]]).summary
+    assert "structure differs" in gpuspeed.check([1.0, 2.0], np.array([1.0, 2.0])).summary
+    with pytest.raises(gpuspeed.UserError, match="cannot compare str"):
+        gpuspeed.check([1.0, "2"], [1.0, 2.0])
+    assert gpuspeed.check([], []).summary == "PASS: nothing to compare (empty structure)"
+    big = [2**62 + 1]  # past 2**53: still a number at a time, exactly
+    assert not gpuspeed.check([float(2**62)], big).passed and gpuspeed.check(big, list(big)).passed
+
+
+# -- the host-memory guard counts the copies check() really makes ---------------------------------------------------
+
+def _peak_rise(fn) -> int:
+    """How far the process's peak resident memory rose over its resident memory while fn ran (Linux)."""
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current resident size
+    base = status("VmRSS")
+    fn()
+    return status("VmHWM") - base
+
+
+def test_the_host_guard_counts_the_complex64_copy_of_a_complex32_tensor(monkeypatch):
+    # a complex32 tensor becomes a complex64 array on the host (8 bytes an element) but the guard counted 4: with the
+    # copy not fitting in free memory, check() went on and the OOM killer ended the process
+    import torch
+
+    import gpuspeed.inputs
+
+    n = 1 << 27
+    out = torch.empty(n, dtype=torch.complex32)  # untouched: refused before anything reads it
+    monkeypatch.setattr(gpuspeed.inputs, "host_available_bytes", lambda: 6 * n)
+    with pytest.raises(gpuspeed.UserError, match=r"~1\.0 GiB of host copies.*compare it in slices"):
+        gpuspeed.check(out, np.zeros(n, dtype=np.complex64))
+    small = torch.zeros(1 << 22, dtype=torch.complex32)
+    ref = np.zeros(small.shape, dtype=np.complex64)
+    gpuspeed.check(small[:4], ref[:4])
+    rise = _peak_rise(lambda: gpuspeed.check(small, ref))
+    assert rise > 7 * small.numel(), f"{rise / small.numel():.1f} bytes an element: the guard's 8 is wrong"
+
+
+def test_the_host_guard_counts_both_host_copies_of_a_bf16_tensor_off_the_host():
+    # a bf16 CUDA tensor is copied to the host as bf16, then to float32 there: 6 bytes an element at once; the guard
+    # counted 4 (a meta tensor stands for any tensor off the host: the accounting reads only its dtype and device)
+    import torch
+
+    from gpuspeed.verify import _host_bytes
+
+    n = 1000
+    assert _host_bytes(torch.empty(n, dtype=torch.bfloat16, device="meta")) == (4 * n, 2 * n)
+    assert _host_bytes(torch.empty(n, dtype=torch.float32, device="meta")) == (4 * n, 0)
+    assert _host_bytes(torch.empty(n, dtype=torch.bfloat16)) == (4 * n, 0)  # on the host: float32 alone
+    assert _host_bytes(np.zeros(n)) == (0, 0)
+
+
+@pytest.mark.gpu
+def test_the_host_guard_counts_what_check_of_a_bf16_cuda_tensor_really_allocates(monkeypatch):
+    import torch
+
+    import gpuspeed.inputs
+
+    n = 1 << 28  # 512 MiB of bf16 on the GPU, ~1.5 GiB on the host at once
+    out = torch.zeros(n, dtype=torch.bfloat16, device="cuda")
+    ref = np.zeros(n, dtype=np.float32)
+    ref.fill(0)  # resident before the measurement
+    gpuspeed.check(out[:4], ref[:4])
+    rise = _peak_rise(lambda: gpuspeed.check(out, ref))
+    assert 5.5 * n < rise < 6 * n + (128 << 20), f"{rise / n:.2f} bytes an element"
+    monkeypatch.setattr(gpuspeed.inputs, "host_available_bytes", lambda: rise - (64 << 20))
+    with pytest.raises(gpuspeed.UserError, match="compare it in slices"):
+        gpuspeed.check(out, ref)
+    monkeypatch.setattr(gpuspeed.inputs, "host_available_bytes", lambda: rise + (64 << 20))
+    assert gpuspeed.check(out, ref).passed
+
+
+# -- a complete results file takes the place of the partial ones of its study ---------------------------------------
+
+def _gpuspeed_cli(args: list[str], cwd):
+    import subprocess
+    import sys
+
+    from test_interrupt_qa13 import _env
+
+    return subprocess.run([sys.executable, "-m", "gpuspeed", *args], capture_output=True, text=True, env=_env(),
+                          cwd=cwd, timeout=300)
+
+
+def test_a_complete_run_removes_the_partial_files_a_stopped_run_left(tmp_path):
+    # complete run, stopped run (launch.partial.json/.md/.png beside the complete launch.json), complete run again: the
+    # stopped run's files stayed, and a reader of the folder saw two launch results
+    import json
+    import signal
+
+    from test_interrupt_qa13 import stopped
+
+    out = tmp_path / "res"
+    args = ["launch", "--ks", "1,2,4", "--ns", "1000", "--variants", "eager", "--tiny-k", "10", "--budget", "0.05",
+            "--out", str(out)]
+    assert _gpuspeed_cli(args, tmp_path).returncode == 0
+    rc, _, err = stopped(args, signal.SIGTERM, "; now fusion N=1e+03 copy", tmp_path)
+    assert rc == 143 and (out / "launch.partial.json").is_file(), err[-3000:]
+    (out / "roofline.partial.json").write_text("{}")  # another study's: not this run's to remove
+    (out / "launch.partial.json.notes.txt").mkdir()  # not a file: left alone
+    done = _gpuspeed_cli(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not json.loads((out / "launch.json").read_text())["params"].get("partial")
+    left = sorted(p.name for p in out.iterdir())
+    assert left == ["launch.json", "launch.md", "launch.partial.json.notes.txt", "launch.png", "roofline.partial.json"]
+
+
+def test_a_partial_write_removes_no_partial_file(tmp_path):
+    from gpuspeed.results import make_results, write_results
+
+    (tmp_path / "bench.partial.json").write_text("{}")
+    write_results(make_results("bench", params={"partial": True}, device="cpu"), tmp_path)
+    write_results(make_results("bench", device="cpu"), tmp_path / "elsewhere.json")  # not <study>.json: kept
+    assert (tmp_path / "bench.partial.json").is_file()
+    write_results(make_results("bench", device="cpu"), tmp_path)
+    assert not (tmp_path / "bench.partial.json").exists() and (tmp_path / "bench.json").is_file()
