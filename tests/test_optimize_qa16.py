@@ -200,3 +200,71 @@ def test_optimize_plans_no_prange_candidate_for_a_value_carried_between_iteratio
     run = optimize_text(tmp_path, "carried", "import numpy as np\n" + body, ["numba"])
     assert "numba-prange" not in run.results, run.results["numba-prange"]
     assert why in _numba_row(run)["why"], _numba_row(run)["why"]
+
+
+DECORATED = """
+    import functools
+    import sys
+
+    import numpy as np
+
+
+    def counted(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            print("through the decorator", file=sys.stderr)
+            return fn(*args, **kwargs)
+        return wrapper
+
+
+    def bare(fn):
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+        return wrapper
+
+
+    @counted
+    def original(x):
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i] * x[i] + 1.0
+        return out
+
+
+    @bare
+    def unwrapped(x):
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i] * x[i] + 1.0
+        return out
+
+
+    def inputs(rng):
+        return (rng.standard_normal(20000),)
+    """
+
+
+def test_numba_compiles_the_function_under_a_decorator_and_keeps_the_decorator_around_it(tmp_path):
+    """`@my_timer` (functools.wraps) over original: Numba compiled the wrapper's `*args, **kwargs` and every Numba
+    candidate 'failed: UnsupportedBytecodeError: Use of unsupported opcode (DICT_MERGE)', as if the code had crashed.
+    It compiles the function the decorator wraps and calls it through the decorator; a decorator without
+    functools.wraps, whose function cannot be found, makes Numba 'unavailable' with the reason, not 'failed'."""
+    from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text
+
+    run = optimize_text(tmp_path, "decorated", DECORATED, ["numba"])
+    for name in ("numba", "numba-serial"):
+        assert run.results[name]["status"] == "ok", (name, run.results[name].get("reason"))
+    use = tmp_path / "use_it.py"
+    use.write_text(LOAD_OPTIMIZED + textwrap.dedent("""
+        import numpy as np
+        out = fn(np.arange(4.0))
+        print(how, out.tolist())
+        """))
+    script = run.out_dir / "optimized_decorated.py"
+    r = subprocess.run([sys.executable, str(use), str(script)], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and "[1.0, 2.0, 5.0, 10.0]" in r.stdout and "Numba" in r.stdout, r.stdout + r.stderr
+    assert "through the decorator" in r.stderr
+    bare = optimize_text(tmp_path, "decorated", DECORATED, ["numba"], func="unwrapped")
+    row = bare.results["numba-serial"]
+    assert row["status"] == "unavailable" and "cannot compile" in row["reason"], row

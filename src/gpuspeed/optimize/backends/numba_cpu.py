@@ -101,7 +101,7 @@ class _Compiled:
         self.impl = None  # the Impl it runs in: its label and notes say when it fell back
         self.compile_errors = tuple(getattr(errors, n) for n in ("TypingError", "UnsupportedError", "LoweringError",
                                                                  "NumbaNotImplementedError", "UnsupportedRewriteError",
-                                                                 "CompilerError")
+                                                                 "CompilerError", "UnsupportedBytecodeError")
                                     if hasattr(errors, n))
 
     def __call__(self, *args):
@@ -220,6 +220,36 @@ def _numpy_scalars(out, out_dtypes):
     return tree_map(cast, out)
 
 
+def _decorated(fn, func):
+    """(the function a functools.wraps decorator wraps, rewrap(compiled) -> the decorator's wrapper calling compiled in
+    its place): Numba compiles the user's code, not the wrapper's `*args, **kwargs` (DICT_MERGE, which it rejects),
+    and the wrapper still runs around it in Python, as in the original."""
+    inner = fn.__wrapped__
+    cells = fn.__closure__ or ()
+    held = [k for k, c in enumerate(cells) if _cell_value(c) is inner]
+    if not isinstance(inner, types.FunctionType) or not held:
+        raise NumbaUnsupported(f"Numba compiles Python functions: {func} is wrapped by a decorator that does not hold "
+                               "it as a plain function, so the code it runs cannot be compiled in its place")
+    inner, rewrap_inner = _decorated(inner, func) if getattr(inner, "__wrapped__", None) is not None else (inner, None)
+
+    def rewrap(compiled):
+        if rewrap_inner is not None:
+            compiled = rewrap_inner(compiled)
+        closure = tuple(types.CellType(compiled) if k in held else c for k, c in enumerate(cells))
+        wrapper = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+        wrapper.__kwdefaults__ = fn.__kwdefaults__
+        return wrapper
+
+    return inner, rewrap
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
 def build(module, func="original", precision="as-written", out_dtypes=None, prange=False, parallel=True,
           scalar_dtypes=None, **_):
     """scalar_dtypes: the original's output dtypes, for the numbers Numba returns as Python ones (_numpy_scalars)."""
@@ -233,10 +263,16 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
     if not isinstance(fn, types.FunctionType):  # numba.njit takes Python functions only ("not a function" TypeError)
         raise NumbaUnsupported(f"Numba compiles Python functions: {func} is a {type(fn).__name__} "
                                "(a NumPy ufunc, a functools.partial, a callable object)")
+    rewrap = None
+    if getattr(fn, "__wrapped__", None) is not None:  # `@my_timer` over original, made with functools.wraps
+        fn, rewrap = _decorated(fn, func)
     kw_only = [n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY] \
         if isinstance(fn, types.FunctionType) else []
     if kw_only:  # Numba takes them for required positional ones: "not enough arguments: expected at least 3, got 1"
         raise NumbaUnsupported(f"Numba cannot compile {func}: it has keyword-only parameters ({', '.join(kw_only)})")
+    if fn.__code__.co_flags & inspect.CO_VARKEYWORDS:  # Numba counts **kwargs as one more required argument
+        raise NumbaUnsupported(f"Numba cannot compile {func}: it takes **kwargs (a decorator's wrapper? one made with "
+                               "functools.wraps lets Numba compile the function it wraps)")
     if isinstance(fn, types.FunctionType) and fn.__globals__ is not vars(module) and _users_own(fn, module):
         # the original itself comes from a file beside the workload (`from mycode import original`): its helpers are
         # looked up there, so they are compiled in a copy of that module's namespace (the module itself untouched)
@@ -263,7 +299,7 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
     fetch = (lambda out: host_tree(_plain(out), out_dtypes)) if demote or out_dtypes else _plain
     if scalar_dtypes:
         fetch = (lambda out, plain=fetch: _numpy_scalars(plain(out), scalar_dtypes))
-    jitted.impl = Impl(jitted, prepare if demote else None, fetch, device="cpu",
+    jitted.impl = Impl(jitted if rewrap is None else rewrap(jitted), prepare if demote else None, fetch, device="cpu",
                        label=f"Numba njit({'parallel=True' if parallel else 'serial'}{', prange' if prange else ''}) "
                              f"on the CPU ({precision})")
     return jitted.impl
