@@ -30,7 +30,11 @@ def test_check_of_a_million_float_list_takes_no_minutes_and_says_where_it_differ
 
 
 def _number(rng: random.Random):
-    kind = rng.choice(["float", "float", "int", "bool", "complex", "special"])
+    kind = rng.choice(["float", "float", "int", "bool", "complex", "special", "numpy"])
+    if kind == "numpy":  # a list(array) holds NumPy scalars, each with its dtype's tolerance
+        kind = rng.choice([np.float32, np.float64, np.float16, np.int32, np.bool_, np.complex64])
+        value = rng.choice([0, 1, -7]) if kind in (np.int32, np.bool_) else rng.choice([0.0, 1.0, 2.5, 1e-30, math.nan])
+        return kind(value * rng.choice([1, 1 + 1e-7, 1 + 1e-3]) if kind not in (np.int32, np.bool_) else value)
     if kind == "float":
         return rng.choice([0.0, 1.0, -2.5, 1e-30, 3e7]) * rng.choice([1, 1 + 1e-7, 1 + 1e-3])
     if kind == "int":
@@ -43,7 +47,7 @@ def _number(rng: random.Random):
 
 
 @pytest.mark.parametrize("options", [{}, {"atol": 1e-6}, {"rtol": 1e-2}, {"dtype": "float64"}, {"equal_nan": True},
-                                     {"rtol": 0, "atol": 0}])
+                                     {"rtol": 0, "atol": 0}, {"rtol": math.inf}])
 def test_check_of_a_number_list_gives_the_verdict_of_each_number_checked_alone(options):
     # compared as one array, each number keeps the tolerance it had as a leaf of its own (an element of (loss, count)
     # is not judged on the other's scale), and a failure names the first number that differs
@@ -193,3 +197,47 @@ def test_a_partial_write_removes_no_partial_file(tmp_path):
     assert (tmp_path / "bench.partial.json").is_file()
     write_results(make_results("bench", device="cpu"), tmp_path)
     assert not (tmp_path / "bench.partial.json").exists() and (tmp_path / "bench.json").is_file()
+
+
+# -- a demanding user's pass over check() ---------------------------------------------------------------------------
+
+def test_check_of_a_list_of_numpy_scalars_is_one_array_with_their_dtypes_tolerance():
+    # list(array) holds NumPy scalars: they were a leaf each (~2 minutes for 1M), not one array
+    ref = np.random.default_rng(0).standard_normal(1_000_000)
+    out = ref.astype(np.float32)
+    out[4321] = 0
+    start = time.perf_counter()
+    r = gpuspeed.check(list(out), list(ref))
+    assert time.perf_counter() - start < 20 and not r.passed and "first at out[4321]" in r.summary, r.summary
+    assert r.n_over_tol == 1 and r.leaves[0].rtol == 1e-5  # float32's, as for one np.float32 against one np.float64
+
+
+def test_check_with_an_infinite_rtol_passes_a_zero_reference():
+    # rtol=inf (anything goes) failed 0 against 0: the default atol, rtol x RMS(ref), was inf x 0 = NaN
+    assert gpuspeed.check(0.0, 0.0, rtol=math.inf).passed
+    assert gpuspeed.check(np.zeros(3), np.zeros(3), rtol=math.inf).passed
+    assert gpuspeed.check(np.array([0.0, 1.0]), np.array([0.0, 2.0]), rtol=math.inf).passed
+
+
+def test_check_of_namedtuples_compares_them_by_field_name():
+    # two namedtuples were compared by position: Stats(mean, std) against Stats2(std, mean) passed with the values
+    # swapped, and a failure read out[1], not out.std
+    import collections
+
+    Stats = collections.namedtuple("Stats", "mean std")
+    Flipped = collections.namedtuple("Flipped", "std mean")
+    assert gpuspeed.check(Stats(1.0, 2.0), Flipped(std=2.0, mean=1.0)).passed
+    swapped = gpuspeed.check(Stats(1.0, 2.0), Flipped(1.0, 2.0))
+    assert not swapped.passed and swapped.summary.startswith("FAIL out.std:"), swapped.summary
+    assert gpuspeed.check(Stats(np.ones(2), 2.5), Stats(np.ones(2), 2.0)).summary.startswith("FAIL out.std:")
+    other = collections.namedtuple("Other", "mean var")
+    assert "fields differ: Stats('mean', 'std') vs Other('mean', 'var')" in gpuspeed.check(Stats(1, 2), other(1, 2)).summary
+    assert gpuspeed.check(Stats(1.0, 2.0), (1.0, 2.0)).passed  # against a plain tuple: by position, as before
+
+
+def test_check_of_a_generator_says_to_pass_a_list():
+    def rows():
+        yield np.ones(2)
+
+    with pytest.raises(gpuspeed.UserError, match=r"gives its items once.*list\(\.\.\.\)"):
+        gpuspeed.check(rows(), rows())

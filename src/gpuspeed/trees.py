@@ -50,14 +50,24 @@ def leaves(obj) -> Iterator[Any]:
 NUMBER_TYPES = (bool, int, float, complex)
 
 
+def _numpy_number(x) -> bool:
+    """A NumPy scalar of a kind check() compares as float64 or complex128 (bool, int, float, complex; no longdouble)."""
+    import numpy as np
+
+    return isinstance(x, np.generic) and x.dtype.kind in ("b", "i", "u", "f", "c") and x.dtype.itemsize <= (
+        16 if x.dtype.kind == "c" else 8)
+
+
 def number_grid(obj) -> tuple[tuple[int, ...], list] | None:
-    """(shape, the numbers in row-major order) when obj is a list or tuple of plain Python numbers (bool, int, float,
-    complex; ints within +-2**53, which float64 holds exactly), or of equally long such lists nested alike, holding at
-    least one number; else None."""
-    if not isinstance(obj, (list, tuple)) or not obj:
+    """(shape, the numbers in row-major order) when obj is a list or tuple of plain numbers (Python's bool, int, float,
+    complex, or NumPy scalars; integers within +-2**53, which float64 holds exactly), or of equally long such lists
+    nested alike, holding at least one number; else None."""
+    import numbers
+
+    if not isinstance(obj, (list, tuple)) or hasattr(obj, "_fields") or not obj:  # a namedtuple: walked by field
         return None
-    if all(type(x) in NUMBER_TYPES for x in obj):  # type(), not isinstance: NumPy scalars keep their own dtype
-        if not all(-2**53 < x < 2**53 for x in obj if type(x) is int):
+    if all(type(x) in NUMBER_TYPES or _numpy_number(x) for x in obj):
+        if not all(-2**53 < x < 2**53 for x in obj if isinstance(x, numbers.Integral)):
             return None
         return (len(obj),), list(obj)
     rows = [number_grid(x) for x in obj]

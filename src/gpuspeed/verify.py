@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import numbers
 import random
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Callable, Iterable
 
@@ -136,6 +137,9 @@ def _to_host(x) -> tuple[np.ndarray, str]:
     if callable(x):  # check(out, np.sum): the reference function where its result belongs
         raise UserError(f"check() compares results, got a function ({getattr(x, '__name__', type(x).__name__)}): pass "
                         "its result, or call both with gpuspeed.verify.verify_function(fn, reference, make_inputs)")
+    if isinstance(x, Iterator):  # a function that yields its result: what it yields is read once, then gone
+        raise UserError(f"check() cannot compare a {type(x).__name__}: it gives its items once, as it is read; pass "
+                        "list(...) of it (and of the reference's)")
     raise UserError(f"check() cannot compare {type(x).__name__} values")
 
 
@@ -238,6 +242,15 @@ def _pairs(out, ref, path="out"):
     elif isinstance(ref, (list, tuple)) or isinstance(out, (list, tuple)):
         if not (isinstance(ref, (list, tuple)) and isinstance(out, (list, tuple))):
             yield path, None, None, f"structure differs: output {type(out).__name__}, reference {type(ref).__name__}"
+            return
+        if hasattr(out, "_fields") and hasattr(ref, "_fields"):  # two namedtuples: by field name, as dataclasses
+            names, ref_names = list(out._fields), list(ref._fields)
+            if sorted(names) != sorted(ref_names):
+                yield path, None, None, (f"fields differ: {type(out).__name__}{tuple(names)} vs "
+                                         f"{type(ref).__name__}{tuple(ref_names)}")
+                return
+            for name in ref_names:
+                yield from _pairs(getattr(out, name), getattr(ref, name), f"{path}.{name}")
             return
         if len(out) != len(ref):
             yield path, None, None, f"length differs: output has {len(out)} items, reference {len(ref)}"
@@ -519,7 +532,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
             want = ref_flat[part].astype(wide)
             ref_norm.add(np.abs(np.where(np.isfinite(want), want, 0)))
         if atol is None:
-            atol = rtol * (ref_norm.value() / math.sqrt(ref_flat.size)) if ref_flat.size else 0.0  # rtol x RMS(ref)
+            rms = ref_norm.value() / math.sqrt(ref_flat.size) if ref_flat.size else 0.0
+            atol = rtol * rms if rms else 0.0  # rtol x RMS(ref); no scale, no room (rtol=inf x 0 was NaN: 0 failed 0)
         leaf.rtol, leaf.atol = float(rtol), float(atol)
     tally = _Tally(exact, leaf.atol, leaf.rtol)
     ref_nan = 0
@@ -590,38 +604,44 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
 
 
 class _Numbers:
-    """A list or tuple of plain Python numbers (nested equally), as trees.number_grid reads it: compared as one array."""
+    """A list or tuple of plain numbers (nested equally), as trees.number_grid reads it: compared as one array."""
 
     def __init__(self, shape: tuple[int, ...], values: list):
         self.shape, self.values = shape, values
 
 
-def _number_array(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """(values as float64 or complex128, which were bool/int, which were complex, a dtype name); number_grid lets
-    through no integer float64 would round."""
-    kinds = {type(v) for v in values}
-    integral = np.fromiter((type(v) in (bool, int) for v in values), dtype=bool, count=len(values))
-    is_complex = np.fromiter((type(v) is complex for v in values), dtype=bool, count=len(values))
-    array = np.array(values, dtype=np.complex128 if complex in kinds else np.float64)
-    names = {bool: "bool", int: "int64", float: "python float", complex: "python complex"}
-    name = names[kinds.pop()] if len(kinds) == 1 else "python numbers"
-    return array, integral, is_complex, name
+def _number_kind(kind: type) -> tuple[bool, bool, float, str]:
+    """(integral, complex, its default rtol, its dtype name) of a number type as check() reads one number of it."""
+    plain = {bool: "bool", int: "int64", float: "python float", complex: "python complex"}
+    name = plain.get(kind) or np.dtype(kind).name
+    integral, cplx = kind in (bool, int) or np.dtype(kind).kind in "biu", kind is complex or np.dtype(kind).kind == "c"
+    return integral, cplx, 0.0 if integral else default_rtol(name), name
+
+
+def _number_array(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+    """(values as float64 or complex128, which were integers or bools, which complex, each one's default rtol, a dtype
+    name); number_grid lets through no integer float64 would round."""
+    kinds = {kind: _number_kind(kind) for kind in {type(v) for v in values}}
+    n = len(values)
+    integral = np.fromiter((kinds[type(v)][0] for v in values), dtype=bool, count=n)
+    is_complex = np.fromiter((kinds[type(v)][1] for v in values), dtype=bool, count=n)
+    own_rtol = np.fromiter((kinds[type(v)][2] for v in values), dtype=np.float64, count=n)
+    array = np.array(values, dtype=np.complex128 if is_complex.any() else np.float64)
+    names = {kind[3] for kind in kinds.values()}
+    return array, integral, is_complex, own_rtol, names.pop() if len(names) == 1 else "mixed numbers"
 
 
 def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_nan, dtype) -> LeafCheck:
     """The verdict a check of each pair of numbers on its own would give (each held to its own magnitude, an integer
     reference matched exactly), reached in one pass over arrays: a leaf at a time took ~70 us a number."""
-    o, out_int, out_cplx, out_name = _number_array(out.values)
-    r, ref_int, ref_cplx, ref_name = _number_array(ref.values)
+    o, out_int, out_cplx, out_rtol, out_name = _number_array(out.values)
+    r, ref_int, ref_cplx, ref_rtol, ref_name = _number_array(ref.values)
     exact = out_int & ref_int
     exact_ref = exact | ref_int & ~out_int & ~out_cplx  # an integer reference is matched exactly, even by a float
     if rtol is not None or dtype is not None:
         side_rtol = np.full(r.shape, float(rtol) if rtol is not None else default_rtol(dtype))
-    else:  # as for one number: the looser of the two sides' Python-scalar tolerances, none for an integer reference
-        def own(integral, cplx):
-            return np.where(integral, 0.0, np.where(cplx, default_rtol("python complex"), default_rtol("python float")))
-
-        side_rtol = np.where(exact_ref, 0.0, np.maximum(own(out_int, out_cplx), own(ref_int, ref_cplx)))
+    else:  # as for one number: the looser of the two numbers' dtype tolerances, none for an integer reference
+        side_rtol = np.where(exact_ref, 0.0, np.maximum(out_rtol, ref_rtol))
     element_rtol = np.where(exact, 0.0, side_rtol)
     finite_ref = np.isfinite(r)
     ref_abs = np.abs(np.where(finite_ref, r, 0))
