@@ -241,3 +241,15 @@ def test_check_of_a_generator_says_to_pass_a_list():
 
     with pytest.raises(gpuspeed.UserError, match=r"gives its items once.*list\(\.\.\.\)"):
         gpuspeed.check(rows(), rows())
+
+
+def test_check_of_integers_far_apart_never_reads_them_equal():
+    # int64's own difference wrapped: 2**62 against -2**62 differ by 2**63, which read as -2**63 <= atol: PASS
+    import torch
+
+    for out, ref in [(np.array([2**62]), np.array([-2**62])), (torch.tensor([2**62]), torch.tensor([-2**62])),
+                     (2**62, -2**62), (np.array([2**63 - 1]), np.array([-2**63]))]:
+        r = gpuspeed.check(out, ref)
+        assert not r.passed and r.max_abs_err >= 2.0**63, r.summary
+    assert not gpuspeed.check(np.array([2**62]), np.array([-2**62]), atol=2**40).passed
+    assert gpuspeed.check(np.array([5, -3], np.int8), np.array([4, -2], np.int8), atol=1).passed

@@ -373,6 +373,15 @@ def _short(x) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _integer_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| of two integer arrays, exactly: int64's own difference wraps past 2**63 (2**62 - -2**62 read as
+    -2**63, under any atol, so the two passed as equal); taken in uint64, high minus low, it is the true distance."""
+    if got.dtype == object or want.dtype == object:
+        return np.abs(got - want)  # Python integers: exact, whatever the size
+    high, low = np.maximum(got, want), np.minimum(got, want)
+    return high.view(np.uint64) - low.view(np.uint64)  # modulo 2**64, which the distance (< 2**64) never reaches
+
+
 def _exact_integer_diff(got: np.ndarray, ref: np.ndarray, diff: np.ndarray) -> np.ndarray:
     """`diff` (|got - float64(ref)|) made exact where an integer reference is past 2**53: float64 rounds such an
     integer, so a float output that is that rounding read as equal to it (2.0**62 against 2**62 + 1). Python
@@ -540,9 +549,9 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     for part in _chunks(out_flat.size):
         got, want = out_flat[part].astype(wide), ref_flat[part].astype(wide)
         if exact:
-            diff = np.asarray(np.abs(got - want), dtype=np.float64)  # asarray: a 0-d object array's abs is an int
+            diff = np.asarray(_integer_distance(got, want), dtype=np.float64)
             bad = ~(diff <= leaf.atol)
-            ref_abs = np.asarray(np.abs(want), dtype=np.float64)
+            ref_abs = np.abs(np.asarray(want, dtype=np.float64))  # in float: abs(int64 min) is itself, negative
         else:
             leaf.nan_count += int(np.isnan(got).sum())
             leaf.inf_count += int(np.isinf(got).sum())
