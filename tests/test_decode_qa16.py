@@ -55,3 +55,96 @@ def test_an_eos_first_times_the_same_steps_on_every_rung_and_the_text_still_stop
     assert not any("different steps" in n for n in doc["notes"]), doc["notes"]
     said = [n for n in doc["notes"] if "EOS" in n]
     assert len(said) == 1 and "1 token" in said[0] and str(t - 1) in said[0], doc["notes"]
+
+
+# --- --tp N: one rank failing mid-run ---------------------------------------------------------------------------------
+
+TP_SMALL = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
+            "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--tp", "2"]
+
+
+def _tp_run(args, env, limit=150):
+    """`gpuspeed decode ARGS` in its own process group with env added: (exit code, stderr, seconds); a run still going
+    after `limit` seconds is killed, group and all, and the test fails on it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from signal_helpers import at_a_terminal
+
+    root = Path(__file__).resolve().parents[1]
+    e = dict(os.environ, PYTHONPATH=str(root / "src"), **env)
+    t = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "gpuspeed", "decode", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=e, cwd=root, start_new_session=True,
+                         preexec_fn=at_a_terminal)
+    try:
+        _, err = p.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        pytest.fail(f"a failing rank left the run going for {limit} s (the others waited in a collective)")
+    return p.returncode, err, time.perf_counter() - t
+
+
+def test_a_rank_failing_in_a_timed_step_ends_the_run_at_once_in_one_line(tmp_path):
+    """Rank 1 raised in a timed decode step (as an OOM would): study.run recorded the rung's error and went on, while
+    rank 0 waited in the step's collective until the process group's timeout (600 s), and the error line then named
+    gloo's timeout, not the cause. The failing rank now ends the run: one line naming it and its error, exit 2."""
+    import os
+    import time
+
+    from gpuspeed.decode import tp as TP
+    from signal_helpers import tagged_processes
+
+    tag = f"qa16-{os.getpid()}-{time.time_ns()}"
+    out = tmp_path / "out"
+    rc, err, took = _tp_run([*TP_SMALL, "--variants", "V2", "--out", str(out), "--json"],
+                            {TP.FAIL_ENV: "1:raise:step", "GPUSPEED_TEST_TAG": tag})
+    assert rc == 2, err[-2000:]
+    said = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("gpuspeed decode [")]
+    assert said == ["gpuspeed: error: rank 1 failed: RuntimeError: failure injected by "
+                    f"{TP.FAIL_ENV}=1:raise:step"], err[-2000:]
+    assert took < 60, took  # the ranks start in ~10 s on 2 cores: nothing waited for a timeout
+    assert not tagged_processes(tag)
+    assert not (out / "decode.json").exists() and not (out / "decode.partial.json").exists()
+
+
+def test_a_rank_that_raises_is_named_not_the_one_stopped_after_it(tmp_path):
+    """Rank 0 raised as it started: the line said 'rank 1 failed: killed by SIGSEGV' (rank 1, stopped after it, crashed
+    in its teardown, and torchrun's first failure is by whole seconds). The rank that raised, and its error, are named."""
+    from gpuspeed.decode import tp as TP
+
+    rc, err, _ = _tp_run([*TP_SMALL, "--variants", "V2", "--json"], {TP.FAIL_ENV: "0:raise"}, limit=90)
+    assert rc == 2, err[-2000:]
+    said = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("gpuspeed decode [")]
+    assert said == [f"gpuspeed: error: rank 0 failed: RuntimeError: failure injected by {TP.FAIL_ENV}=0:raise"], err
+
+
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs")
+def test_a_rank_failing_in_a_timed_step_on_gpus_ends_the_run_at_once(tmp_path):
+    """NCCL ranks: rank 1 raises in a timed step while rank 0 waits in its all-reduce; the run ends in one line, in
+    seconds (rank 1's teardown must not wait on rank 0's pending collective), with no process left."""
+    import os
+    import time
+
+    from gpuspeed.decode import tp as TP
+    from signal_helpers import tagged_processes
+
+    tag = f"qa16-gpu-{os.getpid()}-{time.time_ns()}"
+    args = [a if a != "cpu" else "cuda" for a in TP_SMALL]
+    rc, err, took = _tp_run([*args, "--variants", "V2", "--json"], {TP.FAIL_ENV: "1:raise:step", "GPUSPEED_TEST_TAG": tag},
+                            limit=240)
+    assert rc == 2, err[-3000:]
+    said = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("gpuspeed decode [")]
+    assert said[-1].startswith("gpuspeed: error: rank 1 failed: RuntimeError: failure injected"), err[-3000:]
+    assert took < 120, took
+    assert not tagged_processes(tag)

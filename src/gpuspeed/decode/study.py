@@ -4,7 +4,8 @@ For each variant: one warm generation (compile and capture timed apart, tokens k
 check), prefill and decode timed with gpuspeed.bench (decode: repeated generations from the prefilled
 state, ms/token = median / steps), peak memory with gpuspeed.peak_memory, kernels and host syncs per token
 from gpuspeed.profile's trace. Weight bytes per token over time gives GB/s against the read ceiling the
-roofline module measures in the same run. A failing variant is recorded with its error; the rest go on.
+roofline module measures in the same run. A failing variant is recorded with its error; the rest go on (under
+--tp, where the ranks' collectives must match, a failure on any rank ends the run instead).
 """
 
 from __future__ import annotations
@@ -373,6 +374,8 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
     from gpuspeed.profiling.run import record_trace
 
     bench = lockstep(bench, getattr(m, "tp", None))  # TP ranks make the same calls (collectives) as rank 0
+    # a TP rank that failed and went on would leave the others in a collective until the group's timeout
+    in_tp = getattr(m, "tp", None) is not None
 
     b, p, t = prompt.shape[0], prompt.shape[1], spec.new_tokens
     row: dict = {"variant": name, "what": V.VARIANTS[name], "batch": b, "prompt_len": p, "new_tokens": t}
@@ -442,6 +445,8 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             row.update(count_trace(str(path), n, device == "cuda"))
             row["trace"] = str(path) if trace_dir else None
         except Exception as exc:  # the timing stands without the trace
+            if in_tp:
+                raise
             row["profile_error"] = _err(exc)
 
     if spec.profile and deferred is None:
@@ -455,6 +460,8 @@ def measure_variant(name: str, m: M.Transformer, spec: Spec, prompt: torch.Tenso
             ftoks, flogits = teacher_forced(engine, prompt, ref_tokens, n)
             row |= _forced_agreement(ftoks, ref_tokens, flogits, ref_logits)
         except Exception as exc:  # the row stands without it
+            if in_tp:
+                raise
             row["teacher_forced_error"] = _err(exc)
     if spec.profile and deferred is not None:
         def profile_then_drop():
@@ -828,11 +835,13 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
             continue
         try:
             task()
-        except ImportError as exc:
-            notes.append(f"{what}: {exc} (no row)")
-        except Exception as exc:  # recorded; the other tasks go on
+        except Exception as exc:
+            if tp is not None:  # not on one rank alone: the others would wait in this task's collective (600 s)
+                raise
             err = {"error": _err(exc), "traceback": traceback.format_exc(limit=3)[-800:]}
-            if kind == "ladder":
+            if isinstance(exc, ImportError):
+                notes.append(f"{what}: {exc} (no row)")
+            elif kind == "ladder":
                 rows.append({"variant": key, **err})
             elif kind == "hf":
                 hf.append({"variant": key, **err})
@@ -872,6 +881,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         try:
             _free(device)
         except Exception as exc:
+            if tp is not None:  # the other ranks would wait in the next pass's collectives
+                raise
             broken = _err(exc)
             notes.append(f"profiling stopped after {name}'s pass: {broken}")
     profiles.clear()

@@ -40,7 +40,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from gpuspeed.errors import UserError
 
-FAIL_ENV = "GPUSPEED_TP_FAIL"  # test hook: "RANK:exit" (the rank dies) or "RANK:raise" (it raises)
+# test hook: "RANK:exit" (the rank dies) or "RANK:raise" (it raises) as it starts; "RANK:HOW:step" in its first timed
+# call, while rank 0 waits in that call's collective (an OOM in a decode step)
+FAIL_ENV = "GPUSPEED_TP_FAIL"
 PORT_ENV = "GPUSPEED_TP_PORT"  # the rendezvous port (default: a free one)
 TIMEOUT_ENV = "GPUSPEED_TP_TIMEOUT_S"  # the process group's timeout: a rank stuck in a collective fails
 PROGRESS_ENV = "GPUSPEED_TP_PROGRESS"  # launch() sets it: the file rank 0 appends its steps to, for the launcher's bar
@@ -347,6 +349,7 @@ def lockstep(bench_fn, tp: TP | None):
                 dist.broadcast_object_list(box, 0, group=tp.ctl)
             return m
         while _signal(tp, 0):
+            _inject_failure(tp.rank, "step")
             fn(*args, **(kw.get("kwargs") or {}))
         box = [None]
         dist.broadcast_object_list(box, 0, group=tp.ctl)
@@ -362,12 +365,12 @@ def lockstep(bench_fn, tp: TP | None):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _inject_failure(rank: int) -> None:
+def _inject_failure(rank: int, where: str = "start") -> None:
     what = os.environ.get(FAIL_ENV, "")
     if not what:
         return
-    r, _, how = what.partition(":")
-    if r.strip() == str(rank):
+    r, how, at = (what.split(":") + [""])[:3]
+    if r.strip() == str(rank) and (at or "start") == where:
         if how == "exit":
             os._exit(17)  # dies as a killed process would: no exception, no cleanup
         raise RuntimeError(f"failure injected by {FAIL_ENV}={what}")
@@ -477,10 +480,17 @@ def check_launch(n: int, device: str) -> None:
 
 
 def _failure_line(exc) -> str:
-    """'rank R: cause' from torchrun's ChildFailedError (the worker's exception, or how the process ended)."""
+    """'rank R: cause' from torchrun's ChildFailedError (the worker's exception, or how the process ended). The rank
+    that raised comes first, then one that exited, then one killed: torchrun's first failure is by whole seconds, and a
+    rank stopped after another's failure (SIGTERM, a SIGSEGV in its teardown) was named for the cause."""
     import signal
 
-    rank, f = exc.get_first_failure()
+    def cause(item):
+        r, f = item
+        raised = isinstance(f.message, dict) and bool(f.message.get("message"))
+        return (not raised, f.exitcode is None or f.exitcode < 0, f.timestamp, r)
+
+    rank, f = min(exc.failures.items(), key=cause) if exc.failures else exc.get_first_failure()
     msg = f.message
     if isinstance(msg, dict):
         msg = msg.get("message") or ""
@@ -629,7 +639,8 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
             raise UserError(f"--tp {n}: the rendezvous port {port} ({PORT_ENV}) is in use")
     else:
         port = free_port()
-    quiet = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run")
+    # torch.multiprocessing: its "Terminating process N via signal SIGTERM" as the agent stops the other ranks
+    quiet = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.distributed.run", "torch.multiprocessing")
     for name in [*quiet, *(n for n in logging.root.manager.loggerDict if n.startswith(quiet))]:
         # the one-line error below says what failed; torch gives each module's logger its own level (LOGLEVEL)
         logging.getLogger(name).setLevel(logging.CRITICAL)
