@@ -253,3 +253,21 @@ def test_check_of_integers_far_apart_never_reads_them_equal():
         assert not r.passed and r.max_abs_err >= 2.0**63, r.summary
     assert not gpuspeed.check(np.array([2**62]), np.array([-2**62]), atol=2**40).passed
     assert gpuspeed.check(np.array([5, -3], np.int8), np.array([4, -2], np.int8), atol=1).passed
+
+
+# -- verify_function(): inputs it cannot use are refused in one line ------------------------------------------------
+
+def test_verify_function_refuses_inputs_it_cannot_use_in_one_line():
+    from gpuspeed.verify import verify_function
+
+    ones = lambda seed: (np.ones(3),)  # noqa: E731
+    # a generator argument: the reference used it up and fn, as right as it, read nothing: FAIL for a correct fn
+    with pytest.raises(gpuspeed.UserError, match="one-pass iterator"):
+        verify_function(sum, sum, lambda seed: (iter([1.0, 2.0]),), seeds=[1])
+    with pytest.raises(gpuspeed.UserError, match="make_inputs is a function of a seed"):  # was "'tuple' is not callable"
+        verify_function(np.cumsum, np.cumsum, (np.ones(3),), seeds=[1])
+    with pytest.raises(gpuspeed.UserError, match="integer seeds, got the seed 'a'"):  # a TypeError from make_inputs('a')
+        verify_function(np.cumsum, np.cumsum, ones, seeds="abc")
+    with pytest.raises(gpuspeed.UserError, match=r"returned a list, passed whole.*tuple\(args\)"):
+        verify_function(np.add, np.add, lambda seed: [np.ones(3), np.ones(3)], seeds=[1])
+    assert all(verify_function(np.cumsum, np.cumsum, ones, seeds=[np.int64(3)]))

@@ -831,18 +831,30 @@ def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[in
         raise UserError(f"seeds is a count or a list of seeds, got {seeds!r}") from None
     if not seeds:  # all() of no results is True: a check that ran nothing would read as passed
         raise UserError("verify_function() needs at least one seed (default: 3 random seeds)")
+    odd = [s for s in seeds if isinstance(s, bool) or not isinstance(s, numbers.Integral)][:1]
+    if odd:  # seeds="abc" made make_inputs('a'): a TypeError from deep inside the user's generator of inputs
+        raise UserError(f"seeds is a count or a list of integer seeds, got the seed {odd[0]!r}")
+    if not callable(make_inputs):  # the inputs themselves, passed where their maker goes
+        raise UserError(f"make_inputs is a function of a seed that returns the argument tuple, got "
+                        f"{type(make_inputs).__name__}")
+    from gpuspeed.trees import one_pass_argument
+
     results = []
     for seed in seeds:
         args = make_inputs(seed)
         args = args if isinstance(args, tuple) else (args,)
+        if (why := one_pass_argument(args, {})) is not None:  # the reference would use it up, fn then see it empty
+            raise UserError(f"make_inputs({seed}) returned arguments fn and the reference cannot both read: {why}; "
+                            "return a tuple of the arguments, lists in place of iterators")
         ref_args = clone_tree(args)
         try:
             expected = reference(*ref_args)
         except TypeError as exc:
-            if len(args) == 1 and isinstance(args[0], dict) and "argument" in str(exc):
+            if len(args) == 1 and isinstance(args[0], (dict, list)) and "argument" in str(exc):
                 # gpuspeed.inputs.make_inputs returns {name: array}: passed whole, it is one positional argument
-                raise UserError(f"make_inputs returned a dict, passed whole as the only argument, and the reference "
-                                f"raised TypeError: {exc}: return the arguments as a tuple (tuple(d.values()))") from exc
+                kind, whole = ("dict", "tuple(d.values())") if isinstance(args[0], dict) else ("list", "tuple(args)")
+                raise UserError(f"make_inputs returned a {kind}, passed whole as the only argument, and the reference "
+                                f"raised TypeError: {exc}: return the arguments as a tuple ({whole})") from exc
             raise
         result = check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype)
         if not result.leaves:  # both returned None: an in-place pair passed on nothing ("nothing to compare")
