@@ -268,3 +268,36 @@ def test_numba_compiles_the_function_under_a_decorator_and_keeps_the_decorator_a
     bare = optimize_text(tmp_path, "decorated", DECORATED, ["numba"], func="unwrapped")
     row = bare.results["numba-serial"]
     assert row["status"] == "unavailable" and "cannot compile" in row["reason"], row
+
+
+SEEDED = """
+    import numpy as np
+
+
+    def original(x):
+        np.random.seed(0)
+        noise = np.random.standard_normal(x.shape[0])
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = x[i] * 2.0 + noise[i] * 0.1
+        return out
+
+
+    def inputs(rng):
+        return (rng.standard_normal(20000),)
+    """
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="Numba's threads draw per thread: needs 2 cores")
+def test_a_candidate_that_differs_from_a_seeded_random_original_says_its_generator_may_be_why(tmp_path):
+    """`np.random.seed(0)` then draws: the original is deterministic, but Numba parallel=True draws per thread, so its
+    numbers differ and it was 'WRONG: 50000/100000 over tolerance' with nothing to say the generator, not the
+    computation, differs. The row and the run's notes now say so (the serial njit draws NumPy's stream: correct)."""
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "seeded", SEEDED, ["numba"])
+    assert run.results["numba-serial"]["status"] == "ok", run.results["numba-serial"].get("reason")
+    row = run.results["numba"]
+    assert row["status"] == "incorrect", row
+    assert "the original draws random numbers (`np.random.standard_normal`, line 7)" in row["reason"], row["reason"]
+    assert any("pass the random numbers in as an argument" in n and "numba" in n for n in run.notes), run.notes

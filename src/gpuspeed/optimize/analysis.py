@@ -149,6 +149,31 @@ def _carried(fn) -> bool:
     return False
 
 
+_RANDOM_CALLS = ("np.random.", "numpy.random.", "random.", "cp.random.", "cupy.random.", "torch.rand", "torch.normal",
+                 "torch.bernoulli", "torch.multinomial", "torch.poisson", "torch.manual_seed")
+_RANDOM_METHODS = {"default_rng", "uniform_", "normal_", "random_", "bernoulli_", "exponential_"}  # tensor.normal_()
+
+
+def random_draws(fn) -> str | None:
+    """The first call in fn's own source that draws random numbers (`np.random.standard_normal`, line 7), or None:
+    a seeded draw makes the original deterministic, but another backend's generator (Numba's per-thread streams,
+    CuPy's, torch's) draws other numbers from the same seed."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    calls = sorted(((node.lineno, ast.unparse(node.func)) for node in ast.walk(tree) if isinstance(node, ast.Call)))
+    draws = [(line, name) for line, name in calls
+             if name.startswith(_RANDOM_CALLS) or name.split(".")[-1] in _RANDOM_METHODS]
+    draws.sort(key=lambda d: d[1].endswith("seed"))  # a draw itself names it better than the seed before it
+    return f"`{draws[0][1]}`, line {draws[0][0] + first - 1}" if draws else None
+
+
 def _has_loops(fn) -> bool:
     import ast
     import inspect

@@ -307,6 +307,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     _roof_shares(run)
     if run.results.get("original", {}).get("nondeterministic"):
         _not_checkable(run.results)
+    else:
+        _random_differs(run)
     run.choice = choose(run, rank_by)
     run.projection = project(run, target_gpu)
     run.elapsed_s = time.perf_counter() - t_start
@@ -400,6 +402,23 @@ def _not_checkable(results: dict) -> None:
         if r.get("status") == "incorrect" and str(r.get("reason") or "").startswith(("seed ", "result read right")):
             r["status"] = "unverifiable"
             r["reason"] = f"not checkable: the original does not reproduce its own output ({r['reason']})"
+
+
+def _random_differs(run: OptimizeRun) -> None:
+    """A deterministic original that draws seeded random numbers: a candidate whose values differ may differ only in
+    its generator's numbers (Numba parallel=True draws per thread, CuPy and torch run other generators), so its
+    WRONG says that may be the cause, and the run says once that such candidates cannot match."""
+    wrong = [r for r in run.results.values() if r.get("status") == "incorrect" and
+             str(r.get("reason") or "").startswith("seed ")]
+    draw = analysis.random_draws(run.wl.original) if wrong else None
+    if draw is None:
+        return
+    for r in wrong:
+        r["reason"] += (f"; the original draws random numbers ({draw}): this backend's generator may draw others from "
+                        "the same seed (another algorithm, stream or order), which alone would make it differ")
+    run.notes.append(f"the original draws random numbers ({draw}): a candidate whose generator draws other numbers "
+                     f"than the original's ({', '.join(r['name'] for r in wrong)} differed) cannot match it; pass the "
+                     "random numbers in as an argument (made in inputs()) to compare the computation itself")
 
 
 def _roof_shares(run: OptimizeRun) -> None:
