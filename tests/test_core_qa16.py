@@ -271,3 +271,17 @@ def test_verify_function_refuses_inputs_it_cannot_use_in_one_line():
     with pytest.raises(gpuspeed.UserError, match=r"returned a list, passed whole.*tuple\(args\)"):
         verify_function(np.add, np.add, lambda seed: [np.ones(3), np.ones(3)], seeds=[1])
     assert all(verify_function(np.cumsum, np.cumsum, ones, seeds=[np.int64(3)]))
+
+
+def test_verify_function_of_two_empty_results_passes_them_as_equal():
+    # a search that found nothing returned [] in fn and the reference alike: read as "both returned nothing", the
+    # arguments were compared instead, and with no array among them the check was refused
+    from gpuspeed.verify import verify_function
+
+    def matches(values, limit):
+        return [v for v in values if v > limit]
+
+    (r,) = verify_function(matches, matches, lambda seed: ([1.0, 2.0], 5.0), seeds=[1])
+    assert r.passed and "argument" not in r.summary, r.summary
+    (bad,) = verify_function(matches, lambda values, limit: [7.0], lambda seed: ([1.0, 2.0], 5.0), seeds=[1])
+    assert not bad.passed and "length differs" in bad.summary

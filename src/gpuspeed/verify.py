@@ -797,6 +797,11 @@ def count_poisoned(buf) -> int:
     return int((arr == value).sum())
 
 
+def _returned_nothing(x) -> bool:
+    """None, or a tuple or list of only Nones (an in-place function's (None, None)); an empty container is a result."""
+    return x is None or isinstance(x, (tuple, list)) and len(x) > 0 and all(_returned_nothing(v) for v in x)
+
+
 def _argument_arrays(args: tuple, ref_args: tuple) -> tuple[dict, dict]:
     """The arrays among fn's and the reference's arguments (leaf by leaf, by position), as two dicts to check."""
     from gpuspeed import trees
@@ -856,8 +861,11 @@ def verify_function(fn: Callable, reference: Callable, make_inputs: Callable[[in
                 raise UserError(f"make_inputs returned a {kind}, passed whole as the only argument, and the reference "
                                 f"raised TypeError: {exc}: return the arguments as a tuple ({whole})") from exc
             raise
-        result = check(fn(*args), expected, rtol=rtol, atol=atol, dtype=dtype)
-        if not result.leaves:  # both returned None: an in-place pair passed on nothing ("nothing to compare")
+        output = fn(*args)
+        result = check(output, expected, rtol=rtol, atol=atol, dtype=dtype)
+        # both returned None: an in-place pair passed on nothing ("nothing to compare"); two empty lists (a search
+        # that found nothing) are results, and equal
+        if not result.leaves and _returned_nothing(output) and _returned_nothing(expected):
             written, expected_written = _argument_arrays(args, ref_args)
             if not written:  # a PASS on nothing compared would read as a checked function
                 raise UserError(f"{getattr(fn, '__name__', 'fn')} and the reference both returned {_short(expected)} "
