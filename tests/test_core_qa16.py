@@ -285,3 +285,10 @@ def test_verify_function_of_two_empty_results_passes_them_as_equal():
     assert r.passed and "argument" not in r.summary, r.summary
     (bad,) = verify_function(matches, lambda values, limit: [7.0], lambda seed: ([1.0, 2.0], 5.0), seeds=[1])
     assert not bad.passed and "length differs" in bad.summary
+
+
+def test_check_of_a_list_against_an_array_says_how_to_compare_them():
+    # "structure differs: output list, reference ndarray" left a user of a list-returning version to guess
+    r = gpuspeed.check([1.0, 2.0], np.array([1.0, 2.0]))
+    assert not r.passed and "np.asarray(...) the list" in r.summary, r.summary
+    assert gpuspeed.check(np.asarray([1.0, 2.0]), np.array([1.0, 2.0])).passed

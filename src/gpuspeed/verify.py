@@ -241,7 +241,11 @@ def _pairs(out, ref, path="out"):
             yield from _pairs(out[k], ref[k], f"{path}[{k!r}]")
     elif isinstance(ref, (list, tuple)) or isinstance(out, (list, tuple)):
         if not (isinstance(ref, (list, tuple)) and isinstance(out, (list, tuple))):
-            yield path, None, None, f"structure differs: output {type(out).__name__}, reference {type(ref).__name__}"
+            hint = ""
+            if hasattr(out, "shape") or hasattr(ref, "shape"):  # a list-returning version of an array function
+                hint = ": a list is compared with a list, an array with an array (np.asarray(...) the list)"
+            yield path, None, None, (f"structure differs: output {type(out).__name__}, reference "
+                                     f"{type(ref).__name__}{hint}")
             return
         if hasattr(out, "_fields") and hasattr(ref, "_fields"):  # two namedtuples: by field name, as dataclasses
             names, ref_names = list(out._fields), list(ref._fields)
