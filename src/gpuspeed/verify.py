@@ -18,6 +18,8 @@ of the two units; NaT is their NaN. An object array of whole numbers compares ex
 held to a Python float's tolerance.
 Quantized torch tensors (qint8, quint8, ...) are compared by their dequantized values, at the rtol and atol
 you pass: they have no default tolerance, since their scale, not their dtype, sets their error.
+A list or tuple of plain numbers (Python's or NumPy scalars, nested lists of equal length too) is compared as one
+array, each number held to the rule it would meet alone (its own magnitude sets its atol), in one pass.
 NumPy masked arrays (numpy.ma): the masks must match exactly (a plain array is one with nothing masked), and
 only the unmasked elements are compared -- what a masked element holds, NaN included, is never looked at.
 """
