@@ -148,3 +148,14 @@ def test_a_rank_failing_in_a_timed_step_on_gpus_ends_the_run_at_once(tmp_path):
     assert said[-1].startswith("gpuspeed: error: rank 1 failed: RuntimeError: failure injected"), err[-3000:]
     assert took < 120, took
     assert not tagged_processes(tag)
+
+
+# --- a demanding user's flags -----------------------------------------------------------------------------------------
+
+def test_all_inside_a_list_of_variants_is_refused_in_words_that_fit(capsys):
+    """--variants V2,all said "unknown variant 'all': use V0, ..., V5 or all": it refused 'all' and offered it."""
+    from decode_cli_helpers import TINY, one_line
+
+    rc, cap = cli([*TINY, "--variants", "V2,all"], capsys)
+    one_line(rc, cap, "'all' is every rung: give it alone")
+    assert "unknown variant" not in cap.err

@@ -48,6 +48,9 @@ def parse_variants(text: str | None) -> list[str]:
         if not v:
             continue
         match = next((k for k in ORDER if k.lower() == v.lower()), None)
+        if v.lower() == "all":  # beside other names it was "unknown variant 'all': use ... or all"
+            raise UserError(f"--variants {text.strip()}: 'all' is every rung: give it alone, or list the rungs "
+                            f"({', '.join(ORDER)})")
         if match is None:
             raise UserError(f"unknown variant {v!r}: use {', '.join(ORDER)} or all")
         if match not in out:
