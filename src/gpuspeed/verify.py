@@ -430,7 +430,7 @@ def _host_bytes(x) -> tuple[int, int]:
     if type(x).__module__.split(".")[0] == "torch":
         steps = _torch_host_steps(x)
         itemsize = steps[-1] if steps else x.element_size()
-        held = max((a + b for a, b in zip(steps, steps[1:])), default=0)  # a copy lives until the next is made
+        held = max((a + b for a, b in zip(steps, steps[1:], strict=False)), default=0)  # a copy lives till the next
         kept = steps[-1] if steps else 0
         return _elements(x) * (kept + (itemsize if strided else 0)), _elements(x) * max(0, held - kept)
     itemsize = _host_itemsize(x)
