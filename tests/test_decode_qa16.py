@@ -159,3 +159,17 @@ def test_all_inside_a_list_of_variants_is_refused_in_words_that_fit(capsys):
     rc, cap = cli([*TINY, "--variants", "V2,all"], capsys)
     one_line(rc, cap, "'all' is every rung: give it alone")
     assert "unknown variant" not in cap.err
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_file_of_a_model_folder_given_as_the_model_names_the_folder(tmp_path, capsys, name):
+    """--model my-llama/model.safetensors (the file a user downloaded, a bf16 safetensors) said only "not a GGUF file
+    or a folder with config.json and safetensors": the folder beside it, which loads, went unsaid."""
+    from decode_cli_helpers import one_line
+
+    d = tmp_path / "my-llama"
+    random_hf_llama(BASE).to(torch.bfloat16).save_pretrained(d)
+    rc, cap = cli(["--model", str(d / name), "--prompt-len", "3", *SMALL], capsys)
+    one_line(rc, cap, f"not a GGUF file or a folder with config.json and safetensors: give its folder, --model {d}")
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3", *SMALL, "--json"], capsys)
+    assert rc == 0, cap.err

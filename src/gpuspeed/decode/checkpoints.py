@@ -258,7 +258,9 @@ def load(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
 
 
 def not_a_checkpoint(p: Path) -> UserError:
-    return UserError(f"{p}: not a GGUF file or a folder with config.json and safetensors")
+    # a file of a Hugging Face folder (its model.safetensors, its config.json): the folder is what loads
+    folder = f": give its folder, --model {p.parent}" if (p.parent / "config.json").is_file() else ""
+    return UserError(f"{p}: not a GGUF file or a folder with config.json and safetensors{folder}")
 
 
 def _is_gguf(p: Path) -> bool:
