@@ -59,17 +59,17 @@ def _numpy_number(x) -> bool:
 
 
 def number_grid(obj) -> tuple[tuple[int, ...], list] | None:
-    """(shape, the numbers in row-major order) when obj is a list or tuple of plain numbers (Python's bool, int, float,
-    complex, or NumPy scalars; integers within +-2**53, which float64 holds exactly), or of equally long such lists
-    nested alike, holding at least one number; else None."""
+    """(shape, the numbers in row-major order, as a list or tuple) when obj is a list or tuple of plain numbers
+    (Python's bool, int, float, complex, or NumPy scalars; integers within +-2**53, which float64 holds exactly), or of
+    equally long such lists nested alike, holding at least one number; else None."""
     import numbers
 
     if not isinstance(obj, (list, tuple)) or hasattr(obj, "_fields") or not obj:  # a namedtuple: walked by field
         return None
     if all(type(x) in NUMBER_TYPES or _numpy_number(x) for x in obj):
-        if not all(-2**53 < x < 2**53 for x in obj if isinstance(x, numbers.Integral)):
+        if not all(-2**53 < x < 2**53 for x in obj if type(x) is not float and isinstance(x, numbers.Integral)):
             return None
-        return (len(obj),), list(obj)
+        return (len(obj),), obj  # no copy: the comparison reads it a slice at a time
     rows = [number_grid(x) for x in obj]
     if any(r is None for r in rows) or len({r[0] for r in rows}) != 1:  # a ragged grid or a leaf that is no number
         return None

@@ -633,24 +633,22 @@ def _number_kind(kind: type) -> tuple[bool, bool, float, str]:
     return integral, cplx, 0.0 if integral else default_rtol(name), name
 
 
-def _number_array(values: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
-    """(values as float64 or complex128, which were integers or bools, which complex, each one's default rtol, a dtype
-    name); number_grid lets through no integer float64 would round."""
-    kinds = {kind: _number_kind(kind) for kind in {type(v) for v in values}}
+def _number_array(values: list, kinds: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(values as float64 or complex128, which were integers or bools, which complex, each one's default rtol), kinds
+    being _number_kind of each type among them; number_grid lets through no integer float64 would round."""
     n = len(values)
     integral = np.fromiter((kinds[type(v)][0] for v in values), dtype=bool, count=n)
     is_complex = np.fromiter((kinds[type(v)][1] for v in values), dtype=bool, count=n)
     own_rtol = np.fromiter((kinds[type(v)][2] for v in values), dtype=np.float64, count=n)
-    array = np.array(values, dtype=np.complex128 if is_complex.any() else np.float64)
-    names = {kind[3] for kind in kinds.values()}
-    return array, integral, is_complex, own_rtol, names.pop() if len(names) == 1 else "mixed numbers"
+    cplx = any(kind[1] for kind in kinds.values())
+    return np.array(values, dtype=np.complex128 if cplx else np.float64), integral, is_complex, own_rtol
 
 
-def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_nan, dtype) -> LeafCheck:
-    """The verdict a check of each pair of numbers on its own would give (each held to its own magnitude, an integer
-    reference matched exactly), reached in one pass over arrays: a leaf at a time took ~70 us a number."""
-    o, out_int, out_cplx, out_rtol, out_name = _number_array(out.values)
-    r, ref_int, ref_cplx, ref_rtol, ref_name = _number_array(ref.values)
+def _number_verdicts(out: tuple, ref: tuple, rtol, atol, equal_nan, dtype) -> tuple[np.ndarray, ...]:
+    """(bad, |out - ref| with inf where not finite, relative error, each pair's rtol, which references are integers)
+    for numbers as _number_array gives them: each pair judged as check() judges two numbers alone."""
+    o, out_int, out_cplx, out_rtol = out
+    r, ref_int, ref_cplx, ref_rtol = ref
     exact = out_int & ref_int
     exact_ref = exact | ref_int & ~out_int & ~out_cplx  # an integer reference is matched exactly, even by a float
     if rtol is not None or dtype is not None:
@@ -660,7 +658,7 @@ def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_na
     element_rtol = np.where(exact, 0.0, side_rtol)
     finite_ref = np.isfinite(r)
     ref_abs = np.abs(np.where(finite_ref, r, 0))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         if atol is None:  # rtol x RMS of one number: its own magnitude (none for an exact pair)
             element_atol = np.where(exact | (ref_abs == 0), 0.0, element_rtol * ref_abs)
         else:
@@ -677,27 +675,52 @@ def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_na
         rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1), np.where(finite_diff > 0, np.inf, 0.0))
     if atol is None:  # each number's relative L2 error (its relative error) within its rtol, as for an array
         bad |= ~exact & ~((rel <= element_rtol) | (rel == 0))
-    n = r.size
-    leaf = LeafCheck(path=path, passed=not bad.any(), shape=out.shape, ref_shape=ref.shape, dtype=out_name,
-                     ref_dtype=ref_name, rtol=float(element_rtol.max()), n_elements=n,
-                     atol=float(atol) if atol is not None else 0.0, max_abs_err=float(finite_diff.max()),
-                     max_rel_err=float(rel.max()), rel_l2_err=float(rel.max()), n_over_tol=int(bad.sum()),
-                     nan_count=int(np.isnan(o).sum()), inf_count=int(np.isinf(o).sum()))
-    worst = int(np.argmax(bad)) if bad.any() else int(np.argmax(rel))
+    return bad, finite_diff, rel, element_rtol, exact_ref
+
+
+def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_nan, dtype) -> LeafCheck:
+    """The verdict a check of each pair of numbers on its own would give (each held to its own magnitude, an integer
+    reference matched exactly), reached a chunk at a time over arrays: a leaf at a time took ~70 us a number."""
+    out_kinds = {kind: _number_kind(kind) for kind in {type(v) for v in out.values}}
+    ref_kinds = {kind: _number_kind(kind) for kind in {type(v) for v in ref.values}}
+    out_name, ref_name = ({k[3] for k in kinds.values()} for kinds in (out_kinds, ref_kinds))
+    out_name = out_name.pop() if len(out_name) == 1 else "mixed numbers"
+    ref_name = ref_name.pop() if len(ref_name) == 1 else "mixed numbers"
+    n = len(ref.values)
+    leaf = LeafCheck(path=path, passed=False, shape=out.shape, ref_shape=ref.shape, dtype=out_name,
+                     ref_dtype=ref_name, n_elements=n, atol=float(atol) if atol is not None else 0.0)
+    first_bad, top_rel_at, ref_nan, integer_ref = None, 0, 0, False
+    for part in _chunks(n):
+        o, r = _number_array(out.values[part], out_kinds), _number_array(ref.values[part], ref_kinds)
+        bad, finite_diff, rel, element_rtol, exact_ref = _number_verdicts(o, r, rtol, atol, equal_nan, dtype)
+        if first_bad is None and bad.any():
+            first_bad = part.start + int(np.argmax(bad))
+        if rel.size and float(rel.max()) > leaf.max_rel_err or part.start == 0:
+            top_rel_at = part.start + int(np.argmax(rel))
+        leaf.n_over_tol += int(bad.sum())
+        leaf.max_abs_err = max(leaf.max_abs_err, float(finite_diff.max()))
+        leaf.max_rel_err = max(leaf.max_rel_err, float(rel.max()))
+        leaf.rtol = max(leaf.rtol, float(element_rtol.max()))
+        leaf.nan_count += int(np.isnan(o[0]).sum())
+        leaf.inf_count += int(np.isinf(o[0]).sum())
+        ref_nan += int(np.isnan(r[0]).sum())
+        integer_ref = integer_ref or bool(exact_ref.any())
+    leaf.rel_l2_err = leaf.max_rel_err  # each number's own: the worst of them, as over leaves of one number each
+    leaf.passed = first_bad is None
+    worst = first_bad if first_bad is not None else top_rel_at
     leaf.worst_index = tuple(int(i) for i in np.unravel_index(worst, out.shape))
     notes = [] if out_name == ref_name else [f"dtype {out_name} vs reference {ref_name}"]
     if not leaf.passed:
         where = path + "".join(f"[{i}]" for i in leaf.worst_index)
         rule = (f"|out - ref| <= atol {leaf.atol:.3g} + rtol {leaf.rtol:.3g} x |ref|" if atol is not None else
                 f"each within rtol {leaf.rtol:.3g} of its own magnitude")
-        if exact_ref.any() and atol is None:
+        if integer_ref and atol is None:
             rule += ", an integer reference matched exactly"
         parts = [f"{leaf.n_over_tol}/{n} numbers over tolerance ({rule}), first at {where}: "
                  f"{_short(out.values[worst])} vs reference {_short(ref.values[worst])}"]
         if leaf.nan_count or leaf.inf_count:
             parts.append(f"{leaf.nan_count} NaN, {leaf.inf_count} Inf")
         parts.append(f"max abs {leaf.max_abs_err:.3g}")
-        ref_nan = int(np.isnan(r).sum())
         if ref_nan and not equal_nan:
             parts.append(f"the reference holds {ref_nan} NaN, which never match (equal_nan=True matches NaN with NaN)")
         notes.insert(0, "; ".join(parts))
