@@ -301,3 +301,27 @@ def test_a_candidate_that_differs_from_a_seeded_random_original_says_its_generat
     assert row["status"] == "incorrect", row
     assert "the original draws random numbers (`np.random.standard_normal`, line 7)" in row["reason"], row["reason"]
     assert any("pass the random numbers in as an argument" in n and "numba" in n for n in run.notes), run.notes
+
+
+def test_the_script_answers_dtypes_the_run_never_saw_in_the_originals_kinds_or_lets_the_original_answer(tmp_path):
+    """A max written with `best = -np.inf; if x[i] > best: best = x[i]` over int64 arrays: the original returns
+    np.int64(9), Numba unifies best to float64 and returns 9.0. The script's first call on int64 arguments is the
+    original's (it learns the form), but every later call handed the caller a float where the original gives an
+    integer (no cast back: float to int could lose data). The first optimized answer on dtypes the run did not check
+    is now held to the original's kinds; one that differs leaves those dtypes to the original, said once on stderr."""
+    from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text
+
+    run = optimize_text(tmp_path, "largest", LARGEST, ["numba"])
+    assert run.choice["primary"].startswith("numba"), run.choice
+    use = tmp_path / "use_it.py"
+    use.write_text(LOAD_OPTIMIZED + textwrap.dedent("""
+        import numpy as np
+        x = np.array([3, 9, 1, 9], dtype=np.int64)
+        print(how, [type(fn(x)).__name__ for _ in range(3)], type(fn(x.astype(np.float64))).__name__)
+        """))
+    script = run.out_dir / "optimized_largest.py"
+    r = subprocess.run([sys.executable, str(use), str(script)], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip().endswith("['int64', 'int64', 'int64'] float64"), r.stdout + r.stderr
+    assert "the original answers these calls" in r.stderr, r.stderr
+

@@ -355,14 +355,33 @@ def like_the_original(fn, impl):
     precision's); a call on arguments of dtypes it does not hold is answered by the original itself, once, and what
     that returned is kept for the later calls on arguments of those dtypes."""
     def call(*args):
-        form = OUT_FORMS.get(dtype_signature(args), learn)
+        signature = dtype_signature(args)
+        form = OUT_FORMS.get(signature, learn)
         if form is learn:
             return learn(args)
+        if signature in ORIGINAL_FOR:
+            with on_the_host():
+                return pristine_original()(*args)
         if form and len(form) > 3 and form[3] and fn is impl:  # it returns views of its arguments: the caller's own
             return returned_like(keeping_views(impl, args, form[3]), form, args)
-        return returned_like(fn(*args), form, args)
+        out = returned_like(fn(*args), form, args)
+        if signature in LEARNED:  # dtypes the run never saw: the first optimized answer is held to the original's kinds
+            LEARNED.discard(signature)
+            # by the kinds it holds, not its shape: a list of one entry per row may be longer on this call
+            extra = sorted(set(map(str, leaves(tree_map(_leaf_kind, out)))) - set(map(str, leaves(form[0]))))
+            if form and extra and not IN_PLACE:
+                ORIGINAL_FOR.add(signature)
+                print(f"optimized {{FUNC}}: on these argument dtypes it returns {{', '.join(extra)}}, which the "
+                      "original does not (a cast would lose data): the original answers these calls", file=sys.stderr)
+                with on_the_host():
+                    return pristine_original()(*args)
+        return out
 
     return wrapping(call, fn, impl)
+
+
+LEARNED = set()  # argument dtypes whose output form a call learned from the original (not the run's own)
+ORIGINAL_FOR = set()  # argument dtypes the optimized code answers in other kinds than the original: it runs there
 
 
 def learn(args):
@@ -370,6 +389,7 @@ def learn(args):
     with on_the_host():
         out = pristine_original()(*args)
     OUT_FORMS[dtype_signature(args)] = output_form(out, args)
+    LEARNED.add(dtype_signature(args))
     return out
 
 
