@@ -325,3 +325,26 @@ def test_the_script_answers_dtypes_the_run_never_saw_in_the_originals_kinds_or_l
     assert r.returncode == 0 and r.stdout.strip().endswith("['int64', 'int64', 'int64'] float64"), r.stdout + r.stderr
     assert "the original answers these calls" in r.stderr, r.stderr
 
+
+def test_a_syntax_error_in_a_module_the_workload_imports_names_that_module(tmp_path):
+    """`from helpers import f` with `def f(x)` (no colon) in helpers.py: the error named the workload file
+    ('work.py:1: syntax error: expected ':''), whose line 1 is `import numpy as np`. It names helpers.py now."""
+    (tmp_path / "helpers.py").write_text("def f(x)\n    return x\n")
+    (tmp_path / "work.py").write_text(textwrap.dedent("""
+        import numpy as np
+        from helpers import f
+
+
+        def original(x):
+            return f(x)
+
+
+        def inputs(rng):
+            return (rng.standard_normal(10),)
+        """))
+    r = subprocess.run([*GPUSPEED, "optimize", "work.py", "--device", "cpu", "--out", "out"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("gpuspeed: error: ") and "helpers.py:1: syntax error" in line, line
+    assert not (tmp_path / "out").exists()

@@ -48,7 +48,9 @@ def load_module(path: str | Path, name: str | None = None):
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(mod_name, None)
-        raise UserError(f"{p}:{exc.lineno}: syntax error: {exc.msg}") from exc
+        # the file that has it: the user's file, or a module it imports (`from helpers import f`)
+        where = exc.filename if exc.filename and Path(exc.filename).resolve() != p.resolve() else p
+        raise UserError(f"{where}:{exc.lineno}: syntax error: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:  # the user's module failed at import: theirs to fix, in one line
         sys.modules.pop(mod_name, None)
         raise UserError(f"importing {p} raised {_first_line(exc)}") from exc
