@@ -100,6 +100,7 @@ def _peak_rise(fn) -> int:
     return status("VmHWM") - base
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_the_host_guard_counts_the_complex64_copy_of_a_complex32_tensor(monkeypatch):
     # a complex32 tensor becomes a complex64 array on the host (8 bytes an element) but the guard counted 4: with the
     # copy not fitting in free memory, check() went on and the OOM killer ended the process
