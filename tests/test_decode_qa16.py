@@ -90,10 +90,13 @@ def _tp_run(args, env, limit=150):
     return p.returncode, err, time.perf_counter() - t
 
 
-def test_a_rank_failing_in_a_timed_step_ends_the_run_at_once_in_one_line(tmp_path):
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_rank_failing_in_a_timed_step_ends_the_run_at_once_in_one_line(tmp_path, rank):
     """Rank 1 raised in a timed decode step (as an OOM would): study.run recorded the rung's error and went on, while
     rank 0 waited in the step's collective until the process group's timeout (600 s), and the error line then named
-    gloo's timeout, not the cause. The failing rank now ends the run: one line naming it and its error, exit 2."""
+    gloo's timeout, not the cause. Rank 0 raising there waited as long: its timing's cleanup sent 'stop' on the
+    control group while rank 1 sat in the step's collective. The failing rank now ends the run: one line naming it and
+    its error, exit 2."""
     import os
     import time
 
@@ -103,11 +106,11 @@ def test_a_rank_failing_in_a_timed_step_ends_the_run_at_once_in_one_line(tmp_pat
     tag = f"qa16-{os.getpid()}-{time.time_ns()}"
     out = tmp_path / "out"
     rc, err, took = _tp_run([*TP_SMALL, "--variants", "V2", "--out", str(out), "--json"],
-                            {TP.FAIL_ENV: "1:raise:step", "GPUSPEED_TEST_TAG": tag})
+                            {TP.FAIL_ENV: f"{rank}:raise:step", "GPUSPEED_TEST_TAG": tag}, limit=90)
     assert rc == 2, err[-2000:]
     said = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("gpuspeed decode [")]
-    assert said == ["gpuspeed: error: rank 1 failed: RuntimeError: failure injected by "
-                    f"{TP.FAIL_ENV}=1:raise:step"], err[-2000:]
+    assert said == [f"gpuspeed: error: rank {rank} failed: RuntimeError: failure injected by "
+                    f"{TP.FAIL_ENV}={rank}:raise:step"], err[-2000:]
     assert took < 60, took  # the ranks start in ~10 s on 2 cores: nothing waited for a timeout
     assert not tagged_processes(tag)
     assert not (out / "decode.json").exists() and not (out / "decode.partial.json").exists()
