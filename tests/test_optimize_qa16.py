@@ -37,6 +37,14 @@ LOOPS = """
         return idx, best
 
 
+    def argmax_pair(x):
+        best, idx = -np.inf, -1
+        for i in range(x.shape[0]):
+            if x[i] > best:
+                best, idx = x[i], i
+        return idx, best
+
+
     def largest(x):
         best = -np.inf
         for i in range(x.shape[0]):
@@ -51,7 +59,7 @@ def _loop(tmp_path, name: str) -> dict:
     p = tmp_path / "loops.py"
     p.write_text(textwrap.dedent(LOOPS))
     r = subprocess.run([*GPUSPEED, "profile", "--function", f"{p}:{name}", "--input", "x=float64[3000]" if name in (
-        "argmax", "largest") else "a=float64[3000]", "--json"], capture_output=True, text=True, timeout=300,
+        "argmax", "argmax_pair", "largest") else "a=float64[3000]", "--json"], capture_output=True, text=True, timeout=300,
         cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     (loop,) = json.loads(r.stdout)["hotspots"]["hot_loops"]
@@ -76,6 +84,8 @@ def test_profile_calls_an_argmax_written_with_if_a_reduction_whose_ties_keep_the
     verdict = loop["verdict"]
     assert loop["kind"] == "reduction" and verdict.startswith("parallel argmax reduction into best with idx"), verdict
     assert "on a tie the first iteration's index" in verdict and "not Numba prange as written" in verdict
+    pair = _loop(tmp_path, "argmax_pair")  # `best, idx = x[i], i`: the same argmax
+    assert pair["verdict"].startswith("parallel argmax reduction into best with idx"), pair["verdict"]
     largest = _loop(tmp_path, "largest")  # a max written with `if`: prange would lose each thread's result too
     assert largest["kind"] == "reduction" and "once it is written `best = max(best, ...)`" in largest["verdict"]
 
@@ -348,3 +358,33 @@ def test_a_syntax_error_in_a_module_the_workload_imports_names_that_module(tmp_p
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("gpuspeed: error: ") and "helpers.py:1: syntax error" in line, line
     assert not (tmp_path / "out").exists()
+
+
+SEEDED_ARRAYS = """
+    import numpy as np
+
+
+    def original(x):
+        np.random.seed(0)
+        return x * 2.0 + np.random.standard_normal(x.shape) * 0.1
+
+
+    def inputs(rng):
+        return (rng.standard_normal((512, 256)),)
+    """
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_cupy_candidate_of_a_seeded_random_original_says_its_generator_may_be_why(tmp_path):
+    """CuPy's np.random (rebound to cupy.random) draws other numbers from seed 0 than NumPy: its WRONG row now says
+    that the original draws random numbers, and the run's notes say such candidates cannot match it."""
+    from gpuspeed.optimize.pipeline import optimize
+
+    pytest.importorskip("cupy")
+    p = tmp_path / "seeded_arrays.py"
+    p.write_text(textwrap.dedent(SEEDED_ARRAYS))
+    run = optimize(p, device="cuda", out=tmp_path / "out", backends=["cupy"], time_budget=120, bench_budget_s=0.05)
+    wrong = [r for r in run.results.values() if r.get("status") == "incorrect"]
+    assert wrong, {n: (r.get("status"), r.get("reason")) for n, r in run.results.items()}
+    assert all("the original draws random numbers (`np.random.standard_normal`, line 7)" in r["reason"] for r in wrong)
+    assert any("pass the random numbers in as an argument" in n for n in run.notes), run.notes

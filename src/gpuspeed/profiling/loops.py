@@ -609,21 +609,33 @@ def _conditional_extreme(s: ast.If):
 
 
 def _conditional_arg_extreme(s: ast.If):
-    """(name, "argmax" or "argmin", other, [(target, value), ...], ties) for `if other > m: m = other; k = i` (the
-    other assignments to names, reading neither m nor each other's targets); ties: which iteration's index a tie
-    keeps, "first" for a strict comparison, "last" for >= / <=."""
-    if s.orelse or len(s.body) < 2 or not all(isinstance(b, ast.Assign) and len(b.targets) == 1 and
-                                              isinstance(b.targets[0], ast.Name) for b in s.body):
+    """(name, "argmax" or "argmin", other, [(target, value), ...], ties) for `if other > m: m = other; k = i` (or
+    `m, k = other, i`; the other assignments to names, reading neither m nor each other's targets); ties: which
+    iteration's index a tie keeps, "first" for a strict comparison, "last" for >= / <=."""
+    if s.orelse or not s.body:
         return None
-    targets = [b.targets[0].id for b in s.body]
-    if len(set(targets)) != len(targets):
-        return None
+    pairs = []  # (target name, value) of each assignment in the body, a tuple assignment taken apart
     for b in s.body:
-        found = _conditional_extreme(ast.If(test=s.test, body=[b], orelse=[]))
+        if not isinstance(b, ast.Assign) or len(b.targets) != 1:
+            return None
+        t, v = b.targets[0], b.value
+        if isinstance(t, ast.Name):
+            pairs.append((t.id, v))
+        elif isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts) and \
+                all(isinstance(e, ast.Name) for e in t.elts):
+            pairs += [(e.id, x) for e, x in zip(t.elts, v.elts, strict=True)]
+        else:
+            return None
+    targets = [t for t, _ in pairs]
+    if len(pairs) < 2 or len(set(targets)) != len(targets):
+        return None
+    for t, v in pairs:
+        one = ast.Assign(targets=[ast.Name(id=t, ctx=ast.Store())], value=v)
+        found = _conditional_extreme(ast.If(test=s.test, body=[one], orelse=[]))
         if found is None:
             continue
         name, op, other = found
-        along = [(t.targets[0].id, t.value) for t in s.body if t is not b]
+        along = [(t2, v2) for t2, v2 in pairs if t2 != t]
         if any(_names(value) & set(targets) for _, value in along):
             return None
         strict = isinstance(s.test.ops[0], (ast.Gt, ast.Lt))
