@@ -388,3 +388,40 @@ def test_on_a_gpu_a_cupy_candidate_of_a_seeded_random_original_says_its_generato
     assert wrong, {n: (r.get("status"), r.get("reason")) for n, r in run.results.items()}
     assert all("the original draws random numbers (`np.random.standard_normal`, line 7)" in r["reason"] for r in wrong)
     assert any("pass the random numbers in as an argument" in n for n in run.notes), run.notes
+
+
+@pytest.mark.parametrize("text, name", [
+    ("""
+    def original(a):
+        ok = True
+        for i in range(1, a.shape[0]):
+            if a[i] < a[i - 1]:
+                ok = False
+        return ok
+    """, "ok"),
+    ("""
+    def original(a):
+        where = -1
+        for i in range(a.shape[0]):
+            if a[i] < 0:
+                where = i
+        return where
+    """, "where"),
+])
+def test_optimize_plans_no_prange_candidate_for_a_name_the_loop_sets_and_the_code_reads_after_it(tmp_path, text, name):
+    """`ok = False` (an is-sorted flag) or `where = i` (the last negative) set under an `if` in the loop and returned:
+    compiled with prange, Numba keeps each thread's copy to itself and returned True and -1 (the values before the
+    loop) for an array with one element out of order or negative. optimize planned that candidate."""
+    from optimize_script_helpers import optimize_text
+
+    body = "import numpy as np\n" + textwrap.dedent(text) + textwrap.dedent("""
+
+    def inputs(rng):
+        a = np.sort(rng.standard_normal(20000)) + 10.0
+        a[rng.integers(1, 20000)] = -1.0  # one element out of order, and negative
+        return (a,)
+    """)
+    run = optimize_text(tmp_path, "flag", body, ["numba"])
+    assert "numba-prange" not in run.results, run.results["numba-prange"]
+    assert f"assign {name}, which the code reads after the loop" in _numba_row(run)["why"], _numba_row(run)["why"]
+    assert run.results["numba-serial"]["status"] == "ok"

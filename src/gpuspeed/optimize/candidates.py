@@ -308,6 +308,16 @@ def prange_race(fn) -> str | None:
             if ind.get("read"):
                 return (f"{where} read the counter {ind['name']}, which prange would count per thread (each "
                         "iteration would see another value)")
+        # `ok = False` under an `if`, read after the loop: prange keeps each thread's value to itself, and the name
+        # after the loop holds what it held before it (an is-sorted flag stayed True)
+        reduced = {r["name"] for r in deps["reductions"]} | {i["name"] for i in deps["inductions"]}
+        written = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        after = {n.id for st in fdef.body[fdef.body.index(loop) + 1:] for n in ast.walk(st)
+                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        kept = sorted(written - reduced - {var} & after)
+        if kept:
+            return (f"{where} assign {kept[0]}, which the code reads after the loop: prange keeps no iteration's value "
+                    "of it (after the loop it would hold what it held before)")
     return None
 
 
