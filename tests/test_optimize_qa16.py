@@ -153,6 +153,8 @@ def test_optimize_plans_no_prange_candidate_for_a_conditional_update(tmp_path):
         assert "numba-prange" not in run.results, (name, run.results["numba-prange"].get("reason"))
         assert "no prange candidate" in _numba_row(run)["why"] and "does not reduce" in _numba_row(run)["why"]
         assert run.results["numba-serial"]["status"] == "ok"
+    report = (run.out_dir / "report.md").read_text()  # its lever: a reduction, not one thread per outer iteration
+    assert "is a reduction: parallel argmax reduction" in report and "one thread per outer iteration" not in report
     script = run.out_dir / "optimized_argmax_ties.py"
     use = tmp_path / "use_it.py"
     use.write_text(LOAD_OPTIMIZED + textwrap.dedent("""

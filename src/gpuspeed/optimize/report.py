@@ -241,7 +241,12 @@ def _profiling_guide(run) -> list[str]:
     if backend in ("torch_compile", "torch"):
         levers.append("**compile mode / CUDA graphs**: reduce-overhead (graph replay) for small launch-bound calls, "
                       "max-autotune for large reductions")
-    if run.hot.get("loop_bound"):
+    hottest = max(run.hot.get("hot_loops") or [{}], key=lambda lp: lp.get("share") or 0)
+    if run.hot.get("loop_bound") and hottest.get("kind") == "reduction":  # its threads combine results: no map
+        levers.append(f"**the loop** (line {hottest.get('line')}) is a reduction: {hottest.get('verdict')}; a hand "
+                      "kernel in `variants` reduces within each block, then across blocks; `gpuspeed kernel` reports "
+                      "its occupancy and roof position")
+    elif run.hot.get("loop_bound"):
         levers.append("**the loop**: a hand kernel (Triton / Numba CUDA, one thread per outer iteration, 128-256 "
                       "threads per block) in `variants`; `gpuspeed kernel` reports its occupancy and roof position")
     levers.append("**fusion**: one kernel per expression instead of one per NumPy op (torch.compile, "
