@@ -427,3 +427,34 @@ def test_optimize_plans_no_prange_candidate_for_a_name_the_loop_sets_and_the_cod
     assert "numba-prange" not in run.results, run.results["numba-prange"]
     assert f"assign {name}, which the code reads after the loop" in _numba_row(run)["why"], _numba_row(run)["why"]
     assert run.results["numba-serial"]["status"] == "ok"
+
+
+EMA = """
+    import numpy as np
+
+
+    def original(x, alpha):
+        y = np.empty_like(x)
+        acc = 0.0
+        for i in range(x.shape[0]):
+            acc = alpha * x[i] + (1.0 - alpha) * acc
+            y[i] = acc
+        return y
+
+
+    def inputs(rng):
+        return rng.standard_normal(20000), 0.1
+    """
+
+
+def test_the_lever_for_a_sequential_loop_is_not_one_gpu_thread_per_iteration(tmp_path):
+    """ema_filter's report (results/nvidia-h200/optimize/ema_filter) gave as a lever 'a hand kernel (Triton / Numba
+    CUDA, one thread per outer iteration)' for a loop whose iterations each need the previous one's: threads over it
+    would give a wrong answer. The lever says the loop is sequential, and what runs it."""
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "ema", EMA, ["numba"])
+    assert run.hot.get("sequential"), run.hot
+    report = (run.out_dir / "report.md").read_text()
+    assert "one thread per outer iteration" not in report
+    assert "is sequential: its iterations cannot be GPU threads" in report

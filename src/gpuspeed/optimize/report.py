@@ -242,7 +242,11 @@ def _profiling_guide(run) -> list[str]:
         levers.append("**compile mode / CUDA graphs**: reduce-overhead (graph replay) for small launch-bound calls, "
                       "max-autotune for large reductions")
     hottest = max(run.hot.get("hot_loops") or [{}], key=lambda lp: lp.get("share") or 0)
-    if run.hot.get("loop_bound") and hottest.get("kind") == "reduction":  # its threads combine results: no map
+    if run.hot.get("sequential"):  # its iterations are ordered: one thread per iteration would be a wrong answer
+        levers.append(f"**the loop** (line {hottest.get('line')}) is sequential: its iterations cannot be GPU threads; "
+                      "Numba on the CPU runs it compiled, and a rewrite as a scan (cumsum, associative_scan) is the "
+                      "GPU route where the step is associative")
+    elif run.hot.get("loop_bound") and hottest.get("kind") == "reduction":  # its threads combine results: no map
         levers.append(f"**the loop** (line {hottest.get('line')}) is a reduction: {hottest.get('verdict')}; a hand "
                       "kernel in `variants` reduces within each block, then across blocks; `gpuspeed kernel` reports "
                       "its occupancy and roof position")
