@@ -176,3 +176,21 @@ def test_a_file_of_a_model_folder_given_as_the_model_names_the_folder(tmp_path, 
     one_line(rc, cap, f"not a GGUF file or a folder with config.json and safetensors: give its folder, --model {d}")
     rc, cap = cli(["--model", str(d), "--prompt-len", "3", *SMALL, "--json"], capsys)
     assert rc == 0, cap.err
+
+
+def test_a_rank_failing_after_a_rung_says_where_the_rungs_measured_are(tmp_path):
+    """A --tp run with --out whose rank 1 failed in its second rung ended with the rank's error alone, while rank 0
+    had written the first rung to decode.json (marked partial): a Ctrl-C says where they are, a failure did not."""
+    from gpuspeed.decode import tp as TP
+
+    out = tmp_path / "out"
+    # V2's prefill and decode timings are the first two; V0's prefill is the third
+    rc, err, _ = _tp_run([*TP_SMALL, "--variants", "V2,V0", "--out", str(out), "--json"], {TP.FAIL_ENV: "1:raise:step3"},
+                         limit=90)
+    assert rc == 2, err[-2000:]
+    said = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("gpuspeed decode [")]
+    assert len(said) == 1 and said[0].startswith("gpuspeed: error: rank 1 failed: RuntimeError: failure injected"), err
+    assert said[0].endswith(f"; the rungs measured are in {out / 'decode.json'} (marked partial)"), said
+    doc = json.loads((out / "decode.json").read_text())
+    assert doc["params"]["partial"] is True
+    assert [r["variant"] for r in doc["rows"]] == ["V2"] and doc["rows"][0]["ms_per_token"] > 0

@@ -26,6 +26,7 @@ import math
 import os
 import socket
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -40,8 +41,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from gpuspeed.errors import UserError
 
-# test hook: "RANK:exit" (the rank dies) or "RANK:raise" (it raises) as it starts; "RANK:HOW:step" in its first timed
-# call, while the other ranks wait in that call's collectives (an OOM in a decode step)
+# test hook: "RANK:exit" (the rank dies) or "RANK:raise" (it raises) as it starts; "RANK:HOW:step" (or stepN) in the
+# first timed call of its first (N-th) timing, while the other ranks wait in that call's collectives (an OOM in a step)
 FAIL_ENV = "GPUSPEED_TP_FAIL"
 PORT_ENV = "GPUSPEED_TP_PORT"  # the rendezvous port (default: a free one)
 TIMEOUT_ENV = "GPUSPEED_TP_TIMEOUT_S"  # the process group's timeout: a rank stuck in a collective fails
@@ -64,6 +65,7 @@ class TP:
     ctl: object = None  # a gloo group for host-side control (lockstep timing)
     args: object = None  # the whole model's ModelArgs
     notes: list = field(default_factory=list)
+    timings: int = 0  # lockstep timings begun (FAIL_ENV's stepN)
 
     @property
     def vocab_start(self) -> int:
@@ -335,10 +337,12 @@ def lockstep(bench_fn, tp: TP | None):
     def run(fn, *args, **kw):
         import torch.distributed as dist
 
+        tp.timings += 1
+        nth = tp.timings
         if tp.rank == 0:
             def call(*a, **k):
                 _signal(tp, 1)
-                _inject_failure(tp.rank, "step")
+                _inject_failure(tp.rank, "step", nth)
                 return fn(*a, **k)
             call.__name__ = getattr(fn, "__name__", "fn")
             # a failure ends the run (study.run re-raises under TP) with no 'stop' sent: the other ranks may sit in
@@ -348,7 +352,7 @@ def lockstep(bench_fn, tp: TP | None):
             dist.broadcast_object_list([m], 0, group=tp.ctl)
             return m
         while _signal(tp, 0):
-            _inject_failure(tp.rank, "step")
+            _inject_failure(tp.rank, "step", nth)
             fn(*args, **(kw.get("kwargs") or {}))
         box = [None]
         dist.broadcast_object_list(box, 0, group=tp.ctl)
@@ -362,12 +366,12 @@ def lockstep(bench_fn, tp: TP | None):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _inject_failure(rank: int, where: str = "start") -> None:
+def _inject_failure(rank: int, where: str = "start", nth: int = 1) -> None:
     what = os.environ.get(FAIL_ENV, "")
     if not what:
         return
     r, how, at = (what.split(":") + [""])[:3]
-    if r.strip() == str(rank) and (at or "start") == where:
+    if r.strip() == str(rank) and (at or "start") in ((where, f"{where}{nth}") if nth == 1 else (f"{where}{nth}",)):
         if how == "exit":
             os._exit(17)  # dies as a killed process would: no exception, no cleanup
         raise RuntimeError(f"failure injected by {FAIL_ENV}={what}")
@@ -401,21 +405,21 @@ def worker(spec) -> dict | None:
     _inject_failure(rank)
     device = _device.resolve_device(spec.device)
     tp = init(device)
-    try:
-        spec = replace(spec, hf=False, out=spec.out if rank == 0 else None)
-        progress, total = _step_writers(os.environ.get(PROGRESS_ENV) if rank == 0 else None)
-        doc = study.run(spec, tp=tp, progress=progress, total=total)
-        # every rank's all-reduce share, for the profile findings per rank
-        mine = {r.get("variant"): {k: r.get(k) for k in ("comm_kernel_ms_per_token", "kernel_ms_per_token")}
-                for r in doc["rows"] if r.get("variant")}
-        everyone = [None] * tp.world
-        dist.all_gather_object(everyone, mine, group=tp.ctl)
-        if rank != 0:
-            return None
-        add_tp_figures(doc, everyone, tp, spec.label())
-        return doc
-    finally:
-        dist.destroy_process_group()
+    # no destroy_process_group after a failure: @record writes this rank's error, then its exit closes the
+    # connections, so the other ranks' 'connection closed' comes after it and the launcher names this rank
+    spec = replace(spec, hf=False, out=spec.out if rank == 0 else None)
+    progress, total = _step_writers(os.environ.get(PROGRESS_ENV) if rank == 0 else None)
+    doc = study.run(spec, tp=tp, progress=progress, total=total)
+    # every rank's all-reduce share, for the profile findings per rank
+    mine = {r.get("variant"): {k: r.get(k) for k in ("comm_kernel_ms_per_token", "kernel_ms_per_token")}
+            for r in doc["rows"] if r.get("variant")}
+    everyone = [None] * tp.world
+    dist.all_gather_object(everyone, mine, group=tp.ctl)
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    add_tp_figures(doc, everyone, tp, spec.label())
+    return doc
 
 
 def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
@@ -478,14 +482,19 @@ def check_launch(n: int, device: str) -> None:
 
 def _failure_line(exc) -> str:
     """'rank R: cause' from torchrun's ChildFailedError (the worker's exception, or how the process ended). The rank
-    that raised comes first, then one that exited, then one killed: torchrun's first failure is by whole seconds, and a
-    rank stopped after another's failure (SIGTERM, a SIGSEGV in its teardown) was named for the cause."""
+    that raised first (by its error file's time) comes first, then one that exited, then one killed: torchrun's first
+    failure is by whole seconds, and a rank that failed after another (gloo's 'connection closed by peer', a SIGSEGV
+    in the teardown of one stopped) was named for the cause."""
     import signal
 
     def cause(item):
         r, f = item
         raised = isinstance(f.message, dict) and bool(f.message.get("message"))
-        return (not raised, f.exitcode is None or f.exitcode < 0, f.timestamp, r)
+        try:  # the error file's time to the nanosecond: the rank that raised first wrote first
+            when = os.path.getmtime(f.error_file)
+        except (OSError, TypeError):
+            when = float(f.timestamp)
+        return (not raised, f.exitcode is None or f.exitcode < 0, when, r)
 
     rank, f = min(exc.failures.items(), key=cause) if exc.failures else exc.get_first_failure()
     msg = f.message
@@ -537,11 +546,9 @@ def tokens_worker(spec) -> dict | None:
     rank = int(os.environ["RANK"])
     _inject_failure(rank)
     tp = init(_device.resolve_device(spec.device))
-    try:
-        out = run_variants(spec, tp)
-        return out if rank == 0 else None
-    finally:
-        dist.destroy_process_group()
+    out = run_variants(spec, tp)  # a failure leaves the group to the process's exit, as worker's does
+    dist.destroy_process_group()
+    return out if rank == 0 else None
 
 
 def _step_writers(path: str | None):
@@ -619,6 +626,7 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
 
     from gpuspeed import device as _device
 
+    started = time.time()  # a partial decode.json written after this is this run's (study.partial_kept)
     device = _device.resolve_device(spec.device)
     check_launch(n, device)
     for key, value in NO_MULTICAST.items():  # the ranks inherit this environment
@@ -661,7 +669,10 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
     except SignalException as exc:  # the ranks are stopped: the command's stop_signals says it in one line
         raise (Terminated(int(exc.sigval)) if exc.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     except ChildFailedError as exc:
-        raise UserError(_failure_line(exc)) from None
+        from gpuspeed.decode.study import partial_kept
+
+        kept = partial_kept(getattr(spec, "out", None), started)  # rank 0 wrote the rungs before the failure
+        raise UserError(_failure_line(exc) + (f"; {kept}" if kept else "")) from None
     except Exception as exc:  # the rendezvous itself (a port taken meanwhile, a store that did not start)
         text = str(exc).strip().splitlines()
         raise UserError(f"--tp {n}: the launcher failed: {type(exc).__name__}: {text[0][:200] if text else ''}") from None
