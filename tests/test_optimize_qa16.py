@@ -458,3 +458,14 @@ def test_the_lever_for_a_sequential_loop_is_not_one_gpu_thread_per_iteration(tmp
     report = (run.out_dir / "report.md").read_text()
     assert "one thread per outer iteration" not in report
     assert "is sequential: its iterations cannot be GPU threads" in report
+
+
+def test_a_swap_whose_bound_changes_inside_the_loop_is_no_permutation():
+    """The mirror of i is n - 1 - i only while n holds still: `n = n - 1` inside the loop moves it, and iterations
+    then touch each other's elements (the loop was called a parallel permutation)."""
+    from gpuspeed.profiling.loops import loop_nests
+
+    src = ("def f(a, n):\n    for i in range(n // 2):\n        a[i], a[n - 1 - i] = a[n - 1 - i], a[i]\n"
+           "        n = n - 1\n")
+    (loop,) = loop_nests(src, 1, {}, 0.0)
+    assert loop["kind"] == "sequential-loop", loop["verdict"]

@@ -246,6 +246,8 @@ def mirrored_index(loop, index, base: str | None = None) -> bool:
     if not (isinstance(stop, ast.BinOp) and isinstance(stop.op, ast.FloorDiv) and isinstance(stop.right, ast.Constant)
             and stop.right.value == 2):
         return False
+    if _names(stop.left) & _assigned_names(loop):  # n changed inside the loop: its mirror moves
+        return False
     half, v = ast.dump(stop.left), loop.target.id
 
     def is_v(node):
