@@ -57,6 +57,20 @@ def test_an_eos_first_times_the_same_steps_on_every_rung_and_the_text_still_stop
     assert len(said) == 1 and "1 token" in said[0] and str(t - 1) in said[0], doc["notes"]
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_an_eos_first_on_a_gpu_times_the_same_steps_through_the_graphs(eos_first, capsys):
+    """The captured rungs (V4 one step a replay, V5 four) run every timed step past the EOS as the eager ones do."""
+    t = 20
+    rc, cap = cli(["--model", str(eos_first), "--prompt", PROMPT, "--no-hf", "--no-profile", "--budget", "0.1",
+                   "--device", "cuda", "--new-tokens", str(t), "--variants", "V0,V4,V5", "--compile-backend", "eager",
+                   "--json"], capsys)
+    assert rc == 0, cap.err
+    rows = {r["variant"]: r for r in json.loads(cap.out)["rows"]}
+    assert {n: (r["timed_steps"], r["text_tokens"]) for n, r in rows.items()} == {n: (t - 1, 1) for n in rows}, rows
+    assert all(r["tokens_identical_to_V0"] for r in rows.values())
+
+
 # --- --tp N: one rank failing mid-run ---------------------------------------------------------------------------------
 
 TP_SMALL = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
