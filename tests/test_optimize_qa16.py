@@ -236,10 +236,15 @@ DECORATED = """
 
 
     @counted
+    def square(v):
+        return v * v
+
+
+    @counted
     def original(x):
         out = np.empty_like(x)
         for i in range(x.shape[0]):
-            out[i] = x[i] * x[i] + 1.0
+            out[i] = square(x[i]) + 1.0
         return out
 
 
@@ -260,7 +265,8 @@ def test_numba_compiles_the_function_under_a_decorator_and_keeps_the_decorator_a
     """`@my_timer` (functools.wraps) over original: Numba compiled the wrapper's `*args, **kwargs` and every Numba
     candidate 'failed: UnsupportedBytecodeError: Use of unsupported opcode (DICT_MERGE)', as if the code had crashed.
     It compiles the function the decorator wraps and calls it through the decorator; a decorator without
-    functools.wraps, whose function cannot be found, makes Numba 'unavailable' with the reason, not 'failed'."""
+    functools.wraps, whose function cannot be found, makes Numba 'unavailable' with the reason, not 'failed'. A helper
+    under such a decorator is compiled as the function it wraps (compiled code cannot call the Python wrapper)."""
     from optimize_script_helpers import LOAD_OPTIMIZED, optimize_text
 
     run = optimize_text(tmp_path, "decorated", DECORATED, ["numba"])
@@ -469,3 +475,14 @@ def test_a_swap_whose_bound_changes_inside_the_loop_is_no_permutation():
            "        n = n - 1\n")
     (loop,) = loop_nests(src, 1, {}, 0.0)
     assert loop["kind"] == "sequential-loop", loop["verdict"]
+
+
+def test_profiling_a_decorated_function_prints_no_line_profiler_warning(tmp_path):
+    """`gpuspeed profile` (and optimize's hotspot pass) of code under a functools.wraps decorator printed line_profiler's
+    'UserWarning: Adding a function with a `.__wrapped__` attribute ...' and the source line that raised it: the
+    wrapper's own code is timed on purpose (cProfile found it hot)."""
+    (tmp_path / "decorated.py").write_text(textwrap.dedent(DECORATED))
+    r = subprocess.run([*GPUSPEED, "profile", "--function", "decorated.py:original", "--input", "x=float64[2000]"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Hot loop nests" in r.stdout and "UserWarning" not in r.stderr and "__wrapped__" not in r.stderr, r.stderr

@@ -325,8 +325,10 @@ def _line_times_lp(funcs, fn, args, kwargs) -> dict:
     from line_profiler import LineProfiler
 
     lp = LineProfiler()
-    for f in funcs:
-        lp.add_function(f)
+    with warnings.catch_warnings():  # a decorator's wrapper is timed on purpose: cProfile found its own code hot
+        warnings.filterwarnings("ignore", message="Adding a function with a `.__wrapped__` attribute")
+        for f in funcs:
+            lp.add_function(f)
     lp.runcall(fn, *args, **(kwargs or {}))
     st = lp.get_stats()
     acc = {}

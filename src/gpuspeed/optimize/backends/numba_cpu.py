@@ -243,6 +243,13 @@ def _decorated(fn, func):
     return inner, rewrap
 
 
+def _plain_function(fn):
+    """A helper under a functools.wraps decorator as the function it wraps: compiled code calls it, and cannot call
+    the decorator's Python wrapper (a logger's, a timer's); what the wrapper added is left out, the checks judge it."""
+    inner = inspect.unwrap(fn)
+    return inner if isinstance(inner, types.FunctionType) else fn
+
+
 def _cell_value(cell):
     try:
         return cell.cell_contents
@@ -258,7 +265,7 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
     for key, val in list(vars(module).items()):  # helpers the original calls must be compiled too
         if isinstance(val, types.FunctionType) and key != func and not key.startswith("inputs") and \
                 key != "variants" and _users_own(val, module):
-            setattr(module, key, numba.njit(val))  # the name in the workload only: the neighbour module is untouched
+            setattr(module, key, numba.njit(_plain_function(val)))  # in the workload only: the neighbour's untouched
     fn = getattr(module, func)
     if not isinstance(fn, types.FunctionType):  # numba.njit takes Python functions only ("not a function" TypeError)
         raise NumbaUnsupported(f"Numba compiles Python functions: {func} is a {type(fn).__name__} "
@@ -279,7 +286,7 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
         ns = dict(fn.__globals__)
         for key, val in list(ns.items()):
             if isinstance(val, types.FunctionType) and val is not fn and _users_own(val, module):
-                ns[key] = numba.njit(val)
+                ns[key] = numba.njit(_plain_function(val))
         fn = types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
     if prange:
         fn = _with_prange(fn, module)
