@@ -54,7 +54,21 @@ def test_an_eos_first_times_the_same_steps_on_every_rung_and_the_text_still_stop
     assert doc["summary"]["eos-first_fp32_b1_tokens_per_s"] > 0
     assert not any("different steps" in n for n in doc["notes"]), doc["notes"]
     said = [n for n in doc["notes"] if "EOS" in n]
-    assert len(said) == 1 and "1 token" in said[0] and str(t - 1) in said[0], doc["notes"]
+    assert len(said) == 1 and f"after 1 of the {t} tokens asked for;" in said[0], doc["notes"]
+    assert f"V0 {t - 1}, V2 {t - 1}, V5 {t - 1}" in said[0]
+
+
+def test_an_eos_in_a_batch_counts_the_texts_against_every_sequences_tokens(eos_first, capsys):
+    """--batch 2: the note said 'after 2 tokens (over 2 sequences) of the 6 asked for', two sequences' tokens against
+    one sequence's count."""
+    rc, cap = cli(["--model", str(eos_first), "--prompt", PROMPT, *SMALL[2:], "--new-tokens", "6", "--batch", "2",
+                   "--json"], capsys)
+    assert rc == 0, cap.err
+    doc = json.loads(cap.out)
+    (row,) = doc["rows"]
+    assert (row["timed_tokens"], row["text_tokens"]) == (2 * 5, 2)
+    said = [n for n in doc["notes"] if "EOS" in n]
+    assert len(said) == 1 and "after 2 of the 12 tokens asked for (2 sequences of 6);" in said[0], said
 
 
 @pytest.mark.gpu

@@ -891,15 +891,15 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         _free(device)
 
     rows.sort(key=lambda r: V.ORDER.index(r["variant"]))  # the ladder's order, whatever order ran
-    ended = sorted({r["text_tokens"] for r in rows if "text_tokens" in r and r["text_tokens"] < r["batch"] * spec.new_tokens})
+    asked = spec.batch * spec.new_tokens  # text_tokens count every sequence's
+    ended = sorted({r["text_tokens"] for r in rows if "text_tokens" in r and r["text_tokens"] < asked})
     if ended:  # the texts stop at their EOS; the timings ran on past it (measure_variant)
         timed = ", ".join(f"{r['variant']} {r['timed_steps']}" for r in rows if "timed_steps" in r)
-        n = " or ".join(map(str, ended))
-        notes.append(f"an EOS ended the text after {n} token{'s' if ended != [1] else ''}"
-                     f"{f' (over {spec.batch} sequences)' if spec.batch > 1 else ''} of the {spec.new_tokens} asked "
-                     f"for; the timed generations ran on past it, EOS ignored as llama.cpp's and vLLM's benchmarks "
-                     f"do, so every rung times the same work (decode steps timed: {timed}; each row's timed_tokens "
-                     "against its text_tokens)")
+        several = f" ({spec.batch} sequences of {spec.new_tokens})" if spec.batch > 1 else ""
+        notes.append(f"an EOS ended the text{'s' if several else ''} after {' or '.join(map(str, ended))} of the "
+                     f"{asked} tokens asked for{several}; the timed generations ran on past it, EOS ignored as "
+                     f"llama.cpp's and vLLM's benchmarks do, so every rung times the same work (decode steps timed: "
+                     f"{timed}; each row's timed_tokens against its text_tokens)")
     if "V0" in outputs:
         v0_tokens, v0_logits = outputs["V0"]
         for r in rows:
