@@ -486,3 +486,31 @@ def test_profiling_a_decorated_function_prints_no_line_profiler_warning(tmp_path
                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Hot loop nests" in r.stdout and "UserWarning" not in r.stderr and "__wrapped__" not in r.stderr, r.stderr
+
+
+OVERLAP = """
+    import numpy as np
+
+
+    def original(a):
+        b = a.copy()
+        b[1:] += b[:-1]
+        return b
+
+
+    def inputs(rng):
+        return (rng.standard_normal(5000),)
+    """
+
+
+def test_a_wrong_candidate_of_an_overlapping_in_place_slice_update_says_why(tmp_path):
+    """`b[1:] += b[:-1]`: NumPy buffers the overlapping operands (each element plus its old neighbour), Numba updates
+    element by element (a running sum): every Numba candidate was 'WRONG: 4999/5000 over tolerance' with nothing to
+    say that the original's overlap, not the compiler's arithmetic, is what differs. The row says so now."""
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "overlap", OVERLAP, ["numba"])
+    wrong = [r for r in run.results.values() if r.get("status") == "incorrect"]
+    assert wrong, {n: r.get("status") for n, r in run.results.items()}
+    for r in wrong:
+        assert "overlapping slice of the same array (`b[1:] += b[:-1]`, line 7)" in r["reason"], r["reason"]

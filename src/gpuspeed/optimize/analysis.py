@@ -174,6 +174,33 @@ def random_draws(fn) -> str | None:
     return f"`{draws[0][1]}`, line {draws[0][0] + first - 1}" if draws else None
 
 
+def overlapping_update(fn) -> str | None:
+    """The first `a[1:] += a[:-1]` in fn's own source (an in-place update of a slice from another slice of the same
+    array), with its line, or None: NumPy buffers overlapping operands, so it adds the old values; Numba and CuPy
+    update element by element and read values the update already wrote."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript)
+                and isinstance(node.target.value, ast.Name)):
+            continue
+        base, target = node.target.value.id, ast.dump(node.target.slice)
+        if not any(isinstance(n, ast.Slice) for n in ast.walk(node.target.slice)):
+            continue
+        for n in ast.walk(node.value):
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == base and \
+                    ast.dump(n.slice) != target:
+                return f"`{ast.unparse(node)}`, line {node.lineno + first - 1}"
+    return None
+
+
 def _has_loops(fn) -> bool:
     import ast
     import inspect

@@ -308,7 +308,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     if run.results.get("original", {}).get("nondeterministic"):
         _not_checkable(run.results)
     else:
-        _random_differs(run)
+        _why_wrong(run)
     run.choice = choose(run, rank_by)
     run.projection = project(run, target_gpu)
     run.elapsed_s = time.perf_counter() - t_start
@@ -404,13 +404,19 @@ def _not_checkable(results: dict) -> None:
             r["reason"] = f"not checkable: the original does not reproduce its own output ({r['reason']})"
 
 
-def _random_differs(run: OptimizeRun) -> None:
-    """A deterministic original that draws seeded random numbers: a candidate whose values differ may differ only in
-    its generator's numbers (Numba parallel=True draws per thread, CuPy and torch run other generators), so its
-    WRONG says that may be the cause, and the run says once that such candidates cannot match."""
+def _why_wrong(run: OptimizeRun) -> None:
+    """WRONG rows whose cause the original's source shows: a slice updated in place from an overlapping slice (NumPy
+    buffers it, Numba and CuPy do not), or seeded random numbers (Numba parallel=True draws per thread, CuPy and torch
+    run other generators: the run also says once that such candidates cannot match)."""
     wrong = [r for r in run.results.values() if r.get("status") == "incorrect" and
              str(r.get("reason") or "").startswith("seed ")]
     draw = analysis.random_draws(run.wl.original) if wrong else None
+    overlap = analysis.overlapping_update(run.wl.original) if wrong else None
+    for r in wrong if overlap else ():
+        r["reason"] += (f"; the original updates a slice in place from an overlapping slice of the same array "
+                        f"({overlap}): NumPy buffers the overlap and reads the old values, this backend updates element "
+                        "by element and reads what it already wrote (`a[1:] = a[1:] + a[:-1]`, a new array assigned, "
+                        "reads the old values everywhere)")
     if draw is None:
         return
     for r in wrong:
