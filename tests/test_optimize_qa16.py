@@ -514,3 +514,30 @@ def test_a_wrong_candidate_of_an_overlapping_in_place_slice_update_says_why(tmp_
     assert wrong, {n: r.get("status") for n, r in run.results.items()}
     for r in wrong:
         assert "overlapping slice of the same array (`b[1:] += b[:-1]`, line 7)" in r["reason"], r["reason"]
+
+
+HALF = """
+    import numpy as np
+
+
+    def original(x, w):
+        return np.tanh(x @ w) * 0.5 + x.mean()
+
+
+    def inputs(rng):
+        return rng.standard_normal((64, 32)).astype(np.float16), rng.standard_normal((32, 16)).astype(np.float16)
+    """
+
+
+def test_numba_on_float16_inputs_says_it_has_no_float16(tmp_path):
+    """float16 arguments: Numba raises a bare NotImplementedError('float16') while typing them, and the row read
+    'Numba nopython mode cannot compile original: float16'. It says what is missing now; the original's answer (the
+    script's fallback) stays the checked one."""
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "half", HALF, ["numba"])
+    row = run.results["numba"]
+    assert row["status"] == "unavailable" and "its CPU target has no float16 type" in row["reason"], row
+    r = subprocess.run([sys.executable, str(run.out_dir / "optimized_half.py")], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr

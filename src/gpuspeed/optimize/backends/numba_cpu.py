@@ -152,6 +152,9 @@ class _Compiled:
             # keyword arguments when calling Function(<ufunc 'sin'>)"); no signature compiled: not the code's own
             if not first or self.jitted.signatures:
                 raise
+            if str(exc).strip() == "float16":  # raised bare while typing the arguments: its CPU target has no float16
+                raise NumbaUnsupported(f"Numba cannot compile {self.name} for float16 arrays: its CPU target has no "
+                                       "float16 type (a variant that casts to float32 can try it)") from exc
             raise NumbaUnsupported(f"Numba nopython mode cannot compile {self.name}: {_what_failed(exc)}") from exc
         except TypeError as exc:
             # the code compiled, but its result has no Python form: a dict whose values differ in type (Numba types it
