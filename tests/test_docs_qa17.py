@@ -21,3 +21,32 @@ def test_the_without_pip_sentence_names_every_dependency_gpuspeed_imports():
     (sentence,) = [s for s in re.split(r"(?<=\.)\s", README) if s.startswith("Without pip")]
     missing = [name for name in _dependencies() if name not in sentence]
     assert not missing, f"the README's run-without-pip sentence leaves out {missing}: {sentence}"
+
+
+def _prose() -> str:
+    return " ".join(README.split())
+
+
+def test_the_readme_says_an_installed_gpubench_plugin_must_not_be_loaded_again(tmp_path):
+    """Installed, the plugin loads through its pytest11 entry point; the README then offered `-p
+    gpuspeed.pytest_plugin` or `pytest_plugins = [...]` for PYTHONPATH=src, warning only against using both. A user
+    with the package installed who added either one (a conftest.py line, as the README shows) got pytest's 'Plugin
+    already registered under a different name' and a page of its plugin table instead of a test run."""
+    import importlib.metadata
+    import subprocess
+    import sys
+
+    import pytest
+
+    try:
+        importlib.metadata.distribution("gpuspeed")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("gpuspeed is not installed here (PYTHONPATH=src): its entry point does not load the plugin")
+    (tmp_path / "test_one.py").write_text("def test_one(gpubench):\n    assert gpubench(len, 'ab', budget_s=0.05)\n")
+    loaded_twice = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                                   "gpuspeed.pytest_plugin", "test_one.py"], cwd=tmp_path, capture_output=True, text=True,
+                                  timeout=300)
+    assert loaded_twice.returncode != 0 and "already registered" in loaded_twice.stdout + loaded_twice.stderr
+    prose = _prose()
+    assert "Installed, it loads itself (a `pytest11` entry point) and must not be loaded again" in prose, \
+        "the README does not warn that an installed plugin loaded again with -p or pytest_plugins stops pytest"
