@@ -61,7 +61,7 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         elif hasattr(obj, part):
             obj = getattr(obj, part)
         else:
-            raise UserError(f"{path} has no {attr!r}")
+            raise UserError(f"{path} has no {attr!r}{_names_near(obj, part, path, attr[:len(attr) - len(part)])}")
     refuse_unbound_method(parent, attr.rsplit(".", 1)[-1], target)
     refuse_kernel(obj, target, attr.rsplit(".", 1)[-1], "name the Python function that launches it")
     if inspect.isclass(obj):
@@ -72,6 +72,25 @@ def load_target(target: str) -> tuple[Callable, object, str]:
         raise UserError(f"{target} is {what}: a call runs none of its body, so no kernel would launch; name a "
                         "plain function that launches the kernel")
     return obj, module, attr
+
+
+def _names_near(obj, missing: str, path: str, prefix: str) -> str:
+    """': did you mean file.py:launch?' -- the callables of `obj` (a module, a dict of variants) named close to the
+    missing part, else a dict's entries; '' when none fits."""
+    import difflib
+
+    names = list(obj) if isinstance(obj, dict) else list(vars(obj)) if isinstance(obj, types.ModuleType) else []
+    values = {n: obj[n] if isinstance(obj, dict) else getattr(obj, n, None) for n in names if isinstance(n, str)}
+    # launchers only: not the kernels themselves (refused when named) nor imported classes
+    names = [n for n, v in values.items() if not n.startswith("_") and callable(v) and not inspect.isclass(v)
+             and not is_triton_kernel(v) and "numba" not in type(v).__module__]
+    close = difflib.get_close_matches(missing, names, n=3, cutoff=0.6)
+    if close:
+        return ": did you mean " + " or ".join(f"{path}:{prefix}{n}" for n in close) + "?"
+    if isinstance(obj, dict) and names:  # a dict of variants is short: its entries are the choices
+        return f": {prefix.rstrip('.') or 'it'} holds " + ", ".join(f"{path}:{prefix}{n}" for n in names[:4]) + (
+            ", ..." if len(names) > 4 else "")
+    return ""
 
 
 def _bundled_example(path: str) -> str:

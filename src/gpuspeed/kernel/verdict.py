@@ -62,8 +62,18 @@ def no_gpu(f):
         # the tensor arguments (capture.OutOfBounds): a run that returned stayed inside its arrays
         ran = (f"its output matches {c['against']}" if c else
                "the launcher runs and returns, its loads and stores inside its arrays (nothing checked its output)")
+        if _all_empty(f):  # no program ran: nothing of the kernel's body was looked at, in or out of bounds
+            return ("ran under the interpreters (no GPU): an empty grid (0 programs), so the kernel's body never ran "
+                    "and nothing in it was checked; no timing or occupancy here",
+                    "give it inputs of the size it runs on (--input NAME=DTYPE[SHAPE])")
         return (f"ran under the interpreters (no GPU): {ran}; no timing or occupancy here",
                 "run it on a GPU for registers, occupancy and the roof")
+
+
+def _all_empty(f) -> bool:
+    """Whether every launch had a grid of 0 programs (as empty inputs give)."""
+    launches = f.get("launches") or ([f["main"]] if f.get("main") else [])
+    return bool(launches) and all(ln["grid"][0] * ln["grid"][1] * ln["grid"][2] == 0 for ln in launches)
 
 
 def wrong(f):
@@ -79,8 +89,7 @@ def no_launch(f):
 
 
 def empty(f):
-    m = f.get("main")
-    if m and all(ln["grid"][0] * ln["grid"][1] * ln["grid"][2] == 0 for ln in f.get("launches") or [m]):
+    if f.get("main") and _all_empty(f):
         # not a small grid to split: no program ran, so no time, roof or occupancy describes the kernel
         return ("an empty grid (0 programs): the launch ran no work (empty inputs?), so nothing here describes the "
                 "kernel", "give it inputs of the size it runs on (--input NAME=DTYPE[SHAPE])")

@@ -1,0 +1,44 @@
+"""QA pass 17 on `gpuspeed kernel FILE.py:NAME` without a GPU: a demanding user's own launchers, names and inputs,
+run under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1)."""
+
+from kernel_cli_helpers import kernel_cli, one_error
+
+TRITON_ADD = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs))  # no mask: reads past a short tail
+
+
+    def launch(x, y):
+        out = torch.empty_like(x)
+        add_kernel[(triton.cdiv(x.numel(), 128),)](x, y, out, x.numel(), BLOCK=128)
+        return out
+    """
+
+
+def test_an_empty_grid_under_the_interpreter_is_not_called_checked(tmp_path):
+    # an empty input made a grid of 0 programs: the interpreter ran no program, yet the verdict said "the launcher runs
+    # and returns, its loads and stores inside its arrays" of a kernel whose unmasked loads were never looked at
+    r = kernel_cli(tmp_path, {"add.py": TRITON_ADD}, "add.py:launch", "--input", "x=float32[0]",
+                   "--input", "y=float32[0]")
+    assert r.returncode == 0, r.stderr[-2000:]
+    verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict:"))
+    assert "inside its arrays" not in verdict and "0 programs" in verdict, r.stdout
+    assert "no timing or occupancy here" in verdict, verdict
+
+
+def test_a_missing_name_says_which_names_there_are(tmp_path):
+    # `row_stats:variants.numba` said only "row_stats has no 'variants.numba'": the entry is variants.numba_cuda
+    r = kernel_cli(tmp_path, {}, "row_stats:variants.numba")
+    line = one_error(r)
+    assert "row_stats:variants.numba_cuda" in line, line
+    # a top-level name misspelt: the file's functions close to it are named
+    r = kernel_cli(tmp_path, {"add.py": TRITON_ADD}, "add.py:lanch")
+    line = one_error(r)
+    assert "add.py has no 'lanch'" in line and "add.py:launch" in line, line
