@@ -181,7 +181,16 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminated(signum, _frame):
+    import signal
+
+    if os.getpid() not in _STOPPING_PIDS:  # a process forked from gpuspeed's (a user's Pool worker): SIGTERM ends it
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise Terminated(signum)
+
+
+_STOPPING_PIDS: set[int] = set()  # the processes stop_signals() installed _terminated in
 
 
 EARLY_SIGNALS: list[int] = []  # the signals stop_early()'s handler turned into an exception (the CLI says which)
@@ -252,6 +261,7 @@ def stop_signals(keep=None):
     # a SIGTERM the caller ignores (`trap '' TERM`) stays ignored: previous is then SIG_IGN, put back as it was
     previous = signal.getsignal(signal.SIGTERM) if main else None
     if main and previous is not signal.SIG_IGN:
+        _STOPPING_PIDS.add(os.getpid())
         signal.signal(signal.SIGTERM, _terminated)
     early_int = main and signal.getsignal(signal.SIGINT) is _stopped_early
     if early_int:  # Ctrl-C is a KeyboardInterrupt here, wherever it lands: keep() writes what was measured

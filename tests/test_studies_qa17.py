@@ -1,0 +1,54 @@
+"""QA round 17: `gpuspeed profile`, `launch`, `roofline` and `doctor` as a demanding user runs them on a CPU-only
+machine: scripts a user writes (a multiprocessing pool, ...), function files for `launch --explain`, `roofline --quick`
+into folders, and `--json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    env.pop("COLUMNS", None)
+    return env
+
+
+def _gpuspeed(args: list[str], cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpuspeed", *args], capture_output=True, text=True, env=_env(),
+                          cwd=cwd, timeout=timeout)
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_profiling_a_script_whose_pool_is_closed_prints_no_worker_tracebacks(tmp_path):
+    # Pool.__exit__ terminates its workers with SIGTERM: forked from gpuspeed, they raised gpuspeed's Terminated
+    # (a traceback per worker on stderr, and a run that could hang) where `python pool.py` ends them silently
+    script = _write(tmp_path, "pool_qa17.py", """\
+        import multiprocessing as mp
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2) as pool:
+                print(sum(pool.map(square, range(100))))
+        """)
+    done = _gpuspeed(["profile", "--no-hotspots", str(script)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "Terminated" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.count("328350") == 2
