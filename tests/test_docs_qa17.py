@@ -50,3 +50,31 @@ def test_the_readme_says_an_installed_gpubench_plugin_must_not_be_loaded_again(t
     prose = _prose()
     assert "Installed, it loads itself (a `pytest11` entry point) and must not be loaded again" in prose, \
         "the README does not warn that an installed plugin loaded again with -p or pytest_plugins stops pytest"
+
+
+def test_the_decode_notebook_names_the_model_of_each_ladder_it_reads_from_a_saved_file(tmp_path, monkeypatch):
+    """Notebook 02 with GPUSPEED_DECODE_RESULTS set to the committed decode.json (five runs: three bf16 models, tiny
+    fp32, the int8 8B) printed one header and 43 rows beneath it, 'V5 | 1 | 32 | 0.7688 ...' then 'V5 | 1 | 32 |
+    0.3852 ...', with no model or dtype anywhere: which ladder a row belonged to could not be told."""
+    import json
+    import os
+
+    import pytest
+
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    saved = ROOT / "results" / "nvidia-h200" / "decode.json"
+    rows = json.loads(saved.read_text(encoding="utf-8"))["rows"]
+    runs = {f"{r['model']} {r.get('quant') or r['dtype']}" for r in rows}
+    assert len(runs) > 1  # the case this checks: a file of several runs
+    monkeypatch.setenv("GPUSPEED_NB_SMALL", "1")
+    monkeypatch.setenv("GPUSPEED_NB_OUT", str(tmp_path))
+    monkeypatch.setenv("GPUSPEED_DECODE_RESULTS", str(saved))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    nb = nbformat.read(ROOT / "notebooks" / "02_decode_optimization.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    lines = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])).splitlines()
+    unnamed = sorted(run for run in runs if run not in lines)
+    assert not unnamed, f"the ladder table names no heading line for {unnamed}"
