@@ -42,3 +42,13 @@ def test_a_missing_name_says_which_names_there_are(tmp_path):
     r = kernel_cli(tmp_path, {"add.py": TRITON_ADD}, "add.py:lanch")
     line = one_error(r)
     assert "add.py has no 'lanch'" in line and "add.py:launch" in line, line
+
+
+def test_a_launcher_argument_left_out_of_the_inputs_is_named_before_the_run(tmp_path):
+    # `launch --input x=...` for launch(x, y) ran it and said "launch raised TypeError: launch() missing 1 required
+    # positional argument: 'y' (its --input arrays were torch arrays ...: --backend numpy for NumPy arrays)": the
+    # backend hint sent the user the wrong way
+    r = kernel_cli(tmp_path, {"add.py": TRITON_ADD}, "add.py:launch", "--input", "x=float32[1000]")
+    line = one_error(r)
+    assert "launch needs y" in line and "--input y=" in line and "--backend" not in line, line
+    assert "raised" not in line, line

@@ -176,6 +176,13 @@ def _required_params(fn) -> list[str]:
     return [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
+def _parameters(fn) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
 def _move(args: tuple, where: str, device: str) -> tuple:
     """Host arrays -> torch tensors on `device` or CuPy arrays, as a variant's `gpuspeed_inputs` asks."""
     import numpy as np
@@ -266,8 +273,16 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
         missing = [n for n in _required_params(fn) if n in _keyword_only(fn) and n not in values]
         if missing:
             raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs the keyword argument(s) "
-                            f"{', '.join(missing)}: pass --input {missing[0]}=DTYPE[SHAPE]")
+                            f"{', '.join(missing)}: pass --input {missing[0]}=DTYPE[SHAPE] (or "
+                            f"{missing[0]}=int:VALUE)")
         positional = [n for n in _spec_order(fn, [s.name for s in parsed]) if n not in keyword]
+        required = [n for n in _required_params(fn) if n not in keyword]
+        # specs that name its parameters leave out the ones they do not name; unnamed ones fill them in order
+        left_out = ([n for n in required if n not in values] if set(positional) <= set(_parameters(fn))
+                    else required[len(positional):])
+        if left_out:  # its call would fail with Python's own TypeError
+            raise UserError(f"{getattr(fn, '__name__', 'the launcher')} needs {', '.join(left_out)} too: pass --input "
+                            f"{left_out[0]}=DTYPE[SHAPE] (or {left_out[0]}=int:VALUE)")
         return tuple(values[n] for n in positional), {n: values[n] for n in keyword}, notes, None
     maker = getattr(module, "inputs", None)
     if callable(maker):
