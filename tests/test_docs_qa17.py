@@ -131,3 +131,17 @@ def test_each_decode_outcome_is_in_the_results_file_its_section_cites():
     if shallow.returncode != 0 or shallow.stdout.strip() == "true":
         pytest.skip("no git history here to read a results file as committed then")
     assert not _unfound_ms_per_token((ROOT / "docs" / "decode-notes.md").read_text(encoding="utf-8"))
+
+
+def test_the_readme_names_which_measurement_compare_takes_as_the_baseline():
+    """The README said '`gpuspeed.timing.compare(a, b)` gives a speedup', not whose over whose: compare(cumsum's
+    Measurement, sum's) printed '11.230x ... (faster)', the second argument's speedup over the first, which a reader of
+    compare(a, b) takes for a's over b's. The README now writes the call with its parameters' own names."""
+    import inspect
+
+    from gpuspeed.timing import compare
+
+    params = [p.name for p in inspect.signature(compare).parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    written = re.findall(r"`gpuspeed\.timing\.compare\(([^)]*)\)`", README)
+    assert written and all([a.strip() for a in w.split(",")] == params for w in written), (written, params)
+    assert f"the {params[1]}'s speedup over the {params[0]}" in _prose()
