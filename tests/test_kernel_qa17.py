@@ -52,3 +52,42 @@ def test_a_launcher_argument_left_out_of_the_inputs_is_named_before_the_run(tmp_
     line = one_error(r)
     assert "launch needs y" in line and "--input y=" in line and "--backend" not in line, line
     assert "raised" not in line, line
+
+
+NUMBA_SIGNED = """
+    import numpy as np
+    from numba import cuda
+
+
+    @cuda.jit("void(float32[:], float32[:])")
+    def twice(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = 2 * x[i]
+
+
+    def launch(x):
+        out = np.empty_like(x)
+        twice[(x.size + 63) // 64, 64](x, out)
+        return out
+
+
+    def launch_on_device(x):
+        d = cuda.to_device(x)
+        out = cuda.device_array_like(d)
+        twice[(x.size + 63) // 64, 64](d, out)
+        return out.copy_to_host()
+    """
+
+
+def test_arrays_that_match_no_declared_numba_signature_are_refused_under_the_simulator(tmp_path):
+    # @cuda.jit("void(float32[:], float32[:])") given float64 arrays: a GPU raises "No matching definition for argument
+    # type(s)", the simulator (which drops signatures) ran it and the verdict said "the launcher runs and returns"
+    files = {"signed.py": NUMBA_SIGNED}
+    for name in ("launch", "launch_on_device"):
+        line = one_error(kernel_cli(tmp_path, files, f"signed.py:{name}", "--input", "x=float64[100]"))
+        assert "twice" in line and "float64" in line and "void(float32[:], float32[:])" in line, line
+    line = one_error(kernel_cli(tmp_path, files, "signed.py:launch", "--input", "x=float32[4,25]"))
+    assert "2d" in line and "float32[:]" in line, line
+    r = kernel_cli(tmp_path, files, "signed.py:launch_on_device", "--input", "x=float32[100]")
+    assert r.returncode == 0 and "twice [numba] grid (2, 1, 1)" in r.stdout, r.stderr[-2000:]

@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspeed.kernel.numba_signature import mismatch
+
 _INHERITED = object()  # marks a patched method that the class inherited rather than defined
 TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
 _open_captures = 0  # Captures open now (all threads)
@@ -398,6 +400,8 @@ class Capture:
                                                    arg_bytes=arg_bytes(args)))
                     if top:  # torch tensors, which a GPU launch takes through __cuda_array_interface__
                         args = tuple(_numpy_view(a) for a in args)
+                        if (said := mismatch(kern.fn, args)) is not None:
+                            raise SignatureMismatch(said)
                     return orig(kern, *args)
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
@@ -447,6 +451,10 @@ class OutOfBounds(InterpretedLaunchError):
 
 class NotATensor(InterpretedLaunchError):
     """A NumPy array handed to an interpreted Triton kernel (the interpreter fails on it with an AttributeError)."""
+
+
+class SignatureMismatch(InterpretedLaunchError):
+    """A simulated Numba launch whose arguments fit none of its kernel's declared signatures (numba_signature)."""
 
 
 class EmptyLaunch(InterpretedLaunchError):

@@ -380,7 +380,7 @@ def _raise_out_of_bounds(exc: BaseException) -> None:
 
     seen, e = set(), exc
     while e is not None and id(e) not in seen:
-        if isinstance(e, InterpretedLaunchError):  # OutOfBounds, NotATensor, EmptyLaunch
+        if isinstance(e, InterpretedLaunchError):  # OutOfBounds, NotATensor, EmptyLaunch, SignatureMismatch
             raise UserError(str(e)) from exc
         seen.add(id(e))
         e = e.__cause__ or e.__context__
