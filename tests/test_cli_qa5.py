@@ -68,7 +68,8 @@ def test_profile_failing_after_the_trace_leaves_nothing_in_out(tmp_path, capsys)
         """))
     out = tmp_path / "out"
     assert main(["profile", "--device", "cpu", "--out", str(out), str(script)]) == 2
-    assert capsys.readouterr().err == "gpuspeed: error: late raised RuntimeError: the second run fails\n"
+    assert capsys.readouterr().err == ("gpuspeed: error: late raised RuntimeError: the second run fails "
+                                          "(at late.py:5 in <module>)\n")
     assert not out.exists() or list(out.iterdir()) == []
 
 

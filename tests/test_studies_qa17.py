@@ -52,3 +52,39 @@ def test_profiling_a_script_whose_pool_is_closed_prints_no_worker_tracebacks(tmp
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "Terminated" not in done.stderr, done.stderr[-3000:]
     assert done.stdout.count("328350") == 2
+
+
+def test_a_script_that_raises_is_one_line_naming_the_line_it_raised_at(tmp_path):
+    # the line said only "raises raised ValueError: bad thing": where in the user's code took --debug
+    _write(tmp_path, "helper_qa17.py", """\
+        def check(n):
+            if n > 3:
+                raise ValueError("n is too big")
+        """)
+    script = _write(tmp_path, "raises_qa17.py", """\
+        import json
+        from helper_qa17 import check
+
+        check(1)
+        check(5)
+        """)
+    done = _gpuspeed(["profile", "--no-hotspots", str(script)], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(lines) == 1, done.stderr
+    assert "ValueError: n is too big" in lines[0]
+    assert "helper_qa17.py:3" in lines[0], lines[0]
+
+
+def test_each_run_of_a_script_starts_with_the_environment_it_was_given(tmp_path):
+    # `python script.py` starts each time from the caller's environment: a second run saw the first one's changes
+    script = _write(tmp_path, "env_qa17.py", """\
+        import os
+
+        print("RUNS_SEEN", os.environ.get("RUNS_SEEN_QA17", "none"))
+        os.environ["RUNS_SEEN_QA17"] = "one"
+        """)
+    done = _gpuspeed(["profile", "--no-hotspots", str(script)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("RUNS_SEEN none") == 2, done.stdout

@@ -110,8 +110,10 @@ def register(app: typer.Typer) -> None:
                 if ctx.find_root().params.get("debug"):
                     raise
                 from gpuspeed.loading import _first_line
+                from gpuspeed.profiling.script import raised_at
 
-                raise UserError(f"{name} raised {_first_line(exc)}") from exc
+                at = raised_at(exc) if not isinstance(exc, SystemExit) else None
+                raise UserError(f"{name} raised {_first_line(exc)}" + (f" (at {at})" if at else "")) from exc
         res.notes[:0] = notes
         if runner is not None:
             res.notes.append(f"ran {script} {runner.runs} times ({warmup} warm-up, {steps} profiled, 1 to place "

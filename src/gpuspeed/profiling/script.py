@@ -90,6 +90,7 @@ class ScriptRunner:
                                 "__loader__": None, "__package__": None, "__cached__": None})
         saved_main, saved_argv, saved_path = sys.modules.get("__main__"), sys.argv, sys.path[:]
         saved_cwd = os.getcwd()  # each run starts where `python script.py` would, even after a script's os.chdir
+        saved_env = dict(os.environ)  # and from the caller's environment, not the one the last run left
         saved_stdin, stdin = sys.stdin, self._stdin_for_run()
         if stdin is not None:
             sys.stdin = stdin
@@ -113,6 +114,9 @@ class ScriptRunner:
         finally:
             with contextlib.suppress(OSError):  # the script removed the folder it started in: nothing to go back to
                 os.chdir(saved_cwd)
+            if dict(os.environ) != saved_env:
+                os.environ.clear()
+                os.environ.update(saved_env)
             os._exit = real_exit
             sys.stdin = saved_stdin
             if self._fd0 is not None:
@@ -129,6 +133,25 @@ class ScriptRunner:
         codes = sorted({repr(c) if not isinstance(c, int) else str(c) for c in self.exits})
         return (f"the script called sys.exit({', '.join(codes)}) in {len(self.exits)} of {self.runs} runs: the "
                 "profile covers the code up to that exit")
+
+
+def raised_at(exc: BaseException) -> str | None:
+    """'file.py:line in function' of the innermost frame of the user's own code in exc's traceback (not
+    gpuspeed's, nor the standard library's or an installed package's), or None."""
+    import sysconfig
+
+    own = str(Path(__file__).resolve().parents[1])
+    installed = {str(Path(p).resolve()) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                                  sysconfig.get_paths()["platlib"])}
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        file = code.co_filename
+        if not file.startswith("<") and not file.startswith(own) and not any(file.startswith(p) for p in installed):
+            found = f"{Path(file).name}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return found
 
 
 class _Recorder(io.RawIOBase):
