@@ -88,3 +88,22 @@ def test_each_run_of_a_script_starts_with_the_environment_it_was_given(tmp_path)
     done = _gpuspeed(["profile", "--no-hotspots", str(script)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("RUNS_SEEN none") == 2, done.stdout
+
+
+def test_launch_explain_of_a_function_that_raises_names_the_line(tmp_path):
+    target = _write(tmp_path, "fails_qa17.py", """\
+        import torch
+
+        def step(x):
+            y = x * 2
+            return y[10]
+
+        def make_inputs():
+            return (torch.ones(4),)
+        """)
+    done = _gpuspeed(["launch", "--explain", f"{target}:step"], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(lines) == 1 and "IndexError" in lines[0], done.stderr
+    assert "(at fails_qa17.py:5 in step)" in lines[0], lines[0]

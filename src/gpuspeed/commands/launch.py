@@ -65,7 +65,10 @@ def _explain_target(target: str, inputs: str | None = None):
     except UserError:
         raise
     except (Exception, SystemExit) as exc:  # the user's function failed on these inputs: one line (--debug: traceback)
-        raise UserError(f"{target} raised {_first_line(exc)}") from exc
+        from gpuspeed.profiling.script import raised_at
+
+        at = raised_at(exc) if not isinstance(exc, SystemExit) else None
+        raise UserError(f"{target} raised {_first_line(exc)}" + (f" (at {at})" if at else "")) from exc
 
 
 def register(app: typer.Typer) -> None:

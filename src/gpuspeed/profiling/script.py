@@ -143,14 +143,21 @@ def raised_at(exc: BaseException) -> str | None:
     own = str(Path(__file__).resolve().parents[1])
     installed = {str(Path(p).resolve()) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                                   sysconfig.get_paths()["platlib"])}
+
+    def users(file: str) -> bool:
+        return not file.startswith("<") and not file.startswith(own) and not any(file.startswith(p) for p in installed)
+
     found = None
     tb = exc.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        file = code.co_filename
-        if not file.startswith("<") and not file.startswith(own) and not any(file.startswith(p) for p in installed):
-            found = f"{Path(file).name}:{tb.tb_lineno} in {code.co_name}"
+        if users(code.co_filename):
+            found = f"{Path(code.co_filename).name}:{tb.tb_lineno} in {code.co_name}"
         tb = tb.tb_next
+    # an error torch.compile met while tracing is raised from dynamo's frames: the user's are in its real_stack
+    for frame in getattr(exc, "real_stack", None) or ():
+        if users(getattr(frame, "filename", "<")):
+            found = f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
     return found
 
 
