@@ -91,3 +91,40 @@ def test_arrays_that_match_no_declared_numba_signature_are_refused_under_the_sim
     assert "2d" in line and "float32[:]" in line, line
     r = kernel_cli(tmp_path, files, "signed.py:launch_on_device", "--input", "x=float32[100]")
     assert r.returncode == 0 and "twice [numba] grid (2, 1, 1)" in r.stdout, r.stderr[-2000:]
+
+
+LIST_GRID = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+    def launch(x):
+        out = torch.empty_like(x)
+        double[[triton.cdiv(x.numel(), 64)]](x, out, x.numel(), BLOCK=64)
+        return out
+
+
+    def launch_lambda(x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        double[lambda meta: [triton.cdiv(n, meta["BLOCK"]), 1]](x, out, n, BLOCK=128)
+        return out
+    """
+
+
+def test_a_grid_given_as_a_list_runs_under_the_interpreter(tmp_path):
+    # a GPU launch takes kernel[[blocks]] (JITFunction.run indexes the grid); the interpreter adds a tuple to it, so
+    # the run ended in "launch raised TypeError: can only concatenate list (not "tuple") to list (... --backend numpy)"
+    files = {"listgrid.py": LIST_GRID}
+    r = kernel_cli(tmp_path, files, "listgrid.py:launch", "--input", "x=float32[1000]")
+    assert r.returncode == 0 and "double [triton] grid (16, 1, 1)" in r.stdout, r.stderr[-2000:]
+    r = kernel_cli(tmp_path, files, "listgrid.py:launch_lambda", "--input", "x=float32[1000]")
+    assert r.returncode == 0 and "double [triton] grid (8, 1, 1)" in r.stdout, r.stderr[-2000:]

@@ -327,6 +327,7 @@ class Capture:
         def run(jitfn, *args, grid, warmup, **kwargs):
             if interpreted:
                 _refuse_host_arrays(jitfn, args, kwargs)
+                grid = _tuple_grid(grid)
             record = cap.recording and not warmup and not cap._get("benchmarking", 0)
             if not record:
                 return orig(jitfn, *args, grid=grid, warmup=warmup, **kwargs)
@@ -473,6 +474,15 @@ def _refuse_empty_launch(kernel: str, grid, block) -> None:
         raise EmptyLaunch(f"{kernel}: launched with grid {tuple(g)} and block {tuple(b)}: a GPU refuses a launch of no "
                           "blocks or no threads (CUDA_ERROR_INVALID_VALUE), where the CUDA simulator runs nothing; an "
                           "empty input makes such a grid: return before launching when there is nothing to do")
+
+
+def _tuple_grid(grid):
+    """A grid given as a list (or a grid function returning one) as a tuple: a GPU launch indexes the grid, the
+    interpreter adds a tuple to it and fails on a list."""
+    if callable(grid):
+        user_grid = grid
+        return lambda meta: _tuple_grid(user_grid(meta))
+    return tuple(grid) if isinstance(grid, list) else grid
 
 
 def _refuse_host_arrays(jitfn, args, kwargs) -> None:
