@@ -145,3 +145,13 @@ def test_the_readme_names_which_measurement_compare_takes_as_the_baseline():
     written = re.findall(r"`gpuspeed\.timing\.compare\(([^)]*)\)`", README)
     assert written and all([a.strip() for a in w.split(",")] == params for w in written), (written, params)
     assert f"the {params[1]}'s speedup over the {params[0]}" in _prose()
+
+
+def test_every_make_target_is_named_in_the_readme():
+    """The Makefile has `make notebooks` (the four notebooks executed at small sizes, as CI runs them), `make lint` and
+    `make clean`, and the README named none of them: a reader of its Layout section learnt the notebooks' names but
+    not how to run them on a machine without a GPU."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = re.search(r"^\.PHONY:(.*)$", makefile, re.M).group(1).split()
+    unnamed = [t for t in targets if f"make {t}" not in README]
+    assert not unnamed, f"make targets the README does not name: {unnamed}"
