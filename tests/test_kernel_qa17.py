@@ -128,3 +128,15 @@ def test_a_grid_given_as_a_list_runs_under_the_interpreter(tmp_path):
     assert r.returncode == 0 and "double [triton] grid (16, 1, 1)" in r.stdout, r.stderr[-2000:]
     r = kernel_cli(tmp_path, files, "listgrid.py:launch_lambda", "--input", "x=float32[1000]")
     assert r.returncode == 0 and "double [triton] grid (8, 1, 1)" in r.stdout, r.stderr[-2000:]
+
+
+def test_bytes_take_the_notation_flops_take(tmp_path):
+    # --flops 2e9 was taken and --bytes 4e9 refused ("Input should be a valid integer"); a fraction of a byte still is
+    files = {"listgrid.py": LIST_GRID}
+    r = kernel_cli(tmp_path, files, "listgrid.py:launch", "--input", "x=float32[1000]", "--bytes", "4e9",
+                   "--flops", "2e9", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = one_error(kernel_cli(tmp_path, files, "listgrid.py:launch", "--input", "x=float32[1000]", "--bytes", "1.5"))
+    assert "--bytes" in line and "whole number" in line, line
+    line = one_error(kernel_cli(tmp_path, files, "listgrid.py:launch", "--input", "x=float32[1000]", "--bytes", "inf"))
+    assert "--bytes" in line, line

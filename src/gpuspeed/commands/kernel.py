@@ -23,7 +23,8 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", help="cpu, cuda or auto (cpu: run the kernels under the interpreters)."),
         flops: Optional[float] = typer.Option(None, help="FLOPs per call (default: none counted; the kernel is then "
                                                          "held to the memory roof)."),
-        nbytes: Optional[int] = typer.Option(None, "--bytes", help="Bytes moved per call (default: inputs read once "
+        # a float, so that 4e9 is taken as --flops 2e9 is; a fraction of a byte is refused below
+        nbytes: Optional[float] = typer.Option(None, "--bytes", help="Bytes moved per call (default: inputs read once "
                                                                    "+ outputs written once; for several launches "
                                                                    "whose arguments add up to more, each launch's "
                                                                    "arguments once)."),
@@ -51,8 +52,9 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"unknown backend {backend!r}: use auto, torch, numpy or cupy")
         if flops is not None and not 0 < flops < float("inf"):  # NaN too; inf would be recorded as null
             raise UserError(f"--flops must be a positive finite number, got {flops:g}")
-        if nbytes is not None and nbytes <= 0:
-            raise UserError(f"--bytes must be positive, got {nbytes}")
+        if nbytes is not None and not (0 < nbytes < float("inf") and nbytes == int(nbytes)):
+            raise UserError(f"--bytes must be a positive whole number of bytes, got {nbytes:g}")
+        nbytes = None if nbytes is None else int(nbytes)
         if backend != "auto" and not inputs:  # the file's inputs(rng) makes its own arrays: it would be ignored
             raise UserError("--backend goes with --input (the array library of the --input arrays)")
         if seed < 0:
