@@ -107,3 +107,23 @@ def test_launch_explain_of_a_function_that_raises_names_the_line(tmp_path):
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert len(lines) == 1 and "IndexError" in lines[0], done.stderr
     assert "(at fails_qa17.py:5 in step)" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("inputs, says", [
+    (["--input", "x=float32[100,10]"], "no --input for its argument n (--input n=float32[1024] for an array"),
+    (["--input", "x=float32[100,10]", "--input", "n=int:5", "--input", "y=int:3"],
+     "has no argument y: --input y=int:3 names none of f's arguments (x, n)"),
+])
+def test_function_inputs_that_do_not_fit_its_arguments_are_a_usage_error(tmp_path, inputs, says):
+    # gpuspeed made the call: 'f raised TypeError: f() missing 1 required positional argument' blamed the function
+    target = _write(tmp_path, "fn_qa17.py", """\
+        import numpy as np
+
+        def f(x, n):
+            return float(x[:n].sum())
+        """)
+    done = _gpuspeed(["profile", "--no-hotspots", "--function", f"{target}:f", *inputs], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(lines) == 1 and "raised" not in lines[0], done.stderr
+    assert says in lines[0], lines[0]

@@ -77,6 +77,10 @@ def register(app: typer.Typer) -> None:
             if backend == "auto":
                 backend, why = infer_backend(fn)
                 notes.append(f"inputs as {backend} arrays: {why} (--backend to choose)")
+            from gpuspeed.profiling.run import check_inputs_fit
+            from gpuspeed.trees import callable_name
+
+            check_inputs_fit(fn, [sp.name for sp in specs], callable_name(fn), inputs)
             kwargs = make_backend_inputs(specs, backend, seed=seed, device=where)
             steps, warmup = steps or 5, 1 if warmup is None else warmup
         else:

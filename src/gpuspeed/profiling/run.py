@@ -232,6 +232,40 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
                                  "calls": calls_made(steps, warmup, hotspots)})
 
 
+def check_inputs_fit(fn: Callable, names, name: str, specs=()) -> None:
+    """A one-line UserError where arguments of these names (--input's) cannot call `fn` (one missing, or one it has
+    no parameter for): gpuspeed makes that call, so the error is the command line's, not a TypeError fn raised."""
+    import inspect
+
+    kwargs = dict.fromkeys(names)
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the call itself will say
+        return
+    try:
+        inspect.signature(fn).bind(**kwargs)
+    except TypeError:
+        pass
+    else:
+        return
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    extra = [k for k in kwargs if k not in named] if not takes_any else []
+    if extra:
+        spec = next((s for s in specs if str(s).split("=", 1)[0].strip() == extra[0]), f"{extra[0]}=...")
+        raise UserError(f"{name} has no argument {extra[0]}: --input {spec} names none of {name}'s arguments "
+                        f"({', '.join(named) or 'it takes none'})")
+    missing = [n for n, p in params.items() if p.default is p.empty and n not in kwargs
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if missing:
+        m = missing[0]
+        raise UserError(f"{name}: no --input for its argument {m} (--input {m}=float32[1024] for an array, "
+                        f"--input {m}=int:8 for a number)")
+    raise UserError(f"{name} cannot be called with --input arguments alone (its positional-only parameters "
+                    f"{', '.join(n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY)} take no name)")
+
+
 def _file_stem(name: str) -> str:
     """A function's name as a file name: letters, digits, '.', '_' and '-' kept, the rest '_'."""
     stem = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).strip(".")  # no hidden file
