@@ -140,3 +140,44 @@ def test_bytes_take_the_notation_flops_take(tmp_path):
     assert "--bytes" in line and "whole number" in line, line
     line = one_error(kernel_cli(tmp_path, files, "listgrid.py:launch", "--input", "x=float32[1000]", "--bytes", "inf"))
     assert "--bytes" in line, line
+
+
+IN_PLACE_WORKLOAD = """
+    import numpy as np
+    from numba import cuda
+
+    TOLERANCE = dict(rtol=1e-6, atol=0)
+
+
+    def inputs(rng):
+        return rng.standard_normal(1001).astype(np.float32), np.zeros(1001, np.float32)
+
+
+    def original(x, out):
+        out[:] = x * 3
+
+
+    @cuda.jit
+    def triple(x, o):
+        i = cuda.grid(1)
+        if i < x.size:
+            o[i] = x[i] * 3
+
+
+    def returns(x, out):
+        o = np.empty_like(x)
+        triple[(x.size + 127) // 128, 128](x, o)
+        return o
+
+
+    variants = {"returns": returns}
+    """
+
+
+def test_a_variant_that_returns_what_original_writes_in_place_is_told_so(tmp_path):
+    # original(x, out) writes out; the variant returned the right array and left out alone: the verdict was "WRONG:
+    # ... 1001/1001 over tolerance" with no word of why, as if its arithmetic were wrong
+    r = kernel_cli(tmp_path, {"wl.py": IN_PLACE_WORKLOAD}, "wl.py:variants.returns")
+    assert r.returncode == 1, r.stderr[-2000:]
+    verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict:"))
+    assert "WRONG" in verdict and "returned" in verdict and "writes its result into" in verdict, verdict

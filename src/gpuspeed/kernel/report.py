@@ -386,6 +386,22 @@ def _raise_out_of_bounds(exc: BaseException) -> None:
         e = e.__cause__ or e.__context__
 
 
+def _returned_instead(returned, expected, rtol, atol) -> str:
+    """Why an in-place check failed when the launcher returned the answer instead of writing it into its arguments
+    ('' otherwise): the arithmetic is right, the contract is not."""
+    if returned is None:
+        return ""
+    from gpuspeed.verify import check
+
+    one = expected[0] if isinstance(expected, (tuple, list)) and len(expected) == 1 else expected
+    try:
+        right = check(returned, one, rtol=rtol, atol=atol).passed
+    except Exception:  # a returned value of another shape or kind: nothing to say about it
+        return ""
+    return ("; it returned the right answer and left its arguments as they were: the reference writes its result into "
+            "its arguments, so the launcher must too" if right else "")
+
+
 def _host(x):
     """An array leaf as a host NumPy array (torch, CuPy, Numba device arrays, NumPy), None where it cannot say."""
     import numpy as np
@@ -487,8 +503,9 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     if expected is not None:
         from gpuspeed.verify import check
 
+        returned = None
         if in_place:
-            fn(*fresh, **fresh_kw)
+            returned = fn(*fresh, **fresh_kw)
             _sync(gpu)
             out = tuple(fresh[i] for i in in_place)
             if len(out) == 1 and not isinstance(expected, (tuple, list)):
@@ -498,7 +515,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
             _sync(gpu)
 
         res = check(out, expected, rtol=rtol, atol=atol)
-        checked = {"passed": bool(res.passed), "summary": res.summary, "rtol": rtol, "atol": atol, "against": against}
+        summary = res.summary + (_returned_instead(returned, expected, rtol, atol) if not res.passed else "")
+        checked = {"passed": bool(res.passed), "summary": summary, "rtol": rtol, "atol": atol, "against": against}
     limits = device_limits() if gpu else None
     launches = []
     for la, count in group(cap.launches):
