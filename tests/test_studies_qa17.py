@@ -127,3 +127,25 @@ def test_function_inputs_that_do_not_fit_its_arguments_are_a_usage_error(tmp_pat
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert len(lines) == 1 and "raised" not in lines[0], done.stderr
     assert says in lines[0], lines[0]
+
+
+def test_explain_names_a_data_dependent_branch_in_words(tmp_path):
+    # dynamo's explain() gives this break the reason 'generic_jump TensorVariable()', which says nothing to a user
+    target = _write(tmp_path, "branch_qa17.py", """\
+        import torch
+
+        def step(x):
+            if x.sum() > 0:
+                return x * 2
+            return x - 1
+
+        def make_inputs():
+            return (torch.ones(8),)
+        """)
+    done = _gpuspeed(["launch", "--explain", f"{target}:step", "--json"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads(done.stdout)
+    assert doc["break_count"] == 1, doc
+    reason = doc["breaks"][0]["reason"]
+    assert doc["breaks"][0]["line"] == 4
+    assert reason.startswith("data-dependent branching: an if or while on a tensor's value"), reason

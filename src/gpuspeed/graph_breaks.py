@@ -78,6 +78,9 @@ def _short_reason(text: str) -> str:
     if not lines:
         return "?"
     head = lines[0]
+    if head.startswith("generic_jump"):  # dynamo's words for a branch on a tensor's value, which say nothing to a user
+        return (f"data-dependent branching: an if or while on a tensor's value needs that value on the host "
+                f"(torch.where or torch.cond keeps the choice in the graph; dynamo: {head})")
     for ln in lines[1:]:
         if ln.startswith("Explanation:"):
             return f"{head} ({ln[len('Explanation:'):].strip()})"
