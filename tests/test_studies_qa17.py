@@ -149,3 +149,12 @@ def test_explain_names_a_data_dependent_branch_in_words(tmp_path):
     reason = doc["breaks"][0]["reason"]
     assert doc["breaks"][0]["line"] == 4
     assert reason.startswith("data-dependent branching: an if or while on a tensor's value"), reason
+
+
+def test_cpu_roofline_says_on_the_console_which_ceilings_the_cpu_cannot_have(tmp_path):
+    # the console showed '-' for l2, FP32 FMA, TF32, FP16 and FP8 with no word why (the notes were in the JSON only)
+    done = _gpuspeed(["roofline", "--quick", "--no-place", "--device", "cpu"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = " ".join(done.stdout.split())
+    assert "no AI sweep (Triton kernels need a GPU)" in said, done.stdout[-3000:]
+    assert "no L2, FP32 FMA, TF32, FP16 or FP8 ceilings" in said, done.stdout[-3000:]

@@ -82,3 +82,6 @@ def register(app: typer.Typer) -> None:
         for k, v in doc["summary"].items():
             s.add_row(esc(k), "-" if v is None else f"{v:,.4g}" if isinstance(v, float) else esc(v))
         console.print(s)
+        for note in doc["notes"]:  # what was not measured here, and why, as the JSON and Markdown say it
+            if not (out and note.startswith("plot failed:")):  # said above, beside the files
+                console.print(esc(note), markup=True)

@@ -61,7 +61,8 @@ class Study:
         self.notes: list[str] = []
         if self.kind == "cpu":
             self.notes.append("no CUDA device: CPU roofline (torch copy/sum/fill bandwidth, torch.mm GFLOP/s); "
-                              "no AI sweep (Triton kernels need a GPU)")
+                              "no AI sweep (Triton kernels need a GPU); no L2, FP32 FMA, TF32, FP16 or FP8 ceilings "
+                              "(a GPU's)")
 
     def _check_dtypes_used(self) -> None:
         sweeps = self.do_sweep and self.kind == "cuda" and any(d in ("fp32", "bf16") for d in self.dtypes)
