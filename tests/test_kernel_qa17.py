@@ -181,3 +181,50 @@ def test_a_variant_that_returns_what_original_writes_in_place_is_told_so(tmp_pat
     assert r.returncode == 1, r.stderr[-2000:]
     verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict:"))
     assert "WRONG" in verdict and "returned" in verdict and "writes its result into" in verdict, verdict
+
+
+DEVICE_RESULT_WORKLOAD = """
+    import numpy as np
+    from numba import cuda
+
+
+    def inputs(rng):
+        return (rng.standard_normal(1001).astype(np.float32),)
+
+
+    def original(x):
+        return x * 3
+
+
+    @cuda.jit
+    def triple(x, o):
+        i = cuda.grid(1)
+        if i < x.size:
+            o[i] = x[i] * 3
+
+
+    def on_device(x):
+        d = cuda.to_device(x)
+        out = cuda.device_array_like(d)
+        triple[(x.size + 127) // 128, 128](d, out)
+        return out
+
+
+    def writes(x, out=None):
+        triple[(x.size + 127) // 128, 128](x, out if out is not None else np.empty_like(x))
+
+
+    variants = {"on_device": on_device, "writes": writes}
+    """
+
+
+def test_a_numba_variant_returning_its_device_array_is_checked(tmp_path):
+    # a Numba launcher that returns its cuda.device_array (as users keep results on the device) ended in "gpuspeed:
+    # error: check() cannot compare FakeCUDAArray values" (DeviceNDArray on a GPU), exit 2, no report
+    files = {"wl.py": DEVICE_RESULT_WORKLOAD}
+    r = kernel_cli(tmp_path, files, "wl.py:variants.on_device")
+    assert r.returncode == 0 and "check against wl.py's original(): PASS" in r.stdout, r.stderr[-2000:]
+    # one that returns None where original() returns its result: the check says so
+    r = kernel_cli(tmp_path, files, "wl.py:variants.writes")
+    verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict:"))
+    assert r.returncode == 1 and "returned None" in verdict, verdict

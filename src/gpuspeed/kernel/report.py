@@ -386,6 +386,15 @@ def _raise_out_of_bounds(exc: BaseException) -> None:
         e = e.__cause__ or e.__context__
 
 
+def _numba_to_host(out):
+    """A launcher's output with Numba device arrays (cuda.device_array, the simulator's FakeCUDAArray) copied to the
+    host, which check() reads; anything else as it is."""
+    from gpuspeed.optimize.backends.common import tree_map
+
+    return tree_map(lambda x: x.copy_to_host() if "numba" in type(x).__module__ and hasattr(x, "copy_to_host") else x,
+                    out)
+
+
 def _returned_instead(returned, expected, rtol, atol) -> str:
     """Why an in-place check failed when the launcher returned the answer instead of writing it into its arguments
     ('' otherwise): the arithmetic is right, the contract is not."""
@@ -395,7 +404,7 @@ def _returned_instead(returned, expected, rtol, atol) -> str:
 
     one = expected[0] if isinstance(expected, (tuple, list)) and len(expected) == 1 else expected
     try:
-        right = check(returned, one, rtol=rtol, atol=atol).passed
+        right = check(_numba_to_host(returned), one, rtol=rtol, atol=atol).passed
     except Exception:  # a returned value of another shape or kind: nothing to say about it
         return ""
     return ("; it returned the right answer and left its arguments as they were: the reference writes its result into "
@@ -514,8 +523,10 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
             out = fn(*fresh, **fresh_kw)
             _sync(gpu)
 
-        res = check(out, expected, rtol=rtol, atol=atol)
+        res = check(_numba_to_host(out), expected, rtol=rtol, atol=atol)
         summary = res.summary + (_returned_instead(returned, expected, rtol, atol) if not res.passed else "")
+        if not res.passed and out is None and expected is not None:
+            summary += "; it returned None where the reference returns its result: return what it computes"
         checked = {"passed": bool(res.passed), "summary": summary, "rtol": rtol, "atol": atol, "against": against}
     limits = device_limits() if gpu else None
     launches = []
