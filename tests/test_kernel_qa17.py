@@ -1,6 +1,8 @@
 """QA pass 17 on `gpuspeed kernel FILE.py:NAME` without a GPU: a demanding user's own launchers, names and inputs,
-run under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1)."""
+run under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1); the two @pytest.mark.gpu tests at the end check on a
+GPU what the interpreter-side fixes stand in for."""
 
+import pytest
 from kernel_cli_helpers import kernel_cli, one_error
 
 TRITON_ADD = """
@@ -228,3 +230,35 @@ def test_a_numba_variant_returning_its_device_array_is_checked(tmp_path):
     r = kernel_cli(tmp_path, files, "wl.py:variants.writes")
     verdict = next(ln for ln in r.stdout.splitlines() if ln.startswith("verdict:"))
     assert r.returncode == 1 and "returned None" in verdict, verdict
+
+
+def _on_gpu(tmp_path, files: dict, target: str, *extra):
+    """`python -m gpuspeed kernel target --device cuda ...`, compiled kernels (no interpreter variables)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from kernel_cli_helpers import ROOT
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    env["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), env.get("PYTHONPATH")] if q)
+    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", target, "--device", "cuda", *extra],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_numba_variant_returning_its_device_array_is_checked(tmp_path):
+    r = _on_gpu(tmp_path, {"wl.py": DEVICE_RESULT_WORKLOAD}, "wl.py:variants.on_device")
+    assert r.returncode == 0 and "check against wl.py's original(): PASS" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_numba_refuses_arrays_outside_the_declared_signature_as_the_simulator_check_says(tmp_path):
+    # what the simulator's SignatureMismatch stands in for: the GPU's own refusal
+    line = one_error(_on_gpu(tmp_path, {"signed.py": NUMBA_SIGNED}, "signed.py:launch", "--input", "x=float64[100]"))
+    assert "No matching definition" in line, line
+    r = _on_gpu(tmp_path, {"signed.py": NUMBA_SIGNED}, "signed.py:launch", "--input", "x=float32[100]")
+    assert r.returncode == 0, r.stderr[-2000:]
