@@ -48,7 +48,7 @@ def mismatch(fn, args: tuple) -> str | None:
         return None
     context = cpu_target.typing_context
     for params in declared:
-        if len(params) == len(given) and all(context.can_convert(g, p) for g, p in zip(given, params)):
+        if len(params) == len(given) and all(context.can_convert(g, p) for g, p in zip(given, params, strict=True)):
             return None
     name = getattr(fn, "__name__", "kernel")
     return (f"{name}: launched with ({', '.join(map(str, given))}), which matches none of its declared signatures "
