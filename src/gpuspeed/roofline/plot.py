@@ -205,7 +205,9 @@ def _no_flops_text(rows: list[dict], cpu: bool = False) -> str:
     lines = ["0 FLOP, not on these axes (GB/s, % of memory roof):"]
     for r in rows:
         pct = pct_text(r, cpu=cpu)
-        lines.append(f"{r['name']}: {r['GBps']:,.4g} GB/s, " + (f"{pct} %" if pct[:1].isdigit() else pct))
+        number, _, flag = pct.partition(" (")  # '12.0 (unreliable: ...)': the % goes with the number
+        lines.append(f"{r['name']}: {r['GBps']:,.4g} GB/s, "
+                     + (f"{number} %" + (f" ({flag}" if flag else "") if pct[:1].isdigit() else pct))
     return "\n".join(lines)
 
 

@@ -25,7 +25,9 @@ def pct_text(row: dict, fmt: str = ",.1f", *, cpu: bool = False) -> str:
     if row["pct_of_roof"] > 100:
         return ">100 (above roof: cache-resident data)" if row.get("bound") == "memory" and not cpu else \
             ">100 (above the measured ceiling)"
-    return format(row["pct_of_roof"], fmt)
+    # bench() found the samples on more than one level: another run's median can land far from this one
+    shaky = any(str(n).startswith("unreliable:") for n in row.get("notes") or ())
+    return format(row["pct_of_roof"], fmt) + (" (unreliable: noisy samples)" if shaky else "")
 
 
 def markdown(doc: dict) -> str:
