@@ -175,3 +175,20 @@ def test_a_placement_whose_timing_bench_called_unreliable_is_marked_so_beside_it
     assert pct_text(noisy, cpu=True).endswith("(unreliable: noisy samples)")
     row = next(ln for ln in markdown(doc).splitlines() if ln.startswith(f"| {noisy['name']} |"))
     assert "(unreliable: noisy samples)" in row
+
+
+def test_launch_explain_whose_make_inputs_raises_names_the_line(tmp_path):
+    target = _write(tmp_path, "inputs_fail_qa17.py", """\
+        import torch
+
+        def step(x):
+            return x * 2
+
+        def make_inputs():
+            return (torch.ones(4).view(3),)
+        """)
+    done = _gpuspeed(["launch", "--explain", f"{target}:step"], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(lines) == 1 and lines[0].startswith("gpuspeed: error: make_inputs() raised RuntimeError"), done.stderr
+    assert lines[0].endswith("(at inputs_fail_qa17.py:7 in make_inputs)"), lines[0]

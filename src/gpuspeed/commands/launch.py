@@ -51,7 +51,11 @@ def _explain_target(target: str, inputs: str | None = None):
         try:
             args = make()
         except (Exception, SystemExit) as exc:  # the user's inputs function failed: one line (--debug: traceback)
-            raise UserError(f"{getattr(make, '__name__', 'make_inputs')}() raised {_first_line(exc)}") from exc
+            from gpuspeed.profiling.script import raised_at
+
+            at = raised_at(exc) if not isinstance(exc, SystemExit) else None
+            raise UserError(f"{getattr(make, '__name__', 'make_inputs')}() raised {_first_line(exc)}"
+                            + (f" (at {at})" if at else "")) from exc
         args = args if isinstance(args, tuple) else (args,)
     else:
         params = [p for p in inspect.signature(fn).parameters.values()
