@@ -262,3 +262,38 @@ def test_on_a_gpu_numba_refuses_arrays_outside_the_declared_signature_as_the_sim
     assert "No matching definition" in line, line
     r = _on_gpu(tmp_path, {"signed.py": NUMBA_SIGNED}, "signed.py:launch", "--input", "x=float32[100]")
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+FORALL = """
+    import numpy as np
+    from numba import cuda
+
+
+    @cuda.jit
+    def plus_one(x, o):
+        i = cuda.grid(1)
+        o[i] = x[i] + 1  # no `if i < x.size`: threads past the end of the last block write past o
+
+
+    def launch(x):
+        o = np.empty_like(x)
+        plus_one.forall(x.size, tpb=32)(x, o)
+        return o
+    """
+
+
+def test_forall_with_threads_per_block_launches_the_blocks_a_gpu_launches(tmp_path):
+    # forall(100, tpb=32) is 4 blocks of 32 threads on a GPU, 28 of them past the end; the simulator ran 100 blocks
+    # of 1 thread, so a kernel with no bounds check was said to keep "its loads and stores inside its arrays"
+    r = kernel_cli(tmp_path, {"fa.py": FORALL}, "fa.py:launch", "--input", "x=float32[100]")
+    line = one_error(r)
+    assert "out of bounds" in line, line
+    r = kernel_cli(tmp_path, {"fa.py": FORALL}, "fa.py:launch", "--input", "x=float32[128]")
+    assert r.returncode == 0 and "plus_one [numba] grid (4, 1, 1) block (32, 1, 1)" in r.stdout, r.stderr[-2000:]
+
+
+def test_forall_of_no_tasks_is_no_launch_as_on_a_gpu(tmp_path):
+    # numba's ForAll returns without launching for 0 tasks; the simulator launched 0 blocks and the command refused it
+    # as "a GPU refuses a launch of no blocks ... return before launching", which a GPU never sees
+    r = kernel_cli(tmp_path, {"fa.py": FORALL}, "fa.py:launch", "--input", "x=float32[0]")
+    assert r.returncode == 0 and "no Triton or Numba CUDA kernel launch seen" in r.stdout, r.stderr[-2000:]

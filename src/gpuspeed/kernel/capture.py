@@ -407,6 +407,18 @@ class Capture:
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
 
+            def wrap_forall(orig):
+                def forall(kern, ntasks, tpb=0, stream=0, sharedmem=0):
+                    # the simulator runs ntasks blocks of 1 thread; a GPU runs blocks of tpb, the last one padded
+                    if isinstance(ntasks, int) and ntasks == 0:  # numba's ForAll launches nothing for no tasks
+                        return lambda *args: None
+                    if isinstance(tpb, int) and tpb > 0 and isinstance(ntasks, int) and ntasks > 0:
+                        return kern[-(-ntasks // tpb), tpb, stream, sharedmem]
+                    return orig(kern, ntasks, tpb, stream, sharedmem)
+                return forall
+            if hasattr(sim.FakeCUDAKernel, "forall"):
+                self._patch(sim.FakeCUDAKernel, "forall", wrap_forall)
+
 
 def _constexpr_names(jitfn) -> set[str]:
     """The tl.constexpr parameters of a Triton kernel: a JITFunction's own record of them, else (the interpreter's
