@@ -192,3 +192,18 @@ def test_launch_explain_whose_make_inputs_raises_names_the_line(tmp_path):
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert len(lines) == 1 and lines[0].startswith("gpuspeed: error: make_inputs() raised RuntimeError"), done.stderr
     assert lines[0].endswith("(at inputs_fail_qa17.py:7 in make_inputs)"), lines[0]
+
+
+def test_roofline_into_a_folder_holding_another_devices_roofline_says_it_replaces_it(tmp_path):
+    # `gpuspeed roofline --out results/nvidia-h200` run on the CPU replaced the H200's measured file without a word
+    out = tmp_path / "nvidia-h200"
+    out.mkdir()
+    (out / "roofline.json").write_text((ROOT / "results" / "nvidia-h200" / "roofline.json").read_text())
+    done = _gpuspeed(["roofline", "--quick", "--no-place", "--device", "cpu", "--json", "--out", str(out)],
+                     cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    json.loads(done.stdout)  # the note goes to stderr: stdout is the JSON alone
+    said = " ".join(done.stderr.split())
+    assert f"{out / 'roofline.json'} holds a roofline measured on NVIDIA H200: this run on" in said, said[-2000:]
+    first = said.index("holds a roofline measured on")
+    assert first < said.index("1/"), "said before the measuring starts"
