@@ -297,3 +297,36 @@ def test_forall_of_no_tasks_is_no_launch_as_on_a_gpu(tmp_path):
     # as "a GPU refuses a launch of no blocks ... return before launching", which a GPU never sees
     r = kernel_cli(tmp_path, {"fa.py": FORALL}, "fa.py:launch", "--input", "x=float32[0]")
     assert r.returncode == 0 and "no Triton or Numba CUDA kernel launch seen" in r.stdout, r.stderr[-2000:]
+
+
+TOO_MANY_THREADS = """
+    import numpy as np
+    from numba import cuda
+
+
+    @cuda.jit
+    def plus_one(x, o):
+        i = cuda.grid(1)
+        if i < x.size:
+            o[i] = x[i] + 1
+
+
+    def launch(x):
+        o = np.empty_like(x)
+        plus_one[1, 2048](x, o)
+        return o
+
+
+    def launch_2d(x):
+        o = np.empty_like(x)
+        plus_one[1, (64, 32)](x, o)
+        return o
+    """
+
+
+def test_a_numba_block_of_more_than_1024_threads_is_refused_as_a_gpu_refuses_it(tmp_path):
+    # the simulator ran a block of 2048 threads (and of 64x32) and the verdict said the launcher runs and returns;
+    # every NVIDIA GPU refuses a block of more than 1024 threads (CUDA_ERROR_INVALID_VALUE)
+    for name in ("launch", "launch_2d"):
+        line = one_error(kernel_cli(tmp_path, {"big.py": TOO_MANY_THREADS}, f"big.py:{name}", "--input", "x=float32[100]"))
+        assert "2048 threads" in line and "1024" in line, line

@@ -471,13 +471,18 @@ class SignatureMismatch(InterpretedLaunchError):
 
 
 class EmptyLaunch(InterpretedLaunchError):
-    """A Numba launch of no blocks or no threads under the CUDA simulator (which runs nothing), which a GPU refuses."""
+    """A Numba launch of no blocks or no threads under the CUDA simulator (which runs nothing), or of more threads a
+    block or blocks in y / z than any NVIDIA GPU takes (which it runs), which a GPU refuses."""
+
+
+MAX_BLOCK_THREADS, MAX_BLOCK_Z, MAX_GRID_YZ = 1024, 64, 65535  # every compute capability's launch limits
 
 
 def _refuse_empty_launch(kernel: str, grid, block) -> None:
-    """EmptyLaunch when a simulated Numba launch has a grid or block dimension below 1: the simulator runs no thread
-    and returns, a GPU fails the launch (cuLaunchKernel: CUDA_ERROR_INVALID_VALUE). Triton launches a grid of no
-    programs as nothing, on a GPU as in its interpreter: not refused."""
+    """EmptyLaunch when a simulated Numba launch has a grid or block dimension below 1 (the simulator runs no thread
+    and returns), or a block or grid past the launch limits (the simulator runs it): a GPU fails the launch
+    (cuLaunchKernel: CUDA_ERROR_INVALID_VALUE). Triton launches a grid of no programs as nothing, on a GPU as in its
+    interpreter: not refused."""
     try:
         g, b = _dims(grid), _dims(block)
     except (TypeError, ValueError):  # a configuration the simulator itself will refuse
@@ -486,6 +491,12 @@ def _refuse_empty_launch(kernel: str, grid, block) -> None:
         raise EmptyLaunch(f"{kernel}: launched with grid {tuple(g)} and block {tuple(b)}: a GPU refuses a launch of no "
                           "blocks or no threads (CUDA_ERROR_INVALID_VALUE), where the CUDA simulator runs nothing; an "
                           "empty input makes such a grid: return before launching when there is nothing to do")
+    threads = b[0] * b[1] * b[2]
+    if threads > MAX_BLOCK_THREADS or b[2] > MAX_BLOCK_Z or max(g[1], g[2]) > MAX_GRID_YZ:
+        what = (f"a block of {threads} threads (at most {MAX_BLOCK_THREADS}, z at most {MAX_BLOCK_Z})"
+                if threads > MAX_BLOCK_THREADS or b[2] > MAX_BLOCK_Z else f"a grid's y or z over {MAX_GRID_YZ} blocks")
+        raise EmptyLaunch(f"{kernel}: launched with grid {tuple(g)} and block {tuple(b)}: a GPU refuses {what} "
+                          "(CUDA_ERROR_INVALID_VALUE), where the CUDA simulator runs it")
 
 
 def _tuple_grid(grid):
