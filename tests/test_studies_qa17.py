@@ -207,3 +207,15 @@ def test_roofline_into_a_folder_holding_another_devices_roofline_says_it_replace
     assert f"{out / 'roofline.json'} holds a roofline measured on NVIDIA H200: this run on" in said, said[-2000:]
     first = said.index("holds a roofline measured on")
     assert first < said.index("1/"), "said before the measuring starts"
+
+
+def test_a_positional_only_argument_is_named_as_such_not_as_missing(tmp_path):
+    target = _write(tmp_path, "posonly_qa17.py", """\
+        def f(x, /, n=2):
+            return x * n
+        """)
+    done = _gpuspeed(["profile", "--no-hotspots", "--function", f"{target}:f", "--input", "x=float32[8]"],
+                     cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
+    assert len(lines) == 1 and "f takes x by position only" in lines[0], done.stderr

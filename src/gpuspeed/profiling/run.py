@@ -249,6 +249,10 @@ def check_inputs_fit(fn: Callable, names, name: str, specs=()) -> None:
         pass
     else:
         return
+    only_positional = [n for n in kwargs if n in params and params[n].kind is params[n].POSITIONAL_ONLY]
+    if only_positional:
+        raise UserError(f"{name} takes {only_positional[0]} by position only (before a '/'), and --input passes "
+                        "each argument by its name: profile a wrapper that takes it by name")
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     extra = [k for k in kwargs if k not in named] if not takes_any else []
@@ -262,8 +266,7 @@ def check_inputs_fit(fn: Callable, names, name: str, specs=()) -> None:
         m = missing[0]
         raise UserError(f"{name}: no --input for its argument {m} (--input {m}=float32[1024] for an array, "
                         f"--input {m}=int:8 for a number)")
-    raise UserError(f"{name} cannot be called with --input arguments alone (its positional-only parameters "
-                    f"{', '.join(n for n, p in params.items() if p.kind is p.POSITIONAL_ONLY)} take no name)")
+    raise UserError(f"{name} cannot be called with these --input arguments: its signature is {inspect.signature(fn)}")
 
 
 def _file_stem(name: str) -> str:
