@@ -330,3 +330,34 @@ def test_a_numba_block_of_more_than_1024_threads_is_refused_as_a_gpu_refuses_it(
     for name in ("launch", "launch_2d"):
         line = one_error(kernel_cli(tmp_path, {"big.py": TOO_MANY_THREADS}, f"big.py:{name}", "--input", "x=float32[100]"))
         assert "2048 threads" in line and "1024" in line, line
+
+
+TALL_GRID = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def row_copy(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(1)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n_cols
+        tl.store(out_ptr + row * n_cols + offs, tl.load(x_ptr + row * n_cols + offs, mask=m), mask=m)
+
+
+    def launch(x):
+        out = torch.empty_like(x)
+        rows, cols = x.shape
+        row_copy[(triton.cdiv(cols, 16), rows)](x, out, cols, BLOCK=16)
+        return out
+    """
+
+
+def test_a_triton_grid_past_65535_in_y_is_refused_as_a_gpu_refuses_it(tmp_path):
+    # a row a program along grid y: 70000 rows ran under the interpreter and were called fine; a GPU launch refuses a
+    # grid's y or z over 65535 (CUDA_ERROR_INVALID_VALUE): rows belong on grid x
+    line = one_error(kernel_cli(tmp_path, {"tall.py": TALL_GRID}, "tall.py:launch", "--input", "x=float32[70000,2]"))
+    assert "65535" in line and "(1, 70000, 1)" in line, line
+    r = kernel_cli(tmp_path, {"tall.py": TALL_GRID}, "tall.py:launch", "--input", "x=float32[300,2]")
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -327,7 +327,7 @@ class Capture:
         def run(jitfn, *args, grid, warmup, **kwargs):
             if interpreted:
                 _refuse_host_arrays(jitfn, args, kwargs)
-                grid = _tuple_grid(grid)
+                grid = _tuple_grid(grid, getattr(getattr(jitfn, "fn", None), "__name__", None) or "kernel")
             record = cap.recording and not warmup and not cap._get("benchmarking", 0)
             if not record:
                 return orig(jitfn, *args, grid=grid, warmup=warmup, **kwargs)
@@ -499,13 +499,19 @@ def _refuse_empty_launch(kernel: str, grid, block) -> None:
                           "(CUDA_ERROR_INVALID_VALUE), where the CUDA simulator runs it")
 
 
-def _tuple_grid(grid):
+def _tuple_grid(grid, kernel: str = "kernel"):
     """A grid given as a list (or a grid function returning one) as a tuple: a GPU launch indexes the grid, the
-    interpreter adds a tuple to it and fails on a list."""
+    interpreter adds a tuple to it and fails on a list. A grid past 65535 in y or z, which a GPU refuses and the
+    interpreter runs, raises EmptyLaunch."""
     if callable(grid):
         user_grid = grid
-        return lambda meta: _tuple_grid(user_grid(meta))
-    return tuple(grid) if isinstance(grid, list) else grid
+        return lambda meta: _tuple_grid(user_grid(meta), kernel)
+    grid = tuple(grid) if isinstance(grid, list) else grid
+    if isinstance(grid, tuple) and any(isinstance(d, int) and d > MAX_GRID_YZ for d in grid[1:3]):
+        raise EmptyLaunch(f"{kernel}: launched with grid {tuple(grid) + (1,) * (3 - len(grid))}: a GPU refuses a grid's "
+                          f"y or z over {MAX_GRID_YZ} programs (CUDA_ERROR_INVALID_VALUE), where the interpreter runs "
+                          "it; put the long dimension on grid x (tl.program_id(0))")
+    return grid
 
 
 def _refuse_host_arrays(jitfn, args, kwargs) -> None:
