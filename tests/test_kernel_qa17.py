@@ -1,5 +1,5 @@
 """QA pass 17 on `gpuspeed kernel FILE.py:NAME` without a GPU: a demanding user's own launchers, names and inputs,
-run under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1); the two @pytest.mark.gpu tests at the end check on a
+run under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1); the @pytest.mark.gpu tests check on a
 GPU what the interpreter-side fixes stand in for."""
 
 import pytest
@@ -361,3 +361,10 @@ def test_a_triton_grid_past_65535_in_y_is_refused_as_a_gpu_refuses_it(tmp_path):
     assert "65535" in line and "(1, 70000, 1)" in line, line
     r = kernel_cli(tmp_path, {"tall.py": TALL_GRID}, "tall.py:launch", "--input", "x=float32[300,2]")
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_launches_the_interpreters_now_refuse_fail(tmp_path):
+    # what the simulator's and the interpreter's refusals stand in for: the GPU's own failure, one line and exit 2
+    one_error(_on_gpu(tmp_path, {"big.py": TOO_MANY_THREADS}, "big.py:launch", "--input", "x=float32[100]"))
+    one_error(_on_gpu(tmp_path, {"tall.py": TALL_GRID}, "tall.py:launch", "--input", "x=float32[70000,2]"))
