@@ -154,19 +154,29 @@ _RANDOM_CALLS = ("np.random.", "numpy.random.", "random.", "cp.random.", "cupy.r
 _RANDOM_METHODS = {"default_rng", "uniform_", "normal_", "random_", "bernoulli_", "exponential_"}  # tensor.normal_()
 
 
-def random_draws(fn) -> str | None:
-    """The first call in fn's own source that draws random numbers (`np.random.standard_normal`, line 7), or None:
-    a seeded draw makes the original deterministic, but another backend's generator (Numba's per-thread streams,
-    CuPy's, torch's) draws other numbers from the same seed."""
+def _parsed_source(fn):
+    """(fn's source parsed, the line it starts on), or None where its source cannot be read or parsed."""
     import ast
     import inspect
     import textwrap
 
     try:
         lines, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        return ast.parse(textwrap.dedent("".join(lines))), first
     except (OSError, TypeError, SyntaxError):
         return None
+
+
+def random_draws(fn) -> str | None:
+    """The first call in fn's own source that draws random numbers (`np.random.standard_normal`, line 7), or None:
+    a seeded draw makes the original deterministic, but another backend's generator (Numba's per-thread streams,
+    CuPy's, torch's) draws other numbers from the same seed."""
+    import ast
+
+    parsed = _parsed_source(fn)
+    if parsed is None:
+        return None
+    tree, first = parsed
     calls = sorted(((node.lineno, ast.unparse(node.func)) for node in ast.walk(tree) if isinstance(node, ast.Call)))
     draws = [(line, name) for line, name in calls
              if name.startswith(_RANDOM_CALLS) or name.split(".")[-1] in _RANDOM_METHODS]
@@ -179,14 +189,11 @@ def overlapping_update(fn) -> str | None:
     array), with its line, or None: NumPy buffers overlapping operands, so it adds the old values; Numba and CuPy
     update element by element and read values the update already wrote."""
     import ast
-    import inspect
-    import textwrap
 
-    try:
-        lines, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
+    parsed = _parsed_source(fn)
+    if parsed is None:
         return None
+    tree, first = parsed
     for node in ast.walk(tree):
         if not (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Subscript)
                 and isinstance(node.target.value, ast.Name)):
