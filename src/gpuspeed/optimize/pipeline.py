@@ -144,8 +144,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             raise UserError(f"--resume: {run_file} names no seeds: run without --resume")
         try:
             refs = W.load_refs(refs_file)
-            if not isinstance(refs, dict) or any(seed not in refs for seed in seeds):
+            if any(seed not in refs for seed in seeds):
                 raise ValueError("it does not hold the outputs of the run's seeds")
+            first_ref = refs[seeds[0]]
         except Exception as exc:  # noqa: BLE001 - a truncated or foreign pickle: unpickling raises many kinds
             raise UserError(f"--resume: {refs_file} cannot be read ({type(exc).__name__}: {W._first_line(exc)}): "
                             "run without --resume") from None
@@ -179,6 +180,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         for stale in ["candidates.jsonl", *outputs(wl.name)]:  # the last run's results: none left beside this run's
             (out_dir / stale).unlink(missing_ok=True)
         W.save_refs(refs_file, refs)
+        first_ref = refs[seeds[0]]  # the workers read the others from refs.pkl: this process keeps one seed's, not all
+        del refs
         tmp = run_file.with_suffix(".json.tmp")  # whole or not at all: a kill mid-write leaves the old one
         tmp.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
                                          "original_mutates": mutates, "in_place": in_place,
@@ -207,7 +210,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": spec_rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
-                 "refs": str(refs_file.absolute()), "out_dtypes": W.out_dtypes(refs[seeds[0]]), "original_mutates": mutates,
+                 "refs": str(refs_file.absolute()), "out_dtypes": W.out_dtypes(first_ref), "original_mutates": mutates,
                  "in_place": in_place, "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
                  "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
@@ -237,7 +240,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     tick("hotspots")
     with home:
         run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
-        run.hot["intensity"] = _intensity(wl, refs[seeds[0]], reference_s)
+        run.hot["intensity"] = _intensity(wl, first_ref, reference_s)
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 

@@ -309,7 +309,7 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
             if changed:
                 return _reject(result, "mutates_inputs", f"changes {W.param_names(wl, changed)}, which {wl.func} only "
                                f"reads (it writes {W.param_names(wl, spec['in_place'])})", result_path)
-        del out, dev, host, host_synced
+        del out, dev, host, host_synced, ref
     result["label"] = impl.label  # a backend may settle how it runs at its first call (Numba's serial fallback)
     result["notes"].extend(n for n in impl.notes if n not in result["notes"])
     result["max_abs_err"] = max(c["max_abs_err"] for c in checks)

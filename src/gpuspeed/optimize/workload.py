@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -518,13 +519,57 @@ def out_dtypes(ref) -> list:
             ("float64" if isinstance(x, float) else None) for x in leaves(ref)]
 
 
+_REFS_MAGIC = b"gpuspeed-refs-1\n"  # the file's last bytes, after the index's offset
+
+
 def save_refs(path: Path, refs: dict) -> None:
+    """Each seed's outputs pickled apart, then an index of where each starts: a reader loads one seed at a time."""
+    import struct
+
     tmp = path.with_suffix(".tmp")
+    index = {}
     with open(tmp, "wb") as f:
-        pickle.dump(refs, f, protocol=pickle.HIGHEST_PROTOCOL)
+        for seed, out in refs.items():
+            index[seed] = f.tell()
+            pickle.dump(out, f, protocol=pickle.HIGHEST_PROTOCOL)
+        at = f.tell()
+        pickle.dump(index, f, protocol=pickle.HIGHEST_PROTOCOL)
+        f.write(struct.pack("<Q", at) + _REFS_MAGIC)
     tmp.replace(path)
 
 
-def load_refs(path: Path) -> dict:
-    with open(path, "rb") as f:
-        return pickle.load(f)
+class SavedRefs(Mapping):
+    """The outputs in a refs.pkl by seed, each read from the file when asked for (none held here)."""
+
+    def __init__(self, path: Path):
+        import struct
+
+        self.path = Path(path)
+        tail = 8 + len(_REFS_MAGIC)
+        with open(self.path, "rb") as f:
+            f.seek(0, 2)
+            if f.tell() < tail:
+                raise ValueError("too short to be a refs file")
+            f.seek(-tail, 2)
+            end = f.read(tail)
+            if not end.endswith(_REFS_MAGIC):
+                raise ValueError("not a refs file written by this gpuspeed")
+            f.seek(struct.unpack("<Q", end[:8])[0])
+            self._index = pickle.load(f)
+        if not isinstance(self._index, dict):
+            raise ValueError("its index is not a dict")
+
+    def __getitem__(self, seed):
+        with open(self.path, "rb") as f:
+            f.seek(self._index[seed])
+            return pickle.load(f)
+
+    def __iter__(self):
+        return iter(self._index)
+
+    def __len__(self):
+        return len(self._index)
+
+
+def load_refs(path: Path) -> SavedRefs:
+    return SavedRefs(path)
