@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.decode.generate import Sampling
         from gpuspeed.decode.variants import parse_variants
         from gpuspeed.device import resolve_device
-        from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results
+        from gpuspeed.results import check_out_dir, signals_held, stop_signals
 
         from gpuspeed.errors import UserError
 
@@ -123,14 +123,15 @@ def register(app: typer.Typer) -> None:
         paths = []
         if out:
             with signals_held():  # a Ctrl-C now waits until every file is whole
-                paths.append(write_results(doc, out))
+                paths = study.write_artifacts(doc, out)  # a plot failure is a note in decode.json, not an exit 2
                 study.drop_partial(out, started)
-                paths += study.plots(doc, out)
         nothing = study.nothing_measured(doc)
         if as_json:
             from gpuspeed.results import strict_json  # NaN and inf as null: stdout parses as strict JSON
 
             print(strict_json(doc))
+            for note in (n for n in doc["notes"] if n.startswith("plot failed:")):  # stdout is the JSON: say it here
+                print(f"gpuspeed: {note}", file=sys.stderr)
             if nothing:
                 print(f"gpuspeed: {nothing}", file=sys.stderr)
                 raise typer.Exit(1)

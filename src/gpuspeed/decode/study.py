@@ -1248,6 +1248,21 @@ def table_rows(doc: dict) -> list[list[str]]:
     return out
 
 
+def write_artifacts(doc: dict, out) -> list[Path]:
+    """decode.json (through gpuspeed.results), decode_ladder.png and decode_bandwidth.png under `out`; returns their
+    paths. The plots go first, so that a plot failure is among the notes decode.json holds (the numbers are written
+    all the same, and the run still succeeds)."""
+    from gpuspeed.results import write_results
+
+    try:
+        pics = plots(doc, out)
+    except Exception as exc:  # no matplotlib, a broken backend, a full disk: the numbers must not be lost over a plot
+        pics = []
+        doc["notes"].append(f"plot failed: {one_line(exc)}; decode_ladder.png and decode_bandwidth.png were not "
+                            "drawn (the numbers are in decode.json)")
+    return [write_results(doc, out), *pics]
+
+
 def plots(doc: dict, out) -> list[Path]:
     """decode_ladder.png (ms/token per variant, log scale, one panel per model and dtype) and
     decode_bandwidth.png (GB/s of weights per variant against the read ceiling)."""
@@ -1293,9 +1308,14 @@ def plots(doc: dict, out) -> list[Path]:
         dev = doc.get("device", {}).get("name", "?")
         fig.suptitle(f"decode ({'ms per token' if kind == 'ladder' else 'weight bytes per token / time'}), {dev}",
                      fontsize=10)
-        fig.tight_layout()
         p = out / f"decode_{kind}.png"
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
+        tmp = p.with_name(f".{p.name}.tmp.png")
+        try:
+            fig.tight_layout()
+            fig.savefig(tmp, dpi=110)
+            tmp.replace(p)  # atomic: a failed save leaves no half-written plot
+        finally:  # a failed save leaves neither an open figure nor the temporary file
+            plt.close(fig)
+            tmp.unlink(missing_ok=True)
         paths.append(p)
     return paths
