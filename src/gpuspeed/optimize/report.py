@@ -1,5 +1,5 @@
-"""The optimize report: Markdown sections A-E, the results JSON and a PNG (candidate times on a log
-scale; the primary's bandwidth against the roofs of this GPU and the target)."""
+"""The optimize report: Markdown sections A-E, the results JSON and a PNG (each candidate's speedup over the
+original, labelled with its time; the primary's bandwidth against the roofs of this GPU and the target)."""
 
 from __future__ import annotations
 
@@ -267,9 +267,11 @@ def plot(run, path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    # timed as the run ranked them; bars are speedups over the original on a linear axis: the fastest reads longest
+    key = "e2e_time" if run.params.get("rank_by") == "e2e" else "device_time"
     names, times, colors = [], [], []
     for name, r in run.results.items():
-        t = _t(r)
+        t = _t(r, key)
         if t:
             names.append(name)
             times.append(t)
@@ -277,10 +279,19 @@ def plot(run, path: Path) -> Path | None:
                           "tab:gray" if name == "original" else "tab:blue")
     fig, axes = plt.subplots(1, 2, figsize=(12, max(3, 0.4 * len(names) + 1.5)))
     ax = axes[0]
+    base = times[names.index("original")] if "original" in names else None
+    # no original time to divide: calls per second, which also grows with speed
+    values = [base / t if base else 1 / t for t in times]
     if names:
-        ax.barh(names, times, color=colors)
-        ax.set_xscale("log")
-    ax.set_xlabel("device-resident time per call (s, log)")
+        ax.barh(names, values, color=colors)
+        if base:
+            ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
+        for y, (v, t) in enumerate(zip(values, times)):
+            ax.text(v, y, f" {v:.3g}x, {format_time(t)}" if base else f" {format_time(t)}", va="center", fontsize=8)
+        ax.set_xlim(0, max(values) * 1.35)  # room for the last label
+    timed = "end to end, casts included" if key == "e2e_time" else "device-resident"
+    ax.set_xlabel(f"speedup over the original ({timed}; longer is faster)" if base else
+                  f"calls per second ({timed}; longer is faster)")
     ax.set_title(f"{run.wl.name}: candidates (primary green)")
     ax.invert_yaxis()
     ax2 = axes[1]
