@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspeed.kernel.numba_signature import mismatch
+from gpuspeed.kernel.shared_memory import over_limit
 
 _INHERITED = object()  # marks a patched method that the class inherited rather than defined
 TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
@@ -394,6 +395,9 @@ class Capture:
                     top = not kern._device and not getattr(sim, "_kernel_context", None)
                     if top:
                         _refuse_empty_launch(getattr(kern.fn, "__name__", "kernel"), kern.grid_dim, kern.block_dim)
+                        if (said := over_limit(getattr(kern.fn, "__name__", "kernel"), kern.fn,
+                                               int(kern.dynshared_size or 0))) is not None:
+                            raise EmptyLaunch(said)
                     if top and cap.recording:
                         cap.launches.append(Launch(kernel=getattr(kern.fn, "__name__", "kernel"), backend="numba",
                                                    grid=_dims(kern.grid_dim), block=_dims(kern.block_dim),
@@ -472,7 +476,7 @@ class SignatureMismatch(InterpretedLaunchError):
 
 class EmptyLaunch(InterpretedLaunchError):
     """A Numba launch of no blocks or no threads under the CUDA simulator (which runs nothing), or of more threads a
-    block or blocks in y / z than any NVIDIA GPU takes (which it runs), which a GPU refuses."""
+    block, blocks in y / z or shared memory a block than any NVIDIA GPU takes (which it runs), which a GPU refuses."""
 
 
 MAX_BLOCK_THREADS, MAX_BLOCK_Z, MAX_GRID_YZ = 1024, 64, 65535  # every compute capability's launch limits

@@ -1,0 +1,150 @@
+"""The shared memory a simulated Numba CUDA launch asks for, held to what a GPU gives a block: static shared arrays
+(`cuda.shared.array(shape, dtype)`) over 48 KiB a block fail to compile (ptxas: 'uses too much shared data'), and
+static plus dynamic shared memory over 48 KiB fail to launch (Numba makes no opt-in past it), where the CUDA
+simulator allocates NumPy arrays of any size and runs the kernel. The static arrays are read from the kernel's
+source and the device functions it calls (their shapes and dtypes are compile-time constants: globals, closure
+variables, literals), as the simulator keeps no record of them before a thread reaches them."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from dataclasses import dataclass
+
+MAX_SHARED_PER_BLOCK = 48 * 1024  # static shared memory a block may hold (every compute capability), and what a
+# launch may use without cudaFuncAttributeMaxDynamicSharedMemorySize
+
+
+@dataclass(frozen=True)
+class SharedArray:
+    name: str  # the variable it is assigned to ('?' when none)
+    function: str  # the kernel or device function declaring it
+    line: int  # in that function's file
+    shape: tuple
+    dtype: str
+    nbytes: int
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"{self.name}: {self.dtype}[{dims}] = {self.nbytes} B at {self.function} line {self.line}"
+
+
+def _is_shared_array(func: ast.expr) -> bool:
+    """`cuda.shared.array` / `shared.array` as written in a kernel."""
+    if not (isinstance(func, ast.Attribute) and func.attr == "array"):
+        return False
+    owner = func.value
+    return (isinstance(owner, ast.Attribute) and owner.attr == "shared") or (
+        isinstance(owner, ast.Name) and owner.id == "shared")
+
+
+def _namespace(fn) -> dict:
+    """The names a kernel's constant expressions may use: its globals, then its closure's values."""
+    names = dict(getattr(fn, "__globals__", {}))
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None) or ()
+    for var, cell in zip(getattr(code, "co_freevars", ()), cells, strict=False):
+        try:
+            names[var] = cell.cell_contents
+        except ValueError:  # a closure variable not yet assigned
+            continue
+    return names
+
+
+def _value(node: ast.expr, names: dict):
+    """The value of a constant expression of the kernel (a literal, a global, a closure variable, arithmetic or a
+    tuple of them); raises where it is anything else (a call is not evaluated: it would run the user's code)."""
+    if any(isinstance(n, (ast.Call, ast.Lambda, ast.NamedExpr)) for n in ast.walk(node)):
+        raise ValueError("not a constant expression")
+    return eval(compile(ast.Expression(node), "<shared shape>", "eval"), {"__builtins__": {}}, names)  # noqa: S307
+
+
+def _dtype(value):
+    import numpy as np
+
+    try:
+        from numba.core import types
+        from numba.np import numpy_support
+
+        if isinstance(value, types.Type):
+            return numpy_support.as_dtype(value)
+    except Exception:  # a Numba type NumPy has no dtype for: left to np.dtype, which refuses it
+        pass
+    return np.dtype(value)
+
+
+def _device_function(node: ast.expr, names: dict):
+    """The Python function of a simulated @cuda.jit(device=True) function a call names, else None."""
+    try:
+        target = _value(node, names)
+    except Exception:  # a call of a local or a computed callable: not a device function named at compile time
+        return None
+    return target.fn if getattr(target, "_device", False) and callable(getattr(target, "fn", None)) else None
+
+
+@functools.lru_cache(maxsize=256)  # a launcher may launch one kernel thousands of times
+def static_shared_arrays(fn) -> tuple[SharedArray, ...]:
+    """The static shared arrays of a simulated kernel's function and of the device functions it calls (each function
+    once, as Numba makes one array a declaration); () where the source cannot be read. An array whose shape or
+    dtype is no constant here is left out (Numba refuses it at compile time)."""
+    found: list[SharedArray] = []
+    seen: set = set()
+
+    def visit(f, depth: int) -> None:
+        if id(f) in seen or depth > 8:
+            return
+        seen.add(id(f))
+        try:
+            lines, first = inspect.getsourcelines(f)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, SyntaxError):
+            return
+        names, fname = _namespace(f), getattr(f, "__name__", "kernel")
+        targets = {}  # id(call) -> the name it is assigned to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                targets[id(node.value)] = node.targets[0].id
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            if _is_shared_array(node.func):
+                given = dict(zip(("shape", "dtype"), node.args, strict=False))
+                given.update({k.arg: k.value for k in node.keywords if k.arg in ("shape", "dtype")})
+                try:
+                    shape = _value(given["shape"], names)
+                    dtype = _dtype(_value(given["dtype"], names))
+                except Exception:  # not a constant here: nothing said of it
+                    continue
+                shape = tuple(int(d) for d in shape) if isinstance(shape, (tuple, list)) else (int(shape),)
+                count = 1
+                for d in shape:
+                    count *= d
+                if count > 0:  # shape 0 is the dynamic shared memory, sized at launch
+                    found.append(SharedArray(targets.get(id(node), "?"), fname, first + node.lineno - 1, shape,
+                                             str(dtype), count * dtype.itemsize))
+            elif (inner := _device_function(node.func, names)) is not None:
+                visit(inner, depth + 1)
+
+    visit(fn, 0)
+    return tuple(found)
+
+
+def over_limit(kernel: str, fn, dynamic: int) -> str | None:
+    """One line when a simulated launch of `fn` with `dynamic` bytes of dynamic shared memory asks a block for more
+    shared memory than a GPU gives it; None when it fits, or when nothing can be said."""
+    arrays = static_shared_arrays(fn)
+    static = sum(a.nbytes for a in arrays)
+    biggest = sorted(arrays, key=lambda a: -a.nbytes)
+    listed = "; ".join(str(a) for a in biggest[:3]) + ("; ..." if len(biggest) > 3 else "")
+    limit = f"{MAX_SHARED_PER_BLOCK // 1024} KiB ({MAX_SHARED_PER_BLOCK} B)"
+    if static > MAX_SHARED_PER_BLOCK:
+        return (f"{kernel}: its static shared arrays take {static} B a block ({listed}), over the {limit} of static "
+                "shared memory a block may hold: on a GPU it fails to compile (ptxas: 'uses too much shared data'), "
+                "where the CUDA simulator runs it; use smaller tiles or a narrower dtype")
+    if dynamic > 0 and static + dynamic > MAX_SHARED_PER_BLOCK:
+        return (f"{kernel}: launched with {dynamic} B of dynamic shared memory beside {static} B of static shared "
+                f"arrays, {static + dynamic} B a block, over the {limit} a launch may use: a GPU refuses the launch "
+                "(CUDA_ERROR_INVALID_VALUE; Numba makes no opt-in past 48 KiB), where the CUDA simulator runs it; "
+                "launch with less dynamic shared memory")
+    return None

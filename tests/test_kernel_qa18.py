@@ -1,0 +1,163 @@
+"""QA pass 18 on `gpuspeed kernel FILE.py:NAME`: what a GPU refuses and the CUDA simulator ran (static shared arrays
+over 48 KiB a block), interpreter variables left set on a GPU machine, and the simulator's minutes on a bundled
+example. The CPU tests share one child process each (a `python -m gpuspeed` costs seconds of imports): it runs the
+command in-process, once per case, with the interpreters on; the @pytest.mark.gpu tests check the GPU's side."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from kernel_cli_helpers import ROOT, interpreted_env, one_error
+
+# runs `gpuspeed kernel` in-process once per target (argv lists in sys.argv[1], JSON), one JSON line each
+IN_ONE_PROCESS = """
+    import contextlib, io, json, sys
+    from gpuspeed.cli import main
+
+    for argv in json.loads(sys.argv[1]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["kernel", *argv])
+        print(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}), file=sys.__stdout__)
+    """
+
+
+def _commands(tmp_path, files: dict, *argvs) -> list:
+    """Each argv run as `gpuspeed kernel ARGV --device cpu` in one child process with the interpreters on: for each,
+    a CompletedProcess-like result (returncode, stdout, stderr)."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    script = tmp_path / "in_one_process.py"
+    script.write_text(textwrap.dedent(IN_ONE_PROCESS))
+    runs = json.dumps([[*argv, "--device", "cpu"] for argv in argvs])
+    proc = subprocess.run([sys.executable, str(script), runs], capture_output=True, text=True, env=interpreted_env(),
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
+            for argv, d in zip(argvs, map(json.loads, proc.stdout.splitlines()), strict=True)]
+
+
+SHARED = """
+    import numpy as np
+    from numba import cuda, float32, float64
+
+    TILE = (64, 128)
+
+
+    @cuda.jit(device=True)
+    def stage(x, i):
+        buf = cuda.shared.array(10240, float32)  # 40 KiB, declared in a device function
+        buf[cuda.threadIdx.x] = x[i]
+        cuda.syncthreads()
+        return buf[cuda.threadIdx.x]
+
+
+    @cuda.jit
+    def big_tile(x, out):
+        tile = cuda.shared.array(TILE, float64)  # 64 KiB
+        i = cuda.grid(1)
+        if i < x.size:
+            tile[0, cuda.threadIdx.x] = x[i]
+            out[i] = tile[0, cuda.threadIdx.x]
+
+
+    @cuda.jit
+    def through_device(x, out):
+        mine = cuda.shared.array(4096, float32)  # 16 KiB: 56 KiB with stage's
+        i = cuda.grid(1)
+        if i < x.size:
+            mine[cuda.threadIdx.x] = stage(x, i)
+            out[i] = mine[cuda.threadIdx.x]
+
+
+    @cuda.jit
+    def with_dynamic(x, out):
+        fixed = cuda.shared.array(8192, float32)  # 32 KiB
+        extra = cuda.shared.array(0, float32)
+        i = cuda.grid(1)
+        if i < x.size:
+            fixed[cuda.threadIdx.x] = x[i]
+            extra[cuda.threadIdx.x] = x[i]
+            out[i] = fixed[cuda.threadIdx.x] + extra[cuda.threadIdx.x] - x[i]
+
+
+    @cuda.jit
+    def at_limit(x, out):
+        full = cuda.shared.array(6144, float64)  # 48 KiB exactly: a GPU takes it
+        i = cuda.grid(1)
+        if i < x.size:
+            full[cuda.threadIdx.x] = x[i]
+            out[i] = full[cuda.threadIdx.x]
+
+
+    def _run(kernel, x, shared=0):
+        out = np.empty_like(x)
+        kernel[(x.size + 31) // 32, 32, 0, shared](x, out)
+        return out
+
+
+    def launch_big(x):
+        return _run(big_tile, x)
+
+
+    def launch_device(x):
+        return _run(through_device, x)
+
+
+    def launch_dynamic(x):
+        return _run(with_dynamic, x, 20000)  # 52768 B with its 32 KiB of static arrays
+
+
+    def launch_dynamic_fits(x):
+        return _run(with_dynamic, x, 16384)  # 48 KiB in all
+
+
+    def launch_at_limit(x):
+        return _run(at_limit, x)
+    """
+
+
+def test_shared_memory_a_gpu_refuses_is_refused_under_the_simulator(tmp_path):
+    # a 64 KiB static shared tile ran under the simulator and was called fine, where ptxas refuses more than 48 KiB of
+    # static shared memory a block ('uses too much shared data'); with dynamic shared memory past 48 KiB in all, the
+    # GPU refuses the launch
+    x = ("--input", "x=float32[40]")
+    big, device, dynamic, fits, at_limit = _commands(
+        tmp_path, {"shared.py": SHARED}, ("shared.py:launch_big", *x), ("shared.py:launch_device", *x),
+        ("shared.py:launch_dynamic", *x), ("shared.py:launch_dynamic_fits", *x), ("shared.py:launch_at_limit", *x))
+    line = one_error(big)
+    assert "big_tile" in line and "tile: float64[64, 128] = 65536 B" in line and "49152 B" in line, line
+    assert "ptxas" in line and "launch_big raised" not in line, line
+    line = one_error(device)  # the device function's array counts toward the kernel's
+    assert "57344 B" in line and "buf: float32[10240] = 40960 B at stage line" in line and "mine:" in line, line
+    line = one_error(dynamic)
+    assert "20000 B of dynamic shared memory" in line and "52768 B" in line and "CUDA_ERROR_INVALID_VALUE" in line, line
+    for r in (fits, at_limit):  # 48 KiB in all: a GPU runs it
+        assert r.returncode == 0 and "[numba] grid (2, 1, 1) block (32, 1, 1)" in r.stdout, r.stderr[-2000:]
+
+
+def _on_gpu(tmp_path, files: dict, target: str, *extra, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m gpuspeed kernel target ...` on the GPU: compiled kernels, the interpreter variables as `env` says
+    (none by default)."""
+    import os
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    base = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NUMBA_ENABLE_CUDASIM")}
+    base["PYTHONPATH"] = os.pathsep.join(q for q in [str(ROOT / "src"), base.get("PYTHONPATH")] if q)
+    return subprocess.run([sys.executable, "-m", "gpuspeed", "kernel", target, *extra], capture_output=True,
+                          text=True, env=base | (env or {}), timeout=600, cwd=tmp_path)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_shared_memory_the_simulator_now_refuses_fails(tmp_path):
+    # what the simulator's refusals stand in for: a 64 KiB static tile fails to compile, 52768 B in all fails to launch;
+    # 48 KiB in all runs
+    files, x = {"shared.py": SHARED}, ("--input", "x=float32[40]")
+    for target in ("shared.py:launch_big", "shared.py:launch_device", "shared.py:launch_dynamic"):
+        one_error(_on_gpu(tmp_path, files, target, *x))
+    for target in ("shared.py:launch_dynamic_fits", "shared.py:launch_at_limit"):
+        r = _on_gpu(tmp_path, files, target, *x)
+        assert r.returncode == 0, r.stderr[-2000:]
