@@ -161,3 +161,66 @@ def test_on_a_gpu_the_shared_memory_the_simulator_now_refuses_fails(tmp_path):
     for target in ("shared.py:launch_dynamic_fits", "shared.py:launch_at_limit"):
         r = _on_gpu(tmp_path, files, target, *x)
         assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_interpreter_variables_left_set_on_a_gpu_machine_are_refused():
+    # TRITON_INTERPRET=1 left set from a CPU session: on a GPU machine the command timed the interpreted kernels and
+    # reported those times as the GPU's. The decision, made before anything is imported (the GPU side is tested below)
+    from gpuspeed.kernel.target import interpreters_left_on
+
+    line = interpreters_left_on({"TRITON_INTERPRET": "1", "PATH": "/bin"}, cuda=True)
+    assert line.startswith("TRITON_INTERPRET=1 is set: on this GPU") and "--device cpu" in line, line
+    assert "env -u TRITON_INTERPRET" in line and "NUMBA" not in line, line
+    line = interpreters_left_on({"TRITON_INTERPRET": "true", "NUMBA_ENABLE_CUDASIM": "1"}, cuda=True)
+    assert "TRITON_INTERPRET=true and NUMBA_ENABLE_CUDASIM=1 are set" in line and "unset them" in line, line
+    assert interpreters_left_on({"NUMBA_ENABLE_CUDASIM": "1"}, cuda=True).startswith("NUMBA_ENABLE_CUDASIM=1 is set")
+    # switched off, or no GPU (where the command sets them itself): nothing to refuse
+    assert interpreters_left_on({"TRITON_INTERPRET": "0", "NUMBA_ENABLE_CUDASIM": ""}, cuda=True) is None
+    assert interpreters_left_on({"TRITON_INTERPRET": "1", "NUMBA_ENABLE_CUDASIM": "1"}, cuda=False) is None
+
+
+TRITON_DOUBLE = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+    def launch(x):
+        out = torch.empty_like(x)
+        double[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+        return out
+    """
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_interpreter_variables_left_set_are_refused(tmp_path):
+    # the command: one line, exit 2, before the file is imported; --device cpu still runs the kernels interpreted
+    files, x = {"double.py": TRITON_DOUBLE}, ("--input", "x=float32[1000]")
+    line = one_error(_on_gpu(tmp_path, files, "double.py:launch", *x, env={"TRITON_INTERPRET": "1"}))
+    assert "TRITON_INTERPRET=1 is set" in line and "--device cpu" in line, line
+    r = _on_gpu(tmp_path, files, "double.py:launch", *x, "--device", "cpu", env={"TRITON_INTERPRET": "1"})
+    assert r.returncode == 0 and "(interpreted, no GPU)" in r.stdout, r.stderr[-2000:]
+    # kernel_report in Python, its kernels defined under the interpreter: refused, not timed as the GPU's
+    (tmp_path / "lib.py").write_text(textwrap.dedent("""
+        import torch
+        from double import launch
+        from gpuspeed import UserError
+        from gpuspeed.kernel import kernel_report
+        try:
+            kernel_report(launch, torch.ones(1000, device="cuda"), device="cuda")
+        except UserError as exc:
+            print("refused:", exc)
+        """))
+    import os
+
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(tmp_path)]))
+    r = subprocess.run([sys.executable, str(tmp_path / "lib.py")], capture_output=True, text=True, env=env,
+                       timeout=600, cwd=tmp_path)
+    assert "refused: launch: double ran interpreted on a GPU run" in r.stdout, (r.stdout, r.stderr[-2000:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -42,8 +43,8 @@ def register(app: typer.Typer) -> None:
         from gpuspeed.errors import UserError
         from gpuspeed.kernel import kernel_report
         from gpuspeed.kernel.report import given_ceilings
-        from gpuspeed.kernel.target import (launcher_error_hint, load_target, make_args, reference_check, unwrap_lazy,
-                                            use_interpreters)
+        from gpuspeed.kernel.target import (interpreters_left_on, launcher_error_hint, load_target, make_args,
+                                            reference_check, unwrap_lazy, use_interpreters)
         from gpuspeed.results import check_out_dir, signals_held, stop_signals, write_results
 
         if device not in ("auto", "cpu", "cuda"):
@@ -61,6 +62,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--seed must be >= 0, got {seed}")
         out = check_out_dir(out)
         where = resolve_device(device)
+        if (said := interpreters_left_on(os.environ, where == "cuda")) is not None:
+            raise UserError(said)
         given_ceilings(ceilings, where == "cuda")  # a bad roof is refused before the user's file is even imported
         console = make_console(stderr=as_json)
         if where != "cuda":

@@ -508,6 +508,11 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         cap.recording = True
         out = fn(*args, **kwargs)
         _sync(gpu)
+    interpreted = sorted({la.kernel for la in cap.launches if la.interpreted})
+    if gpu and interpreted:  # its time would be the interpreter's host work, reported as the GPU's
+        raise UserError(f"{name}: {', '.join(interpreted)} ran interpreted on a GPU run (TRITON_INTERPRET=1 or "
+                        "NUMBA_ENABLE_CUDASIM=1 was set when its kernels were defined): its time would not be the "
+                        "GPU's; define them without those variables, or pass device='cpu' to run them interpreted")
     checked = None
     if expected is not None:
         from gpuspeed.verify import check

@@ -25,6 +25,23 @@ LAZY_HOME = "gpuspeed.examples.hand_kernels"  # where the lazy variants' launche
 INTERPRETER_ENV = {"TRITON_INTERPRET": "1", "NUMBA_ENABLE_CUDASIM": "1"}
 
 
+def interpreters_left_on(environ, cuda: bool) -> str | None:
+    """One line when a run on a GPU (`cuda`) would have its kernels interpreted because TRITON_INTERPRET or
+    NUMBA_ENABLE_CUDASIM is set in `environ` (left over from a CPU session): the interpreted kernels would be timed
+    and reported as the GPU's. Refused rather than cleared: the user set them, and which run they meant (timed on
+    the GPU, or checked under the interpreters) is theirs to say. None otherwise."""
+    if not cuda:
+        return None
+    on = [f"{k}={environ[k]}" for k in INTERPRETER_ENV
+          if str(environ.get(k, "")).strip().lower() not in ("", "0", "false", "off", "no")]
+    if not on:
+        return None
+    return (f"{' and '.join(on)} {'is' if len(on) == 1 else 'are'} set: on this GPU the kernels would run under the "
+            "interpreters and their times be reported as the GPU's; unset "
+            f"{'it' if len(on) == 1 else 'them'} (env -u {on[0].split('=')[0]} ...) to time the compiled kernels, or "
+            "pass --device cpu to run them interpreted")
+
+
 def use_interpreters() -> None:
     """Make kernels defined from now on run on the CPU: Triton reads its variable when a kernel is decorated
     (its own library functions, tl.sum and the like, are decorated when triton is imported), Numba when
