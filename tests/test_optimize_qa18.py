@@ -63,3 +63,67 @@ def test_the_bar_charts_fastest_candidate_has_the_longest_bar(tmp_path):
     lengths = _bar_lengths(plot(run, tmp_path / "chart.png"))
     assert lengths["green"] > 3 * lengths["blue"] > 0, lengths  # 100x against 4x: the primary's bar reads longest
     assert lengths["blue"] > lengths["gray"] > 0, lengths  # the original (1x) is the shortest
+
+
+WORKLOAD = '''
+import numpy as np
+
+
+def original(x, n, alpha):
+    out = x.copy()
+    for _ in range(n):
+        out = alpha * out + (1 - alpha) * np.roll(out, 1, axis=0)
+    return out
+
+
+def inputs(rng):
+    return rng.standard_normal((64, 8)), 3, 0.5
+'''
+
+
+def _report_of(path):
+    """Section A-E of a run of `path` on the CPU that kept the original (the report as optimize writes it)."""
+    from gpuspeed.optimize.pipeline import OptimizeRun
+    from gpuspeed.optimize.report import markdown
+
+    wl = W.load(path, gpu=False)
+    timed = _timed(1e-4)
+    results = {"original": {"status": "ok", "recipe": {"backend": "original"}, "label": "the original",
+                            "device_time": timed, "e2e_time": timed}}
+    run = OptimizeRun(wl=wl, where="cpu", out_dir=path.parent, results=results,
+                      params={"target_gpu": "RTX 4070 Laptop", "budget": "8GiB", "seeds": [1, 2, 3]},
+                      choice={"primary": "original", "kept_original": True})
+    return markdown(run)
+
+
+def test_section_es_profile_command_runs_as_pasted(tmp_path):
+    # it printed `gpuspeed profile --function <file>:original --backend numpy ...`: "..." for the inputs, which the
+    # CLI took for a script beside --function
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from gpuspeed.cli import app
+
+    where = tmp_path / "my work"  # a space in the path: the command must quote it
+    where.mkdir()
+    path = where / "smooth.py"
+    path.write_text(WORKLOAD)
+    line = next(ln for ln in _report_of(path).splitlines() if "gpuspeed profile --function" in ln)
+    command = line.split("`")[3]
+    words = shlex.split(command)
+    assert words[:4] == ["gpuspeed", "profile", "--function", f"{path}:original"], words
+    assert "x=float64[64,8]" in words and "n=int:3" in words and "alpha=float:0.5" in words, words
+    res = CliRunner().invoke(app, words[1:])
+    assert res.exit_code == 0, res.output
+    assert "original" in res.output
+
+
+def test_section_e_names_no_profile_command_for_arguments_input_cannot_make(tmp_path):
+    # a list argument has no --input form: a command with one made up would not run as pasted
+    path = tmp_path / "listy.py"
+    path.write_text("import numpy as np\n\ndef original(xs):\n    return np.stack(xs).sum(axis=0)\n\n"
+                    "def inputs(rng):\n    return ([rng.standard_normal(4) for _ in range(3)],)\n")
+    section_e = _report_of(path).split("## E")[1]
+    assert "gpuspeed profile --function" not in section_e.replace("`gpuspeed profile --function` takes", "")
+    assert "original's arguments are not all of those" in section_e

@@ -77,7 +77,8 @@ def markdown(run) -> str:
     L = [f"# gpuspeed optimize: {wl.name}", ""]
     L += ["## A — Summary", ""]
     dev = "GPU " + (_device_name(run) or "?") if run.where == "cuda" else "CPU only (no GPU)"
-    L.append(f"- Workload `{wl.path.name}`:`{wl.func}`, inputs {', '.join(wl.describe_args(wl.make_args(0)))[:200]}; "
+    args0 = wl.make_args(0)  # the timed seed's arguments (section E's profile command repeats their forms)
+    L.append(f"- Workload `{wl.path.name}`:`{wl.func}`, inputs {', '.join(wl.describe_args(args0))[:200]}; "
              f"measured on {dev}.")
     if run.params.get("in_place"):
         from gpuspeed.optimize.workload import param_names
@@ -175,7 +176,7 @@ def markdown(run) -> str:
     L += ["", "### Target card", ""]
     L.append(_projection_text(pr))
     L += ["", "## E — How to profile and next tweaks", ""]
-    L += _profiling_guide(run)
+    L += _profiling_guide(run, args0)
     if run.notes:
         L += ["", "### Notes", ""] + [f"- {n}" for n in run.notes]
     return "\n".join(L) + "\n"
@@ -210,15 +211,54 @@ def _projection_text(pr) -> str:
     return s
 
 
-def _profiling_guide(run) -> list[str]:
+def profile_command(wl, args) -> str | None:
+    """`gpuspeed profile --function` on the original, with --input specs of the run's argument forms (the run's own
+    --input specs where it had them), quoted for the shell; None where an argument has no --input form."""
+    import numbers
+
+    from gpuspeed.inputs import DTYPES
+    from gpuspeed.optimize.backends.common import kind_of
+
+    library = "torch" if wl.kind == "torch" else "numpy"
+    specs = list(wl.input_specs)
+    if not specs:
+        import inspect
+
+        try:
+            params = list(inspect.signature(wl.original).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        named = params[:len(args)]  # --input passes each by its name: *args and positional-only ones cannot be
+        if len(named) < len(args) or any(q.kind is not q.POSITIONAL_OR_KEYWORD for q in named):
+            return None
+        for q, x in zip(named, args, strict=True):
+            dtype = str(getattr(x, "dtype", "")).replace("torch.", "")
+            if hasattr(x, "shape") and dtype in DTYPES and kind_of(x) == library:
+                specs.append(f"{q.name}={dtype}[{','.join(str(int(d)) for d in x.shape)}]")
+            elif isinstance(x, numbers.Integral) and not isinstance(x, bool):
+                specs.append(f"{q.name}=int:{int(x)}")
+            elif isinstance(x, numbers.Real) and not isinstance(x, bool):
+                specs.append(f"{q.name}=float:{float(x)!r}")
+            else:  # a list, a string, a bool, another library's array: --input makes none of these
+                return None
+    words = ["gpuspeed", "profile", "--function", f"{wl.path}:{wl.func}", "--backend", library]
+    for spec in specs:
+        words += ["--input", spec]
+    return shlex.join(words)
+
+
+def _profiling_guide(run, args) -> list[str]:
     wl = run.wl
     p = run.choice.get("primary") or ""
     # quoted for the shell where a name has a space in it: the commands are pasted as they are
-    script, target, name = (shlex.quote(t) for t in (f"optimized_{wl.name}.py", f"{wl.path}:{wl.func}", wl.name))
+    script, name = (shlex.quote(t) for t in (f"optimized_{wl.name}.py", wl.name))
     backend = run.results[p]["recipe"]["backend"] if p else ""
+    command = profile_command(wl, args)
     L = ["Commands:", "",
-         f"- Python side of the original: `python -m cProfile -s cumtime {script} --cpu` and "
-         f"`gpuspeed profile --function {target} --backend {'torch' if wl.kind == 'torch' else 'numpy'} ...`",
+         f"- Python side of the original: `python -m cProfile -s cumtime {script} --cpu`"
+         + (f" and `{command}` (its arguments' dtypes and shapes, seeded random values)" if command else
+            f"; `gpuspeed profile --function` takes arrays and numbers as --input, and {wl.func}'s arguments are "
+            "not all of those: profile a script that calls it"),
          f"- The optimized script's own benchmark (CUDA events, warm-up, median): `python {script} --bench`",
          "- torch timing by hand: `s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); "
          "s.record(); f(x); e.record(); torch.cuda.synchronize(); s.elapsed_time(e)`",
@@ -286,7 +326,7 @@ def plot(run, path: Path) -> Path | None:
         ax.barh(names, values, color=colors)
         if base:
             ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
-        for y, (v, t) in enumerate(zip(values, times)):
+        for y, (v, t) in enumerate(zip(values, times, strict=True)):
             ax.text(v, y, f" {v:.3g}x, {format_time(t)}" if base else f" {format_time(t)}", va="center", fontsize=8)
         ax.set_xlim(0, max(values) * 1.35)  # room for the last label
     timed = "end to end, casts included" if key == "e2e_time" else "device-resident"
