@@ -127,3 +127,16 @@ def test_section_e_names_no_profile_command_for_arguments_input_cannot_make(tmp_
     section_e = _report_of(path).split("## E")[1]
     assert "gpuspeed profile --function" not in section_e.replace("`gpuspeed profile --function` takes", "")
     assert "original's arguments are not all of those" in section_e
+
+
+def test_the_image_filter_example_without_scipy_says_what_to_install(monkeypatch, capsys):
+    # it ended "importing .../image_filter.py raised ModuleNotFoundError: No module named 'scipy'": no way forward
+    import sys
+
+    from gpuspeed.cli import main
+
+    monkeypatch.setitem(sys.modules, "scipy", None)  # SciPy absent, whether or not this Python has it
+    assert main(["optimize", "image_filter", "--device", "cpu"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuspeed: error:"), lines
+    assert "scipy" in lines[0] and "-m pip install scipy" in lines[0], lines[0]

@@ -53,11 +53,28 @@ def load_module(path: str | Path, name: str | None = None):
         raise UserError(f"{where}:{exc.lineno}: syntax error: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:  # the user's module failed at import: theirs to fix, in one line
         sys.modules.pop(mod_name, None)
-        raise UserError(f"importing {p} raised {_first_line(exc)}") from exc
+        raise UserError(f"importing {p} raised {_first_line(exc)}{_install_hint(exc)}") from exc
     finally:
         sys.argv = argv
     _record_siblings(folder, before, package[0] if package else None)
     return module
+
+
+# import name -> pip name, for the packages workloads commonly import; another missing name may be a sibling file
+PIP_NAMES = {"scipy": "scipy", "sklearn": "scikit-learn", "skimage": "scikit-image", "cv2": "opencv-python",
+             "PIL": "pillow", "yaml": "pyyaml", "pandas": "pandas", "numba": "numba", "numexpr": "numexpr",
+             "jax": "jax", "h5py": "h5py", "matplotlib": "matplotlib", "torch": "torch", "triton": "triton",
+             "cupy": "cupy-cuda12x", "cupyx": "cupy-cuda12x", "transformers": "transformers", "tqdm": "tqdm"}
+
+
+def _install_hint(exc: BaseException) -> str:
+    """`: install it with <this python> -m pip install <package>` for a known package the file imports that is missing."""
+    name = (getattr(exc, "name", None) or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    if name not in PIP_NAMES:
+        return ""
+    import shlex
+
+    return f": {name} is not installed in this Python; {shlex.quote(sys.executable)} -m pip install {PIP_NAMES[name]}"
 
 
 def package_of(path: Path) -> tuple[str, str] | None:
