@@ -38,7 +38,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 EXAMPLES = ["row_normalize_loop", "pairwise_distance", "heat_stencil", "histogram", "mandelbrot", "row_stats"]
 ROOF_TARGET = 70.0  # % of the roof a hand kernel should reach (issue 11)
-CPU_SCALE = 0.002  # interpreted kernels: tiny inputs
 
 
 def work(example: str, variant: str, args: tuple, out=None, fp32: bool = False) -> tuple[float | None, int]:
@@ -261,7 +260,9 @@ def main(argv=None) -> int:
     if bad:
         raise UserError(f"no hand kernels for {', '.join(bad)} (these have them: {', '.join(EXAMPLES)})")
     out = check_out_dir(a.out) or default_dir("cuda" if gpu else "cpu")
-    scale = a.scale if a.scale is not None else (1.0 if gpu else CPU_SCALE)
+    from gpuspeed.examples.hand_kernels import INTERPRETED_SCALE
+
+    scale = a.scale if a.scale is not None else (1.0 if gpu else INTERPRETED_SCALE)
     notes = ["time_s: kernel_report's gpuspeed.bench median on device-resident inputs (outputs allocated inside the "
              "call); pct_of_roof: against the measured copy bandwidth for memory-bound kernels, the FP64 ceiling "
              "otherwise (roofline.place)",

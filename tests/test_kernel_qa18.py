@@ -224,3 +224,16 @@ def test_on_a_gpu_interpreter_variables_left_set_are_refused(tmp_path):
     r = subprocess.run([sys.executable, str(tmp_path / "lib.py")], capture_output=True, text=True, env=env,
                        timeout=600, cwd=tmp_path)
     assert "refused: launch: double ran interpreted on a GPU run" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def test_a_bundled_examples_kernels_are_checked_on_tiny_odd_inputs_without_a_gpu(tmp_path):
+    # `gpuspeed kernel row_stats:variants.numba_cuda` ran the simulator on inputs(rng, scale=0.1), 1638 rows of 2048:
+    # over 5 minutes a call (each Numba thread a Python thread); the bundled kernels now get the interpreters' tiny
+    # scale (benchmarks/kernels.py's), where row_stats makes 19 rows of 333 (no 8-row block or 128-column unrolled
+    # step divides them): 14 s for the Numba kernel here. Its Triton kernel, the same inputs, shows the note (cheaply)
+    (r,) = _commands(tmp_path, {}, ("row_stats:variants.triton", "--json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["check"]["passed"] and "57 elements" in doc["check"]["summary"], doc["check"]
+    notes = "\n".join(doc["notes"])
+    assert "inputs(rng, scale=0.002), tiny" in notes and "float64[19, 333], float64[333]" in notes, notes

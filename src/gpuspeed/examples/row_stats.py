@@ -22,9 +22,11 @@ def original(x, w):
 
 
 def inputs(rng, scale=1.0):
-    rows = max(64, int(16_384 * scale))
-    x = rng.standard_normal((rows, 2048)) + rng.uniform(-1, 1, (rows, 1))
-    w = rng.uniform(0.5, 1.5, 2048)
+    rows, cols = max(64, int(16_384 * scale)), 2048
+    if scale < 0.05:  # the hand kernels under the interpreters: odd sizes no block or unrolled loop divides, in seconds
+        rows, cols = 19, 333
+    x = rng.standard_normal((rows, cols)) + rng.uniform(-1, 1, (rows, 1))
+    w = rng.uniform(0.5, 1.5, cols)
     return x, w
 
 

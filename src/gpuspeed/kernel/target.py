@@ -170,17 +170,22 @@ def refuse_kernel(obj, label: str, name: str | None, advice: str) -> None:
         raise UserError(f"{label} is a @cuda.jit kernel, not a launcher: {advice} ({name}[blocks, threads](...))")
 
 
+def is_lazy_variant(fn) -> bool:
+    """Whether fn is a bundled example's lazy variant (hand_kernels.lazy), which names its launcher in `target`."""
+    where = getattr(fn, "target", None)
+    # only hand_kernels.lazy's mark: a user's launcher may carry a `target` attribute of its own (a shape, a pair)
+    return (isinstance(where, tuple) and len(where) == 2 and all(isinstance(w, str) for w in where)
+            and where[0].startswith(LAZY_HOME + "."))
+
+
 def unwrap_lazy(fn, device: str) -> tuple[Callable, list[str]]:
     """Without a GPU, a bundled example's lazy variant (gpuspeed.examples.hand_kernels.lazy: it refuses there, so that
     optimize never times interpreted kernels) is swapped for the launcher it names, which the interpreters run."""
-    where = getattr(fn, "target", None)
-    # only hand_kernels.lazy's mark: a user's launcher may carry a `target` attribute of its own (a shape, a pair)
-    if device == "cuda" or not (isinstance(where, tuple) and len(where) == 2 and all(isinstance(w, str) for w in where)
-                                and where[0].startswith(LAZY_HOME + ".")):
+    if device == "cuda" or not is_lazy_variant(fn):
         return fn, []
     import importlib
 
-    module, name = where
+    module, name = fn.target
     launcher = getattr(importlib.import_module(module), name)
     return launcher, [f"no GPU: the variant's launcher {module}.{name} runs under the interpreters"]
 
@@ -263,6 +268,13 @@ def _changed(before, after) -> bool:
     return False
 
 
+def _shapes(args: tuple) -> str:
+    """'float64[19, 333], float64[333], 0.2': what a call was given, arrays by dtype and shape."""
+    said = [f"{a.dtype}[{', '.join(str(d) for d in a.shape)}]" if hasattr(a, "shape") and hasattr(a, "dtype")
+            else repr(a) if isinstance(a, (int, float, bool, str)) else type(a).__name__ for a in args]
+    return ", ".join(said[:6]) + (", ..." if len(said) > 6 else "")
+
+
 def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
               device: str) -> tuple[tuple, dict, list[str], tuple | None]:
     """(positional arguments, keyword arguments, notes, the host arguments they were made from: inputs(rng)'s,
@@ -303,7 +315,11 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
         return tuple(values[n] for n in positional), {n: values[n] for n in keyword}, notes, None
     maker = getattr(module, "inputs", None)
     if callable(maker):
-        scale = 1.0 if device == "cuda" else CPU_SCALE
+        from gpuspeed.examples.hand_kernels import INTERPRETED_SCALE
+
+        # a bundled example's hand kernel without a GPU: the size its kernels are checked at under the interpreters
+        tiny = device != "cuda" and is_lazy_variant(fn)
+        scale = 1.0 if device == "cuda" else INTERPRETED_SCALE if tiny else CPU_SCALE
         rng = np.random.default_rng(seed)
         try:
             out = maker(rng, scale=scale) if _takes_scale(maker) else maker(rng)
@@ -317,11 +333,13 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
             raise UserError(f"the file's inputs(rng) returned {what}: return the launcher's arguments as a tuple")
         args = out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
         if _takes_scale(maker) and device != "cuda":
-            notes.append(f"no GPU: inputs(rng, scale={scale:g}), a tenth of their typical size")
+            notes.append(f"no GPU: inputs(rng, scale={scale:g}), " + (
+                "tiny, as its kernels are checked under the interpreters (each Triton program and each Numba thread "
+                "runs as Python)" if tiny else "a tenth of their typical size"))
         where = getattr(fn, "gpuspeed_inputs", "numpy")
         if where not in ("numpy", "torch", "cupy"):
             raise UserError(f"gpuspeed_inputs must be 'numpy', 'torch' or 'cupy', got {where!r}")
-        notes.append(f"inputs from the file's inputs(rng) (seed {seed})")
+        notes.append(f"inputs from the file's inputs(rng) (seed {seed}): {_shapes(args)}")
         moved = args
         if getattr(fn, "precision", None) == "float32":
             from gpuspeed.optimize.backends.common import demote_dtype, tree_map

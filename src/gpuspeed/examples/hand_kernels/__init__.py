@@ -15,6 +15,12 @@ import importlib
 import os
 
 
+# the examples' inputs(rng, scale) for their hand kernels under the interpreters (no GPU: `gpuspeed kernel`,
+# benchmarks/kernels.py): the simulator runs each Numba thread as a Python thread, so a tenth of the typical size
+# takes minutes (row_stats' Numba kernel: over 5 a call)
+INTERPRETED_SCALE = 0.002
+
+
 class KernelUnavailable(ImportError):
     """No device to run the kernel on (an ImportError, so the optimize worker records 'unavailable')."""
 
