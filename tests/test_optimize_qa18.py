@@ -140,3 +140,22 @@ def test_the_image_filter_example_without_scipy_says_what_to_install(monkeypatch
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpuspeed: error:"), lines
     assert "scipy" in lines[0] and "-m pip install scipy" in lines[0], lines[0]
+
+
+def _stencil(u, steps):
+    for _ in range(steps):
+        u = 0.25 * u + 0.5 * u * u - u / 3.0
+    return u
+
+
+def test_profiles_function_table_books_array_operators_as_the_headline_does():
+    # the headline said "library-bound (interpreter 0%)" while the table's row for the same function said
+    # `interpreter`: its array operators (no Python call of their own) are booked on it by cProfile
+    import gpuspeed
+
+    res = gpuspeed.profile(_stencil, np.ones((300, 300)), 20, steps=1, warmup=0, device="cpu")
+    cp = res.hotspots["cprofile"]
+    row = next(r for r in cp["top"] if r["function"].endswith("(_stencil)"))
+    assert cp["shares"]["library"] > 0.5, cp["shares"]
+    assert row["tottime_s"] > 0.5 * cp["total_s"], row
+    assert row["category"] != "interpreter", row

@@ -107,15 +107,18 @@ def _rebook_array_lines(cp: dict, lt: dict) -> None:
     run is library work: that share of each user function's line time, applied to its own cProfile time (the two
     come from different runs), moves to 'library'. A slow line that calls another user function counts too: the
     verdict is advice, and it errs less than booking every array operator to the interpreter."""
-    own = {(str(Path(r["file"]).resolve()), r["line"]): r["tottime_s"] for r in cp["top"]
-           if r["file"] and r["category"] == "interpreter"}
+    rows = {(str(Path(r["file"]).resolve()), r["line"]): r for r in cp["top"]
+            if r["file"] and r["category"] == "interpreter"}
     moved = 0.0
     for f in lt.get("functions", []):
         lines = f.get("lines", [])
         timed = sum(ln["time_s"] for ln in lines)
         heavy = sum(ln["time_s"] for ln in lines if ln.get("hits") and ln["time_s"] / ln["hits"] >= ARRAY_LINE_S)
-        if timed > 0:
-            moved += own.get((f["file"], f["line"]), 0.0) * heavy / timed
+        row = rows.get((f["file"], f["line"]))
+        if timed > 0 and row is not None:
+            moved += row["tottime_s"] * heavy / timed
+            if heavy > 0.5 * timed:  # its row says what the headline's split says of its time
+                row["category"] = "library (array operators)"
     total = cp["total_s"]
     if moved <= 0 or total <= 0:
         return
