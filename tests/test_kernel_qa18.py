@@ -237,3 +237,46 @@ def test_a_bundled_examples_kernels_are_checked_on_tiny_odd_inputs_without_a_gpu
     assert doc["check"]["passed"] and "57 elements" in doc["check"]["summary"], doc["check"]
     notes = "\n".join(doc["notes"])
     assert "inputs(rng, scale=0.002), tiny" in notes and "float64[19, 333], float64[333]" in notes, notes
+
+
+TRITON_WARPS = TRITON_DOUBLE + """
+
+    def launch_with(x, num_warps):
+        out = torch.empty_like(x)
+        double[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), BLOCK=128, num_warps=num_warps)
+        return out
+
+
+    def warps3(x):
+        return launch_with(x, 3)
+
+
+    def warps64(x):
+        return launch_with(x, 64)
+
+
+    def warps32(x):
+        return launch_with(x, 32)
+    """
+
+
+def test_triton_num_warps_a_gpu_refuses_is_refused_under_the_interpreter(tmp_path):
+    # num_warps=3 (Triton's compiler asserts a power of 2) and num_warps=64 (2048 threads a block) ran under the
+    # interpreter, which ignores num_warps, and were called fine: "num_warps=64 ... the launcher runs and returns"
+    x = ("--input", "x=float32[1000]")
+    three, sixty_four, thirty_two = _commands(tmp_path, {"warps.py": TRITON_WARPS}, ("warps.py:warps3", *x),
+                                              ("warps.py:warps64", *x), ("warps.py:warps32", *x))
+    line = one_error(three)
+    assert "double: launched with num_warps=3" in line and "power of 2" in line, line
+    line = one_error(sixty_four)
+    assert "num_warps=64, a block of 2048 threads" in line and "1024" in line, line
+    assert thirty_two.returncode == 0 and "num_warps=32" in thirty_two.stdout, thirty_two.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_num_warps_the_interpreter_now_refuses_fail(tmp_path):
+    files, x = {"warps.py": TRITON_WARPS}, ("--input", "x=float32[1000]")
+    for target in ("warps.py:warps3", "warps.py:warps64"):
+        one_error(_on_gpu(tmp_path, files, target, *x))
+    r = _on_gpu(tmp_path, files, "warps.py:warps32", *x)
+    assert r.returncode == 0, r.stderr[-2000:]

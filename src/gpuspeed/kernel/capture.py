@@ -328,7 +328,10 @@ class Capture:
         def run(jitfn, *args, grid, warmup, **kwargs):
             if interpreted:
                 _refuse_host_arrays(jitfn, args, kwargs)
-                grid = _tuple_grid(grid, getattr(getattr(jitfn, "fn", None), "__name__", None) or "kernel")
+                name = getattr(getattr(jitfn, "fn", None), "__name__", None) or "kernel"
+                grid = _tuple_grid(grid, name)
+                if not cap._get("benchmarking", 0):  # an autotuner's benchmark on a GPU may skip a config that fails
+                    _refuse_warps(name, kwargs.get("num_warps"))
             record = cap.recording and not warmup and not cap._get("benchmarking", 0)
             if not record:
                 return orig(jitfn, *args, grid=grid, warmup=warmup, **kwargs)
@@ -516,6 +519,20 @@ def _tuple_grid(grid, kernel: str = "kernel"):
                           f"y or z over {MAX_GRID_YZ} programs (CUDA_ERROR_INVALID_VALUE), where the interpreter runs "
                           "it; put the long dimension on grid x (tl.program_id(0))")
     return grid
+
+
+def _refuse_warps(kernel: str, num_warps) -> None:
+    """EmptyLaunch for an interpreted Triton launch whose num_warps a GPU refuses and the interpreter ignores: not a
+    power of 2 (Triton's compiler asserts it), or more than 1024 threads a block (32 warps)."""
+    if not isinstance(num_warps, int) or isinstance(num_warps, bool):
+        return
+    if num_warps < 1 or num_warps & (num_warps - 1):
+        raise EmptyLaunch(f"{kernel}: launched with num_warps={num_warps}: a GPU refuses it (Triton's compiler: "
+                          "'num_warps must be a power of 2'), where the interpreter ignores it; use 1, 2, 4, 8, 16 or 32")
+    if num_warps * 32 > MAX_BLOCK_THREADS:
+        raise EmptyLaunch(f"{kernel}: launched with num_warps={num_warps}, a block of {num_warps * 32} threads: a GPU "
+                          f"refuses more than {MAX_BLOCK_THREADS} threads a block (num_warps=32), where the interpreter "
+                          "runs it")
 
 
 def _refuse_host_arrays(jitfn, args, kwargs) -> None:
