@@ -13,6 +13,7 @@ def test_no_matplotlib_keeps_the_results_and_says_why_no_plots(tmp_path, monkeyp
     # decode.json was written, then the plot's ImportError made the run exit 2; now the plots are tried first and a
     # failure is a note in the results, the run succeeds
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError, as if not installed
+    (tmp_path / "decode_ladder.png").write_bytes(b"an earlier run's")  # not to be read as this run's plot
     rc, cap = cli([*QUICK, "--out", str(tmp_path), "--json"], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
@@ -22,3 +23,5 @@ def test_no_matplotlib_keeps_the_results_and_says_why_no_plots(tmp_path, monkeyp
         assert any("ms_per_token" in r for r in d["rows"])
     assert "plot failed:" in cap.err and "Traceback" not in cap.err  # said beside the JSON, on stderr
     assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob(".*"))  # no half-written plot, no temp
+    # the ceiling given by --read-roof was called "measured earlier in this run": this run measured none
+    assert written["params"]["read_ceiling"]["how"] == "given by --read-roof, not measured by this run"

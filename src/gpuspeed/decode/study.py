@@ -740,7 +740,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
         trace_dir.mkdir(parents=True, exist_ok=True)
     say("read ceiling")
     if spec.read_roof_GBps:
-        roof = {"name": "read", "GBps": spec.read_roof_GBps, "how": "given (--read-roof): measured earlier in this run"}
+        roof = {"name": "read", "GBps": spec.read_roof_GBps, "how": "given by --read-roof, not measured by this run"}
     else:
         try:
             roof = read_ceiling(device)
@@ -1260,6 +1260,12 @@ def write_artifacts(doc: dict, out) -> list[Path]:
         pics = []
         doc["notes"].append(f"plot failed: {one_line(exc)}; decode_ladder.png and decode_bandwidth.png were not "
                             "drawn (the numbers are in decode.json)")
+    for stale in (Path(out) / f"decode_{kind}.png" for kind in ("ladder", "bandwidth")):
+        if stale not in pics:  # an earlier run's plot beside this run's decode.json would be read as this run's
+            try:
+                stale.unlink(missing_ok=True)
+            except OSError:  # a folder by that name, a read-only file: the results are written all the same
+                pass
     return [write_results(doc, out), *pics]
 
 
