@@ -280,3 +280,58 @@ def test_on_a_gpu_the_num_warps_the_interpreter_now_refuses_fail(tmp_path):
         one_error(_on_gpu(tmp_path, files, target, *x))
     r = _on_gpu(tmp_path, files, "warps.py:warps32", *x)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+TRITON_DOT = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, K, BK):
+            rk = k + tl.arange(0, BK)
+            a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc += tl.dot(a, b)
+        tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+    def _mm(a, b, bk):
+        (M, K), N = a.shape, b.shape[1]
+        c = torch.empty((M, N), dtype=torch.float32, device=a.device)
+        mm[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, N, K, BM=16, BN=16, BK=bk)
+        return c
+
+
+    def k8(a, b):
+        return _mm(a, b, 8)
+
+
+    def k16(a, b):
+        return _mm(a, b, 16)
+    """
+
+
+def test_a_tl_dot_smaller_than_a_gpu_compiles_is_refused_under_the_interpreter(tmp_path):
+    # a float16 tl.dot with a K block of 8 ran under the interpreter (its minimum dot is 1 x 1 x 1) and was called fine,
+    # where a GPU's Triton compiler refuses K under 16 for 16-bit operands ("Input shapes should have ... K >= 16")
+    half = ("--input", "a=float16[20,24]", "--input", "b=float16[24,20]")
+    small, fits, single = _commands(tmp_path, {"dot.py": TRITON_DOT}, ("dot.py:k8", *half), ("dot.py:k16", *half),
+                                    ("dot.py:k8", "--input", "a=float32[20,24]", "--input", "b=float32[24,20]"))
+    line = one_error(small)
+    assert "mm: a tl.dot of fp16 [16, 8] x [8, 16]" in line and "K >= 16" in line, line
+    for r in (fits, single):  # K 16 for float16, K 8 for float32: a GPU compiles both
+        assert r.returncode == 0 and "mm [triton] grid (2, 2, 1)" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_tl_dot_the_interpreter_now_refuses_fails(tmp_path):
+    files, half = {"dot.py": TRITON_DOT}, ("--input", "a=float16[20,24]", "--input", "b=float16[24,20]")
+    one_error(_on_gpu(tmp_path, files, "dot.py:k8", *half))
+    r = _on_gpu(tmp_path, files, "dot.py:k16", *half)
+    assert r.returncode == 0, r.stderr[-2000:]

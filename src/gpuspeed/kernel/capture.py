@@ -228,6 +228,7 @@ class Capture:
             triton_interpreter_index()  # triton 3.6's interpreter with NumPy >= 2.4: loops over runtime bounds
             self._patch(InterpretedFunction, "run", lambda orig: cap._triton_run(orig, interpreted=True))
             self._patch_interpreter_bounds()
+            self._patch_interpreter_dot()
         except (ImportError, KeyError):  # no interpreter in this triton
             pass
         at = autotuner.Autotuner
@@ -321,6 +322,34 @@ class Capture:
             self._patch(builder, "create_atomic_rmw", checked("atomic", (1, "ptr"), (3, "mask")))
         if hasattr(builder, "create_atomic_cas"):  # (ptr, cmp, val, sem, scope): every lane
             self._patch(builder, "create_atomic_cas", checked("atomic_cas", (0, "ptr"), None))
+
+    def _patch_interpreter_dot(self) -> None:
+        """The interpreter takes a tl.dot of any shape (its minimum is 1 x 1 x 1), where a GPU's compiler refuses
+        operands under its minimum (this Triton's NVIDIA rule: K at least 8 for float32, 16 for 16-bit types, 32 for
+        8-bit ones): while a Capture is open the interpreter's dots are held to it, and DotTooSmall says which."""
+        from triton.runtime import interpreter as it
+
+        try:
+            from triton.backends.nvidia.compiler import min_dot_size
+        except Exception:  # no NVIDIA backend in this triton: left as the interpreter has it
+            return
+        builder = getattr(it, "interpreter_builder", None)
+        if not isinstance(getattr(builder, "codegen_fns", None), dict) or "min_dot_size" not in builder.codegen_fns:
+            return
+        gpu_minimum, cap = min_dot_size(None), self
+
+        def held_to_the_gpu(lhs_type, rhs_type):
+            m, n, k = gpu_minimum(lhs_type, rhs_type)
+            (rows, inner), cols = (int(getattr(d, "value", d)) for d in lhs_type.shape[-2:]), int(
+                getattr(rhs_type.shape[-1], "value", rhs_type.shape[-1]))
+            if rows < m or inner < k or cols < n:
+                name = (cap._get("bounds") or ("kernel",))[0]
+                raise DotTooSmall(f"{name}: a tl.dot of {lhs_type.scalar} [{rows}, {inner}] x [{inner}, {cols}]: a "
+                                  f"GPU's Triton compiler refuses it (M >= {m}, N >= {n} and K >= {k} for "
+                                  f"{lhs_type.scalar}), where the interpreter runs it; make the K block at least {k}")
+            return 1, 1, 1
+
+        self._patch(builder, "codegen_fns", lambda orig: {**orig, "min_dot_size": held_to_the_gpu})
 
     def _triton_run(self, orig, interpreted: bool):
         cap = self
@@ -467,6 +496,10 @@ class InterpretedLaunchError(Exception):
 
 class OutOfBounds(InterpretedLaunchError):
     """An interpreted Triton kernel's unmasked load or store reaches outside every tensor argument."""
+
+
+class DotTooSmall(InterpretedLaunchError):
+    """An interpreted tl.dot on operands smaller than a GPU's Triton compiler takes."""
 
 
 class NotATensor(InterpretedLaunchError):
