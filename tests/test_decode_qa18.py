@@ -3,7 +3,7 @@
 import json
 import sys
 
-from decode_cli_helpers import TINY, cli
+from decode_cli_helpers import SMALL, TINY, cli, one_line
 
 # a read ceiling given, not measured: the runs below are about what decode writes, not the roof
 QUICK = [*TINY, "--model", "tiny", "--prompt-len", "4", "--read-roof", "10"]
@@ -25,3 +25,12 @@ def test_no_matplotlib_keeps_the_results_and_says_why_no_plots(tmp_path, monkeyp
     assert not list(tmp_path.glob("*.png")) and not list(tmp_path.glob(".*"))  # no half-written plot, no temp
     # the ceiling given by --read-roof was called "measured earlier in this run": this run measured none
     assert written["params"]["read_ceiling"]["how"] == "given by --read-roof, not measured by this run"
+
+
+def test_a_hub_cache_repository_folder_names_its_snapshot(tmp_path, capsys):
+    # --model models--ORG--NAME (the folder the hub cache shows) said only "no config.json": the model is a snapshot
+    snap = tmp_path / "models--HuggingFaceTB--SmolLM2-135M" / "snapshots" / "0123abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    rc, cap = cli(["--model", str(snap.parent.parent), *SMALL], capsys)
+    one_line(rc, cap, f"pass its snapshot, --model {snap}")

@@ -390,6 +390,12 @@ def no_config(folder: Path) -> UserError:
     ggufs = sorted(p.name for p in folder.glob("*.gguf")) if folder.is_dir() else []
     hint = f"; it holds {ggufs[0]}: pass that file as --model" if len(ggufs) == 1 else (
         f"; it holds {len(ggufs)} .gguf files: pass one of them as --model" if ggufs else "")
+    # a Hugging Face hub cache's repository folder (models--ORG--NAME): the model is one of its snapshots
+    snaps = sorted(s for s in folder.glob("snapshots/*") if (s / "config.json").is_file()) if folder.is_dir() else []
+    if not hint and snaps:
+        hint = (f"; it is a hub cache folder: pass its snapshot, --model {snaps[0]}" if len(snaps) == 1 else
+                f"; it is a hub cache folder with {len(snaps)} snapshots: pass one, the newest is --model "
+                f"{max(snaps, key=lambda s: s.stat().st_mtime)}")
     return UserError(f"{folder}: no config.json (not a Hugging Face model folder){hint}")
 
 
