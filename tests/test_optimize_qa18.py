@@ -159,3 +159,54 @@ def test_profiles_function_table_books_array_operators_as_the_headline_does():
     assert cp["shares"]["library"] > 0.5, cp["shares"]
     assert row["tottime_s"] > 0.5 * cp["total_s"], row
     assert row["category"] != "interpreter", row
+
+
+def _measured(median_s, spread, name):
+    from gpuspeed.stats import summarize
+
+    rng = np.random.default_rng(len(name))
+    return summarize(list(median_s * (1 + spread * rng.uniform(-1, 1, 15))), name=name, device="cpu",
+                     mode="cpu").to_dict()
+
+
+def _ranked_run(tmp_path):
+    """A CPU run (ranked end to end) whose float32 candidate is 5x faster on inputs already cast, and on a caller's
+    float64 arrays (the casts included) no faster than the original within noise."""
+    from types import SimpleNamespace
+
+    from gpuspeed.optimize.pipeline import OptimizeRun, choose
+
+    results = {"original": {"name": "original", "status": "ok", "recipe": {"backend": "original"},
+                            "label": "the original (CPU)", "device_time": _measured(10e-3, 0.02, "original")},
+               "numpy-fp32": {"name": "numpy-fp32", "status": "ok", "recipe": {"backend": "numpy"},
+                              "label": "NumPy (float32) on the CPU", "device_time": _measured(2e-3, 0.02, "dev"),
+                              "e2e_time": _measured(9.95e-3, 0.05, "e2e")}}
+    results["original"]["e2e_time"] = results["original"]["device_time"]
+    run = OptimizeRun(wl=SimpleNamespace(name="wl"), where="cpu", out_dir=tmp_path, results=results,
+                      params={"target_gpu": "RTX 4070 Laptop", "rank_by": "e2e", "time_budget_s": 60})
+    run.choice = choose(run, "e2e")
+    return run
+
+
+def test_a_speedup_ranked_end_to_end_is_established_on_its_own_times(tmp_path):
+    # the caveat read the device-resident comparison (5x, established) for a primary ranked end to end, where it
+    # is within noise: the summary said speedup_established true
+    run = _ranked_run(tmp_path)
+    assert run.choice["primary"] == "numpy-fp32"
+    assert any("not established" in c for c in run.choice["caveats"]), run.choice["caveats"]
+
+
+def test_the_optimize_tables_speedup_is_the_one_the_run_ranked_by(tmp_path, monkeypatch, capsys):
+    # ranked end to end, the table showed the device-resident 5x beside a candidate that ran 1x for the caller
+    from gpuspeed.cli import main
+    from gpuspeed.optimize import pipeline
+
+    run = _ranked_run(tmp_path)
+    run.paths = {"report": str(tmp_path / "report.md"), "script": str(tmp_path / "optimized_wl.py")}
+    monkeypatch.setattr(pipeline, "optimize", lambda *a, **kw: run)  # the table is what is tested, not the run
+    assert main(["optimize", "wl.py", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if "numpy-fp32" in ln and "correct" in ln)
+    e2e = run.results["numpy-fp32"]["speedup_e2e"]["speedup"]
+    assert f"{e2e:.2f}x" in row and "5.0" not in row, row
+    assert "speedup, end to end" in out, out

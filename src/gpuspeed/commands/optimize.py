@@ -93,12 +93,15 @@ def _print(run, console) -> None:
     for n in run.notes:
         console.print(f"[yellow]note:[/] {esc(n)}")
     t = Table(title=f"gpuspeed optimize {esc(run.wl.name)}")
-    for col in ("candidate", "status", "device-resident", "end to end", "speedup", "peak", "note"):
+    e2e = run.choice.get("rank_by") == "e2e"  # the speedup the primary was chosen by
+    for col in ("candidate", "status", "device-resident", "end to end",
+                "speedup, end to end" if e2e else "speedup, device-resident", "peak", "note"):
         t.add_column(col)
     for name, r in run.results.items():
         style = "bold green" if name == run.choice.get("primary") else None
         t.add_row(esc(name), status_word(r), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
-                  _fmt_x(r.get("speedup")), _gib(r.get("peak_bytes")), esc((r.get("reason") or "")[:100]), style=style)
+                  _fmt_x(r.get("speedup_e2e" if e2e else "speedup")), _gib(r.get("peak_bytes")),
+                  esc((r.get("reason") or "")[:100]), style=style)
     console.print(t)
     ch = run.choice
     if ch.get("primary"):
