@@ -1,7 +1,8 @@
-"""QA pass 18 on `gpuspeed kernel FILE.py:NAME`: what a GPU refuses and the CUDA simulator ran (static shared arrays
-over 48 KiB a block), interpreter variables left set on a GPU machine, and the simulator's minutes on a bundled
-example. The CPU tests share one child process each (a `python -m gpuspeed` costs seconds of imports): it runs the
-command in-process, once per case, with the interpreters on; the @pytest.mark.gpu tests check the GPU's side."""
+"""QA pass 18 on `gpuspeed kernel FILE.py:NAME`: what a GPU refuses and the interpreters ran (static shared arrays
+over 48 KiB a block, num_warps, a tl.dot too small to compile), interpreter variables left set on a GPU machine, and
+the simulator's minutes on a bundled example. The CPU cases run in one child process (a `python -m gpuspeed` costs
+seconds of imports) made once for the file: the command in-process, once per case, with the interpreters on; each
+test reads its cases' results. The @pytest.mark.gpu tests check the GPU's side."""
 
 import json
 import subprocess
@@ -11,7 +12,7 @@ import textwrap
 import pytest
 from kernel_cli_helpers import ROOT, interpreted_env, one_error
 
-# runs `gpuspeed kernel` in-process once per target (argv lists in sys.argv[1], JSON), one JSON line each
+# runs `gpuspeed kernel` in-process once per case (argv lists in sys.argv[1], JSON), one JSON line each
 IN_ONE_PROCESS = """
     import contextlib, io, json, sys
     from gpuspeed.cli import main
@@ -23,20 +24,25 @@ IN_ONE_PROCESS = """
         print(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}), file=sys.__stdout__)
     """
 
+CASES: dict = {}  # case -> (files it needs, `gpuspeed kernel` arguments), filled beside each test
 
-def _commands(tmp_path, files: dict, *argvs) -> list:
-    """Each argv run as `gpuspeed kernel ARGV --device cpu` in one child process with the interpreters on: for each,
-    a CompletedProcess-like result (returncode, stdout, stderr)."""
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    script = tmp_path / "in_one_process.py"
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory) -> dict:
+    """Every case of CASES run as `gpuspeed kernel ARGV --device cpu` in one child process with the interpreters on:
+    case -> a CompletedProcess-like result (returncode, stdout, stderr)."""
+    here = tmp_path_factory.mktemp("kernel_qa18")
+    for files, _ in CASES.values():
+        for name, text in files.items():
+            (here / name).write_text(textwrap.dedent(text))
+    script = here / "in_one_process.py"
     script.write_text(textwrap.dedent(IN_ONE_PROCESS))
-    runs = json.dumps([[*argv, "--device", "cpu"] for argv in argvs])
+    runs = json.dumps([[*argv, "--device", "cpu"] for _, argv in CASES.values()])
     proc = subprocess.run([sys.executable, str(script), runs], capture_output=True, text=True, env=interpreted_env(),
-                          timeout=300, cwd=tmp_path)
+                          timeout=600, cwd=here)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return [subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
-            for argv, d in zip(argvs, map(json.loads, proc.stdout.splitlines()), strict=True)]
+    return {case: subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
+            for (case, (_, argv)), d in zip(CASES.items(), map(json.loads, proc.stdout.splitlines()), strict=True)}
 
 
 SHARED = """
@@ -119,14 +125,17 @@ SHARED = """
     """
 
 
-def test_shared_memory_a_gpu_refuses_is_refused_under_the_simulator(tmp_path):
+X40 = ("--input", "x=float32[40]")
+CASES.update({f"shared {name}": ({"shared.py": SHARED}, (f"shared.py:{name}", *X40)) for name in (
+    "launch_big", "launch_device", "launch_dynamic", "launch_dynamic_fits", "launch_at_limit")})
+
+
+def test_shared_memory_a_gpu_refuses_is_refused_under_the_simulator(cli):
     # a 64 KiB static shared tile ran under the simulator and was called fine, where ptxas refuses more than 48 KiB of
     # static shared memory a block ('uses too much shared data'); with dynamic shared memory past 48 KiB in all, the
     # GPU refuses the launch
-    x = ("--input", "x=float32[40]")
-    big, device, dynamic, fits, at_limit = _commands(
-        tmp_path, {"shared.py": SHARED}, ("shared.py:launch_big", *x), ("shared.py:launch_device", *x),
-        ("shared.py:launch_dynamic", *x), ("shared.py:launch_dynamic_fits", *x), ("shared.py:launch_at_limit", *x))
+    big, device, dynamic, fits, at_limit = (cli[f"shared {name}"] for name in (
+        "launch_big", "launch_device", "launch_dynamic", "launch_dynamic_fits", "launch_at_limit"))
     line = one_error(big)
     assert "big_tile" in line and "tile: float64[64, 128] = 65536 B" in line and "49152 B" in line, line
     assert "ptxas" in line and "launch_big raised" not in line, line
@@ -155,11 +164,11 @@ def _on_gpu(tmp_path, files: dict, target: str, *extra, env: dict | None = None)
 def test_on_a_gpu_the_shared_memory_the_simulator_now_refuses_fails(tmp_path):
     # what the simulator's refusals stand in for: a 64 KiB static tile fails to compile, 52768 B in all fails to launch;
     # 48 KiB in all runs
-    files, x = {"shared.py": SHARED}, ("--input", "x=float32[40]")
+    files = {"shared.py": SHARED}
     for target in ("shared.py:launch_big", "shared.py:launch_device", "shared.py:launch_dynamic"):
-        one_error(_on_gpu(tmp_path, files, target, *x))
+        one_error(_on_gpu(tmp_path, files, target, *X40))
     for target in ("shared.py:launch_dynamic_fits", "shared.py:launch_at_limit"):
-        r = _on_gpu(tmp_path, files, target, *x)
+        r = _on_gpu(tmp_path, files, target, *X40)
         assert r.returncode == 0, r.stderr[-2000:]
 
 
@@ -226,17 +235,28 @@ def test_on_a_gpu_interpreter_variables_left_set_are_refused(tmp_path):
     assert "refused: launch: double ran interpreted on a GPU run" in r.stdout, (r.stdout, r.stderr[-2000:])
 
 
-def test_a_bundled_examples_kernels_are_checked_on_tiny_odd_inputs_without_a_gpu(tmp_path):
+CASES["row_stats triton"] = ({}, ("row_stats:variants.triton", "--json"))
+
+
+def test_a_bundled_examples_kernels_are_checked_on_tiny_odd_inputs_without_a_gpu(cli):
     # `gpuspeed kernel row_stats:variants.numba_cuda` ran the simulator on inputs(rng, scale=0.1), 1638 rows of 2048:
     # over 5 minutes a call (each Numba thread a Python thread); the bundled kernels now get the interpreters' tiny
     # scale (benchmarks/kernels.py's), where row_stats makes 19 rows of 333 (no 8-row block or 128-column unrolled
-    # step divides them): 14 s for the Numba kernel here. Its Triton kernel, the same inputs, shows the note (cheaply)
-    (r,) = _commands(tmp_path, {}, ("row_stats:variants.triton", "--json"))
+    # step divides them): 14 s for the Numba kernel here. Its Triton kernel, on the same inputs, shows the note (cheaply)
+    r = cli["row_stats triton"]
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["check"]["passed"] and "57 elements" in doc["check"]["summary"], doc["check"]
     notes = "\n".join(doc["notes"])
     assert "inputs(rng, scale=0.002), tiny" in notes and "float64[19, 333], float64[333]" in notes, notes
+    # heat_stencil's Numba kernel took 84 s on 40 steps of a 91 x 91 grid there: 7 steps of 45 x 45 now, 13 s
+    import numpy as np
+
+    from gpuspeed.examples import heat_stencil
+    from gpuspeed.examples.hand_kernels import INTERPRETED_SCALE
+
+    grid, _, steps = heat_stencil.inputs(np.random.default_rng(0), scale=INTERPRETED_SCALE)
+    assert grid.shape == (45, 45) and steps == 7
 
 
 TRITON_WARPS = TRITON_DOUBLE + """
@@ -260,12 +280,14 @@ TRITON_WARPS = TRITON_DOUBLE + """
     """
 
 
-def test_triton_num_warps_a_gpu_refuses_is_refused_under_the_interpreter(tmp_path):
+CASES.update({f"warps {n}": ({"warps.py": TRITON_WARPS}, (f"warps.py:warps{n}", "--input", "x=float32[1000]"))
+              for n in (3, 64, 32)})
+
+
+def test_triton_num_warps_a_gpu_refuses_is_refused_under_the_interpreter(cli):
     # num_warps=3 (Triton's compiler asserts a power of 2) and num_warps=64 (2048 threads a block) ran under the
     # interpreter, which ignores num_warps, and were called fine: "num_warps=64 ... the launcher runs and returns"
-    x = ("--input", "x=float32[1000]")
-    three, sixty_four, thirty_two = _commands(tmp_path, {"warps.py": TRITON_WARPS}, ("warps.py:warps3", *x),
-                                              ("warps.py:warps64", *x), ("warps.py:warps32", *x))
+    three, sixty_four, thirty_two = cli["warps 3"], cli["warps 64"], cli["warps 32"]
     line = one_error(three)
     assert "double: launched with num_warps=3" in line and "power of 2" in line, line
     line = one_error(sixty_four)
@@ -317,12 +339,17 @@ TRITON_DOT = """
     """
 
 
-def test_a_tl_dot_smaller_than_a_gpu_compiles_is_refused_under_the_interpreter(tmp_path):
+HALF = ("--input", "a=float16[20,24]", "--input", "b=float16[24,20]")
+CASES.update({"dot k8": ({"dot.py": TRITON_DOT}, ("dot.py:k8", *HALF)),
+              "dot k16": ({"dot.py": TRITON_DOT}, ("dot.py:k16", *HALF)),
+              "dot k8 float32": ({"dot.py": TRITON_DOT}, ("dot.py:k8", "--input", "a=float32[20,24]", "--input",
+                                                          "b=float32[24,20]"))})
+
+
+def test_a_tl_dot_smaller_than_a_gpu_compiles_is_refused_under_the_interpreter(cli):
     # a float16 tl.dot with a K block of 8 ran under the interpreter (its minimum dot is 1 x 1 x 1) and was called fine,
     # where a GPU's Triton compiler refuses K under 16 for 16-bit operands ("Input shapes should have ... K >= 16")
-    half = ("--input", "a=float16[20,24]", "--input", "b=float16[24,20]")
-    small, fits, single = _commands(tmp_path, {"dot.py": TRITON_DOT}, ("dot.py:k8", *half), ("dot.py:k16", *half),
-                                    ("dot.py:k8", "--input", "a=float32[20,24]", "--input", "b=float32[24,20]"))
+    small, fits, single = cli["dot k8"], cli["dot k16"], cli["dot k8 float32"]
     line = one_error(small)
     assert "mm: a tl.dot of fp16 [16, 8] x [8, 16]" in line and "K >= 16" in line, line
     for r in (fits, single):  # K 16 for float16, K 8 for float32: a GPU compiles both
@@ -331,7 +358,7 @@ def test_a_tl_dot_smaller_than_a_gpu_compiles_is_refused_under_the_interpreter(t
 
 @pytest.mark.gpu
 def test_on_a_gpu_the_tl_dot_the_interpreter_now_refuses_fails(tmp_path):
-    files, half = {"dot.py": TRITON_DOT}, ("--input", "a=float16[20,24]", "--input", "b=float16[24,20]")
-    one_error(_on_gpu(tmp_path, files, "dot.py:k8", *half))
-    r = _on_gpu(tmp_path, files, "dot.py:k16", *half)
+    files = {"dot.py": TRITON_DOT}
+    one_error(_on_gpu(tmp_path, files, "dot.py:k8", *HALF))
+    r = _on_gpu(tmp_path, files, "dot.py:k16", *HALF)
     assert r.returncode == 0, r.stderr[-2000:]
