@@ -4,6 +4,7 @@ the image_filter example without SciPy."""
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from gpuspeed.optimize import workload as W
 
@@ -210,3 +211,35 @@ def test_the_optimize_tables_speedup_is_the_one_the_run_ranked_by(tmp_path, monk
     e2e = run.results["numpy-fp32"]["speedup_e2e"]["speedup"]
     assert f"{e2e:.2f}x" in row and "5.0" not in row, row
     assert "speedup, end to end" in out, out
+
+
+TORCH_WORKLOAD = """
+import torch
+
+
+def original(x):
+    return x + torch.ones(x.shape[0], 1)  # a CPU tensor made inside, as the run's CPU inputs allow
+
+
+def inputs(rng):
+    return (torch.from_numpy(rng.standard_normal((8, 4)).astype("float32")),)
+"""
+
+
+@pytest.mark.gpu
+def test_section_es_profile_command_runs_as_pasted_on_a_gpu_for_a_torch_original(tmp_path):
+    # on a GPU the command's --backend torch inputs went to the GPU, where this original (run on CPU tensors)
+    # fails mixing devices: it now names the device the run's tensors were on
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from gpuspeed.cli import app
+
+    path = tmp_path / "torch_wl.py"
+    path.write_text(TORCH_WORKLOAD)
+    line = next(ln for ln in _report_of(path).splitlines() if "gpuspeed profile --function" in ln)
+    words = shlex.split(line.split("`")[3])
+    assert words[words.index("--device") + 1] == "cpu", words
+    res = CliRunner().invoke(app, words[1:])
+    assert res.exit_code == 0, res.output

@@ -242,6 +242,8 @@ def profile_command(wl, args) -> str | None:
             else:  # a list, a string, a bool, another library's array: --input makes none of these
                 return None
     words = ["gpuspeed", "profile", "--function", f"{wl.path}:{wl.func}", "--backend", library]
+    if library == "torch":  # on the device the run's tensors were on: an original that makes CPU tensors needs CPU ones
+        words += ["--device", "cuda" if any(getattr(x, "is_cuda", False) for x in args) else "cpu"]
     for spec in specs:
         words += ["--input", spec]
     return shlex.join(words)
