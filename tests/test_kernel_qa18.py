@@ -362,3 +362,35 @@ def test_on_a_gpu_the_tl_dot_the_interpreter_now_refuses_fails(tmp_path):
     one_error(_on_gpu(tmp_path, files, "dot.py:k8", *HALF))
     r = _on_gpu(tmp_path, files, "dot.py:k16", *HALF)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+NUMBA_SHUFFLE = """
+    import numpy as np
+    from numba import cuda
+
+
+    @cuda.jit
+    def warp_sum(x, out):
+        i = cuda.grid(1)
+        v = x[i] if i < x.size else 0.0
+        for off in (16, 8, 4, 2, 1):
+            v += cuda.shfl_down_sync(0xFFFFFFFF, v, off)
+        if cuda.threadIdx.x % 32 == 0 and i < x.size:
+            out[i // 32] = v
+
+
+    def launch(x):
+        out = np.zeros((x.size + 31) // 32, dtype=x.dtype)
+        warp_sum[(x.size + 63) // 64, 64](x, out)
+        return out
+    """
+CASES["shuffle"] = ({"shuffle.py": NUMBA_SHUFFLE}, ("shuffle.py:launch", "--input", "x=float32[100]"))
+
+
+def test_a_gpu_intrinsic_the_simulator_lacks_is_named_as_such(cli):
+    # a warp shuffle under the simulator ended in "'FakeCUDAModule' object has no attribute 'shfl_down_sync' (without a
+    # GPU ... it must not ask for CUDA itself: make its arrays where its arguments are, ... torch.cuda.synchronize()":
+    # advice about the user's own CUDA calls, for an intrinsic that every GPU has and the simulator lacks
+    line = one_error(cli["shuffle"])
+    assert "has no cuda.shfl_down_sync, which a GPU has" in line and "check this kernel on a GPU" in line, line
+    assert "must not ask for CUDA" not in line, line

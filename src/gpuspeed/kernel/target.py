@@ -361,8 +361,16 @@ def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed
     `gpuspeed_inputs = "torch"`, which moves them to the device first. For --input arrays whose library was
     guessed from the launcher's module (`guessed`), which library they were and how to choose another. Without a
     GPU (`gpu` False), a launcher that asks for CUDA itself (torch.cuda.synchronize(), device="cuda")."""
+    import re
+
     import numpy as np
 
+    missing = re.search(r"'Fake(CUDAModule|CUDAAtomic)' object has no attribute '(\w+)'", str(exc))
+    if not gpu and missing:  # a GPU intrinsic the simulator lacks (warp shuffles and votes): not the user's CUDA call
+        name = ("cuda." if missing[1] == "CUDAModule" else "cuda.atomic.") + missing[2]
+        return (f" (Numba's CUDA simulator, which runs the kernel without a GPU, has no {name}, which a GPU has: check "
+                "this kernel on a GPU, or give it a stand-in under NUMBA_ENABLE_CUDASIM=1, as the bundled row_stats "
+                "kernel exchanges its warp's values through shared memory there)")
     text = str(exc).lower()
     if not gpu and ("cuda" in text or "nvidia driver" in text):
         return (" (without a GPU the launcher runs on the CPU under the interpreters, so it must not ask for CUDA "
