@@ -34,3 +34,11 @@ def test_a_hub_cache_repository_folder_names_its_snapshot(tmp_path, capsys):
     (snap / "config.json").write_text("{}")
     rc, cap = cli(["--model", str(snap.parent.parent), *SMALL], capsys)
     one_line(rc, cap, f"pass its snapshot, --model {snap}")
+
+
+def test_a_tilde_no_shell_expanded_names_the_path_to_give(tmp_path, monkeypatch, capsys):
+    # `--model=~/m.gguf` reaches gpuspeed with its ~ (no shell expands it after '='): "no model" alone hid why
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    rc, cap = cli(["--model=~/m.gguf", *SMALL], capsys)
+    one_line(rc, cap, f"the ~ was not expanded (a shell does not after --model=); give --model {tmp_path / 'm.gguf'}")

@@ -128,6 +128,10 @@ def check_spec(spec: Spec) -> None:
     if spec.prompt is None and spec.prompt_len < 1:
         raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
     if spec.model not in M.CONFIGS and (not spec.model.strip() or not Path(spec.model).exists()):  # Path("") is "."
+        home = Path(spec.model).expanduser()
+        if str(home) != spec.model and home.exists():  # `--model=~/m.gguf`: no shell expands a ~ after an '='
+            raise UserError(f"no model {spec.model!r}: the ~ was not expanded (a shell does not after --model=); "
+                            f"give --model {home}")
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
     if spec.prompt is not None:
         try:
