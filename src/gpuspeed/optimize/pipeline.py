@@ -531,11 +531,11 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
             reasons.append(out["why_not_gpu"])
         if run.where != "cuda" and tried:
             reasons.append("no GPU here: only CPU candidates ran")
-        e2e = out.get("speedup_e2e")
-        if e2e is not None and sp > 0 and e2e < 0.5 * sp:
-            reasons.append(f"transfer-bound: end to end {e2e:.2f}x against {sp:.2f}x device-resident; keep the data "
+        e2e, dev = out.get("speedup_e2e"), out.get("speedup")  # against the device-resident one, whatever ranked
+        if e2e is not None and dev and e2e < 0.5 * dev:
+            reasons.append(f"transfer-bound: end to end {e2e:.2f}x against {dev:.2f}x device-resident; keep the data "
                            "on the GPU between calls" if run.where == "cuda" else
-                           f"conversion-bound: end to end {e2e:.2f}x against {sp:.2f}x on inputs already cast; keep "
+                           f"conversion-bound: end to end {e2e:.2f}x against {dev:.2f}x on inputs already cast; keep "
                            "the data in the candidate's precision between calls")
         if _median(primary, key) < 50e-6 and run.where == "cuda":
             reasons.append("the work is tiny: launch overhead dominates; batch more work per call")
