@@ -36,9 +36,11 @@ def test_a_hub_cache_repository_folder_names_its_snapshot(tmp_path, capsys):
     one_line(rc, cap, f"pass its snapshot, --model {snap}")
 
 
-def test_a_tilde_no_shell_expanded_names_the_path_to_give(tmp_path, monkeypatch, capsys):
-    # `--model=~/m.gguf` reaches gpuspeed with its ~ (no shell expands it after '='): "no model" alone hid why
+def test_a_tilde_no_shell_expanded_is_expanded_as_outs_is(tmp_path, monkeypatch, capsys):
+    # `--model=~/ck` reaches gpuspeed with its ~ (no shell expands it after '='): it was "no model '~/ck'", where
+    # `--out=~/runs` is expanded; now the checkpoint there is read (here: a folder whose config is not a Llama's)
     monkeypatch.setenv("HOME", str(tmp_path))
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
-    rc, cap = cli(["--model=~/m.gguf", *SMALL], capsys)
-    one_line(rc, cap, f"the ~ was not expanded (a shell does not after --model=); give --model {tmp_path / 'm.gguf'}")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text("{}")
+    rc, cap = cli(["--model=~/ck", *SMALL], capsys)
+    one_line(rc, cap, "ck: not a Llama checkpoint")

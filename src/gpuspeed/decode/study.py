@@ -58,6 +58,14 @@ class Spec:
     tp: int = 1  # ranks (tensor parallel, tp.py); the study runs once per rank
     quant: str | None = None  # "int8": weight-only int8 (quant.py), compared with the unquantized model
 
+    def __post_init__(self):
+        # `--model=~/m.gguf`: no shell expands a ~ after '=', so it is expanded here (as --out's is)
+        if isinstance(self.model, str) and self.model.startswith("~") and self.model not in M.CONFIGS:
+            try:
+                self.model = str(Path(self.model).expanduser())
+            except RuntimeError:  # ~nosuchuser: left as given, and refused as no model
+                pass
+
     def label(self) -> str:
         return f"{model_key(self.model)}_{self.quant or self.dtype}" + (f"_tp{self.tp}" if self.tp > 1 else "")
 
@@ -128,10 +136,6 @@ def check_spec(spec: Spec) -> None:
     if spec.prompt is None and spec.prompt_len < 1:
         raise UserError(f"--prompt-len must be >= 1, got {spec.prompt_len}")
     if spec.model not in M.CONFIGS and (not spec.model.strip() or not Path(spec.model).exists()):  # Path("") is "."
-        home = Path(spec.model).expanduser()
-        if str(home) != spec.model and home.exists():  # `--model=~/m.gguf`: no shell expands a ~ after an '='
-            raise UserError(f"no model {spec.model!r}: the ~ was not expanded (a shell does not after --model=); "
-                            f"give --model {home}")
         raise UserError(f"no model {spec.model!r}: use {', '.join(M.CONFIGS)} or a path to a .gguf file or HF folder")
     if spec.prompt is not None:
         try:
