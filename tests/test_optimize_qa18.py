@@ -38,7 +38,7 @@ def _bar_lengths(png):
 
     img = (mpimg.imread(png)[..., :3] * 255).round().astype(int)
     left = img[:, : img.shape[1] // 2]
-    colours = {"green": (44, 160, 44), "gray": (127, 127, 127), "blue": (31, 119, 180)}
+    colours = {"green": (44, 160, 44), "gray": (127, 127, 127), "blue": (31, 119, 180), "red": (214, 39, 40)}
     lengths = {}
     for name, rgb in colours.items():
         hit = np.abs(left - np.array(rgb)).sum(axis=-1) < 12
@@ -64,6 +64,23 @@ def test_the_bar_charts_fastest_candidate_has_the_longest_bar(tmp_path):
     lengths = _bar_lengths(plot(run, tmp_path / "chart.png"))
     assert lengths["green"] > 3 * lengths["blue"] > 0, lengths  # 100x against 4x: the primary's bar reads longest
     assert lengths["blue"] > lengths["gray"] > 0, lengths  # the original (1x) is the shortest
+    assert lengths["red"] == 0, lengths
+
+
+def test_the_bar_chart_sets_a_timed_candidate_it_could_not_choose_apart(tmp_path):
+    # an over-budget candidate (timed, then refused) was a blue bar like the eligible ones, longer than the primary's
+    from types import SimpleNamespace
+
+    from gpuspeed.optimize.pipeline import OptimizeRun
+    from gpuspeed.optimize.report import plot
+
+    results = {"original": {"status": "ok", "device_time": _timed(1e-2)},
+               "cupy": {"status": "over_budget", "device_time": _timed(1e-4)},
+               "numba": {"status": "ok", "device_time": _timed(1e-3)}}
+    run = OptimizeRun(wl=SimpleNamespace(name="wl"), where="cpu", out_dir=tmp_path, results=results,
+                      params={"target_gpu": "RTX 4070 Laptop", "rank_by": "device"}, choice={"primary": "numba"})
+    lengths = _bar_lengths(plot(run, tmp_path / "chart.png"))
+    assert lengths["red"] > lengths["green"] > lengths["gray"] > 0 and lengths["blue"] == 0, lengths
 
 
 WORKLOAD = '''

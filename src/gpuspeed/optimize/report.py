@@ -311,13 +311,15 @@ def plot(run, path: Path) -> Path | None:
         return None
     # timed as the run ranked them; bars are speedups over the original on a linear axis: the fastest reads longest
     key = "e2e_time" if run.params.get("rank_by") == "e2e" else "device_time"
-    names, times, colors = [], [], []
+    names, times, colors, refused = [], [], [], []
     for name, r in run.results.items():
         t = _t(r, key)
         if t:
             names.append(name)
             times.append(t)
-            colors.append("tab:green" if name == run.choice.get("primary") else
+            # timed, then refused (over the budget): red, so it is not read as one the choice passed over
+            refused.append("" if r.get("status") == "ok" else f" ({status_word(r)})")
+            colors.append("tab:red" if refused[-1] else "tab:green" if name == run.choice.get("primary") else
                           "tab:gray" if name == "original" else "tab:blue")
     fig, axes = plt.subplots(1, 2, figsize=(12, max(3, 0.4 * len(names) + 1.5)))
     ax = axes[0]
@@ -328,13 +330,14 @@ def plot(run, path: Path) -> Path | None:
         ax.barh(names, values, color=colors)
         if base:
             ax.axvline(1.0, color="black", linestyle=":", linewidth=1)
-        for y, (v, t) in enumerate(zip(values, times, strict=True)):
-            ax.text(v, y, f" {v:.3g}x, {format_time(t)}" if base else f" {format_time(t)}", va="center", fontsize=8)
-        ax.set_xlim(0, max(values) * 1.35)  # room for the last label
+        for y, (v, t, why) in enumerate(zip(values, times, refused, strict=True)):
+            ax.text(v, y, (f" {v:.3g}x, {format_time(t)}" if base else f" {format_time(t)}") + why, va="center",
+                    fontsize=8)
+        ax.set_xlim(0, max(values) * (1.6 if any(refused) else 1.35))  # room for the longest bar's label
     timed = "end to end, casts included" if key == "e2e_time" else "device-resident"
     ax.set_xlabel(f"speedup over the original ({timed}; longer is faster)" if base else
                   f"calls per second ({timed}; longer is faster)")
-    ax.set_title(f"{run.wl.name}: candidates (primary green)")
+    ax.set_title(f"{run.wl.name}: candidates (primary green" + (", refused red)" if any(refused) else ")"))
     ax.invert_yaxis()
     ax2 = axes[1]
     pr = run.projection
