@@ -394,3 +394,58 @@ def test_a_gpu_intrinsic_the_simulator_lacks_is_named_as_such(cli):
     line = one_error(cli["shuffle"])
     assert "has no cuda.shfl_down_sync, which a GPU has" in line and "check this kernel on a GPU" in line, line
     assert "must not ask for CUDA" not in line, line
+
+
+NUMBA_ARGUMENT_SHAPES = """
+    import numpy as np
+    from numba import cuda, float32
+
+
+    @cuda.jit
+    def scratch_by_arg(x, out, n):
+        buf = cuda.shared.array(n, float32)
+        i = cuda.grid(1)
+        if i < x.size:
+            buf[cuda.threadIdx.x] = x[i]
+            out[i] = buf[cuda.threadIdx.x]
+
+
+    @cuda.jit
+    def local_by_shape(x, out):
+        tmp = cuda.local.array(x.shape[0], float32)
+        i = cuda.grid(1)
+        if i < x.size:
+            tmp[0] = x[i]
+            out[i] = tmp[0]
+
+
+    def shared(x):
+        out = np.empty_like(x)
+        scratch_by_arg[(x.size + 31) // 32, 32](x, out, 32)
+        return out
+
+
+    def local(x):
+        out = np.empty_like(x)
+        local_by_shape[(x.size + 31) // 32, 32](x, out)
+        return out
+    """
+CASES.update({f"argument shape {name}": ({"shapes.py": NUMBA_ARGUMENT_SHAPES}, (f"shapes.py:{name}", *X40))
+              for name in ("shared", "local")})
+
+
+def test_an_array_sized_by_a_kernel_argument_is_refused_under_the_simulator(cli):
+    # cuda.shared.array(n, float32) with n a kernel argument (and a local array sized by x.shape[0]) ran under the
+    # simulator, which allocates whatever it is given, and was called fine; Numba needs a constant there and a GPU
+    # fails to compile it
+    line = one_error(cli["argument shape shared"])
+    assert "scratch_by_arg: cuda.shared.array(n, ...) at line 8 is sized by its argument n" in line, line
+    assert "compile-time constant" in line and "cuda.shared.array(0, dtype)" in line, line
+    line = one_error(cli["argument shape local"])
+    assert "cuda.local.array(x.shape[0], ...) at line 17 is sized by its argument x" in line, line
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_argument_sized_arrays_the_simulator_now_refuses_fail(tmp_path):
+    for target in ("shapes.py:shared", "shapes.py:local"):
+        one_error(_on_gpu(tmp_path, {"shapes.py": NUMBA_ARGUMENT_SHAPES}, target, *X40))

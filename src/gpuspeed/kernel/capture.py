@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuspeed.kernel.numba_signature import mismatch
-from gpuspeed.kernel.shared_memory import over_limit
+from gpuspeed.kernel.shared_memory import over_limit, shaped_by_arguments
 
 _INHERITED = object()  # marks a patched method that the class inherited rather than defined
 TRITON_DEFAULT_WARPS, TRITON_DEFAULT_STAGES = 4, 3  # the NVIDIA backend's defaults when a launch names none
@@ -427,8 +427,8 @@ class Capture:
                     top = not kern._device and not getattr(sim, "_kernel_context", None)
                     if top:
                         _refuse_empty_launch(getattr(kern.fn, "__name__", "kernel"), kern.grid_dim, kern.block_dim)
-                        if (said := over_limit(getattr(kern.fn, "__name__", "kernel"), kern.fn,
-                                               int(kern.dynshared_size or 0))) is not None:
+                        if (said := shaped_by_arguments(kern.fn) or over_limit(
+                                getattr(kern.fn, "__name__", "kernel"), kern.fn, int(kern.dynshared_size or 0))):
                             raise EmptyLaunch(said)
                     if top and cap.recording:
                         cap.launches.append(Launch(kernel=getattr(kern.fn, "__name__", "kernel"), backend="numba",

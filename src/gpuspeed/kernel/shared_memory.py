@@ -3,7 +3,8 @@
 static plus dynamic shared memory over 48 KiB fail to launch (Numba makes no opt-in past it), where the CUDA
 simulator allocates NumPy arrays of any size and runs the kernel. The static arrays are read from the kernel's
 source and the device functions it calls (their shapes and dtypes are compile-time constants: globals, closure
-variables, literals), as the simulator keeps no record of them before a thread reaches them."""
+variables, literals), as the simulator keeps no record of them before a thread reaches them. A shared or local
+array sized by one of the kernel's arguments, which no GPU compiles, is refused the same way."""
 
 from __future__ import annotations
 
@@ -31,13 +32,48 @@ class SharedArray:
         return f"{self.name}: {self.dtype}[{dims}] = {self.nbytes} B at {self.function} line {self.line}"
 
 
-def _is_shared_array(func: ast.expr) -> bool:
-    """`cuda.shared.array` / `shared.array` as written in a kernel."""
+def _is_shared_array(func: ast.expr, space: str = "shared") -> bool:
+    """`cuda.shared.array` / `shared.array` (or `cuda.local.array`, space "local") as written in a kernel."""
     if not (isinstance(func, ast.Attribute) and func.attr == "array"):
         return False
     owner = func.value
-    return (isinstance(owner, ast.Attribute) and owner.attr == "shared") or (
-        isinstance(owner, ast.Name) and owner.id == "shared")
+    return (isinstance(owner, ast.Attribute) and owner.attr == space) or (
+        isinstance(owner, ast.Name) and owner.id == space)
+
+
+def _shape_node(call: ast.Call) -> ast.expr | None:
+    given = {k.arg: k.value for k in call.keywords}
+    return call.args[0] if call.args else given.get("shape")
+
+
+@functools.lru_cache(maxsize=256)
+def shaped_by_arguments(fn) -> str | None:
+    """One line when a kernel sizes a shared or local array by one of its own arguments (`cuda.shared.array(n, ...)`
+    with n a kernel argument): Numba needs a compile-time constant there and a GPU fails to compile it, where the
+    simulator allocates whatever it is given. None otherwise (or where the source cannot be read)."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    kernel = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if kernel is None:
+        return None
+    params = {a.arg for a in kernel.args.posonlyargs + kernel.args.args + kernel.args.kwonlyargs}
+    for node in ast.walk(kernel):
+        if not isinstance(node, ast.Call):
+            continue
+        space = "shared" if _is_shared_array(node.func) else "local" if _is_shared_array(node.func, "local") else None
+        shape = _shape_node(node) if space else None
+        used = sorted({n.id for n in ast.walk(shape) if isinstance(n, ast.Name) and n.id in params}) if shape else []
+        if used:
+            return (f"{getattr(fn, '__name__', 'kernel')}: cuda.{space}.array({ast.unparse(shape)}, ...) at line "
+                    f"{first + node.lineno - 1} is sized by its argument {used[0]}: Numba needs a compile-time "
+                    "constant (a literal or a global) there, so a GPU fails to compile it, where the CUDA simulator "
+                    "allocates it; size it by a global constant" + (
+                        ", or take dynamic shared memory (cuda.shared.array(0, dtype), its bytes given at launch)"
+                        if space == "shared" else ""))
+    return None
 
 
 def _namespace(fn) -> dict:
