@@ -1268,13 +1268,14 @@ def write_artifacts(doc: dict, out) -> list[Path]:
         pics = []
         doc["notes"].append(f"plot failed: {one_line(exc)}; decode_ladder.png and decode_bandwidth.png were not "
                             "drawn (the numbers are in decode.json)")
+    path = write_results(doc, out)  # first: a failed write keeps an earlier run's file and its plots together
     for stale in (Path(out) / f"decode_{kind}.png" for kind in ("ladder", "bandwidth")):
         if stale not in pics:  # an earlier run's plot beside this run's decode.json would be read as this run's
             try:
                 stale.unlink(missing_ok=True)
             except OSError:  # a folder by that name, a read-only file: the results are written all the same
                 pass
-    return [write_results(doc, out), *pics]
+    return [path, *pics]
 
 
 def plots(doc: dict, out) -> list[Path]:
