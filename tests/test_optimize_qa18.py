@@ -267,3 +267,24 @@ def test_below_2x_end_to_end_names_the_casts_that_cost_it(tmp_path):
     # reason given for a 5x-on-cast-inputs candidate at 1x for the caller was only "no GPU here"
     why = " ".join(_ranked_run(tmp_path).choice["why_not_2x"])
     assert "conversion-bound: end to end 1.0" in why and "against 4.99x" in why, why
+
+
+def _shift_through_an_alias(a):
+    b = a  # the same array under another name
+    for i in range(1, len(a)):
+        a[i] = b[i - 1] + 1.0
+    return a
+
+
+def test_a_loop_that_reads_what_it_writes_through_another_name_is_sequential():
+    # `b = a` then `a[i] = b[i - 1] + 1`: each iteration reads the last one's result, as `a[i] = a[i - 1] + 1`
+    # does; the loop was called a parallel-map ("one GPU thread per iteration"), which gives another answer
+    import gpuspeed
+
+    res = gpuspeed.profile(_shift_through_an_alias, np.zeros(2000), steps=1, warmup=0, device="cpu")
+    (loop,) = res.hotspots["hot_loops"]
+    assert loop["kind"] == "sequential-loop", loop["verdict"]
+    assert "a[i] from b[i - 1]" in loop["verdict"], loop["verdict"]
+    from gpuspeed.optimize.candidates import prange_race  # nor is it planned as a prange candidate
+
+    assert "carry a[i] from b[i - 1]" in (prange_race(_shift_through_an_alias) or ""), prange_race(_shift_through_an_alias)

@@ -258,7 +258,7 @@ def prange_race(fn) -> str | None:
     answer. Unknown source: None (range_loops assumes a loop, the checks decide)."""
     import ast
 
-    from gpuspeed.profiling.loops import dependences, mirrored_index
+    from gpuspeed.profiling.loops import dependences, mirrored_index, name_aliases
 
     fdef = _function_def(fn)
     if fdef is None:
@@ -290,7 +290,7 @@ def prange_race(fn) -> str | None:
                             f"{var} write `{ast.unparse(t)}`, an element other iterations write too (parallel, they "
                             "would race)")
         where = f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over {var}"
-        deps = dependences(loop, fn.__code__.co_firstlineno)
+        deps = dependences(loop, fn.__code__.co_firstlineno, aliases=name_aliases(fdef))
         ahead = deps["reads_ahead"]  # `a[i] = a[i + 1] ...`: a thread may overwrite what another reads
         if ahead:
             return f"{where} read {ahead[0]['name']}, an element a later iteration overwrites (parallel, they would race)"

@@ -17,11 +17,11 @@ iteration assigns it is carried from the previous iteration. A carried name upda
 `s op= expr` / `s = s op expr` / `s = max(s, expr)` / `if expr > s: s = expr` (op one of + - * | & ^, expr
 not reading s) and read nowhere else is a reduction; one stepped by a loop-invariant amount (`i += 1`) is an induction variable;
 any other carried name is a recurrence. An array written at one index and read at another in the same
-loop is a recurrence too, unless the indices differ only in variables of inner loops (then the inner
-loop carries it). An element whose index uses only inner-loop variables is the same element in every iteration
-of the outer loop: only added into (`out[i] += ...` under `for k`), it is a reduction over the outer loop; read
-before it is written in an iteration, a recurrence; written first, the iteration's own scratch. `a[i] = a[i] op v`
-is `a[i] op= v`.
+loop is a recurrence too (under two names bound to one array, `b = a`, as well), unless the indices differ only
+in variables of inner loops (then the inner loop carries it). An element whose index uses only inner-loop variables
+is the same element in every iteration of the outer loop: only added into (`out[i] += ...` under `for k`), it is a
+reduction over the outer loop; read before it is written in an iteration, a recurrence; written first, the
+iteration's own scratch. `a[i] = a[i] op v` is `a[i] op= v`.
 """
 
 from __future__ import annotations
@@ -49,34 +49,53 @@ def loop_nests(source: str, first_line: int, times: dict, total: float, module: 
     if not module and tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
         top = tree.body[0]
     out = []
+    aliases = name_aliases(top)
     for loop in _outer_loops(top):
         lo, hi = loop.lineno + first_line - 1, loop.end_lineno + first_line - 1
         t = sum(v for ln, v in times.items() if lo <= ln <= hi)  # the header too: next() on its iterator is loop time
-        info = analyze_loop(loop, first_line, lines)
+        info = analyze_loop(loop, first_line, lines, aliases)
         share = t / total if total > 0 else None
         out.append({"line": lo, "end_line": hi, "time_s": t, "share_of_function": share} | info)
     return out
 
 
-def analyze_loop(loop, first_line: int = 1, lines: list | None = None) -> dict:
+def name_aliases(node) -> dict:
+    """name -> one name for every name bound to another (`b = a`, anywhere in node): the same array under two names."""
+    parent: dict = {}
+
+    def root(n):
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    for n in ast.walk(node):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and isinstance(n.value, ast.Name):
+            a, b = root(n.targets[0].id), root(n.value.id)
+            if a != b:
+                parent[a] = b
+    return {n: root(n) for n in parent}
+
+
+def analyze_loop(loop, first_line: int = 1, lines: list | None = None, aliases: dict | None = None) -> dict:
     """Depth, counts, dependences, kind and verdict of one loop node (line numbers shifted by first_line);
-    `inner` gives the kind of each loop directly inside it."""
-    info = _facts(loop, first_line, lines)
-    inner = [{"line": child.lineno + first_line - 1, "kind": _facts(child, first_line, lines)["kind"]}
+    `inner` gives the kind of each loop directly inside it; aliases: name_aliases() of the code around it."""
+    info = _facts(loop, first_line, lines, aliases)
+    inner = [{"line": child.lineno + first_line - 1, "kind": _facts(child, first_line, lines, aliases)["kind"]}
              for child in _outer_loops(loop)]
     on_arrays = bool(info["lib_calls"]) or any(isinstance(n, ast.Slice) for n in ast.walk(loop))
     return info | {"inner": inner, "on_arrays": on_arrays,
                    "verdict": _verdict(info["kind"], info["dependences"], on_arrays, info["depth"], inner)}
 
 
-def _facts(loop, first_line: int, lines: list | None) -> dict:
+def _facts(loop, first_line: int, lines: list | None, aliases: dict | None = None) -> dict:
     body = list(ast.walk(loop))
     subscripts = sum(isinstance(n, ast.Subscript) for n in body)
     arith = sum(isinstance(n, (ast.BinOp, ast.AugAssign)) for n in body)
     calls = sorted({_call_name(n) for n in body if isinstance(n, ast.Call)} - {None})
     lib_calls = [c for c in calls if c.split(".")[0] in _ARRAY_MODULES]
     d = _depth(loop)
-    deps = dependences(loop, first_line, lines)
+    deps = dependences(loop, first_line, lines, aliases)
     return {"depth": d, "subscripts": subscripts, "arithmetic": arith, "calls": calls[:8], "lib_calls": lib_calls,
             "kind": _kind(deps, lib_calls, d, subscripts, arith), "dependences": deps}
 
@@ -166,9 +185,10 @@ def _arg_verdict(arg: dict, deps: dict) -> str:
             "not Numba prange as written (it does not reduce a conditional update: the threads' results would be lost)")
 
 
-def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
+def dependences(loop, first_line: int = 1, lines: list | None = None, aliases: dict | None = None) -> dict:
     """{'recurrences': [...], 'reductions': [...], 'inductions': [...]} carried from one iteration of
-    `loop` to the next, each with its name, file line and the code of that line."""
+    `loop` to the next, each with its name, file line and the code of that line; aliases (name_aliases()): names
+    of one array, whose elements are compared as one array's."""
     variant = _assigned_names(loop)
     scan = _Scan(variant)
     if isinstance(loop, (ast.For, ast.AsyncFor)):
@@ -205,12 +225,17 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
                               | {k: ups[0][k] for k in ("form", "ties", "of") if k in ups[0]})
         else:  # placed where the carried value is assigned; read_line is where an iteration first reads it
             recurrences.append({"name": key} | at(assigned[key]) | {"read_line": line + first_line - 1})
+    aliases = aliases or {}
+
+    def same(x, y):
+        return aliases.get(x, x) == aliases.get(y, y)
+
     own = {ast.dump(ast.Name(id=v, ctx=ast.Load())) for v in _target_names(loop.target)} \
         if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
     reads_ahead, permutations = [], []
     for store in scan.stores:
         # `a[i]` and `a[i, 0]`, i this loop's own variable: the same iteration's row, no other iteration's element
-        clash = [ld for ld in scan.loads if ld["base"] == store["base"] and ld["dims"] != store["dims"]
+        clash = [ld for ld in scan.loads if same(ld["base"], store["base"]) and ld["dims"] != store["dims"]
                  and not any(x[0] == y[0] and x[0] in own for x, y in zip(ld["dims"], store["dims"], strict=False))]
         if clash:
             if _only_inner(store["dims"], clash[0]["dims"], inner_vars):
@@ -220,10 +245,10 @@ def dependences(loop, first_line: int = 1, lines: list | None = None) -> dict:
                                              f"[{clash[0]['index']}]"} | at(store["line"]))
                 continue
             if all(_ahead(loop, ld, store) for ld in clash):  # every read sees the array as it was before the loop
-                reads_ahead.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
+                reads_ahead.append({"name": f"{store['base']}[{store['index']}] from {clash[0]['base']}"
                                             f"[{clash[0]['index']}]"} | at(store["line"]))
                 continue
-            recurrences.append({"name": f"{store['base']}[{store['index']}] from {store['base']}"
+            recurrences.append({"name": f"{store['base']}[{store['index']}] from {clash[0]['base']}"
                                         f"[{clash[0]['index']}]"} | at(store["line"]))
         elif store["aug"] and store["indirect"] and store["op"]:
             reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"],
