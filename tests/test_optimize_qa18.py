@@ -288,3 +288,34 @@ def test_a_loop_that_reads_what_it_writes_through_another_name_is_sequential():
     from gpuspeed.optimize.candidates import prange_race  # nor is it planned as a prange candidate
 
     assert "carry a[i] from b[i - 1]" in (prange_race(_shift_through_an_alias) or ""), prange_race(_shift_through_an_alias)
+
+
+def _gather(a, idx):
+    out = np.empty_like(a)
+    for i in range(len(a)):
+        out[i] = a[idx[i]]
+    return out
+
+
+def _scatter(a, idx):
+    out = np.zeros_like(a)
+    for i in range(len(a)):
+        out[idx[i]] = a[i] * 2.0
+    return out
+
+
+def test_a_gather_loop_is_a_parallel_map_and_a_scatter_loop_says_repeats_race():
+    # `out[i] = a[idx[i]]` was "Python control flow: restructure" (no arithmetic in it); `out[idx[i]] = a[i] * 2`
+    # was a parallel-map with "iterations independent", where two iterations with one idx write one element (in
+    # order the last wins; threads race)
+    import gpuspeed
+
+    rng = np.random.default_rng(0)
+    a, idx = rng.standard_normal(3000), rng.integers(0, 3000, 3000)
+    found = {}
+    for fn in (_gather, _scatter):
+        res = gpuspeed.profile(fn, a, idx, steps=1, warmup=0, device="cpu")
+        (found[fn.__name__],) = res.hotspots["hot_loops"]
+    assert found["_gather"]["kind"] == "parallel-map", found["_gather"]["verdict"]
+    verdict = found["_scatter"]["verdict"]
+    assert "iterations independent" not in verdict and "out[idx[i]]" in verdict and "repeat" in verdict, verdict

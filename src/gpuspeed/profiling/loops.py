@@ -8,8 +8,9 @@ Each outermost loop gets a machine-readable `kind` (the optimize planner reads i
                    array element as accumulator (`h[b[i]] += 1`, `out[i] += ...` under `for k`) is marked
                    `elements` (indirect / same): prange as written would race on it; an argmax written with
                    `if` (`if x[i] > m: m = x[i]; k = i`) is one over (value, index) pairs, with its tie rule
-  parallel-map     independent iterations of element-wise array arithmetic: one GPU thread per iteration (a swap
-                   of a[i] and a[n - 1 - i] over range(n // 2) too: no element belongs to two iterations)
+  parallel-map     independent iterations of element-wise array work: one GPU thread per iteration (a copy or a
+                   gather `out[i] = a[idx[i]]`, and a swap of a[i] and a[n - 1 - i] over range(n // 2) too: no
+                   element belongs to two iterations); a scatter `out[idx[i]] = v` is one where idx has no repeats
   control-flow     Python control flow without array arithmetic: restructure before moving it
 
 Dependences come from the source alone. A name assigned in the loop and read in an iteration before that
@@ -107,7 +108,7 @@ def _kind(deps: dict, lib_calls: list, depth: int, subscripts: int, arith: int) 
         return "vectorize"
     if deps["reductions"] and (arith or subscripts):
         return "reduction"
-    if subscripts and (arith or deps.get("permutations")):
+    if subscripts and (arith or deps.get("permutations") or deps.get("element_stores")):  # a gather or copy too
         return "parallel-map"
     return "control-flow"
 
@@ -160,9 +161,14 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
         return (f"parallel permutation: each iteration exchanges its own pair ({pair}), and over half the range no "
                 "element belongs to two iterations, so the iterations are independent: one GPU thread per pair or "
                 "Numba @njit with prange (a whole array reversed in place is `a[:] = a[::-1]` in NumPy)")
+    if kind == "parallel-map" and deps.get("scatters"):
+        at = deps["scatters"][0]
+        return (f"parallel scatter into {at['name']} (line {at['line']}): one GPU thread per iteration (or Numba "
+                "prange) gives the loop's answer only where the index has no repeats: two iterations with one index "
+                "write one element, which in order the last one wins and in parallel any thread may")
     if kind == "parallel-map":
         text = (f"move into a GPU kernel (one thread per {'outer ' if depth > 1 else ''}iteration) or Numba "
-                f"@njit{'(parallel=True)' if depth > 1 else ''}: element-wise arithmetic on arrays, iterations "
+                f"@njit{'(parallel=True)' if depth > 1 else ''}: element-wise work on arrays, iterations "
                 "independent")
         ahead = deps.get("reads_ahead")
         if ahead:  # a[i] = a[i + 1] ...: each read sees the original array, but a thread may overwrite it first
@@ -232,7 +238,7 @@ def dependences(loop, first_line: int = 1, lines: list | None = None, aliases: d
 
     own = {ast.dump(ast.Name(id=v, ctx=ast.Load())) for v in _target_names(loop.target)} \
         if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
-    reads_ahead, permutations = [], []
+    reads_ahead, permutations, scatters = [], [], []
     for store in scan.stores:
         # `a[i]` and `a[i, 0]`, i this loop's own variable: the same iteration's row, no other iteration's element
         clash = [ld for ld in scan.loads if same(ld["base"], store["base"]) and ld["dims"] != store["dims"]
@@ -253,9 +259,13 @@ def dependences(loop, first_line: int = 1, lines: list | None = None, aliases: d
         elif store["aug"] and store["indirect"] and store["op"]:
             reductions.append({"name": f"{store['base']}[{store['index']}]", "op": store["op"],
                                "elements": "indirect"} | at(store["line"]))
+        elif store["indirect"] and not store["aug"]:  # out[idx[i]] = v: two iterations with one idx write one element
+            scatters.append({"name": f"{store['base']}[{store['index']}]"} | at(store["line"]))
     _same_elements(scan, variant - inner_vars, recurrences, reductions, at)
     return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions, "reads_ahead": reads_ahead,
-            "permutations": permutations}
+            "permutations": permutations, "scatters": scatters,
+            # elements written at indices that vary, over a range (not a dict's keys): a copy or gather is work on arrays
+            "element_stores": len(scan.stores) if _range_step(loop) is not None else 0}
 
 
 def mirrored_index(loop, index, base: str | None = None) -> bool:
