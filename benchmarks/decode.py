@@ -55,7 +55,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "src"))
     from gpuspeed.decode import study
     from gpuspeed.errors import UserError
-    from gpuspeed.results import check_out_dir, write_results
+    from gpuspeed.results import check_out_dir
 
     why = bad_input(args)
     if why:  # before --out is made: bad input leaves nothing behind
@@ -63,7 +63,7 @@ def main() -> int:
         return 2
     out = check_out_dir(args.out)
     if args.merge:
-        return merge_only(args, out, study, write_results)
+        return merge_only(args, out, study)
     plan = PLAN
     if args.models:
         wanted = [tuple(m.split(":")) for m in args.models.split(",") if m]
@@ -119,7 +119,7 @@ def main() -> int:
     if not docs:
         print("no model produced results", file=sys.stderr)
         return 1
-    finish(docs, failures, out, study, write_results)
+    finish(docs, failures, out, study)
     if args.bundle:
         bundle(out, Path(args.bundle))
     return 0
@@ -182,14 +182,13 @@ def bundle(out: Path, dest: Path) -> None:
         print(f"bundled {f} ({f.stat().st_size / 2**20:.1f} MiB)")
 
 
-def finish(docs, failures, out, study, write_results) -> None:
+def finish(docs, failures, out, study) -> None:
     merged = study.merge(docs, command=["python3", "benchmarks/decode.py"] + sys.argv[1:])
     merged["notes"] += [f for f in failures if f not in merged["notes"]]
     for r in merged["rows"]:
         if r.get("trace"):
             r["trace"] = "traces/" + Path(r["trace"]).name
-    path = write_results(merged, out)
-    study.plots(merged, out)
+    path = study.write_artifacts(merged, out)[0]  # plots first: a plot failure is a note, not lost numbers
     print(f"wrote {path}")
     for k, v in merged["summary"].items():
         print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
@@ -197,7 +196,7 @@ def finish(docs, failures, out, study, write_results) -> None:
         print(f"  FAILED {f}")
 
 
-def merge_only(args, out, study, write_results) -> int:
+def merge_only(args, out, study) -> int:
     """decode.json from the per-model runs of earlier outputs (each model once: the first finished one found, else the
     first partial one). A run file that does not read as a decode run, or runs (--keep's included) measured on
     different devices: one line, exit 2, and nothing written."""
@@ -238,7 +237,7 @@ def merge_only(args, out, study, write_results) -> int:
         for trace in Path(d).glob("traces/*.json.gz"):
             (out / "traces").mkdir(exist_ok=True)
             shutil.copy2(trace, out / "traces" / trace.name)
-    finish(docs, [], out, study, write_results)
+    finish(docs, [], out, study)
     return 0
 
 
