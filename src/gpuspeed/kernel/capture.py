@@ -412,8 +412,11 @@ class Capture:
         if kernel_cls is not None and hasattr(kernel_cls, "launch"):
             def wrap_launch(orig):
                 def launch(kern, args, griddim, blockdim, stream=0, sharedmem=0):
+                    py_func = getattr(kern, "py_func", None)
+                    if py_func is not None and (said := mismatch(py_func, tuple(args), simulated=False)) is not None:
+                        raise SignatureMismatch(said)  # a kernel of one signature would read the bytes as its types
                     if cap.recording:
-                        name = getattr(getattr(kern, "py_func", None), "__name__", None) or getattr(kern, "entry_name", "kernel")
+                        name = getattr(py_func, "__name__", None) or getattr(kern, "entry_name", "kernel")
                         cap.launches.append(Launch(kernel=name, backend="numba", grid=_dims(griddim),
                                                    block=_dims(blockdim), shared_dynamic=int(sharedmem or 0),
                                                    compiled=kern, arg_bytes=arg_bytes(args)))
@@ -507,7 +510,8 @@ class NotATensor(InterpretedLaunchError):
 
 
 class SignatureMismatch(InterpretedLaunchError):
-    """A simulated Numba launch whose arguments fit none of its kernel's declared signatures (numba_signature)."""
+    """A Numba launch whose arguments fit none of its kernel's declared signatures (numba_signature): the simulator runs
+    it, a GPU runs a kernel of one signature on the arguments' bytes read as the declared types."""
 
 
 class EmptyLaunch(InterpretedLaunchError):

@@ -1,7 +1,9 @@
-"""A simulated `@cuda.jit("void(float32[:], ...)")` launch whose arguments match none of the kernel's declared
-signatures: on a GPU Numba raises "No matching definition for argument type(s) ..." (eager signatures turn
-compilation off), while the CUDA simulator drops the signatures and runs the kernel on anything. The signatures are
-read back from the decorator in the kernel's source, as the simulator keeps no record of them."""
+"""A Numba launch whose arguments match none of the kernel's declared signatures (`@cuda.jit("void(float32[:], ...)")`).
+On a GPU, Numba checks the arguments only of a kernel declared with a list of signatures ("No matching definition for
+argument type(s) ..."); a kernel of one declared signature is launched unchecked, and it reads the arguments' bytes as
+the declared types (float64 data read as float32: wrong results, no error; seen on an H100 with numba-cuda). The CUDA
+simulator drops the signatures and runs the kernel on anything. The signatures are read back from the decorator in the
+kernel's source, as the simulator keeps no record of them."""
 
 from __future__ import annotations
 
@@ -31,26 +33,46 @@ def declared_signatures(fn) -> tuple[str, ...]:
     return ()
 
 
-def mismatch(fn, args: tuple) -> str | None:
-    """One line when `args` (host NumPy arrays, the simulator's device arrays, scalars) fit none of fn's declared
-    signatures by Numba's own conversion rules; None when they fit one, or when nothing can be said."""
+def _numba_type(a):
+    """Numba's type of a launch argument: the simulator's FakeCUDAArray through the NumPy array it wraps, a torch CUDA
+    tensor (which numba.typeof does not name) through its __cuda_array_interface__."""
+    import numba
+
+    a = getattr(a, "_ary", a)
+    try:
+        return numba.typeof(a)
+    except (ValueError, TypeError):
+        if not hasattr(a, "__cuda_array_interface__"):
+            raise
+        from numba import cuda
+
+        return numba.typeof(cuda.as_cuda_array(a))
+
+
+def mismatch(fn, args: tuple, simulated: bool = True) -> str | None:
+    """One line when `args` (host NumPy arrays, device arrays, the simulator's device arrays, scalars) fit none of fn's
+    declared signatures by Numba's own conversion rules; None when they fit one, or when nothing can be said."""
     signatures = declared_signatures(fn)
     if not signatures:
         return None
     try:
-        import numba
         from numba.core import sigutils
         from numba.core.registry import cpu_target
 
-        given = [numba.typeof(getattr(a, "_ary", a)) for a in args]  # FakeCUDAArray wraps its NumPy array
+        given = [_numba_type(a) for a in args]
         declared = [sigutils.normalize_signature(s)[0] for s in signatures]
-    except Exception:  # a type Numba cannot name, or a signature it cannot parse: the simulator's run stands
+    except Exception:  # a type Numba cannot name, or a signature it cannot parse: the launch stands as it is
         return None
     context = cpu_target.typing_context
     for params in declared:
         if len(params) == len(given) and all(context.can_convert(g, p) for g, p in zip(given, params, strict=True)):
             return None
     name = getattr(fn, "__name__", "kernel")
+    if len(signatures) == 1:  # numba-cuda launches a kernel of one signature without checking what it is given
+        gpu = ("on a GPU Numba launches a kernel of one declared signature without checking its arguments, and the "
+               "kernel reads their bytes as the declared types: wrong results, no error")
+    else:
+        gpu = "on a GPU Numba raises 'No matching definition for argument type(s)'"
+    where = " (the CUDA simulator ignores signatures)" if simulated else ""
     return (f"{name}: launched with ({', '.join(map(str, given))}), which matches none of its declared signatures "
-            f"({'; '.join(signatures)}): on a GPU Numba raises 'No matching definition for argument type(s)' (the "
-            "CUDA simulator ignores signatures); pass arguments of the declared types, or drop the signature")
+            f"({'; '.join(signatures)}): {gpu}{where}; pass arguments of the declared types, or drop the signature")
