@@ -112,14 +112,8 @@ def _printed(cells: list[dict]) -> str:
     return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
 
 
-# 04 has not run on a GPU yet (its optimize run takes a device call of its own, ~6 min): strict, so its first stamped
-# GPU run fails here until the mark goes.
-NOT_RERUN = pytest.mark.xfail(strict=True, reason="no committed outputs; execute it on a GPU with "
-                                                  "benchmarks/run_notebook.py, commit it, then drop this mark")
-
-
-@pytest.mark.parametrize("name", ["01_roofline.ipynb", "03_compile_cuda_graphs.ipynb",
-                                  pytest.param("04_optimize_your_code.ipynb", marks=NOT_RERUN)])
+@pytest.mark.parametrize("name", ["01_roofline.ipynb", "02_decode_optimization.ipynb", "03_compile_cuda_graphs.ipynb",
+                                  "04_optimize_your_code.ipynb"])
 def test_a_committed_notebooks_outputs_are_a_gpu_run_of_its_code(name):
     """What a reader sees in a committed notebook is a GPU run of the code beside it, on the card it names. Notebook 01
     printed 'read /root/out/r/roofline.json created 2026-11-29...' and ceilings (bf16 786.9 TFLOP/s) from a run never
