@@ -499,3 +499,24 @@ def test_a_signature_mismatch_says_what_a_gpu_does_for_one_signature_and_for_a_l
     assert "No matching definition" in line and "wrong results" not in line and "simulator" not in line, line
     assert mismatch(mod.listed, (x.astype(np.int32), x.astype(np.int32))) is None
     assert mismatch(mod.one, (x.astype(np.float32), x.astype(np.float32)[::2])) is None  # a strided view converts
+
+
+def test_a_kernel_of_one_signature_is_refused_only_for_other_element_types_or_dimensions(tmp_path, monkeypatch):
+    # a kernel of one signature is launched unchecked, and Numba's argument preparation takes read-only and strided
+    # arrays and casts scalars: only an array read as another element type or rank is wrong, on a GPU or simulated
+    import importlib
+
+    import numpy as np
+
+    from gpuspeed.kernel.numba_signature import mismatch
+
+    (tmp_path / "signed_qa18b.py").write_text(SIGNED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    one = importlib.import_module("signed_qa18b").one
+    x = np.ones(8, dtype=np.float32)
+    readonly = np.broadcast_to(np.float32(1), (8,))
+    for simulated in (True, False):  # the simulator's check held read-only arrays to Numba's dispatch rules too
+        assert mismatch(one, (readonly, x[::2]), simulated=simulated) is None
+    assert "float64" in mismatch(one, (x.astype(np.float64), x), simulated=False)
+    assert "2d" in mismatch(one, (x.reshape(2, 4), x), simulated=False)
+    assert mismatch(one, (x,), simulated=False) is not None  # one argument short

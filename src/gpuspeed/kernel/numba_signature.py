@@ -64,8 +64,19 @@ def mismatch(fn, args: tuple, simulated: bool = True) -> str | None:
     except Exception:  # a type Numba cannot name, or a signature it cannot parse: the launch stands as it is
         return None
     context = cpu_target.typing_context
+
+    def fits(g, p) -> bool:
+        if len(signatures) > 1:  # Numba's own dispatch rules, as a list of signatures is dispatched on a GPU
+            return bool(context.can_convert(g, p))
+        # one signature, launched unchecked: only what makes the kernel read other bytes (element type, dimensions)
+        # is wrong; layout, read-only arrays and scalar casts Numba's argument preparation handles itself
+        g_dtype, p_dtype = getattr(g, "dtype", None), getattr(p, "dtype", None)
+        if g_dtype is None or p_dtype is None or not hasattr(g, "ndim") or not hasattr(p, "ndim"):
+            return True
+        return g_dtype == p_dtype and g.ndim == p.ndim
+
     for params in declared:
-        if len(params) == len(given) and all(context.can_convert(g, p) for g, p in zip(given, params, strict=True)):
+        if len(params) == len(given) and all(fits(g, p) for g, p in zip(given, params, strict=True)):
             return None
     name = getattr(fn, "__name__", "kernel")
     if len(signatures) == 1:  # numba-cuda launches a kernel of one signature without checking what it is given
