@@ -36,7 +36,7 @@ def test_quantize_is_per_row_symmetric_and_within_half_a_step(seed):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n,k", [(48, 96), (37, 1028), (130, 2100)])
+@pytest.mark.parametrize("n,k", [(48, 96), (37, 1028), (19, 2100)])
 def test_int8_gemv_matches_float64_of_the_dequantized_weights(n, k, dtype, monkeypatch):
     # rows and K that divide no tile; each config with and without its prefetch, split or not
     pytest.importorskip("triton")
@@ -62,7 +62,7 @@ def test_int8_gemv_matches_float64_of_the_dequantized_weights(n, k, dtype, monke
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bf16: the X64 and AFFINE forms too
-@pytest.mark.parametrize("n,k", [(40, 1028), (9, 96)])
+@pytest.mark.parametrize("n,k", [(19, 1028), (9, 96)])
 def test_int8_gemv_fused_forms_match_float64(n, k, dtype):
     # the norm prologue (one pass, and two passes when split), SiLU(gate) * up, the residual, as V5 runs them
     pytest.importorskip("triton")
