@@ -203,7 +203,7 @@ def test_every_example_cpu_path(tmp_path, name):
     if "from scipy" in (workload.EXAMPLES_DIR / f"{name}.py").read_text():
         pytest.importorskip("scipy")
     # two jobs: one candidate compiles while another is checked (timing stays one at a time): ~1/3 less time here
-    run = optimize(name, device="cpu", out=tmp_path / name, scale=0.01, time_budget=90, bench_budget_s=0.2, jobs=2)
+    run = optimize(name, device="cpu", out=tmp_path / name, scale=0.01, time_budget=90, bench_budget_s=0.05, jobs=2)
     assert run.results["original"]["status"] == "ok", run.results["original"]
     md = (tmp_path / name / "report.md").read_text()
     assert "## A — Summary" in md and "## E — How to profile" in md
