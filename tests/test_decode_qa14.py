@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from decode_cli_helpers import SMALL
+from decode_cli_helpers import SMALL, cli
 from signal_helpers import ignoring, tagged_processes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +245,7 @@ def test_tp2_on_gpus_says_rank_0s_steps_and_honours_the_time_cap(tmp_path):
 
 # --- a run stopped part-way into a folder that holds a complete decode.json ------------------------------------------
 
-def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path):
+def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path, capsys):
     """The run rewrote --out's decode.json as each rung ended: a complete file from an earlier run there was replaced
     by the first partial write, and a run then stopped (or killed) lost it. Now the partial goes beside it as
     decode.partial.json, the line says so, and a run that finishes removes its decode.partial.json."""
@@ -256,8 +256,8 @@ def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path):
     out = tmp_path / "out"
     args = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
             "--no-hf", "--no-profile", "--budget", "0.5", "--variants", "V0,V2", "--out", str(out)]
-    p = _decode(*args)
-    assert p.returncode == 0, p.stderr[-3000:]
+    rc, cap = cli(args, capsys)  # the complete runs in this process: only the stopped one needs its own
+    assert rc == 0, cap.err[-3000:]
     complete = (out / "decode.json").read_text()
     rc, _, err = stopped(["decode", *args], signal.SIGTERM, "now tiny_fp32 V0", ROOT)
     assert rc == 143, err[-3000:]
@@ -266,8 +266,8 @@ def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path):
     assert partial["params"]["partial"] is True and [r["variant"] for r in partial["rows"]] == ["V2"]
     last = err.strip().splitlines()[-1]
     assert str(out / "decode.partial.json") in last and f"the complete {out / 'decode.json'} is kept" in last, last
-    p = _decode(*args)
-    assert p.returncode == 0, p.stderr[-3000:]
+    rc, cap = cli(args, capsys)
+    assert rc == 0, cap.err[-3000:]
     assert not (out / "decode.partial.json").exists()
     assert (out / "decode.json").read_text() != complete  # the finished run's
 
