@@ -24,14 +24,24 @@ def _gpuspeed(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, timeout=300)
 
 
+def _in_process(args: list[str], capsys) -> tuple[int, str, str]:
+    """`gpuspeed ARGS` in this process, where the test is not about the process: (exit code, stdout, stderr)."""
+    from gpuspeed.cli import main
+
+    capsys.readouterr()
+    rc = main(args)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
 # -- 1. an interrupted run keeps a complete file already in --out ------------------------------------------------
 
-def test_roofline_stopped_keeps_the_complete_roofline_json_already_there(tmp_path):
+def test_roofline_stopped_keeps_the_complete_roofline_json_already_there(tmp_path, capsys):
     # a whole `gpuspeed roofline --out DIR` ran; a second one into the same folder was stopped by `timeout`: its partial
     # roofline.json replaced the good one (the roof kernel reports and notebooks read), which was lost
     out = tmp_path / "res"
-    done = _gpuspeed("roofline", "--quick", "--no-place", "--no-sweep", "--out", str(out), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    rc, _, err = _in_process(["roofline", "--quick", "--no-place", "--no-sweep", "--out", str(out)], capsys)
+    assert rc == 0, err[-3000:]
     whole = (out / "roofline.json").read_text()
     assert not json.loads(whole)["params"].get("partial")
     rc, _, err = stopped(["roofline", "--quick", "--no-place", "--out", str(out)], signal.SIGTERM,
@@ -50,12 +60,12 @@ def test_roofline_stopped_keeps_the_complete_roofline_json_already_there(tmp_pat
     assert ceilings_from_results(read_results(out / "roofline.json")).rows  # still the roof it was
 
 
-def test_launch_stopped_keeps_the_complete_launch_json_already_there(tmp_path):
+def test_launch_stopped_keeps_the_complete_launch_json_already_there(tmp_path, capsys):
     out = tmp_path / "res"
     args = ["launch", "--ks", "1,2,4", "--ns", "1000", "--variants", "eager", "--tiny-k", "10", "--budget", "0.05",
             "--out", str(out)]
-    done = _gpuspeed(*args, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    rc, _, err = _in_process(args, capsys)
+    assert rc == 0, err[-3000:]
     whole = (out / "launch.json").read_text()
     rc, _, err = stopped(args, signal.SIGTERM, "; now fusion N=1e+03 copy", tmp_path)
     assert rc == 143, (rc, err[-3000:])
@@ -185,16 +195,16 @@ def test_profile_function_that_calls_sys_exit_is_one_line_and_2(tmp_path, code):
     assert "Traceback" not in r.stderr and not out.exists()
 
 
-def test_bench_demo_with_a_shape_given_does_not_say_it_ran_smaller(tmp_path):
+def test_bench_demo_with_a_shape_given_does_not_say_it_ran_smaller(capsys):
     # `gpuspeed bench --rows 8 --cols 8` on a CPU noted "both versions run on the CPU, at a smaller size": the size was
     # the user's own
-    r = _gpuspeed("bench", "--rows", "8", "--cols", "8", "--budget", "0.1", "--json", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    doc = json.loads(r.stdout)
+    rc, stdout, err = _in_process(["bench", "--rows", "8", "--cols", "8", "--budget", "0.1", "--json"], capsys)
+    assert rc == 0, err[-2000:]
+    doc = json.loads(stdout)
     assert doc["params"]["shape"] == [8, 8]
     assert not any("smaller size" in n for n in doc["notes"]), doc["notes"]
-    default = _gpuspeed("bench", "--budget", "0.1", "--json", cwd=tmp_path)
-    assert any("smaller size" in n for n in json.loads(default.stdout)["notes"])  # the CPU default shape: it is
+    rc, stdout, _ = _in_process(["bench", "--budget", "0.1", "--json"], capsys)
+    assert rc == 0 and any("smaller size" in n for n in json.loads(stdout)["notes"])  # the CPU default shape: it is
 
 
 def _broken_torch_env(tmp_path: Path) -> dict:
