@@ -156,17 +156,16 @@ def test_the_host_guard_counts_what_check_of_a_bf16_cuda_tensor_really_allocates
 
 # -- a complete results file takes the place of the partial ones of its study ---------------------------------------
 
-def _gpuspeed_cli(args: list[str], cwd):
-    import subprocess
-    import sys
+def _gpuspeed_cli(args: list[str], capsys) -> tuple[int, str]:
+    """`gpuspeed ARGS` in this process (only the stopped run needs a process of its own): (exit code, stderr)."""
+    from gpuspeed.cli import main
 
-    from test_interrupt_qa13 import _env
+    capsys.readouterr()
+    rc = main(args)
+    return rc, capsys.readouterr().err
 
-    return subprocess.run([sys.executable, "-m", "gpuspeed", *args], capture_output=True, text=True, env=_env(),
-                          cwd=cwd, timeout=300)
 
-
-def test_a_complete_run_removes_the_partial_files_a_stopped_run_left(tmp_path):
+def test_a_complete_run_removes_the_partial_files_a_stopped_run_left(tmp_path, capsys):
     # complete run, stopped run (launch.partial.json/.md/.png beside the complete launch.json), complete run again: the
     # stopped run's files stayed, and a reader of the folder saw two launch results
     import json
@@ -177,13 +176,13 @@ def test_a_complete_run_removes_the_partial_files_a_stopped_run_left(tmp_path):
     out = tmp_path / "res"
     args = ["launch", "--ks", "1,2,4", "--ns", "1000", "--variants", "eager", "--tiny-k", "10", "--budget", "0.05",
             "--out", str(out)]
-    assert _gpuspeed_cli(args, tmp_path).returncode == 0
+    assert _gpuspeed_cli(args, capsys)[0] == 0
     rc, _, err = stopped(args, signal.SIGTERM, "; now fusion N=1e+03 copy", tmp_path)
     assert rc == 143 and (out / "launch.partial.json").is_file(), err[-3000:]
     (out / "roofline.partial.json").write_text("{}")  # another study's: not this run's to remove
     (out / "launch.partial.json.notes.txt").mkdir()  # not a file: left alone
-    done = _gpuspeed_cli(args, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    rc, err = _gpuspeed_cli(args, capsys)
+    assert rc == 0, err[-3000:]
     assert not json.loads((out / "launch.json").read_text())["params"].get("partial")
     left = sorted(p.name for p in out.iterdir())
     assert left == ["launch.json", "launch.md", "launch.partial.json.notes.txt", "launch.png", "roofline.partial.json"]
