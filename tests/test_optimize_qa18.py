@@ -319,3 +319,33 @@ def test_a_gather_loop_is_a_parallel_map_and_a_scatter_loop_says_repeats_race():
     assert found["_gather"]["kind"] == "parallel-map", found["_gather"]["verdict"]
     verdict = found["_scatter"]["verdict"]
     assert "iterations independent" not in verdict and "out[idx[i]]" in verdict and "repeat" in verdict, verdict
+
+
+def _last_writer(a):
+    out = np.zeros(2)
+    for i in range(len(a)):
+        out[0] = a[i] * 2.0
+        out[1] = out[1] + a[i]  # beside it, a plain reduction into another element
+    return out
+
+
+def _own_scratch(a):
+    out = np.zeros_like(a)
+    for i in range(len(a)):
+        tmp = np.empty(1)  # made by each iteration: its element is the iteration's own
+        tmp[0] = a[i] * 2.0
+        out[i] = tmp[0]
+    return out
+
+
+def test_a_loop_writing_one_fixed_element_is_not_called_independent():
+    # `out[0] = a[i] * 2` in every iteration was a parallel-map, "iterations independent": in order the last
+    # iteration's value stays, one GPU thread per iteration leaves any thread's
+    import gpuspeed
+
+    a = np.random.default_rng(1).standard_normal(2000)
+    (loop,) = gpuspeed.profile(_last_writer, a, steps=1, warmup=0, device="cpu").hotspots["hot_loops"]
+    verdict = loop["verdict"]
+    assert "iterations independent" not in verdict and "out[0]" in verdict and "last iteration" in verdict, verdict
+    (loop,) = gpuspeed.profile(_own_scratch, a, steps=1, warmup=0, device="cpu").hotspots["hot_loops"]
+    assert "same element" not in loop["verdict"], loop["verdict"]

@@ -129,6 +129,14 @@ def _verdict(kind: str, deps: dict, on_arrays: bool, depth: int, inner: list) ->
             text += (f"; the inner loop at line {par[0]['line']} is {par[0]['kind']}: make it the kernel, one "
                      "launch per outer iteration")
         return text
+    if kind in ("parallel-map", "reduction", "control-flow") and deps.get("last_writes"):
+        last = deps["last_writes"][0]
+        what = f"{last['name']} (`{last['code']}`, line {last['line']})" if last.get("code") else \
+            f"{last['name']} (line {last['line']})"
+        return (f"every iteration writes the same element, {what}: in order the last iteration's value stays, in "
+                "parallel any thread's may; compute that element once from the last iteration, outside the loop, "
+                "then run the rest as one GPU thread per iteration (or a reduction, if the element was meant to "
+                "gather every iteration's value)")
     if kind == "vectorize":
         return "vectorize: the loop calls array functions per iteration; batch them into one call"
     if kind == "reduction":
@@ -219,8 +227,12 @@ def dependences(loop, first_line: int = 1, lines: list | None = None, aliases: d
             assigned.setdefault(key, line)
         if kind == "update":
             updates[key].append(extra)
-    recurrences, reductions, inductions = [], [], []
+    recurrences, reductions, inductions, last_writes = [], [], [], []
     for key, (kind, line) in first.items():
+        if kind == "write" and "[" in key and key.split("[")[0] not in variant:
+            # `out[0] = ...`: one element of an array from outside, written by every iteration; in order the last
+            # iteration's value stays, in parallel any thread's may (a scalar name is the iteration's own instead)
+            last_writes.append({"name": key} | at(line))
         if not kinds[key] & {"write", "update"} or kind == "write":
             continue  # only read, or assigned before it is read in each iteration: private to the iteration
         ups = updates[key]
@@ -263,7 +275,7 @@ def dependences(loop, first_line: int = 1, lines: list | None = None, aliases: d
             scatters.append({"name": f"{store['base']}[{store['index']}]"} | at(store["line"]))
     _same_elements(scan, variant - inner_vars, recurrences, reductions, at)
     return {"recurrences": recurrences, "reductions": reductions, "inductions": inductions, "reads_ahead": reads_ahead,
-            "permutations": permutations, "scatters": scatters,
+            "permutations": permutations, "scatters": scatters, "last_writes": last_writes,
             # elements written at indices that vary, over a range (not a dict's keys): a copy or gather is work on arrays
             "element_stores": len(scan.stores) if _range_step(loop) is not None else 0}
 
