@@ -349,3 +349,18 @@ def test_a_loop_writing_one_fixed_element_is_not_called_independent():
     assert "iterations independent" not in verdict and "out[0]" in verdict and "last iteration" in verdict, verdict
     (loop,) = gpuspeed.profile(_own_scratch, a, steps=1, warmup=0, device="cpu").hotspots["hot_loops"]
     assert "same element" not in loop["verdict"], loop["verdict"]
+
+
+def test_a_profile_of_one_step_says_one_step():
+    # "cpu, 1 steps"
+    from rich.console import Console
+
+    import gpuspeed
+    from gpuspeed.profiling.report import markdown, print_report
+
+    res = gpuspeed.profile(np.cumsum, np.arange(1000.0), steps=1, warmup=0, device="cpu")
+    console = Console(record=True, width=200)
+    print_report(res, console)
+    for text in (markdown(res), console.export_text()):
+        assert "1 step)" in text or "1 step." in text, text[:300]
+        assert "1 steps" not in text, text[:300]

@@ -84,7 +84,7 @@ def markdown(res, level: int = 2) -> str:
     """The profile as a Markdown section; `level` is the heading level of its title."""
     h = "#" * level
     f = res.findings
-    lines = [f"{h} Profile: {res.name} ({res.device}, {res.steps} steps)", ""]
+    lines = [f"{h} Profile: {res.name} ({res.device}, {res.steps} step{'' if res.steps == 1 else 's'})", ""]
     if res.trace_path:
         lines += [f"Chrome trace: `{res.trace_path}` (open in https://ui.perfetto.dev)", ""]
     bi = f.get("busy_idle")
@@ -148,7 +148,8 @@ def print_report(res, console) -> None:
 
     f = res.findings
     trace = res.trace_path or "not kept (--out DIR, or trace_path=, keeps it)"
-    console.print(f"[bold]Profile of {escape(res.name)}[/] on {res.device}, {res.steps} steps. Trace: {escape(trace)}")
+    steps = f"{res.steps} step{'' if res.steps == 1 else 's'}"
+    console.print(f"[bold]Profile of {escape(res.name)}[/] on {res.device}, {steps}. Trace: {escape(trace)}")
     bi = f.get("busy_idle")
     if bi:
         console.print(f"GPU busy {_pct(bi['busy_share'])} of {format_time(bi['window_s'])}; idle: "
