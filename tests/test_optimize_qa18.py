@@ -127,8 +127,12 @@ def test_section_es_profile_command_runs_as_pasted(tmp_path):
     where.mkdir()
     path = where / "smooth.py"
     path.write_text(WORKLOAD)
-    line = next(ln for ln in _report_of(path).splitlines() if "gpuspeed profile --function" in ln)
-    command = line.split("`")[3]
+    report = _report_of(path)
+    line = next(ln for ln in report.splitlines() if "gpuspeed profile --function" in ln)
+    command = next(part for part in line.split("`") if part.startswith("gpuspeed profile --function"))
+    # the cProfile command runs the optimized script (its CPU fallback and its check), and was labelled the original's
+    cprofile = next(ln for ln in report.splitlines() if "python -m cProfile" in ln)
+    assert cprofile.startswith("- The script on the CPU") and "original, line by line" in line, (cprofile, line)
     words = shlex.split(command)
     assert words[:4] == ["gpuspeed", "profile", "--function", f"{path}:original"], words
     assert "x=float64[64,8]" in words and "n=int:3" in words and "alpha=float:0.5" in words, words

@@ -257,11 +257,13 @@ def _profiling_guide(run, args) -> list[str]:
     backend = run.results[p]["recipe"]["backend"] if p else ""
     command = profile_command(wl, args)
     L = ["Commands:", "",
-         f"- Python side of the original: `python -m cProfile -s cumtime {script} --cpu`"
-         + (f" and `{command}` (its arguments' dtypes and shapes, seeded random values)" if command else
-            f"; `gpuspeed profile --function` takes arrays and numbers as --input, and {wl.func}'s arguments are "
-            "not all of those: profile a script that calls it"),
-         f"- The optimized script's own benchmark (CUDA events, warm-up, median): `python {script} --bench`",
+         (f"- The original, line by line and call by call: `{command}` (its arguments' dtypes and shapes, seeded "
+          "random values)" if command else
+          f"- The original: `gpuspeed profile --function` takes arrays and numbers as --input, and {wl.func}'s "
+          "arguments are not all of those: profile a script that calls it"),
+         f"- The script on the CPU, function by function: `python -m cProfile -s cumtime {script} --cpu` (its CPU "
+         "fallback and its check against the original)",
+         f"- The optimized script's own benchmark (warm-up, median; CUDA events on a GPU): `python {script} --bench`",
          "- torch timing by hand: `s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); "
          "s.record(); f(x); e.record(); torch.cuda.synchronize(); s.elapsed_time(e)`",
          "- CuPy timing by hand: `cupyx.profiler.benchmark(f, (x,), n_repeat=100)` or `cupy.cuda.Event()` pairs",
