@@ -23,8 +23,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def decode(
         model: str = typer.Option("tiny", "--model", help="tiny, smollm2-135m, llama-3.2-1b, llama-3-8b, "
-                                                          "llama-3-70b (random weights; the 70B with --tp only) or a "
-                                                          "path to a .gguf file or an HF folder."),
+                                                          "llama-3-70b (random weights; the 70B needs --tp N, or "
+                                                          "--layers to cut it) or a path to a .gguf file or an HF "
+                                                          "folder."),
         dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
         variants: str = typer.Option("all", "--variants", help="Comma-separated: V0,V1,V2,V3,V4,V4c,V5, or all."),
         batch: int = typer.Option(1, "--batch", help="Sequences decoded together."),
