@@ -17,6 +17,33 @@ def cli(args, capsys):
     return rc, capsys.readouterr()
 
 
+def run_benchmark(script: str, *argv):
+    """`python benchmarks/<script> ARGV` run in this process through its main() (a merge reads and writes files: it
+    needs no process of its own, and each would import torch again): .returncode, .stdout and .stderr as a process's."""
+    import contextlib
+    import importlib.util
+    import io
+    import sys
+    import types
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / script
+    spec = importlib.util.spec_from_file_location(f"_benchmark_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, err, argv_before = io.StringIO(), io.StringIO(), sys.argv
+    sys.argv = [str(path), *map(str, argv)]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = module.main()
+            except SystemExit as exc:  # argparse's usage errors
+                rc = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    finally:
+        sys.argv = argv_before
+    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 def one_line(rc, cap, needle):
     """A user mistake: exit 2 and one `gpuspeed: error:` line on stderr naming `needle`, no traceback."""
     assert rc == 2, cap.err

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from decode_cli_helpers import SMALL, TINY, cli, one_line
+from decode_cli_helpers import SMALL, TINY, cli, one_line, run_benchmark
 
 
 def test_a_run_in_a_pipe_prints_a_line_per_step_on_stderr_and_json_stays_on_stdout(capsys):
@@ -25,7 +25,6 @@ def test_a_run_in_a_pipe_prints_a_line_per_step_on_stderr_and_json_stays_on_stdo
 # --- the study's merging: benchmarks/decode.py --merge/--keep, decode_tp.py --merge/--merge-int8 -------------------
 
 import copy  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -59,28 +58,7 @@ def _put(doc, path: Path) -> Path:
 
 
 def _bench(*argv, script="decode.py"):
-    """`python benchmarks/<script> ARGV` run in this process through its main() (a merge reads and writes files: no
-    process of its own is needed, and each would import torch again): its exit code, stdout and stderr."""
-    import contextlib
-    import importlib.util
-    import io
-    import types
-
-    path = ROOT / "benchmarks" / script
-    spec = importlib.util.spec_from_file_location(f"_benchmark_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out, err, argv_before = io.StringIO(), io.StringIO(), sys.argv
-    sys.argv = [str(path), *map(str, argv)]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = module.main()
-            except SystemExit as exc:  # argparse's usage errors
-                rc = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    finally:
-        sys.argv = argv_before
-    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+    return run_benchmark(script, *argv)
 
 
 def _refused(p, *needles):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from decode_cli_helpers import SMALL, cli
+from decode_cli_helpers import SMALL, cli, run_benchmark
 from signal_helpers import ignoring, tagged_processes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,8 +68,7 @@ def _put(doc, path: Path) -> Path:
 
 
 def _bench(*argv):
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), *map(str, argv)],
-                          capture_output=True, text=True, cwd=ROOT)
+    return run_benchmark("decode.py", *argv)
 
 
 def _tp_of_rows(doc):
