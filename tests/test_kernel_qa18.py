@@ -520,3 +520,34 @@ def test_a_kernel_of_one_signature_is_refused_only_for_other_element_types_or_di
     assert "float64" in mismatch(one, (x.astype(np.float64), x), simulated=False)
     assert "2d" in mismatch(one, (x.reshape(2, 4), x), simulated=False)
     assert mismatch(one, (x,), simulated=False) is not None  # one argument short
+
+
+TRITON_MATH = """
+    import math
+
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def expo(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        tl.store(o_ptr + offs, math.exp(x), mask=m)
+
+
+    def launch(x):
+        o = torch.empty_like(x)
+        expo[(triton.cdiv(x.numel(), 64),)](x, o, x.numel(), BLOCK=64)
+        return o
+    """
+CASES["python math"] = ({"pymath.py": TRITON_MATH}, ("pymath.py:launch", "--input", "x=float32[100]"))
+
+
+def test_pythons_math_on_a_block_names_the_line_and_the_triton_function(cli):
+    # "launch raised InterpreterError: TypeError('only 0-dimensional arrays can be converted to Python scalars')" and
+    # nothing else: which call, on which line, and what to use instead
+    line = one_error(cli["python math"])
+    assert "line 14 of expo" in line and "math.exp(x)" in line and "use tl.exp" in line, line

@@ -354,6 +354,28 @@ def make_args(fn, module, specs: list[str], *, seed: int, backend: str,
     return (), {}, notes, None
 
 
+def _python_math_on_a_block(exc: BaseException) -> str:
+    """' (line N of the kernel calls math.exp on a block ...)' when an interpreted Triton kernel handed a block of values
+    to one of Python's math functions (the interpreter's "only 0-dimensional arrays can be converted to Python
+    scalars"); '' otherwise."""
+    import re
+    import traceback
+
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if "can be converted to Python scalars" in str(e):
+            for frame in reversed(traceback.extract_tb(e.__traceback__)):
+                line = frame.line or ""
+                call = re.search(r"\bmath\.(\w+)\(", line)
+                if call:
+                    return (f" (line {frame.lineno} of {frame.name}, `{line.strip()}`, calls Python's math.{call[1]} on "
+                            f"a block of values, where it takes one number: in a Triton kernel use tl.{call[1]} or "
+                            "tl.math / libdevice)")
+        e = e.__cause__ or e.__context__
+    return ""
+
+
 def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed: bool = False,
                         gpu: bool = True) -> str:
     """What to change when the launcher failed on the arguments the file's inputs(rng) made ('' when nothing fits):
@@ -371,6 +393,9 @@ def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed
         return (f" (Numba's CUDA simulator, which runs the kernel without a GPU, has no {name}, which a GPU has: check "
                 "this kernel on a GPU, or give it a stand-in under NUMBA_ENABLE_CUDASIM=1, as the bundled row_stats "
                 "kernel exchanges its warp's values through shared memory there)")
+    scalar_call = _python_math_on_a_block(exc)
+    if scalar_call:
+        return scalar_call
     text = str(exc).lower()
     if not gpu and ("cuda" in text or "nvidia driver" in text):
         return (" (without a GPU the launcher runs on the CPU under the interpreters, so it must not ask for CUDA "
