@@ -8,6 +8,7 @@ import torch
 from gpuspeed.decode import checkpoints as C, model as M, variants as V
 from gpuspeed.decode.generate import Sampling, generate, sample
 from gpuspeed.verify import check
+from decode_cli_helpers import run_benchmark
 
 MICRO = dict(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96)
 
@@ -436,13 +437,8 @@ def _decode_benchmark():
 def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
     """benchmarks/decode.py --merge RUN --keep OLD: the re-run model's rows and keys replace the old ones; the
     other models keep theirs, each stamped with its own commit in params.runs."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from gpuspeed.decode import study
 
-    root = Path(__file__).resolve().parents[1]
     bench = _decode_benchmark()
 
     def run(model, dtype, ms, git, quant=None):
@@ -461,9 +457,8 @@ def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
     (tmp_path / "new" / "runs" / "tiny_fp32" / "decode.json").write_text(json.dumps(run("tiny", "fp32", 0.1, "bbb")))
     assert [bench._key(d) for d in bench.split(old)] == [("tiny", "fp32", None, 1), ("big", "bf16", None, 1),
                                                          ("big", "bf16", "int8", 1)]
-    p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out"),
-                        "--merge", str(tmp_path / "new"), "--keep", str(tmp_path / "old.json")],
-                       capture_output=True, text=True, cwd=root)
+    p = run_benchmark("decode.py", "--out", tmp_path / "out", "--merge", tmp_path / "new", "--keep",
+                      tmp_path / "old.json")
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "out" / "decode.json").read_text())
     assert doc["summary"] == {"tiny_fp32_best_ms_per_token": 0.1, "big_bf16_best_ms_per_token": 4.0,
@@ -478,17 +473,11 @@ def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):
 def test_benchmark_merge_drops_replaced_runs_stamp_notes_and_refuses_an_empty_merge(tmp_path):
     # a note on a git stamp corrected to another run's commit goes with that run; a merge of nothing is bad input:
     # one line, exit 2, no empty --out left behind
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     bench = _decode_benchmark()
     note = "git corrected after the run from 5830fb9 (a stale copy) to 5b6b30f, the commit whose tree the call ran"
     assert bench._names_run(note, "5b6b30ffa00c") and not bench._names_run(note, "5d8df7f32a22")
     assert bench._names_run("any other note", "5d8df7f32a22")
-    p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out"),
-                        "--merge", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=root)
+    p = run_benchmark("decode.py", "--out", tmp_path / "out", "--merge", tmp_path / "nothing")
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no runs/*/decode.json" in p.stderr
     assert not (tmp_path / "out").exists()
 
@@ -501,13 +490,7 @@ def test_benchmark_merge_drops_replaced_runs_stamp_notes_and_refuses_an_empty_me
     (["--keep", "old.json"], "--keep needs --merge"),
 ])
 def test_benchmark_refuses_bad_input_in_one_line_before_making_out(tmp_path, argv, says):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    p = subprocess.run([sys.executable, str(root / "benchmarks" / "decode.py"), "--out", str(tmp_path / "out")] + argv,
-                       capture_output=True, text=True, cwd=root)
+    p = run_benchmark("decode.py", "--out", tmp_path / "out", *argv)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and says in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
 
