@@ -226,6 +226,7 @@ def test_the_optimize_tables_speedup_is_the_one_the_run_ranked_by(tmp_path, monk
     run = _ranked_run(tmp_path)
     run.paths = {"report": str(tmp_path / "report.md"), "script": str(tmp_path / "optimized_wl.py")}
     monkeypatch.setattr(pipeline, "optimize", lambda *a, **kw: run)  # the table is what is tested, not the run
+    monkeypatch.setenv("COLUMNS", "250")  # one table row a line, whatever terminal (or none, under xdist) runs this
     assert main(["optimize", "wl.py", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if "numpy-fp32" in ln and "correct" in ln)
