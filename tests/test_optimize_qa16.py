@@ -56,13 +56,24 @@ LOOPS = """
 
 def _loop(tmp_path, name: str) -> dict:
     """The one hot loop nest `gpuspeed profile --function loops.py:<name> --json` reports."""
+    import contextlib
+    import io
+    import os
+
+    from gpuspeed.cli import main
+
     p = tmp_path / "loops.py"
     p.write_text(textwrap.dedent(LOOPS))
-    r = subprocess.run([*GPUSPEED, "profile", "--function", f"{p}:{name}", "--input", "x=float64[3000]" if name in (
-        "argmax", "argmax_pair", "largest") else "a=float64[3000]", "--json"], capture_output=True, text=True, timeout=300,
-        cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    (loop,) = json.loads(r.stdout)["hotspots"]["hot_loops"]
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(tmp_path)  # in this process (the classification is the point, not the process), from the same folder
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["profile", "--function", f"{p}:{name}", "--input", "x=float64[3000]" if name in (
+                "argmax", "argmax_pair", "largest") else "a=float64[3000]", "--json"])
+    finally:
+        os.chdir(here)
+    assert rc == 0, err.getvalue()[-2000:]
+    (loop,) = json.loads(out.getvalue())["hotspots"]["hot_loops"]
     return loop
 
 
