@@ -29,6 +29,22 @@ def _gpuspeed(args: list[str], cwd: Path, timeout: int = 240) -> subprocess.Comp
                           cwd=cwd, timeout=timeout)
 
 
+def _in_process(args: list[str], cwd: Path, capsys) -> subprocess.CompletedProcess:
+    """`gpuspeed ARGS` through gpuspeed.cli.main in this process, from `cwd`: for a refusal made before anything runs
+    (a process would only import torch again)."""
+    from gpuspeed.cli import main
+
+    here = os.getcwd()
+    capsys.readouterr()
+    os.chdir(cwd)
+    try:
+        rc = main(args)
+    finally:
+        os.chdir(here)
+    cap = capsys.readouterr()
+    return subprocess.CompletedProcess(["gpuspeed", *args], rc, cap.out, cap.err)
+
+
 def _write(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text))
@@ -115,7 +131,7 @@ def test_launch_explain_of_a_function_that_raises_names_the_line(tmp_path):
     (["--input", "x=float32[100,10]", "--input", "n=int:5", "--input", "y=int:3"],
      "has no argument y: --input y=int:3 names none of f's arguments (x, n)"),
 ])
-def test_function_inputs_that_do_not_fit_its_arguments_are_a_usage_error(tmp_path, inputs, says):
+def test_function_inputs_that_do_not_fit_its_arguments_are_a_usage_error(tmp_path, capsys, inputs, says):
     # gpuspeed made the call: 'f raised TypeError: f() missing 1 required positional argument' blamed the function
     target = _write(tmp_path, "fn_qa17.py", """\
         import numpy as np
@@ -123,7 +139,7 @@ def test_function_inputs_that_do_not_fit_its_arguments_are_a_usage_error(tmp_pat
         def f(x, n):
             return float(x[:n].sum())
         """)
-    done = _gpuspeed(["profile", "--no-hotspots", "--function", f"{target}:f", *inputs], cwd=tmp_path)
+    done = _in_process(["profile", "--no-hotspots", "--function", f"{target}:f", *inputs], tmp_path, capsys)
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert len(lines) == 1 and "raised" not in lines[0], done.stderr
@@ -213,13 +229,13 @@ def test_roofline_into_a_folder_holding_another_devices_roofline_says_it_replace
     assert step and first < step.start(), "said before the measuring starts"
 
 
-def test_a_positional_only_argument_is_named_as_such_not_as_missing(tmp_path):
+def test_a_positional_only_argument_is_named_as_such_not_as_missing(tmp_path, capsys):
     target = _write(tmp_path, "posonly_qa17.py", """\
         def f(x, /, n=2):
             return x * n
         """)
-    done = _gpuspeed(["profile", "--no-hotspots", "--function", f"{target}:f", "--input", "x=float32[8]"],
-                     cwd=tmp_path)
+    done = _in_process(["profile", "--no-hotspots", "--function", f"{target}:f", "--input", "x=float32[8]"],
+                       tmp_path, capsys)
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert len(lines) == 1 and "f takes x by position only" in lines[0], done.stderr
