@@ -119,3 +119,19 @@ def test_measure_chunk_plan_on_the_host():
     plan = measure_chunk_plan(run_chunk, 2_000_000, 6_000_000, "256MiB", device="cpu")
     assert plan.bytes_per_item == pytest.approx(8, rel=0.25)
     assert plan.max_chunk == pytest.approx((0.85 * 256 * 2**20 - plan.fixed_bytes) / plan.bytes_per_item, rel=1e-6)
+
+
+def test_measuring_numpy_code_on_the_cpu_does_not_import_torch():
+    # peak_memory and bench of NumPy code on the CPU imported torch (~1.3 s) only to name the CPU and its memory
+    # (get_device checked CUDA for a note): every NumPy or Numba candidate's worker in `gpuspeed optimize` paid it
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np, gpuspeed\n"
+            "x = np.ones(1000)\n"
+            "r = gpuspeed.peak_memory(np.cumsum, x, device='cpu')\n"
+            "m = gpuspeed.bench(np.cumsum, x, device='cpu', budget_s=0.01)\n"
+            "assert r.total_bytes and m.device, (r, m.device)\n"
+            "print('torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr[-2000:]

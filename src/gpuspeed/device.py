@@ -323,8 +323,7 @@ def get_device(device: str = "auto", index: int | None = None) -> DeviceInfo:
     kind = resolve_device(device)
     if kind == "cpu":
         note = None if cuda_available() else "no CUDA device: running on the CPU"
-        return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine() or "cpu",
-                          mem_bytes=_host_mem_bytes(), note=note)
+        return DeviceInfo(kind="cpu", name=host_name(), mem_bytes=_host_mem_bytes(), note=note)
     import torch
 
     idx = torch.cuda.current_device() if index is None else index
@@ -342,6 +341,11 @@ def get_device(device: str = "auto", index: int | None = None) -> DeviceInfo:
         mem_bytes=int(p.total_memory), l2_bytes=int(getattr(p, "L2_cache_size", 0)) or None,
         driver=driver, cuda=torch.version.cuda, clocks=read_clocks(idx),
     )
+
+
+def host_name() -> str:
+    """The CPU's name as get_device("cpu") gives it, without importing torch (its CUDA check costs ~1.3 s)."""
+    return platform.processor() or platform.machine() or "cpu"
 
 
 def _host_mem_bytes() -> int | None:

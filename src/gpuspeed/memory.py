@@ -358,7 +358,7 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
              "host memory it already holds: a repeated measurement of torch CPU code can read low)"]
     peak = int(max(traced, rss_delta))
     return MemoryReport(device="cpu", peak_bytes=peak, host_peak_bytes=peak,
-                        total_bytes=_device.get_device("cpu").mem_bytes, peak_source="host", notes=notes)
+                        total_bytes=_device._host_mem_bytes(), peak_source="host", notes=notes)  # no torch import
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -126,6 +126,6 @@ def bench_host(fn, argsets, name: str, stopper: Stopper, warmup_s: float, rotate
         if gpu.profiled_before():
             notes.append(gpu.PROFILED_NOTE)
     # with device_sync the time may be the GPU's: name the GPU, mode "cpu" names the clock
-    where = _device.get_device("cuda" if device_sync else "cpu").name
+    where = _device.get_device("cuda").name if device_sync else _device.host_name()  # no torch import for NumPy code
     return summarize(samples, name=name, device=where, mode="cpu", flush_l2=flush_l2, calls_per_sample=per_sample,
                      flush=flush_done, device_sync=device_sync, rotate=rotate, notes=notes)
