@@ -19,7 +19,14 @@ def test_a_run_in_a_pipe_prints_a_line_per_step_on_stderr_and_json_stays_on_stdo
     said = "\n".join(lines)
     for step in ("loading model", "read ceiling", "now tiny_fp32 V2"):
         assert step in said, said
-    assert " 3/3 tiny_fp32 V2: " in lines[-1] and "now" not in lines[-1], lines  # the last step's end is said too
+    # the last step's end is said too: V2's (3/3), or, where a rung read faster than the ceiling measured on a busy
+    # machine, the ceiling measured again after it (4/4)
+    import re
+
+    assert any(re.search(r" 3/[34] tiny_fp32 V2: ", ln) for ln in lines), lines
+    end = re.search(r" (\d+)/(\d+) ", lines[-1])
+    assert end and end[1] == end[2] and "now" not in lines[-1], lines
+    assert end[1] == "3" or "read ceiling again" in said, lines
 
 
 # --- the study's merging: benchmarks/decode.py --merge/--keep, decode_tp.py --merge/--merge-int8 -------------------
