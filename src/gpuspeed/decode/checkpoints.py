@@ -475,9 +475,10 @@ def gguf_args(path: str | Path) -> ModelArgs:
     what study.check_fits counts against the device. The reader is kept for the load that follows (parsing a 49k-token
     vocabulary's metadata takes seconds) and handed over to it once, if the file has not changed since."""
     path = Path(path)
-    opened = _open_gguf(path)
+    key = _file_key(path)
+    opened = _GGUF_OPENED.get(key) or _open_gguf(path)  # asked again about the unchanged file: not parsed again
     _GGUF_OPENED.clear()
-    _GGUF_OPENED[_file_key(path)] = opened
+    _GGUF_OPENED[key] = opened
     return opened[2]
 
 
