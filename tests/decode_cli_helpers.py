@@ -17,20 +17,28 @@ def cli(args, capsys):
     return rc, capsys.readouterr()
 
 
-def run_benchmark(script: str, *argv):
-    """`python benchmarks/<script> ARGV` run in this process through its main() (a merge reads and writes files: it
-    needs no process of its own, and each would import torch again): .returncode, .stdout and .stderr as a process's."""
-    import contextlib
+def benchmark_module(script: str):
+    """benchmarks/<script> imported as a module (it is a script, not part of the package)."""
     import importlib.util
-    import io
-    import sys
-    import types
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / script
     spec = importlib.util.spec_from_file_location(f"_benchmark_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def run_benchmark(script: str, *argv):
+    """`python benchmarks/<script> ARGV` run in this process through its main() (a merge reads and writes files: it
+    needs no process of its own, and each would import torch again): .returncode, .stdout and .stderr as a process's."""
+    import contextlib
+    import io
+    import sys
+    import types
+
+    module = benchmark_module(script)
+    path = module.__file__
     out, err, argv_before = io.StringIO(), io.StringIO(), sys.argv
     sys.argv = [str(path), *map(str, argv)]
     try:

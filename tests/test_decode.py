@@ -424,14 +424,9 @@ def test_v5_judges_its_insides_against_the_reference_fed_its_tokens():
 
 def _decode_benchmark():
     """benchmarks/decode.py as a module (it is a script, not part of the package)."""
-    import importlib.util
-    from pathlib import Path
+    from decode_cli_helpers import benchmark_module
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decode.py"
-    spec = importlib.util.spec_from_file_location("bench_decode", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return benchmark_module("decode.py")
 
 
 def test_benchmark_merge_keeps_the_models_a_new_run_does_not_cover(tmp_path):

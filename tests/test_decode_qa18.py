@@ -48,15 +48,11 @@ def test_a_tilde_no_shell_expanded_is_expanded_as_outs_is(tmp_path, monkeypatch,
 
 def test_the_decode_benchmarks_merge_without_matplotlib_keeps_the_results(tmp_path, monkeypatch, capsys):
     # benchmarks/decode.py wrote the merged decode.json, then its own plot call raised ImportError past it
-    import importlib.util
-    from pathlib import Path
+    from decode_cli_helpers import benchmark_module
 
     from gpuspeed.decode import study
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "decode.py"
-    spec = importlib.util.spec_from_file_location("bench_decode_qa18", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark_module("decode.py")
     run = {"study": "decode", "schema": 1, "command": ["gpuspeed", "decode"], "git": "abc", "created": "c",
            "device": {"name": "NVIDIA H200"}, "versions": {}, "params": {"model": "tiny", "dtype": "fp32"},
            "rows": [{"model": "tiny", "dtype": "fp32", "variant": "V5", "ms_per_token": 0.2}],

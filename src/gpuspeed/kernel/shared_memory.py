@@ -47,15 +47,23 @@ def _shape_node(call: ast.Call) -> ast.expr | None:
 
 
 @functools.lru_cache(maxsize=256)
+def _source_tree(fn):
+    """(the parsed source of fn, its first line in its file), or None where the source cannot be read or parsed."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        return ast.parse(textwrap.dedent("".join(lines))), first
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def shaped_by_arguments(fn) -> str | None:
     """One line when a kernel sizes a shared or local array by one of its own arguments (`cuda.shared.array(n, ...)`
     with n a kernel argument): Numba needs a compile-time constant there and a GPU fails to compile it, where the
     simulator allocates whatever it is given. None otherwise (or where the source cannot be read)."""
-    try:
-        lines, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
+    parsed = _source_tree(fn)
+    if parsed is None:
         return None
+    tree, first = parsed
     kernel = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if kernel is None:
         return None
@@ -131,11 +139,10 @@ def static_shared_arrays(fn) -> tuple[SharedArray, ...]:
         if id(f) in seen or depth > 8:
             return
         seen.add(id(f))
-        try:
-            lines, first = inspect.getsourcelines(f)
-            tree = ast.parse(textwrap.dedent("".join(lines)))
-        except (OSError, TypeError, SyntaxError):
+        parsed = _source_tree(f)
+        if parsed is None:
             return
+        tree, first = parsed
         names, fname = _namespace(f), getattr(f, "__name__", "kernel")
         targets = {}  # id(call) -> the name it is assigned to
         for node in ast.walk(tree):
