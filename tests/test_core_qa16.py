@@ -113,8 +113,11 @@ def test_the_host_guard_counts_the_complex64_copy_of_a_complex32_tensor(monkeypa
     monkeypatch.setattr(gpuspeed.inputs, "host_available_bytes", lambda: 6 * n)
     with pytest.raises(gpuspeed.UserError, match=r"~1\.0 GiB of host copies.*compare it in slices"):
         gpuspeed.check(out, np.zeros(n, dtype=np.complex64))
-    small = torch.zeros(1 << 22, dtype=torch.complex32)
-    ref = np.zeros(small.shape, dtype=np.complex64)
+    # random values, not zeros: one CI run measured a rise of 0 on all-zero tensors (zero-filled huge pages can be
+    # remapped to the shared zero page under memory pressure, dropping RSS before the peak is recorded); 64 MiB
+    # copies, past glibc's largest mmap threshold, so they are fresh pages rather than reused heap
+    small = torch.randn(1 << 23, dtype=torch.complex64).to(torch.complex32)
+    ref = small.to(torch.complex64).numpy().copy()
     gpuspeed.check(small[:4], ref[:4])
     rise = _peak_rise(lambda: gpuspeed.check(small, ref))
     assert rise > 7 * small.numel(), f"{rise / small.numel():.1f} bytes an element: the guard's 8 is wrong"
