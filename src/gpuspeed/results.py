@@ -246,6 +246,25 @@ def _stopped_early(signum, frame):
     raise Terminated(signum) if term else KeyboardInterrupt
 
 
+def _signals_as_python_leaves_them() -> None:
+    """In a process forked from gpuspeed's (a user's Pool worker): SIGTERM and Ctrl-C do what they would under
+    `python script.py`. Left as gpuspeed's Python-level handlers, a SIGTERM landing just before the worker blocked
+    in its queue's semaphore was only noted, never run: Pool.terminate() then waited on it forever (one run in ~8
+    under load). A handler the user's script set is left alone."""
+    import signal
+
+    ours = (_terminated, _stopped_early)
+    with contextlib.suppress(ValueError, OSError):  # no handler can be set here (not the main interpreter)
+        if signal.getsignal(signal.SIGTERM) in ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if signal.getsignal(signal.SIGINT) in ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; a fork made in C code without Python's hooks meets the handlers' own check
+    os.register_at_fork(after_in_child=_signals_as_python_leaves_them)
+
+
 @contextlib.contextmanager
 def stop_signals(keep=None):
     """A command's measuring, stopped from outside. Inside, SIGTERM unwinds like Ctrl-C (it killed the process
