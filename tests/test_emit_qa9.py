@@ -13,7 +13,7 @@ def _script(tmp_path, name, text, backends):
     p = tmp_path / f"{name}.py"
     p.write_text(textwrap.dedent(text))
     out = tmp_path / "out"
-    optimize(p, device="cpu", out=out, backends=backends, time_budget=60, bench_budget_s=0.05)
+    optimize(p, device="cpu", out=out, backends=backends, time_budget=180, bench_budget_s=0.05)
     return out / f"optimized_{name}.py"
 
 

@@ -294,7 +294,7 @@ def test_a_rerun_interrupted_in_the_same_folder_leaves_none_of_the_last_runs_res
 
     (tmp_path / "gauss.py").write_text(textwrap.dedent(GAUSS).replace("x * x", "x * x + 1.0"))  # the code changed
     with pytest.raises(KeyboardInterrupt):
-        optimize(tmp_path / "gauss.py", device="cpu", out=out, backends=["numpy"], time_budget=60, bench_budget_s=0.05,
+        optimize(tmp_path / "gauss.py", device="cpu", out=out, backends=["numpy"], time_budget=180, bench_budget_s=0.05,
                  progress=stop)
     left = {p.name for p in out.iterdir()}
     assert not left & {"report.md", "optimize_gauss.json", "optimize_gauss.png", "optimized_gauss.py"}, left

@@ -353,5 +353,5 @@ def test_resume_refuses_a_run_begun_on_another_device(tmp_path):
     assert saved["device_name"]  # the machine's device, by name, beside 'cpu' / 'cuda'
     run_file.write_text(json.dumps(saved | {"device_name": "NVIDIA H200"}))
     with pytest.raises(UserError, match=r"device_name 'NVIDIA H200' there, '.+' now"):
-        optimize(run.wl.path, device="cpu", out=run.out_dir, backends=["numpy"], time_budget=60,
+        optimize(run.wl.path, device="cpu", out=run.out_dir, backends=["numpy"], time_budget=180,
                  bench_budget_s=0.05, resume=True)

@@ -54,7 +54,7 @@ def test_a_workload_file_name_with_a_dot_or_a_space_gets_its_report_and_script(t
     # leaving the PNG without report.md, the JSON or the script
     p = _write(tmp_path, name, TINY)
     out = tmp_path / "out"
-    run = optimize(str(p), device="cpu", backends=["numpy"], time_budget=30, out=out)
+    run = optimize(str(p), device="cpu", backends=["numpy"], time_budget=180, out=out)
     stem = p.stem
     assert (out / "report.md").is_file() and (out / f"optimized_{stem}.py").is_file()
     doc = json.loads(open(run.paths["json"]).read())
@@ -289,12 +289,12 @@ def test_a_percentage_budget_without_a_gpu_is_a_note_not_an_error(tmp_path):
     # "--budget 80%" was refused on a machine without a GPU ("the device size is unknown"), though no GPU memory
     # is used there; a bad percentage is still refused
     p = _write(tmp_path, "w.py", TINY)
-    run = optimize(str(p), device="cpu", backends=["numpy"], time_budget=30, out=tmp_path / "out", budget="80%")
+    run = optimize(str(p), device="cpu", backends=["numpy"], time_budget=180, out=tmp_path / "out", budget="80%")
     assert any("--budget 80% is a share of a GPU's memory" in n for n in run.notes)
     doc = json.loads(open(run.paths["json"]).read())
     assert doc["params"]["budget_bytes"] is None
     with pytest.raises(UserError, match="percentage must be in"):
-        optimize(str(p), device="cpu", backends=["numpy"], time_budget=30, out=tmp_path / "out2", budget="180%")
+        optimize(str(p), device="cpu", backends=["numpy"], time_budget=180, out=tmp_path / "out2", budget="180%")
 
 
 def test_the_alternative_is_never_slower_than_the_original():

@@ -42,8 +42,8 @@ def test_a_workload_without_scale_records_scale_1_and_resumes_after_a_scale_flag
     assert W.load(p, gpu=False).scale == 1.0
     assert W.load(p, gpu=False, scale=2.0).scale == 1.0
     out = tmp_path / "out"
-    optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=60, bench_budget_s=0.05, scale=2.0)
-    run = optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=60, bench_budget_s=0.05, resume=True)
+    optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=180, bench_budget_s=0.05, scale=2.0)
+    run = optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=180, bench_budget_s=0.05, resume=True)
     assert run.params["scale"] == 1.0
     assert json.loads((out / "run.json").read_text())["scale"] == 1.0
 
@@ -85,7 +85,7 @@ def test_a_resumed_run_with_more_time_measures_the_original_its_deadline_stopped
     first = optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=5, bench_budget_s=0.5)
     assert first.results["original"]["status"] == "timeout"
     assert first.results["original"]["at_deadline"] is True
-    run = optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=60, bench_budget_s=0.1, resume=True)
+    run = optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=180, bench_budget_s=0.1, resume=True)
     assert run.results["original"]["status"] == "ok"
     assert run.results["original"]["device_time"]["median"] >= 0.4
 
@@ -110,7 +110,7 @@ def test_a_cpu_float32_candidates_end_to_end_time_includes_its_casts(tmp_path):
     # and the cast of its output back, which every call of the emitted script does, were never timed (the report
     # said 2.54x end to end where the casts made it 1.46x)
     p = _write(tmp_path, "hyp.py", DEMOTABLE)
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=60, bench_budget_s=0.1)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=180, bench_budget_s=0.1)
     row = run.results["numpy-fp32"]
     assert row["status"] == "ok"
     assert row["e2e_time"]["name"] == "numpy-fp32 (end to end)"
@@ -126,7 +126,7 @@ def test_resume_from_an_unreadable_run_json_or_refs_pkl_is_one_line(tmp_path, ca
 
     p = _write(tmp_path, "noscale.py", NO_SCALE)
     out = tmp_path / "out"
-    optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=60, bench_budget_s=0.05)
+    optimize(p, device="cpu", out=out, backends=["numpy"], time_budget=180, bench_budget_s=0.05)
     argv = ["optimize", str(p), "--device", "cpu", "--out", str(out), "--backends", "numpy", "--resume"]
     good_json, good_refs = (out / "run.json").read_text(), (out / "refs.pkl").read_bytes()
     for name, bad in (("run.json", ""), ("run.json", "[1, 2]"), ("refs.pkl", good_refs[:40])):
@@ -170,7 +170,7 @@ def test_a_variant_returning_the_same_dict_in_another_key_order_is_correct(tmp_p
     # its leaves were paired by position: 'output 0: shape (3,), the original's (500,)', a correct variant
     # rejected as WRONG shape/dtype; keys that differ are still wrong
     p = _write(tmp_path, "dicts.py", DICT_OUT)
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=180, bench_budget_s=0.05)
     assert run.results["variant:by_hand"]["status"] == "ok", run.results["variant:by_hand"].get("reason")
     assert run.results["variant:renamed"]["status"] == "incorrect"
     assert "keys differ" in run.results["variant:renamed"]["reason"]
@@ -215,7 +215,7 @@ def test_bfloat16_outputs_are_checked_at_bfloat16s_tolerance(tmp_path):
     # NumPy has no bfloat16: the outputs reached gpuspeed.check as float32 and were held to float32's rtol 1e-5, so
     # a candidate one bfloat16 rounding away (torch.compile, a fused kernel, the GPU's own ops) was WRONG
     p = _write(tmp_path, "bf.py", BF16)
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=180, bench_budget_s=0.05)
     row = run.results["variant:fused"]
     assert row["status"] == "ok", row.get("reason")
     assert row["max_abs_err"] > 0  # not bit-identical: float32's default would have failed it
@@ -230,7 +230,7 @@ def test_bfloat16_outputs_are_checked_at_bfloat16s_tolerance(tmp_path):
     assert r.returncode == 0 and "correctness: PASS" in r.stdout, r.stdout + r.stderr
     # a stated tolerance still rules
     (tmp_path / "bf_tol.py").write_text("TOLERANCE = dict(rtol=1e-5)\n" + textwrap.dedent(BF16))
-    run = optimize(tmp_path / "bf_tol.py", device="cpu", out=tmp_path / "out2", backends=["variant"], time_budget=60,
+    run = optimize(tmp_path / "bf_tol.py", device="cpu", out=tmp_path / "out2", backends=["variant"], time_budget=180,
                    bench_budget_s=0.05)
     assert run.results["variant:fused"]["status"] == "incorrect"
 
@@ -259,7 +259,7 @@ def test_an_original_that_changes_the_working_directory_does_not_move_the_report
     p = _write(tmp_path, "cd.py", CHDIR)
     (tmp_path / "data").mkdir()
     monkeypatch.chdir(tmp_path)
-    run = optimize("cd.py", device="cpu", out="out", backends=["numpy"], time_budget=60, bench_budget_s=0.05)
+    run = optimize("cd.py", device="cpu", out="out", backends=["numpy"], time_budget=180, bench_budget_s=0.05)
     assert run.results["original"]["status"] == "ok", run.results["original"].get("reason")
     assert (tmp_path / "out" / "report.md").is_file() and (tmp_path / "out" / "optimized_cd.py").is_file()
     assert not (tmp_path / "data" / "out").exists()
@@ -289,7 +289,7 @@ def test_numba_of_an_original_that_is_no_python_function_is_unavailable_not_fail
             return (rng.standard_normal(1000),)
     ''')
     for func in ("original", "partial_one"):
-        run = optimize(p, func=func, device="cpu", out=tmp_path / func, backends=["numba"], time_budget=60,
+        run = optimize(p, func=func, device="cpu", out=tmp_path / func, backends=["numba"], time_budget=180,
                        bench_budget_s=0.05)
         row = run.results["numba"]
         assert row["status"] == "unavailable", row
@@ -311,7 +311,7 @@ def test_numba_that_cannot_lower_a_ufuncs_out_argument_is_unavailable_not_failed
         def inputs(rng):
             return rng.standard_normal(1000), np.zeros(1000)
     ''')
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numba"], time_budget=60, bench_budget_s=0.05)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numba"], time_budget=180, bench_budget_s=0.05)
     row = run.results["numba"]
     assert row["status"] == "unavailable", row
     assert "cannot compile original" in row["reason"] and "unsupported keyword arguments" in row["reason"]
@@ -321,7 +321,7 @@ def test_a_kept_original_is_not_reported_correct_on_three_fresh_seeds(tmp_path):
     # the summary said 'Correct on 3 fresh seeds: max abs error 0' of the original itself, which is the reference
     # and was called once, on one seed, against its own output
     p = _write(tmp_path, "noscale.py", NO_SCALE)
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=60, bench_budget_s=0.05)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=180, bench_budget_s=0.05)
     assert run.choice["primary"] == "original"
     text = (tmp_path / "out" / "report.md").read_text()
     assert "Correct on 3 fresh seeds" not in text

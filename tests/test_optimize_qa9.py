@@ -48,7 +48,7 @@ def test_a_0d_input_spec_is_0d_in_the_run_and_in_the_emitted_script(tmp_path):
     wl = W.load(p, input_specs=specs, gpu=False)
     assert np.shape(wl.make_args(0)[0]) == ()
     out = tmp_path / "out"
-    run = optimize(p, device="cpu", out=out, inputs=specs, backends=["numpy"], time_budget=60, bench_budget_s=0.05)
+    run = optimize(p, device="cpu", out=out, inputs=specs, backends=["numpy"], time_budget=180, bench_budget_s=0.05)
     assert run.results["original"]["status"] == "ok", run.results["original"]
     # --resume under other settings names the one that differs (it said only "another workload or settings")
     import pytest
@@ -112,7 +112,7 @@ def test_the_emitted_benchmark_times_where_the_chosen_candidate_runs_not_by_its_
 
     p = _write(tmp_path, "where.py", TIMED_WHERE)
     out = tmp_path / "out"
-    run = optimize(p, device="cpu", out=out, backends=["numpy", "variant"], time_budget=60, bench_budget_s=0.05)
+    run = optimize(p, device="cpu", out=out, backends=["numpy", "variant"], time_budget=180, bench_budget_s=0.05)
     script = _load_script(out / "optimized_where.py")
     wl = W.load(p, gpu=False)
     want = {"original": "cpu", "numpy-fp32": "cpu", "variant:plain": "host"}
@@ -175,7 +175,7 @@ def test_a_variant_that_caches_its_results_by_input_is_not_timed_on_cache_hits(t
     # value was timed on lookups, 59000x "faster" than the original it calls. Its time is now that of calls on
     # inputs it has not seen, and the choice says so
     p = _write(tmp_path, "memo.py", MEMO)
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.1)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=180, bench_budget_s=0.1)
     orig = run.results["original"]["device_time"]["median"]
     for name in ("variant:by_id", "variant:by_value"):
         r = run.results[name]

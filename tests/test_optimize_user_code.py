@@ -145,12 +145,12 @@ def test_resume_refuses_a_workload_edited_since_and_a_partial_original_gets_a_re
     p.write_text("import functools\nimport numpy as np\ndef f(x, alpha):\n    return np.tanh(alpha * x)\n"
                  "original = functools.partial(f, alpha=2.0)\ndef inputs(rng):\n"
                  "    return (rng.standard_normal(1000),)\n")
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=60, bench_budget_s=0.1)
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=180, bench_budget_s=0.1)
     assert run.results["original"]["status"] == "ok"
     assert "no source to show" in (tmp_path / "out" / "report.md").read_text()
     p.write_text(p.read_text().replace("alpha=2.0", "alpha=3.0"))
     with pytest.raises(UserError, match="changed since the run"):
-        optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=60, resume=True)
+        optimize(p, device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=180, resume=True)
 
 
 HANGS = '''
