@@ -423,6 +423,20 @@ class Capture:
                     return orig(kern, args, griddim, blockdim, stream, sharedmem)
                 return launch
             self._patch(kernel_cls, "launch", wrap_launch)
+        disp_cls = getattr(dispatcher, "CUDADispatcher", None) if kernel_cls is not None else None
+        if disp_cls is not None and hasattr(disp_cls, "compile"):
+            def wrap_compile(orig):
+                def compile(disp, sig):
+                    # before compiling: a kernel whose static shared arrays no block holds fails in ptxas, many
+                    # lines of it; said here in one line naming the arrays (device functions: counted in the kernel)
+                    py_func = getattr(disp, "py_func", None)
+                    if py_func is not None and not getattr(disp, "targetoptions", {}).get("device"):
+                        name = getattr(py_func, "__name__", "kernel")
+                        if (said := over_limit(name, py_func, 0, simulated=False)) is not None:
+                            raise EmptyLaunch(said)
+                    return orig(disp, sig)
+                return compile
+            self._patch(disp_cls, "compile", wrap_compile)
         sim = sys.modules.get("numba.cuda.simulator.kernel")
         if sim is not None and hasattr(sim, "FakeCUDAKernel"):
             def wrap_call(orig):
@@ -516,7 +530,8 @@ class SignatureMismatch(InterpretedLaunchError):
 
 class EmptyLaunch(InterpretedLaunchError):
     """A Numba launch of no blocks or no threads under the CUDA simulator (which runs nothing), or of more threads a
-    block, blocks in y / z or shared memory a block than any NVIDIA GPU takes (which it runs), which a GPU refuses."""
+    block, blocks in y / z or shared memory a block than any NVIDIA GPU takes (which it runs), which a GPU refuses;
+    on a GPU, a kernel whose static shared arrays no block holds, refused before ptxas fails on it."""
 
 
 MAX_BLOCK_THREADS, MAX_BLOCK_Z, MAX_GRID_YZ = 1024, 64, 65535  # every compute capability's launch limits

@@ -119,12 +119,18 @@ def _dtype(value):
 
 
 def _device_function(node: ast.expr, names: dict):
-    """The Python function of a simulated @cuda.jit(device=True) function a call names, else None."""
+    """The Python function of a @cuda.jit(device=True) function a call names (the simulator's, or a GPU dispatcher's),
+    else None."""
     try:
         target = _value(node, names)
     except Exception:  # a call of a local or a computed callable: not a device function named at compile time
         return None
-    return target.fn if getattr(target, "_device", False) and callable(getattr(target, "fn", None)) else None
+    if getattr(target, "_device", False) and callable(getattr(target, "fn", None)):  # the simulator's FakeCUDAKernel
+        return target.fn
+    options = getattr(target, "targetoptions", None)
+    if isinstance(options, dict) and options.get("device") and callable(getattr(target, "py_func", None)):
+        return target.py_func  # numba.cuda's CUDADispatcher of a device function
+    return None
 
 
 @functools.lru_cache(maxsize=256)  # a launcher may launch one kernel thousands of times
@@ -173,18 +179,20 @@ def static_shared_arrays(fn) -> tuple[SharedArray, ...]:
     return tuple(found)
 
 
-def over_limit(kernel: str, fn, dynamic: int) -> str | None:
+def over_limit(kernel: str, fn, dynamic: int, simulated: bool = True) -> str | None:
     """One line when a simulated launch of `fn` with `dynamic` bytes of dynamic shared memory asks a block for more
-    shared memory than a GPU gives it; None when it fits, or when nothing can be said."""
+    shared memory than a GPU gives it; None when it fits, or when nothing can be said. `simulated=False`: a kernel
+    about to be compiled for a GPU, whose compiler would refuse it in many lines of its own."""
     arrays = static_shared_arrays(fn)
     static = sum(a.nbytes for a in arrays)
     biggest = sorted(arrays, key=lambda a: -a.nbytes)
     listed = "; ".join(str(a) for a in biggest[:3]) + ("; ..." if len(biggest) > 3 else "")
     limit = f"{MAX_SHARED_PER_BLOCK // 1024} KiB ({MAX_SHARED_PER_BLOCK} B)"
     if static > MAX_SHARED_PER_BLOCK:
+        where = ("on a GPU it fails to compile (ptxas: 'uses too much shared data'), where the CUDA simulator runs it"
+                 if simulated else "ptxas refuses to compile it ('uses too much shared data')")
         return (f"{kernel}: its static shared arrays take {static} B a block ({listed}), over the {limit} of static "
-                "shared memory a block may hold: on a GPU it fails to compile (ptxas: 'uses too much shared data'), "
-                "where the CUDA simulator runs it; use smaller tiles or a narrower dtype")
+                f"shared memory a block may hold: {where}; use smaller tiles or a narrower dtype")
     if dynamic > 0 and static + dynamic > MAX_SHARED_PER_BLOCK:
         return (f"{kernel}: launched with {dynamic} B of dynamic shared memory beside {static} B of static shared "
                 f"arrays, {static + dynamic} B a block, over the {limit} a launch may use: a GPU refuses the launch "
