@@ -119,7 +119,8 @@ def test_the_host_guard_counts_the_complex64_copy_of_a_complex32_tensor(monkeypa
     small = torch.randn(1 << 23, dtype=torch.complex64).to(torch.complex32)
     ref = small.to(torch.complex64).numpy().copy()
     gpuspeed.check(small[:4], ref[:4])
-    rise = _peak_rise(lambda: gpuspeed.check(small, ref))
+    # the best of three: a reading of the kernel's counters can miss a rise (never invent one)
+    rise = max(_peak_rise(lambda: gpuspeed.check(small, ref)) for _ in range(3))
     assert rise > 7 * small.numel(), f"{rise / small.numel():.1f} bytes an element: the guard's 8 is wrong"
 
 
