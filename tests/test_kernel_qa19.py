@@ -73,3 +73,204 @@ def test_on_the_gpu_path_static_shared_arrays_over_48_kib_are_refused_before_ptx
     assert "ptxas refuses to compile it" in said["big"] and "simulator" not in said["big"], said
     assert said["through_device"].startswith("refused: through_device: its static shared arrays take 65536 B"), said
     assert said["fits"] in ("ran", "compiled on: CudaSupportError"), said
+
+
+# --- the simulator's blocks held to a GPU's: barriers every thread reaches, shared memory free of races. The cases
+# run as `gpuspeed kernel` in-process, one child process for them all (a `python -m gpuspeed` costs seconds of imports)
+
+IN_ONE_PROCESS = """
+    import contextlib, io, json, sys
+    from gpuspeed.cli import main
+
+    for argv in json.loads(sys.argv[1]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["kernel", *argv])
+        print(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}), file=sys.__stdout__)
+    """
+
+BLOCKS = """
+    import numpy as np
+    from numba import cuda, float32, int32
+
+    @cuda.jit
+    def reduce_racy(x, out):
+        sh = cuda.shared.array(64, float32)
+        t = cuda.threadIdx.x
+        sh[t] = x[t]
+        cuda.syncthreads()
+        s = 32
+        while s > 0:
+            if t < s:
+                sh[t] += sh[t + s]  # RACY: no barrier between one step's writes and the next step's reads
+            s //= 2
+        if t == 0:
+            out[0] = sh[0]
+
+    @cuda.jit
+    def reduce_diverging(x, out):
+        sh = cuda.shared.array(64, float32)
+        t = cuda.threadIdx.x
+        sh[t] = x[t]
+        cuda.syncthreads()
+        s = 32
+        while s > 0:
+            if t < s:
+                sh[t] += sh[t + s]
+                cuda.syncthreads()  # DIVERGING: only threads t < s reach it
+            s //= 2
+        if t == 0:
+            out[0] = sh[0]
+
+    @cuda.jit
+    def reduce_right(x, out):
+        sh = cuda.shared.array(64, float32)
+        t = cuda.threadIdx.x
+        sh[t] = x[t]
+        cuda.syncthreads()
+        s = 32
+        while s > 0:
+            if t < s:
+                sh[t] += sh[t + s]
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            out[0] = sh[0]
+
+    @cuda.jit
+    def reversed_early_return(x, out):
+        sh = cuda.shared.array(64, float32)
+        t = cuda.threadIdx.x
+        i = cuda.grid(1)
+        if i >= x.size:
+            return
+        sh[t] = x[i]
+        cuda.syncthreads()  # EARLY: the last block's threads past the end returned before it
+        out[i] = sh[63 - t]
+
+    @cuda.jit
+    def counted(x, out):
+        h = cuda.shared.array(8, int32)
+        t = cuda.threadIdx.x
+        if t < 8:
+            h[t] = 0
+        cuda.syncthreads()
+        cuda.atomic.add(h, int32(abs(x[t]) * 100.0) % 8, 1)  # atomics on one element: no race
+        cuda.syncthreads()
+        if t < 8:
+            out[t] = h[t]
+
+    @cuda.jit
+    def counted_and_cleared(x, out):
+        h = cuda.shared.array(8, int32)
+        t = cuda.threadIdx.x
+        if t < 8:
+            h[t] = 0
+        cuda.syncthreads()
+        cuda.atomic.add(h, int32(abs(x[t]) * 100.0) % 8, 1)
+        if t == 0:
+            h[0] = 0  # MIXED: a plain write among the other threads' atomics
+        cuda.syncthreads()
+        if t < 8:
+            out[t] = h[t]
+
+    @cuda.jit
+    def halves(x, out):
+        both = cuda.shared.array(0, float32)  # dynamic: two views of one buffer
+        t = cuda.threadIdx.x
+        lo, hi = both[0:64], both[64:128]
+        lo[t] = x[t]
+        hi[t] = 2 * x[t]
+        cuda.syncthreads()
+        out[t] = lo[63 - t] + hi[63 - t]
+
+    def one_block(kernel, x):
+        out = np.zeros(64, np.float32)
+        kernel[1, 64](x, out)
+        return out
+
+    def launch_racy(x):
+        return one_block(reduce_racy, x)
+
+    def launch_diverging(x):
+        return one_block(reduce_diverging, x)
+
+    def launch_right(x):
+        return one_block(reduce_right, x)
+
+    def launch_early_return(x):
+        out = np.zeros(x.shape[0], np.float32)
+        reversed_early_return[2, 64](x, out)
+        return out
+
+    def launch_counted(x):
+        return one_block(counted, x)
+
+    def launch_counted_and_cleared(x):
+        return one_block(counted_and_cleared, x)
+
+    def launch_halves(x):
+        out = np.zeros(64, np.float32)
+        halves[1, 64, 0, 128 * 4](x, out)
+        return out
+    """
+
+BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves")
+
+
+def _line(marker: str) -> int:
+    """The line of BLOCKS, as written to its file, that holds `marker`."""
+    return next(n for n, text in enumerate(textwrap.dedent(BLOCKS).splitlines(), 1) if marker in text)
+
+
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory) -> dict:
+    """Each BLOCK_CASES launcher run as `gpuspeed kernel blocks.py:launch_<case> --device cpu` in one child process
+    under the simulator: case -> a CompletedProcess-like result."""
+    from kernel_cli_helpers import interpreted_env
+
+    here = tmp_path_factory.mktemp("kernel_qa19_blocks")
+    (here / "blocks.py").write_text(textwrap.dedent(BLOCKS))
+    (here / "in_one_process.py").write_text(textwrap.dedent(IN_ONE_PROCESS))
+    x = ("--input", "x=float32[64]")
+    runs = [[f"blocks.py:launch_{case}", *(("--input", "x=float32[100]") if case == "early_return" else x),
+             "--device", "cpu"] for case in BLOCK_CASES]
+    import json
+
+    proc = subprocess.run([sys.executable, str(here / "in_one_process.py"), json.dumps(runs)], capture_output=True,
+                          text=True, env=interpreted_env(), timeout=300, cwd=here)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {case: subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
+            for case, argv, d in zip(BLOCK_CASES, runs, map(json.loads, proc.stdout.splitlines()), strict=True)}
+
+
+def test_a_barrier_only_some_threads_of_a_block_reach_is_refused_under_the_simulator(blocks):
+    # the simulator let the waiting threads through once the others had finished, and the command said the kernel
+    # ran, where on a GPU a cuda.syncthreads() inside `if t < s:` (or after some threads returned) is undefined
+    from kernel_cli_helpers import one_error
+
+    line = one_error(blocks["diverging"])
+    assert f"reduce_diverging: cuda.syncthreads() at line {_line('# DIVERGING')} is reached by only some" in line, line
+    assert "returned without reaching it" in line and "undefined" in line, line
+    line = one_error(blocks["early_return"])
+    assert f"reversed_early_return: cuda.syncthreads() at line {_line('# EARLY')} " in line, line
+    assert "threads 36, 37, 38 and 25 more returned without reaching it" in line, line
+
+
+def test_a_data_race_on_shared_memory_is_refused_under_the_simulator(blocks):
+    # a reduction missing its barrier between steps: the simulator's order of threads gave the right sum, a GPU's
+    # does not; a plain write among other threads' atomics on one element is a race too
+    from kernel_cli_helpers import one_error
+
+    line = one_error(blocks["racy"])
+    assert line.startswith("gpuspeed: error: reduce_racy: a data race on shared array sh: thread "), line
+    assert f"at line {_line('# RACY')} and " in line and "no cuda.syncthreads() between them" in line, line
+    line = one_error(blocks["counted_and_cleared"])
+    assert "counted_and_cleared: a data race on shared array h: " in line, line
+    assert f"line {_line('# MIXED')}" in line and "atomically" in line, line
+
+
+def test_correct_barriers_atomics_and_shared_views_still_run_under_the_simulator(blocks):
+    for case in ("right", "counted", "halves"):
+        r = blocks[case]
+        assert r.returncode == 0 and "[numba] grid (1, 1, 1) block (64, 1, 1)" in r.stdout, (case, r.stderr[-2000:])

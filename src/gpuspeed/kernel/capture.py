@@ -459,6 +459,9 @@ class Capture:
                     return orig(kern, *args)
                 return __call__
             self._patch(sim.FakeCUDAKernel, "__call__", wrap_call)
+            from gpuspeed.kernel import simulated_block
+
+            simulated_block.patch(self._patch)  # barriers every thread reaches, shared memory free of races
 
             def wrap_forall(orig):
                 def forall(kern, ntasks, tpb=0, stream=0, sharedmem=0):
