@@ -184,6 +184,15 @@ BLOCKS = """
         cuda.syncthreads()
         out[t] = lo[63 - t] + hi[63 - t]
 
+    @cuda.jit
+    def rotated(x, out):
+        sh = cuda.shared.array(64, float32)
+        t, b = cuda.threadIdx.x, cuda.blockIdx.x
+        sh[(t + b) % 64] = x[t]  # each block's threads write its elements in another order
+        cuda.syncthreads()
+        if t == 0:
+            out[b] = sh[0]
+
     def one_block(kernel, x):
         out = np.zeros(64, np.float32)
         kernel[1, 64](x, out)
@@ -209,13 +218,18 @@ BLOCKS = """
     def launch_counted_and_cleared(x):
         return one_block(counted_and_cleared, x)
 
+    def launch_rotated(x):
+        out = np.zeros(4, np.float32)
+        rotated[4, 64](x, out)
+        return out
+
     def launch_halves(x):
         out = np.zeros(64, np.float32)
         halves[1, 64, 0, 128 * 4](x, out)
         return out
     """
 
-BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves")
+BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves", "rotated")
 
 
 def _line(marker: str) -> int:
@@ -274,3 +288,6 @@ def test_correct_barriers_atomics_and_shared_views_still_run_under_the_simulator
     for case in ("right", "counted", "halves"):
         r = blocks[case]
         assert r.returncode == 0 and "[numba] grid (1, 1, 1) block (64, 1, 1)" in r.stdout, (case, r.stderr[-2000:])
+    # a launch's shared arrays outlive its blocks: one block's accesses are no race with the next block's
+    r = blocks["rotated"]
+    assert r.returncode == 0 and "[numba] grid (4, 1, 1) block (64, 1, 1)" in r.stdout, r.stderr[-2000:]

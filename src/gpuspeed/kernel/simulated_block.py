@@ -13,6 +13,7 @@ hides most data races on shared memory. Here:
 
 from __future__ import annotations
 
+import itertools
 import linecache
 import re
 import sys
@@ -22,6 +23,8 @@ import numpy as np
 
 from gpuspeed.kernel.capture import InterpretedLaunchError
 
+_INTERVALS = itertools.count()  # barrier intervals, numbered across blocks and launches: a launch's shared arrays
+# outlive its blocks, so an interval numbered per block would meet the last block's same-numbered one
 MANY = -1  # more than one thread read (or updated atomically) an element in this interval
 _ATOMICS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch", "max", "min", "nanmax", "nanmin",
             "compare_and_swap", "cas")
@@ -51,7 +54,7 @@ class _Block:
         self.waiting: dict = {}  # thread -> (file, line, function) of the barrier it waits at
         self.live = size
         self.exited: list = []
-        self.interval = 0  # barriers passed (a fresh _Block per block: intervals of two blocks never meet)
+        self.interval = next(_INTERVALS)  # the interval under way
         self.threads: list = []
         self.refusal: BaseException | None = None  # our one-line refusal, or the first thread's own failure
         self.failed = None
@@ -74,7 +77,7 @@ class _Block:
             self.refusal = BarrierDivergence(self._divergence(sites))
             self.stop()
             return
-        self.interval += 1
+        self.interval = next(_INTERVALS)
         for t in self.waiting:
             t.syncthreads_event.set()
         self.waiting = {}
