@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gpuspeed.stats import summarize
 
@@ -49,3 +50,87 @@ def test_one_round_of_slow_fresh_calls_is_not_called_caching_unless_a_second_rou
     assert _probe(monkeypatch, [fast]) == (None, 1)  # a first round that finds nothing is the verdict
     found, made = _probe(monkeypatch, [slow, slow])  # caching, seen twice: said, with the second round's times
     assert made == 2 and found is not None and found[0][0].median == slow[0].median
+
+
+# --- torch CPU peaks: a warmed-up torch call read 0 B (RSS does not rise where torch's heap reuses what it freed) ---
+
+def _two_temporaries(x):
+    """(x * 2) and (x * 2 + 1) are alive together: at least two of x's size in torch's own allocations."""
+    return ((x * 2.0) + 1.0).sum()
+
+
+def test_a_warmed_up_torch_cpu_call_has_its_own_allocations_measured():
+    torch = pytest.importorskip("torch")
+    from gpuspeed import peak_memory
+
+    x = torch.from_numpy(np.random.default_rng(19).standard_normal((128, 1024)))  # 1 MiB of float64
+    rep = peak_memory(_two_temporaries, x, device="cpu")  # the default warm-up: torch's heap holds the memory again
+    assert rep.torch_peak_bytes is not None and 2 * x.nbytes <= rep.torch_peak_bytes < 3 * x.nbytes, rep
+    assert rep.peak_bytes >= 2 * x.nbytes and not rep.unmeasured
+
+
+def _profiled_inside(x):
+    import torch
+
+    with torch.profiler.profile():  # a profiler of the call's own ends the measurement's on its way out
+        y = x * 2.0
+    return (y + 1.0).sum()
+
+
+def test_a_torch_call_whose_allocations_cannot_be_seen_is_said_not_measured():
+    torch = pytest.importorskip("torch")
+    from gpuspeed import peak_memory
+
+    x = torch.from_numpy(np.random.default_rng(7).standard_normal((64, 64)))
+    rep = peak_memory(_profiled_inside, x, device="cpu")
+    assert rep.torch_peak_bytes is None and "the call ran torch's profiler itself" in rep.unmeasured, rep
+    assert any(n.startswith("torch's CPU allocations not measured") for n in rep.notes)
+    with torch.profiler.profile():  # measured inside a user's profiler: one profiler at a time
+        inside = peak_memory(_two_temporaries, x, device="cpu")
+    assert inside.torch_peak_bytes is None and "already running" in inside.unmeasured
+
+
+TORCH_VARIANTS = '''
+import torch
+
+
+def original(x):  # a profiler of its own: its allocations cannot be seen
+    with torch.profiler.profile():
+        y = x * 2.0
+    return (y + 1.0).sum(dim=1)
+
+
+def plain(x):
+    return ((x * 2.0) + 1.0).sum(dim=1)
+
+
+variants = {"plain": plain}
+
+
+def inputs(rng):
+    return (torch.from_numpy(rng.standard_normal((128, 1024))),)
+'''
+
+
+def test_optimize_shows_a_torch_cpu_peak_measured_or_not_measured_never_a_wrong_zero(tmp_path):
+    import json
+
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from gpuspeed.cli import app
+
+    p = tmp_path / "tv.py"
+    p.write_text(TORCH_VARIANTS)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["optimize", str(p), "--device", "cpu", "--backends", "variant", "--time-budget",
+                                 "180", "--bench-budget", "0.05", "--out", str(out)], terminal_width=250)
+    assert r.exit_code == 0, r.output
+    rows = {row["name"]: row for row in json.loads((out / "optimize_tv.json").read_text())["rows"]}
+    assert rows["variant:plain"]["peak_bytes"] >= 2 * 2**20, rows["variant:plain"]  # 1 MiB x twice, warmed up
+    assert rows["original"]["peak_bytes"] is None
+    assert "the call ran torch's profiler itself" in rows["original"]["peak_unmeasured"]
+    table = {line.split()[1]: line for line in r.output.splitlines() if line.startswith("│")}
+    assert "not measured" in table["original"] and "MiB" in table["variant:plain"], r.output
+    report = (out / "report.md").read_text()
+    assert "| not measured |" in report and "0.00 GiB" not in report

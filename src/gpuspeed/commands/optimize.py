@@ -86,7 +86,7 @@ def _print(run, console) -> None:
     from rich.table import Table
 
     from gpuspeed.commands import esc
-    from gpuspeed.optimize.report import _fmt_t, _fmt_x, _gib, _t, status_word
+    from gpuspeed.optimize.report import _fmt_t, _fmt_x, _t, peak_text, status_word
 
     if run.where != "cuda":
         console.print("[yellow]note:[/] no CUDA device: GPU backends are skipped; CPU candidates only.")
@@ -100,7 +100,7 @@ def _print(run, console) -> None:
     for name, r in run.results.items():
         style = "bold green" if name == run.choice.get("primary") else None
         t.add_row(esc(name), status_word(r), _fmt_t(_t(r)), _fmt_t(_t(r, "e2e_time")),
-                  _fmt_x(r.get("speedup_e2e" if e2e else "speedup")), _gib(r.get("peak_bytes")),
+                  _fmt_x(r.get("speedup_e2e" if e2e else "speedup")), peak_text(r),
                   esc((r.get("reason") or "")[:100]), style=style)
     console.print(t)
     ch = run.choice

@@ -44,8 +44,15 @@ def _pct(v):
     return "-" if v is None else f"{v:.0f} %"
 
 
-def _gib(b):
-    return "-" if b is None else f"{b / 2**30:.2f} GiB"
+def peak_text(row) -> str:
+    """A candidate's peak memory as the report shows it: 'not measured' where a part of it could not be seen
+    (torch's host allocations), and small peaks in their own unit (90 KiB read '0.00 GiB', as if nothing)."""
+    from gpuspeed.memory import format_bytes
+
+    if row.get("peak_unmeasured"):
+        return "not measured"
+    b = row.get("peak_bytes")
+    return "-" if b is None else format_bytes(b)
 
 
 def table_rows(run) -> list[dict]:
@@ -57,7 +64,8 @@ def table_rows(run) -> list[dict]:
                      "speedup_ci": [(r.get("speedup") or {}).get("ci_low"), (r.get("speedup") or {}).get("ci_high")],
                      "speedup_e2e": (r.get("speedup_e2e") or {}).get("speedup"),
                      "max_abs_err": r.get("max_abs_err"), "max_rel_err": r.get("max_rel_err"),
-                     "peak_bytes": r.get("peak_bytes"), "fits_budget": r.get("fits_budget"),
+                     "peak_bytes": r.get("peak_bytes"), "peak_unmeasured": r.get("peak_unmeasured"),
+                     "fits_budget": r.get("fits_budget"),
                      "traffic_bytes": r.get("traffic_bytes"), "pct_of_bw_roof": r.get("pct_of_bw_roof"),
                      "chunk_size": r.get("chunk_size"), "wall_s": r.get("wall_s"), "stage": r.get("stage")})
     return rows
@@ -103,11 +111,13 @@ def markdown(run) -> str:
             L.append(f"- Alternative: {alt} ({a.get('label')}): {_fmt_t(_t(a))}, {_fmt_x(a.get('speedup'))}.")
         if ch.get("over_best_dropin"):
             L.append(f"- Against the best plain drop-in ({ch['best_dropin']}): {ch['over_best_dropin']:.2f}x.")
-        if prim.get("fits_budget") is None:  # a CPU candidate, or no GPU here: no GPU memory held to the budget
-            mem = f"peak host memory {_gib(prim.get('peak_bytes'))} (the GPU budget of {run.params['budget']} applies " \
+        if prim.get("peak_unmeasured"):
+            mem = f"peak host memory not measured ({prim['peak_unmeasured']})"
+        elif prim.get("fits_budget") is None:  # a CPU candidate, or no GPU here: no GPU memory held to the budget
+            mem = f"peak host memory {peak_text(prim)} (the GPU budget of {run.params['budget']} applies " \
                   "to GPU memory, which it does not use)"
         else:
-            mem = f"peak memory {_gib(prim.get('peak_bytes'))} against a budget of {run.params['budget']} with 15 % headroom"
+            mem = f"peak memory {peak_text(prim)} against a budget of {run.params['budget']} with 15 % headroom"
         if prim.get("nondeterministic"):
             L.append(f"- Not verifiable: the original does not reproduce its own outputs; {mem}.")
         elif p == "original":  # the reference itself, called once against its own output: no check to report
@@ -161,7 +171,7 @@ def markdown(run) -> str:
                  f"{_fmt_t(_t(r, 'e2e_time'))} | {_fmt_x(r.get('speedup'))} | {_fmt_x(r.get('speedup_e2e'))} | "
                  f"{'-' if errs[0] is None else f'{errs[0]:.2g}'} | {'-' if errs[1] is None else f'{errs[1]:.2g}'} | "
                  f"{'-' if r.get('rel_l2_err') is None else format(r['rel_l2_err'], '.2g')} | "
-                 f"{_gib(r.get('peak_bytes'))} | {_pct(r.get('pct_of_bw_roof'))} | {(note or '').replace('|', '/')[:160]} |")
+                 f"{peak_text(r)} | {_pct(r.get('pct_of_bw_roof'))} | {(note or '').replace('|', '/')[:160]} |")
     if run.chunking:
         L += ["", f"Chunking: {run.chunking.get('note')}."]
     L += ["", "### Plan", "", "| backend | decision | why |", "|---|---|---|"]
