@@ -128,9 +128,29 @@ def test_optimize_shows_a_torch_cpu_peak_measured_or_not_measured_never_a_wrong_
     assert r.exit_code == 0, r.output
     rows = {row["name"]: row for row in json.loads((out / "optimize_tv.json").read_text())["rows"]}
     assert rows["variant:plain"]["peak_bytes"] >= 2 * 2**20, rows["variant:plain"]  # 1 MiB x twice, warmed up
+    # the variant gets the original's torch tensors as they are: its label said "(numpy inputs)"
+    assert rows["variant:plain"]["label"] == "user variant 'plain' (the original's inputs)"
     assert rows["original"]["peak_bytes"] is None
     assert "the call ran torch's profiler itself" in rows["original"]["peak_unmeasured"]
     table = {line.split()[1]: line for line in r.output.splitlines() if line.startswith("│")}
     assert "not measured" in table["original"] and "MiB" in table["variant:plain"], r.output
     report = (out / "report.md").read_text()
     assert "| not measured |" in report and "0.00 GiB" not in report
+
+
+def _host_and_device(x):
+    y = x.cuda() * 2.0  # 1 MiB on the GPU, none on the host beyond the copy's staging
+    return float(y.sum()) + float((x * 2.0).sum())  # and 1 MiB on the host
+
+
+@pytest.mark.gpu
+def test_a_host_peak_on_a_gpu_machine_counts_torchs_cpu_allocations_not_its_cuda_ones():
+    """CPU candidates of a GPU run are measured on the host: the profiler's CUDA memory events are not host memory,
+    and a profiler of CPU activity alone starts beside a CUDA context."""
+    import torch
+
+    from gpuspeed import peak_memory
+
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((128, 1024)))
+    rep = peak_memory(_host_and_device, x, device="cpu")
+    assert rep.torch_peak_bytes is not None and x.nbytes <= rep.torch_peak_bytes < 2 * x.nbytes, rep

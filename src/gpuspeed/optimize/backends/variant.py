@@ -49,7 +49,8 @@ def build(module, func="original", precision="as-written", out_dtypes=None, vari
     else:
         move = cast
     dtypes = out_dtypes if demote else None
+    given = where if where in ("torch", "cupy") else "the original's"  # a torch workload's host inputs are tensors
     return Impl(fn, lambda args: tree_map(move, args), lambda out: host_tree(out, dtypes),
                 device=device if where in ("torch", "cupy") else "host", sync=sync,
-                label=f"user variant {variant!r} ({where} inputs" +
+                label=f"user variant {variant!r} ({given} inputs" +
                 (", float32: inputs cast from float64 once, outputs cast back)" if demote else ")"))
