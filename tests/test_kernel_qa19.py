@@ -231,6 +231,35 @@ BLOCKS = """
 
 BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves", "rotated")
 
+# a workload whose Numba variant counts into dynamic shared memory it never zeroed: the simulator's buffer starts as
+# zeros (the answer was right), a GPU's holds what the last kernel left there
+UNZEROED = """
+    import numpy as np
+    from numba import cuda, int32
+
+    @cuda.jit
+    def count_unzeroed(x, out):
+        h = cuda.shared.array(0, int32)
+        t = cuda.threadIdx.x
+        cuda.atomic.add(h, x[t], 1)
+        cuda.syncthreads()
+        if t < 8:
+            out[t] = h[t]
+
+    def launch(x):
+        out = np.zeros(8, np.int32)
+        count_unzeroed[1, 64, 0, 8 * 4](x, out)
+        return out
+
+    def original(x):
+        return np.bincount(x, minlength=8).astype(np.int32)
+
+    def inputs(rng, scale=1.0):
+        return (rng.integers(0, 8, 64).astype(np.int32),)
+
+    variants = {"numba": launch}
+    """
+
 
 def _line(marker: str) -> int:
     """The line of BLOCKS, as written to its file, that holds `marker`."""
@@ -245,17 +274,19 @@ def blocks(tmp_path_factory) -> dict:
 
     here = tmp_path_factory.mktemp("kernel_qa19_blocks")
     (here / "blocks.py").write_text(textwrap.dedent(BLOCKS))
+    (here / "unzeroed.py").write_text(textwrap.dedent(UNZEROED))
     (here / "in_one_process.py").write_text(textwrap.dedent(IN_ONE_PROCESS))
     x = ("--input", "x=float32[64]")
     runs = [[f"blocks.py:launch_{case}", *(("--input", "x=float32[100]") if case == "early_return" else x),
-             "--device", "cpu"] for case in BLOCK_CASES]
+             "--device", "cpu"] for case in BLOCK_CASES] + [["unzeroed.py:variants.numba", "--device", "cpu"]]
     import json
 
     proc = subprocess.run([sys.executable, str(here / "in_one_process.py"), json.dumps(runs)], capture_output=True,
                           text=True, env=interpreted_env(), timeout=300, cwd=here)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {case: subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
-            for case, argv, d in zip(BLOCK_CASES, runs, map(json.loads, proc.stdout.splitlines()), strict=True)}
+            for case, argv, d in zip((*BLOCK_CASES, "unzeroed"), runs, map(json.loads, proc.stdout.splitlines()),
+                                     strict=True)}
 
 
 def test_a_barrier_only_some_threads_of_a_block_reach_is_refused_under_the_simulator(blocks):
@@ -291,3 +322,10 @@ def test_correct_barriers_atomics_and_shared_views_still_run_under_the_simulator
     # a launch's shared arrays outlive its blocks: one block's accesses are no race with the next block's
     r = blocks["rotated"]
     assert r.returncode == 0 and "[numba] grid (4, 1, 1) block (64, 1, 1)" in r.stdout, r.stderr[-2000:]
+
+
+def test_shared_memory_a_block_never_wrote_holds_garbage_under_the_simulator(blocks):
+    # the simulator's dynamic shared memory started as zeros, so counting into it unzeroed gave the right histogram
+    # and the check passed, where a GPU's block finds whatever was there: it now starts as 0xFF bytes (-1, NaN)
+    r = blocks["unzeroed"]
+    assert r.returncode == 1 and "verdict: WRONG" in r.stdout, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])

@@ -6,7 +6,10 @@ lets the others through, where a GPU hangs or computes a wrong answer; and its t
 hides most data races on shared memory. Here:
 - barriers: a block's threads are scheduled by events (no polling), and a barrier is released only when every
   thread of the block waits at the same cuda.syncthreads(); otherwise BarrierDivergence names the line.
-- shared memory: cuda.shared.array hands out arrays that note, per element and per barrier interval, which thread
+- shared memory holds garbage when a block starts, as on a GPU (the simulator's arrays start as np.empty, often
+  zeros, then keep the last block's values, or zeros for the dynamic buffer): each block's start fills them with
+  0xFF bytes (NaN for floats, -1 for integers), so a kernel that reads what it never wrote gives a wrong answer here
+  too. cuda.shared.array hands out arrays that note, per element and per barrier interval, which thread
   read, wrote or updated it atomically; two threads touching one element between two barriers, one of them
   writing (atomics among themselves excepted), raise SharedMemoryRace naming the array and the lines.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import os
 import re
 import sys
 import threading
@@ -106,9 +110,12 @@ def _some(block_dim, ids) -> str:
     return f"thread{'s' if len(ids) > 1 else ''} {named}" + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
 
 
+_SIMULATOR_DIR = ""  # the simulator package's folder, set by patch()
+
+
 def _user_frame(frame):
     """The first frame outside the simulator's own modules (the kernel's line that called into it)."""
-    while frame is not None and "numba" in frame.f_code.co_filename and "simulator" in frame.f_code.co_filename:
+    while frame is not None and frame.f_code.co_filename.startswith(_SIMULATOR_DIR):
         frame = frame.f_back
     return frame
 
@@ -132,9 +139,21 @@ def _syncthreads(orig):
     return syncthreads
 
 
-def _run(orig_thread_cls):
+def _garbage(array) -> None:
+    """Fill a shared allocation as a GPU's block finds it: bytes it never wrote (0xFF: NaN, -1)."""
+    np.asarray(array).reshape(-1).view(np.uint8).fill(0xFF)
+
+
+def _run(sim):
     def run(manager, grid_point, *args):
-        """BlockManager.run: the block's threads started, waited for, and their first failure raised."""
+        """BlockManager.run: the block's shared memory made garbage, its threads started, waited for, and their first
+        failure raised."""
+        shared = getattr(getattr(sim, "_kernel_context", None), "_shared", None)
+        if shared is not None:
+            for allocation in getattr(shared, "_allocations", {}).values():
+                _garbage(allocation)
+            if getattr(shared, "_dynshared", None) is not None:
+                _garbage(shared._dynshared)
         f = manager._f
         block = _Block(getattr(f, "__name__", "kernel"), tuple(manager._block_dim), 0)
 
@@ -156,7 +175,7 @@ def _run(orig_thread_cls):
                 block.release_if_all_wait()
 
         for block_point in np.ndindex(*manager._block_dim):
-            t = orig_thread_cls(target, manager, grid_point, block_point, manager._debug)
+            t = sim.BlockThread(target, manager, grid_point, block_point, manager._debug)
             t._gs_block = block
             block.threads.append(t)
         block.size = block.live = len(block.threads)
@@ -316,6 +335,7 @@ def _shared_array(orig):
         tracked = shared._allocations.get(caller)
         if tracked is None:
             plain = np.empty(shape, dtype)
+            _garbage(plain)
             tracked = plain.view(TrackedShared)
             tracked._gs = (_Tracker(plain.__array_interface__["data"][0]), _array_name(frame), 0)
             shared._allocations[caller] = tracked
@@ -344,8 +364,10 @@ def patch(patch_method) -> None:
 
     if not all(hasattr(sim, n) for n in ("BlockManager", "BlockThread")) or not hasattr(api, "FakeCUDAShared"):
         return  # another simulator layout: left as it is
+    global _SIMULATOR_DIR
+    _SIMULATOR_DIR = os.path.join(os.path.dirname(os.path.abspath(sim.__file__)), "")
     patch_method(sim.BlockThread, "syncthreads", _syncthreads)
-    patch_method(sim.BlockManager, "run", lambda orig: _run(sim.BlockThread))
+    patch_method(sim.BlockManager, "run", lambda orig: _run(sim))
     patch_method(api.FakeCUDAShared, "array", _shared_array)
     for name in _ATOMICS:
         if hasattr(api.FakeCUDAAtomic, name):
