@@ -154,3 +154,24 @@ def test_a_host_peak_on_a_gpu_machine_counts_torchs_cpu_allocations_not_its_cuda
     x = torch.from_numpy(np.random.default_rng(3).standard_normal((128, 1024)))
     rep = peak_memory(_host_and_device, x, device="cpu")
     assert rep.torch_peak_bytes is not None and x.nbytes <= rep.torch_peak_bytes < 2 * x.nbytes, rep
+
+
+def test_a_candidate_hundreds_of_times_slower_is_not_shown_as_a_zero_speedup():
+    # torch.compile on a 20 us in-place step took 4.6 ms on a loaded CPU: the table said "0.00x [0.00, 0.00]"
+    import types
+
+    from rich.console import Console
+
+    from gpuspeed.commands.optimize import _print
+
+    slow = {"speedup": 0.00435, "ci_low": 0.0043, "ci_high": 0.0045, "verdict": "slower"}
+    rows = {"original": {"status": "ok", "device_time": {"median": 2e-5}, "peak_bytes": 90112},
+            "torch-compile-cpu": {"status": "ok", "device_time": {"median": 4.6e-3}, "speedup": slow,
+                                  "speedup_e2e": slow, "peak_bytes": 3 * 2**20}}
+    run = types.SimpleNamespace(where="cpu", notes=[], wl=types.SimpleNamespace(name="step"), results=rows,
+                                choice={"rank_by": "e2e", "primary": None}, paths={})
+    console = Console(record=True, width=200)
+    _print(run, console)
+    text = console.export_text()
+    assert "0.0043x [0.0043, 0.0045]" in text and "0.00x" not in text, text
+    assert "88.0 KiB" in text and "3.00 MiB" in text  # a small peak in its own unit, not 0.00 GiB

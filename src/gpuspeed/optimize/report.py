@@ -37,7 +37,12 @@ def _fmt_x(d):
     if not d:
         return "-"
     same = " (same within noise)" if d.get("verdict") == "same" else ""
-    return f"{d['speedup']:.2f}x [{d['ci_low']:.2f}, {d['ci_high']:.2f}]{same}"
+    return f"{_ratio(d['speedup'])}x [{_ratio(d['ci_low'])}, {_ratio(d['ci_high'])}]{same}"
+
+
+def _ratio(v) -> str:
+    """1.72 as '1.72'; a ratio under 0.1 in two significant figures: 230x slower read '0.00x', as if it never ran."""
+    return f"{v:.2f}" if abs(v) >= 0.1 else f"{v:.2g}"
 
 
 def _pct(v):
