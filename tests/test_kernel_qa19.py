@@ -260,6 +260,34 @@ UNZEROED = """
     variants = {"numba": launch}
     """
 
+# a workload whose Numba variant sums into a local array it never zeroed: np.empty's memory (often zeros) or a GPU's
+UNZEROED_LOCAL = """
+    import numpy as np
+    from numba import cuda, float64
+
+    @cuda.jit
+    def row_sums_unzeroed(x, out):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            acc = cuda.local.array(2, float64)
+            for j in range(x.shape[1]):
+                acc[j % 2] += x[i, j]
+            out[i] = acc[0] + acc[1]
+
+    def launch(x):
+        out = np.zeros(x.shape[0], np.float64)
+        row_sums_unzeroed[1, 32](x, out)
+        return out
+
+    def original(x):
+        return x.sum(axis=1)
+
+    def inputs(rng, scale=1.0):
+        return (rng.standard_normal((32, 6)),)
+
+    variants = {"numba": launch}
+    """
+
 
 def _line(marker: str) -> int:
     """The line of BLOCKS, as written to its file, that holds `marker`."""
@@ -275,18 +303,20 @@ def blocks(tmp_path_factory) -> dict:
     here = tmp_path_factory.mktemp("kernel_qa19_blocks")
     (here / "blocks.py").write_text(textwrap.dedent(BLOCKS))
     (here / "unzeroed.py").write_text(textwrap.dedent(UNZEROED))
+    (here / "unzeroed_local.py").write_text(textwrap.dedent(UNZEROED_LOCAL))
     (here / "in_one_process.py").write_text(textwrap.dedent(IN_ONE_PROCESS))
     x = ("--input", "x=float32[64]")
     runs = [[f"blocks.py:launch_{case}", *(("--input", "x=float32[100]") if case == "early_return" else x),
-             "--device", "cpu"] for case in BLOCK_CASES] + [["unzeroed.py:variants.numba", "--device", "cpu"]]
+             "--device", "cpu"] for case in BLOCK_CASES] + [
+        ["unzeroed.py:variants.numba", "--device", "cpu"], ["unzeroed_local.py:variants.numba", "--device", "cpu"]]
     import json
 
     proc = subprocess.run([sys.executable, str(here / "in_one_process.py"), json.dumps(runs)], capture_output=True,
                           text=True, env=interpreted_env(), timeout=300, cwd=here)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {case: subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
-            for case, argv, d in zip((*BLOCK_CASES, "unzeroed"), runs, map(json.loads, proc.stdout.splitlines()),
-                                     strict=True)}
+            for case, argv, d in zip((*BLOCK_CASES, "unzeroed", "unzeroed_local"), runs,
+                                     map(json.loads, proc.stdout.splitlines()), strict=True)}
 
 
 def test_a_barrier_only_some_threads_of_a_block_reach_is_refused_under_the_simulator(blocks):
@@ -329,3 +359,10 @@ def test_shared_memory_a_block_never_wrote_holds_garbage_under_the_simulator(blo
     # and the check passed, where a GPU's block finds whatever was there: it now starts as 0xFF bytes (-1, NaN)
     r = blocks["unzeroed"]
     assert r.returncode == 1 and "verdict: WRONG" in r.stdout, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+
+
+def test_a_local_array_never_written_holds_garbage_under_the_simulator(blocks):
+    # np.empty gave the simulator's local arrays whatever NumPy's allocator held (zeros at times: the sum passed);
+    # a GPU thread's local memory holds garbage: the simulated one now starts as 0xFF bytes, every time
+    r = blocks["unzeroed_local"]
+    assert r.returncode == 1 and "verdict: WRONG" in r.stdout and "32 NaN" in r.stdout, (r.stdout[-2000:], r.stderr)

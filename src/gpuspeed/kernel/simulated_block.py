@@ -9,9 +9,10 @@ hides most data races on shared memory. Here:
 - shared memory holds garbage when a block starts, as on a GPU (the simulator's arrays start as np.empty, often
   zeros, then keep the last block's values, or zeros for the dynamic buffer): each block's start fills them with
   0xFF bytes (NaN for floats, -1 for integers), so a kernel that reads what it never wrote gives a wrong answer here
-  too. cuda.shared.array hands out arrays that note, per element and per barrier interval, which thread
-  read, wrote or updated it atomically; two threads touching one element between two barriers, one of them
-  writing (atomics among themselves excepted), raise SharedMemoryRace naming the array and the lines.
+  too; so does each cuda.local.array. cuda.shared.array hands out arrays that note, per element and per barrier
+  interval, which thread read, wrote or updated it atomically; two threads touching one element between two
+  barriers, one of them writing (atomics among themselves excepted), raise SharedMemoryRace naming the array and
+  the lines.
 """
 
 from __future__ import annotations
@@ -343,6 +344,16 @@ def _shared_array(orig):
     return array
 
 
+def _local_array(orig):
+    def array(local, shape, dtype):
+        """FakeCUDALocal.array: a fresh array holding garbage, as a GPU thread's local memory does (np.empty held
+        whatever NumPy's allocator gave back: often zeros, so a sum never zeroed could pass)."""
+        fresh = orig(local, shape, dtype)
+        _garbage(fresh)
+        return fresh
+    return array
+
+
 def _atomic(orig):
     def atomic(self, array, *args):
         thread = threading.current_thread()
@@ -369,6 +380,8 @@ def patch(patch_method) -> None:
     patch_method(sim.BlockThread, "syncthreads", _syncthreads)
     patch_method(sim.BlockManager, "run", lambda orig: _run(sim))
     patch_method(api.FakeCUDAShared, "array", _shared_array)
+    if hasattr(api, "FakeCUDALocal"):
+        patch_method(api.FakeCUDALocal, "array", _local_array)
     for name in _ATOMICS:
         if hasattr(api.FakeCUDAAtomic, name):
             patch_method(api.FakeCUDAAtomic, name, _atomic)
