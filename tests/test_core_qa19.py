@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import struct
 import sys
+import warnings
 from dataclasses import asdict
 
 import numpy as np
@@ -48,7 +49,8 @@ def _values(rng, dtype, shape):
 
 def _perturbed(rng, ref, dtype):
     """ref as dtype, off by nothing, by a little, or by a lot, here and there or everywhere."""
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex to real drops the imaginary part: meant here
         out = np.array(ref).astype(dtype)
         if out.size == 0 or np.dtype(dtype).kind == "b":
             return out
@@ -232,3 +234,18 @@ def test_check_of_a_small_leaf_does_a_fraction_of_the_chunked_paths_work():
     ints = rng.integers(0, 100, 100)
     calls = _calls_in_one_check(ints, ints.copy())
     assert calls <= 110, f"check() of two equal 100-element int64 arrays made {calls} calls (was ~200)"
+
+
+def test_check_of_a_large_leaf_with_huge_values_raises_no_numpy_warning():
+    # 1e308 against -1e308 in a leaf past one chunk printed "RuntimeWarning: overflow encountered in subtract" from
+    # inside check(), as if the user's code had overflowed; the difference is judged (inf: over any tolerance)
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(verify.CHUNK + 10)
+    out = ref.copy()
+    out[5], ref[5] = 1e308, -1e308
+    out[7], ref[7] = 1.0, 5e-324  # 1 / 5e-324 overflows too
+    for sliced in (slice(None), slice(0, 100)):  # the chunked path and the one-pass one
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            result = gpuspeed.check(out[sliced], ref[sliced])
+        assert not result.passed and result.max_abs_err == math.inf and result.worst_index == (5,), result.summary

@@ -573,75 +573,74 @@ def _compare_in_one_pass(leaf: LeafCheck, out_flat: np.ndarray, ref_flat: np.nda
                          equal_nan: bool, nat) -> tuple[_Tally, _NormSum | None, int]:
     """_compare_chunked's result, bit for bit, for a leaf of one chunk in about a third of its NumPy calls (~40 calls of
     ~1 us each made a 100-element leaf cost ~90 us): each shortcut is taken only where it gives the same numbers."""
-    with np.errstate(all="ignore"):  # an overflow to inf is judged, not warned about
-        if exact:
-            got, want = out_flat.astype(np.int64), ref_flat.astype(np.int64)
-            leaf.rtol, leaf.atol = 0.0, float(atol) if atol is not None else 0.0
-            tally = _Tally(True, leaf.atol, leaf.rtol)
-            if not (got == want).all():  # equal: a fresh tally is already right (nothing off, worst at 0, rel L2 0)
-                diff = np.asarray(_integer_distance(got, want), dtype=np.float64)
-                tally.add(0, diff, ~(diff <= leaf.atol), np.abs(want.astype(np.float64)))
-            return tally, None, 0
-        wide = np.complex128 if "c" in (out_flat.dtype.kind, ref_flat.dtype.kind) else np.float64
-        got = out_flat if out_flat.dtype == wide else out_flat.astype(wide)
-        want = ref_flat if ref_flat.dtype == wide else ref_flat.astype(wide)
-        ref_abs = np.abs(want)
+    if exact:
+        got, want = out_flat.astype(np.int64), ref_flat.astype(np.int64)
+        leaf.rtol, leaf.atol = 0.0, float(atol) if atol is not None else 0.0
+        tally = _Tally(True, leaf.atol, leaf.rtol)
+        if not (got == want).all():  # equal: a fresh tally is already right (nothing off, worst at 0, rel L2 0)
+            diff = np.asarray(_integer_distance(got, want), dtype=np.float64)
+            tally.add(0, diff, ~(diff <= leaf.atol), np.abs(want.astype(np.float64)))
+        return tally, None, 0
+    wide = np.complex128 if "c" in (out_flat.dtype.kind, ref_flat.dtype.kind) else np.float64
+    got = out_flat if out_flat.dtype == wide else out_flat.astype(wide)
+    want = ref_flat if ref_flat.dtype == wide else ref_flat.astype(wide)
+    ref_abs = np.abs(want)
+    ref_top = float(ref_abs.max())
+    diff = np.abs(got - want)
+    if wide is np.float64 and ref_flat.dtype.kind in "iu":
+        diff = _exact_integer_diff(got, ref_flat, diff)
+    diff_top, ref_nan = float(diff.max()), 0
+    # both maxima finite: no NaN or Inf in the reference, nor in the output (it would make diff's), and no
+    # difference past float64 -- every special case of the chunked path is then a no-op
+    all_finite = math.isfinite(ref_top) and math.isfinite(diff_top)
+    if not all_finite:
+        finite_got, finite_ref = np.isfinite(got), np.isfinite(want)
+        leaf.nan_count, leaf.inf_count = int(np.count_nonzero(np.isnan(got))), int(np.count_nonzero(np.isinf(got)))
+        ref_nan = int(np.count_nonzero(np.isnan(want)))
+        ref_abs = np.abs(np.where(finite_ref, want, 0))
         ref_top = float(ref_abs.max())
-        diff = np.abs(got - want)
-        if wide is np.float64 and ref_flat.dtype.kind in "iu":
-            diff = _exact_integer_diff(got, ref_flat, diff)
-        diff_top, ref_nan = float(diff.max()), 0
-        # both maxima finite: no NaN or Inf in the reference, nor in the output (it would make diff's), and no
-        # difference past float64 -- every special case of the chunked path is then a no-op
-        all_finite = math.isfinite(ref_top) and math.isfinite(diff_top)
-        if not all_finite:
-            finite_got, finite_ref = np.isfinite(got), np.isfinite(want)
-            leaf.nan_count, leaf.inf_count = int(np.count_nonzero(np.isnan(got))), int(np.count_nonzero(np.isinf(got)))
-            ref_nan = int(np.count_nonzero(np.isnan(want)))
-            ref_abs = np.abs(np.where(finite_ref, want, 0))
-            ref_top = float(ref_abs.max())
-            same_special = (got == want) & ~finite_ref  # matching +-inf
-            if equal_nan:
-                same_special |= np.isnan(got) & np.isnan(want)
-            diff = np.where(same_special, 0.0, diff)
-        ref_norm = _NormSum()
-        ref_norm.add(ref_abs, ref_top)
-        if atol is None:
-            rms = ref_norm.value() / math.sqrt(ref_flat.size)
-            atol = rtol * rms if rms else 0.0
-        leaf.rtol, leaf.atol = float(rtol), float(atol)
-        tally = _Tally(False, leaf.atol, leaf.rtol)
-        tol = leaf.atol + leaf.rtol * ref_abs  # _Tally.add's own; the verdict's differs only in the sign of a zero
-        if not math.isfinite(leaf.rtol):  # inf x a zero |ref| is NaN: no relative room there
-            tol_verdict = leaf.atol + np.where(ref_abs > 0, leaf.rtol * ref_abs, 0.0)
-        else:
-            tol_verdict = tol
-        if all_finite:  # neither diff nor tol can hold a NaN: > is "not <="
-            bad = diff > tol_verdict
-            finite_diff = diff
-            tally.diff_norm.add(diff, diff_top)
-        else:
-            bad = ~(diff <= tol_verdict) | (~finite_got & finite_ref) | (~finite_ref & ~same_special)
-            fin = np.isfinite(diff)
-            tally.all_finite = bool(fin.all())
-            tally.diff_norm.add(np.where(fin, diff, 0.0))
-            finite_diff = np.where(fin, diff, np.inf)
-            diff_top = float(finite_diff.max())
-        tally.n_bad = int(np.count_nonzero(bad))
-        tally.max_abs = max(tally.max_abs, diff_top)
-        rel = finite_diff / ref_abs  # the chunked path's where a |ref| is 0 too, but for 0 / 0 (NaN there, 0 there)
+        same_special = (got == want) & ~finite_ref  # matching +-inf
+        if equal_nan:
+            same_special |= np.isnan(got) & np.isnan(want)
+        diff = np.where(same_special, 0.0, diff)
+    ref_norm = _NormSum()
+    ref_norm.add(ref_abs, ref_top)
+    if atol is None:
+        rms = ref_norm.value() / math.sqrt(ref_flat.size)
+        atol = rtol * rms if rms else 0.0
+    leaf.rtol, leaf.atol = float(rtol), float(atol)
+    tally = _Tally(False, leaf.atol, leaf.rtol)
+    tol = leaf.atol + leaf.rtol * ref_abs  # _Tally.add's own; the verdict's differs only in the sign of a zero
+    if not math.isfinite(leaf.rtol):  # inf x a zero |ref| is NaN: no relative room there
+        tol_verdict = leaf.atol + np.where(ref_abs > 0, leaf.rtol * ref_abs, 0.0)
+    else:
+        tol_verdict = tol
+    if all_finite:  # neither diff nor tol can hold a NaN: > is "not <="
+        bad = diff > tol_verdict
+        finite_diff = diff
+        tally.diff_norm.add(diff, diff_top)
+    else:
+        bad = ~(diff <= tol_verdict) | (~finite_got & finite_ref) | (~finite_ref & ~same_special)
+        fin = np.isfinite(diff)
+        tally.all_finite = bool(fin.all())
+        tally.diff_norm.add(np.where(fin, diff, 0.0))
+        finite_diff = np.where(fin, diff, np.inf)
+        diff_top = float(finite_diff.max())
+    tally.n_bad = int(np.count_nonzero(bad))
+    tally.max_abs = max(tally.max_abs, diff_top)
+    rel = finite_diff / ref_abs  # the chunked path's where a |ref| is 0 too, but for 0 / 0 (NaN there, 0 there)
+    top_rel = float(rel.max())
+    if math.isnan(top_rel):
+        rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
+                       np.where(finite_diff > 0, np.inf, 0))
         top_rel = float(rel.max())
-        if math.isnan(top_rel):
-            rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
-                           np.where(finite_diff > 0, np.inf, 0))
-            top_rel = float(rel.max())
-        tally.max_rel = max(tally.max_rel, top_rel)
-        score = finite_diff - tol
+    tally.max_rel = max(tally.max_rel, top_rel)
+    score = finite_diff - tol
+    worst = int(score.argmax())
+    if math.isnan(score[worst]):  # argmax stops at the first NaN; _Tally.add reads a NaN score as inf
+        score = np.where(np.isnan(score), np.inf, score)
         worst = int(score.argmax())
-        if math.isnan(score[worst]):  # argmax stops at the first NaN; _Tally.add reads a NaN score as inf
-            score = np.where(np.isnan(score), np.inf, score)
-            worst = int(score.argmax())
-        tally.worst, tally.worst_score = worst, float(score[worst])
+    tally.worst, tally.worst_score = worst, float(score[worst])
     return tally, ref_norm, ref_nan
 
 
@@ -696,7 +695,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     one_pass = 0 < out_flat.size <= SMALL_LEAF and nat is None and "O" not in (out_flat.dtype.kind, ref_flat.dtype.kind) and (
         not exact or np.dtype(np.uint64) not in (out_flat.dtype, ref_flat.dtype))  # those compare as Python ints
     compare = _compare_in_one_pass if one_pass else _compare_chunked
-    tally, ref_norm, ref_nan = compare(leaf, out_flat, ref_flat, exact, rtol, atol, equal_nan, nat)
+    with np.errstate(all="ignore"):  # an overflow to inf (1e308 - -1e308) is judged, not warned about
+        tally, ref_norm, ref_nan = compare(leaf, out_flat, ref_flat, exact, rtol, atol, equal_nan, nat)
     leaf.n_over_tol = tally.n_bad
     if exact:
         num, den = tally.diff_norm.value(), tally.ref_norm.value()
