@@ -193,6 +193,28 @@ BLOCKS = """
         if t == 0:
             out[b] = sh[0]
 
+    @cuda.jit
+    def any_negative(x, out):
+        found = cuda.shared.array(1, int32)
+        t = cuda.threadIdx.x
+        if t == 0:
+            found[0] = 0
+        cuda.syncthreads()
+        if x[t] < 0:
+            found[0] = 1  # every thread that finds one stores the same 1: no race
+        cuda.syncthreads()
+        if t == 0:
+            out[0] = found[0]
+
+    @cuda.jit
+    def last_wins(x, out):
+        who = cuda.shared.array(1, int32)
+        t = cuda.threadIdx.x
+        who[0] = t  # WHO: which thread's store lands depends on the order
+        cuda.syncthreads()
+        if t == 0:
+            out[0] = who[0]
+
     def one_block(kernel, x):
         out = np.zeros(64, np.float32)
         kernel[1, 64](x, out)
@@ -223,13 +245,20 @@ BLOCKS = """
         rotated[4, 64](x, out)
         return out
 
+    def launch_flag(x):
+        return one_block(any_negative, x)
+
+    def launch_who(x):
+        return one_block(last_wins, x)
+
     def launch_halves(x):
         out = np.zeros(64, np.float32)
         halves[1, 64, 0, 128 * 4](x, out)
         return out
     """
 
-BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves", "rotated")
+BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves", "rotated", "flag",
+               "who")
 
 # a workload whose Numba variant counts into dynamic shared memory it never zeroed: the simulator's buffer starts as
 # zeros (the answer was right), a GPU's holds what the last kernel left there
@@ -343,10 +372,12 @@ def test_a_data_race_on_shared_memory_is_refused_under_the_simulator(blocks):
     line = one_error(blocks["counted_and_cleared"])
     assert "counted_and_cleared: a data race on shared array h: " in line, line
     assert f"line {_line('# MIXED')}" in line and "atomically" in line, line
+    line = one_error(blocks["who"])  # stores of different values
+    assert "last_wins: a data race on shared array who: thread " in line and f"line {_line('# WHO')}" in line, line
 
 
 def test_correct_barriers_atomics_and_shared_views_still_run_under_the_simulator(blocks):
-    for case in ("right", "counted", "halves"):
+    for case in ("right", "counted", "halves", "flag"):  # flag: threads storing one value, a GPU's idiom
         r = blocks[case]
         assert r.returncode == 0 and "[numba] grid (1, 1, 1) block (64, 1, 1)" in r.stdout, (case, r.stderr[-2000:])
     # a launch's shared arrays outlive its blocks: one block's accesses are no race with the next block's

@@ -227,7 +227,7 @@ class TrackedShared(np.ndarray):
 
     def __setitem__(self, index, value):
         if self._gs is not None:
-            _note(self, index, "write")
+            _note(self, index, "write", value)
         super().__setitem__(index, value)
 
 
@@ -251,7 +251,15 @@ def _offset(array, index):
     return offset
 
 
-def _note(array, index, kind: str) -> None:
+def _same_value(array, index, value) -> bool:
+    """Whether storing value at index leaves the element as it is (threads storing one flag value: no race)."""
+    try:
+        return bool(np.ndarray.__getitem__(array, index) == np.asarray(value, dtype=array.dtype))
+    except Exception:  # a value that does not cast to the element's type: compared as different
+        return False
+
+
+def _note(array, index, kind: str, value=None) -> None:
     thread = threading.current_thread()
     block = getattr(thread, "_gs_block", None)
     if block is None:
@@ -272,7 +280,8 @@ def _note(array, index, kind: str) -> None:
         state = tracker.state[key] = [block.interval, None, 0, None, 0, None, 0]
     if kind == "write":
         clash = next(((w, what) for w, what in ((1, "writes"), (3, "reads"), (5, "updates atomically"))
-                      if state[w] is not None and state[w] != me), None)
+                      if state[w] is not None and state[w] != me
+                      and not (w == 1 and _same_value(array, index, value))), None)
     elif kind == "read":
         clash = next(((w, what) for w, what in ((1, "writes"), (5, "updates atomically"))
                       if state[w] is not None and state[w] != me), None)
@@ -284,6 +293,8 @@ def _note(array, index, kind: str) -> None:
         element = _element(name, index, base, offset, array.itemsize)
         raise SharedMemoryRace(_race(block, name, element, me, kind, line, state[slot], what, state[slot + 1]))
     slot = _SLOT[kind]
+    if kind == "write" and state[slot] not in (None, me):
+        return  # the same value stored again by another thread: the first writer stays the one noted
     if kind == "write" or state[slot] is None:
         state[slot], state[slot + 1] = me, line
     elif state[slot] != me:
