@@ -130,7 +130,8 @@ def test_optimize_shows_a_torch_cpu_peak_measured_or_not_measured_never_a_wrong_
     assert rows["variant:plain"]["peak_bytes"] >= 2 * 2**20, rows["variant:plain"]  # 1 MiB x twice, warmed up
     # the variant gets the original's torch tensors as they are: its label said "(numpy inputs)"
     assert rows["variant:plain"]["label"] == "user variant 'plain' (the original's inputs)"
-    assert rows["original"]["peak_bytes"] is None
+    assert rows["original"]["peak_bytes"] is None and rows["original"]["peak_first_call"] is True
+    assert rows["variant:plain"]["peak_first_call"] is False
     assert "the call ran torch's profiler itself" in rows["original"]["peak_unmeasured"]
     table = {line.split()[1]: line for line in r.output.splitlines() if line.startswith("│")}
     assert "not measured" in table["original"] and "MiB" in table["variant:plain"], r.output
@@ -165,7 +166,7 @@ def test_a_candidate_hundreds_of_times_slower_is_not_shown_as_a_zero_speedup():
     from gpuspeed.commands.optimize import _print
 
     slow = {"speedup": 0.00435, "ci_low": 0.0043, "ci_high": 0.0045, "verdict": "slower"}
-    rows = {"original": {"status": "ok", "device_time": {"median": 2e-5}, "peak_bytes": 90112},
+    rows = {"original": {"status": "ok", "device_time": {"median": 2e-5}, "peak_bytes": 90112, "peak_first_call": True},
             "torch-compile-cpu": {"status": "ok", "device_time": {"median": 4.6e-3}, "speedup": slow,
                                   "speedup_e2e": slow, "peak_bytes": 3 * 2**20}}
     run = types.SimpleNamespace(where="cpu", notes=[], wl=types.SimpleNamespace(name="step"), results=rows,
@@ -174,4 +175,5 @@ def test_a_candidate_hundreds_of_times_slower_is_not_shown_as_a_zero_speedup():
     _print(run, console)
     text = console.export_text()
     assert "0.0043x [0.0043, 0.0045]" in text and "0.00x" not in text, text
-    assert "88.0 KiB" in text and "3.00 MiB" in text  # a small peak in its own unit, not 0.00 GiB
+    # a small peak in its own unit, not 0.00 GiB; the original's is its first call's (lazy loads and all), said so
+    assert "88.0 KiB (first call)" in text and "3.00 MiB" in text and "3.00 MiB (first" not in text

@@ -440,6 +440,7 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
     graphable = r["backend"] in ("torch", "torch_compile") and not r.get("graph") and r.get("mode") != "reduce-overhead"
     mode = "cpu" if bench_device == "cpu" else "auto" if graphable else "events"
     mem = getattr(impl, "first_call_memory", None)
+    result["peak_first_call"] = mem is not None  # its one-time costs (lazy loads, library buffers) counted in
     if mem is None:
         stage("memory")
     dev = args if is_chunked else impl.prepare(args)
