@@ -249,3 +249,28 @@ def test_check_of_a_large_leaf_with_huge_values_raises_no_numpy_warning():
             warnings.simplefilter("error")
             result = gpuspeed.check(out[sliced], ref[sliced])
         assert not result.passed and result.max_abs_err == math.inf and result.worst_index == (5,), result.summary
+
+
+@pytest.mark.gpu
+def test_one_pass_of_cuda_tensors_matches_the_chunked_path(monkeypatch):
+    # _to_host now skips the steps that do nothing on a CPU tensor (detach, cpu, resolve_conj): a CUDA tensor still takes them
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(19)
+    leaves = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.complex64, torch.int64):
+        if dtype == torch.int64:
+            ref = torch.randint(-9, 9, (4, 33), generator=gen, device="cuda", dtype=dtype)
+        else:
+            ref = torch.randn(4, 33, generator=gen, device="cuda").to(dtype)
+        out = ref.clone()
+        out[1, 5] += 1
+        leaves += [(out, ref), (out.t(), ref.t()), (ref.clone().requires_grad_(dtype.is_floating_point), ref)]
+    conj = torch.randn(6, dtype=torch.complex64, generator=gen, device="cuda")
+    leaves += [(conj.conj(), conj.resolve_conj().conj().resolve_conj()), (conj.conj().imag, -conj.imag)]
+    for out, ref in leaves:
+        one_pass, chunked = _both_paths(monkeypatch, out, ref, {})
+        assert one_pass == chunked, (out.dtype, out.shape)
+        assert one_pass == _outcome(out.cpu(), ref.cpu(), {}), (out.dtype, out.shape)  # the GPU copy changes nothing
+    with pytest.raises(UserError, match="meta tensor"):
+        gpuspeed.check(torch.empty(3, device="meta"), torch.zeros(3))
