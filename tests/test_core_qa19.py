@@ -274,3 +274,21 @@ def test_one_pass_of_cuda_tensors_matches_the_chunked_path(monkeypatch):
         assert one_pass == _outcome(out.cpu(), ref.cpu(), {}), (out.dtype, out.shape)  # the GPU copy changes nothing
     with pytest.raises(UserError, match="meta tensor"):
         gpuspeed.check(torch.empty(3, device="meta"), torch.zeros(3))
+
+
+def test_check_of_big_endian_arrays_uses_their_types_tolerance():
+    # an array read from a file in big-endian order ('>f8': FITS, HDF5, np.frombuffer of network data) was refused:
+    # "no default tolerance for dtype '>f8'; pass rtol= and atol="
+    rng = np.random.default_rng(5)
+    ref = rng.standard_normal(50)
+    close = ref * (1 + 1e-7 * rng.standard_normal(50))
+    for code, rtol in ((">f8", 1e-12), (">f4", 1e-5), (">f2", 1e-3), (">c16", 1e-12)):
+        result = gpuspeed.check(close.astype(code), ref)
+        assert result.leaves[0].rtol == rtol, (code, result.summary)
+        assert result.passed == (rtol >= 1e-5), (code, result.summary)
+    counts = rng.integers(0, 9, 20)
+    assert gpuspeed.check(counts.astype(">i4"), counts).passed
+    off = counts.astype(">u2")
+    off[3] += 1
+    assert gpuspeed.check(off, counts).n_over_tol == 1
+    assert gpuspeed.check(ref, ref, dtype=">f4").leaves[0].rtol == 1e-5

@@ -84,6 +84,12 @@ def default_rtol(dtype_name: str) -> float:
         return TOLERANCES[name]
     if name.startswith(("int", "uint", "bool")):
         return EXACT
+    try:  # a NumPy dtype string: '>f8', a big-endian float64 read from a file, is a float64
+        numpy_name = np.dtype(name).name
+    except (TypeError, ValueError, SyntaxError):
+        numpy_name = name
+    if numpy_name != name and (numpy_name in TOLERANCES or numpy_name.startswith(("int", "uint", "bool"))):
+        return default_rtol(numpy_name)
     if name.startswith(("qint", "quint")):  # torch.quantize_per_tensor's: an error set by the scale, not the type
         raise UserError(f"no default tolerance for the quantized dtype {dtype_name!r}: check() compares its "
                         "dequantized values, whose error its scale sets; pass rtol= and atol= (e.g. atol=the scale)")
