@@ -292,3 +292,14 @@ def test_check_of_big_endian_arrays_uses_their_types_tolerance():
     off[3] += 1
     assert gpuspeed.check(off, counts).n_over_tol == 1
     assert gpuspeed.check(ref, ref, dtype=">f4").leaves[0].rtol == 1e-5
+
+
+def test_check_of_a_python_array_says_to_pass_it_as_a_numpy_array():
+    # array.array('d', ...) and memoryviews were refused as "cannot compare array values", with no way out named
+    import array
+
+    for value in (array.array("d", [1.0, 2.0]), memoryview(np.arange(3.0))):
+        with pytest.raises(UserError, match=r"cannot compare (array\.array|memoryview) values: pass np\.asarray"):
+            gpuspeed.check(value, np.asarray(value))
+    with pytest.raises(UserError, match=r"cannot compare set values$"):  # no such advice where it would not work
+        gpuspeed.check({1.0}, {1.0})

@@ -166,7 +166,19 @@ def _to_host(x) -> tuple[np.ndarray, str]:
     if isinstance(x, Iterator):  # a function that yields its result: what it yields is read once, then gone
         raise UserError(f"check() cannot compare a {type(x).__name__}: it gives its items once, as it is read; pass "
                         "list(...) of it (and of the reference's)")
-    raise UserError(f"check() cannot compare {type(x).__name__} values")
+    kind = type(x).__name__
+    if not isinstance(x, (str, bytes, bytearray)) and _numeric_buffer(x):  # array.array, memoryview
+        kind = f"{type(x).__module__}.{kind}" if type(x).__module__ != "builtins" else kind
+        raise UserError(f"check() cannot compare {kind} values: pass np.asarray(...) of it (and of the reference)")
+    raise UserError(f"check() cannot compare {kind} values")
+
+
+def _numeric_buffer(x) -> bool:
+    """Whether x exposes a buffer of numbers NumPy reads as an array (array.array, a memoryview of one)."""
+    try:
+        return np.asarray(memoryview(x)).dtype.kind in "biufc"
+    except (TypeError, ValueError, NotImplementedError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------
