@@ -101,6 +101,7 @@ def register(app: typer.Typer) -> None:
 
         from gpuspeed import launch as study
         from gpuspeed.errors import UserError
+        from gpuspeed.launch.fusion import format_n
         from gpuspeed.launch.report import fmt
         from gpuspeed.results import check_out_dir, signals_held, stop_signals
 
@@ -186,9 +187,9 @@ def register(app: typer.Typer) -> None:
             if r["study"] != "fusion":
                 continue
             if "error" in r:
-                f.add_row(f"{r['N']:.0e}", esc(r["variant"]), "[red]error[/]", esc(r["error"][:40]), "", "", "", "")
+                f.add_row(format_n(r['N']), esc(r["variant"]), "[red]error[/]", esc(r["error"][:40]), "", "", "", "")
                 continue
-            f.add_row(f"{r['N']:.0e}", esc(r["variant"]), f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ",.4g"),
+            f.add_row(format_n(r['N']), esc(r["variant"]), f"{r['median_us']:.1f} us", fmt(r.get("GBps"), ",.4g"),
                       fmt(r.get("pct_copy_roof"), ".1f"), fmt(r.get("over_copy"), ".2f"),
                       fmt(r.get("check_passed")), "[yellow]no[/]" if r.get("unreliable") else "yes")
         console.print(f)

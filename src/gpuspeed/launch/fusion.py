@@ -29,6 +29,12 @@ ROUND_SPREAD = 0.25  # ... or whose rounds spread (max - min) / median above thi
 MONOTONE_SLACK = 0.20  # ... or that is this much slower (plus 3x noise) than the same variant at a larger N
 
 
+def format_n(n) -> str:
+    """N as 1e+06 where that is exact, else in full: 1500 and 2000 both read "2e+03" in one table."""
+    short = format(n, ".0e")
+    return short if float(short) == n else f"{int(n):,}" if float(n).is_integer() else f"{n:g}"
+
+
 def _rotation(n: int, where: str) -> int:
     """Input copies to cycle through so each call reads cold data: ~2x L2 in all, at most 64."""
     if where != "cuda":
@@ -123,7 +129,7 @@ def flag_non_monotone(rows: list[dict]) -> None:
             if r["time_s"] > fastest["time_s"] * (1 + slack):
                 r["unreliable"] = True
                 r.setdefault("unreliable_why", []).append(
-                    f"slower than the same variant at N={fastest['N']:.0e} ({fastest['time_s'] * 1e6:.3g} us): "
+                    f"slower than the same variant at N={format_n(fastest['N'])} ({fastest['time_s'] * 1e6:.3g} us): "
                     f"more work cannot take less time, so this point caught a slow host state")
 
 
@@ -167,11 +173,11 @@ def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Pr
         r = _rotation(n, where)
         xs = [torch.randn(n, device=dev) for _ in range(r)]
         dst = torch.empty(n, device=dev)
-        progress(f"fusion N={n:.0e} copy")
+        progress(f"fusion N={format_n(n)} copy")
         points = [({"study": "fusion", "variant": "copy", "N": n, "K": k, "rotate": r, "bytes": 2 * 4 * n},
                    _cycler([dst.copy_], xs))]
         for variant in variants:
-            progress(f"fusion N={n:.0e} {variant}")
+            progress(f"fusion N={format_n(n)} {variant}")
             fused = variant != "eager" and variant != "captured"
             # bytes by design: eager reads and writes N per op; fused once; reduce-overhead also copies
             # its (non-static) input into the graph's static buffer
@@ -197,7 +203,7 @@ def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Pr
             torch.cuda.synchronize()
         for i in range(ROUNDS):
             for row, call in points:
-                progress(f"fusion N={n:.0e} {row['variant']} round {i + 1}")
+                progress(f"fusion N={format_n(n)} {row['variant']} round {i + 1}")
                 if call is None or "error" in row:
                     continue
                 try:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuspeed.launch.fusion import format_n
 from gpuspeed.launch.sweep import err_text
 
 
@@ -59,7 +60,7 @@ def to_markdown(doc: dict) -> str:
     for r in (r for r in doc["rows"] if r["study"] == "fusion"):
         why = "; ".join(r.get("unreliable_why", []))
         reliable = f"no: {why}" if r.get("unreliable") else ("yes" if "time_s" in r else "-")
-        lines.append(f"| {r['N']:.0e} | {r['variant']} | {fmt(r.get('median_us'))} | {r['bytes']:.3g} | "
+        lines.append(f"| {format_n(r['N'])} | {r['variant']} | {fmt(r.get('median_us'))} | {r['bytes']:.3g} | "
                      f"{fmt(r.get('GBps'))} | {fmt(r.get('pct_copy_roof'), '.1f')} | {fmt(r.get('over_copy'))} "
                      f"| {fmt(r.get('check_passed'))} | {reliable} | {r.get('error', '')} |")
     lines += ["", "## Notes", ""] + [f"- {n}" for n in doc["notes"]]

@@ -75,7 +75,7 @@ def check_params(ks, ns, chain_k: int, tiny_k: int, budget_s: float | None, vari
         raise UserError(f"--chain-k goes up to {MAX_CHAIN} ops (torch.compile traces each one), got {chain_k}")
     if max(ns or (1,)) > MAX_N:  # --ns 1e30 was refused by check_fits with a 23-digit GiB figure
         raise UserError(f"--ns goes up to {MAX_N:.0e} elements (fp32 vectors the fusion study copies several "
-                        f"times), got {max(ns):.0e}")
+                        f"times), got {fusion.format_n(max(ns))}")
     if budget_s is not None and not 0 < budget_s < math.inf:  # NaN too
         raise UserError(f"budget must be a positive number of seconds, got {budget_s}")
     if budget_s is not None and budget_s > MAX_BUDGET_S:  # 1e30 ran on, each measurement to its sample cap
@@ -101,7 +101,7 @@ def check_fits(n: int, where: str) -> None:
         need.append(("GPU", device_bytes, gpu_available_bytes("cuda")))
     for what, needed, free in need:
         if free is not None and needed > free:
-            raise UserError(f"the fusion study at N={n:.0e} needs ~{needed / 2**30:.1f} GiB of {what} memory, "
+            raise UserError(f"the fusion study at N={fusion.format_n(n)} needs ~{needed / 2**30:.1f} GiB of {what} memory, "
                             f"{free / 2**30:.1f} GiB is free: pass smaller --ns")
 
 
@@ -237,7 +237,7 @@ def _document(where, ks, ns, chain_k, tiny_k, variants, budget_s, sweep_rows, ch
     else:  # the CPU run has no events, no L2 flush and no graphs: say what its clock was
         notes.append("eager sweep: host wall time over K launches, median of repeats; chains and fusion: bench() on "
                      "the host clock (perf_counter)")
-    flagged = [f"{r['variant']} N={r['N']:.0e}" for r in fusion_rows if r.get("unreliable")]
+    flagged = [f"{r['variant']} N={fusion.format_n(r['N'])}" for r in fusion_rows if r.get("unreliable")]
     notes.append(f"fusion: each point is the median of {fusion.ROUNDS} interleaved rounds of bench() after every "
                  "point of its N was built and warmed; a point is flagged unreliable (hollow in the plot) when its "
                  "samples are noisy, its rounds disagree, or it is slower than the same variant at a larger N"
