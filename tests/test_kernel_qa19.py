@@ -215,6 +215,30 @@ BLOCKS = """
         if t == 0:
             out[0] = who[0]
 
+    @cuda.jit
+    def total_racy(x, out):
+        i = cuda.grid(1)
+        out[0] += x[i]  # TOTAL: every thread reads and writes out[0]
+
+    @cuda.jit
+    def total_atomic(x, out):
+        cuda.atomic.add(out, 0, x[cuda.grid(1)])
+
+    @cuda.jit
+    def a_block_each(x, out):
+        out[0] += x[cuda.blockIdx.x]  # BLOCKS: one thread a block, every block on out[0]
+
+    @cuda.jit
+    def smooth_in_place(x):
+        i = cuda.grid(1)
+        if 0 < i < x.size - 1:
+            x[i] = (x[i - 1] + x[i] + x[i + 1]) / 3  # SMOOTH: reads its neighbours' elements as they write them
+
+    @cuda.jit
+    def double_in_place(x):
+        i = cuda.grid(1)
+        x[i] = 2 * x[i]
+
     def one_block(kernel, x):
         out = np.zeros(64, np.float32)
         kernel[1, 64](x, out)
@@ -251,6 +275,29 @@ BLOCKS = """
     def launch_who(x):
         return one_block(last_wins, x)
 
+    def launch_total_racy(x):
+        out = np.zeros(1, np.float32)
+        total_racy[2, 32](x, out)
+        return out
+
+    def launch_total_atomic(x):
+        out = np.zeros(1, np.float32)
+        total_atomic[2, 32](x, out)
+        return out
+
+    def launch_a_block_each(x):
+        out = np.zeros(1, np.float32)
+        a_block_each[64, 1](x, out)
+        return out
+
+    def launch_smooth(x):
+        smooth_in_place[2, 32](x)
+        return x
+
+    def launch_double(x):
+        double_in_place[2, 32](x)
+        return x
+
     def launch_halves(x):
         out = np.zeros(64, np.float32)
         halves[1, 64, 0, 128 * 4](x, out)
@@ -258,7 +305,7 @@ BLOCKS = """
     """
 
 BLOCK_CASES = ("racy", "diverging", "right", "early_return", "counted", "counted_and_cleared", "halves", "rotated", "flag",
-               "who")
+               "who", "total_racy", "total_atomic", "a_block_each", "smooth", "double")
 
 # a workload whose Numba variant counts into dynamic shared memory it never zeroed: the simulator's buffer starts as
 # zeros (the answer was right), a GPU's holds what the last kernel left there
@@ -397,3 +444,22 @@ def test_a_local_array_never_written_holds_garbage_under_the_simulator(blocks):
     # a GPU thread's local memory holds garbage: the simulated one now starts as 0xFF bytes, every time
     r = blocks["unzeroed_local"]
     assert r.returncode == 1 and "verdict: WRONG" in r.stdout and "32 NaN" in r.stdout, (r.stdout[-2000:], r.stderr)
+
+
+def test_a_data_race_on_an_array_argument_is_refused_under_the_simulator(blocks):
+    # `out[0] += x[i]` from every thread ran one thread at a time in the simulator and summed right; on a GPU the
+    # threads' reads and writes interleave and most of the sum is lost. So for one block a thread, and an in-place
+    # stencil reading its neighbours' elements as they are written
+    from kernel_cli_helpers import one_error
+
+    line = one_error(blocks["total_racy"])
+    assert "total_racy: a data race on out: thread " in line and f"out[0] at line {_line('# TOTAL')}" in line, line
+    assert "cuda.atomic.add" in line, line
+    line = one_error(blocks["a_block_each"])
+    assert "a_block_each: a data race on out: " in line and "of another block" in line, line
+    assert f"line {_line('# BLOCKS')}" in line, line
+    line = one_error(blocks["smooth"])
+    assert "smooth_in_place: a data race on x: " in line and f"line {_line('# SMOOTH')}" in line, line
+    for case in ("total_atomic", "double"):  # atomics; each thread on its own element
+        r = blocks[case]
+        assert r.returncode == 0 and "[numba] grid (2, 1, 1) block (32, 1, 1)" in r.stdout, (case, r.stderr[-2000:])

@@ -11,8 +11,11 @@ hides most data races on shared memory. Here:
   0xFF bytes (NaN for floats, -1 for integers), so a kernel that reads what it never wrote gives a wrong answer here
   too; so does each cuda.local.array. cuda.shared.array hands out arrays that note, per element and per barrier
   interval, which thread read, wrote or updated it atomically; two threads touching one element between two
-  barriers, one of them writing (atomics among themselves excepted), raise SharedMemoryRace naming the array and
-  the lines.
+  barriers, one of them writing (atomics among themselves excepted; stores of one value too), raise
+  SharedMemoryRace naming the array and the lines.
+- array arguments (global memory): the same record a launch, where threads of two blocks are never ordered (unless
+  the launch orders its blocks itself, through global atomics or cuda.threadfence()): `out[0] += x[i]` from many
+  threads, which the simulator sums right one thread at a time, raises GlobalMemoryRace.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ class SharedMemoryRace(InterpretedLaunchError):
     """Two threads of a simulated block touching one shared element between two barriers, at least one writing."""
 
 
+class GlobalMemoryRace(InterpretedLaunchError):
+    """Two threads of a simulated launch touching one element of an array argument with nothing ordering them (one
+    block, no barrier between; or two blocks), at least one writing."""
+
+
 def _thread_name(block_dim, tid: int) -> str:
     bx, by, bz = (list(block_dim) + [1, 1])[:3]
     if by * bz == 1:
@@ -63,6 +71,8 @@ class _Block:
         self.threads: list = []
         self.refusal: BaseException | None = None  # our one-line refusal, or the first thread's own failure
         self.failed = None
+        self.serial = next(_INTERVALS)  # tells this block's threads from other blocks' in the launch's record
+        self.launch: dict = {}  # the launch's record of its array arguments' elements (_note_global)
 
     def stop(self) -> None:
         """Wake every thread with its abort flag set (the simulator's own way out of a failing block)."""
@@ -157,6 +167,11 @@ def _run(sim):
                 _garbage(shared._dynshared)
         f = manager._f
         block = _Block(getattr(f, "__name__", "kernel"), tuple(manager._block_dim), 0)
+        context = getattr(sim, "_kernel_context", None)
+        if context is not None:  # one record a launch, kept on the simulator's per-launch module
+            if not hasattr(context, "_gs_launch"):
+                context._gs_launch = {"elements": {}, "ordered": False, "names": _argument_names(f, args)}
+            block.launch = context._gs_launch
 
         def target():
             me = threading.current_thread()
@@ -317,6 +332,7 @@ def _race(block, name, element, me, kind, line, other, other_what, other_line) -
             "them in one order that hides it); put a cuda.syncthreads() between the write and the other access")
 
 
+_ALLOCATING = threading.Lock()  # held while a shared allocation is made (linecache may read a file: threads switch)
 _NAMED = re.compile(r"(\w+)\s*=\s*[\w.]*shared\.array\(")
 
 
@@ -336,8 +352,9 @@ def _shared_array(orig):
             dtype = numpy_support.as_dtype(dtype)
         frame = sys._getframe(1)
         if shape == 0:  # the dynamic shared memory, one byte buffer seen through any dtype
-            if not hasattr(shared, "_gs_dynamic"):
-                shared._gs_dynamic = _Tracker(shared._dynshared.__array_interface__["data"][0])
+            with _ALLOCATING:
+                if not hasattr(shared, "_gs_dynamic"):
+                    shared._gs_dynamic = _Tracker(shared._dynshared.__array_interface__["data"][0])
             count = shared._dynshared_size // np.dtype(dtype).itemsize
             plain = np.frombuffer(shared._dynshared.data, dtype=dtype, count=count)
             tracked = plain.view(TrackedShared)
@@ -346,13 +363,125 @@ def _shared_array(orig):
         caller = (frame.f_code.co_filename, frame.f_lineno)
         tracked = shared._allocations.get(caller)
         if tracked is None:
-            plain = np.empty(shape, dtype)
-            _garbage(plain)
-            tracked = plain.view(TrackedShared)
-            tracked._gs = (_Tracker(plain.__array_interface__["data"][0]), _array_name(frame), 0)
-            shared._allocations[caller] = tracked
+            with _ALLOCATING:  # the block's threads arrive together: one allocation for all of them
+                tracked = shared._allocations.get(caller)
+                if tracked is None:
+                    plain = np.empty(shape, dtype)
+                    _garbage(plain)
+                    tracked = plain.view(TrackedShared)
+                    tracked._gs = (_Tracker(plain.__array_interface__["data"][0]), _array_name(frame), 0)
+                    shared._allocations[caller] = tracked
         return tracked
     return array
+
+
+def _argument_names(f, args) -> list:
+    """[(start, end, name)] of the byte ranges of a launch's array arguments, named as the kernel names them."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        names = []
+    ranges = []
+    for i, a in enumerate(args):
+        ary = getattr(getattr(a, "__dict__", {}).get("_item"), "_ary", None)
+        if isinstance(ary, np.ndarray) and ary.size:
+            start = ary.__array_interface__["data"][0]
+            lo = start + sum(min(0, (n - 1) * st) for n, st in zip(ary.shape, ary.strides, strict=False))
+            hi = start + sum(max(0, (n - 1) * st) for n, st in zip(ary.shape, ary.strides, strict=False))
+            ranges.append((lo, hi + ary.itemsize, names[i] if i < len(names) else f"argument {i}"))
+    return ranges
+
+
+def _global_name(launch: dict, key: int) -> str:
+    return next((name for lo, hi, name in launch["names"] if lo <= key < hi), "an array argument")
+
+
+_GLOBAL_SLOT = {"write": 0, "read": 1, "atomic": 2}
+_AGAINST = {"write": (0, 1, 2), "read": (0, 2), "atomic": (0, 1)}  # the slots an access of each kind may race with
+
+
+def _note_global(fake, index, kind: str, value=None) -> None:
+    """Note one access to an element of a launch's array argument; GlobalMemoryRace where another thread touched it
+    with nothing ordering the two (same block and barrier interval; or another block, unless the launch orders its
+    blocks itself through atomics on global memory or cuda.threadfence()), at least one of them writing."""
+    thread = threading.current_thread()
+    block = getattr(thread, "_gs_block", None)
+    if block is None or not block.launch:
+        return
+    item = fake.__dict__.get("_item")
+    ary = getattr(item, "_ary", None)
+    if not isinstance(ary, np.ndarray) or ary.dtype.fields is not None:
+        return
+    offset = _offset(ary, index)
+    if offset is None:
+        return
+    atomic_line = getattr(thread, "_gs_atomic", 0)
+    if atomic_line:
+        kind, line = "atomic", atomic_line
+    else:
+        frame = _user_frame(sys._getframe(2))
+        line = frame.f_lineno if frame is not None else 0
+    launch = block.launch
+    start = item.__dict__.get("_gs_start")
+    if start is None:  # kept on the simulator's array: reading __array_interface__ each access costs a dict
+        start = item.__dict__["_gs_start"] = ary.__array_interface__["data"][0]
+    key = start + offset
+    me = (block.serial, thread.thread_id, block.interval, line)
+    state = launch["elements"].get(key)
+    if state is None:  # the last writer, reader, atomic updater
+        state = launch["elements"][key] = [None, None, None]
+        state[_GLOBAL_SLOT[kind]] = me
+        return
+    for slot in _AGAINST[kind]:
+        other = state[slot]
+        if other is None or other[:2] == me[:2]:
+            continue
+        unordered = other[2] == me[2] if other[0] == me[0] else not launch["ordered"]
+        if not unordered or (slot == 0 and kind == "write" and _same_value(ary, index, value)):
+            continue
+        raise GlobalMemoryRace(_global_race(block, launch, key, index, me, kind, other, slot))
+    state[_GLOBAL_SLOT[kind]] = me
+
+
+def _global_race(block, launch, key, index, me, kind, other, slot) -> str:
+    name = _global_name(launch, key)
+    element = f"{name}[{', '.join(str(int(i)) for i in (index if isinstance(index, tuple) else (index,)))}]"
+    doing = {"read": "reads", "write": "writes", "atomic": "updates atomically"}
+    what = ("writes", "reads", "updates atomically")[slot]
+    mine = _thread_name(block.block_dim, me[1])
+    theirs = _thread_name(block.block_dim, other[1]) + ("" if other[0] == me[0] else " of another block")
+    fix = ("use a cuda.atomic op (cuda.atomic.add) where many threads update one element, or write the result into "
+           "an array the kernel does not read" if "reads" in (doing[kind], what) else
+           "give each thread its own element, or use a cuda.atomic op")
+    return (f"{block.kernel}: a data race on {name}: {mine} {doing[kind]} {element} at line {me[3]} and {theirs} "
+            f"{what} it at line {other[3]}, with nothing ordering them: on a GPU the result depends on the order the "
+            f"threads run in (the CUDA simulator runs them in one order that hides it); {fix}")
+
+
+def _fence(orig):
+    def threadfence(module):
+        block = getattr(threading.current_thread(), "_gs_block", None)
+        if block is not None and block.launch:
+            block.launch["ordered"] = True  # the blocks order their global memory themselves (the last-block idiom)
+        return orig(module)
+    return threadfence
+
+
+def _global_get(orig):
+    def __getitem__(fake, index):
+        value = orig(fake, index)
+        _note_global(fake, index, "read")
+        return value
+    return __getitem__
+
+
+def _global_set(orig):
+    def __setitem__(fake, index, value):
+        _note_global(fake, index, "write", value)
+        return orig(fake, index, value)
+    return __setitem__
 
 
 def _local_array(orig):
@@ -371,6 +500,8 @@ def _atomic(orig):
         frame = _user_frame(sys._getframe(1))
         outer = getattr(thread, "_gs_atomic", 0)
         thread._gs_atomic = frame.f_lineno if frame is not None else -1
+        if not isinstance(array, TrackedShared) and getattr(thread, "_gs_block", None) is not None:
+            thread._gs_block.launch["ordered"] = True  # blocks may hand work over through atomics (a ticket)
         try:
             return orig(self, array, *args)
         finally:
@@ -391,6 +522,14 @@ def patch(patch_method) -> None:
     patch_method(sim.BlockThread, "syncthreads", _syncthreads)
     patch_method(sim.BlockManager, "run", lambda orig: _run(sim))
     patch_method(api.FakeCUDAShared, "array", _shared_array)
+    from numba.cuda.simulator.cudadrv import devicearray
+
+    within = getattr(devicearray, "FakeWithinKernelCUDAArray", None)
+    if within is not None:
+        patch_method(within, "__getitem__", _global_get)
+        patch_method(within, "__setitem__", _global_set)
+    if hasattr(api.FakeCUDAModule, "threadfence"):
+        patch_method(api.FakeCUDAModule, "threadfence", _fence)
     if hasattr(api, "FakeCUDALocal"):
         patch_method(api.FakeCUDALocal, "array", _local_array)
     for name in _ATOMICS:
