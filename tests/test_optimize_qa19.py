@@ -177,3 +177,20 @@ def test_a_candidate_hundreds_of_times_slower_is_not_shown_as_a_zero_speedup():
     assert "0.0043x [0.0043, 0.0045]" in text and "0.00x" not in text, text
     # a small peak in its own unit, not 0.00 GiB; the original's is its first call's (lazy loads and all), said so
     assert "88.0 KiB (first call)" in text and "3.00 MiB" in text and "3.00 MiB (first" not in text
+
+
+def test_measuring_torch_code_that_frees_an_older_tensor_prints_no_cpp_warning(capfd):
+    # c10 warned once a process on stderr, "[W... CPUAllocator.cpp:245] Memory block of unknown size was allocated
+    # before the profiling started...", in the middle of `gpuspeed decode --device cpu`'s output
+    torch = pytest.importorskip("torch")
+    from gpuspeed import peak_memory
+
+    older = [torch.from_numpy(np.random.default_rng(5).standard_normal(512)).clone() for _ in range(3)]
+
+    def frees_one():
+        older.pop()
+        return (torch.ones(64) * 2.0).sum()
+
+    rep = peak_memory(frees_one, device="cpu", warmup=0)
+    assert rep.torch_peak_bytes is not None and rep.torch_peak_bytes >= 64 * 4
+    assert "CPUAllocator" not in capfd.readouterr().err

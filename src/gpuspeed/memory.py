@@ -28,6 +28,7 @@ from gpuspeed import device as _device
 from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.sharing import ShareWatch, memory_note, others_growth
+from gpuspeed.torch_host import PROFILER_EVENT_BYTES, TorchHostAllocs
 
 HEADROOM = 0.15  # fragmentation, the CUDA context, library workspaces: keep 15 % of a budget free
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -325,7 +326,7 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     """The host peak of one call; `name` set: refuse a lazy result (the call was not seen in a warm-up)."""
     rss0 = _rss_bytes()
     sampler = _Sampler(_rss_bytes) if rss0 is not None else None
-    torch_allocs = _TorchHostAllocs()
+    torch_allocs = TorchHostAllocs()
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
@@ -358,7 +359,7 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     traced = max(traced_peak - base, 0)
     rss_delta = max(rss_peak - rss0, 0) if rss_peak is not None else 0
     # the profiler's own event buffer grew the RSS too (~44 B an event, torch 2.13): not the call's memory
-    rss_delta = max(rss_delta - _PROFILER_EVENT_BYTES * torch_allocs.events, 0)
+    rss_delta = max(rss_delta - PROFILER_EVENT_BYTES * torch_allocs.events, 0)
     notes = ["no GPU: host memory of the call (Python/NumPy allocations via tracemalloc, plus torch's CPU "
              "allocations from its profiler's memory events, added; at least the process RSS's rise, sampled "
              "every ~0.5 ms)"]
@@ -368,71 +369,6 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     return MemoryReport(device="cpu", peak_bytes=peak, host_peak_bytes=peak, torch_peak_bytes=torch_allocs.peak,
                         total_bytes=_device._host_mem_bytes(), peak_source="host", notes=notes,
                         unmeasured=f"torch's CPU allocations: {torch_allocs.why}" if torch_allocs.why else "")
-
-
-_PROFILER_EVENT_BYTES = 48
-
-
-class _TorchHostAllocs:
-    """The peak of torch's CPU allocations in a window, from its profiler's memory events (a running sum): torch
-    keeps no count on the host, tracemalloc never sees them, and RSS does not rise where torch's heap reuses memory
-    it freed (a warmed-up call read 0 B). Only where torch is already imported; only memory events are recorded,
-    so the cost is per allocation (~5 us and ~2 KiB each while torch reads them back, after the window)."""
-
-    def __init__(self):
-        self.peak: int | None = None
-        self.events = 0  # memory events recorded (each grew the process's RSS a little)
-        self.why = ""  # set: torch is imported but its allocations could not be measured
-        self._on = False
-
-    def start(self) -> None:
-        if "torch" not in sys.modules:
-            return
-        try:
-            from torch._C import _autograd, _profiler
-
-            if _autograd._profiler_enabled():
-                self.why = "torch's profiler was already running (one profiler at a time)"
-                return
-            config = _profiler.ProfilerConfig(_profiler.ProfilerState.KINETO, False, True, False, False, False,
-                                              _profiler._ExperimentalConfig())
-            cpu = {_profiler.ProfilerActivity.CPU}
-            quiet = "KINETO_LOG_LEVEL" not in os.environ  # kineto prints two lines a window at its default level
-            if quiet:
-                os.environ["KINETO_LOG_LEVEL"] = "6"  # read once, when kineto starts
-            try:
-                _autograd._prepare_profiler(config, cpu)
-                _autograd._enable_profiler(config, cpu, {_profiler.RecordScope.USER_SCOPE})  # no per-op events
-            finally:
-                if quiet:
-                    os.environ.pop("KINETO_LOG_LEVEL", None)
-            self._on = True
-        except Exception as exc:  # noqa: BLE001 - a torch without this profiler API: said, not a failed measurement
-            self.why = f"torch's profiler did not start ({type(exc).__name__}: {exc})"
-
-    def stop(self) -> None:
-        if not self._on:
-            return
-        self._on = False
-        try:
-            from torch._C import _autograd
-
-            if not _autograd._profiler_enabled():  # a profiler the call ran ended this one on its way out
-                self.why = "the call ran torch's profiler itself, which ended the measurement's"
-                return
-            cpu = _autograd.DeviceType.CPU
-            # only memory events carry bytes (a free's are negative); a CUDA allocation is not host memory
-            sizes = sorted((e.start_ns(), n) for e in _autograd._disable_profiler().events()
-                           if (n := e.nbytes()) and e.device_type() == cpu)
-        except Exception as exc:  # noqa: BLE001
-            self.why = f"torch's profiler gave no memory events ({type(exc).__name__}: {exc})"
-            return
-        self.events = len(sizes)
-        running = peak = 0
-        for _, size in sizes:  # frees of tensors made before the call take the sum below 0: the peak is above start
-            running += size
-            peak = max(peak, running)
-        self.peak = peak
 
 
 # ---------------------------------------------------------------------------------------------------
