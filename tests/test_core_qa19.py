@@ -19,8 +19,8 @@ from gpuspeed.errors import UserError
 
 # -- check() of small leaves: one pass, the chunked path's numbers ------------------------------------------------
 
-FLOATS = [np.float64, np.float32, np.float16, np.longdouble, np.complex128, np.complex64]
-INTEGERS = [np.int64, np.int32, np.int8, np.uint8, np.uint64, np.bool_]
+FLOATS = [np.float64, np.float32, np.float16, np.longdouble, np.complex128, np.complex64, np.dtype(">f8")]
+INTEGERS = [np.int64, np.int32, np.int8, np.uint8, np.uint64, np.bool_, np.dtype(">u8"), np.dtype(">i8")]
 SHAPES = [(), (0,), (1,), (2,), (7,), (3, 4), (2, 3, 5), (300,)]
 SPECIALS = [math.nan, math.inf, -math.inf, -0.0, 0.0, 1e308, -1e308, 5e-324]
 TOLERANCES = [{}, {}, {}, {"rtol": 1e-6}, {"rtol": 0.0}, {"atol": 0.0}, {"atol": 1e-3, "rtol": 0.0}, {"atol": 1e-9},
@@ -325,3 +325,15 @@ def test_launch_tells_apart_fusion_sizes_that_round_alike():
     table = CliRunner().invoke(app, ["launch", "--device", "cpu", "--ks", "1,2", "--ns", "1500",
                                      "--variants", "eager", "--budget", "0.01", "--tiny-k", "2"])
     assert table.exit_code == 0 and "│ 1,500 │" in table.stdout, table.output[-2000:]
+
+
+def test_check_of_big_endian_uint64_past_int64_is_exact():
+    # '>u8' is not np.uint64's dtype, so its values were taken as int64: 2**64 - 1 against 0 read "max abs 1", and
+    # passed under atol=2
+    top = np.iinfo(np.uint64).max
+    for code in (">u8", "<u8"):
+        out, ref = np.array([top, 5], dtype=code), np.array([0, 5], dtype=code)
+        result = gpuspeed.check(out, ref, atol=2)
+        assert not result.passed and result.max_abs_err == float(top) and result.n_over_tol == 1, (code, result.summary)
+        near = gpuspeed.check(out, np.array([top - 1, 5], dtype=code))
+        assert near.max_abs_err == 1.0 and near.rel_l2_err < 1e-19, (code, near.summary)

@@ -523,12 +523,17 @@ def _check_fits_host(path: str, out, ref) -> None:
                         "(check(out[i:j], ref[i:j]))")
 
 
+def _uint64(dtype: np.dtype) -> bool:
+    """A uint64 in either byte order ('>u8' is not np.uint64's dtype): past int64, so compared as Python ints."""
+    return dtype.kind == "u" and dtype.itemsize == 8
+
+
 def _compare_chunked(leaf: LeafCheck, out_flat: np.ndarray, ref_flat: np.ndarray, exact: bool, rtol: float, atol,
                      equal_nan: bool, nat) -> tuple[_Tally, _NormSum | None, int]:
     """(the tally, the reference's norm (None for exact kinds), NaN in the reference) of two flat arrays, a chunk at a
     time; sets leaf's rtol, atol and NaN and Inf counts."""
     if exact:
-        big = {out_flat.dtype.kind, ref_flat.dtype.kind} & {"O"} or np.dtype(np.uint64) in (out_flat.dtype, ref_flat.dtype)
+        big = {out_flat.dtype.kind, ref_flat.dtype.kind} & {"O"} or _uint64(out_flat.dtype) or _uint64(ref_flat.dtype)
         wide = object if big else np.int64  # object: exact, whatever the size
         # an atol passed is honoured (a uint8 image off by a level); an rtol is not: relative room on a count or an
         # index lets a large one drift
@@ -711,7 +716,7 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
                                     default_rtol(ref_dtype_name) if ref_host.dtype.kind in "fc" else 0.0) or 1e-12)
     out_flat, ref_flat = out_host.reshape(-1), ref_host.reshape(-1)
     one_pass = 0 < out_flat.size <= SMALL_LEAF and nat is None and "O" not in (out_flat.dtype.kind, ref_flat.dtype.kind) and (
-        not exact or np.dtype(np.uint64) not in (out_flat.dtype, ref_flat.dtype))  # those compare as Python ints
+        not exact or not (_uint64(out_flat.dtype) or _uint64(ref_flat.dtype)))  # those compare as Python ints
     compare = _compare_in_one_pass if one_pass else _compare_chunked
     with np.errstate(all="ignore"):  # an overflow to inf (1e308 - -1e308) is judged, not warned about
         tally, ref_norm, ref_nan = compare(leaf, out_flat, ref_flat, exact, rtol, atol, equal_nan, nat)
