@@ -454,6 +454,7 @@ class TraceAnalysis:
         rows = sorted(groups.values(), key=lambda g: -g["time_s"])[:top]
         for g in rows:
             g["calls_per_step"] = g["calls"] / self.steps
+            g["time_per_step_s"] = g["time_s"] / self.steps  # time_s is all the profiled steps'
         return rows
 
     def findings(self) -> dict:
