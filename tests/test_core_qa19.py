@@ -337,3 +337,15 @@ def test_check_of_big_endian_uint64_past_int64_is_exact():
         assert not result.passed and result.max_abs_err == float(top) and result.n_over_tol == 1, (code, result.summary)
         near = gpuspeed.check(out, np.array([top - 1, 5], dtype=code))
         assert near.max_abs_err == 1.0 and near.rel_l2_err < 1e-19, (code, near.summary)
+
+
+def test_a_measurement_record_with_negative_times_is_refused():
+    # a hand-edited or corrupted record with samples [-1, 1, 2] read back as "1.000 s median" (its statistics
+    # recomputed from them) and went on into compare()
+    from gpuspeed.timing import Measurement
+
+    record = {"name": "x", "samples": [-1.0, 1.0, 2.0], "device": "cpu", "mode": "cpu"}
+    with pytest.raises(UserError, match="none below 0"):
+        Measurement.from_dict(record)
+    kept = Measurement.from_dict(record | {"samples": [1e-3, 0.0, 2e-3]})  # zero is a time (a clock's tick)
+    assert kept.n == 3 and kept.median == 1e-3

@@ -97,6 +97,8 @@ class Measurement:
         samples = kept.get("samples")
         if samples is not None and (not isinstance(samples, list) or not all(_is_number(v) for v in samples)):
             raise UserError(f"a Measurement record's samples must be a list of seconds, got {_short(samples)}")
+        if samples and any(v < 0 for v in samples):  # a time is never negative: [-1, 1, 2] read as a 1 s median
+            raise UserError(f"a Measurement record's samples are seconds, none below 0, got {_short(samples)}")
         if samples and any(k not in kept for k in _STAT_FIELDS):  # an older or trimmed record: its samples say them
             stats = summarize(samples, name="", device="", mode="")
             kept = {k: getattr(stats, k) for k in _STAT_FIELDS} | kept
