@@ -124,7 +124,7 @@ def test_optimize_shows_a_torch_cpu_peak_measured_or_not_measured_never_a_wrong_
     p.write_text(TORCH_VARIANTS)
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["optimize", str(p), "--device", "cpu", "--backends", "variant", "--time-budget",
-                                 "180", "--bench-budget", "0.05", "--out", str(out)], terminal_width=250)
+                                 "180", "--bench-budget", "0.05", "--out", str(out)], env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
     rows = {row["name"]: row for row in json.loads((out / "optimize_tv.json").read_text())["rows"]}
     assert rows["variant:plain"]["peak_bytes"] >= 2 * 2**20, rows["variant:plain"]  # 1 MiB x twice, warmed up
@@ -196,13 +196,14 @@ def test_measuring_torch_code_that_frees_an_older_tensor_prints_no_cpp_warning(c
     assert "CPUAllocator" not in capfd.readouterr().err
 
 
-def test_profiles_op_table_gives_each_ops_time_per_step_as_its_calls_are(tmp_path, capsys):
+def test_profiles_op_table_gives_each_ops_time_per_step_as_its_calls_are(tmp_path, capsys, monkeypatch):
     # "calls/step | time" showed calls per step beside the total of all steps: each op of a 45 ms call read 55-60 ms
     import json
 
     from gpuspeed.cli import main
 
     pytest.importorskip("torch")
+    monkeypatch.setenv("COLUMNS", "200")  # the table's header on one line
     p = tmp_path / "tm.py"
     p.write_text("import torch\n\n\ndef f(x):\n    return torch.relu(x @ x).sum()\n")
     args = ["profile", "--device", "cpu", "--no-hotspots", "--function", f"{p}:f", "-i", "x=float32[64,64]"]
