@@ -151,10 +151,11 @@ def _short(v) -> str:
 def format_time(seconds: float) -> str:
     if not math.isfinite(seconds):
         return "nan" if math.isnan(seconds) else "inf" if seconds > 0 else "-inf"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3f} {unit}"
-    return f"{seconds * 1e9:.1f} ns"
+    sign, size = ("-" if seconds < 0 else ""), abs(seconds)
+    for unit, scale, decimals in (("ns", 1e-9, 1), ("us", 1e-6, 3), ("ms", 1e-3, 3), ("s", 1.0, 3)):
+        text = f"{size / scale:.{decimals}f}"
+        if float(text) < 1000 or unit == "s":  # the unit is chosen on the rounded text: 999.96 ns reads 1.000 us
+            return f"{sign}{text} {unit}"
 
 
 def median_rel_error(samples) -> float:
