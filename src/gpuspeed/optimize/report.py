@@ -155,18 +155,24 @@ def markdown(run) -> str:
     alt = ch.get("alternative")
     L += ["```python", _code_of(run, alt) if alt else "# no correct candidate from a second backend", "```"]
     L += ["", "## D — Benchmark and correctness", ""]
+    # the roof is a GPU's datasheet bandwidth: a CPU-only run (or a GPU without a datasheet entry) has none to show
+    roof = any(r.get("pct_of_bw_roof") is not None for r in run.results.values())
+    roof_text = ("% of bw roof: the least traffic of a call (inputs read once, outputs written once) over its time, "
+                 "against this GPU's datasheet bandwidth: a lower bound. " if roof else
+                 "No GPU here, so no bandwidth roof to hold the times against (`gpuspeed roofline --device cpu` "
+                 "measures this machine's ceilings). " if run.where != "cuda" else
+                 "This GPU has no datasheet entry: no bandwidth roof to hold the times against. ")
     L.append(f"Times are medians through gpuspeed.bench (device-resident: inputs already on the device; end to end: "
              f"host arrays in and out, transfers included). Speedups against the original with a 95 % bootstrap CI "
              f"(gpuspeed.compare). Tolerance: {_tol(run)}. Budget {run.params['budget']}, 15 % headroom. "
-             "% of bw roof: the least traffic of a call (inputs read once, outputs written once) over its time, "
-             "against this GPU's datasheet bandwidth: a lower bound. Max rel err is per element (values near zero "
+             f"{roof_text}Max rel err is per element (values near zero "
              "inflate it; atol covers them); rel L2 err is the whole output's. A float32 or TF32 candidate keeps its "
              "resident data in that precision (cast once, when moved); its outputs are cast back to the original's "
              "dtypes on the way out.")
     L.append("")
     L.append("| candidate | status | device-resident | end to end | speedup | e2e speedup | max abs err | max rel err "
-             "| rel L2 err | peak memory | % of bw roof | note |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+             f"| rel L2 err | peak memory |{' % of bw roof |' if roof else ''} note |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if roof else ""))
     for name, r in sorted(run.results.items(), key=lambda kv: (_t(kv[1]) is None, _t(kv[1]) or 0)):
         note = r.get("reason") or (f"chunk {r['chunk_size']}" if r.get("chunk_size") else "")
         if name == p:
@@ -174,11 +180,12 @@ def markdown(run) -> str:
         elif name == alt:
             note = "alternative " + note
         errs = [r.get("max_abs_err"), r.get("max_rel_err")]
+        share = f" {_pct(r.get('pct_of_bw_roof'))} |" if roof else ""
         L.append(f"| {name} | {status_word(r)} | {_fmt_t(_t(r))} | "
                  f"{_fmt_t(_t(r, 'e2e_time'))} | {_fmt_x(r.get('speedup'))} | {_fmt_x(r.get('speedup_e2e'))} | "
                  f"{'-' if errs[0] is None else f'{errs[0]:.2g}'} | {'-' if errs[1] is None else f'{errs[1]:.2g}'} | "
                  f"{'-' if r.get('rel_l2_err') is None else format(r['rel_l2_err'], '.2g')} | "
-                 f"{peak_text(r)} | {_pct(r.get('pct_of_bw_roof'))} | {(note or '').replace('|', '/')[:160]} |")
+                 f"{peak_text(r)} |{share} {(note or '').replace('|', '/')[:160]} |")
     if run.chunking:
         L += ["", f"Chunking: {run.chunking.get('note')}."]
     L += ["", "### Plan", "", "| backend | decision | why |", "|---|---|---|"]
