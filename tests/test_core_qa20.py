@@ -17,3 +17,37 @@ from gpuspeed.stats import format_time
 ])
 def test_format_time_rolls_over_to_the_next_unit(seconds, text):
     assert format_time(seconds) == text
+
+
+# -- roofline place(): bytes= is a whole byte count, never truncated ----------------------------------------------
+
+
+def _cpu_ceilings():
+    from gpuspeed.roofline.ceilings import Ceiling, Ceilings
+
+    return Ceilings("cpu", "test", [Ceiling("copy", "memory", 20.0), Ceiling("fp32", "compute", 0.5)])
+
+
+@pytest.mark.parametrize("nbytes", [1.5, 4096.25, 0.5])
+def test_place_refuses_a_fractional_byte_count(nbytes):
+    import torch
+
+    from gpuspeed.errors import UserError
+    from gpuspeed.roofline import place
+
+    x = torch.randn(64)
+    with pytest.raises(UserError, match=r"bytes must be .*a whole number of bytes per call, got " + repr(nbytes)):
+        place(lambda t: t * 2, x, flops=64, bytes=nbytes, ceilings=_cpu_ceilings())
+
+
+def test_place_takes_an_integral_float_byte_count_as_given():
+    import numpy as np
+    import torch
+
+    from gpuspeed.roofline import place
+
+    x = torch.randn(64)
+    for nbytes in (512.0, np.int64(512)):
+        p = place(lambda t: t * 2, x, flops=64, bytes=nbytes, ceilings=_cpu_ceilings(), budget_s=0.05,
+                  min_samples=5, max_samples=20)
+        assert p.bytes == 512 and type(p.bytes) is int

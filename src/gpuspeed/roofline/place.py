@@ -225,7 +225,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     CPU's for a call on host data alone, unless bench_kwargs say device=).
 
     flops: FLOPs per call (default: counted by FlopCounterMode; elementwise ops count zero there, so give
-    them; 0 places a copy on the memory roof). bytes: bytes per call (default: the minimum traffic). unit: the
+    them; 0 places a copy on the memory roof). bytes: whole bytes per call (default: the minimum traffic). unit: the
     compute ceiling (default from the dtypes, see default_unit). bench_kwargs go to gpuspeed.timing.bench.
     """
     if not callable(fn):
@@ -249,9 +249,11 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     # 0 is a copy's: no FLOPs, placed on the memory roof (locate)
     if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 <= _real(flops) < math.inf:  # NaN too
         raise UserError(f"{name}: flops must be finite and >= 0, got {flops!r}")
+    # a fractional count (1.5) would be int()ed to another number of bytes: a count of whole bytes, or refused
     if bytes is not None and (isinstance(bytes, bool) or not isinstance(bytes, numbers.Real)
-                              or not 1 <= _real(bytes) < math.inf):  # 0.5 would be int()ed to 0 bytes
-        raise UserError(f"{name}: bytes must be a finite byte count >= 1, got {bytes!r}")
+                              or not 1 <= _real(bytes) < math.inf or not float(bytes).is_integer()):
+        raise UserError(f"{name}: bytes must be a finite byte count >= 1, a whole number of bytes per call, "
+                        f"got {bytes!r}")
     nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
