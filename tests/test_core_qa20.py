@@ -3,6 +3,8 @@ first dynamic-shape recompile, and a demanding user's pass over `gpuspeed profil
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuspeed.stats import format_time
@@ -51,3 +53,39 @@ def test_place_takes_an_integral_float_byte_count_as_given():
         p = place(lambda t: t * 2, x, flops=64, bytes=nbytes, ceilings=_cpu_ceilings(), budget_s=0.05,
                   min_samples=5, max_samples=20)
         assert p.bytes == 512 and type(p.bytes) is int
+
+
+# -- launch --explain: the first dynamic-shape recompile is torch.compile's normal behaviour ----------------------
+
+
+def _explain_cli(tmp_path, source: str):
+    from typer.testing import CliRunner
+
+    from gpuspeed.cli import app
+
+    (tmp_path / "work.py").write_text(source)
+    res = CliRunner().invoke(app, ["launch", "--explain", f"{tmp_path / 'work.py'}:f", "--out", str(tmp_path)],
+                             env={"COLUMNS": "400"})  # one report line a line
+    assert res.exit_code == 0, res.output
+    return res.output, json.loads((tmp_path / "explain.json").read_text())
+
+
+def test_explain_says_the_first_new_size_recompile_is_expected(tmp_path):
+    src = "import torch\ndef f(x):\n    return torch.sin(x) * 2\ndef make_inputs():\n    return (torch.randn(4, 8),)\n"
+    text, doc = _explain_cli(tmp_path, src)
+    line = next(ln for ln in text.splitlines() if "recompiles over" in ln)
+    assert text.startswith("f: 1 graph(s)") and "expected" in line and "dynamic" in line, text
+    assert "size mismatch" in text and "(expected" in text, text
+    assert doc["recompiles"] == 1 and doc["expected_recompiles"] == 1, doc
+
+
+def test_explain_keeps_a_recompile_at_every_new_value_flagged(tmp_path):
+    # range(n) specializes on n: every new n compiles again, past the first (expected) dynamic attempt
+    src = ("import torch\ndef f(x, n):\n    for _ in range(n):\n        x = x + 1\n    return x\n"
+           "def make_inputs():\n    return (torch.randn(4, 8), 3)\n")
+    text, doc = _explain_cli(tmp_path, src)
+    line = next(ln for ln in text.splitlines() if "recompiles over" in ln)
+    assert "1 more" in line, text
+    flagged = [ln for ln in text.splitlines() if ln.strip().startswith("- ") and "(expected" not in ln]
+    assert any("n == 4" in ln for ln in flagged), text
+    assert doc["recompiles"] == 2 and doc["expected_recompiles"] == 1, doc

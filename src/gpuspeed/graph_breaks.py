@@ -44,6 +44,9 @@ class Explanation:
     fullgraph_ok: bool | None  # None: not checked (check_fullgraph=False)
     fullgraph_error: str | None
     notes: list[str] = field(default_factory=list)
+    # of `recompiles`, those at an input's first new size or number: torch.compile's normal dynamic-shape recompile
+    expected_recompiles: int = 0
+    expected_reasons: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,9 +60,9 @@ class Explanation:
             out.append(f"  break {i} at {b.where()}: {b.reason}")
             if b.source:
                 out.append(f"      {b.source}")
-        out.append(f"  recompiles over {self.calls} calls with changing inputs: {self.recompiles}")
+        out.append(f"  recompiles over {self.calls} calls with changing inputs: {self._recompile_count()}")
         for r in self.recompile_reasons[:4]:
-            out.append(f"    - {r}")
+            out.append(f"    - {r}" + ("  (expected: the input's first change)" if r in self.expected_reasons else ""))
         if self.fullgraph_ok is False and self.fullgraph_error:
             out.append(f"  fullgraph error: {self.fullgraph_error}")
         if self.fullgraph_ok and self.break_count:  # both are true: the two modes trace these constructs differently
@@ -70,6 +73,16 @@ class Explanation:
 
     def __str__(self) -> str:
         return "\n".join(self.lines())
+
+    def _recompile_count(self) -> str:
+        """The recompiles, the expected ones (an input's first new size) told apart from those that are a cost."""
+        n, expected = self.recompiles, min(self.expected_recompiles, self.recompiles)
+        if not expected:
+            return str(n)
+        why = "torch.compile recompiles once at an input's first new size or value, to make it dynamic"
+        if expected == n:
+            return f"{n}, as expected ({why})"
+        return f"{n}: {expected} expected ({why}), {n - expected} more (each one a new compile)"
 
 
 def _short_reason(text: str) -> str:
@@ -212,6 +225,24 @@ def _recompile_reason(message: str) -> str:
     src = comment.strip().split("  #")[0].strip()
     where = f"{fn_name.strip()} at {os.path.basename(loc)}" if loc else fn_name.strip()
     return f"{where}: {text}" + (f"  ({src})" if src else "")
+
+
+_DYNAMIC_GUARD = (re.compile(r"^tensor '(?P<name>[^']+)' (?:size|stride) mismatch"),
+                  re.compile(r"^(?:L\[')?(?P<name>[A-Za-z_]\w*)(?:'\])? == -?[\d.]+(?:e[-+]?\d+)?$"))
+
+
+def _dynamic_input(message: str) -> str | None:
+    """The input whose size, stride or number changed where that is what a recompile record's first failed guard
+    says (torch.compile then makes it dynamic, so only its first change is expected to recompile); None otherwise."""
+    guards = [ln.strip()[2:] for ln in message.splitlines()[1:]
+              if ln.strip().startswith("- ") and "/" in ln.split(":")[0]]
+    if not guards:
+        return None
+    text = guards[0].split(": ", 1)[-1].partition("#")[0].strip()
+    for pattern in _DYNAMIC_GUARD:
+        if m := pattern.match(text):
+            return m["name"]
+    return None
 
 
 def _compiled_before() -> list[str]:
@@ -416,11 +447,15 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
             if i > 0:
                 recompile_msgs += [m for m in log.messages[seen:] if m.startswith("Recompiling")]
                 counted += compiles[0] - before
-        reasons = []
+        reasons, expected_reasons, changed = [], [], set()
         for m in recompile_msgs:
             reason = _recompile_reason(m)
             if reason not in reasons:
                 reasons.append(reason)
+            # an input's first change is dynamo's automatic-dynamic recompile; its next is a real one
+            if (changed_input := _dynamic_input(m)) is not None and changed_input not in changed:
+                changed.add(changed_input)
+                expected_reasons.append(reason)
         logged = any(m.startswith("Recompiling") for m in log.messages)
         recompiles = len(recompile_msgs) if logged else counted
 
@@ -439,4 +474,5 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
                        break_count=max(len(breaks), int(out.graph_break_count)),
                        breaks=breaks, ops_per_graph=[len(o) for o in (out.ops_per_graph or [])],
                        calls=made, recompiles=int(recompiles), recompile_reasons=reasons,
-                       fullgraph_ok=fullgraph_ok, fullgraph_error=fullgraph_error, notes=notes)
+                       fullgraph_ok=fullgraph_ok, fullgraph_error=fullgraph_error, notes=notes,
+                       expected_recompiles=len(expected_reasons), expected_reasons=expected_reasons)
