@@ -89,3 +89,37 @@ def test_explain_keeps_a_recompile_at_every_new_value_flagged(tmp_path):
     flagged = [ln for ln in text.splitlines() if ln.strip().startswith("- ") and "(expected" not in ln]
     assert any("n == 4" in ln for ln in flagged), text
     assert doc["recompiles"] == 2 and doc["expected_recompiles"] == 1, doc
+
+
+# -- profile: time blocked in sleep, a pipe or a child process is waiting, not interpreter time --------------------
+
+
+def _wait_on_a_pipe(n):
+    import os
+    import threading
+    import time
+
+    import numpy as np
+
+    x = np.random.default_rng(n).random(n)
+    time.sleep(0.02)
+    r, w = os.pipe()  # a thread writes once it has slept: the read blocks
+    writer = threading.Thread(target=lambda: (time.sleep(0.03), os.write(w, b"x")))
+    writer.start()
+    os.read(r, 1)
+    writer.join()
+    os.close(r)
+    os.close(w)
+    return float(x.sum())
+
+
+def test_profile_books_blocking_waits_as_waiting_not_interpreter():
+    import gpuspeed
+
+    res = gpuspeed.profile(_wait_on_a_pipe, 64, steps=1, warmup=0, device="cpu")
+    cp = res.hotspots["cprofile"]
+    assert cp["shares"]["waiting"] > 0.5 and cp["shares"]["interpreter"] < 0.2, cp["shares"]
+    assert cp["verdict"].startswith("waiting"), cp["verdict"]
+    waits = [r for r in cp["top"] if r["name"] in ("<built-in method time.sleep>", "<built-in method posix.read>")]
+    assert waits and all(r["category"] == "waiting" for r in waits), cp["top"]
+    assert "waiting" in res.markdown() and res.summary()["waiting_share"] > 0.5

@@ -34,11 +34,18 @@ LIBRARIES = ("numpy", "torch", "scipy", "cupy", "jax", "numba", "pandas", "trito
 _ALLOC = re.compile(r"\b(zeros|ones|empty|full|array|asarray|ascontiguousarray|copy|concatenate|stack|hstack|"
                     r"vstack|cat|clone|tensor|zeros_like|ones_like|empty_like|full_like|arange|linspace|"
                     r"tile|repeat|pad)\b")
+# builtins that block the thread (sleep, a pipe, a socket, a file, a child process, a lock): waiting, not bytecode
+_WAITS = re.compile(r"^<built-in method (?:time\.sleep|select\.\w+|(?:posix|nt)\.(?:read|readv|pread|write|writev|"
+                    r"waitpid|wait|wait3|wait4|waitid)|_winapi\.WaitFor\w+)>$|"
+                    r"^<method '(?:acquire|acquire_lock|wait|poll|select|control|recv|recv_into|recvfrom|recvmsg|"
+                    r"accept|connect|send|sendall|read|readinto|readline|readlines|readall|write)' of "
+                    r"'(?:_thread\.\w+|select\.\w+|_socket\.socket|_io\.(?!StringIO|BytesIO)\w+|_multiprocessing\.\w+|"
+                    r"_queue\.\w+)' objects>$")
 HOT_SHARE = 0.10  # a loop nest with at least this share of the run is reported
 
 
 def _category(key, name: str) -> str:
-    """'interpreter', 'library' or 'allocation' for one cProfile entry."""
+    """'interpreter', 'library', 'allocation', 'waiting' or 'other' for one cProfile entry."""
     filename = key[0]
     lib = any(re.search(rf"\b{lib}\b", name) for lib in LIBRARIES) or any(
         f"/{lib}/" in filename for lib in LIBRARIES)
@@ -46,6 +53,8 @@ def _category(key, name: str) -> str:
         return "allocation"
     if lib:
         return "library"
+    if filename == "~" and _WAITS.match(name):
+        return "waiting"
     if filename == "~" or is_user_file(filename):
         return "interpreter"
     return "other"
@@ -85,14 +94,15 @@ def cprofile(fn, args=(), kwargs=None, top: int = 15) -> dict:
                      "category": _category(key, key[2])})
         if len(rows) >= top:
             break
-    shares = {k: split[k] / total for k in ("interpreter", "library", "allocation", "other")}
+    shares = {k: split[k] / total for k in ("interpreter", "library", "allocation", "waiting", "other")}
     return {"total_s": total, "top": rows, "shares": shares, "verdict": _verdict(shares), "allocation_calls": alloc_calls,
             "hot_user": [(r["file"], r["line"], r["name"]) for r in rows if r["user"]][:3]}
 
 
 def _verdict(shares: dict) -> str:
-    verdict = {"interpreter": "interpreter-bound", "library": "library-bound",
-               "allocation": "allocation-heavy", "other": "other"}[max(shares, key=shares.get)]
+    verdict = {"interpreter": "interpreter-bound", "library": "library-bound", "allocation": "allocation-heavy",
+               "waiting": "waiting (blocked in sleep, I/O, a lock or another process)",
+               "other": "other"}[max(shares, key=shares.get)]
     if verdict != "allocation-heavy" and shares["allocation"] >= 0.25:
         verdict += ", allocation-heavy"
     return verdict

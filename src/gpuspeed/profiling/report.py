@@ -41,7 +41,8 @@ def summary(res) -> dict:
         cp = res.hotspots["cprofile"]
         out |= {"python_total_s": cp["total_s"], "python_verdict": cp["verdict"],
                 "interpreter_share": cp["shares"]["interpreter"], "library_share": cp["shares"]["library"],
-                "allocation_share": cp["shares"]["allocation"], "hot_loops": len(res.hotspots["hot_loops"])}
+                "allocation_share": cp["shares"]["allocation"], "waiting_share": cp["shares"].get("waiting", 0.0),
+                "hot_loops": len(res.hotspots["hot_loops"])}
     out["recommendations"] = len(res.recommendations)
     return out
 
@@ -72,6 +73,11 @@ def results_doc(res, study: str = "profile", params: dict | None = None, notes: 
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _waiting(shares: dict) -> str:
+    """', waiting 93.0%' where time was spent blocked (sleep, I/O, another process); nothing where none was."""
+    return f", waiting {_pct(shares['waiting'])}" if shares.get("waiting") else ""
 
 
 def _table(lines: list[str], title: str, header: str, align: str, body: list[str]) -> None:
@@ -118,7 +124,8 @@ def markdown(res, level: int = 2) -> str:
         s = cp["shares"]
         lines += [f"{h}# Python hotspots", "",
                   f"{format_time(cp['total_s'])} of host Python per call: **{cp['verdict']}** (interpreter "
-                  f"{_pct(s['interpreter'])}, libraries {_pct(s['library'])}, allocation {_pct(s['allocation'])}).",
+                  f"{_pct(s['interpreter'])}, libraries {_pct(s['library'])}, allocation {_pct(s['allocation'])}"
+                  f"{_waiting(s)}).",
                   "", "| function | calls | self | cumulative |", "|---|---:|---:|---:|"]
         lines += [f"| `{r['function']}` | {r['calls']} | {format_time(r['tottime_s'])} | {format_time(r['cumtime_s'])} |"
                   for r in cp["top"][:8]]
@@ -197,7 +204,8 @@ def print_report(res, console) -> None:
         cp = res.hotspots["cprofile"]
         s = cp["shares"]
         console.print(f"Python: {format_time(cp['total_s'])} per call, [bold]{cp['verdict']}[/] (interpreter "
-                      f"{_pct(s['interpreter'])}, libraries {_pct(s['library'])}, allocation {_pct(s['allocation'])})")
+                      f"{_pct(s['interpreter'])}, libraries {_pct(s['library'])}, allocation {_pct(s['allocation'])}"
+                      f"{_waiting(s)})")
         table("cProfile top functions", ["function", "calls", "self", "cumulative", "kind"],
               [(r["function"][:60], r["calls"], format_time(r["tottime_s"]), format_time(r["cumtime_s"]), r["category"])
                for r in cp["top"][:10]])
