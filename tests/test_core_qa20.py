@@ -123,3 +123,25 @@ def test_profile_books_blocking_waits_as_waiting_not_interpreter():
     waits = [r for r in cp["top"] if r["name"] in ("<built-in method time.sleep>", "<built-in method posix.read>")]
     assert waits and all(r["category"] == "waiting" for r in waits), cp["top"]
     assert "waiting" in res.markdown() and res.summary()["waiting_share"] > 0.5
+
+
+# -- profile: a script that fails on a later run (it is not re-runnable) is told apart from one that fails ------------
+
+
+def test_profile_says_which_run_of_a_script_failed(tmp_path, monkeypatch, capsys):
+    from gpuspeed.cli import main
+
+    script = tmp_path / "makes_a_folder.py"
+    script.write_text("import os\nimport numpy as np\nos.mkdir('outdir')\n"
+                      "np.save('outdir/x.npy', np.random.default_rng(0).random(8))\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["profile", "--no-hotspots", "--device", "cpu", str(script)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("gpuspeed: error: ") and "FileExistsError" in line and "makes_a_folder.py:3" in line, line
+    assert "run 2 of 2" in line and "run 1 ended normally" in line, line
+    assert (tmp_path / "outdir" / "x.npy").is_file()  # the first run's work, done as `python script.py` does it
+
+    (tmp_path / "fails.py").write_text("raise ValueError('bad config')\n")
+    assert main(["profile", "--no-hotspots", "--device", "cpu", str(tmp_path / "fails.py")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "bad config" in line and "run 1" not in line, line

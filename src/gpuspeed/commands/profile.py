@@ -117,7 +117,8 @@ def register(app: typer.Typer) -> None:
                 from gpuspeed.profiling.script import raised_at
 
                 at = raised_at(exc) if not isinstance(exc, SystemExit) else None
-                raise UserError(f"{name} raised {_first_line(exc)}" + (f" (at {at})" if at else "")) from exc
+                which = runner.failed_run_note(warmup + steps + 1 + 2 * hotspots) if runner is not None else ""
+                raise UserError(f"{name} raised {_first_line(exc)}" + (f" (at {at})" if at else "") + which) from exc
         res.notes[:0] = notes
         if runner is not None:
             res.notes.append(f"ran {script} {runner.runs} times ({warmup} warm-up, {steps} profiled, 1 to place "

@@ -126,6 +126,16 @@ class ScriptRunner:
             if saved_main is not None:
                 sys.modules["__main__"] = saved_main
 
+    def failed_run_note(self, total: int) -> str:
+        """Where a run after the first raised: which one, of the `total` runs planned; '' when the first did. A script
+        that runs once under `python script.py` may fail on what its earlier run left (os.mkdir's folder)."""
+        if self.runs <= 1:
+            return ""
+        before = "run 1" if self.runs == 2 else f"runs 1 to {self.runs - 1}"
+        ended = "ended" if self.exits else "ended normally"
+        return (f" in run {self.runs} of {total}: {before} {ended} (gpuspeed profile runs the script {total} times; "
+                "a run can fail on what an earlier one left behind, such as a folder made with os.mkdir)")
+
     def exit_note(self) -> str | None:
         """One line on nonzero exits, or None when every run ended normally."""
         if not self.exits:
