@@ -145,3 +145,18 @@ def test_profile_says_which_run_of_a_script_failed(tmp_path, monkeypatch, capsys
     assert main(["profile", "--no-hotspots", "--device", "cpu", str(tmp_path / "fails.py")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "bad config" in line and "run 1" not in line, line
+
+
+def test_printing_a_profile_result_prints_its_report():
+    import numpy as np
+
+    import gpuspeed
+
+    def scale(x):
+        return x * 2.0
+
+    res = gpuspeed.profile(scale, np.random.default_rng(1).random(16), steps=1, warmup=0, device="cpu",
+                           hotspots=False)
+    text = str(res)
+    assert text.startswith("Profile of scale on cpu, 1 step.") and "ProfileResult(" not in text, text[:300]
+    assert all(n[:60] in text for n in res.notes), text

@@ -57,6 +57,18 @@ class ProfileResult:
 
         return markdown(self, level=level)
 
+    def __str__(self) -> str:
+        """The report `gpuspeed profile` prints, as plain text: print(gpuspeed.profile(...)) dumped every dict."""
+        import io
+
+        from rich.console import Console
+
+        from gpuspeed.profiling.report import print_report
+
+        buf = io.StringIO()
+        print_report(self, Console(file=buf, width=120, color_system=None, highlight=False, soft_wrap=False))
+        return buf.getvalue().rstrip("\n")
+
 
 def sync_events_config():
     """torch.profiler's experimental config with CUDA sync events, or None where this torch lacks it."""
