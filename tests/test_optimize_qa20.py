@@ -45,3 +45,70 @@ def test_a_gpu_runs_section_d_keeps_its_bandwidth_roof_column(tmp_path):
                             "device_time": timed, "e2e_time": timed, "pct_of_bw_roof": 41.5}}
     section_d = _report(tmp_path, "cuda", results).split("## D")[1].split("### Plan")[0]
     assert "% of bw roof" in section_d and "| 42 % |" in section_d, section_d
+
+
+# --- the emitted script on argument dtypes its optimized code cannot take ---
+
+SMOOTH = '''
+import numpy as np
+
+
+def original(x, alpha):
+    out = np.empty_like(x)
+    out[0] = x[0]
+    for i in range(1, x.shape[0]):
+        out[i] = alpha * x[i] + (1 - alpha) * out[i - 1]
+    return out
+
+
+def inputs(rng):
+    return rng.standard_normal((40, 3)), 0.3
+'''
+
+
+def _script_module(tmp_path, text, recipe):
+    """The optimized script `optimize` writes for the workload `text` with a primary of `recipe`, imported as a
+    user's module beside it imports it (`import optimized_smooth`)."""
+    import importlib.util
+
+    from gpuspeed.optimize import emit
+    from gpuspeed.optimize.pipeline import OptimizeRun
+
+    path = tmp_path / "smooth.py"
+    path.write_text(text)
+    timed = _timed(1e-4)
+    results = {name: {"status": "ok", "recipe": rec, "label": name, "device_time": timed, "e2e_time": timed}
+               for name, rec in (("original", {"name": "original", "backend": "original"}), (recipe["name"], recipe))}
+    run = OptimizeRun(wl=W.load(path, gpu=False), where="cpu", out_dir=tmp_path, results=results,
+                      params={"target_gpu": "RTX 4070 Laptop", "budget": "8GiB", "seeds": [1, 2, 3],
+                              "cwd": str(tmp_path)},
+                      choice={"primary": recipe["name"]})
+    script = emit.write(run)
+    spec = importlib.util.spec_from_file_location(script.stem, script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_numba_primary_on_float16_or_object_arrays_gives_the_originals_answer(tmp_path, capsys):
+    # Numba has no float16 and no object arrays: after a float64 call, the second call on float16 arrays (the first
+    # is the original's, to learn its output) raised a bare `NotImplementedError: float16` (TypingError for object
+    # arrays) where the original answers
+    pytest.importorskip("numba")
+    opt = _script_module(tmp_path, SMOOTH, {"name": "numba-serial", "backend": "numba", "precision": "as-written",
+                                            "parallel": False})
+    fn, _ = opt.build_optimized()
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal((12, 3))
+    assert np.array_equal(fn(x, 0.3), opt.pristine_original()(x, 0.3))
+    for dtype in (np.float16, object):
+        xs = x.astype(dtype)
+        want = opt.pristine_original()(xs, 0.3)
+        for _ in range(3):
+            got = fn(xs, 0.3)
+            assert got.dtype == want.dtype and np.array_equal(got, want), dtype
+    err = capsys.readouterr().err
+    assert err.count("the original answers these calls") == 2, err
+    # a caller's own mistake is the original's error, as before
+    with pytest.raises(TypeError):
+        fn(x.astype(np.float32), None)

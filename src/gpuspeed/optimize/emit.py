@@ -362,9 +362,23 @@ def like_the_original(fn, impl):
         if signature in ORIGINAL_FOR:
             with on_the_host():
                 return pristine_original()(*args)
-        if form and len(form) > 3 and form[3] and fn is impl:  # it returns views of its arguments: the caller's own
-            return returned_like(keeping_views(impl, args, form[3]), form, args)
-        out = returned_like(fn(*args), form, args)
+        failed = None
+        try:
+            if form and len(form) > 3 and form[3] and fn is impl:  # it returns views of its arguments: the caller's own
+                return returned_like(keeping_views(impl, args, form[3]), form, args)
+            out = returned_like(fn(*args), form, args)
+        except Exception as exc:
+            if signature not in LEARNED:  # dtypes the run checked: the arguments' own error, as the original's
+                raise
+            failed = f"{{type(exc).__name__}}: {{(str(exc).strip().splitlines() or [''])[0][:160]}}"
+        if failed:  # dtypes the run never saw, which the optimized code cannot take (Numba has no float16)
+            with on_the_host():  # outside the except: a wrong argument's error is the original's alone, not chained
+                answer = pristine_original()(*args)
+            LEARNED.discard(signature)
+            ORIGINAL_FOR.add(signature)
+            print(f"optimized {{FUNC}}: the optimized code fails on these argument dtypes ({{failed}}): the original "
+                  "answers these calls", file=sys.stderr)
+            return answer
         if signature in LEARNED:  # dtypes the run never saw: the first optimized answer is held to the original's kinds
             LEARNED.discard(signature)
             # by the kinds it holds, not its shape: a list of one entry per row may be longer on this call
@@ -381,7 +395,7 @@ def like_the_original(fn, impl):
 
 
 LEARNED = set()  # argument dtypes whose output form a call learned from the original (not the run's own)
-ORIGINAL_FOR = set()  # argument dtypes the optimized code answers in other kinds than the original: it runs there
+ORIGINAL_FOR = set()  # argument dtypes the optimized code answers in other kinds than the original or fails on
 
 
 def learn(args):
