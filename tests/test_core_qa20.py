@@ -122,6 +122,9 @@ def test_profile_books_blocking_waits_as_waiting_not_interpreter():
     assert cp["verdict"].startswith("waiting"), cp["verdict"]
     waits = [r for r in cp["top"] if r["name"] in ("<built-in method time.sleep>", "<built-in method posix.read>")]
     assert waits and all(r["category"] == "waiting" for r in waits), cp["top"]
+    # starting the writer thread is the OS's work: not interpreter time either
+    start = [r for r in cp["top"] if r["name"] == "<built-in method _thread.start_new_thread>"]
+    assert start and start[0]["category"] == "other", cp["top"]
     assert "waiting" in res.markdown() and res.summary()["waiting_share"] > 0.5
 
 

@@ -41,6 +41,9 @@ _WAITS = re.compile(r"^<built-in method (?:time\.sleep|select\.\w+|(?:posix|nt)\
                     r"accept|connect|send|sendall|read|readinto|readline|readlines|readall|write)' of "
                     r"'(?:_thread\.\w+|select\.\w+|_socket\.socket|_io\.(?!StringIO|BytesIO)\w+|_multiprocessing\.\w+|"
                     r"_queue\.\w+)' objects>$")
+# starting a process or a thread is the OS's work, not bytecode: 'other', never 'interpreter'
+_STARTS = re.compile(r"^<built-in method (?:posix\.(?:fork|forkpty|posix_spawnp?|spawnv\w*)|_posixsubprocess\.fork_exec|"
+                     r"_thread\.start_new_thread|_thread\.start_joinable_thread|_winapi\.CreateProcess)>$")
 HOT_SHARE = 0.10  # a loop nest with at least this share of the run is reported
 
 
@@ -55,6 +58,8 @@ def _category(key, name: str) -> str:
         return "library"
     if filename == "~" and _WAITS.match(name):
         return "waiting"
+    if filename == "~" and _STARTS.match(name):
+        return "other"
     if filename == "~" or is_user_file(filename):
         return "interpreter"
     return "other"
