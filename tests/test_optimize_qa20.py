@@ -112,3 +112,14 @@ def test_a_numba_primary_on_float16_or_object_arrays_gives_the_originals_answer(
     # a caller's own mistake is the original's error, as before
     with pytest.raises(TypeError):
         fn(x.astype(np.float32), None)
+
+
+def test_a_cpu_only_runs_hotspots_say_nothing_of_transfers(tmp_path):
+    # a CPU-only run's "Hotspots of the original" said "transfers: ... keep data on the GPU between calls when the
+    # transfer dominates": nothing moves there, its two times are one call's
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "double", "import numpy as np\n\ndef original(x):\n    return np.sin(x) * 2.0\n\n"
+                        "def inputs(rng):\n    return (rng.standard_normal((16, 4)),)\n", ["numpy"])
+    hotspots = (run.out_dir / "report.md").read_text().split("### Hotspots of the original")[1].split("###")[0]
+    assert "op-bound" in hotspots and "transfer" not in hotspots, hotspots

@@ -33,7 +33,7 @@ def hotspot_args(wl, args, original_s: float | None) -> tuple[tuple, str]:
     return out, f"hotspots measured at scale {scale:.3g} (one call at full size takes {original_s:.2f} s)"
 
 
-def analyze(wl, args, original_s: float | None) -> dict:
+def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
     from gpuspeed.profiling import hotspots
 
     notes = []
@@ -109,8 +109,9 @@ def analyze(wl, args, original_s: float | None) -> dict:
                             "torch.compile) runs the same ops, fused where it can")
     if f64:
         implications.append("float64 data: a float32 candidate is tried where the tolerance allows it")
-    implications.append("transfers: device-resident and end-to-end times are both measured; keep data on the "
-                        "GPU between calls when the transfer dominates")
+    if gpu:  # without a GPU nothing is moved: both times are the same call's
+        implications.append("transfers: device-resident and end-to-end times are both measured; keep data on the "
+                            "GPU between calls when the transfer dominates")
     hot_lines = []
     for f in res.get("lines", {}).get("functions", [])[:2]:
         for ln in sorted(f.get("lines", []), key=lambda r: -(r.get("time_s") or 0))[:5]:

@@ -239,7 +239,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     # measure slot alone)
     tick("hotspots")
     with home:
-        run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s)
+        run.hot = analysis.analyze(wl, wl.make_args(TIMING_SEED), reference_s, gpu=where == "cuda")
         run.hot["intensity"] = _intensity(wl, first_ref, reference_s)
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
