@@ -163,3 +163,20 @@ def test_printing_a_profile_result_prints_its_report():
     text = str(res)
     assert text.startswith("Profile of scale on cpu, 1 step.") and "ProfileResult(" not in text, text[:300]
     assert all(n[:60] in text for n in res.notes), text
+
+
+def test_profile_imports_the_scripts_own_neighbour_named_like_a_loaded_module(tmp_path, capsys):
+    import cProfile  # noqa: F401  (loads the standard library's `profile`, as gpuspeed's hotspot pass does)
+
+    from gpuspeed.cli import main
+
+    # `python main.py` imports the folder's own profile.py: its folder comes first on sys.path
+    (tmp_path / "profile.py").write_text("def helper(n):\n    return n * 3\n")
+    (tmp_path / "main.py").write_text("from profile import helper\nimport numpy as np\n"
+                                      "print('neighbour says', helper(int(np.random.default_rng(2).integers(1, 9))))\n")
+    assert main(["profile", "--no-hotspots", "--device", "cpu", str(tmp_path / "main.py")]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert out.count("neighbour says") == 2, out
+    import profile
+
+    assert hasattr(profile, "Profile") and not hasattr(profile, "helper")  # the standard library's, back after the runs

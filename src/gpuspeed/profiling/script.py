@@ -1,7 +1,7 @@
 """A user's script as a callable that profile() can run again and again, as `python script.py args` would.
 
 Each run executes one compiled code object as `__main__` with the script's folder first on sys.path and
-its own argv. Compiling once keeps the code objects the same from run to run, so the line timer of a
+its own argv; a module of its folder named like one gpuspeed or torch loaded (profile.py) is the one it imports. Compiling once keeps the code objects the same from run to run, so the line timer of a
 later pass finds the functions (and the module-level code) that cProfile saw in an earlier one.
 A script's `sys.exit(0)` (or `os._exit(0)`) is a normal end; any other exit is recorded and stops that run there.
 A script reading its standard input (a pipe or a file, not a terminal) reads in every run what the first run read,
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import io
 import os
 import select
@@ -54,6 +55,8 @@ class ScriptRunner:
         self.exits: list = []
         self._stdin: _Recorder | bytes | None = None  # what the first run read of a piped stdin, given to later runs
         self._fd0: _Fd0 | None = None  # the same for fd 0 itself, where sys.stdin reads it
+        self._mine = _module_names(self.path.parent)  # the modules a script there imports from its own folder
+        self._neighbours: dict = {}  # those modules as the script imported them, kept from run to run
 
     def _stdin_for_run(self):
         """The sys.stdin of this run, or None to leave it be: the first run reads the real one through a recorder
@@ -97,6 +100,7 @@ class ScriptRunner:
         sys.modules["__main__"] = module  # pickling and `if __name__ == "__main__"` see the script
         sys.argv = list(self.argv)
         sys.path.insert(0, str(self.path.parent))  # neighbour modules import as under `python script.py`
+        theirs = self._swap_in_neighbours()
         self.runs += 1
         real_exit, me = os._exit, os.getpid()
 
@@ -123,8 +127,28 @@ class ScriptRunner:
                 self._fd0.leave()
             sys.argv = saved_argv
             sys.path[:] = saved_path
+            self._swap_out_neighbours(theirs)
             if saved_main is not None:
                 sys.modules["__main__"] = saved_main
+
+    def _swap_in_neighbours(self) -> dict:
+        """Make the script's own profile.py (or inspect.py, ...) what it imports, as under `python script.py`: a
+        module of that name gpuspeed or torch loaded from elsewhere is set aside for the run, and the script's own
+        modules from its earlier runs come back. Returns what was set aside."""
+        theirs = {}
+        for name in _shadowed(self._mine, self.path.parent):
+            for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+                theirs[key] = sys.modules.pop(key)
+        sys.modules.update(self._neighbours)
+        return theirs
+
+    def _swap_out_neighbours(self, theirs: dict) -> None:
+        """Between runs the script's own modules are kept aside (gpuspeed's `import cProfile` then finds the
+        standard library's profile, not the script's), and what was set aside comes back."""
+        for key in [k for k in sys.modules if k.partition(".")[0] in self._mine]:
+            if _in_folder(sys.modules[key], self.path.parent):
+                self._neighbours[key] = sys.modules.pop(key)  # the script's: its code objects stay the same
+        sys.modules.update(theirs)
 
     def failed_run_note(self, total: int) -> str:
         """Where a run after the first raised: which one, of the `total` runs planned; '' when the first did. A script
@@ -143,6 +167,46 @@ class ScriptRunner:
         codes = sorted({repr(c) if not isinstance(c, int) else str(c) for c in self.exits})
         return (f"the script called sys.exit({', '.join(codes)}) in {len(self.exits)} of {self.runs} runs: the "
                 "profile covers the code up to that exit")
+
+
+def _module_names(folder: Path) -> frozenset:
+    """The top-level modules of `folder`: name.py and name/__init__.py."""
+    try:
+        return frozenset(p.stem if p.suffix == ".py" else p.name for p in folder.iterdir()
+                         if ((p.suffix == ".py" and p.is_file()) or (p.is_dir() and (p / "__init__.py").is_file()))
+                         and (p.stem if p.suffix == ".py" else p.name).isidentifier())
+    except OSError:
+        return frozenset()
+
+
+def _in_folder(module, folder: Path) -> bool:
+    file = getattr(module, "__file__", None)
+    try:
+        return bool(file) and folder in Path(file).resolve().parents
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _shadowed(mine: frozenset, folder: Path) -> list[str]:
+    """Of the script's own modules, those this process has loaded from elsewhere (profile, inspect, ... by gpuspeed
+    or torch): under `python script.py` the script's would be imported. Those a bare interpreter loads at startup
+    (os, io, ...) stay: they win over the script's under python too."""
+    clash = [n for n in mine if n in sys.modules and n not in sys.builtin_module_names
+             and not _in_folder(sys.modules[n], folder)]
+    return [n for n in clash if n not in _startup_modules()] if clash else []
+
+
+@functools.lru_cache(maxsize=1)
+def _startup_modules() -> frozenset:
+    """The modules a bare `python script.py` has loaded before the script's first line."""
+    import subprocess
+
+    try:
+        out = subprocess.run([sys.executable, "-c", "import sys; print(' '.join(sys.modules))"], capture_output=True,
+                             text=True, timeout=60, cwd=tempfile.gettempdir(), check=True).stdout
+    except (OSError, subprocess.SubprocessError):  # unknown: none is set aside (the behaviour before)
+        return frozenset(sys.modules)
+    return frozenset(out.split())
 
 
 def raised_at(exc: BaseException) -> str | None:
