@@ -832,6 +832,11 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
 
     for what, kind, key, task in tasks:
         say(what)
+        too_large = naive_too_large(spec, m if tp is None else m.tp, prompt.shape[1], device) \
+            if (kind, key) == ("ladder", "V0") else None
+        if too_large:  # past the host's memory the OOM killer ends the whole run, every row lost: skipped, said why
+            rows.append({"variant": key, "skipped": too_large})
+            continue
         if over_cap():
             why = f"time cap of {spec.time_cap_s:g} s reached"
             if kind == "ladder":
@@ -1124,6 +1129,23 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
         raise UserError(f"{what} at batch {max(b for b, _ in runs)} needs about {run_bytes / 2**30:.1f} GiB of KV "
                         f"cache and logits beside {weight_bytes / 2**30:.1f} GiB of weights; this {device} has "
                         f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens")
+
+
+def naive_too_large(spec: Spec, m, prompt_len: int, device: str) -> str | None:
+    """Why V0 cannot run in this device's memory, or None. V0 recomputes the logits of every position each step
+    ([B, P + T, vocab] in the run's dtype), and the previous step's are still held while the next are made: at a
+    large batch and prompt that is many times the KV cache check_run_memory counts (batch 64, prompt 2000: 33 GB)."""
+    a = m.args
+    elem = DTYPES[spec.dtype].itemsize
+    ranks = spec.tp if device != "cuda" else 1  # the CPU's ranks share the host, each with the whole vocab's logits
+    need = ranks * 2 * spec.batch * (prompt_len + spec.new_tokens) * a.vocab_size * elem
+    weights = a.param_count() * elem
+    have = _device.get_device(device).mem_bytes
+    if not have or weights + need <= 0.8 * have:
+        return None
+    return (f"not run: V0 recomputes every position's logits each step, about {need / 2**30:.1f} GiB at batch "
+            f"{spec.batch} over {prompt_len} + {spec.new_tokens} positions beside {weights / 2**30:.1f} GiB of weights; "
+            f"this {device} has {have / 2**30:.1f} GiB (a smaller --batch or prompt runs it)")
 
 
 def _checkpoint_args(model: str):

@@ -1,0 +1,32 @@
+"""Round 20 QA of `gpuspeed decode`: what a demanding user tuning batch-1 decode of their own checkpoint still hit
+on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from decode_cli_helpers import SMALL, cli
+
+
+def test_a_naive_rung_past_the_hosts_memory_is_skipped_with_why_not_oom_killed(capsys):
+    # --batch 64 --prompt-len 2000 on the CPU: V0 recomputes [B, P + T, vocab] logits each step (33 GB for tiny),
+    # which the memory check did not count: the OOM killer ended the run (exit 137, nothing kept). Now V0 is skipped,
+    # its row says why, and the check is made before anything that large is allocated
+    from gpuspeed.device import get_device
+
+    have = get_device("cpu").mem_bytes
+    if not have:
+        pytest.skip("this host's memory is unknown")
+    # a batch whose V0 logits (2 x B x 10 positions x 32000 x 4 bytes) pass 0.8 of the host's memory, while its KV
+    # cache and kept logits (~0.45 MB a sequence) stay well inside it
+    batch = int(0.9 * have / (2 * 10 * 32000 * 4)) + 1
+    rc, cap = cli(["--model", "tiny", "--layers", "1", "--prompt-len", "8", "--batch", str(batch), "--read-roof", "10",
+                   *[a for a in SMALL if a != "V2"], "V0", "--json"], capsys)
+    assert rc == 1, cap.err  # nothing measured: said, and exit 1
+    doc = json.loads(cap.out)
+    (row,) = doc["rows"]
+    assert row["variant"] == "V0" and "ms_per_token" not in row
+    assert row["skipped"].startswith("not run: V0 recomputes every position's logits") and "GiB" in row["skipped"]
+    assert "Traceback" not in cap.err
