@@ -30,3 +30,20 @@ def test_a_naive_rung_past_the_hosts_memory_is_skipped_with_why_not_oom_killed(c
     assert row["variant"] == "V0" and "ms_per_token" not in row
     assert row["skipped"].startswith("not run: V0 recomputes every position's logits") and "GiB" in row["skipped"]
     assert "Traceback" not in cap.err
+
+
+def test_spec_takes_the_variants_as_the_command_line_writes_them():
+    # Spec(variants="V2,V5") was read letter by letter: "unknown variant(s) ['V', '2', ',', 'V', '5']"
+    from gpuspeed.decode import study
+
+    assert study.Spec(variants="V2, v5").variants == ["V2", "V5"]
+    assert study.Spec(variants="all").variants == study.Spec().variants
+    study.check_spec(study.Spec(variants="V0,V2"))  # no refusal: the string names two rungs
+
+
+def test_spec_with_sampling_none_is_greedy():
+    # Spec(sampling=None) ran the whole model load, then failed with AttributeError: 'NoneType' ... '__dict__'
+    from gpuspeed.decode import study
+    from gpuspeed.decode.generate import Sampling
+
+    assert study.Spec(sampling=None).sampling == Sampling()

@@ -59,6 +59,10 @@ class Spec:
     quant: str | None = None  # "int8": weight-only int8 (quant.py), compared with the unquantized model
 
     def __post_init__(self):
+        if isinstance(self.variants, str):  # "V2,V5" or "all" as on the command line: it was read letter by letter
+            self.variants = V.parse_variants(self.variants)
+        if self.sampling is None:  # greedy, as the default: run() failed on None.__dict__ after loading the model
+            self.sampling = Sampling()
         # `--model=~/m.gguf`: no shell expands a ~ after '=', so it is expanded here (as --out's is)
         if isinstance(self.model, str) and self.model.startswith("~") and self.model not in M.CONFIGS:
             try:
