@@ -235,7 +235,7 @@ def test_the_commands_the_report_and_the_script_give_run_as_pasted_for_a_file_wi
     script_name = "optimized_my work.py"
     spans = [c for ln in report.splitlines() if ln.startswith("- ") for c in re.findall(r"`([^`]+)`", ln)]
     commands = [c for c in spans if c.startswith(("python ", "gpuspeed ", "nsys ", "ncu "))]
-    assert len(commands) >= 5, commands
+    assert len(commands) >= 4, commands  # a CPU run names no GPU tools (nsys, ncu)
     for command in commands:
         argv = shlex.split(command)
         assert script_name in argv or f"{run.wl.path}:original" in argv, command

@@ -11,8 +11,8 @@ def _timed(median_s):
     return {"median": median_s, "iqr": 0.0, "n": 9}
 
 
-def _report(tmp_path, where, results):
-    """Sections A-E of a run of a small workload that kept the original, on `where`, with `results`."""
+def _report(tmp_path, where, results, primary="original"):
+    """Sections A-E of a run of a small workload on `where`, with `results` and `primary` (the original: kept)."""
     from gpuspeed.optimize.pipeline import OptimizeRun
     from gpuspeed.optimize.report import markdown
 
@@ -21,7 +21,7 @@ def _report(tmp_path, where, results):
                     "def inputs(rng):\n    return (rng.standard_normal((64, 8)),)\n")
     run = OptimizeRun(wl=W.load(path, gpu=False), where=where, out_dir=tmp_path, results=results,
                       params={"target_gpu": "RTX 4070 Laptop", "budget": "8GiB", "seeds": [1, 2, 3]},
-                      choice={"primary": "original", "kept_original": True})
+                      choice={"primary": primary, "kept_original": primary == "original"})
     return markdown(run)
 
 
@@ -123,3 +123,26 @@ def test_a_cpu_only_runs_hotspots_say_nothing_of_transfers(tmp_path):
                         "def inputs(rng):\n    return (rng.standard_normal((16, 4)),)\n", ["numpy"])
     hotspots = (run.out_dir / "report.md").read_text().split("### Hotspots of the original")[1].split("###")[0]
     assert "op-bound" in hotspots and "transfer" not in hotspots, hotspots
+
+
+def test_section_e_of_a_cpu_only_run_names_no_gpu_tools_for_a_script_that_runs_on_the_cpu(tmp_path):
+    # a CPU-only run's section E told the user to time the script with torch.cuda.Event and CuPy events and to run
+    # nsys and ncu on it: its primary runs on the CPU, where they find no kernels
+    timed = _timed(1e-4)
+    section_e = _report(tmp_path, "cpu", {"original": {"status": "ok", "recipe": {"backend": "original"},
+                                                        "label": "the original", "device_time": timed,
+                                                        "e2e_time": timed}}).split("## E")[1]
+    for gpu_tool in ("torch.cuda.Event", "cupy.cuda.Event", "nsys profile", "ncu --set"):
+        assert gpu_tool not in section_e, (gpu_tool, section_e)
+    assert "python -m cProfile" in section_e and "--bench" in section_e and "runs on the CPU" in section_e, section_e
+
+
+@pytest.mark.gpu
+def test_section_e_of_a_gpu_run_keeps_its_gpu_tools_for_a_primary_on_the_gpu(tmp_path):
+    timed = _timed(1e-4)
+    results = {"original": {"status": "ok", "recipe": {"backend": "original"}, "label": "the original",
+                            "device_time": timed | {"mode": "cpu"}, "e2e_time": timed},
+               "cupy": {"status": "ok", "recipe": {"name": "cupy", "backend": "cupy"}, "label": "CuPy drop-in",
+                        "device_time": timed | {"mode": "events"}, "e2e_time": timed}}
+    section_e = _report(tmp_path, "cuda", results, primary="cupy").split("## E")[1]
+    assert "nsys profile" in section_e and "ncu --set" in section_e and "runs on the CPU" not in section_e, section_e

@@ -280,6 +280,8 @@ def _profiling_guide(run, args) -> list[str]:
     script, name = (shlex.quote(t) for t in (f"optimized_{wl.name}.py", wl.name))
     backend = run.results[p]["recipe"]["backend"] if p else ""
     command = profile_command(wl, args)
+    # the script's primary runs on the CPU (no GPU here, or a CPU route won): GPU timers and kernel tools find nothing
+    on_gpu = run.where == "cuda" and ((run.results.get(p) or {}).get("device_time") or {}).get("mode") != "cpu"
     L = ["Commands:", "",
          (f"- The original, line by line and call by call: `{command}` (its arguments' dtypes and shapes, seeded "
           "random values)" if command else
@@ -287,14 +289,19 @@ def _profiling_guide(run, args) -> list[str]:
           "arguments are not all of those: profile a script that calls it"),
          f"- The script on the CPU, function by function: `python -m cProfile -s cumtime {script} --cpu` (its CPU "
          "fallback and its check against the original)",
-         f"- The optimized script's own benchmark (warm-up, median; CUDA events on a GPU): `python {script} --bench`",
-         "- torch timing by hand: `s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True); "
-         "s.record(); f(x); e.record(); torch.cuda.synchronize(); s.elapsed_time(e)`",
-         "- CuPy timing by hand: `cupyx.profiler.benchmark(f, (x,), n_repeat=100)` or `cupy.cuda.Event()` pairs",
-         f"- Timeline: `nsys profile -t cuda,nvtx,osrt -o {name} python {script} --bench`",
-         f"- Kernels: `ncu --set full -k regex:. -c 20 python {script} --bench` (memory throughput, occupancy)",
-         f"- gpuspeed: `gpuspeed profile {script} --bench` (GPU busy/idle, launch gaps, syncs, transfers)", "",
-         "The levers that matter here:", ""]
+         f"- The optimized script's own benchmark (warm-up, median; CUDA events on a GPU): `python {script} --bench`"]
+    if on_gpu:
+        L += ["- torch timing by hand: `s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing="
+              "True); s.record(); f(x); e.record(); torch.cuda.synchronize(); s.elapsed_time(e)`",
+              "- CuPy timing by hand: `cupyx.profiler.benchmark(f, (x,), n_repeat=100)` or `cupy.cuda.Event()` pairs",
+              f"- Timeline: `nsys profile -t cuda,nvtx,osrt -o {name} python {script} --bench`",
+              f"- Kernels: `ncu --set full -k regex:. -c 20 python {script} --bench` (memory throughput, occupancy)",
+              f"- gpuspeed: `gpuspeed profile {script} --bench` (GPU busy/idle, launch gaps, syncs, transfers)"]
+    else:
+        L += [f"- gpuspeed: `gpuspeed profile {script} --bench` (Python hotspots and CPU ops, each at its source line)",
+              "- The script's primary runs on the CPU: GPU timers, nsys and ncu would find no kernels in it"
+              + ("; the same optimize run on a GPU machine tries the GPU candidates" if run.where != "cuda" else "")]
+    L += ["", "The levers that matter here:", ""]
     levers = []
     if run.hot.get("float64"):
         levers.append("**precision**: float64 -> float32 halves the bytes and avoids the FP64 cliff of consumer cards "
