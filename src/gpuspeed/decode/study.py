@@ -836,7 +836,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
 
     for what, kind, key, task in tasks:
         say(what)
-        too_large = naive_too_large(spec, m if tp is None else m.tp, prompt.shape[1], device) \
+        too_large = naive_too_large(spec, m, prompt.shape[1], device) \
             if (kind, key) == ("ladder", "V0") else None
         if too_large:  # past the host's memory the OOM killer ends the whole run, every row lost: skipped, said why
             rows.append({"variant": key, "skipped": too_large})
@@ -1135,15 +1135,15 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
                         f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens")
 
 
-def naive_too_large(spec: Spec, m, prompt_len: int, device: str) -> str | None:
+def naive_too_large(spec: Spec, m: M.Transformer, prompt_len: int, device: str) -> str | None:
     """Why V0 cannot run in this device's memory, or None. V0 recomputes the logits of every position each step
     ([B, P + T, vocab] in the run's dtype), and the previous step's are still held while the next are made: at a
     large batch and prompt that is many times the KV cache check_run_memory counts (batch 64, prompt 2000: 33 GB)."""
-    a = m.args
+    whole = m.args if m.tp is None else m.tp.args  # a TP shard gathers the whole vocabulary's logits
+    ranks = spec.tp if device != "cuda" else 1  # the CPU's ranks share the host; a GPU holds one rank's shard
     elem = DTYPES[spec.dtype].itemsize
-    ranks = spec.tp if device != "cuda" else 1  # the CPU's ranks share the host, each with the whole vocab's logits
-    need = ranks * 2 * spec.batch * (prompt_len + spec.new_tokens) * a.vocab_size * elem
-    weights = a.param_count() * elem
+    need = ranks * 2 * spec.batch * (prompt_len + spec.new_tokens) * whole.vocab_size * elem
+    weights = ranks * weight_bytes_per_token(m)  # as stored (int8 under --quant; the embedding table aside)
     have = _device.get_device(device).mem_bytes
     if not have or weights + need <= 0.8 * have:
         return None
