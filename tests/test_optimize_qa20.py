@@ -146,3 +146,32 @@ def test_section_e_of_a_gpu_run_keeps_its_gpu_tools_for_a_primary_on_the_gpu(tmp
                         "device_time": timed | {"mode": "events"}, "e2e_time": timed}}
     section_e = _report(tmp_path, "cuda", results, primary="cupy").split("## E")[1]
     assert "nsys profile" in section_e and "ncu --set" in section_e and "runs on the CPU" not in section_e, section_e
+
+
+DISTANCE = '''
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-4, atol=1e-6)
+
+
+def original(x, y):
+    return np.sqrt(((x[:, None, :] - y[None, :, :]) ** 2).sum(-1))
+
+
+def inputs(rng):
+    return rng.standard_normal((20, 3)), rng.standard_normal((10, 3))
+'''
+
+
+def test_a_float32_primary_on_values_float32_cannot_hold_gives_the_originals_answer(tmp_path, capsys):
+    # the float32 primary squared 1e30-sized distances into inf: it returned inf where the original returns ~2e30
+    opt = _script_module(tmp_path, DISTANCE, {"name": "numpy-fp32", "backend": "numpy", "precision": "float32"})
+    fn, _ = opt.build_optimized()
+    rng = np.random.default_rng(20)
+    x, y = rng.standard_normal((5, 3)), rng.standard_normal((4, 3))
+    assert np.allclose(fn(x, y), opt.pristine_original()(x, y), rtol=1e-4)
+    for _ in range(2):
+        big = fn(x * 1e30, y * 1e30)
+        want = opt.pristine_original()(x * 1e30, y * 1e30)
+        assert np.isfinite(big).all() and np.array_equal(big, want), big
+    assert capsys.readouterr().err.count("the original answers such calls") == 1

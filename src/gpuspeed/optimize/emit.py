@@ -312,7 +312,32 @@ def build_optimized(force_cpu=False):
     if IN_PLACE:  # like the original: the result is written into the caller's arrays
         fn = in_place_call(impl, IN_PLACE, IN_PLACE_RETURNS)
         fn.impl = impl
-    return by_keyword(like_the_original(fn, impl), impl, getattr(module, FUNC)), impl.label
+    fn = by_keyword(like_the_original(fn, impl), impl, getattr(module, FUNC))
+    if precision != "as-written" and not IN_PLACE:  # written into the caller's arrays: the original cannot redo it
+        fn = finite_or_original(fn, impl)
+    return fn, impl.label
+
+
+def finite_or_original(fn, impl):
+    """fn, a float32 primary, whose result holding inf or NaN is the original's answer instead: float32 overflows
+    past 3.4e38 (1e30 squared) where the original's float64 does not. Said once on stderr."""
+    def call(*args, **kwargs):
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # the original warns where it overflows
+            out = fn(*args, **kwargs)
+        if all(np.isfinite(a).all() for a in map(to_numpy, leaves(out))
+               if isinstance(a, np.ndarray | np.generic) and a.dtype.kind in "fc"):
+            return out
+        if not OVERFLOWED:
+            OVERFLOWED.append(True)
+            print(f"optimized {{FUNC}}: its float32 result held inf or NaN (past float32's range?): the original "
+                  "answers such calls", file=sys.stderr)
+        with on_the_host():
+            return pristine_original()(*args, **kwargs)
+
+    return wrapping(call, fn, impl)
+
+
+OVERFLOWED = []  # a float32 result held inf or NaN once: said on stderr the first time
 
 
 def wrapping(call, fn, impl):
