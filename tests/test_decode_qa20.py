@@ -29,7 +29,7 @@ def test_a_naive_rung_past_the_hosts_memory_is_skipped_with_why_not_oom_killed(c
     (row,) = doc["rows"]
     assert row["variant"] == "V0" and "ms_per_token" not in row
     assert row["skipped"].startswith("not run: V0 recomputes every position's logits") and "GiB" in row["skipped"]
-    assert "Traceback" not in cap.err
+    assert row["skipped"] in cap.err and "Traceback" not in cap.err  # the reason whole in the nothing-measured line
 
 
 def test_spec_takes_the_variants_as_the_command_line_writes_them():

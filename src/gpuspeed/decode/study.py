@@ -1147,9 +1147,9 @@ def naive_too_large(spec: Spec, m: M.Transformer, prompt_len: int, device: str) 
     have = _device.get_device(device).mem_bytes
     if not have or weights + need <= 0.8 * have:
         return None
-    return (f"not run: V0 recomputes every position's logits each step, about {need / 2**30:.1f} GiB at batch "
-            f"{spec.batch} over {prompt_len} + {spec.new_tokens} positions beside {weights / 2**30:.1f} GiB of weights; "
-            f"this {device} has {have / 2**30:.1f} GiB (a smaller --batch or prompt runs it)")
+    # short: nothing_measured() keeps a reason's first 120 characters
+    return (f"not run: V0 recomputes every position's logits, {need / 2**30:.1f} GiB at batch {spec.batch} x "
+            f"{prompt_len + spec.new_tokens} positions; this {device} has {have / 2**30:.1f} GiB")
 
 
 def _checkpoint_args(model: str):
