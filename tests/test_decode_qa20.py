@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from decode_cli_helpers import SMALL, cli
+from decode_cli_helpers import SMALL, cli, one_line
 
 
 def test_a_naive_rung_past_the_hosts_memory_is_skipped_with_why_not_oom_killed(capsys):
@@ -47,3 +47,28 @@ def test_spec_with_sampling_none_is_greedy():
     from gpuspeed.decode.generate import Sampling
 
     assert study.Spec(sampling=None).sampling == Sampling()
+
+
+def test_profiled_rungs_caches_held_together_are_counted_before_the_run(capsys):
+    # every profiled rung keeps its engine and KV cache until the profiling passes at the end, but the memory check
+    # counted one cache: a batch whose single cache fit ran on, to the OOM killer on the CPU (or a CUDA OOM on the
+    # later rungs on a GPU, each of which alone would fit). Now refused before loading, --no-profile named
+    from gpuspeed.decode import study
+    from gpuspeed.device import get_device
+    from gpuspeed.errors import UserError
+
+    have = get_device("cpu").mem_bytes
+    if not have:
+        pytest.skip("this host's memory is unknown")
+    # tiny, one layer, 8 + 2 positions (a cache of 48): a sequence's cache is 196608 bytes and its kept logits
+    # 256000, so one rung's share is ~0.65 of the host and three held caches ~1.2 of it
+    batch = int(0.9 * 0.8 * have / (196608 + 256000))
+    args = ["--model", "tiny", "--layers", "1", "--prompt-len", "8", "--new-tokens", "2", "--batch", str(batch),
+            "--variants", "V1,V2,V4", "--device", "cpu"]
+    spec = study.Spec(model="tiny", max_layers=1, prompt_len=8, new_tokens=2, batch=batch, variants="V1,V2,V4",
+                      device="cpu")
+    with pytest.raises(UserError, match="--no-profile: the 3 rungs profiled keep their caches"):
+        study.check_fits(spec, "cpu")
+    study.check_fits(study.Spec(**{**spec.__dict__, "profile": False}), "cpu")  # one cache at a time: it fits
+    rc, cap = cli(args, capsys)
+    one_line(rc, cap, "--no-profile")

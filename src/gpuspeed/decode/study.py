@@ -1127,12 +1127,20 @@ def check_run_memory(spec: Spec, args, prompt_len: int, weight_bytes: int, have:
     elem = DTYPES[spec.dtype].itemsize
     runs = [(b, prompt_len) for b in [spec.batch, *spec.batches]] + (
         [(spec.batch, spec.long_prompt)] if spec.long_prompt else [])
-    kv = max(2 * args.n_layers * b * V.max_len_for(p, spec.new_tokens) * args.kv_rows * elem for b, p in runs)
+    kvs = [2 * args.n_layers * b * V.max_len_for(p, spec.new_tokens) * args.kv_rows * elem for b, p in runs]
+    kv = max(kvs)
+    # profiled rungs keep their engines, caches included, until the passes after every timing (measure_variant):
+    # the ladder's caches are all held at its end, and the batch and long-prompt rows run beside them
+    held = sum(v != "V0" for v in spec.variants) if spec.profile else 0
+    if held > 1:
+        kv = max(kv, held * kvs[0] + max(kvs[1:], default=0))
     run_bytes = kv + spec.batch * spec.new_tokens * args.vocab_size * 4
     if have and weight_bytes <= 0.8 * have < weight_bytes + run_bytes:
         raise UserError(f"{what} at batch {max(b for b, _ in runs)} needs about {run_bytes / 2**30:.1f} GiB of KV "
                         f"cache and logits beside {weight_bytes / 2**30:.1f} GiB of weights; this {device} has "
-                        f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens")
+                        f"{have / 2**30:.1f} GiB: use smaller --batch/--batches or fewer --new-tokens"
+                        + (f" (or --no-profile: the {held} rungs profiled keep their caches until the end)"
+                           if held > 1 else ""))
 
 
 def naive_too_large(spec: Spec, m: M.Transformer, prompt_len: int, device: str) -> str | None:
