@@ -2,7 +2,8 @@
 
 Each run executes one compiled code object as `__main__` with the script's folder first on sys.path and
 its own argv; a module of its folder named like one gpuspeed or torch loaded (profile.py) is the one it imports.
-Compiling once keeps the code objects the same from run to run, so the line timer of a later pass finds the functions (and the module-level code) that cProfile saw in an earlier one.
+Compiling once keeps the code objects the same from run to run, so the line timer of a later pass finds the
+functions (and the module-level code) that cProfile saw in an earlier one.
 A script's `sys.exit(0)` (or `os._exit(0)`) is a normal end; any other exit is recorded and stops that run there.
 A script reading its standard input (a pipe or a file, not a terminal) reads in every run what the first run read,
 through sys.stdin or file descriptor 0 itself (os.read(0, n), open(0), a child process it starts).
