@@ -52,6 +52,12 @@ class TorchHostAllocs:
             if _autograd._profiler_enabled():
                 self.why = "torch's profiler was already running (one profiler at a time)"
                 return
+            dist = getattr(sys.modules["torch"], "distributed", None)
+            if dist is not None and dist.is_available() and dist.is_initialized():
+                # a rank of a --tp run on the CPU died of SIGSEGV once in a C++ thread soon after a measured
+                # window (gloo's threads allocate beside the call): no profiler in a torch.distributed process
+                self.why = "a torch.distributed process (its communication threads allocate beside the call)"
+                return
             config = _profiler.ProfilerConfig(_profiler.ProfilerState.KINETO, False, True, False, False, False,
                                               _profiler._ExperimentalConfig())
             cpu = {_profiler.ProfilerActivity.CPU}
