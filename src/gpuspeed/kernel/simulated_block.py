@@ -274,6 +274,15 @@ def _same_value(array, index, value) -> bool:
         return False
 
 
+def _access_site(thread, kind: str) -> tuple[str, int]:
+    """The access's kind and the user's source line: inside a simulated atomic, the atomic's own line and kind."""
+    atomic_line = getattr(thread, "_gs_atomic", 0)
+    if atomic_line:
+        return "atomic", atomic_line
+    frame = _user_frame(sys._getframe(3))  # past this helper and the _note* function that called it
+    return kind, (frame.f_lineno if frame is not None else 0)
+
+
 def _note(array, index, kind: str, value=None) -> None:
     thread = threading.current_thread()
     block = getattr(thread, "_gs_block", None)
@@ -283,12 +292,7 @@ def _note(array, index, kind: str, value=None) -> None:
     if offset is None:
         return
     tracker, name, base = array._gs
-    atomic_line = getattr(thread, "_gs_atomic", 0)
-    if atomic_line:
-        kind, line = "atomic", atomic_line
-    else:
-        frame = _user_frame(sys._getframe(2))
-        line = frame.f_lineno if frame is not None else 0
+    kind, line = _access_site(thread, kind)
     key, me = base + offset, thread.thread_id
     state = tracker.state.get(key)
     if state is None or state[0] != block.interval:
@@ -417,12 +421,7 @@ def _note_global(fake, index, kind: str, value=None) -> None:
     offset = _offset(ary, index)
     if offset is None:
         return
-    atomic_line = getattr(thread, "_gs_atomic", 0)
-    if atomic_line:
-        kind, line = "atomic", atomic_line
-    else:
-        frame = _user_frame(sys._getframe(2))
-        line = frame.f_lineno if frame is not None else 0
+    kind, line = _access_site(thread, kind)
     launch = block.launch
     start = item.__dict__.get("_gs_start")
     if start is None:  # kept on the simulator's array: reading __array_interface__ each access costs a dict
