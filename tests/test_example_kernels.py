@@ -54,8 +54,8 @@ def _args(example: str, shape_id: int, seed: int, numba: bool) -> tuple:
     if example == "row_normalize_loop":
         rows, cols = ((37, 53), (3, 4500))[shape_id]  # 4500 > MAX_BLOCK: the chunked three-pass path
         return (rng.standard_normal((rows, cols)) * rng.uniform(0.5, 2.0, (rows, 1)) + rng.uniform(-1, 1),)
-    if example == "row_stats":
-        rows, cols = ((37, 53), (3, 4500))[shape_id]
+    if example == "row_stats":  # simulated: 11 rows, two blocks of 8 warps (the second partial), not 37's five
+        rows, cols = ((37, 53), (3, 4500))[shape_id] if not numba else ((11, 53), (3, 4500))[shape_id]
         return rng.standard_normal((rows, cols)) + rng.uniform(-1, 1, (rows, 1)), rng.uniform(0.5, 1.5, cols)
     if example == "pairwise_distance":
         n, m = ((37, 53), (1, 130))[shape_id] if not numba else ((37, 71), (5, 3))[shape_id]
