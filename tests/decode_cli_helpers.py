@@ -1,11 +1,33 @@
 """What the `gpuspeed decode` CLI tests share: the smallest run's flags, the command called in-process, and the check
 that a refusal is one line and exit 2. Imported as a plain module (pytest puts tests/ on sys.path: no __init__.py)."""
 
+import os
+
+import pytest
+
 # the smallest run that still measures: one rung, two tokens, a short timing budget, on the CPU; add the model,
 # --prompt-len (or --prompt) and what the test is about
 SMALL = ["--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--variants", "V2"]
 # the same for a named model (tiny), cut to one layer; a checkpoint refuses --layers, so those take SMALL
 TINY = ["--layers", "1", *SMALL]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, here and in the processes a test starts, while a module that imports this runs: `make test`
+    runs two workers on CI's two cores, and two OpenMP threads a worker waited on each other at every small op (a
+    1-layer decode's linear took ~3 ms instead of ~0.2 ms on a loaded 2-core machine). Autouse where imported."""
+    import torch
+
+    threads, env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    yield
+    torch.set_num_threads(threads)
+    if env is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = env
 
 
 def cli(args, capsys):
