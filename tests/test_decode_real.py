@@ -6,6 +6,7 @@ import torch
 from gpuspeed.decode import checkpoints as C, variants as V
 from gpuspeed.decode.generate import generate
 from gpuspeed.verify import check
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 GGUF = C.smollm2_gguf()
 pytestmark = [
