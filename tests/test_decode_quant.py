@@ -13,6 +13,7 @@ if not torch.cuda.is_available():
 from gpuspeed.decode import model as M, quant as Q, study, variants as V  # noqa: E402
 from gpuspeed.decode.generate import generate  # noqa: E402
 from gpuspeed.verify import check  # noqa: E402
+from decode_cli_helpers import one_thread  # noqa: E402, F401  (autouse: one torch thread for this module)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 MICRO = dict(vocab_size=257, dim=64, n_layers=2, n_heads=6, n_kv_heads=2, ffn_dim=96)
