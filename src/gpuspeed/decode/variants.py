@@ -317,12 +317,20 @@ def _drop_mutation_analysis_fallback(record) -> bool:
 def _quiet_mutation_analysis() -> None:
     """Inductor cannot analyze our Triton kernels' inline PTX (tt.elementwise_inline_asm) and falls back to assuming
     every input is mutated, the safe answer: it logged that with a full traceback per kernel and trace, about 300
-    lines of a V5 run (notebook 02's output on an H100). Only that record is dropped."""
+    lines of a V5 run (notebook 02's output on an H100). Only that record is dropped, on the logger the module
+    writes it to (torch 2.11-2.13: "torch._dynamo", not the module's own name)."""
     import logging
 
-    log = logging.getLogger("torch._higher_order_ops.triton_kernel_wrap")
-    if _drop_mutation_analysis_fallback not in log.filters:
-        log.addFilter(_drop_mutation_analysis_fallback)
+    logs = [logging.getLogger("torch._dynamo"), logging.getLogger("torch._higher_order_ops.triton_kernel_wrap")]
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap
+
+        logs.append(getattr(triton_kernel_wrap, "log", logs[0]))
+    except Exception:  # an older torch without it: the names above
+        pass
+    for log in logs:
+        if isinstance(log, logging.Logger) and _drop_mutation_analysis_fallback not in log.filters:
+            log.addFilter(_drop_mutation_analysis_fallback)
 
 
 class Compiled(Static):
