@@ -16,6 +16,7 @@ from gpuspeed.decode import model as M, study, tp as TP
 from gpuspeed.errors import UserError
 from gpuspeed.verify import check
 from signal_helpers import tagged_processes
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 ROOT = Path(__file__).resolve().parents[1]
 # V3: its prefill runs eagerly (the in-place dist.all_reduce / all_gather), its decode steps compiled (the
