@@ -36,18 +36,12 @@ def _in_process(args: list[str], capsys) -> tuple[int, str, str]:
 
 # -- 1. an interrupted run keeps a complete file already in --out ------------------------------------------------
 
-def test_roofline_stopped_keeps_the_complete_roofline_json_already_there(tmp_path, capsys, monkeypatch):
+def test_roofline_stopped_keeps_the_complete_roofline_json_already_there(tmp_path, capsys, quick_cpu_roofline):
     # a whole `gpuspeed roofline --out DIR` ran; a second one into the same folder was stopped by `timeout`: its partial
     # roofline.json replaced the good one (the roof kernel reports and notebooks read), which was lost
-    import importlib
-
     out = tmp_path / "res"
-    ceilings = importlib.import_module("gpuspeed.roofline.ceilings")
-    with monkeypatch.context() as m:  # the first, whole run only has to leave a file: 3 samples a timing, 16 MiB buffers
-        m.setattr(ceilings, "bench", lambda *a, _real=ceilings.bench, **k: _real(
-            *a, **(k | {"budget_s": 0.01, "warmup_s": 0.0, "min_samples": 3})))
-        m.setattr(ceilings, "cpu_steps", lambda quick, nbytes=None, _real=ceilings.cpu_steps: _real(quick, 2**24))
-        rc, _, err = _in_process(["roofline", "--quick", "--no-place", "--no-sweep", "--out", str(out)], capsys)
+    # the first, whole run (in this process: quick_cpu_roofline) only has to leave a file; the stopped one is a process
+    rc, _, err = _in_process(["roofline", "--quick", "--no-place", "--no-sweep", "--out", str(out)], capsys)
     assert rc == 0, err[-3000:]
     whole = (out / "roofline.json").read_text()
     assert not json.loads(whole)["params"].get("partial")

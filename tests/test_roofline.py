@@ -112,17 +112,8 @@ def test_sweep_intensities():
     assert reference(x, 4, 0.5, 0.25) == pytest.approx((x * 0.5 + 0.25) * 0.5 + 0.25)
 
 
-def test_cli_quick_cpu_writes_json_md_and_plots(tmp_path, capsys, monkeypatch):
-    import importlib
-
+def test_cli_quick_cpu_writes_json_md_and_plots(tmp_path, capsys, quick_cpu_roofline):
     from gpuspeed.cli import main
-
-    ceilings, place = (importlib.import_module(f"gpuspeed.roofline.{m}") for m in ("ceilings", "place"))
-    # what the CLI writes is checked here, not the CPU's speed: 3 samples a timing and 16 MiB bandwidth buffers
-    for mod in (ceilings, place):
-        monkeypatch.setattr(mod, "bench", lambda *a, _real=mod.bench, **k: _real(
-            *a, **(k | {"budget_s": 0.01, "warmup_s": 0.0, "min_samples": 3})))
-    monkeypatch.setattr(ceilings, "cpu_steps", lambda quick, nbytes=None, _real=ceilings.cpu_steps: _real(quick, 2**24))
 
     assert main(["roofline", "--quick", "--device", "cpu", "--out", str(tmp_path), "--dtype", "fp32"]) == 0
     doc = json.loads((tmp_path / "roofline.json").read_text())

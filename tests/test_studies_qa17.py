@@ -47,14 +47,8 @@ def _in_process(args: list[str], cwd: Path, capsys) -> subprocess.CompletedProce
 
 
 def _roofline_in_process(args: list[str], cwd: Path, capfd, monkeypatch) -> subprocess.CompletedProcess:
-    """`gpuspeed roofline ARGS` in this process (fd-level capture), where what it says is checked, not what it measures:
-    3 samples a timing and 16 MiB bandwidth buffers."""
-    import importlib
-
-    ceilings = importlib.import_module("gpuspeed.roofline.ceilings")
-    monkeypatch.setattr(ceilings, "bench", lambda *a, _real=ceilings.bench, **k: _real(
-        *a, **(k | {"budget_s": 0.01, "warmup_s": 0.0, "min_samples": 3})))
-    monkeypatch.setattr(ceilings, "cpu_steps", lambda quick, nbytes=None, _real=ceilings.cpu_steps: _real(quick, 2**24))
+    """`gpuspeed roofline ARGS` in this process (fd-level capture), where what it says is checked, not what it measures
+    (the caller takes the quick_cpu_roofline fixture)."""
     monkeypatch.delenv("COLUMNS", raising=False)  # as _env() leaves it out
     return _in_process(["roofline", *args], cwd, capfd)
 
@@ -220,7 +214,7 @@ def test_explain_names_a_data_dependent_branch_in_words(tmp_path):
     assert reason.startswith("data-dependent branching: an if or while on a tensor's value"), reason
 
 
-def test_cpu_roofline_says_on_the_console_which_ceilings_the_cpu_cannot_have(tmp_path, capfd, monkeypatch):
+def test_cpu_roofline_says_on_the_console_which_ceilings_the_cpu_cannot_have(tmp_path, capfd, monkeypatch, quick_cpu_roofline):
     # the console showed '-' for l2, FP32 FMA, TF32, FP16 and FP8 with no word why (the notes were in the JSON only)
     done = _roofline_in_process(["--quick", "--no-place", "--device", "cpu"], tmp_path, capfd, monkeypatch)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -263,7 +257,8 @@ def test_launch_explain_whose_make_inputs_raises_names_the_line(tmp_path):
     assert lines[0].endswith("(at inputs_fail_qa17.py:7 in make_inputs)"), lines[0]
 
 
-def test_roofline_into_a_folder_holding_another_devices_roofline_says_it_replaces_it(tmp_path, capfd, monkeypatch):
+def test_roofline_into_a_folder_holding_another_devices_roofline_says_it_replaces_it(tmp_path, capfd, monkeypatch,
+                                                                                       quick_cpu_roofline):
     # `gpuspeed roofline --out results/nvidia-h200` run on the CPU replaced the H200's measured file without a word
     out = tmp_path / "nvidia-h200"
     out.mkdir()
