@@ -106,7 +106,7 @@ def test_profile_json_notes_print_a_file_path_with_brackets_as_it_is(tmp_path, c
     assert f"inputs as numpy arrays: {src} imports numpy" in cap.err
 
 
-def test_roofline_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys):
+def test_roofline_prints_an_out_path_with_brackets_as_it_is(tmp_path, capsys, quick_cpu_roofline):
     out = _odd(tmp_path)
     rc, cap = _cli(capsys, "roofline", "--device", "cpu", "--quick", "--no-sweep", "--no-place", "--out", str(out))
     assert rc == 0, cap.err
