@@ -145,13 +145,7 @@ def interpreter_child():
 
 @pytest.fixture
 def quick_cpu_roofline(monkeypatch):
-    """An in-process CPU roofline that takes seconds, for tests of what it writes or says, not of what it measures:
-    3 samples a timing (place() and the ceilings) and 16 MiB bandwidth buffers instead of 128 MiB."""
-    import importlib
+    """An in-process CPU roofline that takes seconds, for tests of what it writes or says (tests/quick_roofline.py)."""
+    from quick_roofline import patch
 
-    for name in ("ceilings", "place"):
-        mod = importlib.import_module(f"gpuspeed.roofline.{name}")
-        monkeypatch.setattr(mod, "bench", lambda *a, _real=mod.bench, **k: _real(
-            *a, **(k | {"budget_s": 0.01, "warmup_s": 0.0, "min_samples": 3})))
-    ceilings = importlib.import_module("gpuspeed.roofline.ceilings")
-    monkeypatch.setattr(ceilings, "cpu_steps", lambda quick, nbytes=None, _real=ceilings.cpu_steps: _real(quick, 2**24))
+    patch(monkeypatch.setattr)
