@@ -10,6 +10,9 @@ import pytest
 SMALL = ["--new-tokens", "2", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--variants", "V2"]
 # the same for a named model (tiny), cut to one layer; a checkpoint refuses --layers, so those take SMALL
 TINY = ["--layers", "1", *SMALL]
+# a given read ceiling, for a run whose test is not about the ceiling: none is measured (on a CPU, ~2 s before the
+# rungs and ~2 s again after them, as a cached 1-layer model reads faster than DRAM), the rows are the same
+ROOF = ["--read-roof", "20"]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from decode_cli_helpers import SMALL, cli, run_benchmark
+from decode_cli_helpers import ROOF, SMALL, cli, run_benchmark
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 from signal_helpers import ignoring, tagged_processes
 
 ROOT = Path(__file__).resolve().parents[1]
-# the smallest --tp 2 run (tests/test_decode_tp.py's): one layer, three tokens, the eager backend
+# the smallest --tp 2 run (tests/test_decode_tp.py's): one layer, three tokens, the eager backend, a given read roof
 TP_SMALL = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
-            "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--variants", "V2"]
+            "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--variants", "V2", *ROOF]
 
 
 def _decode(*args, timeout=240):
@@ -254,8 +255,11 @@ def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path, c
 
     out = tmp_path / "out"
     args = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
-            "--no-hf", "--no-profile", "--budget", "0.5", "--variants", "V0,V2", "--out", str(out)]
-    rc, cap = cli(args, capsys)  # the complete runs in this process: only the stopped one needs its own
+            "--no-hf", "--no-profile", "--budget", "0.5", "--variants", "V0,V2", "--out", str(out), *ROOF]
+    # the complete runs in this process, on a tenth of the budget (only the stopped one must still be in V0 when
+    # the signal comes): only the stopped one needs its own process
+    quick = [a if a != "0.5" else "0.05" for a in args]
+    rc, cap = cli(quick, capsys)
     assert rc == 0, cap.err[-3000:]
     complete = (out / "decode.json").read_text()
     rc, _, err = stopped(["decode", *args], signal.SIGTERM, "now tiny_fp32 V0", ROOT)
@@ -265,7 +269,7 @@ def test_a_stopped_run_keeps_the_complete_decode_json_already_in_out(tmp_path, c
     assert partial["params"]["partial"] is True and [r["variant"] for r in partial["rows"]] == ["V2"]
     last = err.strip().splitlines()[-1]
     assert str(out / "decode.partial.json") in last and f"the complete {out / 'decode.json'} is kept" in last, last
-    rc, cap = cli(args, capsys)
+    rc, cap = cli(quick, capsys)
     assert rc == 0, cap.err[-3000:]
     assert not (out / "decode.partial.json").exists()
     assert (out / "decode.json").read_text() != complete  # the finished run's
