@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from decode_cli_helpers import SMALL, cli, random_hf_llama
+from decode_cli_helpers import ROOF, SMALL, cli, random_hf_llama
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 from test_decode_qa15 import BASE, save_tokenizer, words
 
 PROMPT = words(3)
@@ -40,7 +41,7 @@ def test_an_eos_first_times_the_same_steps_on_every_rung_and_the_text_still_stop
     every rung, EOS ignored (llama.cpp's and vLLM's ignore-EOS); the text shown still ends at the EOS."""
     t = 20
     rc, cap = cli(["--model", str(eos_first), "--prompt", PROMPT, *SMALL[2:], "--new-tokens", str(t),
-                   "--variants", "V0,V2,V5", "--compile-backend", "eager", "--json"], capsys)
+                   "--variants", "V0,V2,V5", "--compile-backend", "eager", "--json", *ROOF], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
     rows = {r["variant"]: r for r in doc["rows"]}
@@ -62,7 +63,7 @@ def test_an_eos_in_a_batch_counts_the_texts_against_every_sequences_tokens(eos_f
     """--batch 2: the note said 'after 2 tokens (over 2 sequences) of the 6 asked for', two sequences' tokens against
     one sequence's count."""
     rc, cap = cli(["--model", str(eos_first), "--prompt", PROMPT, *SMALL[2:], "--new-tokens", "6", "--batch", "2",
-                   "--json"], capsys)
+                   "--json", *ROOF], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
     (row,) = doc["rows"]
@@ -88,7 +89,7 @@ def test_an_eos_first_on_a_gpu_times_the_same_steps_through_the_graphs(eos_first
 # --- --tp N: one rank failing mid-run ---------------------------------------------------------------------------------
 
 TP_SMALL = ["--model", "tiny", "--layers", "1", "--new-tokens", "3", "--prompt-len", "4", "--device", "cpu",
-            "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--tp", "2"]
+            "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--tp", "2", *ROOF]
 
 
 def _tp_run(args, env, limit=150):
@@ -202,7 +203,7 @@ def test_a_file_of_a_model_folder_given_as_the_model_names_the_folder(tmp_path, 
     random_hf_llama(BASE).to(torch.bfloat16).save_pretrained(d)
     rc, cap = cli(["--model", str(d / name), "--prompt-len", "3", *SMALL], capsys)
     one_line(rc, cap, f"not a GGUF file or a folder with config.json and safetensors: give its folder, --model {d}")
-    rc, cap = cli(["--model", str(d), "--prompt-len", "3", *SMALL, "--json"], capsys)
+    rc, cap = cli(["--model", str(d), "--prompt-len", "3", *SMALL, "--json", *ROOF], capsys)
     assert rc == 0, cap.err
 
 
