@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from decode_cli_helpers import SMALL, cli, one_line, random_hf_llama
+from decode_cli_helpers import ROOF, SMALL, cli, one_line, random_hf_llama
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 # a context of 64 positions: the largest prompt + new tokens a run takes is 40 (study.check_context)
 BASE = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -44,7 +45,7 @@ def words(n: int) -> str:
 def test_params_prompt_len_is_the_text_prompts_token_count(hf_folder, capsys):
     """With --prompt, decode.json's params.prompt_len said 8 (the CPU's default length of a random prompt, unused)
     beside params.prompt_tokens 5 and rows of prompt_len 5: a reader of the file took the run for an 8-token one."""
-    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(5), *SMALL, "--json"], capsys)
+    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(5), *SMALL, "--json", *ROOF], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
     assert doc["params"]["prompt_tokens"] == 5
@@ -97,7 +98,7 @@ def test_a_sampled_batch_reports_every_sequences_text(hf_folder, capsys):
     """--batch 3 --temperature 1: three sequences sampled, each its own text, yet the run printed (and decode.json
     held) the first one's alone, under the rung's name, as if it were the batch's."""
     args = ["--model", str(hf_folder), "--prompt", words(4), *SMALL[2:], "--new-tokens", "6", "--batch", "3",
-            "--temperature", "1", "--seed", "1"]
+            "--temperature", "1", "--seed", "1", *ROOF]
     rc, cap = cli([*args, "--json"], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
@@ -112,7 +113,7 @@ def test_a_sampled_batch_reports_every_sequences_text(hf_folder, capsys):
 
 
 def test_a_greedy_batch_of_one_prompt_prints_its_one_text_once(hf_folder, capsys):
-    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(4), *SMALL, "--batch", "2", "--json"], capsys)
+    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(4), *SMALL, "--batch", "2", "--json", *ROOF], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
     assert "batch_texts" not in doc["params"] and "texts" not in doc["rows"][0]  # every row greedy: the same text
@@ -159,7 +160,7 @@ def test_a_read_ceiling_a_rung_beat_is_measured_again_and_the_faster_kept(hf_fol
 def test_a_text_prompt_exactly_at_the_room_runs_and_one_past_is_one_line(hf_folder, capsys, n_words, fits):
     """A context of 64 holds prompt + new tokens of at most 40 (the rest is a capture's warm-up room): 38 words and
     2 new tokens run, 39 are refused in one line naming the limit."""
-    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(n_words), *SMALL, "--json"], capsys)
+    rc, cap = cli(["--model", str(hf_folder), "--prompt", words(n_words), *SMALL, "--json", *ROOF], capsys)
     if fits:
         assert rc == 0, cap.err
         assert json.loads(cap.out)["rows"][0]["prompt_len"] == 38
@@ -204,7 +205,7 @@ def test_transformers_rows_that_were_skipped_keep_their_summary_keys_as_none(hf_
     rows' (hf_static/hf_dynamic/hf_nocache_ms_per_token), the --batches and the --long-prompt ones went missing: a
     run-to-run comparison read them as not asked for."""
     rc, cap = cli(["--model", str(hf_folder), "--prompt", words(4), *[a for a in SMALL if a != "--no-hf"], "--time-cap",
-                   "0.001", "--batches", "2", "--long-prompt", "8", "--json"], capsys)
+                   "0.001", "--batches", "2", "--long-prompt", "8", "--json", *ROOF], capsys)
     assert rc == 1, cap.err  # nothing measured
     summary = json.loads(cap.out)["summary"]
     # and so did the batch sweep's and the long prompt's
@@ -216,7 +217,7 @@ def test_transformers_rows_that_were_skipped_keep_their_summary_keys_as_none(hf_
 
 def test_a_bf16_run_that_measured_nothing_keeps_its_agreement_keys_as_none(hf_folder, capsys):
     rc, cap = cli(["--model", str(hf_folder), "--prompt-len", "4", *SMALL, "--dtype", "bf16", "--time-cap", "0.001",
-                   "--json"], capsys)
+                   "--json", *ROOF], capsys)
     assert rc == 1, cap.err
     summary = json.loads(cap.out)["summary"]
     for key in ("min_token_agreement_vs_fp32", "min_teacher_forced_agreement_vs_fp32",
