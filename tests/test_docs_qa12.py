@@ -143,8 +143,8 @@ def _kernel_claims() -> list[str]:
         f"{', '.join(pcts[:-1])} and {pcts[-1]} in the runs before ({', '.join(f'`{f}`' for f in before)})",
         f"({events_fixed:.1f} us, `events_fixed_overhead_us` in `bench_accuracy.json`) is about "
         f"{round(100 * events_fixed / (fp32_row['time_s'] * 1e6), -1):.0f} % of its {fp32_row['time_s'] * 1e6:.1f} us",
-        f"it reaches {scaled[k]} % of the copy roof ({scaled[bb]} % at bb15aa0, {scaled[c9]} % at c9c4f64, {scaled['kernels_9a6aeb3.json']} % at "
-        "9a6aeb3 and b758d82)",
+        f"it reaches {scaled[k]} % of the copy roof ({scaled[bb]} % at bb15aa0, {scaled[c9]} % at c9c4f64, "
+        f"{scaled['kernels_9a6aeb3.json']} % at 9a6aeb3 and b758d82)",
         f"rose from {_f(_pct('kernels_9200d2d.json', *rn), 0)} % and "
         f"{_f(_pct('kernels_9200d2d.json', *rn, key='copy_same_launches_pct_of_roof'), 0)} % (`kernels_9200d2d.json`)",
         f"{_f(_pct(k, hs, 'triton_fp32'), 0)} % of the copy roof and "
