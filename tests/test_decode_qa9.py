@@ -13,6 +13,7 @@ from gpuspeed.decode import checkpoints as C, model as M, quant, study
 from gpuspeed.errors import UserError
 
 from decode_cli_helpers import SMALL, cli, one_line
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 
 def _device_memory(monkeypatch, mem_bytes):
