@@ -10,6 +10,7 @@ from gpuspeed.decode.generate import GREEDY, Sampling, sample
 from gpuspeed.errors import UserError
 
 from decode_cli_helpers import SMALL, TINY, cli, one_line
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 # a given read ceiling: the run skips measuring one (seconds on a CPU), the rows are the same
 FAST = TINY + ["--prompt-len", "3", "--read-roof", "10"]
