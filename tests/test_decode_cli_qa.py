@@ -9,6 +9,7 @@ from gpuspeed.decode import checkpoints as C, study
 from gpuspeed.errors import UserError
 
 from decode_cli_helpers import SMALL, TINY, cli, one_line
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 
 def test_prompt_and_prompt_len_together_are_refused_not_one_ignored(capsys):
