@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 
 from gpuspeed.decode.model import attention as sdpa  # noqa: E402
 from gpuspeed.verify import check  # noqa: E402
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
