@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from decode_cli_helpers import SMALL, TINY, cli, one_line, run_benchmark
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread for this module)
 
 
 def test_a_run_in_a_pipe_prints_a_line_per_step_on_stderr_and_json_stays_on_stdout(capsys):
