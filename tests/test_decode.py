@@ -8,7 +8,7 @@ import torch
 from gpuspeed.decode import checkpoints as C, model as M, variants as V
 from gpuspeed.decode.generate import Sampling, generate, sample
 from gpuspeed.verify import check
-from decode_cli_helpers import one_thread, run_benchmark  # noqa: F401  (one_thread: autouse)
+from decode_cli_helpers import ROOF, one_thread, run_benchmark  # noqa: F401  (one_thread: autouse)
 
 MICRO = dict(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=96)
 
@@ -198,7 +198,7 @@ def test_cli_not_a_llama_and_bad_out(tmp_path, capsys):
 def test_tokens_identical_is_unknown_not_false_without_v0(tmp_path, capsys):
     """Without V0 there is no reference: the summary says None ("-"), not a "NO" that reads as wrong tokens."""
     rc, cap = _cli(["--layers", "1", "--new-tokens", "3", "--prompt-len", "3", "--variants", "V2", "--no-hf",
-                    "--budget", "0.05", "--device", "cpu", "--out", str(tmp_path), "--json"], capsys)
+                    "--budget", "0.05", "--device", "cpu", "--out", str(tmp_path), "--json", *ROOF], capsys)
     assert rc == 0, cap.err
     doc = json.loads(cap.out)
     assert doc["summary"]["tiny_fp32_tokens_identical"] is None
@@ -554,7 +554,7 @@ def test_cli_bad_numbers_and_backends_are_one_line_exit_2(args, needle, capsys):
 
 def test_long_prompt_runs_the_best_rung_when_only_later_rungs_are_asked_for(capsys):
     rc, cap = _cli(["--layers", "1", "--new-tokens", "3", "--prompt-len", "3", "--variants", "V1", "--long-prompt",
-                    "12", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--json"], capsys)
+                    "12", "--no-hf", "--no-profile", "--budget", "0.05", "--device", "cpu", "--json", *ROOF], capsys)
     assert rc == 0, cap.err
     long = [r for r in json.loads(cap.out)["rows"] if r.get("study") == "long_prompt"]
     assert long and "error" not in long[0] and long[0]["variant"] == "V1", long
