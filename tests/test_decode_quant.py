@@ -129,7 +129,8 @@ def test_cli_quant_int8_reports_agreement_with_the_unquantized_model(tmp_path):
 
     r = CliRunner().invoke(app, ["decode", "--model", "tiny", "--layers", "1", "--dtype", "bf16", "--quant", "int8",
                                  "--variants", "V2", "--new-tokens", "6", "--prompt-len", "4", "--device", "cpu",
-                                 "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--out", str(tmp_path)])
+                                 "--no-profile", "--budget", "0.1", "--compile-backend", "eager", "--out", str(tmp_path),
+                                 "--read-roof", "20"])  # a given roof: no ceiling passes (nothing here reads it)
     assert r.exit_code == 0, r.output[-2000:]
     doc = json.loads((tmp_path / "decode.json").read_text())
     s = doc["summary"]
