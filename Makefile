@@ -19,9 +19,11 @@ run: $(STAMP)
 
 # Two workers, CI's two cores (`auto` can count a host's cores past a container's share), each test file on
 # one worker: its module fixtures (a child process under the interpreters, a loaded checkpoint) are made once.
+# One OpenMP thread a process: two workers' torch threads on two cores waited on each other at every small op
+# (the suite took 849 s with torch's default threads, 748 s with one, at da52adf on a 2-core machine).
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
