@@ -10,15 +10,21 @@ import pytest
 from decode_cli_helpers import SMALL, cli, one_line
 
 
-def test_a_naive_rung_past_the_hosts_memory_is_skipped_with_why_not_oom_killed(capsys):
-    # --batch 64 --prompt-len 2000 on the CPU: V0 recomputes [B, P + T, vocab] logits each step (33 GB for tiny),
-    # which the memory check did not count: the OOM killer ended the run (exit 137, nothing kept). Now V0 is skipped,
-    # its row says why, and the check is made before anything that large is allocated
+def _host_memory() -> int:
+    """This host's memory in bytes; the test is skipped where it is unknown."""
     from gpuspeed.device import get_device
 
     have = get_device("cpu").mem_bytes
     if not have:
         pytest.skip("this host's memory is unknown")
+    return have
+
+
+def test_a_naive_rung_past_the_hosts_memory_is_skipped_with_why_not_oom_killed(capsys):
+    # --batch 64 --prompt-len 2000 on the CPU: V0 recomputes [B, P + T, vocab] logits each step (33 GB for tiny),
+    # which the memory check did not count: the OOM killer ended the run (exit 137, nothing kept). Now V0 is skipped,
+    # its row says why, and the check is made before anything that large is allocated
+    have = _host_memory()
     # a batch whose V0 logits (2 x B x 10 positions x 32000 x 4 bytes) pass 0.8 of the host's memory, while its KV
     # cache and kept logits (~0.45 MB a sequence) stay well inside it
     batch = int(0.9 * have / (2 * 10 * 32000 * 4)) + 1
@@ -54,12 +60,9 @@ def test_profiled_rungs_caches_held_together_are_counted_before_the_run(capsys):
     # counted one cache: a batch whose single cache fit ran on, to the OOM killer on the CPU (or a CUDA OOM on the
     # later rungs on a GPU, each of which alone would fit). Now refused before loading, --no-profile named
     from gpuspeed.decode import study
-    from gpuspeed.device import get_device
     from gpuspeed.errors import UserError
 
-    have = get_device("cpu").mem_bytes
-    if not have:
-        pytest.skip("this host's memory is unknown")
+    have = _host_memory()
     # tiny, one layer, 8 + 2 positions (a cache of 48): a sequence's cache is 196608 bytes and its kept logits
     # 256000, so one rung's share is ~0.65 of the host and three held caches ~1.2 of it
     batch = int(0.9 * 0.8 * have / (196608 + 256000))

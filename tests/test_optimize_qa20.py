@@ -11,6 +11,13 @@ def _timed(median_s):
     return {"median": median_s, "iqr": 0.0, "n": 9}
 
 
+def _original(device_time=None, **fields):
+    """The original's row of an optimize run, timed at 100 us a call."""
+    timed = _timed(1e-4)
+    return {"status": "ok", "recipe": {"backend": "original"}, "label": "the original",
+            "device_time": device_time or timed, "e2e_time": timed, **fields}
+
+
 def _report(tmp_path, where, results, primary="original"):
     """Sections A-E of a run of a small workload on `where`, with `results` and `primary` (the original: kept)."""
     from gpuspeed.optimize.pipeline import OptimizeRun
@@ -27,10 +34,7 @@ def _report(tmp_path, where, results, primary="original"):
 
 def test_a_cpu_only_runs_section_d_names_no_gpu_bandwidth_roof(tmp_path):
     # a CPU-only run said "% of bw roof ... against this GPU's datasheet bandwidth" above a column of dashes
-    timed = _timed(1e-4)
-    section_d = _report(tmp_path, "cpu", {"original": {"status": "ok", "recipe": {"backend": "original"},
-                                                        "label": "the original", "device_time": timed,
-                                                        "e2e_time": timed}}).split("## D")[1].split("### Plan")[0]
+    section_d = _report(tmp_path, "cpu", {"original": _original()}).split("## D")[1].split("### Plan")[0]
     assert "GPU's datasheet" not in section_d and "bw roof" not in section_d, section_d
     header = next(ln for ln in section_d.splitlines() if ln.startswith("| candidate"))
     row = next(ln for ln in section_d.splitlines() if ln.startswith("| original"))
@@ -40,10 +44,7 @@ def test_a_cpu_only_runs_section_d_names_no_gpu_bandwidth_roof(tmp_path):
 
 @pytest.mark.gpu
 def test_a_gpu_runs_section_d_keeps_its_bandwidth_roof_column(tmp_path):
-    timed = _timed(1e-4)
-    results = {"original": {"status": "ok", "recipe": {"backend": "original"}, "label": "the original",
-                            "device_time": timed, "e2e_time": timed, "pct_of_bw_roof": 41.5}}
-    section_d = _report(tmp_path, "cuda", results).split("## D")[1].split("### Plan")[0]
+    section_d = _report(tmp_path, "cuda", {"original": _original(pct_of_bw_roof=41.5)}).split("## D")[1].split("### Plan")[0]
     assert "% of bw roof" in section_d and "| 42 % |" in section_d, section_d
 
 
@@ -128,10 +129,7 @@ def test_a_cpu_only_runs_hotspots_say_nothing_of_transfers(tmp_path):
 def test_section_e_of_a_cpu_only_run_names_no_gpu_tools_for_a_script_that_runs_on_the_cpu(tmp_path):
     # a CPU-only run's section E told the user to time the script with torch.cuda.Event and CuPy events and to run
     # nsys and ncu on it: its primary runs on the CPU, where they find no kernels
-    timed = _timed(1e-4)
-    section_e = _report(tmp_path, "cpu", {"original": {"status": "ok", "recipe": {"backend": "original"},
-                                                        "label": "the original", "device_time": timed,
-                                                        "e2e_time": timed}}).split("## E")[1]
+    section_e = _report(tmp_path, "cpu", {"original": _original()}).split("## E")[1]
     for gpu_tool in ("torch.cuda.Event", "cupy.cuda.Event", "nsys profile", "ncu --set"):
         assert gpu_tool not in section_e, (gpu_tool, section_e)
     assert "python -m cProfile" in section_e and "--bench" in section_e and "runs on the CPU" in section_e, section_e
@@ -140,8 +138,7 @@ def test_section_e_of_a_cpu_only_run_names_no_gpu_tools_for_a_script_that_runs_o
 @pytest.mark.gpu
 def test_section_e_of_a_gpu_run_keeps_its_gpu_tools_for_a_primary_on_the_gpu(tmp_path):
     timed = _timed(1e-4)
-    results = {"original": {"status": "ok", "recipe": {"backend": "original"}, "label": "the original",
-                            "device_time": timed | {"mode": "cpu"}, "e2e_time": timed},
+    results = {"original": _original(device_time=timed | {"mode": "cpu"}),
                "cupy": {"status": "ok", "recipe": {"name": "cupy", "backend": "cupy"}, "label": "CuPy drop-in",
                         "device_time": timed | {"mode": "events"}, "e2e_time": timed,
                         "max_abs_err": 1e-9, "rel_l2_err": 1e-12}}  # a checked candidate, as every primary is

@@ -321,16 +321,12 @@ def _quiet_mutation_analysis() -> None:
     writes it to (torch 2.11-2.13: "torch._dynamo", not the module's own name)."""
     import logging
 
-    logs = [logging.getLogger("torch._dynamo"), logging.getLogger("torch._higher_order_ops.triton_kernel_wrap")]
     try:
-        from torch._higher_order_ops import triton_kernel_wrap
-
-        logs.append(getattr(triton_kernel_wrap, "log", logs[0]))
-    except Exception:  # an older torch without it: the names above
-        pass
-    for log in logs:
-        if isinstance(log, logging.Logger) and _drop_mutation_analysis_fallback not in log.filters:
-            log.addFilter(_drop_mutation_analysis_fallback)
+        from torch._higher_order_ops.triton_kernel_wrap import log
+    except ImportError:  # a torch without the module: the logger it wrote to
+        log = logging.getLogger("torch._dynamo")
+    if _drop_mutation_analysis_fallback not in log.filters:
+        log.addFilter(_drop_mutation_analysis_fallback)
 
 
 class Compiled(Static):
