@@ -1,0 +1,69 @@
+"""QA round 21, optimize: the workload format as users write it (an `np.empty` out= buffer, a variant that returns a
+view of its input)."""
+from __future__ import annotations
+
+import numpy as np
+
+from gpuspeed.optimize import workload as W
+
+# an out=-style original whose inputs() hands it a fresh np.empty buffer: its contents differ call to call (here made
+# to differ on purpose, as np.empty's do when the allocator gives other memory), and the original never reads them
+EMPTY_OUT = '''
+import itertools
+
+import numpy as np
+
+_calls = itertools.count()
+
+
+def original(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * 2.0 + 1.0
+
+
+def inputs(rng):
+    x = rng.standard_normal(50)
+    out = np.empty(50)
+    out[:] = next(_calls)  # np.empty's garbage, made to differ every call
+    return x, out
+'''
+
+# the same, but inputs() hands out a module-level array the original changes: other arguments for the same seed
+SHARED_STATE = '''
+import numpy as np
+
+STATE = np.linspace(0.0, 1.0, 50)
+
+
+def original(x, state):
+    state += x
+
+
+def inputs(rng):
+    return rng.standard_normal(50), STATE
+'''
+
+
+def _reference(tmp_path, text):
+    path = tmp_path / "work.py"
+    path.write_text(text)
+    wl = W.load(path, gpu=False)
+    return wl, W.reference(wl, [1, 2, 3])
+
+
+def test_an_out_buffer_from_np_empty_is_not_called_other_inputs_for_the_same_seed(tmp_path):
+    # optimize refused the README's own out= form ("inputs(rng) made other arguments for the same seed") whenever
+    # np.empty handed the buffer other garbage on the second call, which the original overwrites unread
+    wl, (refs, mutates, in_place) = _reference(tmp_path, EMPTY_OUT)
+    assert mutates and in_place == [1]
+    x = wl.make_args(1)[0]
+    np.testing.assert_array_equal(refs[1][0], x * 2.0 + 1.0)
+
+
+def test_a_module_level_argument_the_original_changes_is_still_refused(tmp_path):
+    import pytest
+
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError, match="made other arguments for the same seed"):
+        _reference(tmp_path, SHARED_STATE)
