@@ -67,3 +67,47 @@ def test_a_module_level_argument_the_original_changes_is_still_refused(tmp_path)
 
     with pytest.raises(UserError, match="made other arguments for the same seed"):
         _reference(tmp_path, SHARED_STATE)
+
+
+# --- a variant that hands back its input where the original returns a new array ---
+
+VIEWS = '''
+import numpy as np
+
+
+def original(x, y):
+    return x[::-1], y.copy()  # a view of x (the caller's data), and a new array
+
+
+def inputs(rng):
+    return rng.standard_normal(40), rng.standard_normal(40)
+
+
+def keeps_both(x, y):
+    return x[::-1], y + 0.0
+
+
+def hands_back_y(x, y):
+    return x[::-1], y  # the same numbers, but the caller's own y: writing into the result changes y
+
+
+def hands_back_a_view_of_y(x, y):
+    return x[::-1].copy(), y[:]
+
+
+variants = {"keeps_both": keeps_both, "hands_back_y": hands_back_y, "view_of_y": hands_back_a_view_of_y}
+'''
+
+
+def test_a_variant_returning_its_input_where_the_original_returns_a_new_array_is_wrong(tmp_path):
+    # it was "correct" and chosen as the primary: the optimized call handed the caller its own array back, so writing
+    # into the result changed the input (and changing the input, the result), which the original's never does
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "views", VIEWS, ["variant"])
+    rows = run.results
+    assert rows["variant:keeps_both"]["status"] == "ok", rows["variant:keeps_both"]
+    for name in ("variant:hands_back_y", "variant:view_of_y"):
+        assert rows[name]["status"] == "incorrect", rows[name]
+        assert "`y` (argument 1)" in rows[name]["reason"] and "new array" in rows[name]["reason"], rows[name]["reason"]
+    assert run.choice["primary"] in ("original", "variant:keeps_both"), run.choice

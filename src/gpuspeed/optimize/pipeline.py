@@ -154,6 +154,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         in_place = saved.get("in_place")
         wl.in_place_returns = bool(saved.get("in_place_returns"))
         wl.returns_args = list(saved.get("returns_args") or [])
+        wl.returns_views = saved.get("returns_views")  # None from an older run.json: not checked
         wl.bf16_outputs = bool(saved.get("bf16_outputs"))
         reference_s = saved.get("reference_s")
     else:
@@ -186,6 +187,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         tmp.write_text(json.dumps(key | {"workload_sha256": source_hash, "seeds": seeds, "timing_seed": TIMING_SEED,
                                          "original_mutates": mutates, "in_place": in_place,
                                          "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
+                                         "returns_views": wl.returns_views,
                                          "bf16_outputs": wl.bf16_outputs, "reference_s": reference_s}, indent=1))
         tmp.replace(run_file)
     params = {"workload": str(wl.path), "func": func, "scale": wl.scale, "input_specs": wl.input_specs,
@@ -212,6 +214,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                  "rtol": spec_rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file.absolute()), "out_dtypes": W.out_dtypes(first_ref), "original_mutates": mutates,
                  "in_place": in_place, "in_place_returns": wl.in_place_returns, "returns_args": wl.returns_args,
+                 "returns_views": wl.returns_views,
                  "budget_bytes": budget_bytes if where == "cuda" else None,
                  "bench_budget_s": bench_budget_s or (1.5 if where == "cuda" else 0.5),
                  "bench_warmup_s": 0.3 if where == "cuda" else 0.1, "bench_min_samples": 5}

@@ -302,6 +302,11 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
             return _reject(result, "incorrect", f"returns a new array where {wl.func} returns its argument "
                            f"{W.param_names(wl, missing)}, which it writes into (its caller gets its own array back, "
                            "holding the result)", result_path)
+        shared = _handed_caller_data(spec, wl, host, args) if r["backend"] != "original" and not chunk else ""
+        if shared:
+            return _reject(result, "incorrect", f"returns {shared} where {wl.func} returns a new array: a caller "
+                           "that writes into the result would change its input (and one that changes the input, the "
+                           "result)", result_path)
         if r["backend"] != "original":
             changed = _changed_read_only(spec, host_before, args, dev_before, dev)
             if changed and not spec.get("original_mutates"):
@@ -328,6 +333,23 @@ def _not_handed_back(spec, out, dev, args) -> list[int]:
         return []
     got = aliased(out[0], dev, same_array)  # run() returned (result, written arguments)
     return sorted({i for j, i in expected if [j, i] not in got})
+
+
+def _handed_caller_data(spec, wl, host, args) -> str:
+    """'`y` (argument 1) itself, or a view of it, as output 1' where this call's result holds the caller's own data at
+    an output where the original's holds a new array ('' where none does, or where the original returns None)."""
+    from gpuspeed.optimize import workload as W
+    from gpuspeed.optimize.backends.common import sharing
+
+    allowed = spec.get("returns_views")
+    if allowed is None or (spec.get("in_place") and not spec.get("in_place_returns")):
+        return ""
+    result = host[0] if spec.get("in_place_returns") and isinstance(host, tuple) else host
+    bad = [(j, i) for j, i in sharing(result, args) if j not in allowed]
+    if not bad:
+        return ""
+    j, i = bad[0]
+    return f"{W.param_names(wl, [i])} itself, or a view of it, as output {j}"
 
 
 def _changed_read_only(spec, host_before, args, dev_before, dev) -> list[int]:

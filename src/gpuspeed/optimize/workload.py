@@ -27,7 +27,7 @@ import numpy as np
 from gpuspeed.errors import UserError
 from gpuspeed.inputs import make_inputs, parse_specs
 from gpuspeed.loading import load_module
-from gpuspeed.optimize.backends.common import aliased, host_tree, kind_of, leaves, tree_map
+from gpuspeed.optimize.backends.common import aliased, host_tree, kind_of, leaves, sharing, tree_map
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 DEFAULT_EXAMPLE = "black_scholes"
@@ -102,6 +102,9 @@ class Workload:
     in_place_returns: bool = False  # ... and it returns a result too (checked with them), not None
     # ... and [[j, i], ...]: its result's leaf j is argument i itself, on every seed (`x *= 2; return x`)
     returns_args: list = field(default_factory=list)
+    # the leaves of its result that are an argument or a view of one's memory, on some seed (`return x[1:]`); a
+    # candidate may hand back the caller's data only there (None: not known, a run resumed from an older gpuspeed)
+    returns_views: list | None = None
     inputs_list: bool = False  # inputs() returned a list, splatted into the arguments
     # set by reference(): the original's output holds torch bfloat16 tensors, which reach NumPy (and the check) as
     # float32: without a stated rtol they are checked at bfloat16's, not float32's
@@ -382,6 +385,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     outs, afters, returned = {}, {}, {}
     changed: set[int] = set()
     bf16_result = False  # a torch bfloat16 tensor among the original's results
+    views: set[int] = set()  # the result's leaves that lie in an argument's memory, on any seed
     t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
     for n, seed in enumerate(seeds):
         args = wl.make_args(seed)
@@ -414,6 +418,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         if out is not None:
             _check_leaves(wl, out)  # before the copy: a generator, say, cannot be copied (nor checked)
         returned[seed] = aliased(out, args)  # the caller's own arrays handed back (written into, or not)
+        views |= {j for j, _ in sharing(out, args)}
         bf16_result = bf16_result or _has_bf16(out)
         # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
         outs[seed] = copy.deepcopy(host_tree(out))
@@ -430,6 +435,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     wl.in_place_returns = False
     wl.returns_args = []
     wl.bf16_outputs = False
+    wl.returns_views = sorted(views)
     if all(out is None for out in outs.values()):
         if not changed:
             raise UserError(f"{wl.path.name}: {wl.func} returned None and changed none of its arguments: nothing "

@@ -420,6 +420,41 @@ def aliased(out, args, same=None) -> list:
     return found
 
 
+def _host_memory(x):
+    """x as a NumPy array over its own memory (a torch CPU tensor's too), None for anything else (a scalar, a device
+    array: another device's memory is no caller's host data)."""
+    if isinstance(x, np.ndarray):
+        return x if x.size else None
+    if kind_of(x) == "torch" and hasattr(x, "numel") and str(getattr(x, "device", "")) == "cpu" and x.numel() \
+            and str(x.dtype) != "torch.bfloat16":
+        try:
+            return x.detach().numpy()
+        except Exception:  # a tensor without NumPy's form (sparse, a subclass): no memory to look at
+            return None
+    return None
+
+
+def sharing(out, args) -> list:
+    """[[j, i], ...]: the leaves j of `out` (as aliased() counts them) that lie in the host memory of argument i: the
+    argument itself or a view of it (a slice, a transpose, the NumPy view of a torch CPU tensor)."""
+    mine = [[h for h in map(_host_memory, leaves(a)) if h is not None] for a in args]
+    found: list = []
+
+    def look(leaf):
+        j = look.count
+        look.count += 1
+        h = _host_memory(leaf)
+        if h is not None:
+            i = next((i for i, hs in enumerate(mine) if any(np.may_share_memory(h, m) for m in hs)), None)
+            if i is not None:
+                found.append([j, i])
+        return leaf
+
+    look.count = 0
+    _keyed_map(look, out)
+    return found
+
+
 def with_arguments(out, args, pairs):
     """out with leaf j (as aliased() counts them) replaced by args[i] for each [j, i] of `pairs` (the caller's own
     array where the code returned its copy of that argument)."""
