@@ -739,11 +739,15 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     leaf.passed = bool(ok)
     if not ok:
         where = f" worst at {leaf.worst_index}" if leaf.worst_index is not None else ""
-        parts = [f"{leaf.n_over_tol}/{leaf.n_elements} over tolerance (atol {leaf.atol:.3g}, rtol {leaf.rtol:.3g})"]
+        # an element just past atol alone (rtol=0) read 'max abs 1e-05' beside 'atol 1e-05': digits enough to differ
+        abs_text, atol_text = _apart(leaf.max_abs_err, leaf.atol) if leaf.n_over_tol else (
+            f"{leaf.max_abs_err:.3g}", f"{leaf.atol:.3g}")
+        parts = [f"{leaf.n_over_tol}/{leaf.n_elements} over tolerance (atol {atol_text}, rtol {leaf.rtol:.3g})"]
         if leaf.nan_count or leaf.inf_count:
             parts.append(f"{leaf.nan_count} NaN, {leaf.inf_count} Inf")
-        l2 = f"rel L2 {leaf.rel_l2_err:.3g}" + ("" if l2_ok else f" > rtol {leaf.rtol:.3g}")
-        parts.append(f"max abs {leaf.max_abs_err:.3g}, {l2}{where}")
+        err_text, rtol_text = _apart(leaf.rel_l2_err, leaf.rtol) if not l2_ok else (f"{leaf.rel_l2_err:.3g}", "")
+        l2 = f"rel L2 {err_text}" + ("" if l2_ok else f" > rtol {rtol_text}")
+        parts.append(f"max abs {abs_text}, {l2}{where}")
         if ref_nan and not equal_nan:  # else the failure reads as the output's fault alone
             parts.append(f"the reference holds {ref_nan} NaN, which never match (equal_nan=True matches NaN with NaN)")
         if not exact and l2_rule and leaf.atol == 0 and ref_host.size and not np.any(ref_host):
@@ -751,6 +755,16 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
         notes.insert(0, "; ".join(parts))
     leaf.message = "; ".join(notes)
     return leaf
+
+
+def _apart(larger: float, smaller: float) -> tuple[str, str]:
+    """Two numbers with the digits that show them apart (at least 3): 1.0013e-05 over rtol 1e-05 read '1e-05 > rtol
+    1e-05'. Where no digits do (equal, or not finite), 3."""
+    for digits in range(3, 18):
+        a, b = f"{larger:.{digits}g}", f"{smaller:.{digits}g}"
+        if a != b:
+            return a, b
+    return f"{larger:.3g}", f"{smaller:.3g}"
 
 
 class _Numbers:
