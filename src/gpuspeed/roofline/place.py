@@ -21,7 +21,7 @@ from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.roofline import model
 from gpuspeed.roofline.ceilings import Ceilings
-from gpuspeed.timing import bench
+from gpuspeed.timing import bench, check_options
 
 
 def _extent(x) -> tuple | None:
@@ -238,6 +238,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
                         f"got {type(ceilings).__name__}")
     kwargs = kwargs or {}
     name = name or trees.callable_name(fn)
+    check_options("place()", bench_kwargs)  # before the call is counted and the ceilings measured, not after
     # counted even when given: FLOPs that FlopCounterMode sees are matmul-like, held to the tensor-core unit
     counted, out = count_flops(fn, *args, kwargs=kwargs)
     source = "given"
@@ -246,14 +247,15 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         if flops == 0:
             raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts torch's matmul, conv and "
                             "attention ops only, not NumPy's or elementwise ones); pass flops= (0 for a copy)")
+    flops, bytes = _one_number(flops), _one_number(bytes)  # noqa: A001  (a count summed on a tensor is one too)
     # 0 is a copy's: no FLOPs, placed on the memory roof (locate)
     if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 <= _real(flops) < math.inf:  # NaN too
-        raise UserError(f"{name}: flops must be finite and >= 0, got {flops!r}")
+        raise UserError(f"{name}: flops must be finite and >= 0 (FLOPs per call), got {_shown(flops)}")
     # a fractional count (1.5) would be int()ed to another number of bytes: a count of whole bytes, or refused
     if bytes is not None and (isinstance(bytes, bool) or not isinstance(bytes, numbers.Real)
                               or not 1 <= _real(bytes) < math.inf or not float(bytes).is_integer()):
         raise UserError(f"{name}: bytes must be a finite byte count >= 1, a whole number of bytes per call, "
-                        f"got {bytes!r}")
+                        f"got {_shown(bytes)}")
     nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
@@ -275,6 +277,21 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     notes = list(m.notes) + above + [n for n in (host_note, elsewhere) if n]
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
                      notes=notes)
+
+
+def _one_number(v):
+    """A 0-d array or tensor (`(x != 0).sum() * 2`) as the number it holds; anything else as it is."""
+    if not isinstance(v, numbers.Number) and getattr(v, "shape", None) == () and callable(getattr(v, "item", None)):
+        return v.item()
+    return v
+
+
+def _shown(v) -> str:
+    """v for a message: a 400-digit int as its size, anything long cut to 40 characters."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool) and abs(int(v)) >= 10**16:
+        return f"{float(v):.3g}" if _real(v) < math.inf else f"an int of {len(str(abs(int(v))))} digits"
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:37]}... ({type(v).__name__})"
 
 
 def _elsewhere_note(ceilings: Ceilings, m) -> str | None:

@@ -118,6 +118,43 @@ def _check_rotation_fits(args, kwargs, rotate: int) -> None:
                             f"{place} memory, {free / 2**30:.1f} GiB is free: pass a smaller rotate")
 
 
+def _check_values(flush, graph_calls, mode, rotate, warmup_s) -> None:
+    """A one-line UserError for a value of these bench() options it cannot use."""
+    if not (isinstance(flush, (bool, np.bool_)) or callable(flush)):  # None read as False
+        raise UserError(f"flush takes True, False or a callable that clears the cache, got {flush!r}")
+    if graph_calls is not None and (isinstance(graph_calls, bool) or not isinstance(graph_calls, numbers.Integral)
+                                    or graph_calls < 1):  # 0 meant the default; -5 captured nothing, times < 0
+        raise UserError(f"graph_calls must be a whole number >= 1 (calls per graph replay), got {graph_calls!r}")
+    if mode not in MODES:
+        raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
+    if isinstance(rotate, bool) or not isinstance(rotate, numbers.Integral) or rotate < 0:  # True was kept as True
+        raise UserError(f"rotate must be a whole number >= 0, got {rotate!r}")
+    if warmup_s is not None and (isinstance(warmup_s, bool) or not isinstance(warmup_s, numbers.Real)
+                                 or not 0 <= warmup_s < math.inf):  # NaN too: the warm-up would never end
+        raise UserError(f"warmup_s must be a finite number of seconds >= 0, got {warmup_s!r}")
+
+
+def check_options(caller: str, options: dict) -> None:
+    """A one-line UserError for bench() options it would refuse (a name it has not, a value it cannot use), for a
+    caller that passes them on after slow work of its own: place() measured the ceilings (~10 s to a minute) before
+    bench() raised a bare TypeError for budge_s=."""
+    params = inspect.signature(bench).parameters
+    known = [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY and p not in ("kwargs", "name")]
+    unknown = [k for k in options if k not in known]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(str(unknown[0]), known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UserError(f"{caller} passes its other options on to bench(), which has no option {unknown[0]!r}{hint}; "
+                        f"bench's: {', '.join(known)}")
+    given = {p: options.get(p, v.default) for p, v in params.items() if p in known}
+    _check_values(given["flush"], given["graph_calls"], given["mode"], given["rotate"], given["warmup_s"])
+    Stopper(given["max_noise"], given["min_samples"], given["max_samples"], given["budget_s"])
+    gpu_present = _device.resolve_device(given["device"]) == "cuda"
+    choose_clock(given["device"], given["mode"], gpu_present, (), lambda: None)  # graph mode on the CPU: refused
+
+
 def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = None, device: str = "auto",
           mode: str = "auto", flush: bool | Callable[[], Any] = True, rotate: int = 0, max_noise: float = 0.01,
           min_samples: int = 10, max_samples: int = 2000, budget_s: float = 2.0,
@@ -160,24 +197,13 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         raise UserError(why)
     if not callable(fn):
         raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
-    if not (isinstance(flush, (bool, np.bool_)) or callable(flush)):  # None read as False
-        raise UserError(f"flush takes True, False or a callable that clears the cache, got {flush!r}")
-    if graph_calls is not None and (isinstance(graph_calls, bool) or not isinstance(graph_calls, numbers.Integral)
-                                    or graph_calls < 1):  # 0 meant the default; -5 captured nothing, times < 0
-        raise UserError(f"graph_calls must be a whole number >= 1 (calls per graph replay), got {graph_calls!r}")
-    if mode not in MODES:
-        raise UserError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
-    if isinstance(rotate, bool) or not isinstance(rotate, numbers.Integral) or rotate < 0:  # True was kept as True
-        raise UserError(f"rotate must be a whole number >= 0, got {rotate!r}")
+    _check_values(flush, graph_calls, mode, rotate, warmup_s)
     rotate = int(rotate)
     name = name or trees.callable_name(fn)
     if (why := lazy_result(fn, name)) is not None:
         raise UserError(why)
     if (why := trees.one_pass_argument(args, kwargs)) is not None:
         raise UserError(why + " and every later call would be timed on nothing; pass a list or a tuple")
-    if warmup_s is not None and (isinstance(warmup_s, bool) or not isinstance(warmup_s, numbers.Real)
-                                 or not 0 <= warmup_s < math.inf):  # NaN too: the warm-up would never end
-        raise UserError(f"warmup_s must be a finite number of seconds >= 0, got {warmup_s!r}")
     # before the budget's clock starts: finding the device may import torch, seconds in a fresh process
     gpu_present = _device.resolve_device(device) == "cuda"
     stopper = Stopper(max_noise, min_samples, max_samples, budget_s)
