@@ -246,6 +246,11 @@ def _read_ceilings(ceilings) -> tuple:
         doc, source = ceilings, "given results document"
     elif isinstance(ceilings, (str, Path)):
         p = Path(ceilings)
+        if p.is_dir():  # `gpuspeed roofline --out DIR` writes DIR/roofline.json: the folder exists, it is no file
+            inside = p / "roofline.json"
+            raise UserError(f"ceilings {p} is a folder, not a roofline.json: " + (
+                f"pass {inside}" if inside.is_file() else "pass the roofline.json that `gpuspeed roofline --out DIR` "
+                "wrote there"))
         if not p.is_file():
             raise UserError(f"ceilings file {p} does not exist")
         doc, source = read_results(p), str(p)

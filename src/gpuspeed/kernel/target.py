@@ -92,11 +92,13 @@ def load_target(target: str) -> tuple[Callable, object, str]:
 
 
 def _names_near(obj, missing: str, path: str, prefix: str) -> str:
-    """': did you mean file.py:launch?' -- the callables of `obj` (a module, a dict of variants) named close to the
-    missing part, else a dict's entries; '' when none fits."""
+    """': did you mean file.py:launch?' -- the callables of `obj` (a module, a dict of variants, a class or an
+    instance) named close to the missing part, else the first few of them (a module's: those the file defines);
+    '' when it holds none."""
     import difflib
 
-    names = list(obj) if isinstance(obj, dict) else list(vars(obj)) if isinstance(obj, types.ModuleType) else []
+    names = (list(obj) if isinstance(obj, dict) else list(vars(obj)) if isinstance(obj, types.ModuleType)
+             else [n for n in dir(obj) if not n.startswith("__")])  # a class or an instance: what it holds
     values = {n: obj[n] if isinstance(obj, dict) else getattr(obj, n, None) for n in names if isinstance(n, str)}
     # launchers only: not the kernels themselves (refused when named) nor imported classes
     names = [n for n, v in values.items() if not n.startswith("_") and callable(v) and not inspect.isclass(v)
@@ -104,9 +106,13 @@ def _names_near(obj, missing: str, path: str, prefix: str) -> str:
     close = difflib.get_close_matches(missing, names, n=3, cutoff=0.6)
     if close:
         return ": did you mean " + " or ".join(f"{path}:{prefix}{n}" for n in close) + "?"
-    if isinstance(obj, dict) and names:  # a dict of variants is short: its entries are the choices
-        return f": {prefix.rstrip('.') or 'it'} holds " + ", ".join(f"{path}:{prefix}{n}" for n in names[:4]) + (
-            ", ..." if len(names) > 4 else "")
+    if isinstance(obj, types.ModuleType):  # none close: the functions the file defines itself are the choices
+        names = [n for n in names if getattr(values[n], "__module__", None) == obj.__name__]
+    elif inspect.isclass(obj):  # a class's plain methods are refused when named (self): its static ones are not
+        names = [n for n in names if isinstance(inspect.getattr_static(obj, n), (staticmethod, classmethod))]
+    if names:
+        return (f": {prefix.rstrip('.') or 'it'} holds " + ", ".join(f"{path}:{prefix}{n}" for n in names[:4])
+                + (", ..." if len(names) > 4 else ""))
     return ""
 
 
