@@ -111,3 +111,34 @@ def test_a_variant_returning_its_input_where_the_original_returns_a_new_array_is
         assert rows[name]["status"] == "incorrect", rows[name]
         assert "`y` (argument 1)" in rows[name]["reason"] and "new array" in rows[name]["reason"], rows[name]["reason"]
     assert run.choice["primary"] in ("original", "variant:keeps_both"), run.choice
+
+
+# --- inputs so small that the original's output is empty ---
+
+SQUARES = '''
+import numpy as np
+
+
+def original(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = x[i] ** 2
+    return out
+
+
+def inputs(rng, scale=1.0):
+    return (rng.standard_normal(int(100 * scale)),)
+'''
+
+
+def test_an_original_whose_output_is_empty_at_this_scale_is_refused(tmp_path, capsys):
+    # at --scale 0.001 inputs() made 0 elements: every candidate was "correct" against an empty output, a check of
+    # nothing, and its speedup a time of nothing
+    from gpuspeed.cli import main
+
+    path = tmp_path / "squares.py"
+    path.write_text(SQUARES)
+    assert main(["optimize", str(path), "--device", "cpu", "--scale", "0.001", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "returned only empty arrays" in err and "raise --scale" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out" / "report.md").exists()
