@@ -95,7 +95,12 @@ def hands_back_a_view_of_y(x, y):
     return x[::-1].copy(), y[:]
 
 
-variants = {"keeps_both": keeps_both, "hands_back_y": hands_back_y, "view_of_y": hands_back_a_view_of_y}
+def forgets_return(x, y):
+    x[::-1], y.copy()
+
+
+variants = {"keeps_both": keeps_both, "hands_back_y": hands_back_y, "view_of_y": hands_back_a_view_of_y,
+            "forgets_return": forgets_return}
 '''
 
 
@@ -111,6 +116,9 @@ def test_a_variant_returning_its_input_where_the_original_returns_a_new_array_is
         assert rows[name]["status"] == "incorrect", rows[name]
         assert "`y` (argument 1)" in rows[name]["reason"] and "new array" in rows[name]["reason"], rows[name]["reason"]
     assert run.choice["primary"] in ("original", "variant:keeps_both"), run.choice
+    # a variant without its `return` was "output 0: shape (), the original's (40,)": the row says what it returned
+    missing = rows["variant:forgets_return"]
+    assert missing["status"] == "wrong_output" and "returns None" in missing["reason"], missing
 
 
 # --- inputs so small that the original's output is empty ---

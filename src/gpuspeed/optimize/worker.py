@@ -113,6 +113,8 @@ def _structure_problem(out, ref) -> str | None:
     """Wrong shape, dtype or structure against the original's output (None when they agree)."""
     from gpuspeed.trees import leaves
 
+    if out is None and ref is not None:
+        return "returns None where the original returns its result (is its `return` missing?)"
     lo, lr = list(leaves(_keyed_like(out, ref))), list(leaves(ref))
     if len(lo) != len(lr):
         return f"returns {len(lo)} values, the original {len(lr)}"
