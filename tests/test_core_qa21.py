@@ -102,3 +102,53 @@ def test_place_takes_flops_summed_on_a_tensor_and_keeps_a_huge_count_short():
     assert len(str(err.value)) < 120
     with pytest.raises(UserError, match=r"flops must be finite and >= 0 \(FLOPs per call\), got tensor"):
         place(torch.add, x, x, flops=torch.tensor([1.0, 2.0]), ceilings=_cpu_ceilings())
+
+
+# -- Measurement records: a field of the wrong type or sign is refused, not read on as a wrong answer --------------
+
+
+def _record() -> dict:
+    from gpuspeed.stats import summarize
+
+    times = 1e-3 * (1 + 0.01 * np.random.default_rng(3).random(12))
+    return summarize(times, name="f", device="cpu", mode="cpu", notes=["warm-up: 3 calls"]).to_dict()
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    ({"throttled": "no"}, "throttled must be true or false"),  # printed THROTTLED
+    ({"unreliable": "false"}, "unreliable must be true or false"),  # printed UNRELIABLE
+    ({"median": -1e-3}, "median is never below 0"),  # compare() gave a negative speedup
+    ({"iqr": -1.0}, "iqr is never below 0"),
+    ({"n": 2.5}, "n must be a whole number"),
+    ({"calls_per_sample": 0}, "calls_per_sample must be a whole number >= 1"),
+    ({"notes": "abc"}, "notes must be a list of strings"),  # three notes: 'a', 'b', 'c'
+    ({"mode": None}, "mode must be a string"),
+    ({"clocks": [1]}, "clocks must be a dict"),
+])
+def test_a_measurement_record_with_a_field_of_the_wrong_type_is_refused(edit, words):
+    from gpuspeed.stats import Measurement
+
+    with pytest.raises(UserError, match=words) as err:
+        Measurement.from_dict(_record() | edit)
+    assert "\n" not in str(err.value)
+
+
+def test_a_measurement_record_still_reads_back_from_strict_json():
+    import json
+
+    from gpuspeed.results import strict_json
+    from gpuspeed.stats import Measurement, summarize
+
+    record = _record()
+    back = Measurement.from_dict(json.loads(strict_json(record)))
+    assert back.to_dict() == record
+    assert Measurement.from_dict(record | {"n": 12.0}).n == 12  # a count written as a float
+    few = summarize([1e-3, 2e-3], name="f", device="cpu", mode="cpu")  # rel_noise inf: null in strict JSON
+    assert Measurement.from_dict(json.loads(strict_json(few.to_dict()))).rel_noise == float("inf")
+
+
+def test_bench_refuses_a_name_that_is_not_a_string():
+    from gpuspeed import bench
+
+    with pytest.raises(UserError, match="name is the measurement's label, a string, got int 5"):
+        bench(lambda: None, name=5, device="cpu", budget_s=0.05)

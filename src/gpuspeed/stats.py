@@ -109,6 +109,7 @@ class Measurement:
         for k in (*_FLOAT_FIELDS, "n"):
             if not _is_number(kept[k]):
                 raise UserError(f"a Measurement record's {k} must be a number, got {_short(kept[k])}")
+        _check_record_types(kept)
         return cls(**kept)
 
     def to_json(self) -> str:
@@ -137,6 +138,35 @@ def flags(m) -> str:
 
 _FLOAT_FIELDS = ("median", "mean", "min", "max", "iqr", "p10", "p90", "rel_noise")
 _STAT_FIELDS = (*_FLOAT_FIELDS, "n")  # what summarize() reads off the samples
+_TEXT_FIELDS = ("name", "device", "mode", "flush")
+_FLAG_FIELDS = ("throttled", "flush_l2", "device_sync", "unreliable", "shared_gpu")
+_COUNT_FIELDS = {"n": 0, "rotate": 0, "calls_per_sample": 1}  # the least each may be
+
+
+def _check_record_types(kept: dict) -> None:
+    """A one-line UserError for a record field of the wrong type or sign, which read on as a wrong answer: a
+    'throttled': "no" printed THROTTLED, a negative median made compare()'s speedup negative, notes "abc" three notes.
+    Whole counts written as floats (10.0) are taken as the count; a null time (NaN) passes."""
+    for k in _FLOAT_FIELDS:
+        if kept[k] < 0:
+            raise UserError(f"a Measurement record's {k} is never below 0, got {_short(kept[k])}")
+    for k, least in _COUNT_FIELDS.items():
+        v = kept.get(k, least)
+        if isinstance(v, float) and v.is_integer():
+            kept[k] = v = int(v)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
+            raise UserError(f"a Measurement record's {k} must be a whole number >= {least}, got {_short(v)}")
+    for k in _TEXT_FIELDS:
+        if k in kept and not isinstance(kept[k], str):
+            raise UserError(f"a Measurement record's {k} must be a string, got {_short(kept[k])}")
+    for k in _FLAG_FIELDS:
+        if k in kept and not isinstance(kept[k], (bool, np.bool_)):
+            raise UserError(f"a Measurement record's {k} must be true or false, got {_short(kept[k])}")
+    if "notes" in kept and not (isinstance(kept["notes"], list) and all(isinstance(n, str) for n in kept["notes"])):
+        raise UserError(f"a Measurement record's notes must be a list of strings, got {_short(kept['notes'])}")
+    for k in ("clocks", "gpu_sharing"):
+        if k in kept and not isinstance(kept[k], dict):
+            raise UserError(f"a Measurement record's {k} must be a dict (a JSON object), got {_short(kept[k])}")
 
 
 def _is_number(v) -> bool:

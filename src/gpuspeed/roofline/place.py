@@ -238,6 +238,8 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
                         f"got {type(ceilings).__name__}")
     kwargs = kwargs or {}
     name = name or trees.callable_name(fn)
+    if not isinstance(name, str):
+        raise UserError(f"name is the point's label, a string, got {type(name).__name__} {name!r}")
     check_options("place()", bench_kwargs)  # before the call is counted and the ceilings measured, not after
     # counted even when given: FLOPs that FlopCounterMode sees are matmul-like, held to the tensor-core unit
     counted, out = count_flops(fn, *args, kwargs=kwargs)

@@ -200,6 +200,8 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
     _check_values(flush, graph_calls, mode, rotate, warmup_s)
     rotate = int(rotate)
     name = name or trees.callable_name(fn)
+    if not isinstance(name, str):  # name=5 made a record its own from_dict refuses
+        raise UserError(f"name is the measurement's label, a string, got {type(name).__name__} {name!r}")
     if (why := lazy_result(fn, name)) is not None:
         raise UserError(why)
     if (why := trees.one_pass_argument(args, kwargs)) is not None:
