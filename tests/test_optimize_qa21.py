@@ -150,3 +150,18 @@ def test_an_original_whose_output_is_empty_at_this_scale_is_refused(tmp_path, ca
     err = capsys.readouterr().err
     assert "returned only empty arrays" in err and "raise --scale" in err and "Traceback" not in err, err
     assert not (tmp_path / "out" / "report.md").exists()
+
+
+def test_a_variant_precision_other_than_float32_is_a_one_line_error(tmp_path):
+    # `fn.precision = "fp32"` was silently taken as written (no float32 inputs, no float32 label), and the recipe
+    # carried the unknown word into the report and the emitted script
+    import pytest
+
+    from gpuspeed.errors import UserError
+
+    path = tmp_path / "prec.py"
+    path.write_text("import numpy as np\n\ndef original(x):\n    return np.exp(x)\n\ndef fast(x):\n    return np.exp(x)\n\n"
+                    "fast.precision = 'fp32'\nvariants = {'fast': fast}\n\n"
+                    "def inputs(rng):\n    return (rng.standard_normal(16),)\n")
+    with pytest.raises(UserError, match=r"variants\['fast'\]\.precision must be 'float32'.*got 'fp32'"):
+        W.load(path, gpu=False)
