@@ -152,3 +152,16 @@ def test_bench_refuses_a_name_that_is_not_a_string():
 
     with pytest.raises(UserError, match="name is the measurement's label, a string, got int 5"):
         bench(lambda: None, name=5, device="cpu", budget_s=0.05)
+
+
+def test_place_says_when_its_unit_has_no_ceiling_and_another_stands_in():
+    import torch
+
+    from gpuspeed.roofline import place
+
+    a = torch.randn(32, 32).half()
+    p = place(torch.mm, a, a, ceilings=_cpu_ceilings(), budget_s=0.05, min_samples=3)  # no fp16 ceiling on a CPU
+    assert (p.unit, p.compute_ceiling) == ("fp16", "fp32")
+    assert any("no fp16 compute ceiling was measured on test: held to fp32's" in n for n in p.notes), p.notes
+    p = place(torch.mm, a.float(), a.float(), ceilings=_cpu_ceilings(), budget_s=0.05, min_samples=3, unit="fp32")
+    assert not any("compute ceiling was measured" in n for n in p.notes), p.notes

@@ -276,7 +276,10 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     d = locate(name, float(flops), nbytes, m.median, ceilings, unit)
     above = [above_roof_note(d["bound"], ceilings.device_kind, d["pct_of_roof"])] if d["above_roof"] else []
     elsewhere = _elsewhere_note(ceilings, m) if given else None  # ceilings measured here need no word
-    notes = list(m.notes) + above + [n for n in (host_note, elsewhere) if n]
+    # an fp16 matmul on the CPU (no fp16 ceiling there) was held to fp32's roof without a word
+    stand_in = (f"no {d['unit']} compute ceiling was measured on {ceilings.device_name}: held to "
+                f"{d['compute_ceiling']}'s (unit= picks another)") if d["compute_ceiling"] != d["unit"] else None
+    notes = list(m.notes) + above + [n for n in (host_note, elsewhere, stand_in) if n]
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
                      notes=notes)
 
