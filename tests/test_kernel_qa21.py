@@ -106,3 +106,114 @@ def test_ceilings_naming_a_folder_is_not_said_to_be_missing(cli):
     line = one_line(cli["ceilings folder"])
     assert "does not exist" not in line and "folder" in line, line
     assert "folder/roofline.json" in line, line
+
+
+# --- a launcher that returns no array: what it writes into its arguments, read and written or only written
+
+def _in_place_scale(x):
+    x.mul_(2.5)
+
+
+def _scale_into(x, out):
+    torch = pytest.importorskip("torch")
+    torch.mul(x, 2.5, out=out)
+
+
+def _accumulate(x, out):
+    out.add_(x)
+
+
+def _fill(out):
+    out.fill_(7.0)
+
+
+def test_the_arguments_a_call_reads_and_writes_are_measured_on_copies():
+    # a launcher returning None was counted its arguments once (inputs read once + no output): an in-place x *= 2.5
+    # at full bandwidth sat at half of the copy roof; which arguments it also reads is now measured on copies
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from gpuspeed.kernel.traffic import read_and_written, read_and_written_bytes
+
+    g = torch.Generator().manual_seed(21)
+    x, out = torch.randn(37, generator=g), torch.randn(37, generator=g)
+    kept_x, kept_out = x.clone(), out.clone()
+    assert read_and_written(_in_place_scale, (x,), {})[0] is x
+    assert read_and_written(_scale_into, (x, out), {}) == []  # out= only written
+    assert read_and_written(_accumulate, (x, out), {})[0] is out  # out += x reads out
+    assert read_and_written(_fill, (out,), {}) == []
+    assert read_and_written(_accumulate, (), {"x": x, "out": out})[0] is out  # by keyword too
+    assert read_and_written(_in_place_scale, (x[::2],), {})[0].shape == (19,)
+    assert torch.equal(x, kept_x) and torch.equal(out, kept_out)  # the arguments themselves are left as they were
+    assert read_and_written_bytes(_accumulate, (x, x), {}) == 37 * 4  # one tensor passed twice: its memory once
+    flags = torch.rand(16, generator=g) > 0.5
+    assert read_and_written_bytes(torch.Tensor.logical_not_, (flags,), {}) == 16
+    perm = torch.randperm(20, generator=g)  # an index array updated in place: its values stay valid indices
+    assert read_and_written_bytes(lambda p: p.copy_(p[p]), (perm,), {}) == 20 * 8
+    a = np.random.default_rng(21).standard_normal(11)
+    assert read_and_written_bytes(np.negative, (a,), {"out": a}) == 88  # NumPy: one array as input and out=
+
+
+IN_PLACE_TRITON = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.5, mask=m)
+
+
+    @triton.jit
+    def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(out_ptr + offs, mask=m) + tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+    def grid(x):
+        return (triton.cdiv(x.numel(), 1024),)
+
+
+    def in_place(x):
+        scale_kernel[grid(x)](x, x, x.numel(), BLOCK=1024)
+
+
+    def into(x, out):
+        scale_kernel[grid(x)](x, out, x.numel(), BLOCK=1024)
+
+
+    def accumulate(x, out):
+        accumulate_kernel[grid(x)](x, out, x.numel(), BLOCK=1024)
+
+
+    def returning(x):
+        scale_kernel[grid(x)](x, x, x.numel(), BLOCK=1024)
+        return x
+    """
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_launcher_returning_none_counts_what_it_updates_in_place_twice(tmp_path):
+    import importlib.util
+
+    import torch
+
+    from gpuspeed import kernel_report
+
+    (tmp_path / "in_place_launchers.py").write_text(textwrap.dedent(IN_PLACE_TRITON))
+    spec = importlib.util.spec_from_file_location("in_place_launchers", tmp_path / "in_place_launchers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    n = (1 << 24) + 5
+    x, out = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    quick = {"budget_s": 0.5}
+    cases = {"in_place": ((x.clone(),), 2), "into": ((x, out.clone()), 2), "accumulate": ((x, out.clone()), 3),
+             "returning": ((x.clone(),), 2)}
+    for name, (args, arrays) in cases.items():
+        rep = kernel_report(getattr(mod, name), *args, bench_kw=quick)
+        assert rep.placement["bytes"] == arrays * 4 * n, (name, rep.placement["bytes"], rep.placement["bytes_source"])
+        assert ("in place" in rep.placement["bytes_source"]) == (name in ("in_place", "accumulate")), name

@@ -337,6 +337,24 @@ def placement(name: str, flops: float | None, nbytes: int, time_s: float, ceil, 
     return d
 
 
+FLOOR = "inputs read once + outputs written once"
+
+
+def in_place_bytes(fn, args: tuple, kwargs: dict, gpu: bool) -> tuple[int, str]:
+    """(bytes of the arguments one call reads and writes in place, what to add to the count's name) for a launcher
+    that returns no array: measured on copies (kernel.traffic), as an in-place kernel moves those arrays twice."""
+    from gpuspeed.kernel.traffic import read_and_written_bytes
+
+    try:
+        both = read_and_written_bytes(fn, args, kwargs, lambda: _sync(gpu))
+    except Exception as exc:  # copies that do not fit, or a launcher that fails on them: the floor stands, said
+        return 0, (f"; it returns no array and its arguments could not be copied to see which it updates in place "
+                   f"({type(exc).__name__}): one it reads and writes moves twice what is counted (pass --bytes)")
+    if not both:
+        return 0, ""
+    return both, f", + the {both / 1e6:.4g} MB of arguments it updates in place written back"
+
+
 def call_bytes(given: int | None, floor: int, launches: list) -> tuple[int, str]:
     """(bytes one call moves, how they were counted): `given`; else, for a launcher of several launches whose
     array arguments add up to more than its inputs and outputs (a multi-pass or iterative kernel: a stencil's
@@ -347,7 +365,7 @@ def call_bytes(given: int | None, floor: int, launches: list) -> tuple[int, str]
     per_launch = sum(la.arg_bytes for la in launches)
     if len(launches) > 1 and per_launch > floor:
         return per_launch, f"each of its {len(launches)} launches moving its array arguments once"
-    return floor, "inputs read once + outputs written once"
+    return floor, FLOOR
 
 
 def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> float:
@@ -551,6 +569,9 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         from gpuspeed.roofline.place import count_flops, default_unit, min_bytes
         from gpuspeed.timing import bench
 
+        # a launcher that returns no array writes into its arguments: those it also reads move twice; seen before the
+        # timing's many calls have stepped them (an in-place x *= 2.5 reaches inf, where no write shows)
+        in_place = in_place_bytes(fn, args, kwargs, gpu) if bytes is None and not trees.nbytes(out) else (0, "")
         kw = dict(bench_kw or {})
         # the kernels' GPU time, cold: events around each call after the flush (graph mode would time calls 2..K of
         # a replay with a warm L2, and Numba launches on its own stream, which torch's graphs cannot capture), the
@@ -569,6 +590,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         flops = flops if given else n_counted
         nbytes, moved = call_bytes(bytes, min_bytes((args, kwargs), out) or
                                    trees.nbytes((args, kwargs)) + trees.nbytes(out), cap.launches)
+        if moved == FLOOR:
+            nbytes, moved = nbytes + in_place[0], moved + in_place[1]
         if nbytes > 0:
             ceil, source, said = ((given_ceil, given_source, []) if given_ceil is not None
                                   else _ceilings(None, _device.get_device("cuda")))
