@@ -99,8 +99,17 @@ def forgets_return(x, y):
     x[::-1], y.copy()
 
 
+_BUFFER = {}
+
+
+def reuses_a_buffer(x, y):
+    out = _BUFFER.setdefault(y.shape, np.empty_like(y))  # "saves an allocation": every call returns this array
+    out[:] = y
+    return x[::-1], out
+
+
 variants = {"keeps_both": keeps_both, "hands_back_y": hands_back_y, "view_of_y": hands_back_a_view_of_y,
-            "forgets_return": forgets_return}
+            "forgets_return": forgets_return, "reuses_a_buffer": reuses_a_buffer}
 '''
 
 
@@ -116,6 +125,9 @@ def test_a_variant_returning_its_input_where_the_original_returns_a_new_array_is
         assert rows[name]["status"] == "incorrect", rows[name]
         assert "`y` (argument 1)" in rows[name]["reason"] and "new array" in rows[name]["reason"], rows[name]["reason"]
     assert run.choice["primary"] in ("original", "variant:keeps_both"), run.choice
+    # right on each call, but a caller's `a = f(x1); b = f(x2)` found a overwritten by b
+    reused = rows["variant:reuses_a_buffer"]
+    assert reused["status"] == "incorrect" and "previous call" in reused["reason"], reused
     # a variant without its `return` was "output 0: shape (), the original's (40,)": the row says what it returned
     missing = rows["variant:forgets_return"]
     assert missing["status"] == "wrong_output" and "returns None" in missing["reason"], missing

@@ -250,6 +250,7 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
     result.setdefault("notes", []).extend(impl.notes)
     rtol, atol = wl.rtol, wl.atol
     checks = []
+    previous = None  # the last seed's result, to tell a buffer handed out on every call
     on_gpu = impl.device == "cuda"
     # the original against its own reference outputs only shows whether it is deterministic: one seed does
     seeds = spec["seeds"][:1] if r["backend"] == "original" else spec["seeds"]
@@ -304,11 +305,11 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
             return _reject(result, "incorrect", f"returns a new array where {wl.func} returns its argument "
                            f"{W.param_names(wl, missing)}, which it writes into (its caller gets its own array back, "
                            "holding the result)", result_path)
-        shared = _handed_caller_data(spec, wl, host, args) if r["backend"] != "original" and not chunk else ""
+        shared = _handed_caller_data(spec, wl, host, args, previous) if r["backend"] != "original" and not chunk \
+            else ""
         if shared:
-            return _reject(result, "incorrect", f"returns {shared} where {wl.func} returns a new array: a caller "
-                           "that writes into the result would change its input (and one that changes the input, the "
-                           "result)", result_path)
+            return _reject(result, "incorrect", f"returns {shared}", result_path)
+        previous = host if not on_gpu else None  # kept through the next call: its memory is not handed out meanwhile
         if r["backend"] != "original":
             changed = _changed_read_only(spec, host_before, args, dev_before, dev)
             if changed and not spec.get("original_mutates"):
@@ -337,21 +338,28 @@ def _not_handed_back(spec, out, dev, args) -> list[int]:
     return sorted({i for j, i in expected if [j, i] not in got})
 
 
-def _handed_caller_data(spec, wl, host, args) -> str:
-    """'`y` (argument 1) itself, or a view of it, as output 1' where this call's result holds the caller's own data at
-    an output where the original's holds a new array ('' where none does, or where the original returns None)."""
+def _handed_caller_data(spec, wl, host, args, previous) -> str:
+    """What this call's result hands back of memory its caller already holds (an argument, a view of one, or the
+    previous call's result) at an output where the original's holds a new array, and why that is wrong ('' where it
+    hands back none, or where the original returns None)."""
     from gpuspeed.optimize import workload as W
     from gpuspeed.optimize.backends.common import sharing
 
     allowed = spec.get("returns_views")
     if allowed is None or (spec.get("in_place") and not spec.get("in_place_returns")):
         return ""
-    result = host[0] if spec.get("in_place_returns") and isinstance(host, tuple) else host
-    bad = [(j, i) for j, i in sharing(result, args) if j not in allowed]
+    def result_of(out):
+        return out[0] if spec.get("in_place_returns") and isinstance(out, tuple) else out
+
+    bad = [(j, i) for j, i in sharing(result_of(host), (*args, result_of(previous))) if j not in allowed]
     if not bad:
         return ""
     j, i = bad[0]
-    return f"{W.param_names(wl, [i])} itself, or a view of it, as output {j}"
+    if i == len(args):
+        return (f"the array it returned on the previous call again, as output {j}, where {wl.func} returns a new array "
+                "each call: a caller that keeps two results finds the first overwritten by the second")
+    return (f"{W.param_names(wl, [i])} itself, or a view of it, as output {j} where {wl.func} returns a new array: a "
+            "caller that writes into the result would change its input (and one that changes the input, the result)")
 
 
 def _changed_read_only(spec, host_before, args, dev_before, dev) -> list[int]:

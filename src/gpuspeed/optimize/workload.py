@@ -102,8 +102,9 @@ class Workload:
     in_place_returns: bool = False  # ... and it returns a result too (checked with them), not None
     # ... and [[j, i], ...]: its result's leaf j is argument i itself, on every seed (`x *= 2; return x`)
     returns_args: list = field(default_factory=list)
-    # the leaves of its result that are an argument or a view of one's memory, on some seed (`return x[1:]`); a
-    # candidate may hand back the caller's data only there (None: not known, a run resumed from an older gpuspeed)
+    # the leaves of its result that lie in memory its caller already holds, on some seed: an argument or a view of one
+    # (`return x[1:]`), or the array an earlier call returned (a buffer it reuses); a candidate may hand back such
+    # memory only there (None: not known, a run resumed from an older gpuspeed)
     returns_views: list | None = None
     inputs_list: bool = False  # inputs() returned a list, splatted into the arguments
     # set by reference(): the original's output holds torch bfloat16 tensors, which reach NumPy (and the check) as
@@ -390,13 +391,15 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     outs, afters, returned = {}, {}, {}
     changed: set[int] = set()
     bf16_result = False  # a torch bfloat16 tensor among the original's results
-    views: set[int] = set()  # the result's leaves that lie in an argument's memory, on any seed
+    views: set[int] = set()  # the result's leaves that lie in an argument's or an earlier result's memory
+    out = None
     t0 = time.perf_counter()  # wall time against limit_s (not a benchmark)
     for n, seed in enumerate(seeds):
         args = wl.make_args(seed)
         if n == 0:
             first_inputs = [_digest((a,)) for a in args]
         before = _snapshot(args)
+        previous = out  # alive through the call: memory the call returns again is its buffer, not a reused address
         left = None if limit_s is None else limit_s - (time.perf_counter() - t0)
         try:
             with _time_limit(left):
@@ -423,7 +426,8 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         if out is not None:
             _check_leaves(wl, out)  # before the copy: a generator, say, cannot be copied (nor checked)
         returned[seed] = aliased(out, args)  # the caller's own arrays handed back (written into, or not)
-        views |= {j for j, _ in sharing(out, args)}
+        views |= {j for j, _ in sharing(out, (*args, previous))}
+        previous = None
         bf16_result = bf16_result or _has_bf16(out)
         # a copy: an original that returns a buffer it reuses would otherwise leave every seed the last one's values
         outs[seed] = copy.deepcopy(host_tree(out))
