@@ -434,20 +434,36 @@ def _host_memory(x):
     return None
 
 
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """[first byte, past the last byte) of the memory a NumPy array spans (what np.may_share_memory compares)."""
+    lo = hi = a.__array_interface__["data"][0]
+    for n, stride in zip(a.shape, a.strides, strict=True):
+        lo, hi = (lo + (n - 1) * stride, hi) if stride < 0 else (lo, hi + (n - 1) * stride)
+    return lo, hi + a.itemsize
+
+
 def sharing(out, args) -> list:
     """[[j, i], ...]: the leaves j of `out` (as aliased() counts them) that lie in the host memory of argument i: the
-    argument itself or a view of it (a slice, a transpose, the NumPy view of a torch CPU tensor)."""
-    mine = [[h for h in map(_host_memory, leaves(a)) if h is not None] for a in args]
+    argument itself or a view of it (a slice, a transpose, the NumPy view of a torch CPU tensor). Spans are compared
+    sorted, so a list of thousands of arrays in and out costs thousands of steps, not millions."""
+    import bisect
+
+    spans = sorted((*_bounds(h), i) for i, a in enumerate(args) for h in map(_host_memory, leaves(a)) if h is not None)
+    starts = [lo for lo, _, _ in spans]
+    reach = []  # reach[k]: the furthest end among spans[:k + 1]
+    for _, hi, _ in spans:
+        reach.append(max(hi, reach[-1]) if reach else hi)
     found: list = []
 
     def look(leaf):
         j = look.count
         look.count += 1
         h = _host_memory(leaf)
-        if h is not None:
-            i = next((i for i, hs in enumerate(mine) if any(np.may_share_memory(h, m) for m in hs)), None)
-            if i is not None:
-                found.append([j, i])
+        if h is not None and spans:
+            lo, hi = _bounds(h)
+            k = bisect.bisect_left(starts, hi)  # the spans that start before this one ends
+            if k and reach[k - 1] > lo:
+                found.append([j, next(i for s_lo, s_hi, i in reversed(spans[:k]) if s_hi > lo)])
         return leaf
 
     look.count = 0
