@@ -43,6 +43,21 @@ def test_check_failing_just_past_atol_prints_max_abs_above_it():
     assert "(atol 1e-05, rtol 0); max abs 1," in r.summary
 
 
+@pytest.mark.parametrize("n", [7, 70_000])  # one pass, and a chunk at a time
+def test_check_of_integers_names_the_element_furthest_off(n):
+    import torch
+
+    rng = np.random.default_rng(4)
+    ref = rng.integers(-50, 50, n)
+    out = ref.copy()
+    out[1] += 1  # the first mismatch, off by 1
+    out[n - 2] -= 1000  # the worst, off by 1000: 'worst at (1,)' pointed at the other
+    for got, want in ((out, ref), (torch.from_numpy(out).int(), torch.from_numpy(ref).int())):
+        r = check(got, want)
+        assert not r.passed and r.n_over_tol == 2 and r.max_abs_err == 1000
+        assert r.worst_index == (n - 2,) and f"worst at ({n - 2},)" in r.summary, r.summary
+
+
 # -- place(): bench options are checked before the call is counted and the ceilings measured -----------------------
 
 

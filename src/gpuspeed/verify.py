@@ -357,7 +357,7 @@ class _NormSum:
 
 class _Tally:
     """What check() reports of a leaf, gathered a chunk at a time: the elements over tolerance, the largest absolute and
-    relative errors, the worst element (the first of the highest score) and the norm of the differences."""
+    relative errors, the worst element (the first of those furthest past their bound) and the norm of the differences."""
 
     def __init__(self, exact: bool, atol: float, rtol: float):
         self.exact, self.atol, self.rtol = exact, atol, rtol
@@ -381,8 +381,10 @@ class _Tally:
             rel = np.where(ref_abs > 0, finite_diff / np.where(ref_abs > 0, ref_abs, 1),
                            np.where(finite_diff > 0, np.inf, 0))
         self.max_rel = max(self.max_rel, float(np.max(rel)))
+        # how far past its bound: an integer off by 1000 is worse than one off by 1 (every mismatch scored inf named
+        # the first of them); a bad element always scores > 0, a NaN's score is read as inf below
         with np.errstate(invalid="ignore"):  # an infinite tolerance: inf - inf
-            score = np.where(bad, np.inf if self.exact else 0, 0) + (finite_diff - (self.atol + self.rtol * ref_abs))
+            score = finite_diff - (self.atol + self.rtol * ref_abs)
         score = np.where(np.isnan(score), np.inf, score)
         i = int(np.argmax(score))
         if self.worst_score is None or score[i] > self.worst_score:
