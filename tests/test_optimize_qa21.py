@@ -3,6 +3,7 @@ view of its input)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gpuspeed.optimize import workload as W
 
@@ -12,6 +13,7 @@ EMPTY_OUT = '''
 import itertools
 
 import numpy as np
+import pytest
 
 _calls = itertools.count()
 
@@ -31,6 +33,7 @@ def inputs(rng):
 # the same, but inputs() hands out a module-level array the original changes: other arguments for the same seed
 SHARED_STATE = '''
 import numpy as np
+import pytest
 
 STATE = np.linspace(0.0, 1.0, 50)
 
@@ -61,8 +64,6 @@ def test_an_out_buffer_from_np_empty_is_not_called_other_inputs_for_the_same_see
 
 
 def test_a_module_level_argument_the_original_changes_is_still_refused(tmp_path):
-    import pytest
-
     from gpuspeed.errors import UserError
 
     with pytest.raises(UserError, match="made other arguments for the same seed"):
@@ -73,6 +74,7 @@ def test_a_module_level_argument_the_original_changes_is_still_refused(tmp_path)
 
 VIEWS = '''
 import numpy as np
+import pytest
 
 
 def original(x, y):
@@ -137,6 +139,7 @@ def test_a_variant_returning_its_input_where_the_original_returns_a_new_array_is
 
 SQUARES = '''
 import numpy as np
+import pytest
 
 
 def original(x):
@@ -167,8 +170,6 @@ def test_an_original_whose_output_is_empty_at_this_scale_is_refused(tmp_path, ca
 def test_a_variant_precision_other_than_float32_is_a_one_line_error(tmp_path):
     # `fn.precision = "fp32"` was silently taken as written (no float32 inputs, no float32 label), and the recipe
     # carried the unknown word into the report and the emitted script
-    import pytest
-
     from gpuspeed.errors import UserError
 
     path = tmp_path / "prec.py"
@@ -177,3 +178,22 @@ def test_a_variant_precision_other_than_float32_is_a_one_line_error(tmp_path):
                     "def inputs(rng):\n    return (rng.standard_normal(16),)\n")
     with pytest.raises(UserError, match=r"variants\['fast'\]\.precision must be 'float32'.*got 'fp32'"):
         W.load(path, gpu=False)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_handed_back_check_spares_the_gpu_candidates(tmp_path):
+    # GPU candidates hand back host copies: none may be called WRONG by the check for a caller's memory handed back,
+    # while the host variants that do hand it back still are
+    from gpuspeed.optimize.pipeline import optimize
+
+    path = tmp_path / "views.py"
+    path.write_text(VIEWS)
+    run = optimize(path, device="cuda", out=tmp_path / "out", time_budget=300, bench_budget_s=0.1)
+    rows = run.results
+    assert rows["variant:hands_back_y"]["status"] == "incorrect", rows["variant:hands_back_y"]
+    assert rows["variant:reuses_a_buffer"]["status"] == "incorrect", rows["variant:reuses_a_buffer"]
+    for name, row in rows.items():
+        if not name.startswith("variant:"):
+            assert "new array" not in (row.get("reason") or ""), (name, row)
+    assert any(row["status"] == "ok" and not name.startswith("variant:") and name != "original"
+               for name, row in rows.items()), {n: r["status"] for n, r in rows.items()}
