@@ -180,3 +180,18 @@ def test_place_says_when_its_unit_has_no_ceiling_and_another_stands_in():
     assert any("no fp16 compute ceiling was measured on test: held to fp32's" in n for n in p.notes), p.notes
     p = place(torch.mm, a.float(), a.float(), ceilings=_cpu_ceilings(), budget_s=0.05, min_samples=3, unit="fp32")
     assert not any("compute ceiling was measured" in n for n in p.notes), p.notes
+
+
+def test_place_counts_a_complex_matmul_in_real_flops_on_the_fp64_roof():
+    import torch
+
+    from gpuspeed.roofline import place
+
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(24, 24, dtype=torch.complex128, generator=gen)
+    p = place(torch.mm, a, a, ceilings=_cpu_ceilings(), budget_s=0.05, min_samples=3)
+    # FlopCounterMode counts 2 n^3; a complex multiply-add is 8 real FLOPs (4 multiplies, 4 adds)
+    assert p.flops == 8 * 24**3 and "x4 for complex data" in p.flops_source
+    assert (p.unit, p.compute_ceiling) == ("fp64", "fp64")  # complex128 is fp64 arithmetic, not fp32's roof
+    p = place(torch.mm, a.real.float(), a.real.float(), ceilings=_cpu_ceilings(), budget_s=0.05, min_samples=3)
+    assert p.flops == 2 * 24**3 and p.flops_source == "counted by FlopCounterMode"

@@ -93,12 +93,11 @@ def count_flops(fn: Callable, *args, kwargs: dict | None = None) -> tuple[int, A
 def default_unit(args: Any, counted: bool) -> str:
     """The compute ceiling a function is held to: tensor-core unit for matmul-like torch ops (those
     FlopCounterMode counts: matmul, conv, attention) on 16-bit or TF32 data, else the CUDA-core unit of its
-    dtype (fp32, or fp64 for float64 torch or NumPy arrays)."""
+    dtype (fp32, or fp64 for float64 or complex128 torch or NumPy arrays)."""
     import torch
 
-    dts = {str(x.dtype).removeprefix("torch.") for x in trees.leaves(args)
-           if trees.module_of(x) in ("torch", "numpy") and hasattr(x, "dtype")}
-    if "float64" in dts:
+    dts = _dtypes(args)
+    if "float64" in dts or "complex128" in dts:  # a complex128 matmul runs fp64 arithmetic
         return "fp64"
     if not counted:
         return "fp32"
@@ -106,6 +105,16 @@ def default_unit(args: Any, counted: bool) -> str:
         if dt in dts:
             return unit
     return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
+
+
+def _dtypes(args: Any) -> set[str]:
+    """The dtype names of the torch and NumPy arrays in args ('float32', 'complex128', ...)."""
+    return {str(x.dtype).removeprefix("torch.") for x in trees.leaves(args)
+            if trees.module_of(x) in ("torch", "numpy") and hasattr(x, "dtype")}
+
+
+# FlopCounterMode counts a complex matmul's multiply-adds as real ones, 2 FLOPs each: one is 8 real FLOPs
+COMPLEX_FLOPS = 4
 
 
 UNITS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")  # the compute ceilings ceilings() measures
@@ -249,6 +258,10 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         if flops == 0:
             raise UserError(f"{name}: FlopCounterMode counted no FLOPs (it counts torch's matmul, conv and "
                             "attention ops only, not NumPy's or elementwise ones); pass flops= (0 for a copy)")
+        if any(dt.startswith("complex") for dt in _dtypes((args, kwargs))):  # a complex mm read at 1/4 its FLOPs
+            flops *= COMPLEX_FLOPS
+            source += (f", x{COMPLEX_FLOPS} for complex data (it counts a complex multiply-add as 2 FLOPs, it is 8 real "
+                       "ones; pass flops= where the counted ops are not all on complex data)")
     flops, bytes = _one_number(flops), _one_number(bytes)  # noqa: A001  (a count summed on a tensor is one too)
     # 0 is a copy's: no FLOPs, placed on the memory roof (locate)
     if isinstance(flops, bool) or not isinstance(flops, numbers.Real) or not 0 <= _real(flops) < math.inf:  # NaN too
