@@ -195,3 +195,11 @@ def test_place_counts_a_complex_matmul_in_real_flops_on_the_fp64_roof():
     assert (p.unit, p.compute_ceiling) == ("fp64", "fp64")  # complex128 is fp64 arithmetic, not fp32's roof
     p = place(torch.mm, a.real.float(), a.real.float(), ceilings=_cpu_ceilings(), budget_s=0.05, min_samples=3)
     assert p.flops == 2 * 24**3 and p.flops_source == "counted by FlopCounterMode"
+
+
+@pytest.mark.parametrize("value", ["no", None, 0])
+def test_bench_refuses_hide_launch_latency_that_is_not_true_or_false(value):
+    from gpuspeed import bench
+
+    with pytest.raises(UserError, match="hide_launch_latency takes True or False"):  # "no" held the stream as True
+        bench(lambda: None, hide_launch_latency=value, budget_s=0.05)

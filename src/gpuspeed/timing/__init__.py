@@ -118,8 +118,10 @@ def _check_rotation_fits(args, kwargs, rotate: int) -> None:
                             f"{place} memory, {free / 2**30:.1f} GiB is free: pass a smaller rotate")
 
 
-def _check_values(flush, graph_calls, mode, rotate, warmup_s) -> None:
+def _check_values(flush, graph_calls, mode, rotate, warmup_s, hide_launch_latency) -> None:
     """A one-line UserError for a value of these bench() options it cannot use."""
+    if not isinstance(hide_launch_latency, (bool, np.bool_)):  # "no" held the stream as True does
+        raise UserError(f"hide_launch_latency takes True or False, got {hide_launch_latency!r}")
     if not (isinstance(flush, (bool, np.bool_)) or callable(flush)):  # None read as False
         raise UserError(f"flush takes True, False or a callable that clears the cache, got {flush!r}")
     if graph_calls is not None and (isinstance(graph_calls, bool) or not isinstance(graph_calls, numbers.Integral)
@@ -149,7 +151,8 @@ def check_options(caller: str, options: dict) -> None:
         raise UserError(f"{caller} passes its other options on to bench(), which has no option {unknown[0]!r}{hint}; "
                         f"bench's: {', '.join(known)}")
     given = {p: options.get(p, v.default) for p, v in params.items() if p in known}
-    _check_values(given["flush"], given["graph_calls"], given["mode"], given["rotate"], given["warmup_s"])
+    _check_values(given["flush"], given["graph_calls"], given["mode"], given["rotate"], given["warmup_s"],
+                  given["hide_launch_latency"])
     Stopper(given["max_noise"], given["min_samples"], given["max_samples"], given["budget_s"])
     gpu_present = _device.resolve_device(given["device"]) == "cuda"
     choose_clock(given["device"], given["mode"], gpu_present, (), lambda: None)  # graph mode on the CPU: refused
@@ -197,7 +200,7 @@ def bench(fn: Callable, *args, kwargs: dict | None = None, name: str | None = No
         raise UserError(why)
     if not callable(fn):
         raise UserError(f"bench() needs a callable, got {type(fn).__name__}")
-    _check_values(flush, graph_calls, mode, rotate, warmup_s)
+    _check_values(flush, graph_calls, mode, rotate, warmup_s, hide_launch_latency)
     rotate = int(rotate)
     name = name or trees.callable_name(fn)
     if not isinstance(name, str):  # name=5 made a record its own from_dict refuses
