@@ -178,6 +178,10 @@ def test_a_variant_precision_other_than_float32_is_a_one_line_error(tmp_path):
                     "def inputs(rng):\n    return (rng.standard_normal(16),)\n")
     with pytest.raises(UserError, match=r"variants\['fast'\]\.precision must be 'float32'.*got 'fp32'"):
         W.load(path, gpu=False)
+    # so was `fn.gpuspeed_inputs = "Torch"`: the variant got NumPy arrays, and failed on them or passed untried on torch
+    path.write_text(path.read_text().replace("fast.precision = 'fp32'", "fast.gpuspeed_inputs = 'Torch'"))
+    with pytest.raises(UserError, match=r"variants\['fast'\]\.gpuspeed_inputs must be 'torch' or 'cupy'.*'Torch'"):
+        W.load(path, gpu=False)
 
 
 @pytest.mark.gpu

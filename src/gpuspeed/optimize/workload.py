@@ -214,11 +214,15 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     variants = getattr(module, "variants", None) or {}
     if not isinstance(variants, dict) or not all(isinstance(k, str) and callable(v) for k, v in variants.items()):
         raise UserError(f"{path.name}: variants must be a dict of name -> callable")
-    for vname, fn_v in variants.items():  # a misspelt precision would run as written, under its unknown label
+    for vname, fn_v in variants.items():  # a misspelt word would be ignored: the variant run as written, on NumPy
         precision = getattr(fn_v, "precision", "as-written")
         if precision not in ("float32", "as-written"):
             raise UserError(f"{path.name}: variants[{vname!r}].precision must be 'float32' (it computes in float32: "
                             f"its inputs are cast for it) or left unset, got {precision!r}")
+        where = getattr(fn_v, "gpuspeed_inputs", "numpy")
+        if where not in ("numpy", "torch", "cupy"):
+            raise UserError(f"{path.name}: variants[{vname!r}].gpuspeed_inputs must be 'torch' or 'cupy' (its "
+                            f"arguments moved to the GPU as those) or left unset, got {where!r}")
     kind = "torch" if any(kind_of(x) == "torch" for x in leaves(args)) else "numpy"
     return Workload(path=path.resolve(), name=path.stem, func=func, module=module, original=fn, make_args=make_args,
                     scale=eff_scale, scale_used=scale_used, rtol=rtol, atol=atol, tolerance_source=source,
