@@ -203,3 +203,13 @@ def test_bench_refuses_hide_launch_latency_that_is_not_true_or_false(value):
 
     with pytest.raises(UserError, match="hide_launch_latency takes True or False"):  # "no" held the stream as True
         bench(lambda: None, hide_launch_latency=value, budget_s=0.05)
+
+
+@pytest.mark.parametrize("option", ["clone", "own_inputs"])
+def test_capture_refuses_a_flag_that_is_not_true_or_false(option):
+    import torch
+
+    from gpuspeed.graphs import capture
+
+    with pytest.raises(UserError, match=f"capture\\(\\): {option} takes True or False, got 'no'"):
+        capture(lambda x: x * 2, torch.randn(4), **{option: "no"})

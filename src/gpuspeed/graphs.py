@@ -441,6 +441,9 @@ def capture(fn: Callable, *example_args, kwargs: dict | None = None, clone: bool
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
             raise UserError(f"capture(): {label} must be a whole number >= {least}, got {value!r}")
     warmup, max_cache = int(warmup), int(max_cache)
+    for label, value in (("clone", clone), ("own_inputs", own_inputs)):
+        if not isinstance(value, bool):  # clone="no" returned clones as True does
+            raise UserError(f"capture(): {label} takes True or False, got {value!r}")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"capture(): kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
     kwargs = dict(kwargs or {})
