@@ -213,3 +213,11 @@ def test_capture_refuses_a_flag_that_is_not_true_or_false(option):
 
     with pytest.raises(UserError, match=f"capture\\(\\): {option} takes True or False, got 'no'"):
         capture(lambda x: x * 2, torch.randn(4), **{option: "no"})
+
+
+def test_check_refuses_equal_nan_that_is_not_true_or_false():
+    out = np.array([1.0, np.nan])
+    assert not check(out, out.copy()).passed
+    with pytest.raises(UserError, match="equal_nan takes True or False, got 'False'"):  # it passed them as True
+        check(out, out.copy(), equal_nan="False")
+    assert check(out, out.copy(), equal_nan=np.bool_(True)).passed
