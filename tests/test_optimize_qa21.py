@@ -201,3 +201,14 @@ def test_on_a_gpu_the_handed_back_check_spares_the_gpu_candidates(tmp_path):
             assert "new array" not in (row.get("reason") or ""), (name, row)
     assert any(row["status"] == "ok" and not name.startswith("variant:") and name != "original"
                for name, row in rows.items()), {n: r["status"] for n, r in rows.items()}
+
+
+def test_a_tolerance_half_from_the_command_line_says_where_each_half_came_from(tmp_path):
+    # --rtol with TOLERANCE's atol: the report said "rtol 0.001, atol 1e-09 (--rtol/--atol)", an atol never typed
+    path = tmp_path / "tol.py"
+    path.write_text("import numpy as np\n\nTOLERANCE = dict(rtol=1e-6, atol=1e-9)\n\ndef original(x):\n"
+                    "    return np.cumsum(x)\n\ndef inputs(rng):\n    return (rng.standard_normal(8),)\n")
+    wl = W.load(path, rtol=1e-3, gpu=False)
+    assert (wl.rtol, wl.atol) == (1e-3, 1e-9)
+    assert wl.tolerance_source == "--rtol, and the workload's TOLERANCE for atol", wl.tolerance_source
+    assert W.load(path, rtol=1e-3, atol=1e-7, gpu=False).tolerance_source == "--rtol/--atol"

@@ -200,6 +200,9 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     if rtol is not None or atol is not None:
         source = "--rtol/--atol"
     from_tolerance = {"rtol": rtol is None and t_rtol is not None, "atol": atol is None and t_atol is not None}
+    if (rtol is not None or atol is not None) and any(from_tolerance.values()):  # one from each: say which is which
+        given, kept = ("rtol", "atol") if rtol is not None else ("atol", "rtol")
+        source = f"--{given}, and the workload's TOLERANCE for {kept}"
     rtol = t_rtol if rtol is None else rtol
     atol = t_atol if atol is None else atol
     for label, v in (("rtol", rtol), ("atol", atol)):
