@@ -212,3 +212,34 @@ def test_a_tolerance_half_from_the_command_line_says_where_each_half_came_from(t
     assert (wl.rtol, wl.atol) == (1e-3, 1e-9)
     assert wl.tolerance_source == "--rtol, and the workload's TOLERANCE for atol", wl.tolerance_source
     assert W.load(path, rtol=1e-3, atol=1e-7, gpu=False).tolerance_source == "--rtol/--atol"
+
+
+# --- an out=-style original, and a variant that returns its result instead of writing it ---
+
+DOUBLE_INTO = '''
+import numpy as np
+
+
+def original(x, out):
+    np.multiply(x, 2.0, out=out)
+
+
+def inputs(rng):
+    return rng.standard_normal(30), np.zeros(30)
+
+
+def returns_it(x, out):
+    return x * 2.0
+
+
+variants = {"returns_it": returns_it}
+'''
+
+
+def test_a_variant_that_returns_what_the_original_writes_into_out_says_so(tmp_path):
+    # its row said only "FAIL out[0]: 30/30 over tolerance": the numbers were right, in the wrong place
+    from optimize_script_helpers import optimize_text
+
+    row = optimize_text(tmp_path, "double_into", DOUBLE_INTO, ["variant"]).results["variant:returns_it"]
+    assert row["status"] == "incorrect", row
+    assert "returned a result" in row["reason"] and "`out` (argument 1)" in row["reason"], row["reason"]

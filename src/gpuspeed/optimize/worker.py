@@ -299,7 +299,11 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
             if on_gpu and check(host_synced, ref, rtol=rtol, atol=atol, equal_nan=True).passed:
                 return _reject(result, "incorrect", "result read right after the call was wrong, right after a "
                                "synchronize: work left running on another stream", result_path)
-            return _reject(result, "incorrect", f"seed {seed}: {res.summary}", result_path)
+            why = f"seed {seed}: {res.summary}"
+            if getattr(impl.run, "returned", False) and spec.get("in_place") and not spec.get("in_place_returns"):
+                why = (f"returned a result, where {wl.func} returns None and writes its result into "
+                       f"{W.param_names(wl, spec['in_place'])}: write it there ({why})")
+            return _reject(result, "incorrect", why, result_path)
         missing = _not_handed_back(spec, out, dev, args) if not chunk else []
         if missing:
             return _reject(result, "incorrect", f"returns a new array where {wl.func} returns its argument "

@@ -324,8 +324,11 @@ def returning_args(fn, positions, returns=False):
     returns a result) (the result, that tuple)."""
     def call(*args):
         res = fn(*args)
+        call.returned = res is not None  # a result where none is expected: it may be what belonged in the arguments
         written = tuple(args[i] for i in positions)
         return (res, written) if returns else written
+
+    call.returned = False
 
     call.__name__ = getattr(fn, "__name__", "call")
     return call
