@@ -221,3 +221,38 @@ def test_check_refuses_equal_nan_that_is_not_true_or_false():
     with pytest.raises(UserError, match="equal_nan takes True or False, got 'False'"):  # it passed them as True
         check(out, out.copy(), equal_nan="False")
     assert check(out, out.copy(), equal_nan=np.bool_(True)).passed
+
+
+# -- budgets: a sign and an exponent are read, so '-1' is told it must be positive -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_peak():
+    from gpuspeed import peak_memory
+
+    return peak_memory(lambda n: np.random.default_rng(6).random(n), 100_000, device="cpu")
+
+
+@pytest.mark.parametrize("budget", ["-1", "-1GB", "-0.5 GiB"])
+def test_a_negative_budget_is_told_to_be_positive(small_peak, budget):
+    with pytest.raises(UserError, match=f"budget must be positive, got '{budget}'"):  # was "cannot read budget"
+        small_peak.fits(budget)
+
+
+@pytest.mark.parametrize(("budget", "nbytes"), [("1e9", 10**9), ("1E9B", 10**9), ("1e3 MiB", 1000 * 2**20),
+                                                ("5e-1GiB", 2**29), ("+8GiB", 8 * 2**30)])
+def test_a_budget_in_scientific_notation_is_read(small_peak, budget, nbytes):
+    fit = small_peak.fits(budget)  # '1e9' was refused though 1e9 as a number is taken
+    assert fit.budget_bytes == nbytes and fit.fits
+
+
+def test_cap_refuses_a_negative_budget_before_its_block():
+    import warnings
+
+    from gpuspeed import cap
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no GPU: the cap is not enforced
+        with pytest.raises(UserError, match="budget must be positive"):
+            with cap("-8GiB"):
+                pass

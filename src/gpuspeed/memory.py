@@ -67,7 +67,8 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
             raise UserError(f"budget {n} has no unit and is under 1 MiB as bytes: write it with its "
                             f"unit, e.g. '{n}GiB' or '{n}GB' (or '{n}B' for bytes)")
         return int(budget)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(%|[a-zA-Z]*)\s*", str(budget))
+    # a sign and an exponent are read too: '-1' was "cannot read budget" (not "must be positive"), '1e9' refused
+    m = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%|[a-zA-Z]*)\s*", str(budget))
     if not m:
         raise UserError(f"cannot read budget {budget!r}: use e.g. 8GiB, 8GB, 512MiB or 80%")
     value, unit = float(m.group(1)), m.group(2).lower()
@@ -84,7 +85,8 @@ def parse_budget(budget: str | int | float, total_bytes: int | None = None) -> i
     if unit == "":
         return parse_budget(value, total_bytes)  # a unitless string is a bare number
     if not value * _UNITS[unit] < float("inf"):  # 400 digits read as inf: int(inf) was an OverflowError
-        raise UserError(f"budget {m.group(1)[:12]}...{unit} ({len(m.group(1))} digits) is too large to be a size")
+        number = m.group(1) if len(m.group(1)) <= 12 else f"{m.group(1)[:12]}... ({len(m.group(1))} digits) "
+        raise UserError(f"budget {number}{unit} is too large to be a size")
     return _whole_bytes(value * _UNITS[unit], budget)
 
 
