@@ -276,31 +276,45 @@ class Capture:
         the end of a tensor writes over the heap (glibc then aborts the process, 'double free or corruption', or
         the damage passes unseen), where a GPU would fault or corrupt a neighbour. While a Capture is open each
         interpreted launch's memory operations are held to the storage of its tensor arguments: a lane that is
-        not masked off and reaches outside all of them raises OutOfBounds before it touches memory."""
+        not masked off and reaches outside all of them raises OutOfBounds before it touches memory; and its programs
+        are held to a GPU's, which run at once: two touching one element, one writing, raise ProgramRace at its end."""
         from triton.runtime import interpreter as it
 
         if not all(hasattr(it, n) for n in ("GridExecutor", "InterpreterBuilder", "_get_np_dtype")):
             return  # another interpreter layout: left unchecked
         cap = self
 
+        from gpuspeed.kernel.program_races import ProgramAccesses, tensor_names
+
         def wrap_init(orig):
             def _init_args_hst(executor, *args, **kwargs):
                 hst = orig(executor, *args, **kwargs)
                 name = getattr(getattr(executor, "fn", None), "__name__", "kernel")
                 cap._set("bounds", (name, _storage_ranges(hst)))
+                try:
+                    named = tensor_names(executor.fn, *hst) if isinstance(hst, tuple) and len(hst) == 2 else []
+                except Exception:  # another interpreter layout: the race names no argument
+                    named = []
+                cap._set("races", ProgramAccesses(name, named))
                 return hst
             return _init_args_hst
 
         def wrap_call(orig):
             def __call__(executor, *args, **kwargs):
-                outer = cap._get("bounds")
+                outer, outer_races = cap._get("bounds"), cap._get("races")
                 try:
-                    return orig(executor, *args, **kwargs)
+                    got = orig(executor, *args, **kwargs)
+                    races = cap._get("races")
+                    said = races.race(getattr(it.interpreter_builder, "grid_dim", None) or (1, 1, 1)) if races else None
+                    if said:
+                        raise ProgramRace(said)
+                    return got
                 finally:
                     cap._set("bounds", outer)
+                    cap._set("races", outer_races)
             return __call__
 
-        def checked(op, ptr_at, mask_at):  # positions (and names) of the pointer and mask arguments
+        def checked(op, ptr_at, mask_at, value_at=None):  # positions (and names) of the pointer, mask, value arguments
             def wrap(orig):
                 def method(builder, *args, **kwargs):
                     bounds = cap._get("bounds")
@@ -309,15 +323,33 @@ class Capture:
                         mask = (None if mask_at is None else args[mask_at[0]] if len(args) > mask_at[0]
                                 else kwargs.get(mask_at[1]))
                         _check_bounds(bounds, op, builder, ptrs, mask, it._get_np_dtype)
+                        races = cap._get("races")
+                        if races is not None and op in ("load", "store"):
+                            value = (None if value_at is None else args[value_at[0]] if len(args) > value_at[0]
+                                     else kwargs.get(value_at[1]))
+                            races.note(op, builder, ptrs, mask, value)
+                        elif races is not None:  # an atomic: the launch orders its programs itself
+                            races.atomic = True
                     return orig(builder, *args, **kwargs)
                 return method
             return wrap
+
+        def atomic(orig):  # tl.atomic_load / atomic_store: through the masked load and store, noted as atomics
+            def method(builder, *args, **kwargs):
+                races = cap._get("races")
+                if races is not None:
+                    races.atomic = True
+                return orig(builder, *args, **kwargs)
+            return method
 
         self._patch(it.GridExecutor, "_init_args_hst", wrap_init)
         self._patch(it.GridExecutor, "__call__", wrap_call)
         builder = it.InterpreterBuilder
         self._patch(builder, "create_masked_load", checked("load", (0, "ptrs"), (1, "mask")))
-        self._patch(builder, "create_masked_store", checked("store", (0, "ptrs"), (2, "mask")))
+        self._patch(builder, "create_masked_store", checked("store", (0, "ptrs"), (2, "mask"), (1, "value")))
+        for name in ("create_atomic_load", "create_atomic_store"):
+            if hasattr(builder, name):
+                self._patch(builder, name, atomic)
         if hasattr(builder, "create_atomic_rmw"):  # (rmwOp, ptr, val, mask, sem, scope)
             self._patch(builder, "create_atomic_rmw", checked("atomic", (1, "ptr"), (3, "mask")))
         if hasattr(builder, "create_atomic_cas"):  # (ptr, cmp, val, sem, scope): every lane
@@ -516,6 +548,10 @@ class InterpretedLaunchError(Exception):
 
 class OutOfBounds(InterpretedLaunchError):
     """An interpreted Triton kernel's unmasked load or store reaches outside every tensor argument."""
+
+
+class ProgramRace(InterpretedLaunchError):
+    """Two programs of one interpreted Triton launch touch one element, one writing, with nothing ordering them."""
 
 
 class DotTooSmall(InterpretedLaunchError):
