@@ -14,6 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 
+MAX_LANES = 1 << 23  # accesses noted per launch; past them (hundreds of MB) the launch is not judged
+
+
 class ProgramAccesses:
     """The loads and stores of one interpreted launch: addresses, programs, stored values."""
 
@@ -21,6 +24,7 @@ class ProgramAccesses:
         self.kernel = kernel
         self.names = names  # [(start, end, name, itemsize)] of its tensor arguments
         self.atomic = False
+        self.lanes = 0
         self._reads: list = []  # (addresses, program)
         self._writes: list = []  # (addresses, program, values)
 
@@ -28,7 +32,7 @@ class ProgramAccesses:
         """One tl.load / tl.store of the launch: its live lanes' addresses, and the stored values."""
         data = getattr(ptrs, "data", None)
         dims = tuple(getattr(builder, "grid_dim", None) or ())
-        if self.atomic or not isinstance(data, np.ndarray) or data.dtype.kind not in "iu" or np.prod(dims) <= 1:
+        if self.atomic or self.lanes > MAX_LANES or not isinstance(data, np.ndarray) or data.dtype.kind not in "iu" or np.prod(dims) <= 1:
             return  # a launch of one program has no other to race with
         addrs = data.astype(np.uint64)
         live = None
@@ -37,6 +41,10 @@ class ProgramAccesses:
         x, y, z = (tuple(builder.grid_idx) + (0, 0, 0))[:3]
         program = x + dims[0] * (y + dims[1] * z)
         pick = (lambda a: a[live]) if live is not None else (lambda a: a.reshape(-1))
+        self.lanes += addrs.size
+        if self.lanes > MAX_LANES:  # too many to hold: not judged, as a launch with atomics is not
+            self._reads, self._writes = [], []
+            return
         if op == "store":
             values = np.broadcast_to(np.asarray(getattr(value, "data", value)), addrs.shape)
             self._writes.append((pick(addrs), program, pick(values).astype(np.float64, copy=False)))
@@ -45,7 +53,7 @@ class ProgramAccesses:
 
     def race(self, grid_dim) -> str | None:
         """The first race of the launch, in words; None when none (or it uses atomics)."""
-        if self.atomic or not self._writes:
+        if self.atomic or self.lanes > MAX_LANES or not self._writes:
             return None
         w_addr = np.concatenate([a for a, _, _ in self._writes])
         w_prog = np.concatenate([np.full(a.size, p, dtype=np.int64) for a, p, _ in self._writes])
