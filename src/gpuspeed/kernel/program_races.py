@@ -32,7 +32,8 @@ class ProgramAccesses:
         """One tl.load / tl.store of the launch: its live lanes' addresses, and the stored values."""
         data = getattr(ptrs, "data", None)
         dims = tuple(getattr(builder, "grid_dim", None) or ())
-        if self.atomic or self.lanes > MAX_LANES or not isinstance(data, np.ndarray) or data.dtype.kind not in "iu" or np.prod(dims) <= 1:
+        if (self.atomic or self.lanes > MAX_LANES or not isinstance(data, np.ndarray) or data.dtype.kind not in "iu"
+                or np.prod(dims) <= 1):
             return  # a launch of one program has no other to race with
         addrs = data.astype(np.uint64)
         live = None
