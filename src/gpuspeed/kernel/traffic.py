@@ -67,16 +67,15 @@ def read_and_written(fn: Callable, args: tuple, kwargs: dict, sync: Callable[[],
     the device after a call."""
     from gpuspeed import trees
 
-    base = trees.clone_tree((args, kwargs))
-    first = trees.clone_tree(base)
+    first = trees.clone_tree((args, kwargs))  # the arguments themselves stay as they were: no third copy
     fn(*first[0], **first[1])
     sync()
-    given, before, after = list(trees.leaves((args, kwargs))), list(trees.leaves(base)), list(trees.leaves(first))
-    written = [i for i, (b, a) in enumerate(zip(before, after, strict=True))
+    given, after = list(trees.leaves((args, kwargs))), list(trees.leaves(first))
+    written = [i for i, (b, a) in enumerate(zip(given, after, strict=True))
                if hasattr(b, "shape") and hasattr(b, "dtype") and b is not a and not _same(b, a)]
     if not written:
         return []
-    other = trees.clone_tree(base)
+    other = trees.clone_tree((args, kwargs))
     moved = list(trees.leaves(other))
     shifted = set()
     for i in written:  # one array passed twice is one clone: changed once
