@@ -256,3 +256,20 @@ def test_cap_refuses_a_negative_budget_before_its_block():
         with pytest.raises(UserError, match="budget must be positive"):
             with cap("-8GiB"):
                 pass
+
+
+# -- check(): a leaf that could not be compared has unknown errors, never 0 -----------------------------------------
+
+
+@pytest.mark.parametrize(("out", "ref"), [
+    (np.ones(3), np.ones(4)),  # shapes differ
+    ((np.ones(2), None), (np.ones(2), np.ones(2))),  # a None where an array was expected
+    ({"a": np.ones(2)}, {"b": np.ones(2)}),  # keys differ
+    (np.ma.masked_array(np.ones(3), mask=[0, 1, 0]), np.ma.masked_array(np.ones(3), mask=[0, 0, 0])),
+])
+def test_check_that_could_not_compare_reports_no_zero_error(out, ref):
+    r = check(out, ref)
+    assert not r.passed
+    # rel_l2_err read 0.0, so `check(...).rel_l2_err < 1e-6` passed a wrong shape
+    assert r.rel_l2_err == r.max_abs_err == r.max_rel_err == float("inf")
+    assert check(np.ones(3), np.ones(3)).rel_l2_err == 0.0

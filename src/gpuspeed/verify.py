@@ -669,6 +669,13 @@ def _compare_in_one_pass(leaf: LeafCheck, out_flat: np.ndarray, ref_flat: np.nda
     return tally, ref_norm, ref_nan
 
 
+def _uncompared(leaf: LeafCheck, message: str) -> LeafCheck:
+    """A failed leaf whose values could not be compared (structure, shape, mask): its errors are unknown, so infinite,
+    not 0 -- check(np.ones(3), np.ones(4)).rel_l2_err read 0.0, and `rel_l2_err < 1e-6` passed it."""
+    leaf.message, leaf.max_abs_err, leaf.max_rel_err, leaf.rel_l2_err = message, math.inf, math.inf, math.inf
+    return leaf
+
+
 def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     _check_fits_host(path, out, ref)
     out_host, out_dtype = _to_host(out)
@@ -681,26 +688,23 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     leaf = LeafCheck(path=path, passed=False, shape=tuple(out_host.shape), ref_shape=tuple(ref_host.shape),
                      dtype=out_dtype, ref_dtype=ref_dtype_name, n_elements=int(out_host.size))
     if out_host.shape != ref_host.shape:
-        leaf.message = f"shape {tuple(out_host.shape)} != reference {tuple(ref_host.shape)}"
-        return leaf
+        return _uncompared(leaf, f"shape {tuple(out_host.shape)} != reference {tuple(ref_host.shape)}")
     shape, kept = out_host.shape, None  # kept: the flat positions compared, where a mask leaves some out
     if isinstance(out, np.ma.MaskedArray) or isinstance(ref, np.ma.MaskedArray):
         out_mask, ref_mask = np.ma.getmaskarray(out), np.ma.getmaskarray(ref)
         if not np.array_equal(out_mask, ref_mask):
             apart = out_mask != ref_mask
             first = tuple(int(i) for i in np.unravel_index(int(np.argmax(apart)), shape)) if apart.ndim else ()
-            leaf.message = (f"masks differ: {int(apart.sum())}/{apart.size} elements masked in one and not the "
-                            f"other (first at {first}; output masked there: {bool(out_mask[first])})")
-            return leaf
+            return _uncompared(leaf, f"masks differ: {int(apart.sum())}/{apart.size} elements masked in one and not "
+                                     f"the other (first at {first}; output masked there: {bool(out_mask[first])})")
         kept = np.flatnonzero(~ref_mask)
         out_host, ref_host = out_host.reshape(-1)[kept], ref_host.reshape(-1)[kept]  # the unmasked values alone
         leaf.n_elements = int(kept.size)
     nat = None  # datetime64 / timedelta64: (NaT in the output, NaT in the reference)
     if {out_host.dtype.kind, ref_host.dtype.kind} & {"m", "M"}:
         if out_host.dtype.kind != ref_host.dtype.kind:
-            leaf.message = (f"dtype {out_dtype} vs reference {ref_dtype_name}: a datetime64 compares only with a "
-                            "datetime64, a timedelta64 with a timedelta64 (convert both to the same kind)")
-            return leaf
+            return _uncompared(leaf, f"dtype {out_dtype} vs reference {ref_dtype_name}: a datetime64 compares only "
+                                     "with a datetime64, a timedelta64 with a timedelta64 (convert both to the same kind)")
         # the same instants counted in ns and in s compare equal: both in the finer unit, then as integer counts,
         # exactly (as floats, 1e-12 of ~1.8e18 ns since 1970 let 1.8 ms through)
         common = np.promote_types(out_host.dtype, ref_host.dtype)
@@ -913,7 +917,7 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
     leaves: list[LeafCheck] = []
     for path, o, r, err in _pairs(out, ref):
         if err is not None:
-            leaves.append(LeafCheck(path=path, passed=False, message=err))
+            leaves.append(_uncompared(LeafCheck(path=path, passed=False), err))
         elif isinstance(o, _Numbers):
             leaves.append(_check_numbers(path, o, r, rtol, atol, equal_nan, dtype))
         else:
