@@ -133,7 +133,25 @@ RACES = """
         return out
     """
 
-FILES = {"launchers.py": LAUNCHERS, "folder/roofline.json": "{}", "races.py": RACES}
+NUMBA_TORCH = """
+    import torch
+    from numba import cuda
+
+
+    @cuda.jit
+    def twice(a, out):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i] = a[i] * 2
+
+
+    def launch(a):
+        out = torch.empty_like(a)
+        twice[(a.numel() + 31) // 32, 32](a, out)
+        return out
+    """
+
+FILES = {"launchers.py": LAUNCHERS, "folder/roofline.json": "{}", "races.py": RACES, "numba_torch.py": NUMBA_TORCH}
 X = ("--input", "x=float32[100]")
 CASES = {
     "far name": ("launchers.py:triple", *X),
@@ -141,6 +159,7 @@ CASES = {
     "ceilings folder": ("launchers.py:double", *X, "--ceilings", "folder"),
     **{f"race {name}": (f"races.py:{name}", "--input", "x=float32[300]") for name in (
         "racy", "atomic", "smooth", "flag", "two_pass")},
+    **{f"numba {dtype}": ("numba_torch.py:launch", "--input", f"a={dtype}[40]") for dtype in ("bfloat16", "float16")},
 }
 
 
@@ -319,3 +338,31 @@ def test_atomics_one_flag_value_and_two_launches_are_no_race(cli):
         r = cli[case]
         assert r.returncode == 0 and "race" not in r.stderr, (case, r.stderr[-2000:])
         assert "verdict: ran under the interpreters" in r.stdout, (case, r.stdout)
+
+
+def test_a_bfloat16_tensor_handed_to_a_numba_kernel_is_refused_in_words(cli):
+    # the simulator was handed the bf16 tensor itself (NumPy has no view of it) and failed at `i < a.size` with
+    # "'<' not supported between instances of 'int' and 'builtin_function_or_method'", then advised --backend numpy,
+    # whose arrays have no bfloat16 either
+    line = one_line(cli["numba bfloat16"])
+    assert "twice: argument a is a torch.bfloat16 tensor" in line and "float32 or float16" in line, line
+    assert "--backend" not in line and "builtin_function" not in line, line
+    r = cli["numba float16"]
+    assert r.returncode == 0 and "verdict: ran under the interpreters" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_numba_refuses_a_bfloat16_tensor_as_the_simulator_check_says():
+    import torch
+    from numba import cuda
+
+    @cuda.jit
+    def twice(a, out):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i] = a[i] * 2
+
+    a = torch.randn(40, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(Exception):  # noqa: B017 - Numba's own error for the '<V2' typestr torch exports bf16 as
+        twice[2, 32](a, torch.empty_like(a))
+        cuda.synchronize()

@@ -485,6 +485,7 @@ class Capture:
                                                    shared_dynamic=int(kern.dynshared_size or 0), interpreted=True,
                                                    arg_bytes=arg_bytes(args)))
                     if top:  # torch tensors, which a GPU launch takes through __cuda_array_interface__
+                        _refuse_bfloat16(kern.fn, args)
                         args = tuple(_numpy_view(a) for a in args)
                         if (said := mismatch(kern.fn, args)) is not None:
                             raise SignatureMismatch(said)
@@ -540,6 +541,24 @@ def _numpy_view(a):
         return a.detach().numpy() if a.device.type == "cpu" else a
     except (TypeError, RuntimeError):  # a dtype NumPy lacks (bfloat16): left as it is
         return a
+
+
+def _refuse_bfloat16(fn, args) -> None:
+    """SignatureMismatch for a torch bfloat16 tensor handed to a simulated Numba kernel: torch exports it through
+    __cuda_array_interface__ as 2-byte void ('<V2'), which Numba refuses on a GPU, and NumPy has no view of it, so the
+    simulator would index the tensor itself and fail far from the cause."""
+    import inspect
+
+    for i, a in enumerate(args):
+        if type(a).__module__.split(".")[0] == "torch" and str(getattr(a, "dtype", "")) == "torch.bfloat16":
+            try:
+                name = list(inspect.signature(fn).parameters)[i]
+            except (TypeError, ValueError, IndexError):
+                name = f"#{i}"
+            raise SignatureMismatch(f"{getattr(fn, '__name__', 'kernel')}: argument {name} is a torch.bfloat16 tensor: a "
+                                    "Numba CUDA kernel takes no bfloat16 array (torch hands it over as 2-byte void, "
+                                    "'<V2', which Numba refuses on a GPU); pass it as float32 or float16 "
+                                    "(x.float(), x.half())")
 
 
 class InterpretedLaunchError(Exception):
