@@ -273,3 +273,25 @@ def test_check_that_could_not_compare_reports_no_zero_error(out, ref):
     # rel_l2_err read 0.0, so `check(...).rel_l2_err < 1e-6` passed a wrong shape
     assert r.rel_l2_err == r.max_abs_err == r.max_rel_err == float("inf")
     assert check(np.ones(3), np.ones(3)).rel_l2_err == 0.0
+
+
+@pytest.mark.gpu
+def test_place_and_bench_take_their_gpu_options_after_the_early_checks():
+    # the options checked before place() does any work (check_options) and bench's own checks still let every valid
+    # GPU option through: graph mode, kernel mode, hide_launch_latency, a callable flush, graph_calls
+    import torch
+
+    from gpuspeed import bench
+    from gpuspeed.roofline import place
+    from gpuspeed.roofline.ceilings import Ceiling, Ceilings
+
+    ceil = Ceilings("cuda", torch.cuda.get_device_name(), [Ceiling("copy", "memory", 4000.0),
+                                                          Ceiling("fp32", "compute", 60.0),
+                                                          Ceiling("tf32", "compute", 400.0)])
+    a = torch.randn(256, 256, device="cuda")
+    for options in ({"mode": "graph", "graph_calls": 20}, {"mode": "events", "hide_launch_latency": True},
+                    {"mode": "events", "flush": lambda: None}, {"mode": "kernel"}):
+        p = place(torch.mm, a, a, ceilings=ceil, budget_s=0.2, **options)
+        assert p.flops == 2 * 256**3 and p.time_s > 0, options
+    m = bench(torch.mm, a, a, mode="events", hide_launch_latency=True, budget_s=0.2)
+    assert m.mode == "events" and m.median > 0
