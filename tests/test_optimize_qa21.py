@@ -243,3 +243,52 @@ def test_a_variant_that_returns_what_the_original_writes_into_out_says_so(tmp_pa
     row = optimize_text(tmp_path, "double_into", DOUBLE_INTO, ["variant"]).results["variant:returns_it"]
     assert row["status"] == "incorrect", row
     assert "returned a result" in row["reason"] and "`out` (argument 1)" in row["reason"], row["reason"]
+
+
+# --- a Python float made in float64, and a variant that makes it in float32 ---
+
+SUM_OF_SQUARES = '''
+import numpy as np
+
+
+def original(x):
+    return float(np.sum(x * x))
+
+
+def inputs(rng):
+    return (rng.standard_normal(300),)
+
+
+def in_float32(x):
+    y = x.astype(np.float32)
+    return float(np.sum(y * y))
+
+
+def reordered(x):
+    return float(np.dot(x, x))
+
+
+variants = {"in_float32": in_float32, "reordered": reordered}
+'''
+
+
+def test_a_python_float_made_in_float64_is_not_matched_by_a_float32_one(tmp_path):
+    # gpuspeed.check holds a Python float to float32's rtol 1e-5 (it says no precision), so the float32 variant was
+    # "correct" and the primary, labelled as written, while the plan said the tolerance was float64's 1e-12; one that
+    # float32 cannot hold exactly was made in float64, and is held to float64's rtol now, in the run and in the script
+    import subprocess
+    import sys
+
+    from optimize_script_helpers import optimize_text, rewrite
+
+    run = optimize_text(tmp_path, "sumsq", SUM_OF_SQUARES, ["variant"])
+    rows = run.results
+    assert rows["variant:reordered"]["status"] == "ok", rows["variant:reordered"]
+    assert rows["variant:in_float32"]["status"] == "incorrect", rows["variant:in_float32"]
+    assert "rtol 1e-12" in rows["variant:in_float32"]["reason"], rows["variant:in_float32"]["reason"]
+    assert run.choice["primary"] != "variant:in_float32"
+    # the emitted script's own check holds it so too: with the float32 variant as its primary, it fails
+    script = rewrite(run, "variant:in_float32")
+    res = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=120)
+    assert res.returncode == 1 and "FAIL" in res.stdout, res.stdout + res.stderr
