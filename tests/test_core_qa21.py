@@ -295,3 +295,10 @@ def test_place_and_bench_take_their_gpu_options_after_the_early_checks():
         assert p.flops == 2 * 256**3 and p.time_s > 0, options
     m = bench(torch.mm, a, a, mode="events", hide_launch_latency=True, budget_s=0.2)
     assert m.mode == "events" and m.median > 0
+
+
+def test_ceilings_refuse_quick_that_is_not_true_or_false():
+    from gpuspeed.roofline import ceilings
+
+    with pytest.raises(UserError, match="quick takes True or False, got 'no'"):  # it measured the quick ceilings
+        ceilings(device="cpu", quick="no", nbytes=2**10)

@@ -539,6 +539,8 @@ def ceiling_steps(device: str = "auto", quick: bool = False, nbytes: int | None 
     each bandwidth buffer (default 4 GiB on a GPU, 1 GiB quick; 512 MiB on a CPU, 128 MiB quick)."""
     if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 4):
         raise UserError(f"nbytes must be a whole number of bytes >= 4 (one fp32 element), got {nbytes!r}")
+    if not isinstance(quick, (bool, np.bool_)):  # quick="no" measured the quick ceilings, as True does
+        raise UserError(f"quick takes True or False, got {quick!r}")
     info = _device.get_device(device)
     if info.kind == "cpu":
         return cpu_steps(quick, nbytes)
