@@ -230,6 +230,10 @@ def _fill(out):
     out.fill_(7.0)
 
 
+def _first_half(x, out):
+    out[: out.shape[0] // 2] = x[: out.shape[0] // 2] * 2  # the other half untouched, neither read nor written
+
+
 def test_the_arguments_a_call_reads_and_writes_are_measured_on_copies():
     # a launcher returning None was counted its arguments once (inputs read once + no output): an in-place x *= 2.5
     # at full bandwidth sat at half of the copy roof; which arguments it also reads is now measured on copies
@@ -245,6 +249,7 @@ def test_the_arguments_a_call_reads_and_writes_are_measured_on_copies():
     assert read_and_written(_scale_into, (x, out), {}) == []  # out= only written
     assert read_and_written(_accumulate, (x, out), {})[0] is out  # out += x reads out
     assert read_and_written(_fill, (out,), {}) == []
+    assert read_and_written(_first_half, (x, out), {}) == []
     assert read_and_written(_accumulate, (), {"x": x, "out": out})[0] is out  # by keyword too
     assert read_and_written(_in_place_scale, (x[::2],), {})[0].shape == (19,)
     assert torch.equal(x, kept_x) and torch.equal(out, kept_out)  # the arguments themselves are left as they were

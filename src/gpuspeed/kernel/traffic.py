@@ -13,22 +13,27 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-def _same(a, b) -> bool:
-    """Whether two arrays of one kind hold the same values (NaN equal to NaN)."""
+def _differs(a, b):
+    """Where two arrays of one kind hold different values (NaN equal to NaN), element by element: a torch bool tensor
+    on their device, else a NumPy bool array; None where their shapes differ."""
     import numpy as np
 
     if hasattr(a, "untyped_storage"):  # torch: compared where it lives, no host copy of a large tensor
         import torch
 
         if a.shape != b.shape:
-            return False
+            return None
         if a.is_floating_point() or a.is_complex():
-            return bool(torch.all((a == b) | (torch.isnan(a) & torch.isnan(b))))
-        return bool(torch.equal(a, b))
+            return (a != b) & ~(torch.isnan(a) & torch.isnan(b))
+        return a != b
     if hasattr(a, "__cuda_array_interface__"):  # CuPy (get), Numba device arrays (copy_to_host): to the host
         a, b = ((x.get() if hasattr(x, "get") else x.copy_to_host()) for x in (a, b))
     a, b = np.asarray(a), np.asarray(b)
-    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if a.shape != b.shape:
+        return None
+    if a.dtype.kind in "fc":
+        return (a != b) & ~(np.isnan(a) & np.isnan(b))
+    return a != b
 
 
 def _shift(x) -> bool:
@@ -71,8 +76,13 @@ def read_and_written(fn: Callable, args: tuple, kwargs: dict, sync: Callable[[],
     fn(*first[0], **first[1])
     sync()
     given, after = list(trees.leaves((args, kwargs))), list(trees.leaves(first))
-    written = [i for i, (b, a) in enumerate(zip(given, after, strict=True))
-               if hasattr(b, "shape") and hasattr(b, "dtype") and b is not a and not _same(b, a)]
+    changed = {}  # leaf -> the elements the call wrote (changed): only those tell whether it read them first
+    for i, (b, a) in enumerate(zip(given, after, strict=True)):
+        if hasattr(b, "shape") and hasattr(b, "dtype") and b is not a:
+            where = _differs(b, a)
+            if where is None or bool(where.any()):
+                changed[i] = where
+    written = list(changed)
     if not written:
         return []
     other = trees.clone_tree((args, kwargs))
@@ -85,8 +95,15 @@ def read_and_written(fn: Callable, args: tuple, kwargs: dict, sync: Callable[[],
         return []
     fn(*other[0], **other[1])
     sync()
-    # what it wrote there changed with what the array held: it read it too
-    return [given[i] for i in written if id(moved[i]) in shifted and not _same(after[i], moved[i])]
+    # what it wrote changed with what the array held before: it read it too (elements it never wrote are not asked)
+    read = []
+    for i in written:
+        if id(moved[i]) not in shifted:
+            continue
+        apart = _differs(after[i], moved[i])
+        if apart is None or changed[i] is None or bool((apart & changed[i]).any()):
+            read.append(given[i])
+    return read
 
 
 def read_and_written_bytes(fn: Callable, args: tuple, kwargs: dict, sync: Callable[[], Any] = lambda: None) -> int:
