@@ -292,3 +292,37 @@ def test_a_python_float_made_in_float64_is_not_matched_by_a_float32_one(tmp_path
     res = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120)
     assert res.returncode == 1 and "FAIL" in res.stdout, res.stdout + res.stderr
+
+
+# --- a loop that appends to a list it shares ---
+
+
+def _sums_of_sines(xs, n):
+    import math
+
+    out = []
+    for i in range(n):
+        acc = 0.0
+        for v in xs:
+            acc += math.sin(v * i)
+        out.append(acc)
+    return out
+
+
+def _rows_made_inside(x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        parts = []
+        parts.append(x[i] * 2.0)
+        total += parts[0]
+    return total
+
+
+def test_a_loop_that_appends_to_a_shared_list_is_planned_no_prange_candidate():
+    # `out.append(acc)` under `for i in range(n)`: as a prange loop the threads append at once (the candidate died of
+    # SIGSEGV, or came back in another order, WRONG); its plan row said nothing, and the crash was a row of its own
+    from gpuspeed.optimize.candidates import prange_race
+
+    why = prange_race(_sums_of_sines) or ""
+    assert "out.append" in why and "race" in why, why
+    assert prange_race(_rows_made_inside) is None  # a list each iteration makes for itself is its own

@@ -247,6 +247,11 @@ def _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested,
             rows[-1]["why"] += f"; no prange candidate: {race}"
 
 
+# the methods that grow, shrink or reorder a list, set, dict or deque in place
+_GROWING = {"append", "extend", "insert", "pop", "remove", "clear", "add", "update", "discard", "setdefault",
+            "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse"}
+
+
 def prange_race(fn) -> str | None:
     """Why running fn's outermost `for v in range(...)` loops as numba.prange would race, or None: an iteration that
     writes an element of an array it shares with the others (not made inside the loop) at an index that is not v
@@ -272,6 +277,12 @@ def prange_race(fn) -> str | None:
         own = {t.id for n in ast.walk(loop) if isinstance(n, ast.Assign)
                and not isinstance(n.value, (ast.Subscript, ast.Name, ast.Attribute)) for t in n.targets
                if isinstance(t, ast.Name)}
+        for n in ast.walk(loop):  # `out.append(v)` on a list the iterations share: threads appending at once
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _GROWING \
+                    and isinstance(n.func.value, ast.Name) and n.func.value.id not in own:
+                return (f"iterations of the loop at line {loop.lineno + fn.__code__.co_firstlineno - 1} over {var} "
+                        f"call `{ast.unparse(n.func)}` on a container they share (parallel, they would race, and "
+                        "in another order)")
         for n in ast.walk(loop):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
             for t in targets:
