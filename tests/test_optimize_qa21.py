@@ -326,3 +326,16 @@ def test_a_loop_that_appends_to_a_shared_list_is_planned_no_prange_candidate():
     why = prange_race(_sums_of_sines) or ""
     assert "out.append" in why and "race" in why, why
     assert prange_race(_rows_made_inside) is None  # a list each iteration makes for itself is its own
+
+
+def test_an_atol_alone_gets_a_report(tmp_path):
+    # `--atol 1e-6` (or TOLERANCE = dict(atol=1e-6)) without an rtol ended the run in a TypeError traceback as the
+    # report was written ("rtol {None:g}"): every candidate measured, no report, no script
+    from optimize_script_helpers import optimize_text
+
+    run = optimize_text(tmp_path, "atol_only", "import numpy as np\n\ndef original(x):\n    return np.cumsum(x)\n\n"
+                        "def inputs(rng):\n    return (rng.standard_normal(32),)\n", ["variant"], atol=1e-6)
+    report = (run.out_dir / "report.md").read_text()
+    assert "Tolerance: rtol by dtype (float64 1e-12, float32 1e-5), atol 1e-06 (--atol)" in report, report
+    script = (run.out_dir / "optimized_atol_only.py").read_text()
+    assert "rtol=None" not in script and "atol=1e-06" in script

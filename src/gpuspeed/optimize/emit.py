@@ -773,6 +773,8 @@ def _fallback_line(backend: str, rec: dict, lib: str) -> str:
 def _tolerance_text(rtol, atol) -> str:
     if rtol is None and atol is None:
         return "gpuspeed.check's default tolerance for the dtype (float64 rtol 1e-12, float32 1e-5, ...)"
+    if rtol is None:  # an atol alone: the rtol is still the dtype's
+        return f"gpuspeed.check's default rtol for the dtype (float64 1e-12, float32 1e-5, ...), atol={atol}"
     return f"rtol={rtol}, atol={atol}" if atol is not None else f"rtol={rtol} (atol: rtol x RMS of the original)"
 
 

@@ -216,7 +216,8 @@ def _tol(run):
     w = run.wl
     if w.rtol is None and w.atol is None:
         return "dtype defaults of gpuspeed.verify (float64 rtol 1e-12, float32 1e-5)"
-    return f"rtol {w.rtol:g}, atol {w.atol if w.atol is not None else 'rtol x RMS(ref)'} ({w.tolerance_source})"
+    rtol = "rtol by dtype (float64 1e-12, float32 1e-5)" if w.rtol is None else f"rtol {w.rtol:g}"  # an atol alone
+    return f"{rtol}, atol {w.atol if w.atol is not None else 'rtol x RMS(ref)'} ({w.tolerance_source})"
 
 
 def _projection_text(pr) -> str:

@@ -197,12 +197,11 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
             raise UserError(f"{path.name}: TOLERANCE must be dict(rtol=..., atol=...), got {tol!r}")
         t_rtol, t_atol = tol.get("rtol"), tol.get("atol")
         source = "the workload's TOLERANCE"
-    if rtol is not None or atol is not None:
-        source = "--rtol/--atol"
     from_tolerance = {"rtol": rtol is None and t_rtol is not None, "atol": atol is None and t_atol is not None}
-    if (rtol is not None or atol is not None) and any(from_tolerance.values()):  # one from each: say which is which
-        given, kept = ("rtol", "atol") if rtol is not None else ("atol", "rtol")
-        source = f"--{given}, and the workload's TOLERANCE for {kept}"
+    if rtol is not None or atol is not None:  # the flags given, and where the other one came from
+        source = "--rtol/--atol" if rtol is not None and atol is not None else "--rtol" if rtol is not None else "--atol"
+        kept = [k for k, v in from_tolerance.items() if v]
+        source += f", and the workload's TOLERANCE for {kept[0]}" if kept else ""
     rtol = t_rtol if rtol is None else rtol
     atol = t_atol if atol is None else atol
     for label, v in (("rtol", rtol), ("atol", atol)):
