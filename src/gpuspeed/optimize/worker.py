@@ -129,7 +129,7 @@ def _structure_problem(out, ref) -> str | None:
     return None
 
 
-def made_in_float64(x) -> bool:
+def _made_in_float64(x) -> bool:
     """A Python float that float32 cannot hold exactly: made in float64 (one made in float32 always can)."""
     return type(x) is float and np.isfinite(x) and float(np.float32(x)) != x
 
@@ -144,7 +144,7 @@ def _float64_scalars(out, ref):
     if isinstance(out, (list, tuple)) and isinstance(ref, (list, tuple)) and len(out) == len(ref):
         pairs = [_float64_scalars(o, r) for o, r in zip(out, ref, strict=True)]
         return [o for o, _ in pairs], [r for _, r in pairs]  # check() pairs a list with a tuple alike
-    if made_in_float64(ref) and (isinstance(out, (int, float, np.generic)) or getattr(out, "shape", None) == ()):
+    if _made_in_float64(ref) and (isinstance(out, (int, float, np.generic)) or getattr(out, "shape", None) == ()):
         try:
             return np.float64(out), np.float64(ref)
         except (TypeError, ValueError):  # a complex, say: left for the check to say
@@ -376,6 +376,7 @@ def _handed_caller_data(spec, wl, host, args, previous) -> str:
     allowed = spec.get("returns_views")
     if allowed is None or (spec.get("in_place") and not spec.get("in_place_returns")):
         return ""
+
     def result_of(out):
         return out[0] if spec.get("in_place_returns") and isinstance(out, tuple) else out
 

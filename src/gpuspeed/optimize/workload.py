@@ -446,6 +446,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         raise UserError(f"{wl.path.name}: inputs(rng) made other arguments for the same seed: draw them from the rng "
                         "it is given (np.random.*, random.* and torch.randn ignore it), and return fresh arrays, not "
                         "module-level ones that the original changes")
+    del again  # a second set of inputs: not held while the outputs are gathered
     in_place = None
     wl.in_place_returns = False
     wl.returns_args = []
