@@ -1,6 +1,7 @@
-"""QA pass 21 on `gpuspeed kernel FILE.py:NAME` without a GPU: names that miss and a --ceilings that names a folder.
-The cases run in one child process (a `python -m gpuspeed` costs seconds of imports) made once for the file: the
-command in-process, once per case, with the interpreters on; each test reads its cases' results."""
+"""QA pass 21 on `gpuspeed kernel FILE.py:NAME`: names that miss, a --ceilings that names a folder, Triton programs
+that race, a bfloat16 tensor handed to a Numba kernel, and (library and GPU) what a launcher returning no array
+updates in place. The CLI cases run in one child process (a `python -m gpuspeed` costs seconds of imports) made once
+for the file: the command in-process, once per case, with the interpreters on; each test reads its cases' results."""
 
 import json
 import subprocess
