@@ -439,8 +439,15 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         outs[seed] = copy.deepcopy(host_tree(out))
         afters[seed] = args
     again = None if wl.input_specs else wl.make_args(seeds[0])
-    if again is not None and [_digest((a,)) for a in again] != first_inputs and not _scratch_only(
-            wl, again, first_inputs, afters[seeds[0]], outs[seeds[0]], changed):
+    left = None if limit_s is None else limit_s - (time.perf_counter() - t0)
+    try:
+        other_inputs = again is not None and [_digest((a,)) for a in again] != first_inputs and not _scratch_only(
+            wl, again, first_inputs, afters[seeds[0]], outs[seeds[0]], changed, left)
+    except _OutOfTime:
+        raise UserError(f"{wl.path.name}: {wl.func} did not finish a second call on seed {seeds[0]}'s inputs (its "
+                        f"written arguments differed) within {limit_s:.3g} s{why}: raise --time-budget, or give it "
+                        "smaller inputs") from None
+    if other_inputs:
         # every worker makes its own inputs from the seed: the original would be called "not deterministic" and
         # every candidate wrong, for arguments that were never the same
         raise UserError(f"{wl.path.name}: inputs(rng) made other arguments for the same seed: draw them from the rng "
@@ -479,7 +486,7 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
     return outs, bool(changed), in_place
 
 
-def _scratch_only(wl, again, first_inputs, after, out, changed) -> bool:
+def _scratch_only(wl, again, first_inputs, after, out, changed, limit_s) -> bool:
     """The arguments that differ on a second make_args of the same seed are only ones the original writes into, and
     it gives the same answer on them: an `np.empty` out= buffer, whose garbage differs call to call and is never
     read. (A module-level array the original changes is the same object again, and its answer moves: not one.)"""
@@ -487,9 +494,9 @@ def _scratch_only(wl, again, first_inputs, after, out, changed) -> bool:
     if len(again) != len(first_inputs) or not set(moved) <= changed or any(again[i] is after[i] for i in moved):
         return False
     try:
-        with _time_limit(60.0):
+        with _time_limit(limit_s):  # past the reference calls' limit: _OutOfTime, said by the caller
             out_again = wl.original(*again)
-    except (Exception, SystemExit, _OutOfTime):
+    except (Exception, SystemExit):
         return False
     return (out is None) == (out_again is None) and same_inputs(host_tree(again), host_tree(after)) and \
         (out is None or same_inputs(host_tree(out_again), out))
