@@ -165,6 +165,10 @@ def test_an_original_whose_output_is_empty_at_this_scale_is_refused(tmp_path, ca
     err = capsys.readouterr().err
     assert "returned only empty arrays" in err and "raise --scale" in err and "Traceback" not in err, err
     assert not (tmp_path / "out" / "report.md").exists()
+    # so is a number made of empty arrays (a sum of nothing is 0.0 whatever a candidate adds)
+    path.write_text(SQUARES.replace("    return out\n", "    return float(out.sum())\n"))
+    assert main(["optimize", str(path), "--device", "cpu", "--scale", "0.001", "--out", str(tmp_path / "out")]) == 2
+    assert "numbers of empty arrays" in capsys.readouterr().err
 
 
 def test_a_variant_precision_other_than_float32_is_a_one_line_error(tmp_path):

@@ -475,12 +475,16 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
         if out is None or not leaves(out):
             raise UserError(f"{wl.path.name}: {wl.func} returned nothing to check (return its result)")
         _check_leaves(wl, out)
-    if all(isinstance(x, np.ndarray) and x.size == 0 for out in outs.values() for x in leaves(out)):
-        # every candidate would match an empty output, and its time be the time of nothing
+    arrays_in = [x for x in leaves(afters[seeds[0]]) if hasattr(x, "shape") and not isinstance(x, np.generic)]
+    empty_in = bool(arrays_in) and all(0 in tuple(x.shape) for x in arrays_in)
+    if all(isinstance(x, np.ndarray) and x.size == 0 or empty_in and not isinstance(x, np.ndarray)
+           for out in outs.values() for x in leaves(out)):
+        # every candidate would match an empty output (or a sum of nothing), and its time be the time of nothing
         where = f"inputs(rng, scale={wl.scale:g})" if wl.scale_used else "these inputs"
         more = ": raise --scale" if wl.scale_used else ": give it inputs with elements"
-        raise UserError(f"{wl.path.name}: {wl.func} returned only empty arrays on {where}, so there is nothing to "
-                        f"check a candidate against{more}")
+        what = "only empty arrays" if not empty_in else "only empty arrays or numbers of empty arrays"
+        raise UserError(f"{wl.path.name}: {wl.func} returned {what} on {where}, so there is nothing to check a "
+                        f"candidate against{more}")
     # a bfloat16 argument counts where it is written into (then it is the output)
     wl.bf16_outputs = bf16_result or any(_has_bf16(afters[seeds[0]][i]) for i in in_place or [])
     return outs, bool(changed), in_place
