@@ -257,7 +257,7 @@ import numpy as np
 
 
 def original(x):
-    return float(np.sum(x * x))
+    return float(np.sum(x * x)), np.sum(x)  # a Python float and a NumPy float64, both made in float64
 
 
 def inputs(rng):
@@ -266,14 +266,18 @@ def inputs(rng):
 
 def in_float32(x):
     y = x.astype(np.float32)
-    return float(np.sum(y * y))
+    return float(np.sum(y * y)), np.sum(x)
 
 
 def reordered(x):
-    return float(np.dot(x, x))
+    return float(np.dot(x, x)), np.sum(x[::-1])
 
 
-variants = {"in_float32": in_float32, "reordered": reordered}
+def sum_as_a_float32_number(x):  # a Python float stands in for the NumPy float64 (same dtype to NumPy)
+    return float(np.sum(x * x)), float(np.sum(x.astype(np.float32)))
+
+
+variants = {"in_float32": in_float32, "reordered": reordered, "as_number": sum_as_a_float32_number}
 '''
 
 
@@ -291,6 +295,8 @@ def test_a_python_float_made_in_float64_is_not_matched_by_a_float32_one(tmp_path
     assert rows["variant:reordered"]["status"] == "ok", rows["variant:reordered"]
     assert rows["variant:in_float32"]["status"] == "incorrect", rows["variant:in_float32"]
     assert "rtol 1e-12" in rows["variant:in_float32"]["reason"], rows["variant:in_float32"]["reason"]
+    # a Python float against the original's NumPy float64 was held to float32's rtol too ("the less precise")
+    assert rows["variant:as_number"]["status"] == "incorrect", rows["variant:as_number"]
     assert run.choice["primary"] != "variant:in_float32"
     # the emitted script's own check holds it so too: with the float32 variant as its primary, it fails
     script = rewrite(run, "variant:in_float32")

@@ -488,9 +488,10 @@ def check_against_original(fn, seeds=(101, 202, 303)):
                 ok = False
                 continue
             if o.dtype.kind in "fc":
-                # the original's float64 result (a Python float that float32 cannot hold) sets it alone, as in the run
-                rtol = RTOL if RTOL is not None else default_rtol(r_leaf) if made_in_float64(r_leaf) else max(
-                    default_rtol(o_leaf), default_rtol(r_leaf))
+                # the original's float64 result (a Python float that float32 cannot hold), or any where this returns a
+                # Python float (it says no precision of its own), sets it alone, as in the run
+                rtol = RTOL if RTOL is not None else default_rtol(r_leaf) if made_in_float64(r_leaf) or type(
+                    o_leaf) is float else max(default_rtol(o_leaf), default_rtol(r_leaf))
                 r64, o64 = r.astype(np.complex128 if o.dtype.kind == "c" else np.float64), o.astype(
                     np.complex128 if o.dtype.kind == "c" else np.float64)
                 ref_abs = np.abs(np.where(np.isfinite(r64), r64, 0))  # NaN and Inf in the reference set no scale
