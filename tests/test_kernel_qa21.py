@@ -353,22 +353,8 @@ def test_a_bfloat16_tensor_handed_to_a_numba_kernel_is_refused_in_words(cli):
     line = one_line(cli["numba bfloat16"])
     assert "twice: argument a is a torch.bfloat16 tensor" in line and "float32 or float16" in line, line
     assert "--backend" not in line and "builtin_function" not in line, line
+    # an H100's numba-cuda launched a kernel on a bf16 tensor without an error (db263c5): the refusal is the
+    # simulator's, and says so
+    assert "under the CUDA simulator" in line and "refuses on a GPU" not in line, line
     r = cli["numba float16"]
     assert r.returncode == 0 and "verdict: ran under the interpreters" in r.stdout, r.stderr[-2000:]
-
-
-@pytest.mark.gpu
-def test_on_a_gpu_numba_refuses_a_bfloat16_tensor_as_the_simulator_check_says():
-    import torch
-    from numba import cuda
-
-    @cuda.jit
-    def twice(a, out):
-        i = cuda.grid(1)
-        if i < a.size:
-            out[i] = a[i] * 2
-
-    a = torch.randn(40, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(Exception):  # noqa: B017 - Numba's own error for the '<V2' typestr torch exports bf16 as
-        twice[2, 32](a, torch.empty_like(a))
-        cuda.synchronize()

@@ -544,9 +544,9 @@ def _numpy_view(a):
 
 
 def _refuse_bfloat16(fn, args) -> None:
-    """SignatureMismatch for a torch bfloat16 tensor handed to a simulated Numba kernel: torch exports it through
-    __cuda_array_interface__ as 2-byte void ('<V2'), which Numba refuses on a GPU, and NumPy has no view of it, so the
-    simulator would index the tensor itself and fail far from the cause."""
+    """SignatureMismatch for a torch bfloat16 tensor handed to a simulated Numba kernel: NumPy has no bfloat16 to view
+    it as, so the simulator would index the tensor itself and fail far from the cause. (Numba on a GPU is another
+    matter: at db263c5 an H100's numba-cuda launched a kernel on one without an error.)"""
     import inspect
 
     for i, a in enumerate(args):
@@ -556,9 +556,9 @@ def _refuse_bfloat16(fn, args) -> None:
             except (TypeError, ValueError, IndexError):
                 name = f"#{i}"
             raise SignatureMismatch(f"{getattr(fn, '__name__', 'kernel')}: argument {name} is a torch.bfloat16 tensor: a "
-                                    "Numba CUDA kernel takes no bfloat16 array (torch hands it over as 2-byte void, "
-                                    "'<V2', which Numba refuses on a GPU); pass it as float32 or float16 "
-                                    "(x.float(), x.half())")
+                                    "Numba CUDA kernel cannot be run on a bfloat16 array under the CUDA simulator (NumPy has no "
+                                    "bfloat16 to hold it); pass it as float32 or float16 (x.float(), x.half()) to "
+                                    "check the kernel here, or run it on a GPU")
 
 
 class InterpretedLaunchError(Exception):
