@@ -375,25 +375,44 @@ _VERSIONED = ["numpy", "torch", "triton", "cupy", "numba", "jax", "transformers"
 
 def versions() -> dict:
     """Versions of Python and every library gpuspeed knows about (None when not installed)."""
-    from importlib import metadata
-
     out = {"python": platform.python_version(), "gpuspeed": _own_version()}
-    dists = {"cupy": ["cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"], "pynvml": ["nvidia-ml-py"],
-             "numba": ["numba"], "jax": ["jax"]}
     for name in _VERSIONED:
-        version = None
-        for dist in dists.get(name, [name]):
-            try:
-                version = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-        out[name] = version
+        found = _dist(name)
+        out[name] = found[1] if found else None
     if cuda_available():
         import torch
 
         out["cuda_runtime"] = torch.version.cuda
     return out
+
+
+_DISTS = {"cupy": ["cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"], "pynvml": ["nvidia-ml-py"]}
+# what to pip install where the package name alone is the wrong advice (plain `cupy` builds from source)
+_INSTALL = {"cupy": "cupy-cuda12x, or cupy-cuda13x to match a CUDA 13 driver", "numba": "numba numba-cuda",
+            "pynvml": "nvidia-ml-py"}
+
+
+def _dist(module: str) -> tuple[str, str] | None:
+    """The installed distribution that provides `module` and its version, or None."""
+    from importlib import metadata
+
+    for dist in _DISTS.get(module, [module]):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _not_found(module: str) -> str:
+    """Why `module` cannot be imported when no module of that name is found: not installed, or its distribution is
+    installed without its files (pip then calls it satisfied, so the plain install advice would change nothing)."""
+    found = _dist(module)
+    if found is None:
+        return f"not installed (pip install {_INSTALL.get(module, module)})"
+    dist, version = found
+    return (f"{dist} {version} is installed but `import {module}` finds no module: a broken install "
+            f"(pip install --force-reinstall {dist})")
 
 
 def _own_version() -> str:
@@ -414,7 +433,7 @@ class Backend:
 
 def _probe(module: str) -> tuple[object | None, str | None]:
     if importlib.util.find_spec(module.split(".")[0]) is None:
-        return None, f"not installed (pip install {module.split('.')[0]})"
+        return None, _not_found(module.split(".")[0])
     try:
         return importlib.import_module(module), None
     except Exception as exc:  # a broken install must not break doctor
@@ -443,11 +462,14 @@ def _numba_cuda_runs(ncuda) -> Backend:
         return Backend("numba.cuda", False, f"a probe kernel failed: {one_line(exc, 100)}")
 
 
-def _torch_compile(torch, has_cuda: bool, why: str | None) -> Backend:
-    """torch.compile's inductor builds C++ kernels on the CPU: usable there only with a C++ compiler on PATH."""
+def _torch_compile(torch, has_cuda: bool, why: str | None, triton_why: str | None = None) -> Backend:
+    """torch.compile's inductor builds C++ kernels on the CPU: usable there only with a C++ compiler on PATH; on a
+    GPU it writes Triton kernels, so it needs an importable triton there."""
     if torch is None or not hasattr(torch, "compile"):
         return Backend("torch.compile", False, why or "this torch has no torch.compile")
     if has_cuda:
+        if triton_why:
+            return Backend("torch.compile", False, f"no usable triton ({triton_why}): inductor writes its GPU kernels in it")
         return Backend("torch.compile", True, "inductor (Triton on GPU, C++ on CPU)")
     import shutil
 
@@ -475,11 +497,11 @@ def backends() -> list[Backend]:
     else:
         built = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
         out.append(Backend("torch (CUDA)", False, f"{built}; torch runs on the CPU"))
-    out.append(_torch_compile(torch, has_cuda, why))
+    triton, triton_why = _probe("triton")
+    out.append(_torch_compile(torch, has_cuda, why, triton_why))
 
-    triton, why = _probe("triton")
     if triton is None:
-        out.append(Backend("triton", False, why))
+        out.append(Backend("triton", False, triton_why))
     elif not has_cuda:
         out.append(Backend("triton", False, "no GPU; TRITON_INTERPRET=1 runs kernels on the CPU for tests"))
     else:
@@ -496,7 +518,7 @@ def backends() -> list[Backend]:
             out.append(Backend("cupy", False, f"no usable device: {one_line(exc, 100)}"))
 
     if importlib.util.find_spec("numba") is None:
-        out.append(Backend("numba.cuda", False, "not installed (pip install numba numba-cuda)"))
+        out.append(Backend("numba.cuda", False, _not_found("numba")))
     elif not has_cuda:
         out.append(Backend("numba.cuda", False, "no GPU; NUMBA_ENABLE_CUDASIM=1 simulates kernels for tests"))
     else:
@@ -511,7 +533,7 @@ def backends() -> list[Backend]:
             out.append(Backend("numba.cuda", False, f"import failed: {one_line(exc, 100)}"))
 
     if importlib.util.find_spec("jax") is None:
-        out.append(Backend("jax", False, "not installed (pip install jax)"))
+        out.append(Backend("jax", False, _not_found("jax")))
     else:
         try:
             import jax
@@ -522,7 +544,7 @@ def backends() -> list[Backend]:
             out.append(Backend("jax", False, f"failed to start: {one_line(exc, 100)}"))
 
     if importlib.util.find_spec("pynvml") is None:
-        out.append(Backend("nvml", False, "not installed (pip install nvidia-ml-py); clocks are not read"))
+        out.append(Backend("nvml", False, f"{_not_found('pynvml')}; clocks are not read"))
     else:
         out.append(Backend("nvml", _nvml() is not None,
                            "clocks and device memory readable" if _nvml() else "no NVIDIA driver here"))
