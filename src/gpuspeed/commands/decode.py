@@ -8,17 +8,6 @@ import time
 import typer
 
 
-def _ints(text: str | None, what: str) -> list[int]:
-    from gpuspeed.errors import UserError
-
-    if not text:
-        return []
-    try:
-        return [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise UserError(f"--{what} takes comma-separated integers like 8,32, got {text!r}") from None
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def decode(
@@ -79,7 +68,7 @@ def register(app: typer.Typer) -> None:
                           prompt_len=prompt_len if prompt_len is not None else (8 if small else 32), prompt=prompt,
                           new_tokens=new_tokens if new_tokens is not None else (16 if small else 128),
                           device=device, seed=seed, compile_backend=compile_backend, hf=not no_hf,
-                          profile=not no_profile, batches=_ints(batches, "batches"), long_prompt=long_prompt,
+                          profile=not no_profile, batches=batches, long_prompt=long_prompt,
                           time_cap_s=time_cap, max_layers=layers,
                           bench_budget_s=budget if budget is not None else (0.5 if small else 2.0),
                           out=out, read_roof_GBps=read_roof,

@@ -11,6 +11,7 @@ roofline module measures in the same run. A failing variant is recorded with its
 from __future__ import annotations
 
 import gc
+import os
 import re
 import tempfile
 import time
@@ -61,8 +62,23 @@ class Spec:
     def __post_init__(self):
         if isinstance(self.variants, str):  # "V2,V5" or "all" as on the command line: it was read letter by letter
             self.variants = V.parse_variants(self.variants)
+        elif isinstance(self.variants, (list, tuple)):  # ["v2"] as the string form takes it; unknown ones stay for check_spec
+            self.variants = [next((k for k in V.ORDER if isinstance(v, str) and k.lower() == v.strip().lower()), v)
+                             for v in self.variants]
+        if isinstance(self.model, os.PathLike):  # a pathlib.Path: check_spec failed on Path.strip
+            self.model = os.fspath(self.model)
+        self.batches = parse_batches(self.batches)
         if self.sampling is None:  # greedy, as the default: run() failed on None.__dict__ after loading the model
             self.sampling = Sampling()
+        elif isinstance(self.sampling, dict):  # as a results file's params hold it: run() failed on dict.__dict__
+            try:
+                self.sampling = Sampling(**self.sampling)
+            except TypeError as exc:
+                raise UserError(f"sampling {self.sampling!r}: {exc}; its keys are temperature, top_k, top_p, "
+                                "seed") from None
+        elif not isinstance(self.sampling, Sampling):
+            raise UserError(f"sampling must be a gpuspeed.decode.generate.Sampling or a dict of its fields, got "
+                            f"{type(self.sampling).__name__} {self.sampling!r}")
         # `--model=~/m.gguf`: no shell expands a ~ after '=', so it is expanded here (as --out's is)
         if isinstance(self.model, str) and self.model.startswith("~") and self.model not in M.CONFIGS:
             try:
@@ -78,6 +94,20 @@ class Spec:
         """Whether the run has transformers generate rows: asked for (hf), and not under --quant (transformers
         cannot run the int8 weights) nor --tp N (the ranks hold shards; tp.worker drops them)."""
         return self.hf and not self.quant and self.tp == 1
+
+
+def parse_batches(batches) -> list[int]:
+    """--batches as the command line writes it ("8,32"), one size, or a list of sizes (their ranges: check_spec)."""
+    if batches is None:
+        return []
+    if isinstance(batches, int):
+        return [batches]
+    if isinstance(batches, str):
+        try:
+            return [int(t) for t in batches.split(",") if t.strip()]
+        except ValueError:
+            raise UserError(f"--batches takes comma-separated integers like 8,32, got {batches!r}") from None
+    return list(batches)
 
 
 def model_key(model: str) -> str:

@@ -1,0 +1,78 @@
+"""Round 21 QA of `gpuspeed decode`: the `gpuspeed.decode` Python API (study.Spec, study.run) as a user calls it, and
+Hugging Face folders with odd configs, on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from decode_cli_helpers import one_thread  # noqa: F401  (autouse: one torch thread while this module runs)
+
+# the smallest in-process run of one rung (no transformers rows, no profile, a given read ceiling)
+QUICK = dict(new_tokens=2, hf=False, profile=False, bench_budget_s=0.05, device="cpu", variants="V2",
+             read_roof_GBps=20.0, prompt_len=4)
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    """A tiny random LlamaForCausalLM saved by transformers (random, never all-zero weights)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    torch.manual_seed(21)
+    cfg = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=96, max_position_embeddings=128)
+    m = transformers.LlamaForCausalLM(cfg)
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    folder = tmp_path_factory.mktemp("hf_llama")
+    m.save_pretrained(folder)
+    return folder
+
+
+def test_spec_takes_a_pathlib_path_as_the_model(hf_folder):
+    # Spec(model=Path(folder)): check_spec failed with AttributeError: 'PosixPath' object has no attribute 'strip'
+    from gpuspeed.decode import study
+
+    spec = study.Spec(model=Path(hf_folder), **QUICK)
+    study.check_spec(spec)
+    doc = study.run(spec)
+    (row,) = doc["rows"]
+    assert row["variant"] == "V2" and row["ms_per_token"] > 0, row
+    assert doc["params"]["model"] == str(hf_folder)  # the results file holds the path as text (JSON has no Path)
+
+
+def test_spec_takes_the_batches_as_the_command_line_writes_them():
+    # Spec(batches="8,32") failed in check_spec with TypeError: '<' not supported between 'str' and 'int'
+    from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
+
+    assert study.Spec(batches="8, 32").batches == [8, 32]
+    assert study.Spec(batches=8).batches == [8]
+    assert study.Spec(batches=None).batches == []
+    with pytest.raises(UserError, match="batches"):
+        study.Spec(batches="8,x")
+
+
+def test_spec_takes_the_sampling_as_the_results_file_holds_it():
+    # params["sampling"] of a results file is a dict; Spec(sampling={...}) ran the model load, then failed with
+    # AttributeError: 'dict' object has no attribute '__dict__'
+    from gpuspeed.decode import study
+    from gpuspeed.decode.generate import Sampling
+    from gpuspeed.errors import UserError
+
+    s = {"temperature": 0.7, "top_k": 5, "top_p": None, "seed": 3}
+    assert study.Spec(sampling=s).sampling == Sampling(**s)
+    with pytest.raises(UserError, match="sampling"):
+        study.Spec(sampling={"temprature": 0.7})
+    with pytest.raises(UserError, match="sampling"):
+        study.Spec(sampling="greedy")
+
+
+def test_spec_takes_a_list_of_variants_in_any_case():
+    # Spec(variants="v2") was taken, Spec(variants=["v2"]) refused as an unknown variant
+    from gpuspeed.decode import study
+
+    assert study.Spec(variants=["v2", "V4C"]).variants == ["V2", "V4c"]
+    study.check_spec(study.Spec(variants=["v0", "v2"]))
