@@ -3,6 +3,7 @@
 import sys
 
 import pytest
+import torch
 
 from gpuspeed import device, doctor
 
@@ -49,3 +50,50 @@ def test_doctor_on_a_gpu_without_triton_says_torch_compile_cannot_build_gpu_kern
     _blocked(monkeypatch, ["triton"])
     compiled = next(b for b in device.backends() if b.name == "torch.compile")
     assert not compiled.usable and "triton" in compiled.why
+
+
+def _relu_chain_then_sum(x, w):
+    y = x
+    for _ in range(3):
+        y = torch.relu(y @ w)
+    s = 0.0
+    for i in range(4):
+        s += float(y[i, 0])
+    return y.sum() + s
+
+
+def _verdict_cells(text: str) -> list[str]:
+    """The verdict column of the printed 'Hot loop nests' table, one string per row (its wrapped lines joined)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Hot loop nests" in line)
+    rows: list[str] = []
+    for line in lines[start:]:
+        if line.startswith("└"):
+            break
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells[0]:  # a new row: its `where` cell is filled on its first line only
+            rows.append(cells[-1])
+        else:
+            rows[-1] += " " + cells[-1]
+    return rows
+
+
+def test_profile_report_cuts_a_long_loop_verdict_at_a_word_and_says_so():
+    # the verdict was cut at 90 characters mid-word: "... (`y = torch.relu(y @ w)`, line 5), s" read as a second
+    # variable s the loop needed, "(torc" as a word
+    import gpuspeed
+
+    x = torch.randn(16, 16, generator=torch.Generator().manual_seed(3))
+    w = torch.randn(16, 16, generator=torch.Generator().manual_seed(4)) / 4
+    res = gpuspeed.profile(_relu_chain_then_sum, x, w, steps=1)
+    full = [loop["verdict"] for loop in res.hotspots["hot_loops"]]
+    shown = _verdict_cells(str(res))
+    assert len(shown) == len(full) and any(len(v) > 90 for v in full)
+    for cell, verdict in zip(shown, full, strict=True):
+        if cell == verdict:
+            continue
+        assert cell.endswith("…"), cell
+        head = cell[:-1]
+        assert verdict.startswith(head) and verdict[len(head)] in " ,;:(", (cell, verdict)

@@ -147,6 +147,16 @@ def markdown(res, level: int = 2) -> str:
     return "\n".join(lines)
 
 
+def _clip(text: str, limit: int) -> str:
+    """text cut to at most limit characters at a word's end, '…' where it was cut: a cut mid-word read as another
+    word (a loop's verdict ending "line 5), s" where it said "so")."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return head.rstrip(" ,;:(") + "…"
+
+
 def print_report(res, console) -> None:
     """The rich console report."""
     from rich.markup import escape
@@ -216,7 +226,7 @@ def print_report(res, console) -> None:
                   [(r["line"], r["hits"], format_time(r["time_s"]), _pct(r["share"]), r["code"].strip()[:60]) for r in hot])
         table("Hot loop nests", ["where", "depth", "share", "kind", "verdict"],
               [(f"{loop['function']}:{loop['line']}", loop["depth"], _pct(loop["share"]), loop.get("kind", "-"),
-                loop["verdict"][:90]) for loop in res.hotspots["hot_loops"]])
+                _clip(loop["verdict"], 90)) for loop in res.hotspots["hot_loops"]])
     for r in res.recommendations:
         console.print(f"[green]->[/] {escape(r['text'])}")
     for n in res.notes:
