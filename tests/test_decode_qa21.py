@@ -76,3 +76,22 @@ def test_spec_takes_a_list_of_variants_in_any_case():
 
     assert study.Spec(variants=["v2", "V4C"]).variants == ["V2", "V4c"]
     study.check_spec(study.Spec(variants=["v0", "v2"]))
+
+
+@pytest.mark.parametrize("prompt, needle", [
+    (torch.tensor([[1.0, 2.0, 3.0]]), "integer"),  # was torch's RuntimeError from the embedding
+    (torch.tensor([[1, 2, 97]]), "97"),  # past the vocab: an IndexError here, a device-side assert on a GPU
+    (torch.tensor([[1, -2, 3]]), "-2"),
+])
+def test_generate_refuses_a_prompt_that_is_not_token_ids_of_the_model(prompt, needle):
+    from gpuspeed.decode import model as M, variants as V
+    from gpuspeed.decode.generate import generate
+    from gpuspeed.errors import UserError
+
+    m = M.build(M.ModelArgs(vocab_size=97, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=48, max_seq_len=64),
+                seed=5)
+    engine = V.make_engine("V2", m, 1, V.max_len_for(3, 2))
+    with pytest.raises(UserError, match=needle):
+        generate(engine, prompt, 2)
+    ok = generate(engine, torch.tensor([[1, 2, 96]], dtype=torch.int32), 2)  # int32 ids are token ids too
+    assert ok.shape == (1, 2) and int(ok.max()) < 97

@@ -99,6 +99,21 @@ def mark_done(nxt: torch.Tensor, done: torch.Tensor, eos: torch.Tensor) -> torch
     return nxt
 
 
+def check_prompt(prompt, model) -> None:
+    """A one-line UserError for a prompt that is not the model's token ids: a float tensor failed in torch's embedding,
+    an id past the vocab (or negative) with an IndexError on the CPU and a device-side assert (a dead context) on a GPU."""
+    a = model.args if getattr(model, "tp", None) is None else model.tp.args  # a TP shard: the whole model's vocab
+    if not isinstance(prompt, torch.Tensor) or prompt.dtype.is_floating_point or prompt.dtype.is_complex \
+            or prompt.dtype == torch.bool:
+        what = f"a {prompt.dtype} tensor" if isinstance(prompt, torch.Tensor) else f"a {type(prompt).__name__}"
+        raise UserError(f"the prompt must be token ids (an integer tensor [batch, length]), got {what}")
+    if prompt.numel():
+        lo, hi = int(prompt.min()), int(prompt.max())  # one host read a generation, before any kernel indexes with them
+        if lo < 0 or hi >= a.vocab_size:
+            raise UserError(f"the prompt holds token id {lo if lo < 0 else hi}, outside the model's vocab of "
+                            f"{a.vocab_size} (0..{a.vocab_size - 1})")
+
+
 def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -> torch.Tensor:
     """prefill + decode with one engine (a variant built for this model); tokens [B, <= new_tokens] on the host.
 
@@ -106,6 +121,7 @@ def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -
     engine.check_every steps) and tokens after a sequence's EOS are EOS."""
     if new_tokens < 1:
         raise UserError(f"--new-tokens must be >= 1, got {new_tokens}")
+    check_prompt(prompt, engine.model)
     first = engine.prefill(prompt, on_logits=on_logits)
     if new_tokens == 1:
         return first[:, None].cpu()
