@@ -97,3 +97,21 @@ def test_profile_report_cuts_a_long_loop_verdict_at_a_word_and_says_so():
         assert cell.endswith("…"), cell
         head = cell[:-1]
         assert verdict.startswith(head) and verdict[len(head)] in " ,;:(", (cell, verdict)
+
+
+def _break_with_input_live_after(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y + x
+
+
+def test_explain_counts_the_resumed_codes_first_size_change_as_expected():
+    # x is live past the break, so the resumed code guards on its size too and recompiles once at x's first new size,
+    # as the function does; that was flagged "1 more (each one a new compile)" because the first frame had used up x
+    from gpuspeed.graph_breaks import explain
+
+    x = torch.randn(32, generator=torch.Generator().manual_seed(5))
+    rep = explain(_break_with_input_live_after, x)
+    assert rep.break_count == 1 and rep.recompiles == 2, rep.recompile_reasons
+    assert rep.expected_recompiles == rep.recompiles, str(rep)
+    assert "1 more" not in str(rep)

@@ -452,9 +452,11 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
             reason = _recompile_reason(m)
             if reason not in reasons:
                 reasons.append(reason)
-            # an input's first change is dynamo's automatic-dynamic recompile; its next is a real one
-            if (changed_input := _dynamic_input(m)) is not None and changed_input not in changed:
-                changed.add(changed_input)
+            # an input's first change is dynamo's automatic-dynamic recompile; its next is a real one. Per frame: the
+            # code resumed after a break holds its own guards on the same input, and recompiles once for it too
+            if (changed_input := _dynamic_input(m)) is not None \
+                    and (key := (m.splitlines()[0], changed_input)) not in changed:
+                changed.add(key)
                 expected_reasons.append(reason)
         logged = any(m.startswith("Recompiling") for m in log.messages)
         recompiles = len(recompile_msgs) if logged else counted
