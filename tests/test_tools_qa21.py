@@ -115,3 +115,16 @@ def test_explain_counts_the_resumed_codes_first_size_change_as_expected():
     assert rep.break_count == 1 and rep.recompiles == 2, rep.recompile_reasons
     assert rep.expected_recompiles == rep.recompiles, str(rep)
     assert "1 more" not in str(rep)
+
+
+def test_explain_of_a_function_that_fails_without_compile_says_its_own_error(tmp_path, capsys):
+    # a reshape the inputs cannot take was "raised TorchRuntimeError: RuntimeError when making fake tensor call":
+    # dynamo's wrapper, not what was wrong
+    from gpuspeed.cli import main
+
+    (tmp_path / "work.py").write_text("import torch\n\n\ndef make_inputs():\n    return (torch.randn(8),)\n\n\n"
+                                      "def f(x):\n    return x.reshape(3, 5)\n")
+    assert main(["launch", "--explain", f"{tmp_path / 'work.py'}:f"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("gpuspeed: error: ")
+    assert "RuntimeError: shape '[3, 5]' is invalid for input of size 8" in err and "work.py:9" in err, err

@@ -361,6 +361,12 @@ def _default_calls(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
     return out
 
 
+def _raise_if_eager_fails(fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Raise the function's own error where it fails without torch.compile too: dynamo's wrapper of it ("RuntimeError
+    when making fake tensor call") hid what was wrong with the inputs (a reshape to a size they do not have)."""
+    fn(*args, **kwargs)
+
+
 def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_fullgraph: bool = True,
             **kwargs) -> Explanation:
     """Graph breaks, recompiles and fullgraph-ability of `fn(*args, **kwargs)` under torch.compile.
@@ -406,7 +412,11 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
         notes.append(_reset_note(compiled_before))
     with _quiet_dynamo() as log:
         dynamo.reset()
-        out = dynamo.explain(fn)(*args, **kwargs)
+        try:
+            out = dynamo.explain(fn)(*args, **kwargs)
+        except Exception:
+            _raise_if_eager_fails(fn, args, kwargs)
+            raise
         breaks = []
         for r in out.break_reasons:
             fr = _user_stack_frame(getattr(r, "user_stack", None), fn_file)
