@@ -128,3 +128,14 @@ def test_explain_of_a_function_that_fails_without_compile_says_its_own_error(tmp
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("gpuspeed: error: ")
     assert "RuntimeError: shape '[3, 5]' is invalid for input of size 8" in err and "work.py:9" in err, err
+
+
+@pytest.mark.parametrize("name, mem_GBps", [("NVIDIA GH200 480GB", 4000), ("NVIDIA GH200 144G HBM3e", 4900),
+                                             ("NVIDIA H200", 4800), ("NVIDIA H100 80GB HBM3", 3350)])
+def test_a_grace_hopper_is_held_to_its_own_memory_not_an_h200s(name, mem_GBps):
+    # "GH200" matched the H200's pattern: a GH200 480GB (96 GB HBM3 at 4 TB/s) was held to 4.8 TB/s, so every
+    # memory-bound % of datasheet on it read 17 % low
+    sheet = device.datasheet_for(name)
+    assert sheet is not None and sheet.mem_GBps == mem_GBps
+    assert sheet.fp32_TFLOPs == device.datasheet_for("NVIDIA H100 80GB HBM3").fp32_TFLOPs
+    assert device.pct_of_datasheet(mem_GBps / 2, name, "mem") == pytest.approx(50.0)

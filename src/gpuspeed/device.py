@@ -45,6 +45,9 @@ _H100_SXM_RATES = dict(fp32_TFLOPs=66.9, tf32_TFLOPs=494.7, fp16_TFLOPs=989.4, b
                        fp64_TFLOPs=33.5, fp8_TFLOPs=1978.9)
 
 DATASHEETS: list[tuple[str, Datasheet]] = [
+    # Grace Hopper: an H100's rates; its HBM3 (96 GB, "GH200 480GB") or HBM3e (144 GB) memory, not an H200's
+    (r"GH200.*(144G|HBM3e)", Datasheet("NVIDIA GH200 144GB HBM3e", 4900, **_H100_SXM_RATES)),
+    (r"GH200", Datasheet("NVIDIA GH200 96GB HBM3", 4000, **_H100_SXM_RATES)),
     (r"H200 NVL", Datasheet("NVIDIA H200 NVL", 4800, 60.0, 417.5, 835.5, 835.5, 30.0, 1670.5)),
     (r"H200", Datasheet("NVIDIA H200 SXM", 4800, **_H100_SXM_RATES)),
     (r"H100.*PCIe", Datasheet("NVIDIA H100 PCIe", 2000, 51.2, 378.0, 756.0, 756.0, 25.6, 1513.0)),
