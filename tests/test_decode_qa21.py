@@ -95,3 +95,26 @@ def test_generate_refuses_a_prompt_that_is_not_token_ids_of_the_model(prompt, ne
         generate(engine, prompt, 2)
     ok = generate(engine, torch.tensor([[1, 2, 96]], dtype=torch.int32), 2)  # int32 ids are token ids too
     assert ok.shape == (1, 2) and int(ok.max()) < 97
+
+
+@pytest.mark.parametrize("fields, needle", [
+    (dict(temperature=0.7, top_k=2.5), "top_k must be an integer"),  # was every rung's "topk(): ... must be int"
+    (dict(temperature=0.7, seed=1.5), "seed must be an integer"),  # was every rung's "manual_seed expected a long"
+    (dict(temperature="0.7"), "temperature must be a number"),  # was a TypeError comparing float and str
+    (dict(temperature=0.7, top_p="0.9"), "top_p must be a number"),
+    (dict(temperature=0.7, top_k=True), "top_k must be an integer"),  # True is no count of tokens
+])
+def test_sampling_of_the_wrong_type_is_refused_in_one_line(fields, needle):
+    from gpuspeed.decode.generate import Sampling
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError, match=needle):
+        Sampling(**fields)
+
+
+def test_sampling_takes_numpy_numbers_as_python_ones():
+    np = pytest.importorskip("numpy")
+    from gpuspeed.decode.generate import Sampling
+
+    s = Sampling(temperature=np.float32(0.5), top_k=np.int64(4), seed=np.int64(7))
+    assert s == Sampling(temperature=0.5, top_k=4, seed=7) and type(s.top_k) is int and type(s.seed) is int

@@ -7,6 +7,7 @@ tokens on the host; `Sampling` says how the next token is chosen.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +25,16 @@ class Sampling:
     seed: int = 0
 
     def __post_init__(self):
+        # a float top-k or seed, a string temperature: each rung failed in torch mid-run (topk, manual_seed)
+        for key, kind in (("temperature", "real"), ("top_k", "int"), ("top_p", "real"), ("seed", "int")):
+            value = getattr(self, key)
+            if value is None and key in ("top_k", "top_p"):
+                continue
+            ok = not isinstance(value, bool) and isinstance(value, numbers.Integral if kind == "int" else numbers.Real)
+            if not ok:
+                raise UserError(f"sampling {key} must be {'an integer' if kind == 'int' else 'a number'}, got "
+                                f"{type(value).__name__} {value!r}")
+            object.__setattr__(self, key, int(value) if kind == "int" else float(value))
         if not (self.temperature == 0 or 1e-4 <= self.temperature < float("inf")):  # NaN too
             # a tinier temperature overflows logits / T to inf (NaN probabilities): 0 is greedy
             raise UserError(f"temperature must be 0 (greedy) or between 1e-4 and a finite number, got {self.temperature}")
