@@ -139,3 +139,43 @@ def test_a_grace_hopper_is_held_to_its_own_memory_not_an_h200s(name, mem_GBps):
     assert sheet is not None and sheet.mem_GBps == mem_GBps
     assert sheet.fp32_TFLOPs == device.datasheet_for("NVIDIA H100 80GB HBM3").fp32_TFLOPs
     assert device.pct_of_datasheet(mem_GBps / 2, name, "mem") == pytest.approx(50.0)
+
+
+def _breaks_inside(y):
+    z = y * 2
+    torch._dynamo.graph_break()
+    return z + 1
+
+
+def _breaks_too(y):
+    y = y.cos()
+    torch._dynamo.graph_break()
+    return y
+
+
+def _calls_two_breaking_helpers(x):
+    a = x.sin()
+    b = _breaks_inside(a)
+    c = _breaks_too(b)
+    return c.sum()
+
+
+def test_explain_tells_a_break_that_splits_the_caller_from_the_same_break_in_the_callee():
+    # the break inside _breaks_inside split the caller's graph at its call and the callee's own: two identical lines
+    # "break 1 at f.py:N" and "break 2 at f.py:N"; the header's 4 breaks beside 3 listed, and 6 recompiles beside 4,
+    # said nothing of the rest
+    from gpuspeed.graph_breaks import explain
+
+    x = torch.randn(16, generator=torch.Generator().manual_seed(6))
+    rep = explain(_calls_two_breaking_helpers, x)
+    text = str(rep)
+    places = [ln.split(" at ", 1)[1] for ln in text.splitlines() if ln.startswith("  break ")]
+    assert len(set(places)) == len(places), text  # each break told apart by where it is, not only by its number
+    call_line = _calls_two_breaking_helpers.__code__.co_firstlineno + 2
+    assert any(b.called_at == f"test_tools_qa21.py:{call_line}" for b in rep.breaks), rep.breaks
+    assert f"reached from the call at test_tools_qa21.py:{call_line}" in text
+    if rep.break_count > len(rep.breaks):
+        assert f"({rep.break_count - len(rep.breaks)} more break(s) that torch counted" in text
+    listed = [ln for ln in text.splitlines() if ln.startswith("    - ")]
+    if len(rep.recompile_reasons) > 4:
+        assert listed[-1].startswith(f"    - and {len(rep.recompile_reasons) - 4} more"), text

@@ -24,6 +24,8 @@ class Break:
     file: str | None
     line: int | None
     source: str | None
+    # file.py:line of the call in an outer function that this break split, where the break is inside the callee
+    called_at: str | None = None
 
     def where(self) -> str:
         if self.file is None:
@@ -57,12 +59,18 @@ class Explanation:
         out = [f"{self.function}: {self.graph_count} graph(s), {self.break_count} graph break(s); "
                f"fullgraph=True {verdict}"]
         for i, b in enumerate(self.breaks, 1):
-            out.append(f"  break {i} at {b.where()}: {b.reason}")
+            via = f", reached from the call at {b.called_at}" if b.called_at else ""
+            out.append(f"  break {i} at {b.where()}{via}: {b.reason}")
             if b.source:
                 out.append(f"      {b.source}")
+        if self.break_count > len(self.breaks):  # dynamo counts a break more often than it gives it a reason
+            out.append(f"  ({self.break_count - len(self.breaks)} more break(s) that torch counted without a reason "
+                       "of their own)")
         out.append(f"  recompiles over {self.calls} calls with changing inputs: {self._recompile_count()}")
         for r in self.recompile_reasons[:4]:
             out.append(f"    - {r}" + ("  (expected: the input's first change)" if r in self.expected_reasons else ""))
+        if len(self.recompile_reasons) > 4:
+            out.append(f"    - and {len(self.recompile_reasons) - 4} more (all in recompile_reasons, --json)")
         if self.fullgraph_ok is False and self.fullgraph_error:
             out.append(f"  fullgraph error: {self.fullgraph_error}")
         if self.fullgraph_ok and self.break_count:  # both are true: the two modes trace these constructs differently
@@ -420,8 +428,11 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
         breaks = []
         for r in out.break_reasons:
             fr = _user_stack_frame(getattr(r, "user_stack", None), fn_file)
+            stack = list(getattr(r, "user_stack", None) or [])
+            outer = stack[0] if fr is not None and stack and stack[0] is not fr else None
             breaks.append(Break(reason=_short_reason(r.reason), file=fr.filename if fr else None,
-                                line=fr.lineno if fr else None, source=(fr.line or "").strip() if fr else None))
+                                line=fr.lineno if fr else None, source=(fr.line or "").strip() if fr else None,
+                                called_at=f"{os.path.basename(outer.filename)}:{outer.lineno}" if outer else None))
         missed = _logged_breaks(log.messages, out.break_reasons, fn_file)
         if missed:  # in source order with the others
             breaks = sorted(breaks + missed, key=lambda b: (b.file is None, b.file or "", b.line or 0))
