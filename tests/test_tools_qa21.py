@@ -179,3 +179,14 @@ def test_explain_tells_a_break_that_splits_the_caller_from_the_same_break_in_the
     listed = [ln for ln in text.splitlines() if ln.startswith("    - ")]
     if len(rep.recompile_reasons) > 4:
         assert listed[-1].startswith(f"    - and {len(rep.recompile_reasons) - 4} more"), text
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_profile_refuses_a_hotspots_that_is_not_true_or_false(value):
+    # hotspots="no" was truthy: cProfile and the line timer ran (and the function was called twice more) unasked
+    import gpuspeed
+    from gpuspeed.errors import UserError
+
+    x = torch.randn(8, generator=torch.Generator().manual_seed(7))
+    with pytest.raises(UserError, match="hotspots is True or False"):
+        gpuspeed.profile(torch.sum, x, steps=1, hotspots=value)

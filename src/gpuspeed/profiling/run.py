@@ -188,6 +188,9 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     kwargs = dict(kwargs or {})
     if line_backend not in LINE_BACKENDS:  # a typo ran the settrace timer without a word
         raise UserError(f"profile(): unknown line_backend {line_backend!r}: use {', '.join(LINE_BACKENDS)}")
+    if not isinstance(hotspots, bool) and type(hotspots).__name__ != "bool_":  # hotspots="no" ran them all
+        raise UserError(f"profile(): hotspots is True or False, got {hotspots!r}")
+    hotspots = bool(hotspots)
     _refuse_lazy(fn)
     whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup))
     if not whole or steps < 1 or warmup < 0:
