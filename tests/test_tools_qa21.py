@@ -190,3 +190,16 @@ def test_profile_refuses_a_hotspots_that_is_not_true_or_false(value):
     x = torch.randn(8, generator=torch.Generator().manual_seed(7))
     with pytest.raises(UserError, match="hotspots is True or False"):
         gpuspeed.profile(torch.sum, x, steps=1, hotspots=value)
+
+
+def test_explain_says_a_list_from_make_inputs_is_one_argument(tmp_path, capsys):
+    # make_inputs() returning [x, w] for f(x, w) ended in "f() missing 1 required positional argument: 'w'", with
+    # nothing on why: a list is one argument, a tuple is the arguments
+    from gpuspeed.cli import main
+
+    (tmp_path / "work.py").write_text("import torch\n\n\ndef make_inputs():\n    return [torch.randn(4), torch.randn(4)]"
+                                      "\n\n\ndef f(x, w):\n    return x * w\n")
+    assert main(["launch", "--explain", f"{tmp_path / 'work.py'}:f"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing 1 required positional argument" in err
+    assert "make_inputs() returned a list, passed as the one argument: return a tuple" in err, err

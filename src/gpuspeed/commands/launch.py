@@ -56,8 +56,11 @@ def _explain_target(target: str, inputs: str | None = None):
             at = raised_at(exc) if not isinstance(exc, SystemExit) else None
             raise UserError(f"{getattr(make, '__name__', 'make_inputs')}() raised {_first_line(exc)}"
                             + (f" (at {at})" if at else "")) from exc
+        made = (None if isinstance(args, tuple) else
+                f"{getattr(make, '__name__', 'make_inputs')}() returned a {type(args).__name__}")
         args = args if isinstance(args, tuple) else (args,)
     else:
+        made = None
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if params:
@@ -72,7 +75,10 @@ def _explain_target(target: str, inputs: str | None = None):
         from gpuspeed.profiling.script import raised_at
 
         at = raised_at(exc) if not isinstance(exc, SystemExit) else None
-        raise UserError(f"{target} raised {_first_line(exc)}" + (f" (at {at})" if at else "")) from exc
+        # a list of the arguments is one argument, as verify's make_inputs convention has it: say so where it shows
+        hint = (f"; {made}, passed as the one argument: return a tuple to pass several"
+                if made and isinstance(exc, TypeError) and "argument" in str(exc) else "")
+        raise UserError(f"{target} raised {_first_line(exc)}" + (f" (at {at})" if at else "") + hint) from exc
 
 
 def register(app: typer.Typer) -> None:
