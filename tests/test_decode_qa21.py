@@ -118,3 +118,17 @@ def test_sampling_takes_numpy_numbers_as_python_ones():
 
     s = Sampling(temperature=np.float32(0.5), top_k=np.int64(4), seed=np.int64(7))
     assert s == Sampling(temperature=0.5, top_k=4, seed=7) and type(s.top_k) is int and type(s.seed) is int
+
+
+def test_load_takes_the_command_lines_dtype_names(hf_folder):
+    # checkpoints.load(folder, dtype="bf16") failed with torch's "Invalid device string: 'bf16'" (the string went to
+    # Module.to as a device); an int8 dtype with torch's TypeError
+    from gpuspeed.decode import checkpoints
+    from gpuspeed.errors import UserError
+
+    ck = checkpoints.load(hf_folder, dtype="bf16")
+    assert ck.model.dtype == torch.bfloat16 and ck.model.tok_emb.dtype == torch.bfloat16
+    assert checkpoints.load(hf_folder, dtype="float16").model.dtype == torch.float16
+    for bad in ("int8", torch.int8, "bf17"):
+        with pytest.raises(UserError, match="dtype"):
+            checkpoints.load(hf_folder, dtype=bad)

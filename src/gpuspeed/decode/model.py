@@ -367,10 +367,25 @@ class Transformer(nn.Module):
         return logits if self.tp is None else self.tp.gather_vocab(logits)  # each rank holds a vocab shard
 
 
+DTYPE_NAMES = {"fp32": torch.float32, "float32": torch.float32, "float": torch.float32, "bf16": torch.bfloat16,
+               "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16, "half": torch.float16}
+
+
+def as_dtype(dtype) -> torch.dtype:
+    """A floating torch dtype, or the command line's name of one ("bf16"): Module.to took a string as a device
+    ("Invalid device string: 'bf16'")."""
+    if isinstance(dtype, str) and dtype.lower() in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype.lower()]
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    raise UserError(f"dtype {dtype!r} is not a model dtype: use fp32, bf16 or fp16 (or a floating torch.dtype)")
+
+
 def build(args: ModelArgs, *, device="cpu", dtype=torch.float32, seed: int | None = 0) -> Transformer:
     """The model on `device` in `dtype`; random weights from `seed` (None: left empty for a loader).
 
     Weights are made on the target device directly (an 8B model never passes through the host)."""
+    dtype = as_dtype(dtype)
     with torch.device("meta"):
         model = Transformer(args)
     model = model.to_empty(device=device).to(dtype)
