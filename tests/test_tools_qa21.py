@@ -203,3 +203,23 @@ def test_explain_says_a_list_from_make_inputs_is_one_argument(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "missing 1 required positional argument" in err
     assert "make_inputs() returned a list, passed as the one argument: return a tuple" in err, err
+
+
+def _transposes(x):
+    y = x @ x
+    a = y.T
+    b = y.mT
+    return a + b
+
+
+def test_profile_places_a_property_op_at_its_own_line():
+    # x.T reaches the op recorder as `__get__`, so aten::numpy_T had no recorded line and fell back to the function's
+    # first line (a script's line 1, `import torch`)
+    import gpuspeed
+
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(8))
+    res = gpuspeed.profile(_transposes, x, steps=1, hotspots=False)
+    first = _transposes.__code__.co_firstlineno
+    lines = {o["name"]: o["line"] for o in res.findings["top_ops"]}
+    assert lines.get("aten::numpy_T") == first + 2, res.findings["top_ops"]
+    assert lines.get("aten::mT") == first + 3, res.findings["top_ops"]

@@ -194,6 +194,10 @@ _SLOT_OPS = {"getitem": ("select", "slice", "index", "alias", "as_strided"), "se
              "lshift": ("bitwise_left_shift",), "rshift": ("bitwise_right_shift",), "matmul": ("matmul", "mm")}
 
 
+# tensor properties whose ATen op has another name (`x.T` runs aten::numpy_T); the mode sees them as `__get__`
+_PROPERTY_OPS = {"T": ("numpy_T",), "H": ("matrix_H",)}
+
+
 # tensor -> Python value conversions (`if t:`, `int(t)`, `float(t)`): the ATen op each makes and its kind.
 # Each copies a value to the host, so on a GPU tensor each one waits for the GPU.
 CONVERSIONS = {"__bool__": ("is_nonzero", "bool(tensor)"), "__int__": ("item", "int(tensor)"),
@@ -213,7 +217,7 @@ def op_keys(torch_name: str) -> tuple[str, ...]:
     if torch_name.startswith("__") and (inplace or (n.startswith("r") and n[1:] in _SLOT_OPS.keys() | {
             "add", "sub", "mul", "pow", "mod"})):
         n = n[1:]
-    names = _SLOT_OPS.get(n, (n,))
+    names = _SLOT_OPS.get(n) or _PROPERTY_OPS.get(n, (n,))
     return tuple(f"op:{x}_" if inplace else f"op:{x}" for x in names)
 
 
@@ -239,6 +243,8 @@ def _op_mode(sites: Sites, user):
             frame = sys._getframe(1)
             if user(frame.f_code, frame):
                 name = getattr(func, "__name__", "")
+                if name == "__get__":  # a property (x.T, x.mT): its descriptor names it, as the ATen op does
+                    name = getattr(getattr(func, "__self__", None), "__name__", name)
                 if name in _INDEXING and seen is not None:
                     # x[i], x[a:b], x[mask], x[idx] = v: which ATen ops run depends on the index, and noting every
                     # candidate put x[mask]'s aten::index at the line of the busiest x[i] (its select)
