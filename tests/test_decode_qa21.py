@@ -82,6 +82,7 @@ def test_spec_takes_a_list_of_variants_in_any_case():
     (torch.tensor([[1.0, 2.0, 3.0]]), "integer"),  # was torch's RuntimeError from the embedding
     (torch.tensor([[1, 2, 97]]), "97"),  # past the vocab: an IndexError here, a device-side assert on a GPU
     (torch.tensor([[1, -2, 3]]), "-2"),
+    (torch.zeros(1, 0, dtype=torch.long), "no tokens"),  # was IndexError: index -1 is out of bounds
 ])
 def test_generate_refuses_a_prompt_that_is_not_token_ids_of_the_model(prompt, needle):
     from gpuspeed.decode import model as M, variants as V

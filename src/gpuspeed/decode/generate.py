@@ -118,6 +118,8 @@ def check_prompt(prompt, model) -> None:
             or prompt.dtype == torch.bool:
         what = f"a {prompt.dtype} tensor" if isinstance(prompt, torch.Tensor) else f"a {type(prompt).__name__}"
         raise UserError(f"the prompt must be token ids (an integer tensor [batch, length]), got {what}")
+    if prompt.dim() == 2 and prompt.shape[1] == 0:  # the prefill's last position was an IndexError
+        raise UserError("the prompt holds no tokens: give at least one (a BOS)")
     if prompt.numel():
         lo, hi = int(prompt.min()), int(prompt.max())  # one host read a generation, before any kernel indexes with them
         if lo < 0 or hi >= a.vocab_size:
