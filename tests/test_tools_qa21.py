@@ -223,3 +223,27 @@ def test_profile_places_a_property_op_at_its_own_line():
     lines = {o["name"]: o["line"] for o in res.findings["top_ops"]}
     assert lines.get("aten::numpy_T") == first + 2, res.findings["top_ops"]
     assert lines.get("aten::mT") == first + 3, res.findings["top_ops"]
+
+
+def _reads_back(x):
+    total = 0.0
+    for i in range(3):
+        total += (x[i] * 2).sum().item()
+    return total
+
+
+def test_profile_on_the_cpu_shows_no_sync_wait_it_did_not_measure():
+    # a CPU run's host syncs each showed "wait 0.0 ns": a number never measured (nothing runs on a GPU), which read
+    # as a sync costing nothing
+    import gpuspeed
+
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(9))
+    res = gpuspeed.profile(_reads_back, x, steps=1, hotspots=False)
+    if res.findings["gpu"]:
+        pytest.skip("a GPU run measures the wait")
+    text = str(res)
+    row = next(ln for ln in text.splitlines() if ".item()" in ln and "│" in ln)
+    assert [c.strip() for c in row.split("│")][5] == "-", row
+    assert "0.0 ns" not in text
+    md = next(ln for ln in res.markdown().splitlines() if ln.startswith("| .item()"))
+    assert md.rstrip().endswith("| - |"), md

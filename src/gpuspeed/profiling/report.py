@@ -75,6 +75,12 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _sync_wait(group: dict, findings: dict) -> str:
+    """A host sync's wait, or '-' where no GPU ran: nothing was waited for, and '0.0 ns' read as a sync costing
+    nothing where on a GPU it waits for all the work queued before it."""
+    return format_time(group["wait_s"]) if findings.get("gpu") else "-"
+
+
 def _waiting(shares: dict) -> str:
     """', waiting 93.0%' where time was spent blocked (sleep, I/O, another process); nothing where none was."""
     return f", waiting {_pct(shares['waiting'])}" if shares.get("waiting") else ""
@@ -106,8 +112,7 @@ def markdown(res, level: int = 2) -> str:
     syncs = (f.get("host_syncs") or {}).get("groups", [])
     _table(lines, f"{h}# Host syncs" + ("" if f.get("gpu") else " (calls that block on a GPU tensor)"),
            "| kind | where | count | per step | wait |", "|---|---|---:|---:|---:|",
-           [f"| {g['kind']} | `{_where(g)}` | {g['count']} | {g['per_step']:g} | {format_time(g['wait_s'])} |"
-            for g in syncs])
+           [f"| {g['kind']} | `{_where(g)}` | {g['count']} | {g['per_step']:g} | {_sync_wait(g, f)} |" for g in syncs])
     _table(lines, f"{h}# Tiny-kernel runs", "| length | runs/step | where | kernel time | host time |",
            "|---:|---:|---|---:|---:|",
            [f"| {r['length']} | {r['runs_per_step']:g} | `{_where(r)}` | {format_time(r['kernel_s'])} | "
@@ -189,7 +194,7 @@ def print_report(res, console) -> None:
     syncs = (f.get("host_syncs") or {}).get("groups", [])
     table("Host syncs" + ("" if f.get("gpu") else " (would block on a GPU tensor)"),
           ["kind", "where", "count", "per step", "wait", "code"],
-          [(g["kind"], _where(g), g["count"], f"{g['per_step']:g}", format_time(g["wait_s"]), (g.get("code") or "")[:50])
+          [(g["kind"], _where(g), g["count"], f"{g['per_step']:g}", _sync_wait(g, f), (g.get("code") or "")[:50])
            for g in syncs])
     table("Tiny-kernel runs", ["length", "runs/step", "where", "kernel time", "host time"],
           [(r["length"], f"{r['runs_per_step']:g}", _where(r), format_time(r["kernel_s"]), format_time(r["host_s"]))
