@@ -133,3 +133,13 @@ def test_load_takes_the_command_lines_dtype_names(hf_folder):
     for bad in ("int8", torch.int8, "bf17"):
         with pytest.raises(UserError, match="dtype"):
             checkpoints.load(hf_folder, dtype=bad)
+
+
+def test_spec_with_lengths_left_as_none_takes_the_command_lines_defaults():
+    # Spec(prompt_len=None, new_tokens=None), as the CLI leaves them unset, failed in check_spec with TypeError:
+    # '<' not supported between 'NoneType' and 'int'; now the CLI's defaults for the device (CPU: 8 and 16, 0.5 s)
+    from gpuspeed.decode import study
+
+    spec = study.Spec(device="cpu", prompt_len=None, new_tokens=None, bench_budget_s=None)
+    assert (spec.prompt_len, spec.new_tokens, spec.bench_budget_s) == (8, 16, 0.5)
+    study.check_spec(spec)

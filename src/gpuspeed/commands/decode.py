@@ -65,12 +65,12 @@ def register(app: typer.Typer) -> None:
         where = resolve_device(device)
         small = where != "cuda"
         spec = study.Spec(model=model, dtype=dtype, variants=parse_variants(variants), batch=batch,
-                          prompt_len=prompt_len if prompt_len is not None else (8 if small else 32), prompt=prompt,
-                          new_tokens=new_tokens if new_tokens is not None else (16 if small else 128),
+                          prompt_len=prompt_len, prompt=prompt,  # None: the device's default (Spec)
+                          new_tokens=new_tokens,
                           device=device, seed=seed, compile_backend=compile_backend, hf=not no_hf,
                           profile=not no_profile, batches=batches, long_prompt=long_prompt,
                           time_cap_s=time_cap, max_layers=layers,
-                          bench_budget_s=budget if budget is not None else (0.5 if small else 2.0),
+                          bench_budget_s=budget,
                           out=out, read_roof_GBps=read_roof,
                           sampling=sampling,
                           tp=tp_ranks, quant=quant)

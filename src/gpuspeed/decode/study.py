@@ -68,6 +68,11 @@ class Spec:
         if isinstance(self.model, os.PathLike):  # a pathlib.Path: check_spec failed on Path.strip
             self.model = os.fspath(self.model)
         self.batches = parse_batches(self.batches)
+        if None in (self.prompt_len, self.new_tokens, self.bench_budget_s):  # unset, as on the command line: its defaults
+            small = _device.resolve_device(self.device) != "cuda"
+            self.prompt_len = (8 if small else 32) if self.prompt_len is None else self.prompt_len
+            self.new_tokens = (16 if small else 128) if self.new_tokens is None else self.new_tokens
+            self.bench_budget_s = (0.5 if small else 2.0) if self.bench_budget_s is None else self.bench_budget_s
         if self.sampling is None:  # greedy, as the default: run() failed on None.__dict__ after loading the model
             self.sampling = Sampling()
         elif isinstance(self.sampling, dict):  # as a results file's params hold it: run() failed on dict.__dict__
