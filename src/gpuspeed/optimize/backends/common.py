@@ -409,18 +409,26 @@ def aliased(out, args, same=None) -> list:
     same = same or (lambda a, b: a is b)
     found: list = []
 
-    def look(leaf):
-        j = look.count
-        look.count += 1
+    def look(j, leaf):
         if hasattr(leaf, "shape") and not isinstance(leaf, np.generic):  # a scalar has no identity to keep
             i = next((i for i, a in enumerate(args) if same(leaf, a)), None)
             if i is not None:
                 found.append([j, i])
+
+    _each_leaf(look, out)
+    return found
+
+
+def _each_leaf(visit, out) -> None:
+    """visit(j, leaf) for every leaf of `out`, j counting them in _keyed_map's order (dicts by key): the numbering
+    aliased() and sharing() give (with_arguments() counts alike)."""
+    count = iter(range(sys.maxsize))
+
+    def look(leaf):
+        visit(next(count), leaf)
         return leaf
 
-    look.count = 0
     _keyed_map(look, out)
-    return found
 
 
 def _host_memory(x):
@@ -458,19 +466,15 @@ def sharing(out, args) -> list:
         reach.append(max(hi, reach[-1]) if reach else hi)
     found: list = []
 
-    def look(leaf):
-        j = look.count
-        look.count += 1
+    def look(j, leaf):
         h = _host_memory(leaf)
         if h is not None and spans:
             lo, hi = _bounds(h)
             k = bisect.bisect_left(starts, hi)  # the spans that start before this one ends
             if k and reach[k - 1] > lo:
                 found.append([j, next(i for s_lo, s_hi, i in reversed(spans[:k]) if s_hi > lo)])
-        return leaf
 
-    look.count = 0
-    _keyed_map(look, out)
+    _each_leaf(look, out)
     return found
 
 
