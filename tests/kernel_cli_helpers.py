@@ -39,3 +39,30 @@ def one_error(r: subprocess.CompletedProcess) -> str:
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
     assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
     return errors[0]
+
+
+# runs `gpuspeed kernel` in-process once per argv list (sys.argv[1], JSON), one JSON line each
+IN_ONE_PROCESS = """
+    import contextlib, io, json, sys
+    from gpuspeed.cli import main
+
+    for argv in json.loads(sys.argv[1]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["kernel", *argv])
+        print(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}), file=sys.__stdout__)
+    """
+
+
+def kernel_cli_runs(here: Path, runs: list, timeout: int = 300) -> list:
+    """`gpuspeed kernel ARGV` for each argv of `runs`, in one child process under the interpreters (cwd `here`; a
+    `python -m gpuspeed` costs seconds of imports): a CompletedProcess-like result per run, in order."""
+    import json
+
+    script = here / "in_one_process.py"
+    script.write_text(textwrap.dedent(IN_ONE_PROCESS))
+    proc = subprocess.run([sys.executable, str(script), json.dumps(runs)], capture_output=True, text=True,
+                          env=interpreted_env(), timeout=timeout, cwd=here)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
+            for argv, d in zip(runs, map(json.loads, proc.stdout.splitlines()), strict=True)]

@@ -78,17 +78,6 @@ def test_on_the_gpu_path_static_shared_arrays_over_48_kib_are_refused_before_ptx
 # --- the simulator's blocks held to a GPU's: barriers every thread reaches, shared memory free of races. The cases
 # run as `gpuspeed kernel` in-process, one child process for them all (a `python -m gpuspeed` costs seconds of imports)
 
-IN_ONE_PROCESS = """
-    import contextlib, io, json, sys
-    from gpuspeed.cli import main
-
-    for argv in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(["kernel", *argv])
-        print(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}), file=sys.__stdout__)
-    """
-
 BLOCKS = """
     import numpy as np
     from numba import cuda, float32, int32
@@ -374,25 +363,17 @@ def _line(marker: str) -> int:
 def blocks(tmp_path_factory) -> dict:
     """Each BLOCK_CASES launcher run as `gpuspeed kernel blocks.py:launch_<case> --device cpu` in one child process
     under the simulator: case -> a CompletedProcess-like result."""
-    from kernel_cli_helpers import interpreted_env
+    from kernel_cli_helpers import kernel_cli_runs
 
     here = tmp_path_factory.mktemp("kernel_qa19_blocks")
     (here / "blocks.py").write_text(textwrap.dedent(BLOCKS))
     (here / "unzeroed.py").write_text(textwrap.dedent(UNZEROED))
     (here / "unzeroed_local.py").write_text(textwrap.dedent(UNZEROED_LOCAL))
-    (here / "in_one_process.py").write_text(textwrap.dedent(IN_ONE_PROCESS))
     x = ("--input", "x=float32[64]")
     runs = [[f"blocks.py:launch_{case}", *(("--input", "x=float32[100]") if case == "early_return" else x),
              "--device", "cpu"] for case in BLOCK_CASES] + [
         ["unzeroed.py:variants.numba", "--device", "cpu"], ["unzeroed_local.py:variants.numba", "--device", "cpu"]]
-    import json
-
-    proc = subprocess.run([sys.executable, str(here / "in_one_process.py"), json.dumps(runs)], capture_output=True,
-                          text=True, env=interpreted_env(), timeout=300, cwd=here)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {case: subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
-            for case, argv, d in zip((*BLOCK_CASES, "unzeroed", "unzeroed_local"), runs,
-                                     map(json.loads, proc.stdout.splitlines()), strict=True)}
+    return dict(zip((*BLOCK_CASES, "unzeroed", "unzeroed_local"), kernel_cli_runs(here, runs), strict=True))
 
 
 def test_a_barrier_only_some_threads_of_a_block_reach_is_refused_under_the_simulator(blocks):

@@ -3,25 +3,10 @@ that race, a bfloat16 tensor handed to a Numba kernel, and (library and GPU) wha
 updates in place. The CLI cases run in one child process (a `python -m gpuspeed` costs seconds of imports) made once
 for the file: the command in-process, once per case, with the interpreters on; each test reads its cases' results."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
-from kernel_cli_helpers import interpreted_env
-
-# runs `gpuspeed kernel` in-process once per case (argv lists in sys.argv[1], JSON), one JSON line each
-IN_ONE_PROCESS = """
-    import contextlib, io, json, sys
-    from gpuspeed.cli import main
-
-    for argv in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(["kernel", *argv])
-        print(json.dumps({"rc": rc, "stdout": out.getvalue(), "stderr": err.getvalue()}), file=sys.__stdout__)
-    """
+from kernel_cli_helpers import kernel_cli_runs, one_error
 
 LAUNCHERS = """
     import torch
@@ -172,27 +157,14 @@ def cli(tmp_path_factory) -> dict:
     for name, text in FILES.items():
         (here / name).parent.mkdir(parents=True, exist_ok=True)
         (here / name).write_text(textwrap.dedent(text))
-    script = here / "in_one_process.py"
-    script.write_text(textwrap.dedent(IN_ONE_PROCESS))
-    runs = json.dumps([[*argv, "--device", "cpu"] for argv in CASES.values()])
-    proc = subprocess.run([sys.executable, str(script), runs], capture_output=True, text=True, env=interpreted_env(),
-                          timeout=600, cwd=here)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {case: subprocess.CompletedProcess(argv, d["rc"], d["stdout"], d["stderr"])
-            for (case, argv), d in zip(CASES.items(), map(json.loads, proc.stdout.splitlines()), strict=True)}
-
-
-def one_line(r) -> str:
-    """A user mistake: exit 2 and one `gpuspeed: error:` line, no traceback; the line is returned."""
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpuspeed: error:")]
-    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
-    return errors[0]
+    runs = [[*argv, "--device", "cpu"] for argv in CASES.values()]
+    return dict(zip(CASES, kernel_cli_runs(here, runs, timeout=600), strict=True))
 
 
 def test_a_name_close_to_none_says_which_launchers_the_file_has(cli):
     # `launchers.py:triple` said only "launchers.py has no 'triple'": no launcher is named close to it, and the user
     # was left to open the file; the launchers it defines are named (not its kernel, nor imported modules)
-    line = one_line(cli["far name"])
+    line = one_error(cli["far name"])
     assert "launchers.py has no 'triple'" in line, line
     assert "launchers.py:double" in line and "launchers.py:quadruple" in line, line
     assert "scale_kernel" not in line and "Launchers" not in line.split("no 'triple'")[1], line
@@ -200,14 +172,14 @@ def test_a_name_close_to_none_says_which_launchers_the_file_has(cli):
 
 def test_a_name_missing_from_a_class_says_what_the_class_holds(cli):
     # `Launchers.tripled` said "launchers.py has no 'Launchers.tripled'", with no word of Launchers.doubled
-    line = one_line(cli["far name in a class"])
+    line = one_error(cli["far name in a class"])
     assert "launchers.py:Launchers.doubled" in line, line
 
 
 def test_ceilings_naming_a_folder_is_not_said_to_be_missing(cli):
     # `--ceilings folder` (where `gpuspeed roofline --out folder` wrote folder/roofline.json) said "ceilings file
     # folder does not exist": it does, as a folder; the line now says so and names the roofline.json inside it
-    line = one_line(cli["ceilings folder"])
+    line = one_error(cli["ceilings folder"])
     assert "does not exist" not in line and "folder" in line, line
     assert "folder/roofline.json" in line, line
 
@@ -333,9 +305,9 @@ def test_programs_of_one_triton_launch_that_race_are_refused_under_the_interpret
     # programs read their neighbours' edges, ran under the interpreter (one program after another) and were said to
     # run and return; on a GPU the programs run at once and the sum loses updates. Refused now, as the CUDA
     # simulator refuses threads of two blocks that race on an array argument
-    line = one_line(cli["race racy"])
+    line = one_error(cli["race racy"])
     assert "racy_sum: a data race between programs on out_ptr[0]" in line and "tl.atomic_add" in line, line
-    line = one_line(cli["race smooth"])
+    line = one_error(cli["race smooth"])
     assert "smooth_in_place: a data race between programs on x_ptr[" in line and "reads it" in line, line
 
 
@@ -350,7 +322,7 @@ def test_a_bfloat16_tensor_handed_to_a_numba_kernel_is_refused_in_words(cli):
     # the simulator was handed the bf16 tensor itself (NumPy has no view of it) and failed at `i < a.size` with
     # "'<' not supported between instances of 'int' and 'builtin_function_or_method'", then advised --backend numpy,
     # whose arrays have no bfloat16 either
-    line = one_line(cli["numba bfloat16"])
+    line = one_error(cli["numba bfloat16"])
     assert "twice: argument a is a torch.bfloat16 tensor" in line and "float32 or float16" in line, line
     assert "--backend" not in line and "builtin_function" not in line, line
     # an H100's numba-cuda launched a kernel on a bf16 tensor without an error (db263c5): the refusal is the
