@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpuspeed import timing, trees
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, require_flag
 
 _TORCH_DIR = None
 _HERE = os.path.abspath(__file__)
@@ -442,8 +442,7 @@ def capture(fn: Callable, *example_args, kwargs: dict | None = None, clone: bool
             raise UserError(f"capture(): {label} must be a whole number >= {least}, got {value!r}")
     warmup, max_cache = int(warmup), int(max_cache)
     for label, value in (("clone", clone), ("own_inputs", own_inputs)):
-        if not isinstance(value, bool):  # clone="no" returned clones as True does
-            raise UserError(f"capture(): {label} takes True or False, got {value!r}")
+        require_flag(f"capture(): {label}", value)  # clone="no" returned clones as True does
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"capture(): kwargs= takes a dict of keyword arguments for fn, got {type(kwargs).__name__}")
     kwargs = dict(kwargs or {})

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, require_flag
 from gpuspeed.trees import number_grid, record_fields
 
 # rtol by dtype name. fp64 leaves room for reordered sums; fp32 for reordered sums in single precision;
@@ -910,8 +910,7 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
         raise UserError(f"rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
     if dtype is not None and rtol is not None:
         raise UserError("check(): dtype= only picks a default rtol; pass dtype= or rtol=, not both")
-    if not isinstance(equal_nan, (bool, np.bool_)):  # "no" matched NaN with NaN as True does: a failure passed
-        raise UserError(f"check(): equal_nan takes True or False, got {equal_nan!r}")
+    require_flag("check(): equal_nan", equal_nan)  # "no" matched NaN with NaN as True does: a failure passed
     if dtype is not None:
         default_rtol(dtype)  # an unknown name is a one-line error before any comparison
     leaves: list[LeafCheck] = []

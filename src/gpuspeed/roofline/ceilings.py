@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from gpuspeed import device as _device
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, require_flag
 from gpuspeed.errors import one_line as _err
 from gpuspeed.timing import bench
 from gpuspeed.verify import check, poison
@@ -539,8 +539,7 @@ def ceiling_steps(device: str = "auto", quick: bool = False, nbytes: int | None 
     each bandwidth buffer (default 4 GiB on a GPU, 1 GiB quick; 512 MiB on a CPU, 128 MiB quick)."""
     if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 4):
         raise UserError(f"nbytes must be a whole number of bytes >= 4 (one fp32 element), got {nbytes!r}")
-    if not isinstance(quick, (bool, np.bool_)):  # quick="no" measured the quick ceilings, as True does
-        raise UserError(f"quick takes True or False, got {quick!r}")
+    require_flag("quick", quick)  # quick="no" measured the quick ceilings, as True does
     info = _device.get_device(device)
     if info.kind == "cpu":
         return cpu_steps(quick, nbytes)

@@ -18,7 +18,7 @@ import numpy as np
 
 from gpuspeed import device as _device
 from gpuspeed import trees
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, require_flag
 from gpuspeed.stats import Comparison, Measurement, compare, format_speedup, format_time, median_rel_error, summarize
 from gpuspeed.timing.gpu import EmptyGraph, block_until_ready, flush_l2, hold_gpu, record_graph
 from gpuspeed.timing.stopping import WARMUP_SHARE, Stopper
@@ -120,8 +120,7 @@ def _check_rotation_fits(args, kwargs, rotate: int) -> None:
 
 def _check_values(flush, graph_calls, mode, rotate, warmup_s, hide_launch_latency) -> None:
     """A one-line UserError for a value of these bench() options it cannot use."""
-    if not isinstance(hide_launch_latency, (bool, np.bool_)):  # "no" held the stream as True does
-        raise UserError(f"hide_launch_latency takes True or False, got {hide_launch_latency!r}")
+    require_flag("hide_launch_latency", hide_launch_latency)  # "no" held the stream as True does
     if not (isinstance(flush, (bool, np.bool_)) or callable(flush)):  # None read as False
         raise UserError(f"flush takes True, False or a callable that clears the cache, got {flush!r}")
     if graph_calls is not None and (isinstance(graph_calls, bool) or not isinstance(graph_calls, numbers.Integral)
