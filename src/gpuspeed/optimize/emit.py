@@ -488,10 +488,10 @@ def check_against_original(fn, seeds=(101, 202, 303)):
                 ok = False
                 continue
             if o.dtype.kind in "fc":
-                # the original's float64 result (a Python float that float32 cannot hold), or any where this returns a
-                # Python float (it says no precision of its own), sets it alone, as in the run
+                # the original's float64 (complex128) result (a Python number float32 or complex64 cannot hold), or
+                # any where this returns a Python number (it says no precision of its own), sets it alone, as in the run
                 rtol = RTOL if RTOL is not None else default_rtol(r_leaf) if made_in_float64(r_leaf) or type(
-                    o_leaf) is float else max(default_rtol(o_leaf), default_rtol(r_leaf))
+                    o_leaf) in (float, complex) else max(default_rtol(o_leaf), default_rtol(r_leaf))
                 r64, o64 = r.astype(np.complex128 if o.dtype.kind == "c" else np.float64), o.astype(
                     np.complex128 if o.dtype.kind == "c" else np.float64)
                 ref_abs = np.abs(np.where(np.isfinite(r64), r64, 0))  # NaN and Inf in the reference set no scale
@@ -547,17 +547,20 @@ def keyed_like(out, ref):
 
 
 def made_in_float64(x):
-    """A Python float that float32 cannot hold exactly: made in float64 (one made in float32 always can)."""
+    """A Python float that float32 cannot hold exactly, or a Python complex that complex64 cannot: made in float64
+    (complex128; one made in float32 or complex64 always can)."""
+    if type(x) is complex:
+        return bool(np.isfinite(x)) and complex(np.complex64(x)) != x
     return type(x) is float and bool(np.isfinite(x)) and float(np.float32(x)) != x
 
 
 def default_rtol(x):
-    """gpuspeed.check's default rtol for one output: by its dtype; a Python float holds float32's (it does not
-    say what precision made it), unless float32 cannot hold it (made in float64: float64's)."""
-    if isinstance(x, float):
+    """gpuspeed.check's default rtol for one output: by its dtype; a Python float holds float32's, a complex
+    complex64's (they do not say what precision made them), unless those cannot hold it (float64's, complex128's)."""
+    if type(x) is float:  # not isinstance: NumPy's float64 is a float, and says its precision
         return TOLERANCES["float64" if made_in_float64(x) else "float32"]
-    if isinstance(x, complex):
-        return TOLERANCES["complex64"]
+    if type(x) is complex:
+        return TOLERANCES["complex128" if made_in_float64(x) else "complex64"]
     return TOLERANCES.get(np.asarray(x).dtype.name, 1e-12)
 
 

@@ -130,28 +130,32 @@ def _structure_problem(out, ref) -> str | None:
 
 
 def _made_in_float64(x) -> bool:
-    """A Python float that float32 cannot hold exactly: made in float64 (one made in float32 always can)."""
-    return type(x) is float and np.isfinite(x) and float(np.float32(x)) != x
+    """A Python float that float32 cannot hold exactly, or a Python complex that complex64 cannot: made in float64
+    (complex128; one made in float32 or complex64 always can)."""
+    if type(x) is complex:
+        return bool(np.isfinite(x)) and complex(np.complex64(x)) != x
+    return type(x) is float and bool(np.isfinite(x)) and float(np.float32(x)) != x
 
 
 def _float64_scalars(out, ref):
-    """(out, ref) with each of the original's Python floats made in float64, and the candidate's number in its place, as
-    NumPy float64, and each Python float of the candidate's where the original has a float64 number: gpuspeed.check
-    holds a Python float to float32's rtol (it says no precision), the plan and the report hold the original's
-    float64 result to float64's."""
+    """(out, ref) with each of the original's Python floats (complexes) made in float64, and the candidate's number in
+    its place, as NumPy float64 (complex128), and each Python float (complex) of the candidate's where the original
+    has a float64 (complex128) number: gpuspeed.check holds a Python float to float32's rtol, a complex to
+    complex64's (they say no precision), the plan and the report hold the original's float64 result to float64's."""
     if isinstance(out, dict) and isinstance(ref, dict) and set(out) == set(ref):
         pairs = {k: _float64_scalars(out[k], ref[k]) for k in ref}
         return {k: o for k, (o, _) in pairs.items()}, {k: r for k, (_, r) in pairs.items()}
     if isinstance(out, (list, tuple)) and isinstance(ref, (list, tuple)) and len(out) == len(ref):
         pairs = [_float64_scalars(o, r) for o, r in zip(out, ref, strict=True)]
         return [o for o, _ in pairs], [r for _, r in pairs]  # check() pairs a list with a tuple alike
-    if _made_in_float64(ref) and (isinstance(out, (int, float, np.generic)) or getattr(out, "shape", None) == ()):
+    wide = np.complex128 if type(ref) is complex or getattr(ref, "dtype", None) == np.complex128 else np.float64
+    if _made_in_float64(ref) and (isinstance(out, (int, float, complex, np.generic)) or getattr(out, "shape", None) == ()):
         try:
-            return np.float64(out), np.float64(ref)
-        except (TypeError, ValueError):  # a complex, say: left for the check to say
+            return wide(out), wide(ref)
+        except (TypeError, ValueError):  # a complex where the original has a float, say: left for the check to say
             return out, ref
-    if type(out) is float and getattr(ref, "dtype", None) == np.float64 and getattr(ref, "shape", None) == ():
-        return np.float64(out), ref  # a Python float where the original returns a float64: held to float64's rtol
+    if type(out) in (float, complex) and getattr(ref, "dtype", None) == wide and getattr(ref, "shape", None) == ():
+        return wide(out), ref  # a Python number where the original returns a float64 (complex128): held to its rtol
     return out, ref
 
 
