@@ -188,7 +188,7 @@ def test_profile_refuses_a_hotspots_that_is_not_true_or_false(value):
     from gpuspeed.errors import UserError
 
     x = torch.randn(8, generator=torch.Generator().manual_seed(7))
-    with pytest.raises(UserError, match="hotspots is True or False"):
+    with pytest.raises(UserError, match="hotspots takes True or False"):
         gpuspeed.profile(torch.sum, x, steps=1, hotspots=value)
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from gpuspeed import graphs, trees
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, require_flag
 
 @dataclass
 class Break:
@@ -399,9 +399,7 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
     if (why := trees.one_pass_argument(args, kwargs)) is not None:
         raise UserError(why + "; explain() calls the function several times, so the later calls would see it empty: "
                         "pass a list or a tuple")
-    if not (isinstance(check_fullgraph, bool) or (trees.module_of(check_fullgraph) == "numpy"
-                                                  and type(check_fullgraph).__name__ in ("bool", "bool_"))):
-        raise UserError(f"check_fullgraph is True or False, got {check_fullgraph!r}")
+    require_flag("explain(): check_fullgraph", check_fullgraph)  # "no" was truthy: checked anyway
     if variants is not None:
         try:
             variants = list(variants)

@@ -23,7 +23,7 @@ from typing import Callable
 
 from gpuspeed import device as _device, trees
 from gpuspeed.compat import quiet_profiler_start
-from gpuspeed.errors import UserError
+from gpuspeed.errors import UserError, require_flag
 from gpuspeed.profiling import advice, hotspots as _hotspots, sites as _sites
 from gpuspeed.profiling.trace import STEP_PREFIX, TraceAnalysis
 
@@ -188,8 +188,7 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     kwargs = dict(kwargs or {})
     if line_backend not in LINE_BACKENDS:  # a typo ran the settrace timer without a word
         raise UserError(f"profile(): unknown line_backend {line_backend!r}: use {', '.join(LINE_BACKENDS)}")
-    if not isinstance(hotspots, bool) and type(hotspots).__name__ != "bool_":  # hotspots="no" ran them all
-        raise UserError(f"profile(): hotspots is True or False, got {hotspots!r}")
+    require_flag("profile(): hotspots", hotspots)  # hotspots="no" ran them all
     hotspots = bool(hotspots)
     _refuse_lazy(fn)
     whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup))

@@ -1,0 +1,109 @@
+"""QA round 22, core: a demanding user's pass over check, profile, explain, doctor, roofline, launch and profile's
+CLI on the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gpuspeed
+from gpuspeed import check
+from gpuspeed.errors import UserError
+
+
+def _x(n: int = 8, seed: int = 7) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+# -- True-or-False options take NumPy 2's bool (its type is named "bool", NumPy 1's "bool_") --------------------------
+
+
+def test_profile_takes_a_numpy_bool_for_hotspots():
+    # hotspots=np.True_ was refused as "not True or False": profile looked for the type name NumPy 1 gave it
+    rep = gpuspeed.profile(torch.sum, _x(), steps=1, warmup=0, hotspots=np.False_)
+    assert rep.steps == 1
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_profile_and_explain_refuse_a_flag_that_is_not_true_or_false_in_one_wording(value):
+    from gpuspeed.graph_breaks import explain
+
+    with pytest.raises(UserError, match=r"profile\(\): hotspots takes True or False"):
+        gpuspeed.profile(torch.sum, _x(), steps=1, hotspots=value)
+    with pytest.raises(UserError, match=r"explain\(\): check_fullgraph takes True or False"):
+        explain(torch.sum, _x(), variants=[], check_fullgraph=value)
+
+
+# -- check(None, None): two functions that both forgot their `return` ------------------------------------------------
+
+
+@pytest.mark.parametrize("nothing", [None, (None, None), [None]])
+def test_check_of_nothing_against_nothing_does_not_pass(nothing):
+    # `assert check(f(x), ref(x))` passed when both functions forgot their `return`: "PASS: nothing to compare"
+    r = check(nothing, nothing)
+    assert not r.passed and not r
+    assert "return" in r.summary and "\n" not in r.summary, r.summary
+
+
+def test_check_of_empty_results_and_of_a_none_beside_an_array_still_passes():
+    # a search that found nothing ([] against []), and a function whose second result is None on purpose
+    assert check([], []).passed and check({}, {}).passed
+    x = np.random.default_rng(1).standard_normal(3)
+    assert check((x, None), (x.copy(), None)).passed
+
+
+def test_verify_function_still_compares_the_arguments_of_an_in_place_pair():
+    # the in-place path rests on both returning None: their argument arrays are compared instead
+    from gpuspeed.verify import verify_function
+
+    def scale(out, x):
+        np.multiply(x, 2.0, out=out)
+
+    def scale_wrong(out, x):
+        np.multiply(x, 2.5, out=out)
+
+    def inputs(seed):
+        x = np.random.default_rng(seed).standard_normal(5)
+        return np.empty_like(x), x
+
+    good = verify_function(scale, scale, inputs, seeds=[1, 2])
+    assert all(r.passed for r in good), [r.summary for r in good]
+    assert "argument arrays compared" in good[0].summary
+    bad = verify_function(scale_wrong, scale, inputs, seeds=[1])
+    assert not bad[0].passed
+
+
+# -- doctor: triton installed as the `pytorch-triton` distribution (torch's nightly and ROCm wheels) -----------------
+
+
+def _only_distributions(monkeypatch, tmp_path, dists: dict[str, str]) -> None:
+    """sys.path holding only these installed distributions (name -> version), as dist-info folders."""
+    import sys
+
+    for name, version in dists.items():
+        info = tmp_path / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+
+
+def test_doctor_reads_the_triton_version_of_a_pytorch_triton_install(monkeypatch, tmp_path):
+    # versions() asked importlib.metadata for the distribution "triton" alone: a pytorch-triton install read None,
+    # so results files said no triton where torch.compile wrote Triton kernels
+    from gpuspeed import device
+
+    _only_distributions(monkeypatch, tmp_path, {"pytorch-triton": "3.1.0+cf34004b8a"})
+    assert device.versions()["triton"] == "3.1.0+cf34004b8a"
+    # a pytorch-triton install without its files: reinstall that distribution, not `pip install triton`
+    why = device._not_found("triton")
+    assert why.startswith("pytorch-triton 3.1.0+cf34004b8a is installed but `import triton` finds no module"), why
+    assert "--force-reinstall pytorch-triton" in why
+
+
+def test_doctor_says_triton_is_not_installed_when_no_distribution_provides_it(monkeypatch, tmp_path):
+    from gpuspeed import device
+
+    _only_distributions(monkeypatch, tmp_path, {})
+    assert device.versions()["triton"] is None
+    assert device._not_found("triton") == "not installed (pip install triton)"
