@@ -98,13 +98,14 @@ def test_nested_structures_and_scalars():
     assert check(3, 3).passed and not check(3, 4).passed
 
 
-def test_none_against_a_value_fails_and_none_against_none_passes():
+def test_none_against_a_value_fails_and_none_beside_a_value_passes():
     # a function that returns None where the reference returns an array: a failed check, not an exception
     r = check(None, np.ones(3))
     assert not r.passed and "output NoneType, reference ndarray" in r.summary
     assert not check(np.ones(3), None).passed
     assert not check((np.ones(2), None), (np.ones(2), np.ones(2))).passed
-    assert check((np.ones(2), None), (np.ones(2), None)).passed and check(None, None).passed
+    assert check((np.ones(2), None), (np.ones(2), None)).passed
+    assert not check(None, None).passed  # two missing returns compare nothing (test_core_qa22)
 
 
 def test_tf32_dtype_row_and_explicit_tolerances():

@@ -913,6 +913,12 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
     require_flag("check(): equal_nan", equal_nan)  # "no" matched NaN with NaN as True does: a failure passed
     if dtype is not None:
         default_rtol(dtype)  # an unknown name is a one-line error before any comparison
+    if _returned_nothing(out) and _returned_nothing(ref):  # `assert check(f(x), ref(x))` passed two missing returns
+        both = (f"are both {_short(ref)}" if repr(out) == repr(ref) else
+                f"are {_short(out)} and {_short(ref)}")
+        return CheckResult(False, f"FAIL: nothing compared: the output and the reference {both} (a missing `return` "
+                           "in both?); for functions that write into their arguments, check those arguments "
+                           "(verify_function does)")
     leaves: list[LeafCheck] = []
     for path, o, r, err in _pairs(out, ref):
         if err is not None:
