@@ -389,7 +389,9 @@ def versions() -> dict:
     return out
 
 
-_DISTS = {"cupy": ["cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"], "pynvml": ["nvidia-ml-py"]}
+# the distributions that install each module: torch's nightly and ROCm wheels bring the `triton` module as pytorch-triton
+_DISTS = {"cupy": ["cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x"], "pynvml": ["nvidia-ml-py"],
+          "triton": ["triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"]}
 # what to pip install where the package name alone is the wrong advice (plain `cupy` builds from source)
 _INSTALL = {"cupy": "cupy-cuda12x, or cupy-cuda13x to match a CUDA 13 driver", "numba": "numba numba-cuda",
             "pynvml": "nvidia-ml-py"}
