@@ -62,3 +62,57 @@ def test_a_python_complex_made_in_complex128_is_not_matched_by_a_complex64_one(t
         res = subprocess.run([sys.executable, str(script), "--cpu"], capture_output=True, text=True, cwd=tmp_path,
                              timeout=120)
         assert res.returncode == 1 and "FAIL" in res.stdout, primary + res.stdout + res.stderr
+
+
+# --- one array returned as two outputs ---
+
+SORTED_BOTH_WAYS = '''
+import numpy as np
+
+
+def original(x):
+    up = np.sort(x)
+    return up, np.sort(x)[::-1]  # two arrays: the caller may write into either
+
+
+def inputs(rng):
+    return (rng.standard_normal(64),)
+
+
+def one_sort(x):  # the second output is a view of the first
+    up = np.sort(x)
+    return up, up[::-1]
+
+
+def interleaved(x):  # one buffer, but no element in both outputs: writing into one leaves the other
+    buf = np.empty(2 * x.shape[0])
+    buf[::2] = np.sort(x)
+    buf[1::2] = buf[::2][::-1]
+    return buf[::2], buf[1::2]
+
+
+variants = {"one_sort": one_sort, "interleaved": interleaved}
+'''
+
+
+def test_a_candidate_returning_one_array_as_two_outputs_is_wrong(tmp_path):
+    # `return up, up[::-1]` where the original returns two arrays was 'correct' (aliased() and sharing() look at the
+    # arguments and the previous result only): a caller sorting one output in place found the other changed too
+    from optimize_script_helpers import optimize_text
+
+    rows = optimize_text(tmp_path, "both_ways", SORTED_BOTH_WAYS, ["variant"]).results
+    assert rows["variant:one_sort"]["status"] == "incorrect", rows["variant:one_sort"]
+    assert "outputs 0 and 1" in rows["variant:one_sort"]["reason"], rows["variant:one_sort"]["reason"]
+    assert rows["variant:interleaved"]["status"] == "ok", rows["variant:interleaved"]
+
+
+def test_outputs_sharing_memory_are_found_by_leaf(tmp_path):
+    # the library walk the run uses: leaves of one result in one memory, dicts by key; disjoint views are not
+    import numpy as np
+
+    from gpuspeed.optimize.backends.common import overlapping_outputs
+
+    a = np.random.default_rng(0).standard_normal(10)
+    assert overlapping_outputs((a, a[::-1])) == [[1, 0]]
+    assert overlapping_outputs({"z": a, "b": [a[:3], a[3:]]}) == [[2, 0], [2, 1]]  # "b"'s two, then "z" (a)
+    assert overlapping_outputs((a[::2], a[1::2], a.copy(), 1.0)) == []

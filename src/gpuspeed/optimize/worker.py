@@ -378,7 +378,7 @@ def _handed_caller_data(spec, wl, host, args, previous) -> str:
     previous call's result) at an output where the original's holds a new array, and why that is wrong ('' where it
     hands back none, or where the original returns None)."""
     from gpuspeed.optimize import workload as W
-    from gpuspeed.optimize.backends.common import sharing
+    from gpuspeed.optimize.backends.common import overlapping_outputs, sharing
 
     allowed = spec.get("returns_views")
     if allowed is None or (spec.get("in_place") and not spec.get("in_place_returns")):
@@ -387,6 +387,12 @@ def _handed_caller_data(spec, wl, host, args, previous) -> str:
     def result_of(out):
         return out[0] if spec.get("in_place_returns") and isinstance(out, tuple) else out
 
+    # the host result a caller gets: a device result's leaves come back as copies of their own
+    twice = [(j, k) for j, k in overlapping_outputs(result_of(host)) if j not in allowed or k not in allowed]
+    if twice:
+        j, k = twice[0]
+        return (f"one array as outputs {k} and {j} (the same memory, or a view of it), where {wl.func} returns separate "
+                "arrays: a caller that writes into one would change the other")
     bad = [(j, i) for j, i in sharing(result_of(host), (*args, result_of(previous))) if j not in allowed]
     if not bad:
         return ""

@@ -478,6 +478,27 @@ def sharing(out, args) -> list:
     return found
 
 
+def overlapping_outputs(out) -> list:
+    """[[j, k], ...] (j > k): the leaves j and k of `out` (as aliased() counts them) that share host memory (one array
+    returned twice, or a view of another output): a caller that writes into one changes the other. Interleaved views
+    of one buffer (x[::2], x[1::2]) hold no element in common and are not listed."""
+    items: list = []
+
+    def look(j, leaf):
+        h = _host_memory(leaf)
+        if h is not None:
+            items.append((*_bounds(h), j, h))
+
+    _each_leaf(look, out)
+    items.sort(key=lambda item: item[0])
+    found, active = [], []  # active: the spans that reach past the start of the current one
+    for lo, hi, j, h in items:
+        active = [a for a in active if a[1] > lo]
+        found += [[max(j, k), min(j, k)] for _, _, k, g in active if np.shares_memory(h, g)]
+        active.append((lo, hi, j, h))
+    return sorted(found)
+
+
 def with_arguments(out, args, pairs):
     """out with leaf j (as aliased() counts them) replaced by args[i] for each [j, i] of `pairs` (the caller's own
     array where the code returned its copy of that argument)."""
