@@ -107,3 +107,26 @@ def test_doctor_says_triton_is_not_installed_when_no_distribution_provides_it(mo
     _only_distributions(monkeypatch, tmp_path, {})
     assert device.versions()["triton"] is None
     assert device._not_found("triton") == "not installed (pip install triton)"
+
+
+# -- profile --json on the CPU: no sync wait it never measured ---------------------------------------------------------
+
+
+def _reads_back_twice(x):
+    total = 0.0
+    for i in range(2):
+        total += (x[i] * 2).sum().item()
+    return total
+
+
+def test_profile_json_on_the_cpu_gives_no_sync_wait_it_did_not_measure():
+    # the console and Markdown showed '-' for a CPU run's sync wait, but the JSON still said wait_s 0.0 and
+    # host_sync_wait_s 0.0: a free sync, read by a script, where on a GPU it waits for all the work queued before it
+    res = gpuspeed.profile(_reads_back_twice, _x(4 * 4).reshape(4, 4), steps=1, hotspots=False)
+    if res.findings["gpu"]:
+        pytest.skip("a GPU run measures the wait")
+    groups = res.findings["host_syncs"]["groups"]
+    assert groups and all(g["wait_s"] is None for g in groups), groups
+    summary = res.summary()  # what --json and profile.json hold
+    assert summary["host_syncs"] == 2 and summary["host_sync_wait_s"] is None, summary
+    assert "0.0 ns" not in str(res) and "| - |" in res.markdown()

@@ -30,7 +30,9 @@ def summary(res) -> dict:
     if tiny:
         out |= {"tiny_kernel_runs": tiny["total_runs"], "tiny_kernels": tiny["tiny_kernels"]}
     syncs = f.get("host_syncs") or {}
-    out |= {"host_syncs": syncs.get("total", 0), "host_sync_wait_s": sum(g["wait_s"] for g in syncs.get("groups", []))}
+    waits = [g["wait_s"] for g in syncs.get("groups", [])]
+    out |= {"host_syncs": syncs.get("total", 0),  # None on a CPU run: no wait was measured
+            "host_sync_wait_s": sum(waits) if f.get("gpu") else None}
     tr = f.get("transfers")
     if tr:
         out |= {"h2d_bytes": tr["h2d_bytes"], "d2h_bytes": tr["d2h_bytes"]}

@@ -376,6 +376,8 @@ class TraceAnalysis:
         rows = sorted(groups.values(), key=lambda g: (-g["wait_s"], -g["count"]))
         for g in rows:
             g["per_step"] = g["count"] / self.steps
+            if not self.gpu:  # nothing ran on a GPU to wait for: 0.0 read as a free sync in --json
+                g["wait_s"] = None
         api = Counter(m.name for m in markers if not self.steps_ann or m.step is not None) if self.gpu else Counter()
         return {"device_syncs": self.gpu, "total": sum(g["count"] for g in rows), "groups": rows,
                 "api_calls": dict(api), "sync_events": len(self.sync_events)}
