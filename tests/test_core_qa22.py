@@ -130,3 +130,16 @@ def test_profile_json_on_the_cpu_gives_no_sync_wait_it_did_not_measure():
     summary = res.summary()  # what --json and profile.json hold
     assert summary["host_syncs"] == 2 and summary["host_sync_wait_s"] is None, summary
     assert "0.0 ns" not in str(res) and "| - |" in res.markdown()
+
+
+# -- roofline: a CPU matmul above its compute ceiling is not blamed on a clock state ----------------------------------
+
+
+def test_a_cpu_point_above_the_compute_ceiling_names_the_shared_host_not_a_clock_state():
+    # `gpuspeed roofline` on a busy 2-core host placed mm fp32 256 at 915 % of an fp32 ceiling measured while other
+    # processes held the cores (a BLAS call's threads waited ms for them), and said "measured in a slower clock state"
+    from gpuspeed.roofline.place import above_roof_note
+
+    note = above_roof_note("compute", "cpu", 915.0)
+    assert note.startswith("above roof: faster than the measured compute ceiling") and "other work" in note, note
+    assert "clock state" in above_roof_note("compute", "cuda", 115.0)  # a GPU's boost clock: the reason there

@@ -163,6 +163,9 @@ class Placement:
 IMPLAUSIBLE_OVER_ROOF = 50  # times its roof: past any cache's bandwidth over memory's (a GPU's L1 ~8x, a CPU's L2 ~10x)
 ABOVE_ROOF = {"memory": "above roof: cache-resident data (the working set sat in cache, faster than device memory)",
               "compute": "above roof: faster than the measured compute ceiling (measured in a slower clock state)",
+              # mm fp32 256 at 915 % of a busy 2-core host's fp32 ceiling: BLAS threads had waited ms for the cores
+              "cpu compute": "above roof: faster than the measured compute ceiling (this shared CPU's ceilings were "
+                             "measured while other work used its cores, or in a slower clock state)",
               # a CPU's placement of a working set far past its last-level cache (sum over 128 MiB) was seen at
               # 157 % of a shared CI host's read ceiling: the ceilings were measured while neighbours used the bus
               "cpu memory": "above roof: faster than the measured memory ceiling (the working set sat in cache, or "
