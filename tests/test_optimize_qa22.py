@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 # --- a Python complex made in complex128, and a variant that makes it in complex64 ---
 
 COMPLEX_SUM = '''
@@ -116,3 +118,76 @@ def test_outputs_sharing_memory_are_found_by_leaf(tmp_path):
     assert overlapping_outputs((a, a[::-1])) == [[1, 0]]
     assert overlapping_outputs({"z": a, "b": [a[:3], a[3:]]}) == [[2, 0], [2, 1]]  # "b"'s two, then "z" (a)
     assert overlapping_outputs((a[::2], a[1::2], a.copy(), 1.0)) == []
+
+
+# --- kernel: one kernel launched over the same whole buffers at other offsets (a chunked launcher) ---
+
+def _launches(grids, block, offsets, x, o, meta_name="BLOCK"):
+    """The Launch records a Triton launcher of `kern(x, o, start, n, BLOCK)` makes, one per grid, as Capture takes
+    them (its arguments' bytes and layout)."""
+    from gpuspeed.kernel.capture import Launch, arg_bytes
+    from gpuspeed.kernel.chunks import layout
+
+    return [Launch(kernel="kern", backend="triton", grid=[g, 1, 1], meta={meta_name: block},
+                   arg_bytes=arg_bytes([x, o, start, x.size, block]),
+                   layout=layout(zip(("x", "o", "start", "n", meta_name), (x, o, start, x.size, block)), {meta_name}))
+            for g, start in zip(grids, offsets)]
+
+
+def test_a_chunked_launchers_buffers_count_once():
+    # 4 launches of one kernel on the whole x and o with start = 0, 256, 512, 768 were charged 4 x (x + o): its % of
+    # roof read 4 times too high; launches covering parts of the buffers count them once now, and say so
+    import numpy as np
+
+    from gpuspeed.kernel.report import FLOOR, call_bytes
+
+    rng = np.random.default_rng(22)
+    n = int(rng.integers(900, 1000))
+    x, o = rng.standard_normal(n).astype(np.float32), np.empty(n, np.float32)
+    chunked = _launches([4] * 4, 64, [0, 256, 512, 768], x, o)
+    nbytes, how = call_bytes(None, 8 * n, chunked)
+    assert nbytes == 8 * n, (nbytes, how)
+    assert how.startswith(FLOOR) and "4 launches of kern cover" in how and "counted once" in how, how
+    # each launch over all of them (an iteration index: Floyd-Warshall's k) moves them each time, unsaid
+    sweeps = _launches([-(-n // 64)] * 3, 64, [0, 1, 2], x, o)
+    assert call_bytes(None, 8 * n, sweeps) == (3 * 8 * n, "each of its 3 launches moving its array arguments once")
+    # a launch's size not known (no BLOCK constexpr): counted each time, and said
+    unknown = _launches([4] * 4, 64, [0, 256, 512, 768], x, o, meta_name="WIDTH")
+    nbytes, how = call_bytes(None, 8 * n, unknown)
+    assert nbytes == 4 * 8 * n and "pass --bytes" in how, how
+    # views of the chunks (x[start:start + 256]) were counted right already: each launch its own part
+    views = [la for s in (0, 256, 512, 768) for la in _launches([4], 64, [0], x[s:s + 256], o[s:s + 256])]
+    assert call_bytes(None, 8 * n, views)[0] == 8 * n
+
+
+@pytest.mark.gpu
+def test_a_chunked_triton_launchers_percent_of_roof_counts_its_buffers_once():
+    torch = pytest.importorskip("torch")
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+
+    from gpuspeed import kernel_report
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+    @triton.jit
+    def scale_kernel(x, o, start, n, BLOCK: tl.constexpr):
+        offs = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(o + offs, 2.0 * tl.load(x + offs, mask=m), mask=m)
+
+    chunk = 1 << 22
+
+    def chunked(x):
+        o = torch.empty_like(x)
+        for start in range(0, x.numel(), chunk):
+            scale_kernel[(triton.cdiv(min(chunk, x.numel() - start), 1024),)](x, o, start, x.numel(), BLOCK=1024)
+        return o
+
+    x = torch.randn(8 * chunk, device="cuda")
+    d = kernel_report(chunked, x, expected=2.0 * x).to_dict()
+    assert d["check"]["passed"], d["check"]
+    assert d["placement"]["bytes"] == 2 * x.nbytes, d["placement"]
+    assert "8 launches of scale_kernel cover" in d["placement"]["bytes_source"], d["placement"]
+    assert d["pct_of_roof"] < 110, d["pct_of_roof"]

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuspeed.kernel.chunks import layout
 from gpuspeed.kernel.numba_signature import mismatch
 from gpuspeed.kernel.shared_memory import over_limit, shaped_by_arguments
 
@@ -56,6 +57,8 @@ class Launch:
     # an autotuned launch: {"chosen": the Config it ran with, "timings": {Config: time} of its own tuning key, or
     # None where unknown}, taken when it ran (the autotuner itself keeps only its last choice and timings)
     tuned: dict | None = None
+    # its arrays' memory, scalar arguments and largest array's elements (kernel.chunks: a chunked launcher's bytes)
+    layout: dict | None = None
 
 
 _NO_KEY = object()  # an autotuner run that looked up no key (a single config)
@@ -416,7 +419,9 @@ class Capture:
                 shared_dynamic=int(getattr(md, "shared", 0) or 0), interpreted=interpreted, compiled=compiled,
                 autotuner=cap._get("autotuner"),
                 meta=cap._meta(jitfn, args, kwargs),
-                arg_bytes=arg_bytes([*args, *kwargs.values()])))
+                arg_bytes=arg_bytes([*args, *kwargs.values()]),
+                layout=layout([*zip(getattr(jitfn, "arg_names", None) or [None] * len(args), args, strict=False),
+                               *kwargs.items()], cap._constexprs[id(jitfn)][1])))
             return kernel
         return run
 
@@ -451,7 +456,8 @@ class Capture:
                         name = getattr(py_func, "__name__", None) or getattr(kern, "entry_name", "kernel")
                         cap.launches.append(Launch(kernel=name, backend="numba", grid=_dims(griddim),
                                                    block=_dims(blockdim), shared_dynamic=int(sharedmem or 0),
-                                                   compiled=kern, arg_bytes=arg_bytes(args)))
+                                                   compiled=kern, arg_bytes=arg_bytes(args),
+                                                   layout=layout((None, a) for a in args)))
                     return orig(kern, args, griddim, blockdim, stream, sharedmem)
                 return launch
             self._patch(kernel_cls, "launch", wrap_launch)
@@ -483,7 +489,7 @@ class Capture:
                         cap.launches.append(Launch(kernel=getattr(kern.fn, "__name__", "kernel"), backend="numba",
                                                    grid=_dims(kern.grid_dim), block=_dims(kern.block_dim),
                                                    shared_dynamic=int(kern.dynshared_size or 0), interpreted=True,
-                                                   arg_bytes=arg_bytes(args)))
+                                                   arg_bytes=arg_bytes(args), layout=layout((None, a) for a in args)))
                     if top:  # torch tensors, which a GPU launch takes through __cuda_array_interface__
                         _refuse_bfloat16(kern.fn, args)
                         args = tuple(_numpy_view(a) for a in args)

@@ -22,6 +22,7 @@ from gpuspeed import trees
 from gpuspeed.errors import UserError
 from gpuspeed.kernel import instructions, numba_info, triton_info, verdict
 from gpuspeed.kernel.capture import Capture, interpreting_triton, simulating_numba
+from gpuspeed.kernel.chunks import launch_bytes
 from gpuspeed.kernel.occupancy import Limits, device_limits, occupancy
 
 NO_GPU_NOTE = ("no GPU: ran under the interpreters (TRITON_INTERPRET=1 / NUMBA_ENABLE_CUDASIM=1){checked}; no timing, "
@@ -358,14 +359,16 @@ def in_place_bytes(fn, args: tuple, kwargs: dict, gpu: bool) -> tuple[int, str]:
 def call_bytes(given: int | None, floor: int, launches: list) -> tuple[int, str]:
     """(bytes one call moves, how they were counted): `given`; else, for a launcher of several launches whose
     array arguments add up to more than its inputs and outputs (a multi-pass or iterative kernel: a stencil's
-    steps, a reduction's second pass), each launch's arguments moved once; else `floor`, the launcher's inputs
-    read once and outputs written once."""
+    steps, a reduction's second pass), each launch's arguments moved once (a chunked launcher's buffers, handed whole
+    to each launch with an offset, once: kernel.chunks); else `floor`, the launcher's inputs read once and outputs
+    written once."""
     if given is not None:
         return int(given), "given"
-    per_launch = sum(la.arg_bytes for la in launches)
+    per_launch, said = launch_bytes(launches)
+    said = f"; {said}" if said else ""
     if len(launches) > 1 and per_launch > floor:
-        return per_launch, f"each of its {len(launches)} launches moving its array arguments once"
-    return floor, FLOOR
+        return per_launch, f"each of its {len(launches)} launches moving its array arguments once{said}"
+    return floor, FLOOR + said
 
 
 def copy_reference(nbytes: int, launches: int, bench_kw: dict | None = None) -> float:
@@ -590,8 +593,8 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
         flops = flops if given else n_counted
         nbytes, moved = call_bytes(bytes, min_bytes((args, kwargs), out) or
                                    trees.nbytes((args, kwargs)) + trees.nbytes(out), cap.launches)
-        if moved == FLOOR:
-            nbytes, moved = nbytes + in_place[0], moved + in_place[1]
+        if moved.startswith(FLOOR):
+            nbytes, moved = nbytes + in_place[0], FLOOR + in_place[1] + moved[len(FLOOR):]
         if nbytes > 0:
             ceil, source, said = ((given_ceil, given_source, []) if given_ceil is not None
                                   else _ceilings(None, _device.get_device("cuda")))

@@ -1,0 +1,78 @@
+"""Launches of one kernel handed the same whole buffers with other scalar arguments: a chunked launcher (each launch
+works on a part of them, at an offset) or repeated sweeps (an iteration index, Floyd-Warshall's k).
+
+Each launch's array arguments counted once (capture.arg_bytes) charge a chunked launcher's buffers once per chunk: k
+chunks read as k times the traffic, and a % of roof k times too high. Which of the two it is cannot be seen from the
+arguments; the launch's size can tell it where it is known: a Numba launch's threads (grid x block), a Triton launch's
+programs x its BLOCK constexprs (the elements a program covers). Launches whose sizes add up to no more than the
+largest buffer's elements (each a part of it) are a chunked launcher's: their buffers count once. Each covering the
+whole buffer: sweeps, each counted. Sizes not known (no BLOCK constexpr): each counted, and said.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpuspeed import trees
+
+
+def layout(values, constexprs=()) -> dict | None:
+    """What tells chunks of one buffer apart, for one launch's arguments: the memory of its arrays (None where one
+    cannot be located: then nothing is said), its scalar arguments (constexprs left out) and its largest array's
+    elements."""
+    from gpuspeed.roofline.place import _extent
+
+    regions, scalars, elements = [], [], 0
+    for name, v in values:
+        if name in constexprs:
+            continue
+        for leaf in trees.leaves(v):
+            if isinstance(leaf, (bool, int, float, complex, str, np.generic)) or leaf is None:
+                scalars.append(repr(leaf))
+            elif hasattr(leaf, "shape"):  # a 0-d tensor too: its address, not its value (no sync to read it)
+                e = _extent(leaf)
+                if e is None and math.prod(leaf.shape):
+                    return None  # an array of no address here (the simulator's device arrays): no region to compare
+                if e is not None:
+                    regions.append(e[:3])
+                    elements = max(elements, math.prod(leaf.shape))
+    return {"regions": tuple(sorted(regions)), "scalars": tuple(scalars), "elements": elements} if regions else None
+
+
+def covered(launch) -> int | None:
+    """The elements one launch's threads or programs cover: a Numba launch's grid x block threads, a Triton launch's
+    programs x the product of its BLOCK constexprs; None where that is not known (a Triton kernel with none)."""
+    programs = math.prod(launch.grid)
+    if launch.backend == "numba" and launch.block:
+        return programs * math.prod(launch.block)
+    blocks = [v for k, v in launch.meta.items() if "BLOCK" in k.upper() and isinstance(v, int) and v > 0]
+    return programs * math.prod(blocks) if blocks else None
+
+
+def launch_bytes(launches: list) -> tuple[int, str]:
+    """(bytes of the launches' array arguments, each launch's once except a chunked launcher's buffers, once for all
+    its launches; what was found about launches over the same buffers with other scalars, '' if none)."""
+    groups: dict = {}
+    for la in launches:
+        lay = la.layout
+        groups.setdefault((la.kernel, lay["regions"]) if lay else id(la), []).append(la)
+    total, said = 0, []
+    for same in groups.values():
+        first = same[0]
+        if len(same) < 2 or len({la.layout["scalars"] for la in same}) < 2:  # one launch, or sweeps alike
+            total += sum(la.arg_bytes for la in same)
+            continue
+        sizes = [covered(la) for la in same]
+        whole = first.layout["elements"]
+        if None not in sizes and sum(sizes) <= whole + max(sizes):  # parts of it: the last one's block may overhang
+            total += max(la.arg_bytes for la in same)
+            said.append(f"the {len(same)} launches of {first.kernel} cover its buffers' {whole} elements in parts "
+                        f"(other offsets): those buffers counted once")
+            continue
+        total += sum(la.arg_bytes for la in same)
+        if None in sizes:
+            said.append(f"the {len(same)} launches of {first.kernel} are handed the same buffers with other scalars: "
+                        f"counted each time; if each works on a part of them (an offset), pass --bytes")
+    return total, "; ".join(said)
