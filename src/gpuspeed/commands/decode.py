@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
             from gpuspeed.decode import tp as tensor_parallel
 
             tensor_parallel.check_launch(tp_ranks, where)
-        study.check_fits(spec, where)
+        study.check_fits(spec, where)  # before anything prints (run and launch check it again, as their callers may not)
         console = make_console(stderr=as_json)
         if small and not as_json:
             console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "

@@ -92,7 +92,7 @@ class Spec:
                 pass
 
     def label(self) -> str:
-        return f"{model_key(self.model)}_{self.quant or self.dtype}" + (f"_tp{self.tp}" if self.tp > 1 else "")
+        return run_name(model_key(self.model), self.dtype, self.quant, self.tp)
 
     @property
     def transformers_rows(self) -> bool:
@@ -743,6 +743,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
 
     check_spec(spec)
     device = _device.resolve_device(spec.device)
+    if tp is None:  # a rank's shard was checked by tp.launch, before the ranks started
+        check_fits(spec, device)  # the weights and caches fit, before any is made or read (the CLI relied on its own)
     said = [0]
 
     def say(what: str) -> None:
@@ -1076,11 +1078,19 @@ def summarize(label: str, rows, extra_rows, hf, spec: Spec) -> dict:
 
 
 def run_label(doc: dict) -> str:
-    """The label a decode run's summary keys and rows go under (Spec.label: <model key>_<dtype or quant>[_tpN]), from
+    """The label a decode run's summary keys and rows go under (Spec.label, run_name), from
     its params: a checkpoint's path gives its model key, as its rows name it."""
     p = doc.get("params") or {}
-    tp = p.get("tp") or 1
-    return f"{model_key(str(p.get('model')))}_{p.get('quant') or p.get('dtype')}" + (f"_tp{tp}" if tp > 1 else "")
+    return run_name(model_key(str(p.get("model"))), p.get("dtype"), p.get("quant"), p.get("tp") or 1)
+
+
+def run_name(model: str, dtype, quant, tp: int) -> str:
+    """<model key>_<dtype>[_tpN], or <model key>_int8[-dtype][_tpN] under --quant: an int8 run from bf16 weights keeps
+    the name it had (results/nvidia-h200/decode.json's llama-3-8b_int8_* keys), one from fp32 or fp16 weights names
+    them (it was named as the bf16 one, and merging the two runs overwrote one's summary keys with the other's). The
+    '-' keeps each name from being the start of another's keys (benchmarks/decode.py splits a merged file by them)."""
+    what = dtype if not quant else quant if dtype in ("bf16", None) else f"{quant}-{dtype}"
+    return f"{model}_{what}" + (f"_tp{tp}" if tp > 1 else "")
 
 
 def _device_words(doc: dict) -> str:
@@ -1358,7 +1368,7 @@ def plots(doc: dict, out) -> list[Path]:
     out = Path(out)
 
     def panel(model, dtype, quant, tp) -> str:  # one per run: a tp2 or int8 bar beside a tp1 bf16 one hid it
-        return f"{model} {quant or dtype}" + (f" tp{tp}" if (tp or 1) > 1 else "")
+        return f"{model} " + run_name("", dtype, quant, tp or 1)[1:].replace("_", " ")  # "int8-fp32 tp2"
 
     groups: dict = {}
     for r in doc["rows"]:

@@ -377,6 +377,30 @@ def _inject_failure(rank: int, where: str = "start", nth: int = 1) -> None:
         raise RuntimeError(f"failure injected by {FAIL_ENV}={what}")
 
 
+def _record_then_leave(fn):
+    """torchrun's @record (the rank's error file, the launcher's message), then os._exit(1) on a failure: the process
+    group is left up on purpose (the peers' 'connection closed' must come after this rank's error), and a normal exit
+    then aborted in one of gloo's threads still joinable ('terminate called without an active exception')."""
+    import functools
+    import sys
+
+    recorded = record(fn)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return recorded(*args, **kwargs)
+        except Exception:  # recorded: its error file is written
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # a closed stream: nothing left to say on it
+                    pass
+            os._exit(1)
+
+    return run
+
+
 def init(device: str) -> TP:
     """This process's rank (torchrun's environment): the process group, its device, the control group."""
     import torch.distributed as dist
@@ -393,7 +417,7 @@ def init(device: str) -> TP:
     return TP(group=dist.group.WORLD, rank=rank, world=world, vocab_size=0, vocab_local=0, ctl=ctl)
 
 
-@record
+@_record_then_leave
 def worker(spec) -> dict | None:
     """One rank: the decode study on its shard; rank 0 returns the results document."""
     import torch.distributed as dist
@@ -406,7 +430,7 @@ def worker(spec) -> dict | None:
     device = _device.resolve_device(spec.device)
     tp = init(device)
     # no destroy_process_group after a failure: @record writes this rank's error, then its exit closes the
-    # connections, so the other ranks' 'connection closed' comes after it and the launcher names this rank
+    # connections, so the other ranks' 'connection closed' comes after it (_failure_line names this rank)
     spec = replace(spec, hf=False, out=spec.out if rank == 0 else None)
     progress, total = _step_writers(os.environ.get(PROGRESS_ENV) if rank == 0 else None)
     doc = study.run(spec, tp=tp, progress=progress, total=total)
@@ -480,11 +504,40 @@ def check_launch(n: int, device: str) -> None:
             raise UserError(f"--tp {n} needs {n} GPUs; this machine has {have}")
 
 
+# a rank's error that only says a peer went away (its process exited): the cause is that peer's, never this one's
+_PEER_GONE = ("connection closed by peer", "connection reset by peer", "broken pipe", "remote process exit")
+
+
+def _peer_gone(f) -> bool:
+    msg = f.message.get("message") if isinstance(f.message, dict) else f.message
+    return any(s in str(msg or "").lower() for s in _PEER_GONE)
+
+
+def _every_rank_failure(exc) -> dict:
+    """The failures torchrun reported (most often the one process it saw end first) and the error files the other
+    ranks of the attempt left beside them (<attempt>/<rank>/error.json): all ranks had ended when it reported."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    failures = dict(exc.failures)
+    for f in list(failures.values()):
+        if not f.error_file or not os.path.isfile(f.error_file):
+            continue
+        for other in Path(f.error_file).parent.parent.glob("*/error.json"):
+            rank = other.parent.name
+            if rank.isdigit() and int(rank) not in failures:
+                try:
+                    failures[int(rank)] = ProcessFailure(local_rank=int(rank), pid=0, exitcode=1, error_file=str(other))
+                except Exception:  # a file half-written as the rank was killed: nothing to learn from it
+                    pass
+    return failures
+
+
 def _failure_line(exc) -> str:
-    """'rank R: cause' from torchrun's ChildFailedError (the worker's exception, or how the process ended). The rank
-    that raised first (by its error file's time) comes first, then one that exited, then one killed: torchrun's first
-    failure is by whole seconds, and a rank that failed after another (gloo's 'connection closed by peer', a SIGSEGV
-    in the teardown of one stopped) was named for the cause."""
+    """'rank R: cause' from torchrun's ChildFailedError (the worker's exception, or how the process ended). A rank that
+    raised comes first, unless its error only says a peer's connection closed (that peer's exit caused it), then one
+    that exited, then one killed; among those, the first error file by time: torchrun names the process it saw end
+    first (both end within one of its polls) and its first failure is by whole seconds, so a rank that failed after
+    another (gloo's 'connection closed by peer', a SIGSEGV in the teardown of one stopped) was named for the cause."""
     import signal
 
     def cause(item):
@@ -494,9 +547,10 @@ def _failure_line(exc) -> str:
             when = os.path.getmtime(f.error_file)
         except (OSError, TypeError):
             when = float(f.timestamp)
-        return (not raised, f.exitcode is None or f.exitcode < 0, when, r)
+        return (_peer_gone(f), not raised, f.exitcode is None or f.exitcode < 0, when, r)
 
-    rank, f = min(exc.failures.items(), key=cause) if exc.failures else exc.get_first_failure()
+    failures = _every_rank_failure(exc) if exc.failures else {}
+    rank, f = min(failures.items(), key=cause) if failures else exc.get_first_failure()
     msg = f.message
     if isinstance(msg, dict):
         msg = msg.get("message") or ""
@@ -536,7 +590,7 @@ def run_variants(spec, tp: TP | None = None) -> dict:
     return out
 
 
-@record
+@_record_then_leave
 def tokens_worker(spec) -> dict | None:
     """One rank of run_variants; rank 0 returns the tokens and logits."""
     import torch.distributed as dist
@@ -627,8 +681,11 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
     from gpuspeed import device as _device
 
     started = time.time()  # a partial decode.json written after this is this run's (study.partial_kept)
+    from gpuspeed.decode.study import check_fits
+
     device = _device.resolve_device(spec.device)
     check_launch(n, device)
+    check_fits(replace(spec, tp=n), device)  # rank 0's shard fits its GPU, before any rank starts
     for key, value in NO_MULTICAST.items():  # the ranks inherit this environment
         os.environ.setdefault(key, value)
     # torchrun's own default for several ranks on one host: N ranks each with a pool of one thread a core

@@ -1,0 +1,111 @@
+"""Round 22 of the decode QA: the rank a --tp failure names, int8 labels, the fit check of study.run, text_tokens."""
+
+import os
+
+import pytest
+import torch
+
+from decode_cli_helpers import ROOF, SMALL, TINY, cli, one_line, one_thread  # noqa: F401  (one_thread: autouse)
+
+
+# --- the rank a --tp failure names ----------------------------------------------------------------------------------
+
+def _rank_error(attempt, rank: int, message: str, monkeypatch) -> str:
+    """Rank RANK's error file as torchrun's @record writes it when the rank raises RuntimeError(message)."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    path = attempt / str(rank) / "error.json"
+    path.parent.mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+
+    @record
+    def rank_body():
+        raise RuntimeError(message)
+
+    with pytest.raises(RuntimeError):
+        rank_body()
+    return str(path)
+
+
+PEER_GONE = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29513"
+
+
+@pytest.mark.parametrize("both_reported", [False, True])
+def test_the_rank_that_raised_is_named_not_the_one_its_exit_disconnected(tmp_path, monkeypatch, both_reported):
+    """Rank 1 raised; its exit closed rank 0's connection, and rank 0 raised gloo's 'Connection closed by peer'. The
+    launcher reports the first process it sees ended: rank 0 when both ended within one of its polls (or its error file
+    came first), and the line named rank 0 and the closed connection. The rank whose error is not its peer's exit is
+    named, whether the launcher reported it or only left its error file beside the other's."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from gpuspeed.decode import tp as TP
+
+    attempt = tmp_path / "attempt_0"
+    raised = _rank_error(attempt, 1, "out of memory in the step", monkeypatch)
+    peer = _rank_error(attempt, 0, PEER_GONE, monkeypatch)
+    os.utime(peer, ns=(os.stat(raised).st_mtime_ns - 10**6,) * 2)  # rank 0's file first, as the lead saw it come
+    failures = {0: ProcessFailure(local_rank=0, pid=11, exitcode=1, error_file=peer)}
+    if both_reported:
+        failures[1] = ProcessFailure(local_rank=1, pid=12, exitcode=1, error_file=raised)
+    line = TP._failure_line(ChildFailedError("worker", failures))
+    assert line == "rank 1 failed: RuntimeError: out of memory in the step"
+
+
+def test_a_peer_disconnected_alone_is_still_named_with_its_error(tmp_path, monkeypatch):
+    """No other rank left an error: the one reported is named with gloo's words (nothing better is known)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from gpuspeed.decode import tp as TP
+
+    peer = _rank_error(tmp_path / "attempt_0", 0, PEER_GONE, monkeypatch)
+    line = TP._failure_line(ChildFailedError("worker", {0: ProcessFailure(local_rank=0, pid=11, exitcode=1,
+                                                                           error_file=peer)}))
+    assert line.startswith("rank 0 failed: RuntimeError: ") and "Connection closed by peer" in line
+
+
+# --- int8 labels ------------------------------------------------------------------------------------------------------
+
+def test_int8_runs_from_different_dtypes_get_different_labels_and_the_others_keep_theirs():
+    """Spec.label() named the quant in place of the dtype: an int8 run from fp32 weights and one from bf16 weights were
+    both tiny_int8, and merging them overwrote one's summary keys with the other's. Each run has its own label now, no
+    label's keys start with another's, the unquantized (and the bf16 int8) labels the results files use are kept, and
+    a results file's params give the label its run had."""
+    from gpuspeed.decode.study import Spec, run_label
+
+    specs = [Spec(model="tiny", dtype=dt, quant=q, tp=tp, device="cpu")
+             for dt in ("fp32", "bf16", "fp16") for q in (None, "int8") for tp in (1, 2)]
+    labels = [s.label() for s in specs]
+    assert len(set(labels)) == len(labels), labels
+    ones = [s.label() for s in specs if s.tp == 1]  # a tpN label extends its tp1 one by design (the longest wins)
+    assert not [(a, b) for a in ones for b in ones if a != b and b.startswith(a + "_")], ones
+    assert {s.label() for s in specs if not s.quant and s.tp == 1} == {"tiny_fp32", "tiny_bf16", "tiny_fp16"}
+    assert Spec(model="tiny", dtype="bf16", tp=2, device="cpu").label() == "tiny_bf16_tp2"
+    assert Spec(model="llama-3-8b", dtype="bf16", quant="int8", device="cpu").label() == "llama-3-8b_int8"
+    for s in specs:
+        assert run_label({"params": {"model": s.model, "dtype": s.dtype, "quant": s.quant, "tp": s.tp}}) == s.label()
+
+
+# --- the fit check of study.run ---------------------------------------------------------------------------------------
+
+def test_study_run_refuses_a_model_too_big_for_the_device_before_making_it():
+    """study.run (the Python API) skipped the command line's pre-load fit check: a 70B model in fp32 on this host went
+    on to make its 280 GB of random weights (here, under an address-space limit, the allocation failed; on a machine
+    without one, the OOM killer). It is refused in one line first, as `gpuspeed decode` refuses it."""
+    import resource
+
+    from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
+
+    spec = study.Spec(model="llama-3-70b", dtype="fp32", device="cpu", variants=["V2"], new_tokens=2, prompt_len=3,
+                      profile=False, hf=False, read_roof_GBps=20)
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    # a regression fails here on its first large allocation, not by filling the host's memory
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (2 << 30) if hard == resource.RLIM_INFINITY
+                                            else min(hard, mapped + (2 << 30)), hard))
+    try:
+        with pytest.raises(UserError, match=r"llama-3-70b in fp32 needs about 2\d\d\.\d GiB"):
+            study.run(spec)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
