@@ -143,3 +143,20 @@ def test_a_cpu_point_above_the_compute_ceiling_names_the_shared_host_not_a_clock
     note = above_roof_note("compute", "cpu", 915.0)
     assert note.startswith("above roof: faster than the measured compute ceiling") and "other work" in note, note
     assert "clock state" in above_roof_note("compute", "cuda", 115.0)  # a GPU's boost clock: the reason there
+
+
+# -- launch: the fusion study's bytes of reduce-overhead on the CPU ----------------------------------------------------
+
+
+def test_fusion_counts_reduce_overheads_copy_in_only_where_a_cuda_graph_makes_one():
+    # `gpuspeed launch` on the CPU counted reduce-overhead's bytes twice (16000 for N=1000 against compiled's 8000):
+    # the copy into a CUDA graph's static input, which a CPU run (no CUDA graph) never makes, so its GB/s and % of the
+    # copy roof read double for the same time
+    from gpuspeed.launch.fusion import point_bytes
+
+    n, k = 1000, 8
+    assert point_bytes("copy", n, k, "cpu") == 2 * 4 * n
+    assert point_bytes("eager", n, k, "cpu") == point_bytes("captured", n, k, "cpu") == 2 * k * 4 * n
+    assert point_bytes("reduce-overhead", n, k, "cpu") == point_bytes("compiled", n, k, "cpu") == 2 * 4 * n
+    assert point_bytes("reduce-overhead", n, k, "cuda") == 4 * 4 * n  # the graph's copy-in: one more read and write
+    assert point_bytes("captured-compiled", n, k, "cuda") == 2 * 4 * n

@@ -145,6 +145,17 @@ def add_roof(rows: list[dict]) -> None:
             r["over_copy"] = r["time_s"] / c["time_s"]
 
 
+def point_bytes(variant: str, n: int, k: int, where: str) -> int:
+    """Bytes one call of a fusion point moves, by design (fp32): eager reads and writes N per op, a fused chain once,
+    a copy once; reduce-overhead on a GPU also copies its (non-static) input into its CUDA graph's static buffer,
+    which a CPU run (no graph) never does."""
+    if variant in ("eager", "captured"):
+        passes = 2 * k
+    else:
+        passes = 4 if variant == "reduce-overhead" and where == "cuda" else 2
+    return passes * 4 * n
+
+
 def steps(ns, variants) -> int:
     """Progress steps of fusion_study: one build and ROUNDS timings per point."""
     return len(ns) * (1 + len(variants)) * (1 + ROUNDS)
@@ -174,15 +185,12 @@ def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Pr
         xs = [torch.randn(n, device=dev) for _ in range(r)]
         dst = torch.empty(n, device=dev)
         progress(f"fusion N={format_n(n)} copy")
-        points = [({"study": "fusion", "variant": "copy", "N": n, "K": k, "rotate": r, "bytes": 2 * 4 * n},
-                   _cycler([dst.copy_], xs))]
+        points = [({"study": "fusion", "variant": "copy", "N": n, "K": k, "rotate": r,
+                    "bytes": point_bytes("copy", n, k, where)}, _cycler([dst.copy_], xs))]
         for variant in variants:
             progress(f"fusion N={format_n(n)} {variant}")
-            fused = variant != "eager" and variant != "captured"
-            # bytes by design: eager reads and writes N per op; fused once; reduce-overhead also copies
-            # its (non-static) input into the graph's static buffer
-            passes = 2 * k if not fused else (4 if variant == "reduce-overhead" else 2)
-            row = {"study": "fusion", "variant": variant, "N": n, "K": k, "rotate": r, "bytes": passes * 4 * n}
+            row = {"study": "fusion", "variant": variant, "N": n, "K": k, "rotate": r,
+                   "bytes": point_bytes(variant, n, k, where)}
             call = None
             try:
                 call, first = _build_variant(variant, fn, xs, compiled, where)
