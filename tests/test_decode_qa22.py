@@ -109,3 +109,22 @@ def test_study_run_refuses_a_model_too_big_for_the_device_before_making_it():
             study.run(spec)
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+# --- text_tokens of the batch rows ------------------------------------------------------------------------------------
+
+from test_decode_qa16 import PROMPT, eos_first  # noqa: E402,F401  (eos_first: a fixture, the EOS is the first token)
+
+
+def test_a_batch_row_counts_its_text_to_the_eos_as_the_ladder_rows_do(eos_first, capsys):
+    """The model's first token is its EOS: the ladder row's text_tokens was 1 (the text ends there, as the README says),
+    the --batches 2 row's 2 x 4 = 8, every token generated (its generation was not told the EOS ids). Both count to
+    the EOS now: 1 token, and 2 for two sequences."""
+    import json
+
+    rc, cap = cli(["--model", str(eos_first), "--prompt", PROMPT, *SMALL[2:], "--new-tokens", "4", "--batches", "2",
+                   "--compile-backend", "eager", "--json", *ROOF], capsys)
+    assert rc == 0, cap.err
+    rows = json.loads(cap.out)["rows"]
+    got = {(r.get("study"), r["batch"]): (r["timed_tokens"], r["text_tokens"]) for r in rows}
+    assert got == {("ladder", 1): (3, 1), ("batch", 2): (2 * 3, 2)}, got

@@ -855,7 +855,8 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
             p = torch.randint(0, m.args.vocab_size, (spec.batch, size), generator=g).to(device)
         else:
             p = prompt[:1].repeat(size, 1)
-        row, _, _ = measure_variant(best["variant"], m, sub, p, device, trace_dir=None)
+        # the EOS ids, as the ladder's: its text ends there (text_tokens), while the timing runs past it in both
+        row, _, _ = measure_variant(best["variant"], m, sub, p, device, eos_ids=eos_ids, trace_dir=None)
         row["study"] = kind
         extra_rows.append(row)
 
