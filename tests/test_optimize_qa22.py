@@ -191,3 +191,38 @@ def test_a_chunked_triton_launchers_percent_of_roof_counts_its_buffers_once():
     assert d["placement"]["bytes"] == 2 * x.nbytes, d["placement"]
     assert "8 launches of scale_kernel cover" in d["placement"]["bytes_source"], d["placement"]
     assert d["pct_of_roof"] < 110, d["pct_of_roof"]
+
+
+# --- a float32 primary on values below float32's range, under atol=0 ---
+
+SCALED_ATOL_0 = '''
+import numpy as np
+
+TOLERANCE = dict(rtol=1e-4, atol=0)  # every element to 1e-4 of its own size, however small
+
+
+def original(x):
+    return 3.0 * x + np.abs(x)
+
+
+def inputs(rng):
+    return (rng.standard_normal(40),)
+'''
+
+
+def test_a_float32_primary_under_atol_0_gives_the_originals_answer_below_float32s_range(tmp_path, capsys):
+    # float32 holds nothing below ~1.2e-38 at full precision (subnormals, then 0): x = 1e-44 * N(0, 1) came back
+    # with a bit or two of precision and 1e-47 as 0, each a wrong answer under atol=0; the original answers those now
+    import numpy as np
+    from test_optimize_qa20 import _script_module
+
+    opt = _script_module(tmp_path, SCALED_ATOL_0, {"name": "numpy-fp32", "backend": "numpy", "precision": "float32"})
+    fn, _ = opt.build_optimized()
+    x = np.random.default_rng(22).standard_normal(30)
+    for scale in (1.0, 1e-30, 1e-44, 1e-47):  # in float32's range, near its bottom, subnormal, below
+        want = opt.pristine_original()(x * scale)
+        got = fn(x * scale)
+        assert got.dtype == np.float64 and np.allclose(got, want, rtol=1e-4, atol=0), (scale, got, want)
+    assert capsys.readouterr().err.count("below float32's range") == 1
+    # a result that underflows to 0 from inputs in range (x * x of 1e-25) cannot be told from a true 0: said
+    assert "below float32's range" in opt.__doc__ and "atol=0" in opt.__doc__, opt.__doc__

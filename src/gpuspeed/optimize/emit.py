@@ -111,7 +111,7 @@ arrays, say) runs the original itself, at the original's speed, and keeps what i
 later calls on those dtypes, which run the optimized code: which dtypes the original returns there cannot be known
 without running it, and a float32 result cast back to a guessed dtype could be a wrong answer. Call it once on such
 arguments before you time it.
-"""
+{range_line}"""
 
 import argparse
 import contextlib
@@ -320,24 +320,47 @@ def build_optimized(force_cpu=False):
 
 def finite_or_original(fn, impl):
     """fn, a float32 primary, whose result holding inf or NaN is the original's answer instead: float32 overflows
-    past 3.4e38 (1e30 squared) where the original's float64 does not. Said once on stderr."""
+    past 3.4e38 (1e30 squared) where the original's float64 does not. Under atol=0 (no error allowed beside each
+    element's own rtol), an input or result below float32's range (held with fewer digits, or as 0) is the original's
+    too: two more passes over the data, only there. Each said once on stderr."""
     def call(*args, **kwargs):
+        if ATOL == 0 and below_float32((args, kwargs)):
+            return the_originals(args, kwargs, "an input below float32's range (~1.2e-38: float32 holds it with fewer "
+                                 "digits, or as 0), which atol=0 does not allow")
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # the original warns where it overflows
             out = fn(*args, **kwargs)
-        if all(np.isfinite(a).all() for a in map(to_numpy, leaves(out))
-               if isinstance(a, np.ndarray | np.generic) and a.dtype.kind in "fc"):
-            return out
-        if not OVERFLOWED:
-            OVERFLOWED.append(True)
-            print(f"optimized {{FUNC}}: its float32 result held inf or NaN (past float32's range?): the original "
-                  "answers such calls", file=sys.stderr)
-        with on_the_host():
-            return pristine_original()(*args, **kwargs)
+        if not all(np.isfinite(a).all() for a in map(to_numpy, leaves(out))
+                   if isinstance(a, np.ndarray | np.generic) and a.dtype.kind in "fc"):
+            return the_originals(args, kwargs, "its float32 result held inf or NaN (past float32's range?)")
+        if ATOL == 0 and below_float32(out):  # cast back from float32: its subnormals are float64 numbers under tiny
+            return the_originals(args, kwargs, "its float32 result fell below float32's range (~1.2e-38: fewer "
+                                 "digits, or 0), which atol=0 does not allow")
+        return out
 
     return wrapping(call, fn, impl)
 
 
-OVERFLOWED = []  # a float32 result held inf or NaN once: said on stderr the first time
+def the_originals(args, kwargs, why):
+    """The original's answer for a call a float32 primary cannot give within the tolerance; why, once on stderr."""
+    if why not in FELL_BACK:
+        FELL_BACK.add(why)
+        print(f"optimized {{FUNC}}: {{why}}: the original answers such calls", file=sys.stderr)
+    with on_the_host():
+        return pristine_original()(*args, **kwargs)
+
+
+def below_float32(values):
+    """Whether a float array among values holds a nonzero number under float32's smallest normal one (~1.2e-38)."""
+    tiny = float(np.finfo(np.float32).tiny)
+    for a in map(to_numpy, leaves(values)):
+        if isinstance(a, np.ndarray | np.generic) and a.dtype.kind in "fc" and a.size:
+            size = np.abs(a)
+            if bool(((size < tiny) & (size != 0)).any()):
+                return True
+    return False
+
+
+FELL_BACK = set()  # why the original answered a float32 primary's call: each said on stderr the first time
 
 
 def wrapping(call, fn, impl):
@@ -749,6 +772,7 @@ def script_text(run) -> str:
         install="\n    ".join(x for x in dict.fromkeys(["pip install numpy", INSTALL.get(backend, "")]) if x),
         import_root=run.params.get("cwd") or os.getcwd(),
         fallback_line=_fallback_line(backend, rec, lib),
+        range_line=_range_line(rec, run.wl.atol, bool(run.params.get("in_place"))),
         workload_file=run.wl.path.name, workload_path=str(run.wl.path), func=run.wl.func, func_attr=run.wl.func,
         recipe=repr({k: v for k, v in rec.items() if k != "chunk"}), out_forms=_out_forms(run, rec),
         scale=run.wl.scale, input_specs=list(run.wl.input_specs), arg_order=_arg_order(run.wl), chunk=repr(chunk),
@@ -772,6 +796,24 @@ def _fallback_line(backend: str, rec: dict, lib: str) -> str:
     if backend in GPU_BACKENDS and rec.get("device") != "cpu":
         return f"Without a GPU (or without {lib}) it falls back to the original code on the CPU."
     return f"Without {lib} it falls back to the original."
+
+
+def _range_line(rec: dict, atol, in_place: bool) -> str:
+    """What a float32 primary does with values past float32's range (~1.2e-38 to 3.4e38), for the script's header."""
+    if rec.get("precision") != "float32":
+        return ""
+    if in_place:
+        return ("\nIt computes in float32 and writes into your arrays: values past float32's range (3.4e38) come back "
+                "as inf,\nvalues below it (~1.2e-38) with fewer digits or as 0; neither is caught.\n")
+    if atol == 0:
+        return ("\nIt computes in float32: a result past float32's range (inf or NaN) is the original's answer, and "
+                "under\nyour atol=0 so is a call whose input or result falls below float32's range (~1.2e-38). A "
+                "result that\nfloat32 rounds to exactly 0 from inputs in its range (x * x of 1e-25) cannot be told "
+                "from a true 0 and\ncomes back 0: if yours can, rerun gpuspeed optimize with an rtol under 1e-6 "
+                "(no float32 candidate).\n")
+    return ("\nIt computes in float32: a result past float32's range (inf or NaN) is the original's answer; values "
+            "below\nfloat32's range (~1.2e-38) come back with fewer digits or as 0, an error under 1.2e-38 that the "
+            "check's\natol allows (with TOLERANCE atol=0 the script would give the original's answer for them).\n")
 
 
 def _tolerance_text(rtol, atol) -> str:
