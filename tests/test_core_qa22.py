@@ -160,3 +160,26 @@ def test_fusion_counts_reduce_overheads_copy_in_only_where_a_cuda_graph_makes_on
     assert point_bytes("reduce-overhead", n, k, "cpu") == point_bytes("compiled", n, k, "cpu") == 2 * 4 * n
     assert point_bytes("reduce-overhead", n, k, "cuda") == 4 * 4 * n  # the graph's copy-in: one more read and write
     assert point_bytes("captured-compiled", n, k, "cuda") == 2 * 4 * n
+
+
+# -- profile: a loop of tensor operators is array work, whatever the source looks like --------------------------------
+
+
+def _halves(x, n):
+    for _ in range(n):
+        x = x * 0.5 + 1
+    return x
+
+
+def test_profile_advises_a_loop_of_tensor_operators_as_array_work_not_numba():
+    # `x = x * 0.5 + 1` over a torch tensor, 20 times: read from the source alone as scalar code (no torch.* call, no
+    # slice), so profile advised "compile it as a loop (Numba @njit on the CPU)", which cannot take a tensor, on the
+    # GPU too; the trace places torch ops on the loop's line
+    res = gpuspeed.profile(_halves, _x(64), 20, steps=1, warmup=0)
+    loop = next(lp for lp in res.hotspots["hot_loops"] if lp["function"] == "_halves")
+    assert loop["kind"] == "sequential-loop" and loop["on_arrays"], loop
+    assert "Numba" not in loop["verdict"] and "torch.compile" in loop["verdict"], loop["verdict"]
+    rec = next(r for r in res.recommendations if r["finding"] == "python_loop")
+    assert "Numba" not in rec["text"], rec["text"]
+    listed = next(lp for f in res.hotspots["lines"]["functions"] for lp in f["loops"] if f["function"] == "_halves")
+    assert listed["verdict"] == loop["verdict"]  # the function's own loop list says the same

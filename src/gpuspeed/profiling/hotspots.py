@@ -25,7 +25,7 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-from gpuspeed.profiling.loops import loop_nests
+from gpuspeed.profiling.loops import loop_nests, mark_on_arrays
 from gpuspeed.profiling.sites import is_user_file
 
 __all__ = ["analyze", "cprofile", "line_times", "loop_nests"]
@@ -455,6 +455,23 @@ def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
                 "result()), not on their own lines")
         lt["note"] = note if not lt.get("note") else f"{lt['note']}; {note}"
     return {"cprofile": cp, "lines": lt, "hot_loops": loops}
+
+
+def mark_array_loops(hs: dict, op_lines: set) -> None:
+    """Loops on whose lines the trace placed ATen ops ((realpath, line) pairs) work on arrays: their verdicts say
+    so, in the functions' loop lists and in hot_loops alike (the source alone read a tensor's operators as scalars)."""
+    def ran_ops(path: str, loop: dict) -> bool:
+        path = os.path.realpath(path)
+        return not loop.get("on_arrays") and any((path, ln) in op_lines
+                                                 for ln in range(loop["line"], loop["end_line"] + 1))
+
+    for f in hs["lines"].get("functions", []):
+        for loop in f.get("loops", []):
+            if ran_ops(f["file"], loop):
+                mark_on_arrays(loop)
+    for loop in hs.get("hot_loops", []):
+        if ran_ops(loop["file"], loop):
+            mark_on_arrays(loop)
 
 
 @contextlib.contextmanager

@@ -89,6 +89,13 @@ def analyze_loop(loop, first_line: int = 1, lines: list | None = None, aliases: 
                    "verdict": _verdict(info["kind"], info["dependences"], on_arrays, info["depth"], inner)}
 
 
+def mark_on_arrays(loop: dict) -> None:
+    """A loop seen running array ops on its lines (profile's trace) works on whole arrays, whatever its source looks
+    like (`x = x * 0.5 + 1` on a tensor): on_arrays, and the verdict that goes with it."""
+    loop["on_arrays"] = True
+    loop["verdict"] = _verdict(loop["kind"], loop["dependences"], True, loop["depth"], loop["inner"])
+
+
 def _facts(loop, first_line: int, lines: list | None, aliases: dict | None = None) -> dict:
     body = list(ast.walk(loop))
     subscripts = sum(isinstance(n, ast.Subscript) for n in body)

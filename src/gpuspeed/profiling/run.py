@@ -227,11 +227,13 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
         notes += more
         sites = _sites.record_sites(fn, args, kwargs)
         _sync(on_gpu)
-        findings = TraceAnalysis(trace, sites, steps=steps).findings()
+        analysis = TraceAnalysis(trace, sites, steps=steps)
+        findings = analysis.findings()
         hs = None
         if hotspots:
             hs = _hotspots.analyze(fn, args, kwargs, line_backend=line_backend)
             _sync(on_gpu)
+            _hotspots.mark_array_loops(hs, analysis.op_lines())
             if hs["lines"].get("note"):
                 notes.append(hs["lines"]["note"])
         if staged is not None and staged.exists():

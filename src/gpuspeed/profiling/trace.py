@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -459,10 +460,26 @@ class TraceAnalysis:
             g["time_per_step_s"] = g["time_s"] / self.steps  # time_s is all the profiled steps'
         return rows
 
+    def op_lines(self) -> set:
+        """(file, line) of every user line that called an ATen op in the profiled steps: lines of array work,
+        whatever their source looks like (`x = x * 0.5 + 1` on a tensor calls no torch function by name)."""
+        out = set()
+        for n in self.host:
+            if n.cat == "cpu_op" and (n.parent is None or n.parent.cat != "cpu_op") and n.name not in _ELEMENT_OPS \
+                    and not (self.steps_ann and n.step is None):
+                w = self.where(n)
+                if w["file"] and w["line"]:
+                    out.add((os.path.realpath(w["file"]), w["line"]))
+        return out
+
     def findings(self) -> dict:
         return {"gpu": self.gpu, "steps": self.steps, "busy_idle": self.busy_idle(),
                 "launch_gaps": self.launch_gaps(), "tiny_runs": self.tiny_runs(), "host_syncs": self.host_syncs(),
                 "transfers": self.transfers(), "top_kernels": self.top_kernels(), "top_ops": self.top_ops()}
+
+
+# one element read from a tensor (t[i], t[i].item(), `if t[i]:`): a scalar loop over a tensor, not array work
+_ELEMENT_OPS = {"aten::select", "aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"}
 
 
 def _short(name: str) -> str:
