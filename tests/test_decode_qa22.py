@@ -128,3 +128,66 @@ def test_a_batch_row_counts_its_text_to_the_eos_as_the_ladder_rows_do(eos_first,
     rows = json.loads(cap.out)["rows"]
     got = {(r.get("study"), r["batch"]): (r["timed_tokens"], r["text_tokens"]) for r in rows}
     assert got == {("ladder", 1): (3, 1), ("batch", 2): (2 * 3, 2)}, got
+
+
+# --- the Python API: Spec takes what checkpoints.load takes, and refuses what is not a number in one line ---------------
+
+def test_spec_takes_the_dtype_names_and_torch_dtypes_checkpoints_load_takes():
+    """checkpoints.load(path, dtype=torch.bfloat16) and dtype="bfloat16" load, but Spec(dtype=torch.bfloat16) was refused
+    ('unknown dtype torch.bfloat16: use fp32, bf16, fp16'): the same model in the same dtype, two APIs. Spec takes them,
+    as the short name its results keys and labels use; a dtype no rung runs in is still refused."""
+    from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
+
+    for given, short in [(torch.bfloat16, "bf16"), ("bfloat16", "bf16"), ("BF16", "bf16"), (torch.float16, "fp16"),
+                         ("half", "fp16"), (torch.float32, "fp32"), ("float32", "fp32")]:
+        spec = study.Spec(model="tiny", dtype=given, device="cpu")
+        study.check_spec(spec)
+        assert spec.dtype == short and spec.label() == f"tiny_{short}", given
+    with pytest.raises(UserError, match="unknown dtype torch.float64: use fp32, bf16, fp16"):
+        study.check_spec(study.Spec(model="tiny", dtype=torch.float64, device="cpu"))
+
+
+@pytest.mark.parametrize("key,value", [("batch", 1.5), ("new_tokens", 2.0), ("seed", 1.5), ("prompt_len", "4"),
+                                       ("max_layers", 1.0), ("long_prompt", 5.0), ("batches", [2.0]), ("tp", True),
+                                       ("bench_budget_s", "1"), ("time_cap_s", "5"), ("read_roof_GBps", "20")])
+def test_spec_fields_that_are_not_numbers_of_their_kind_are_refused_in_one_line(key, value):
+    """Spec(batch=1.5) ended in torch's TypeError from randint, seed=1.5 in manual_seed's RuntimeError, budget "1" in a
+    '<' between int and str; new_tokens=2.0, long_prompt=5.0 and batches=[2.0] failed every row they touched mid-run.
+    Each is refused before any work, in one line naming the field (Sampling refuses its own so)."""
+    from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
+
+    with pytest.raises(UserError, match=rf"^{key} must be (an integer|a number|integers)"):
+        study.check_spec(study.Spec(**{"model": "tiny", "device": "cpu", "variants": "V2", key: value}))
+
+
+def test_spec_takes_numpy_numbers_as_python_ones():
+    """An integer from NumPy (a sweep's np.arange) is an integer, a NumPy float a number: the type check takes them."""
+    import numpy as np
+
+    from gpuspeed.decode import study
+
+    spec = study.Spec(model="tiny", device="cpu", variants="V2", batch=np.int64(2), new_tokens=np.int32(3),
+                      batches=np.array([4, 8]), bench_budget_s=np.float64(0.5))
+    study.check_spec(spec)
+    assert [spec.batch, spec.new_tokens, spec.batches, spec.bench_budget_s] == [2, 3, [4, 8], 0.5]
+    assert {type(v) for v in [spec.batch, spec.new_tokens, *spec.batches]} == {int}
+
+
+@pytest.mark.parametrize("n", [2.5, "5", True, None])
+def test_generate_refuses_a_token_count_that_is_not_an_integer(n):
+    """generate(engine, prompt, 2.5) ended in torch's TypeError ('float' object cannot be interpreted as an integer),
+    "5" in a '<' between str and int, and True generated one token, as 1. Refused in one line; NumPy's ints are taken."""
+    import numpy as np
+
+    from gpuspeed.decode import model as M, variants as V
+    from gpuspeed.decode.generate import generate
+    from gpuspeed.errors import UserError
+
+    m = M.build(M.named_config("tiny", n_layers=1), device="cpu", seed=1)
+    prompt = torch.randint(0, m.args.vocab_size, (1, 3), generator=torch.Generator().manual_seed(2))
+    engine = V.make_engine("V2", m, 1, 16)
+    with pytest.raises(UserError, match="the number of new tokens must be an integer >= 1, got "):
+        generate(engine, prompt, n)
+    assert generate(engine, prompt, np.int64(3)).shape == (1, 3)

@@ -132,8 +132,11 @@ def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -
 
     With EOS ids set on the engine, generation stops once every sequence is done (checked every
     engine.check_every steps) and tokens after a sequence's EOS are EOS."""
-    if new_tokens < 1:
-        raise UserError(f"--new-tokens must be >= 1, got {new_tokens}")
+    # a float or a string failed in torch (range, '<'), and True generated one token as 1
+    if isinstance(new_tokens, bool) or not isinstance(new_tokens, numbers.Integral) or new_tokens < 1:
+        raise UserError(f"the number of new tokens must be an integer >= 1, got {type(new_tokens).__name__} "
+                        f"{new_tokens!r}")
+    new_tokens = int(new_tokens)
     check_prompt(prompt, engine.model)
     first = engine.prefill(prompt, on_logits=on_logits)
     if new_tokens == 1:

@@ -11,6 +11,7 @@ roofline module measures in the same run. A failing variant is recorded with its
 from __future__ import annotations
 
 import gc
+import numbers
 import os
 import re
 import tempfile
@@ -65,6 +66,10 @@ class Spec:
         elif isinstance(self.variants, (list, tuple)):  # ["v2"] as the string form takes it; unknown ones stay for check_spec
             self.variants = [next((k for k in V.ORDER if isinstance(v, str) and k.lower() == v.strip().lower()), v)
                              for v in self.variants]
+        short = {t: name for name, t in DTYPES.items()}
+        as_torch = M.DTYPE_NAMES.get(self.dtype.lower()) if isinstance(self.dtype, str) else self.dtype
+        if isinstance(as_torch, torch.dtype) and as_torch in short:  # torch.bfloat16 or "bfloat16", as model.build takes
+            self.dtype = short[as_torch]
         if isinstance(self.model, os.PathLike):  # a pathlib.Path: check_spec failed on Path.strip
             self.model = os.fspath(self.model)
         self.batches = parse_batches(self.batches)
@@ -164,8 +169,31 @@ def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: 
                         f"new tokens can be at most {fit}")
 
 
+# Spec's numeric fields: a float batch or a string budget failed deep in torch (randint, manual_seed, a '<') or a row
+_INTEGER_FIELDS = ("batch", "prompt_len", "new_tokens", "seed", "tp", "max_layers", "long_prompt")
+_NUMBER_FIELDS = ("bench_budget_s", "time_cap_s", "read_roof_GBps")
+
+
+def _check_numbers(spec: Spec) -> None:
+    """A one-line UserError for a numeric field of the wrong kind; NumPy's integers and floats become Python's."""
+    for key in _INTEGER_FIELDS + _NUMBER_FIELDS:
+        value = getattr(spec, key)
+        if value is None and key not in ("batch", "new_tokens", "seed", "tp", "bench_budget_s"):
+            continue
+        whole = key in _INTEGER_FIELDS
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
+            raise UserError(f"{key} must be {'an integer' if whole else 'a number'}, got {type(value).__name__} "
+                            f"{value!r}")
+        setattr(spec, key, int(value) if whole else float(value))
+    for i, b in enumerate(spec.batches):
+        if isinstance(b, bool) or not isinstance(b, numbers.Integral):
+            raise UserError(f"batches must be integers, got {type(b).__name__} {b!r}")
+        spec.batches[i] = int(b)
+
+
 def check_spec(spec: Spec) -> None:
     """User mistakes, before any work."""
+    _check_numbers(spec)
     if spec.dtype not in DTYPES:
         raise UserError(f"unknown dtype {spec.dtype!r}: use {', '.join(DTYPES)}")
     if spec.batch < 1:
