@@ -183,3 +183,21 @@ def test_profile_advises_a_loop_of_tensor_operators_as_array_work_not_numba():
     assert "Numba" not in rec["text"], rec["text"]
     listed = next(lp for f in res.hotspots["lines"]["functions"] for lp in f["loops"] if f["function"] == "_halves")
     assert listed["verdict"] == loop["verdict"]  # the function's own loop list says the same
+
+
+# -- explain: a graph's ops counted as they are, method calls too -----------------------------------------------------
+
+
+def _sin_break_cos(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y.cos() * 2
+
+
+def test_explain_counts_a_graphs_tensor_method_calls_as_ops():
+    # ops_per_graph came from dynamo's own list, which holds call_function nodes only: x.sin() and y.cos() are
+    # call_method nodes, so `gpuspeed launch --explain --json` said [0, 1], a first graph with nothing in it
+    from gpuspeed.graph_breaks import explain
+
+    exp = explain(_sin_break_cos, _x(), variants=[], check_fullgraph=False)
+    assert exp.graph_count == 2 and exp.ops_per_graph == [1, 2], exp.ops_per_graph

@@ -375,6 +375,16 @@ def _raise_if_eager_fails(fn: Callable, args: tuple, kwargs: dict) -> None:
     fn(*args, **kwargs)
 
 
+def _ops_per_graph(out) -> list[int]:
+    """The ops of each graph dynamo made: its own ops_per_graph lists call_function nodes only, so x.sin() (a
+    call_method) and self.linear(x) (a call_module) were left out and a graph of them read as empty."""
+    graphs_made = getattr(out, "graphs", None) or []
+    if len(graphs_made) != int(out.graph_count):  # no graph modules to read: dynamo's count, as it gives it
+        return [len(o) for o in (out.ops_per_graph or [])]
+    ops = ("call_function", "call_method", "call_module")
+    return [sum(1 for node in g.graph.nodes if node.op in ops) for g in graphs_made]
+
+
 def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_fullgraph: bool = True,
             **kwargs) -> Explanation:
     """Graph breaks, recompiles and fullgraph-ability of `fn(*args, **kwargs)` under torch.compile.
@@ -493,7 +503,7 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
     # held no ops (a data-dependent branch that took the empty side), which depends on the input values
     return Explanation(function=name, graph_count=int(out.graph_count),
                        break_count=max(len(breaks), int(out.graph_break_count)),
-                       breaks=breaks, ops_per_graph=[len(o) for o in (out.ops_per_graph or [])],
+                       breaks=breaks, ops_per_graph=_ops_per_graph(out),
                        calls=made, recompiles=int(recompiles), recompile_reasons=reasons,
                        fullgraph_ok=fullgraph_ok, fullgraph_error=fullgraph_error, notes=notes,
                        expected_recompiles=len(expected_reasons), expected_reasons=expected_reasons)
