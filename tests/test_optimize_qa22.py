@@ -157,7 +157,11 @@ def test_a_chunked_launchers_buffers_count_once():
     assert nbytes == 4 * 8 * n and "pass --bytes" in how, how
     # views of the chunks (x[start:start + 256]) were counted right already: each launch its own part
     views = [la for s in (0, 256, 512, 768) for la in _launches([4], 64, [0], x[s:s + 256], o[s:s + 256])]
-    assert call_bytes(None, 8 * n, views)[0] == 8 * n
+    assert call_bytes(None, 8 * n, views) == (8 * n, FLOOR)
+    # the rest of the buffers from each offset (x[start:], n - start): 2.5 x the buffers by the launches' arguments
+    tails = [la for s in (0, 256, 512, 768) for la in _launches([4], 64, [0], x[s:], o[s:])]
+    nbytes, how = call_bytes(None, 8 * n, tails)
+    assert nbytes == 8 * n and "counted once" in how, (nbytes, how)
 
 
 @pytest.mark.gpu

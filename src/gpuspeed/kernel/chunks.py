@@ -36,7 +36,7 @@ def layout(values, constexprs=()) -> dict | None:
                 if e is None and math.prod(leaf.shape):
                     return None  # an array of no address here (the simulator's device arrays): no region to compare
                 if e is not None:
-                    regions.append(e[:3])
+                    regions.append(e)
                     elements = max(elements, math.prod(leaf.shape))
     return {"regions": tuple(sorted(regions)), "scalars": tuple(scalars), "elements": elements} if regions else None
 
@@ -53,26 +53,31 @@ def covered(launch) -> int | None:
 
 def launch_bytes(launches: list) -> tuple[int, str]:
     """(bytes of the launches' array arguments, each launch's once except a chunked launcher's buffers, once for all
-    its launches; what was found about launches over the same buffers with other scalars, '' if none)."""
+    its launches; what was found about launches over the same buffers at other offsets, '' if none)."""
+    from gpuspeed.roofline.place import _merged_bytes
+
     groups: dict = {}
     for la in launches:
-        lay = la.layout
-        groups.setdefault((la.kernel, lay["regions"]) if lay else id(la), []).append(la)
+        groups.setdefault((la.kernel, la.backend) if la.layout else id(la), []).append(la)
     total, said = 0, []
     for same in groups.values():
-        first = same[0]
-        if len(same) < 2 or len({la.layout["scalars"] for la in same}) < 2:  # one launch, or sweeps alike
-            total += sum(la.arg_bytes for la in same)
+        each = sum(la.arg_bytes for la in same)
+        if len(same) < 2 or len({(la.layout["regions"], la.layout["scalars"]) for la in same}) < 2:
+            total += each  # one launch, or the same launch again: sweeps (a stencil's steps, ping-pong buffers alike)
+            continue
+        union = _merged_bytes([r for la in same for r in la.layout["regions"]])
+        if union >= each:  # apart (x[0:256], x[256:512], ... or other buffers): nothing counted twice
+            total += each
             continue
         sizes = [covered(la) for la in same]
-        whole = first.layout["elements"]
+        whole, kernel = max(la.layout["elements"] for la in same), same[0].kernel
         if None not in sizes and sum(sizes) <= whole + max(sizes):  # parts of it: the last one's block may overhang
-            total += max(la.arg_bytes for la in same)
-            said.append(f"the {len(same)} launches of {first.kernel} cover its buffers' {whole} elements in parts "
-                        f"(other offsets): those buffers counted once")
+            total += union
+            said.append(f"the {len(same)} launches of {kernel} cover their buffers' {whole} elements in parts "
+                        "(other offsets): the memory they are handed counted once")
             continue
-        total += sum(la.arg_bytes for la in same)
+        total += each
         if None in sizes:
-            said.append(f"the {len(same)} launches of {first.kernel} are handed the same buffers with other scalars: "
-                        f"counted each time; if each works on a part of them (an offset), pass --bytes")
+            said.append(f"the {len(same)} launches of {kernel} are handed the same memory at other offsets or "
+                        "scalars: counted each time; if each works on a part of it, pass --bytes")
     return total, "; ".join(said)

@@ -61,7 +61,12 @@ def _distinct_bytes(obj) -> int:
     """Bytes of the arrays in obj with memory shared between views counted once: overlapping address ranges
     merge, and each merged range counts at most the bytes of its views' elements (a strided view that
     touches every 100th element is not charged the whole range)."""
-    spans = sorted(e for e in map(_extent, trees.leaves(obj)) if e is not None)
+    return _merged_bytes([e for e in map(_extent, trees.leaves(obj)) if e is not None])
+
+
+def _merged_bytes(extents) -> int:
+    """_distinct_bytes of arrays' _extent()s."""
+    spans = sorted(extents)
     total, cur = 0, None
     for space, low, high, nbytes in spans:
         if cur and cur[0] == space and low < cur[2]:
