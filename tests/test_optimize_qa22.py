@@ -14,8 +14,8 @@ import numpy as np
 
 
 def original(z):
-    # a Python complex and a NumPy complex128, both made in complex128, and a NumPy float64
-    return complex(np.sum(z * z)), np.sum(z), np.sum(z.real)
+    # a Python complex and a NumPy complex128, both made in complex128, a NumPy float64 and a Python float
+    return complex(np.sum(z * z)), np.sum(z), np.sum(z.real), float(np.sum(np.abs(z)))
 
 
 def inputs(rng):
@@ -24,23 +24,27 @@ def inputs(rng):
 
 def in_complex64(z):
     y = z.astype(np.complex64)
-    return complex(np.sum(y * y)), np.sum(z), np.sum(z.real)
+    return complex(np.sum(y * y)), np.sum(z), np.sum(z.real), float(np.sum(np.abs(z)))
 
 
 def reordered(z):
-    return complex(np.dot(z, z)), np.sum(z[::-1]), np.sum(z.real[::-1])
+    return complex(np.dot(z, z)), np.sum(z[::-1]), np.sum(z.real[::-1]), float(np.sum(np.abs(z[::-1])))
 
 
 def sum_as_a_complex64_number(z):  # a Python complex stands in for the NumPy complex128 (same dtype to NumPy)
-    return complex(np.sum(z * z)), complex(np.sum(z.astype(np.complex64))), np.sum(z.real)
+    return complex(np.sum(z * z)), complex(np.sum(z.astype(np.complex64))), np.sum(z.real), float(np.sum(np.abs(z)))
 
 
 def sum_as_a_float32_number(z):  # the float case, fixed in the run in round 21; its script held it to float32's
-    return complex(np.sum(z * z)), np.sum(z), float(np.sum(z.real.astype(np.float32)))
+    return complex(np.sum(z * z)), np.sum(z), float(np.sum(z.real.astype(np.float32))), float(np.sum(np.abs(z)))
+
+
+def complex_for_a_float(z):  # the right real part, and an imaginary one the original's float does not have
+    return complex(np.sum(z * z)), np.sum(z), np.sum(z.real), np.sum(np.abs(z)) + 1j  # a NumPy complex128
 
 
 variants = {"in_complex64": in_complex64, "reordered": reordered, "as_number": sum_as_a_complex64_number,
-            "float_as_number": sum_as_a_float32_number}
+            "float_as_number": sum_as_a_float32_number, "complex_for_float": complex_for_a_float}
 '''
 
 
@@ -56,6 +60,8 @@ def test_a_python_complex_made_in_complex128_is_not_matched_by_a_complex64_one(t
     assert "rtol 1e-12" in rows["variant:in_complex64"]["reason"], rows["variant:in_complex64"]["reason"]
     assert rows["variant:as_number"]["status"] == "incorrect", rows["variant:as_number"]
     assert rows["variant:float_as_number"]["status"] == "incorrect", rows["variant:float_as_number"]
+    # a complex where the original's float was made in float64: its imaginary part was dropped as it was widened
+    assert rows["variant:complex_for_float"]["status"] in ("incorrect", "wrong_output"), rows["variant:complex_for_float"]
     assert run.choice["primary"] == "variant:reordered" or run.choice["primary"] == "original", run.choice
     # the emitted script's own check: with any of them as its primary, it fails (NumPy's float64 and complex128
     # scalars are Python floats and complexes to isinstance, and were held to float32's and complex64's rtol there)
