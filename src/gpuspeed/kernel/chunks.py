@@ -1,12 +1,13 @@
-"""Launches of one kernel handed the same whole buffers with other scalar arguments: a chunked launcher (each launch
-works on a part of them, at an offset) or repeated sweeps (an iteration index, Floyd-Warshall's k).
+"""Launches of one kernel handed the same memory at other offsets or scalars: a chunked launcher (each launch works
+on a part of the buffers, handed whole with an offset, or as views from it: x[start:]) or repeated sweeps (an
+iteration index, Floyd-Warshall's k).
 
 Each launch's array arguments counted once (capture.arg_bytes) charge a chunked launcher's buffers once per chunk: k
 chunks read as k times the traffic, and a % of roof k times too high. Which of the two it is cannot be seen from the
 arguments; the launch's size can tell it where it is known: a Numba launch's threads (grid x block), a Triton launch's
 programs x its BLOCK constexprs (the elements a program covers). Launches whose sizes add up to no more than the
-largest buffer's elements (each a part of it) are a chunked launcher's: their buffers count once. Each covering the
-whole buffer: sweeps, each counted. Sizes not known (no BLOCK constexpr): each counted, and said.
+largest buffer's elements (each a part of it) are a chunked launcher's: the memory they are handed counts once. Each
+covering the whole buffer: sweeps, each counted. Sizes not known (no BLOCK constexpr): each counted, and said.
 """
 
 from __future__ import annotations
