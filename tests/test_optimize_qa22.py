@@ -136,8 +136,9 @@ def _launches(grids, block, offsets, x, o, meta_name="BLOCK"):
 
     return [Launch(kernel="kern", backend="triton", grid=[g, 1, 1], meta={meta_name: block},
                    arg_bytes=arg_bytes([x, o, start, x.size, block]),
-                   layout=layout(zip(("x", "o", "start", "n", meta_name), (x, o, start, x.size, block)), {meta_name}))
-            for g, start in zip(grids, offsets)]
+                   layout=layout(zip(("x", "o", "start", "n", meta_name), (x, o, start, x.size, block), strict=True),
+                                 {meta_name}))
+            for g, start in zip(grids, offsets, strict=True)]
 
 
 def test_a_chunked_launchers_buffers_count_once():
