@@ -23,6 +23,13 @@ def layout(values, constexprs=()) -> dict | None:
     """What tells chunks of one buffer apart, for one launch's arguments: the memory of its arrays (None where one
     cannot be located: then nothing is said), its scalar arguments (constexprs left out) and its largest array's
     elements."""
+    try:
+        return _layout(values, constexprs)
+    except (TypeError, ValueError, AttributeError, RuntimeError):  # an argument of a kind not foreseen: nothing said
+        return None
+
+
+def _layout(values, constexprs) -> dict | None:
     from gpuspeed.roofline.place import _extent
 
     regions, scalars, elements = [], [], 0
