@@ -201,3 +201,16 @@ def test_explain_counts_a_graphs_tensor_method_calls_as_ops():
 
     exp = explain(_sin_break_cos, _x(), variants=[], check_fullgraph=False)
     assert exp.graph_count == 2 and exp.ops_per_graph == [1, 2], exp.ops_per_graph
+
+
+def test_launch_report_says_why_the_captured_chain_has_no_time_on_the_cpu():
+    # launch.md's 1000-op chain table showed "| captured | - | - | - |  |" on the CPU: the row's reason (no CUDA
+    # device to capture on) was in launch.json only
+    from gpuspeed.launch import run_launch
+    from gpuspeed.launch.report import to_markdown
+
+    doc = run_launch(device="cpu", ks=[1, 2], ns=[1000], variants=["eager"], chain_k=1, tiny_k=10, budget_s=0.01)
+    row = next(r for r in doc["rows"] if r["study"] == "chain" and r["variant"] == "captured")
+    assert row.get("skipped"), row
+    line = next(ln for ln in to_markdown(doc).splitlines() if ln.startswith("| captured |"))
+    assert f"skipped: {row['skipped']}" in line, line

@@ -52,8 +52,9 @@ def to_markdown(doc: dict) -> str:
     lines += ["", f"## {p['tiny_k']}-op chain on {p['tiny_n']} elements", "",
               "| variant | time us | us/op | check | error |", "|---|---|---|---|---|"]
     for r in (r for r in doc["rows"] if r["study"] == "chain"):
+        why = r.get("error") or (f"skipped: {r['skipped']}" if r.get("skipped") else "")  # not four bare dashes
         lines.append(f"| {r['variant']} | {fmt(r.get('time_s') and r['time_s'] * 1e6)} | {fmt(r.get('us_per_op'))} "
-                     f"| {fmt(r.get('check_passed'))} | {r.get('error', '')} |")
+                     f"| {fmt(r.get('check_passed'))} | {why} |")
     lines += ["", f"## Fusion: {p['chain_k']} elementwise ops over N fp32 elements", "",
               "| N | variant | time us | bytes | GB/s | % copy roof | x copy | check | reliable | error |",
               "|---|---|---|---|---|---|---|---|---|---|"]
