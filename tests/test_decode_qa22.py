@@ -191,3 +191,80 @@ def test_generate_refuses_a_token_count_that_is_not_an_integer(n):
     with pytest.raises(UserError, match="the number of new tokens must be an integer >= 1, got "):
         generate(engine, prompt, n)
     assert generate(engine, prompt, np.int64(3)).shape == (1, 3)
+
+
+def _tiny_engine_parts():
+    from gpuspeed.decode import model as M
+
+    m = M.build(M.named_config("tiny", n_layers=1), device="cpu", seed=1)
+    prompt = torch.randint(0, 120, (1, 3), generator=torch.Generator().manual_seed(2))  # int8 holds them
+    return m, prompt
+
+
+def test_a_prompt_of_narrow_integers_decodes_as_the_same_ids_in_int64():
+    """A uint8 or int16 prompt (ids from a byte-level tokenizer, a compact dataset) passed the check as token ids and
+    then failed in torch's embedding ('Expected ... Long, Int; but got torch.ByteTensor'). It decodes now, the tokens
+    those of the same ids in int64."""
+    from gpuspeed.decode import variants as V
+    from gpuspeed.decode.generate import generate
+
+    m, prompt = _tiny_engine_parts()
+    want = generate(V.make_engine("V2", m, 1, 16), prompt, 4)
+    for dtype in (torch.uint8, torch.int16, torch.int8, torch.int32):
+        assert torch.equal(generate(V.make_engine("V2", m, 1, 16), prompt.to(dtype), 4), want), dtype
+
+
+def test_an_engine_takes_one_eos_id_and_a_sampling_dict_as_spec_does():
+    """make_engine(..., eos_ids=2) failed with "'int' object is not iterable" (a tokenizer's eos_token_id is one int),
+    and sampling={"temperature": 0.7} with "'dict' object has no attribute 'greedy'" (Spec takes the dict)."""
+    from gpuspeed.decode import variants as V
+    from gpuspeed.decode.generate import Sampling, generate
+
+    m, prompt = _tiny_engine_parts()
+    first = int(generate(V.make_engine("V2", m, 1, 16), prompt, 1)[0, 0])
+    got = generate(V.make_engine("V2", m, 1, 16, eos_ids=first), prompt, 4)
+    assert got.tolist() == generate(V.make_engine("V2", m, 1, 16, eos_ids=[first]), prompt, 4).tolist()
+    assert got[0, 0] == first
+    s = {"temperature": 0.7, "top_k": 5, "seed": 3}
+    assert torch.equal(generate(V.make_engine("V2", m, 1, 16, sampling=s), prompt, 4),
+                       generate(V.make_engine("V2", m, 1, 16, sampling=Sampling(**s)), prompt, 4))
+
+
+@pytest.mark.parametrize("batch,max_len,needle", [(-1, 16, "batch must be an integer >= 1, got int -1"),
+                                                  (1.0, 16, "batch must be an integer >= 1, got float 1.0"),
+                                                  (1, 2.5, "max_len must be an integer >= 2, got float 2.5")])
+def test_make_engine_refuses_a_batch_or_cache_length_that_is_no_count(batch, max_len, needle):
+    """make_engine(name, model, -1, 16) failed in torch.zeros ('Dimension size must be non-negative'), max_len 2.5 in its
+    argument unpacking: one line now."""
+    from gpuspeed.decode import variants as V
+    from gpuspeed.errors import UserError
+
+    m, _ = _tiny_engine_parts()
+    with pytest.raises(UserError, match=needle):
+        V.make_engine("V2", m, batch, max_len)
+
+
+def test_checkpoints_load_takes_the_devices_the_command_line_takes(tmp_path):
+    """checkpoints.load(path, device="auto") failed in torch ('Expected one of cpu, cuda, ... at start of device string:
+    auto'), device="cuda" on a machine without a GPU with torch's 'Torch not compiled with CUDA enabled' (an
+    AssertionError), "gpu" with torch's list of every device type. "auto" loads where the study would run; the others
+    are gpuspeed's one-line refusals, as Spec(device=...) gives them."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from gpuspeed.decode import checkpoints, model as M
+    from gpuspeed.device import cuda_available, resolve_device
+    from gpuspeed.errors import UserError
+
+    m = M.build(M.named_config("tiny", n_layers=1), device="cpu", seed=3)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(checkpoints.hf_config(m.args)))
+    save_file({k: v.contiguous() for k, v in checkpoints.hf_state_dict(m).items()}, tmp_path / "m" / "model.safetensors")
+    ck = checkpoints.load(tmp_path / "m", device="auto")
+    assert ck.model.device.type == resolve_device("auto")
+    with pytest.raises(UserError, match="unknown device 'gpu': use cpu, cuda or auto"):
+        checkpoints.load(tmp_path / "m", device="gpu")
+    if not cuda_available():
+        with pytest.raises(UserError, match="no CUDA device is usable here"):
+            checkpoints.load(tmp_path / "m", device="cuda")

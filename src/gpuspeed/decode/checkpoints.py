@@ -247,6 +247,10 @@ GGUF_NAMES = {"tok_emb": "token_embd.weight", "norm": "output_norm.weight", "lm_
 def load(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
     """A GGUF file (by its magic bytes: a download or a blob store may have dropped the .gguf suffix) or a
     Hugging Face folder."""
+    if isinstance(device, str) and not device.lower().startswith("cuda:"):  # "auto", as Spec and --device take it
+        from gpuspeed.device import resolve_device
+
+        device = resolve_device(device)  # "gpu", or "cuda" with none: one line, not torch's device-string error
     p = Path(path)
     if not p.exists():
         raise UserError(f"no checkpoint at {p}")

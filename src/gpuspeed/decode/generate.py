@@ -45,6 +45,14 @@ class Sampling:
         if self.top_p is not None and not (0 < self.top_p <= 1):
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
 
+    @classmethod
+    def from_fields(cls, fields: dict) -> Sampling:
+        """A Sampling from a dict of its fields, as a results file's params.sampling holds it."""
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            raise UserError(f"sampling {fields!r}: {exc}; its keys are temperature, top_k, top_p, seed") from None
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
@@ -99,7 +107,8 @@ def sample(logits: torch.Tensor, s: Sampling, gen: torch.Generator | None) -> to
 
 
 def eos_tensor(eos_ids, device) -> torch.Tensor | None:
-    ids = [int(e) for e in (eos_ids or [])]
+    # one id, as a tokenizer's eos_token_id is: "'int' object is not iterable"
+    ids = [int(eos_ids)] if isinstance(eos_ids, numbers.Integral) else [int(e) for e in (eos_ids or [])]
     return torch.tensor(ids, device=device, dtype=torch.long) if ids else None
 
 
@@ -138,6 +147,8 @@ def generate(engine, prompt: torch.Tensor, new_tokens: int, *, on_logits=None) -
                         f"{new_tokens!r}")
     new_tokens = int(new_tokens)
     check_prompt(prompt, engine.model)
+    if prompt.dtype not in (torch.int64, torch.int32):  # the embedding takes no other (a uint8 prompt failed there)
+        prompt = prompt.long()
     first = engine.prefill(prompt, on_logits=on_logits)
     if new_tokens == 1:
         return first[:, None].cpu()

@@ -81,11 +81,7 @@ class Spec:
         if self.sampling is None:  # greedy, as the default: run() failed on None.__dict__ after loading the model
             self.sampling = Sampling()
         elif isinstance(self.sampling, dict):  # as a results file's params hold it: run() failed on dict.__dict__
-            try:
-                self.sampling = Sampling(**self.sampling)
-            except TypeError as exc:
-                raise UserError(f"sampling {self.sampling!r}: {exc}; its keys are temperature, top_k, top_p, "
-                                "seed") from None
+            self.sampling = Sampling.from_fields(self.sampling)
         elif not isinstance(self.sampling, Sampling):
             raise UserError(f"sampling must be a gpuspeed.decode.generate.Sampling or a dict of its fields, got "
                             f"{type(self.sampling).__name__} {self.sampling!r}")

@@ -11,6 +11,7 @@ host reads only the finished tokens, plus one `done` flag every `check_every` st
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 import warnings
 
@@ -674,4 +675,10 @@ ENGINES = {"V0": Naive, "V1": KVCache, "V2": Static, "V3": Compiled, "V4": Graph
 def make_engine(name: str, model: Transformer, batch: int, max_len: int, **kw) -> Engine:
     if name not in ENGINES:
         raise UserError(f"unknown variant {name!r}: use {', '.join(ORDER)}")
-    return ENGINES[name](model, batch, max_len, **kw)
+    # a negative batch or a float length failed in torch.zeros; max_len holds the prompt and at least one token
+    for key, value, least in (("batch", batch, 1), ("max_len", max_len, 2)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+            raise UserError(f"{key} must be an integer >= {least}, got {type(value).__name__} {value!r}")
+    if isinstance(kw.get("sampling"), dict):  # as Spec and a results file's params take it
+        kw["sampling"] = Sampling.from_fields(kw["sampling"])
+    return ENGINES[name](model, int(batch), int(max_len), **kw)
