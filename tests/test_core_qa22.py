@@ -214,3 +214,20 @@ def test_launch_report_says_why_the_captured_chain_has_no_time_on_the_cpu():
     assert row.get("skipped"), row
     line = next(ln for ln in to_markdown(doc).splitlines() if ln.startswith("| captured |"))
     assert f"skipped: {row['skipped']}" in line, line
+
+
+# -- profile: a mistyped option is named as one ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "bad"), [(["profile", "-f", "work.py:step", "-i", "x=float32[4]", "--step", "2"],
+                                           "--step"), (["profile", "--no-hotspot", "work.py"], "--no-hotspot")])
+def test_profile_names_a_mistyped_option(argv, bad, tmp_path, capsys, monkeypatch):
+    # the command passes unknown options on to the script, so `--step 2` (for --steps) with --function said "give
+    # either a script to run or --function", and `--no-hotspot script.py` said "no such file: --no-hotspot"
+    from gpuspeed.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work.py").write_text("def step(x):\n    return x * 2\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"gpuspeed: error: no such option: {bad}"), err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -61,6 +62,9 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--steps {steps}: profile at least 1 step")
         if warmup is not None and warmup < 0:
             raise UserError(f"--warmup {warmup}: cannot be negative")
+        if script and script.startswith("-") and not Path(script).is_file():  # an unknown option lands here
+            raise UserError(f"no such option: {script} (gpuspeed profile --help lists them; a script's own options "
+                            "go after its path)")
         if (script is None) == (function is None):
             raise UserError("give either a script to run or --function path/to/file.py:name")
         out = check_out_dir(out)
