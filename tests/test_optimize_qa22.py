@@ -250,3 +250,34 @@ def test_a_float32_primary_under_atol_0_gives_the_originals_answer_below_float32
     assert capsys.readouterr().err.count("below float32's range") == 1
     # a result that underflows to 0 from inputs in range (x * x of 1e-25) cannot be told from a true 0: said
     assert "below float32's range" in opt.__doc__ and "atol=0" in opt.__doc__, opt.__doc__
+
+
+# --- a CPU run: a loop of independent array steps gets its prange candidate ---
+
+def _density(points, queries, bandwidth):  # each query's step is array work over all points: op-bound, not loop-bound
+    import numpy as np
+
+    out = np.empty(queries.shape[0])
+    for i in range(queries.shape[0]):
+        d = (queries[i] - points) / bandwidth
+        out[i] = np.exp(-0.5 * d * d).sum()
+    return out
+
+
+def test_without_a_gpu_a_loop_of_array_steps_is_planned_as_a_prange_candidate():
+    # a kernel density estimate's loop over queries (200 steps of 2000-element array work) was op-bound, so only
+    # njit(parallel=True) ran: threads forked per array expression, 1.29x on 2 cores, where prange over the queries
+    # (one thread per iteration) ran 1.64x; on a GPU run the GPU array backends take such code, as before
+    import numpy as np
+
+    from gpuspeed.optimize import candidates as C
+
+    class Wl:
+        kind, rtol, atol, in_place, variants, module = "numpy", 1e-9, None, None, {}, np
+        original = staticmethod(_density)
+
+    hot = {"loop_bound": False, "float64": True}
+    _, recs = C.plan(Wl, "cpu", hot, requested=["numba"])
+    assert "numba-prange" in {r["name"] for r in recs}, [r["name"] for r in recs]
+    _, recs = C.plan(Wl, "cuda", hot, requested=["numba"])
+    assert "numba-prange" not in {r["name"] for r in recs}, [r["name"] for r in recs]

@@ -239,7 +239,9 @@ def _numba(rows, recipes, row, gate, wl, gpu, loop_bound, sequential, requested,
     recipes.append(recipe("numba", "numba"))
     if loop_bound or sequential:  # parallel=True forks threads for each small array expression inside the loop
         recipes.append(recipe("numba-serial", "numba", parallel=False))
-    if loop_bound and not sequential and range_loops(wl.original):
+    # without a GPU, a loop of array steps (op-bound) is the CPU's to split too: one thread per iteration, not per
+    # array expression
+    if (loop_bound or not gpu) and not sequential and range_loops(wl.original):
         race = prange_race(wl.original)
         if race is None:
             recipes.append(recipe("numba-prange", "numba", prange=True))
