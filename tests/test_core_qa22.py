@@ -231,3 +231,12 @@ def test_profile_names_a_mistyped_option(argv, bad, tmp_path, capsys, monkeypatc
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith(f"gpuspeed: error: no such option: {bad}"), err
+
+
+def test_profile_takes_numpy_whole_numbers_for_steps_and_warmup():
+    # steps=np.int64(2) was refused as "needs whole numbers", which bench(min_samples=np.int64(5)) and
+    # peak_memory(warmup=np.int64(1)) take; the result holds plain ints (its JSON is the same)
+    res = gpuspeed.profile(torch.sum, _x(), steps=np.int64(2), warmup=np.int64(0), hotspots=False)
+    assert res.steps == 2 and type(res.steps) is int and type(res.params["warmup"]) is int
+    with pytest.raises(UserError, match="whole numbers"):
+        gpuspeed.profile(torch.sum, _x(), steps=2.0, hotspots=False)

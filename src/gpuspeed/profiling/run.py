@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import numbers
 import os
 import shutil
 import sys
@@ -191,10 +192,11 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     require_flag("profile(): hotspots", hotspots)  # hotspots="no" ran them all
     hotspots = bool(hotspots)
     _refuse_lazy(fn)
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (steps, warmup))
+    whole = all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in (steps, warmup))  # np.int64 too
     if not whole or steps < 1 or warmup < 0:
         raise UserError(f"profile() needs whole numbers steps >= 1 and warmup >= 0, got steps={steps!r}, "
                         f"warmup={warmup!r}")
+    steps, warmup = int(steps), int(warmup)
     if steps > MAX_STEPS or warmup > MAX_WARMUP:  # steps=10**12 ran for ever, every step's events held in memory
         raise UserError(f"profile() takes at most {MAX_STEPS} steps (the profiler holds every step's events) and "
                         f"{MAX_WARMUP} warm-up calls, got steps={steps}, warmup={warmup}")
