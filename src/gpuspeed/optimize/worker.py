@@ -154,7 +154,7 @@ def _float64_scalars(out, ref):
     if _made_in_float64(ref) and (isinstance(out, (int, float, complex, np.generic)) or getattr(out, "shape", None) == ()):
         try:
             return wide(out), wide(ref)
-        except (TypeError, ValueError):  # a complex where the original has a float, say: left for the check to say
+        except (TypeError, ValueError):  # a number NumPy cannot widen (a string, say): left for the check to say
             return out, ref
     if type(out) in (float, complex) and getattr(ref, "dtype", None) == wide and getattr(ref, "shape", None) == ():
         return wide(out), ref  # a Python number where the original returns a float64 (complex128): held to its rtol
