@@ -240,3 +240,16 @@ def test_profile_takes_numpy_whole_numbers_for_steps_and_warmup():
     assert res.steps == 2 and type(res.steps) is int and type(res.params["warmup"]) is int
     with pytest.raises(UserError, match="whole numbers"):
         gpuspeed.profile(torch.sum, _x(), steps=2.0, hotspots=False)
+
+
+def test_profile_markdown_of_a_cpu_run_keeps_its_top_ops():
+    # the console showed "Top ops (host time)" on a CPU run (what it has instead of kernels), but profile.md and the
+    # optimize report's profile section left the table out: the op-level timing of a CPU run was in the JSON only
+    res = gpuspeed.profile(_reads_back_twice, _x(4 * 4).reshape(4, 4), steps=1, hotspots=False)
+    if res.findings["gpu"]:
+        pytest.skip("a GPU run lists its kernels")
+    md = res.markdown()
+    assert "# Top ops (host time)" in md, md
+    top = res.findings["top_ops"][0]
+    row = next(ln for ln in md.splitlines() if ln.startswith(f"| `{top['name']}` |"))
+    assert f"| {top['calls_per_step']:g} |" in row, row

@@ -126,6 +126,10 @@ def markdown(res, level: int = 2) -> str:
     _table(lines, f"{h}# Top kernels", "| kernel | where | share | calls/step | mean |", "|---|---|---:|---:|---:|",
            [f"| `{k['short']}` | `{_where(k)}` | {_pct(k['share'])} | {k['calls_per_step']:g} | "
             f"{k['mean_us']:.1f} us |" for k in ((f.get("top_kernels") or {}).get("rows", []))[:8]])
+    if not f.get("gpu"):  # what a CPU run has instead of kernels, as the console shows it
+        _table(lines, f"{h}# Top ops (host time)", "| op | where | calls/step | time/step |", "|---|---|---:|---:|",
+               [f"| `{o['name']}` | `{_where(o)}` | {o['calls_per_step']:g} | {format_time(o['time_per_step_s'])} |"
+                for o in f.get("top_ops", [])[:8]])
     if res.hotspots:
         cp = res.hotspots["cprofile"]
         s = cp["shares"]
