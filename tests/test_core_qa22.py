@@ -253,3 +253,18 @@ def test_profile_markdown_of_a_cpu_run_keeps_its_top_ops():
     top = res.findings["top_ops"][0]
     row = next(ln for ln in md.splitlines() if ln.startswith(f"| `{top['name']}` |"))
     assert f"| {top['calls_per_step']:g} |" in row, row
+
+
+@pytest.mark.gpu
+def test_profile_on_a_gpu_measures_sync_waits_and_reads_a_tensor_loop_as_array_work():
+    # the GPU side of two CPU fixes: a GPU run's sync wait stays a measured number (null is for CPU runs only), and a
+    # loop of tensor operators on CUDA tensors gets the array-work verdict, not Numba's
+    x = _x(1 << 16).cuda()
+    res = gpuspeed.profile(_halves, x, 20, steps=2, warmup=1)
+    assert res.findings["gpu"]
+    loop = next(lp for lp in res.hotspots["hot_loops"] if lp["function"] == "_halves")
+    assert loop["on_arrays"] and "Numba" not in loop["verdict"], loop["verdict"]
+    synced = gpuspeed.profile(_reads_back_twice, x.reshape(256, 256), steps=2, hotspots=False)
+    groups = synced.findings["host_syncs"]["groups"]
+    assert groups and all(isinstance(g["wait_s"], float) and g["wait_s"] >= 0 for g in groups), groups
+    assert isinstance(synced.summary()["host_sync_wait_s"], float)
