@@ -1,5 +1,6 @@
 """Round 22 of the decode QA: the rank a --tp failure names, int8 labels, the fit check of study.run, text_tokens."""
 
+import functools
 import os
 
 import pytest
@@ -193,7 +194,8 @@ def test_generate_refuses_a_token_count_that_is_not_an_integer(n):
     assert generate(engine, prompt, np.int64(3)).shape == (1, 3)
 
 
-def _tiny_engine_parts():
+@functools.lru_cache(maxsize=1)
+def _tiny_engine_parts():  # read only by the tests that share it
     from gpuspeed.decode import model as M
 
     m = M.build(M.named_config("tiny", n_layers=1), device="cpu", seed=1)
@@ -268,3 +270,18 @@ def test_checkpoints_load_takes_the_devices_the_command_line_takes(tmp_path):
     if not cuda_available():
         with pytest.raises(UserError, match="no CUDA device is usable here"):
             checkpoints.load(tmp_path / "m", device="cuda")
+
+
+def test_study_run_with_tp_runs_the_ranks_as_the_command_line_does(monkeypatch):
+    """study.run(Spec(tp=2)) ran the whole model in one process and recorded it as a 2-rank run: summary keys
+    tiny_fp32_tp2_*, params tp 2, rows with no tp and no all-reduce in them. It hands the spec to tp.launch now, as
+    --tp 2 does, and returns rank 0's document. (The launch itself, 2 processes, is what the --tp CLI tests run; here
+    it is recorded, not started: ~9 s of CI for the same path.)"""
+    from gpuspeed.decode import study, tp as TP
+
+    calls = []
+    monkeypatch.setattr(TP, "launch", lambda spec, n, **kw: calls.append((spec, n, sorted(kw))) or {"rank 0": "doc"})
+    spec = study.Spec(model="tiny", max_layers=1, device="cpu", variants="V2", new_tokens=3, prompt_len=4, hf=False,
+                      profile=False, bench_budget_s=0.05, read_roof_GBps=20, tp=2)
+    assert study.run(spec) == {"rank 0": "doc"}
+    assert [(s.tp, n, kw) for s, n, kw in calls] == [(2, 2, ["progress", "total"])]

@@ -766,6 +766,10 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
     from gpuspeed.results import make_results
 
     check_spec(spec)
+    if tp is None and spec.tp > 1:  # the ranks, as --tp N starts them (one process ran the whole model as "tpN")
+        from gpuspeed.decode import tp as _tp
+
+        return _tp.launch(spec, spec.tp, progress=progress, total=total)
     device = _device.resolve_device(spec.device)
     if tp is None:  # a rank's shard was checked by tp.launch, before the ranks started
         check_fits(spec, device)  # the weights and caches fit, before any is made or read (the CLI relied on its own)

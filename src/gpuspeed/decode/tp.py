@@ -679,10 +679,9 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from gpuspeed import device as _device
-
-    started = time.time()  # a partial decode.json written after this is this run's (study.partial_kept)
     from gpuspeed.decode.study import check_fits
 
+    started = time.time()  # a partial decode.json written after this is this run's (study.partial_kept)
     device = _device.resolve_device(spec.device)
     check_launch(n, device)
     check_fits(replace(spec, tp=n), device)  # rank 0's shard fits its GPU, before any rank starts
