@@ -285,3 +285,12 @@ def test_study_run_with_tp_runs_the_ranks_as_the_command_line_does(monkeypatch):
                       profile=False, bench_budget_s=0.05, read_roof_GBps=20, tp=2)
     assert study.run(spec) == {"rank 0": "doc"}
     assert [(s.tp, n, kw) for s, n, kw in calls] == [(2, 2, ["progress", "total"])]
+
+
+def test_a_variant_listed_twice_runs_once_as_in_the_string_form():
+    """Spec(variants=["V2", "V2"]) (or ["V2", "v2"]) timed V2 twice: two rows of one rung, the summary's v2 keys from
+    one of them. variants="V2,v2" ran it once; the list form does now too, in the order given."""
+    from gpuspeed.decode import study
+
+    assert study.Spec(model="tiny", device="cpu", variants=["V5", "V2", "v2", "V5"]).variants == ["V5", "V2"]
+    assert study.Spec(model="tiny", device="cpu", variants="V5,V2,v2").variants == ["V5", "V2"]

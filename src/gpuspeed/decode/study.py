@@ -64,8 +64,10 @@ class Spec:
         if isinstance(self.variants, str):  # "V2,V5" or "all" as on the command line: it was read letter by letter
             self.variants = V.parse_variants(self.variants)
         elif isinstance(self.variants, (list, tuple)):  # ["v2"] as the string form takes it; unknown ones stay for check_spec
-            self.variants = [next((k for k in V.ORDER if isinstance(v, str) and k.lower() == v.strip().lower()), v)
-                             for v in self.variants]
+            named = [next((k for k in V.ORDER if isinstance(v, str) and k.lower() == v.strip().lower()), v)
+                     for v in self.variants]
+            # once each, as the string form: ["V2", "V2"] timed V2 twice (two rows of one rung)
+            self.variants = [v for i, v in enumerate(named) if v not in named[:i]]
         short = {t: name for name, t in DTYPES.items()}
         as_torch = M.DTYPE_NAMES.get(self.dtype.lower()) if isinstance(self.dtype, str) else self.dtype
         if isinstance(as_torch, torch.dtype) and as_torch in short:  # torch.bfloat16 or "bfloat16", as model.build takes
