@@ -159,13 +159,16 @@ def merge_int8(run_dir: Path, into: Path) -> int:
             run["notes"].append("partial int8 run: relabelled on merge (*_vs_bf16: its reference was the bf16 model)")
         if run["params"].get("quant") != "int8":
             continue
-        doc["rows"] = [r for r in doc["rows"] if not (r.get("quant") == "int8" and r.get("model") == run["params"]["model"])]
+
+        def same(r, p=run["params"]) -> bool:  # the model's int8 run from this dtype: one from another has its own label
+            return r.get("quant") == "int8" and (r.get("model"), r.get("dtype")) == (p["model"], p["dtype"])
+
+        doc["rows"] = [r for r in doc["rows"] if not same(r)]
         doc["rows"] += run["rows"]
         label = study.run_label(run) + "_"  # the replaced int8 run's keys go with it: none left beside the new run's
         doc["summary"] = {k: v for k, v in doc["summary"].items() if not k.startswith(label)} | run["summary"]
         doc["notes"] += [n for n in run["notes"] if n not in doc["notes"]]
-        doc["params"]["runs"] = [p for p in doc["params"].get("runs", [])  # a second merge replaces the first
-                                 if not (p.get("quant") == "int8" and p.get("model") == run["params"]["model"])]
+        doc["params"]["runs"] = [p for p in doc["params"].get("runs", []) if not same(p)]  # a second merge replaces the first
         doc["params"]["runs"].append(run["params"] | {"git": run.get("git"), "created": run.get("created")})
         print(f"merged {path} into {into}")
     write_results(doc, into)

@@ -117,7 +117,7 @@ def test_study_run_refuses_a_model_too_big_for_the_device_before_making_it():
 from test_decode_qa16 import PROMPT, eos_first  # noqa: E402,F401  (eos_first: a fixture, the EOS is the first token)
 
 
-def test_a_batch_row_counts_its_text_to_the_eos_as_the_ladder_rows_do(eos_first, capsys):
+def test_a_batch_row_counts_its_text_to_the_eos_as_the_ladder_rows_do(eos_first, capsys):  # noqa: F811 (a fixture)
     """The model's first token is its EOS: the ladder row's text_tokens was 1 (the text ends there, as the README says),
     the --batches 2 row's 2 x 4 = 8, every token generated (its generation was not told the EOS ids). Both count to
     the EOS now: 1 token, and 2 for two sequences."""
@@ -294,3 +294,39 @@ def test_a_variant_listed_twice_runs_once_as_in_the_string_form():
 
     assert study.Spec(model="tiny", device="cpu", variants=["V5", "V2", "v2", "V5"]).variants == ["V5", "V2"]
     assert study.Spec(model="tiny", device="cpu", variants="V5,V2,v2").variants == ["V5", "V2"]
+
+
+def _run_doc(model, dtype, ms, quant=None):
+    """A decode run's document as the study writes one, cut to one row (a merge reads only these fields)."""
+    from gpuspeed.decode.study import run_name
+
+    label = run_name(model, dtype, quant, 1)
+    return {"study": "decode", "schema": 1, "command": ["gpuspeed", "decode"], "git": "abc", "created": "c",
+            "device": {"name": "NVIDIA H200"}, "versions": {}, "params": {"model": model, "dtype": dtype, "quant": quant},
+            "rows": [{"model": model, "dtype": dtype, "quant": quant, "variant": "V5", "ms_per_token": ms}],
+            "summary": {f"{label}_best_ms_per_token": ms}, "notes": []}
+
+
+def test_merging_an_int8_run_from_fp32_keeps_the_bf16_int8_run_beside_it(tmp_path):
+    """benchmarks/decode_tp.py --merge-int8 replaced every int8 row and run of the model, whatever its dtype: merging
+    an int8 run from fp32 weights into a file holding the bf16 one dropped the bf16 int8 rows and run, and left their
+    summary keys behind them. Only the same (model, dtype) int8 run is replaced now; both stay, each with its keys."""
+    import json
+
+    from decode_cli_helpers import run_benchmark
+    from gpuspeed.decode import study
+
+    into = tmp_path / "decode.json"
+    into.write_text(json.dumps(study.merge([_run_doc("big", "bf16", 4.0), _run_doc("big", "bf16", 3.0, "int8")])))
+    (tmp_path / "int8" / "runs" / "big_int8-fp32").mkdir(parents=True)
+    (tmp_path / "int8" / "runs" / "big_int8-fp32" / "decode.json").write_text(
+        json.dumps(_run_doc("big", "fp32", 5.0, "int8")))
+    p = run_benchmark("decode_tp.py", "--merge-int8", tmp_path / "int8", "--into", into)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(into.read_text())
+    assert doc["summary"] == {"big_bf16_best_ms_per_token": 4.0, "big_int8_best_ms_per_token": 3.0,
+                              "big_int8-fp32_best_ms_per_token": 5.0}
+    assert sorted((r["dtype"], r["quant"] or "", r["ms_per_token"]) for r in doc["rows"]) == [
+        ("bf16", "", 4.0), ("bf16", "int8", 3.0), ("fp32", "int8", 5.0)]
+    assert sorted((r["dtype"], r["quant"] or "") for r in doc["params"]["runs"]) == [
+        ("bf16", ""), ("bf16", "int8"), ("fp32", "int8")]
