@@ -335,3 +335,22 @@ def test_merging_an_int8_run_from_fp32_keeps_the_bf16_int8_run_beside_it(tmp_pat
         ("bf16", "", 4.0), ("bf16", "int8", 3.0), ("fp32", "int8", 5.0)]
     assert sorted((r["dtype"], r["quant"] or "") for r in doc["params"]["runs"]) == [
         ("bf16", ""), ("bf16", "int8"), ("fp32", "int8")]
+
+
+def test_tp_launch_runs_the_spec_as_the_ranks_it_starts(monkeypatch):
+    """tp.launch(Spec(tp=1), 2) started 2 ranks whose study was labelled as one process's (tiny_fp32_* keys, params
+    tp 1) while its rows said tp 2: merged beside a one-process run, its keys overwrote that run's. The ranks get the
+    spec with tp=2. (torchrun's launcher is recorded here, not started: the --tp CLI tests start it.)"""
+    import torch.distributed.launcher.api as launcher
+
+    from gpuspeed.decode import study, tp as TP
+
+    given = []
+
+    def recording_launch(config, target):
+        return lambda spec: given.append((config.nproc_per_node, spec.tp, spec.label())) or {0: "rank 0's doc"}
+
+    monkeypatch.setattr(launcher, "elastic_launch", recording_launch)
+    spec = study.Spec(model="tiny", max_layers=1, device="cpu", variants="V2", tp=1)
+    assert TP.launch(spec, 2) == "rank 0's doc"
+    assert given == [(2, 2, "tiny_fp32_tp2")] and spec.tp == 1  # the caller's spec as it was

@@ -684,7 +684,8 @@ def launch(spec, n: int, target=None, progress=None, total=None) -> dict:
     started = time.time()  # a partial decode.json written after this is this run's (study.partial_kept)
     device = _device.resolve_device(spec.device)
     check_launch(n, device)
-    check_fits(replace(spec, tp=n), device)  # rank 0's shard fits its GPU, before any rank starts
+    spec = replace(spec, tp=n)  # the ranks' study is labelled as N ranks' (Spec(tp=1) gave 2 ranks tp 1's keys)
+    check_fits(spec, device)  # rank 0's shard fits its GPU, before any rank starts
     for key, value in NO_MULTICAST.items():  # the ranks inherit this environment
         os.environ.setdefault(key, value)
     # torchrun's own default for several ranks on one host: N ranks each with a pool of one thread a core
