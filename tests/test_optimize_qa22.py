@@ -114,7 +114,7 @@ def test_a_candidate_returning_one_array_as_two_outputs_is_wrong(tmp_path):
     assert rows["variant:interleaved"]["status"] == "ok", rows["variant:interleaved"]
 
 
-def test_outputs_sharing_memory_are_found_by_leaf(tmp_path):
+def test_outputs_sharing_memory_are_found_by_leaf():
     # the library walk the run uses: leaves of one result in one memory, dicts by key; disjoint views are not
     import numpy as np
 
