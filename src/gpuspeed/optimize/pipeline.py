@@ -178,7 +178,8 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     if not resume:
         from gpuspeed.optimize.report import outputs
 
-        for stale in ["candidates.jsonl", *outputs(wl.name)]:  # the last run's results: none left beside this run's
+        # the last run's results: none left beside this run's
+        for stale in ["candidates.jsonl", "confirmations.jsonl", *outputs(wl.name)]:
             (out_dir / stale).unlink(missing_ok=True)
         W.save_refs(refs_file, refs)
         first_ref = refs[seeds[0]]  # the workers read the others from refs.pkl: this process keeps one seed's, not all
@@ -315,6 +316,10 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         _not_checkable(run.results)
     else:
         _why_wrong(run)
+    # the confirmations' own lines, kept for --resume: candidates.jsonl holds candidates alone
+    confirmer = Runner(out_dir, base_spec, resume=resume, file="confirmations.jsonl")
+    confirmer.deadline = deadline
+    _confirm_primary(run, confirmer, rank_by, limit, remaining, tick, total)
     run.choice = choose(run, rank_by)
     run.projection = project(run, target_gpu)
     run.elapsed_s = time.perf_counter() - t_start
@@ -328,6 +333,72 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.elapsed_s = time.perf_counter() - t_start
     write_results(report.results_doc(run), out_dir)
     return run
+
+
+def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, limit, remaining, tick, total) -> None:
+    """Before the verdict, the primary's speedup timed again with the original, alternately in one worker
+    (confirm.py); one that disagrees is replaced, and a primary it shows slower than the original loses its place
+    to the next candidate, confirmed in turn. Each confirmation is said in one line of the notes."""
+    from gpuspeed.optimize import confirm as K
+
+    original = run.results.get("original") or {}
+    if original.get("status") != "ok" or not original.get("device_time"):
+        return
+    for _ in range(K.MAX_CONFIRMED):
+        name = choose(run, rank_by).get("primary")
+        if not name or name == "original" or run.results[name].get("confirmation"):
+            break
+        row = run.results[name]
+        try:
+            conf = _confirm_one(run, runner, row, rank_by, limit, remaining, tick, total)
+        except Exception as exc:  # noqa: BLE001 - the candidates' results stand, unconfirmed
+            conf = {"candidate": name, "status": "error", "reason": f"{type(exc).__name__}: {W._first_line(exc)}"}
+        row["confirmation"] = conf
+        run.notes.append(K.line(conf))
+        if not conf.get("demoted"):
+            return
+    name = choose(run, rank_by).get("primary")
+    if name and name != "original" and not run.results[name].get("confirmation"):
+        run.results[name]["confirmation"] = conf = {
+            "candidate": name, "status": "skipped",
+            "reason": f"{K.MAX_CONFIRMED} faster-timed candidates lost their places to the original first"}
+        run.notes.append(K.line(conf))
+
+
+def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, limit, remaining, tick, total) -> dict:
+    from gpuspeed.optimize import confirm as K
+
+    name, original = row["name"], run.results["original"]
+    why = K.unconfirmable(original, row)
+    if why:
+        return {"candidate": name, "status": "skipped", "reason": why}
+    rec = K.recipe(row, rank_by, K.ROUNDS)
+    if (runner.done.get(rec["name"]) or {}).get("status") != "ok":  # a crashed one recorded: confirmed anew
+        runner.done.pop(rec["name"], None)
+    if rec["name"] not in runner.done:  # a resumed run keeps a recorded confirmation, whatever time is left now
+        lim = limit(rec)
+        if lim is None:
+            return {"candidate": name, "status": "skipped",
+                    "reason": f"under {MIN_LIMIT_S:g} s of --time-budget {run.params['time_budget_s']:g} s was left"}
+        bench_budget_s = runner.base["bench_budget_s"]
+        rounds = next((n for n in (K.ROUNDS, K.FEWEST_ROUNDS)
+                       if K.estimate_s(original, row, n, bench_budget_s) <= lim), None)
+        if rounds is None:
+            return {"candidate": name, "status": "skipped",
+                    "reason": f"{K.FEWEST_ROUNDS} rounds would take about "
+                              f"{K.estimate_s(original, row, K.FEWEST_ROUNDS, bench_budget_s):.0f} s, more than the "
+                              f"{lim:.0f} s left of --time-budget {run.params['time_budget_s']:g} s"}
+        rec["rounds"] = rounds
+    else:
+        lim = max(remaining(), 1.0)
+    total[0] += 1
+    got = runner.run_many([rec], lambda _: lim, on_start=lambda r: tick(f"confirming {name}"))[rec["name"]]
+    if got.get("status") != "ok" or not got.get("rounds"):
+        return {"candidate": name, "status": got.get("status") or "error",
+                "reason": f"{STATUS_WORDS.get(got.get('status'), got.get('status'))}: {got.get('reason')}"}
+    conf = K.judge(row, got, rank_by) | ({"resumed": True} if got.get("resumed") else {})
+    K.apply(row, conf)
+    return conf
 
 
 class _Home:
@@ -481,15 +552,18 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     ok = [r for r in run.results.values() if r.get("status") == "ok" and _median(r, key)]
     for r in ok:
         for which, label in (("device_time", "speedup"), ("e2e_time", "speedup_e2e")):
-            if base is not None and r.get(which):
+            if base is not None and r.get(which) and not (r.get(label) or {}).get("confirmed"):
                 c = compare(base, Measurement.from_dict(r[which]))
                 r[label] = {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict}
-    ok.sort(key=lambda r: _median(r, key))
+    # timed alternately with the original, slower than it: behind it, whatever its time taken apart said
+    demoted = {r["name"] for r in ok if (r.get("confirmation") or {}).get("demoted")}
+    ok.sort(key=lambda r: (r["name"] in demoted, _median(r, key)))
     primary = ok[0] if ok else None
     orig_t = _median(orig, key) if orig.get("status") == "ok" else None
     # an alternative slower than the original is nothing to offer: it must beat the original too
     alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])
-                        and r["name"] != "original" and (orig_t is None or _median(r, key) < orig_t)),
+                        and r["name"] != "original" and r["name"] not in demoted
+                        and (orig_t is None or _median(r, key) < orig_t)),
                        None) if ok else None
     dropins = [run.results[n] for n in ("cupy", "torch-compile", "torch-cuda") if n in run.results
                and run.results[n].get("status") == "ok"]
@@ -546,6 +620,10 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
             reasons.append("the original is already efficient array code for this size")
     out["why_not_2x"] = reasons
     out["caveats"] = _timing_caveats(run, primary, key)
+    made = [r["confirmation"] for r in run.results.values() if r.get("confirmation")]
+    # the primary's, or where the original stays, that of the candidate that lost its place to it
+    out["confirmation"] = (primary or {}).get("confirmation") or (made[-1] if made and primary is not None and
+                                                                 primary["name"] == "original" else None)
     out["fastest_route"] = primary["label"] if primary else None
     if run.hot.get("sequential") and (not primary or primary["name"] == "original"):
         out["fastest_route"] = _numba_route(run)
@@ -567,6 +645,9 @@ def _timing_caveats(run, primary, key: str) -> list[str]:
     if sp and sp.get("verdict") != "faster":
         said.append(f"the speedup {sp['speedup']:.3g}x [{sp['ci_low']:.3g}, {sp['ci_high']:.3g}] is not established "
                     f"(the comparison says {sp.get('verdict')!r})")
+    conf = primary.get("confirmation")
+    if conf and conf.get("status") != "ok":
+        said.append(f"not confirmed by timing it alternately with the original ({conf.get('reason')})")
     if said:
         said.append("rerun with a larger --bench-budget on a quiet machine before trusting it")
     for name in ("original", primary["name"]):

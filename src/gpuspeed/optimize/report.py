@@ -134,6 +134,11 @@ def markdown(run) -> str:
                      f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); {mem}.")
     else:
         L.append("- No candidate passed the correctness check within the budget: keep the original.")
+    conf = ch.get("confirmation") or {}
+    if conf.get("status") == "ok":  # one not made is a timing caveat
+        from gpuspeed.optimize.confirm import line
+
+        L.append(f"- {'**Speedup replaced**' if conf.get('replaced') else 'Confirmed'}: {line(conf)}.")
     if ch.get("caveats"):
         L.append(f"- **Timing caveat**: {'; '.join(ch['caveats'])}.")
     if ch.get("why_not_2x"):
@@ -432,6 +437,12 @@ def results_doc(run) -> dict:
         "within_time_budget": run.elapsed_s <= run.params.get("time_budget_s", float("inf")),
         "projected_target_s": run.projection.get("projected_s") or run.projection.get("memory_bound_s"),
     }
+    conf = ch.get("confirmation") or {}
+    # the speedup timed alternately with the original in one process (None: nothing to confirm)
+    summary |= {"confirmed": conf.get("status") == "ok" if conf else None,
+                "confirmation_rounds": conf.get("rounds"), "confirmation_ratio": conf.get("ratio"),
+                "confirmation_low": conf.get("low"), "confirmation_high": conf.get("high"),
+                "confirmation_agreed": conf.get("agreed"), "confirmation_replaced": conf.get("replaced")}
     rows = table_rows(run)
     study = study_name(run.wl.name)
     return make_results(study, params=run.params, summary=summary, rows=rows,
@@ -439,7 +450,7 @@ def results_doc(run) -> dict:
                         + [f"why below 2x: {w}" for w in ch.get("why_not_2x", [])]
                         + ([f"why not on a GPU: {ch['why_not_gpu']}"] if ch.get("why_not_gpu") else []), device=run.where) | {
         "hotspots": run.hot, "plan": run.plan_rows, "choice": ch, "projection": run.projection,
-        "chunking": run.chunking}
+        "chunking": run.chunking, "confirmation": ch.get("confirmation")}
 
 
 def study_name(name: str) -> str:

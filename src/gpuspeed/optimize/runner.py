@@ -98,11 +98,11 @@ def _stopped_at_deadline(row: dict) -> bool:
 
 
 class Runner:
-    def __init__(self, run_dir: Path, base_spec: dict, resume: bool = False):
+    def __init__(self, run_dir: Path, base_spec: dict, resume: bool = False, file: str = "candidates.jsonl"):
         self.dir = Path(run_dir).absolute()  # a worker's paths hold wherever the user's code moves it
         self.work = self.dir / "work"
         self.work.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / "candidates.jsonl"
+        self.path = self.dir / file
         self.base = base_spec | {"lock": os.environ.get(LOCK_ENV) or str(self.work / "device.lock")}
         self.done: dict[str, dict] = {}
         # the run's end (perf_counter): a worker still running then is stopped, lock waits included, the original's

@@ -219,6 +219,8 @@ def run(spec: dict, result: dict, result_path: str) -> None:
 
     r = spec["recipe"]
     device = spec["device"]
+    if r.get("confirm_of"):
+        return confirm(spec, result, result_path)
 
     clock = [time.perf_counter(), None]  # per-stage wall time, so a report can say where a slow worker went
 
@@ -255,6 +257,71 @@ def run(spec: dict, result: dict, result_path: str) -> None:
             with _slot(spec, "measure", stage):
                 _measure(spec, wl, impl, result, stage, False)
     stage("done")
+
+
+def confirm(spec: dict, result: dict, result_path: str) -> None:
+    """The original and the candidate (spec's recipe, confirm_of names it) timed alternately in this one process,
+    A B A B for spec's rounds, on the timing seed's inputs and each as the run timed it: their medians a round, so
+    the run can hold the ratio it publishes against one taken in a single machine state. The candidate passed its
+    checks in its own worker; built here again, it is called once before the rounds (a compile, a graph capture)."""
+    from gpuspeed.optimize import workload as W
+    from gpuspeed.optimize.backends.common import settle_heap
+
+    r = spec["recipe"]
+    device = spec["device"]
+
+    def stage(name):
+        result["stage"] = name
+        _write(result_path, result)
+
+    stage("load")
+    wl = W.load(spec["workload"], func=spec["func"], input_specs=spec.get("input_specs") or (),
+                rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=device == "cuda")
+    original_recipe = {"name": "original", "backend": "original", "precision": "as-written"}
+    with contextlib.ExitStack() as budget:
+        with _slot(spec, "compile", stage):
+            stage("build")
+            # each its own copy of the module, as in their own workers: a rebinding in one leaves the other's alone
+            original = build(spec | {"recipe": original_recipe}, wl, W.import_workload(wl.path, unique=True))
+            impl = build(spec, wl, W.import_workload(wl.path, unique=True))
+            if r.get("chunk"):
+                from gpuspeed.optimize.backends.chunking import chunked
+
+                library = {"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}.get(r["backend"]) \
+                    if device == "cuda" else None
+                impl = chunked(impl, r["chunk"]["axes"], r["chunk"]["out_axes"], r["chunk_size"], library)
+            if device == "cuda" and spec.get("budget_bytes") and impl.device != "cpu":
+                from gpuspeed.memory import cap
+
+                budget.enter_context(cap(spec["budget_bytes"]))
+            stage("first call (compile)")
+            args_o = host_inputs(wl, spec["timing_seed"])
+            # one set of host arrays for both where nothing writes into them (large inputs are not held twice)
+            args = host_inputs(wl, spec["timing_seed"]) if spec.get("original_mutates") else args_o
+            dev_o = original.prepare(args_o)
+            dev = args if r.get("chunk") else impl.prepare(args)
+            impl.run(*dev)
+            impl.sync()
+        ways = ["device_time"] + (["e2e_time"] if _e2e_distinct(impl, r, bool(r.get("chunk"))) else [])
+        budget_s = spec.get("bench_budget_s", 2.0) * CONFIRM_BENCH_SHARE
+        rounds: list = []
+        with _slot(spec, "measure", stage):
+            settle_heap()
+            for n in range(int(r["rounds"])):
+                stage(f"confirming (round {n + 1} of {r['rounds']})")
+                row = {"original": _timed(spec, original_recipe, original, "device_time", args_o, dev_o, "original",
+                                          budget_s).median}
+                for which in ways:
+                    row[which] = _timed(spec, r, impl, which, args, dev, r["confirm_of"], budget_s).median
+                rounds.append(row)
+                result["rounds"] = rounds
+                _write(result_path, result)
+    result["ways"] = ways
+    result["status"] = "ok"
+    stage("done")
+
+
+CONFIRM_BENCH_SHARE = 0.5  # of --bench-budget, each side's bench() in a confirmation round
 
 
 def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: None):
@@ -498,23 +565,14 @@ def _reject(result, status, reason, path):
 def _measure(spec, wl, impl, result, stage, is_chunked):
     """Peak memory and the two times, under the caller's cap() and timing slot."""
     from gpuspeed.memory import check_budget, peak_memory
-    from gpuspeed.timing import bench
 
     device = spec["device"]
     args = host_inputs(wl, spec["timing_seed"])
     budget = spec.get("budget_bytes")
     r = spec["recipe"]
-    # a CPU candidate (the original, NumPy, Numba) was compiled for these argument types by its checks: no
-    # warm-up before its memory pass, and three timed calls suffice for a slow one (each holds the machine)
     plain = impl.device == "cpu"
-    bench_kw = dict(budget_s=spec.get("bench_budget_s", 2.0), warmup_s=spec.get("bench_warmup_s"),
-                    min_samples=3 if plain else spec.get("bench_min_samples", 5))
     kind = impl.device
-    bench_device = "cuda" if kind == "cuda" else "cpu" if kind == "cpu" else ("cuda" if device == "cuda" else "cpu")
-    # bench may time short torch calls inside its own CUDA graph; not CuPy/JAX work, nor a graph or a
-    # reduce-overhead function (a graph inside a graph)
-    graphable = r["backend"] in ("torch", "torch_compile") and not r.get("graph") and r.get("mode") != "reduce-overhead"
-    mode = "cpu" if bench_device == "cpu" else "auto" if graphable else "events"
+    bench_device = _bench_setup(spec, r, impl)[0]
     mem = getattr(impl, "first_call_memory", None)
     result["peak_first_call"] = mem is not None  # its one-time costs (lazy loads, library buffers) counted in
     if mem is None:
@@ -543,21 +601,13 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
     from gpuspeed.optimize.backends.common import settle_heap
 
     settle_heap()  # the heap as a long-running process has it, whatever this worker did before: as the script times
-    m_dev = bench(impl.run, *dev, name=result["name"], device=bench_device, mode=mode, **bench_kw)
+    m_dev = _timed(spec, r, impl, "device_time", args, dev, result["name"])
     result["device_time"] = m_dev.to_dict()
-    if is_chunked or (kind != "cuda" and result.get("precision", "as-written") != "float32"):
+    if not _e2e_distinct(impl, r, is_chunked):
         result["e2e_time"] = result["device_time"]  # prepare() and fetch() pass the host arrays through as they are
-    elif kind != "cuda":
-        # a float32 candidate on the CPU casts the float64 inputs in prepare() and its outputs back in fetch(): the
-        # caller pays both on every call (the emitted script does them), so end to end is timed with them
-        stage("timing (end to end)")
-        m_e2e = bench(impl, *args, name=result["name"] + " (end to end)", device=bench_device, mode=mode, **bench_kw)
-        result["e2e_time"] = m_e2e.to_dict()
     else:
         stage("timing (end to end)")
-        m_e2e = bench(impl, *args, name=result["name"] + " (end to end)", device=bench_device, mode="events",
-                      **bench_kw)
-        result["e2e_time"] = m_e2e.to_dict()
+        result["e2e_time"] = _timed(spec, r, impl, "e2e_time", args, dev, result["name"]).to_dict()
     cached = _fresh_inputs_probe(spec, wl, impl, dev, args, m_dev, result, stage)
     if cached is not None:
         # timed on cache hits: the times that count are those of calls on inputs the candidate had not seen
@@ -575,6 +625,44 @@ def _measure(spec, wl, impl, result, stage, is_chunked):
         result["reason"] = result["budget_message"]
     else:
         result["status"] = "ok"
+
+
+def _bench_setup(spec, recipe, impl) -> tuple[str, str, dict]:
+    """(bench's device, its mode, its other arguments) for this candidate: how the run times it, everywhere."""
+    # a CPU candidate (the original, NumPy, Numba) was compiled for these argument types by its checks: no
+    # warm-up before its memory pass, and three timed calls suffice for a slow one (each holds the machine)
+    plain = impl.device == "cpu"
+    bench_kw = dict(budget_s=spec.get("bench_budget_s", 2.0), warmup_s=spec.get("bench_warmup_s"),
+                    min_samples=3 if plain else spec.get("bench_min_samples", 5))
+    kind = impl.device
+    bench_device = "cuda" if kind == "cuda" else "cpu" if kind == "cpu" else ("cuda" if spec["device"] == "cuda" else "cpu")
+    # bench may time short torch calls inside its own CUDA graph; not CuPy/JAX work, nor a graph or a
+    # reduce-overhead function (a graph inside a graph)
+    graphable = (recipe["backend"] in ("torch", "torch_compile") and not recipe.get("graph")
+                 and recipe.get("mode") != "reduce-overhead")
+    mode = "cpu" if bench_device == "cpu" else "auto" if graphable else "events"
+    return bench_device, mode, bench_kw
+
+
+def _e2e_distinct(impl, recipe, is_chunked) -> bool:
+    """Whether end to end differs from device-resident: a GPU candidate's transfers, or a float32 CPU candidate's casts
+    (prepare() casts the float64 inputs, fetch() the outputs back: the caller pays both on every call, as the
+    emitted script does); else prepare() and fetch() pass the host arrays through as they are."""
+    return not is_chunked and (impl.device == "cuda" or recipe.get("precision", "as-written") == "float32")
+
+
+def _timed(spec, recipe, impl, which: str, args, dev, name: str, budget_s: float | None = None):
+    """One bench() of impl as the run times it: "device_time" on its prepared (device-resident) arguments,
+    "e2e_time" on the host arrays, casts and transfers included. The one timing path of a candidate."""
+    from gpuspeed.timing import bench
+
+    bench_device, mode, bench_kw = _bench_setup(spec, recipe, impl)
+    if budget_s is not None:
+        bench_kw["budget_s"] = budget_s
+    if which == "device_time":
+        return bench(impl.run, *dev, name=name, device=bench_device, mode=mode, **bench_kw)
+    return bench(impl, *args, name=name + " (end to end)", device=bench_device,
+                 mode="events" if impl.device == "cuda" else mode, **bench_kw)
 
 
 FRESH_SETS = 4  # fresh argument sets: one for the warm-up, three timed, each called once

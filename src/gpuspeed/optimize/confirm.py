@@ -1,0 +1,120 @@
+"""The primary's speedup confirmed before the verdict: the original and the primary timed alternately in one worker
+(worker.confirm), and the ratio the run publishes held against theirs.
+
+Each candidate and the original are timed in their own processes, at different moments: a load burst during one of
+them makes any ratio (on a 2-core machine at a load of 5, a torch candidate whose code was the original's read
+157x: the original timed at 29.7 ms, against 0.18 ms when quiet). Timed alternately, A B A B, both sides meet the
+same machine state; the confirmed ratio is the median of the rounds' ratios, their spread its interval.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from gpuspeed.stats import format_time
+
+ROUNDS = 5
+FEWEST_ROUNDS = 3  # where five would not fit the time left
+MAX_CONFIRMED = 3  # candidates confirmed in turn when a primary loses its place to the original
+# two timings taken apart drift by more than their own noise on a shared machine (clocks, the heap): a confirmed
+# interval within this of the separate CI agrees; the hazard guarded against is of another size (157x against 1x)
+SLACK = 0.25
+WARM_CALLS = 5  # bench()'s least calls a side (two warm-up calls, three samples): the estimate of a round's time
+
+
+def recipe(row: dict, rank_by: str, rounds: int) -> dict:
+    """The confirmation worker's recipe: the candidate's own (backend, precision, mode, chunking), renamed."""
+    rec = dict(row["recipe"]) | {"name": f"confirm:{row['name']}", "confirm_of": row["name"], "rank_by": rank_by,
+                                 "rounds": rounds}
+    if rec.get("chunk"):
+        rec["chunk_size"] = row.get("chunk_size")  # the size its own worker planned: the same chunks
+    return rec
+
+
+def estimate_s(original: dict, row: dict, rounds: int, bench_budget_s: float) -> float:
+    """A rough upper bound of a confirmation's wall time: the candidate's own worker (load, build, first call),
+    then each round's bench() calls, at least WARM_CALLS calls or half the bench budget a side."""
+    def side(r, key):
+        t = (r.get(key) or {}).get("median") or 0.0
+        return max(WARM_CALLS * t, 0.5 * bench_budget_s)
+
+    stages = row.get("stage_s") or {}
+    start = sum(v for k, v in stages.items() if not k.startswith(("timing", "memory", "waiting", "correctness")))
+    return start + rounds * (side(original, "device_time") + side(row, "device_time") + side(row, "e2e_time"))
+
+
+def unconfirmable(original: dict, row: dict) -> str | None:
+    """Why the pair cannot be timed alternately the way the run timed them, or None."""
+    for name, r in (("the original", original), (row["name"], row)):
+        if r.get("caches_results"):
+            return (f"{name} caches its results by input: its time is that of calls on fresh inputs, which repeated "
+                    "alternating calls would not reproduce")
+    return None
+
+
+def judge(row: dict, confirm_row: dict, rank_by: str) -> dict:
+    """The confirmation of a primary's speedup from its worker's rounds: agreed (the confirmed interval meets the
+    separate CI, within SLACK), or replaced; `demoted` when replaced by a ratio under 1 (the original is faster)."""
+    key = "e2e_time" if rank_by == "e2e" and "e2e_time" in confirm_row.get("ways", []) else "device_time"
+    label = "speedup_e2e" if rank_by == "e2e" else "speedup"
+    rounds = confirm_row["rounds"]
+    ratios = {w: [r["original"] / r[w] for r in rounds if r.get(w)] for w in confirm_row.get("ways", ["device_time"])}
+    ranked = ratios[key]
+    ratio, low, high = statistics.median(ranked), min(ranked), max(ranked)
+    separate = row.get(label) or {}
+    sep_low, sep_high = separate.get("ci_low"), separate.get("ci_high")
+    agreed = (sep_low is None or sep_high is None) or (low / (1 + SLACK) <= sep_high and sep_low <= high * (1 + SLACK))
+    out = {"candidate": row["name"], "status": "ok", "rounds": len(ranked),
+           "original_s": statistics.median(r["original"] for r in rounds),
+           "candidate_s": statistics.median(r[key] for r in rounds if r.get(key)), "timed": "end to end" if rank_by == "e2e"
+           else "device-resident", "ratio": ratio, "low": low, "high": high, "ratios": ranked,
+           "separate": separate.get("speedup"), "separate_ci": [sep_low, sep_high], "agreed": bool(agreed),
+           "replaced": not agreed, "demoted": bool(not agreed and ratio < 1)}
+    if not agreed:
+        out["confirmed"] = {w: _comparison(rs) for w, rs in ratios.items()}
+    return out
+
+
+def _comparison(ratios: list[float]) -> dict:
+    """gpuspeed.compare's fields from the rounds' ratios: their median, their range as its interval (five rounds:
+    the median lies inside with 94 % confidence) and the verdict compare() would give that interval."""
+    ratio, low, high = statistics.median(ratios), min(ratios), max(ratios)
+    verdict = "faster" if low > 1 and ratio > 1.01 else "slower" if high < 1 and ratio < 1 / 1.01 else "same"
+    return {"speedup": ratio, "ci_low": low, "ci_high": high, "verdict": verdict, "confirmed": True}
+
+
+def apply(row: dict, conf: dict) -> None:
+    """A replaced speedup: the candidate's row holds the confirmed one, the separate one kept beside it."""
+    if not conf.get("replaced"):
+        return
+    by_way = conf["confirmed"]
+    for label, way in (("speedup", "device_time"), ("speedup_e2e", "e2e_time")):
+        if row.get(label):
+            row[f"separate_{label}"] = row[label]
+            row[label] = by_way.get(way) or by_way["device_time"]  # one way timed: end to end is device-resident
+
+
+def line(conf: dict) -> str:
+    """The report's and the JSON's one line on a confirmation."""
+    name = conf["candidate"]
+    if conf.get("status") != "ok":
+        return f"{name}'s speedup is not confirmed ({conf.get('reason')}): it is from timings taken apart"
+    took = (f"timed alternately with the original in one process ({conf['rounds']} rounds, {conf['timed']}), "
+            f"{name} is {_x(conf['ratio'])}x [{_x(conf['low'])}, {_x(conf['high'])}] (the original "
+            f"{format_time(conf['original_s'])} a call, {name} {format_time(conf['candidate_s'])})")
+    if conf["agreed"]:
+        return f"{took}: it agrees with the separate timings ({_x(conf['separate'])}x)"
+    why = (f"the separate timings said {_x(conf['separate'])}x [{_x(conf['separate_ci'][0])}, "
+           f"{_x(conf['separate_ci'][1])}], replaced: the original or {name} was timed in another machine state (a load "
+           "burst, clocks) when each was timed in its own process")
+    if conf.get("demoted"):
+        why += "; the original is faster, so it loses its place"
+    return f"{took}; {why}"
+
+
+def _x(v) -> str:
+    if v is None:
+        return "?"
+    if v == float("inf"):
+        return "inf"
+    return f"{v:.3g}"
