@@ -1,6 +1,5 @@
 """Round 22 of the decode QA: the rank a --tp failure names, int8 labels, the fit check of study.run, text_tokens."""
 
-import functools
 import os
 
 import pytest
@@ -199,8 +198,7 @@ def test_generate_refuses_a_token_count_that_is_not_an_integer(n):
     assert generate(engine, prompt, np.int64(3)).shape == (1, 3)
 
 
-@functools.lru_cache(maxsize=1)
-def _tiny_engine_parts():  # read only by the tests that share it
+def _tiny_engine_parts():  # built per test: a cached model outlives the file, and test_decode_quant counts models alive
     from gpuspeed.decode import model as M
 
     m = M.build(M.named_config("tiny", n_layers=1), device="cpu", seed=1)
