@@ -2,7 +2,7 @@
 (worker.confirm), and the ratio the run publishes held against theirs.
 
 Each candidate and the original are timed in their own processes, at different moments: a load burst during one of
-them makes any ratio (on a 2-core machine at a load of 5, a torch candidate whose code was the original's read
+them skews the ratio (on a 2-core machine at a load of 5, a torch candidate whose code was the original's read
 157x: the original timed at 29.7 ms, against 0.18 ms when quiet). Timed alternately, A B A B, both sides meet the
 same machine state; the confirmed ratio is the median of the rounds' ratios, their spread its interval.
 """
@@ -20,6 +20,7 @@ MAX_CONFIRMED = 3  # candidates confirmed in turn when a primary loses its place
 # interval within this of the separate CI agrees; the hazard guarded against is of another size (157x against 1x)
 SLACK = 0.25
 WARM_CALLS = 5  # bench()'s least calls a side (two warm-up calls, three samples): the estimate of a round's time
+BENCH_SHARE = 1 / ROUNDS  # of --bench-budget, each side's bench() in a round: all rounds together cost a candidate's timing
 
 
 def recipe(row: dict, rank_by: str, rounds: int) -> dict:
@@ -32,11 +33,11 @@ def recipe(row: dict, rank_by: str, rounds: int) -> dict:
 
 
 def estimate_s(original: dict, row: dict, rounds: int, bench_budget_s: float) -> float:
-    """A rough upper bound of a confirmation's wall time: the candidate's own worker (load, build, first call),
-    then each round's bench() calls, at least WARM_CALLS calls or half the bench budget a side."""
+    """A rough estimate of a confirmation's wall time: the candidate's own worker's start (load, build, first call),
+    then each round's bench() calls, at least WARM_CALLS calls or its share of the bench budget a side."""
     def side(r, key):
         t = (r.get(key) or {}).get("median") or 0.0
-        return max(WARM_CALLS * t, 0.5 * bench_budget_s)
+        return max(WARM_CALLS * t, BENCH_SHARE * bench_budget_s)
 
     stages = row.get("stage_s") or {}
     start = sum(v for k, v in stages.items() if not k.startswith(("timing", "memory", "waiting", "correctness")))
@@ -109,7 +110,7 @@ def line(conf: dict) -> str:
            "burst, clocks) when each was timed in its own process")
     if conf.get("demoted"):
         why += "; the original is faster, so it loses its place"
-    return f"{took}; {why}"
+    return f"{took}; {why} (the other candidates' speedups are from timings taken apart)"
 
 
 def _x(v) -> str:

@@ -266,6 +266,7 @@ def confirm(spec: dict, result: dict, result_path: str) -> None:
     checks in its own worker; built here again, it is called once before the rounds (a compile, a graph capture)."""
     from gpuspeed.optimize import workload as W
     from gpuspeed.optimize.backends.common import settle_heap
+    from gpuspeed.optimize.confirm import BENCH_SHARE
 
     r = spec["recipe"]
     device = spec["device"]
@@ -303,25 +304,24 @@ def confirm(spec: dict, result: dict, result_path: str) -> None:
             impl.run(*dev)
             impl.sync()
         ways = ["device_time"] + (["e2e_time"] if _e2e_distinct(impl, r, bool(r.get("chunk"))) else [])
-        budget_s = spec.get("bench_budget_s", 2.0) * CONFIRM_BENCH_SHARE
+        budget_s = spec.get("bench_budget_s", 2.0) * BENCH_SHARE
         rounds: list = []
         with _slot(spec, "measure", stage):
             settle_heap()
             for n in range(int(r["rounds"])):
                 stage(f"confirming (round {n + 1} of {r['rounds']})")
+                # settled by the first round's warm-up: later rounds' bench() calls warm up with their least 2 calls
+                warm = None if n == 0 else 0.0
                 row = {"original": _timed(spec, original_recipe, original, "device_time", args_o, dev_o, "original",
-                                          budget_s).median}
+                                          budget_s, warm).median}
                 for which in ways:
-                    row[which] = _timed(spec, r, impl, which, args, dev, r["confirm_of"], budget_s).median
+                    row[which] = _timed(spec, r, impl, which, args, dev, r["confirm_of"], budget_s, warm).median
                 rounds.append(row)
                 result["rounds"] = rounds
                 _write(result_path, result)
     result["ways"] = ways
     result["status"] = "ok"
     stage("done")
-
-
-CONFIRM_BENCH_SHARE = 0.5  # of --bench-budget, each side's bench() in a confirmation round
 
 
 def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: None):
@@ -651,7 +651,8 @@ def _e2e_distinct(impl, recipe, is_chunked) -> bool:
     return not is_chunked and (impl.device == "cuda" or recipe.get("precision", "as-written") == "float32")
 
 
-def _timed(spec, recipe, impl, which: str, args, dev, name: str, budget_s: float | None = None):
+def _timed(spec, recipe, impl, which: str, args, dev, name: str, budget_s: float | None = None,
+           warmup_s: float | None = None):
     """One bench() of impl as the run times it: "device_time" on its prepared (device-resident) arguments,
     "e2e_time" on the host arrays, casts and transfers included. The one timing path of a candidate."""
     from gpuspeed.timing import bench
@@ -659,6 +660,8 @@ def _timed(spec, recipe, impl, which: str, args, dev, name: str, budget_s: float
     bench_device, mode, bench_kw = _bench_setup(spec, recipe, impl)
     if budget_s is not None:
         bench_kw["budget_s"] = budget_s
+    if warmup_s is not None:
+        bench_kw["warmup_s"] = warmup_s
     if which == "device_time":
         return bench(impl.run, *dev, name=name, device=bench_device, mode=mode, **bench_kw)
     return bench(impl, *args, name=name + " (end to end)", device=bench_device,
