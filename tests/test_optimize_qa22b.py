@@ -66,6 +66,7 @@ def test_a_speedup_overstated_by_a_busy_moment_is_replaced_by_the_alternating_on
     assert summary["confirmation_replaced"] is True and summary["confirmation_agreed"] is False
     assert summary["confirmation_rounds"] == 5
     report = (run.out_dir / "report.md").read_text()
+    assert "timed alternately with variant:sorted_once: see below" in report  # beside the original's 30 ms
     said = next(line for line in report.splitlines() if line.startswith("- **Speedup replaced**"))
     assert "the separate timings said" in said and "another machine state" in said, said
     assert any("the separate timings said" in n for n in _doc(run)["notes"])

@@ -102,7 +102,10 @@ def markdown(run) -> str:
                 "returns None and writes its result into")
         L.append(f"- Output: `{wl.func}` {what} {param_names(wl, run.params['in_place'])}; "
                  "that is what every candidate is checked on, and the optimized script writes it into your arrays.")
-    L.append(f"- Original: {_fmt_t(_t(orig))} per call on the CPU.")
+    conf = ch.get("confirmation") or {}
+    again = (f" ({_fmt_t(conf['original_s'])} timed alternately with {conf['candidate']}: see below)"
+             if conf.get("replaced") else "")
+    L.append(f"- Original: {_fmt_t(_t(orig))} per call on the CPU{again}.")
     if orig.get("nondeterministic"):
         L.append(f"- **The original is not deterministic**: {orig['nondeterministic']}. No candidate can be checked "
                  "against it: seed its random numbers (or take a Generator argument) and run again.")
@@ -134,7 +137,6 @@ def markdown(run) -> str:
                      f"relative L2 error {prim.get('rel_l2_err'):.3g} (tolerance: {_tol(run)}); {mem}.")
     else:
         L.append("- No candidate passed the correctness check within the budget: keep the original.")
-    conf = ch.get("confirmation") or {}
     if conf.get("status") == "ok":  # one not made is a timing caveat
         from gpuspeed.optimize.confirm import line
 
@@ -449,6 +451,7 @@ def results_doc(run) -> dict:
     summary |= {"confirmed": conf.get("status") == "ok" if conf else None,
                 "confirmation_rounds": conf.get("rounds"), "confirmation_ratio": conf.get("ratio"),
                 "confirmation_low": conf.get("low"), "confirmation_high": conf.get("high"),
+                "confirmation_original_s": conf.get("original_s"), "confirmation_primary_s": conf.get("candidate_s"),
                 "confirmation_agreed": conf.get("agreed"), "confirmation_replaced": conf.get("replaced")}
     rows = table_rows(run)
     study = study_name(run.wl.name)
