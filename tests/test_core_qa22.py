@@ -268,3 +268,13 @@ def test_profile_on_a_gpu_measures_sync_waits_and_reads_a_tensor_loop_as_array_w
     groups = synced.findings["host_syncs"]["groups"]
     assert groups and all(isinstance(g["wait_s"], float) and g["wait_s"] >= 0 for g in groups), groups
     assert isinstance(synced.summary()["host_sync_wait_s"], float)
+
+
+def test_kernel_mode_with_cupti_recording_nothing_is_one_line_not_an_index_error():
+    """On the H100 a worker whose CUPTI failed to start ('CUPTI_ERROR_NOT_INITIALIZED') handed bench(mode='kernel')
+    a session with no activities: an IndexError from the marker arithmetic. It is one line naming the cause."""
+    from gpuspeed.errors import UserError
+    from gpuspeed.timing.kernel import first_call_after_marks
+
+    with pytest.raises(UserError, match=r"recorded 0 GPU activities and 0 of its own 2 markers: CUPTI.*mode='events'"):
+        first_call_after_marks([])

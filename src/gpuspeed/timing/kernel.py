@@ -59,6 +59,10 @@ def first_call_after_marks(acts) -> float:
     """A one-call session's device seconds (opening mark, mark, call): everything after the second marker and
     the flush's activities, whatever the call itself launches."""
     marks = marker_positions(acts)
+    if len(marks) < 2:  # seen beside other CUPTI users: "CUPTI initialization failed", and an IndexError here
+        raise UserError(f"kernel mode: the profiler recorded {len(acts)} GPU activities and {len(marks)} of its own "
+                        "2 markers: CUPTI is not recording in this process (torch's warnings above say why); "
+                        "time with mode='events'")
     lead = marks[1] - marks[0] - 1
     return sum(e.time_range.elapsed_us() for e in acts[marks[1] + 1 + lead:]) * 1e-6
 
