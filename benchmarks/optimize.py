@@ -70,6 +70,11 @@ def _row(name: str, folder: Path, rc: int, minutes: float, log: str) -> dict:
             "alternative": s.get("alternative"), "best_dropin": s.get("best_dropin"), "original_s": s.get("original_s"),
             "primary_s": s.get("primary_s"), "primary_e2e_s": s.get("primary_e2e_s"), "speedup": s.get("speedup"),
             "speedup_ci": [s.get("speedup_ci_low"), s.get("speedup_ci_high")], "speedup_e2e": s.get("speedup_e2e"),
+            # timed alternately with the original (None: nothing to confirm); replaced: the speedup timed apart
+            # disagreed, separate_speedup is what it said
+            "confirmed": s.get("confirmed"), "speedup_replaced": s.get("confirmation_replaced"),
+            "separate_speedup": (doc.get("confirmation") or {}).get("separate")
+            if s.get("confirmation_replaced") else None,
             "over_best_dropin": s.get("over_best_dropin"), "correct": s.get("correct"),
             "within_budget": s.get("within_budget"), "peak_bytes": s.get("peak_bytes"),
             "sequential": bool(doc.get("hotspots", {}).get("sequential")), "why_not_2x": ch.get("why_not_2x"),

@@ -84,6 +84,12 @@ def _comparison(ratios: list[float]) -> dict:
     return {"speedup": ratio, "ci_low": low, "ci_high": high, "verdict": verdict, "confirmed": True}
 
 
+def rescaled(speedup: dict, factor: float) -> dict:
+    """A speedup over the original's separate time, which a replaced confirmation found off by `factor`."""
+    return _comparison([speedup["ci_low"] * factor, speedup["speedup"] * factor, speedup["ci_high"] * factor]) | {
+        "confirmed": False, "rescaled": factor}
+
+
 def apply(row: dict, conf: dict) -> None:
     """A replaced speedup: the candidate's row holds the confirmed one, the separate one kept beside it."""
     if not conf.get("replaced"):
@@ -110,7 +116,8 @@ def line(conf: dict) -> str:
            "burst, clocks) when each was timed in its own process")
     if conf.get("demoted"):
         why += "; the original is faster, so it loses its place"
-    return f"{took}; {why} (the other candidates' speedups are from timings taken apart)"
+    return (f"{took}; {why} (the other candidates' speedups, over the same separate time of the original, are rescaled "
+            "by the same factor: the ratio of their times to this candidate's, timed apart, times this ratio)")
 
 
 def _x(v) -> str:

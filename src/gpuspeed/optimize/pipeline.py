@@ -555,6 +555,7 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
             if base is not None and r.get(which) and not (r.get(label) or {}).get("confirmed"):
                 c = compare(base, Measurement.from_dict(r[which]))
                 r[label] = {"speedup": c.speedup, "ci_low": c.ci_low, "ci_high": c.ci_high, "verdict": c.verdict}
+    _rescale_others(run, ok)
     # timed alternately with the original, slower than it: behind it, whatever its time taken apart said
     demoted = {r["name"] for r in ok if (r.get("confirmation") or {}).get("demoted")}
     ok.sort(key=lambda r: (r["name"] in demoted, _median(r, key)))
@@ -563,6 +564,7 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     # an alternative slower than the original is nothing to offer: it must beat the original too
     alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])
                         and r["name"] != "original" and r["name"] not in demoted
+                        and not _rescaled_slower(r, "speedup" if rank_by == "device" else "speedup_e2e")
                         and (orig_t is None or _median(r, key) < orig_t)),
                        None) if ok else None
     dropins = [run.results[n] for n in ("cupy", "torch-compile", "torch-cuda") if n in run.results
@@ -628,6 +630,29 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     if run.hot.get("sequential") and (not primary or primary["name"] == "original"):
         out["fastest_route"] = _numba_route(run)
     return out
+
+
+def _rescale_others(run: OptimizeRun, ok: list[dict]) -> None:
+    """A replaced confirmation found the original's separate time off: every ratio over it is off by the same
+    factor, so the other candidates' speedups are rescaled by it (else the table and the PNG put a slower candidate
+    at 200x beside a primary confirmed at 3x)."""
+    from gpuspeed.optimize import confirm as K
+
+    for label in ("speedup", "speedup_e2e"):
+        anchor = next((r for r in ok if (r.get(label) or {}).get("confirmed") and r.get(f"separate_{label}")), None)
+        if anchor is None:
+            continue
+        factor = anchor[label]["speedup"] / anchor[f"separate_{label}"]["speedup"]
+        for r in ok:
+            own = (r.get("confirmation") or {}).get("status") == "ok"
+            if r["name"] != "original" and not own and r.get(label) and not r[label].get("confirmed"):
+                r[label] = K.rescaled(r[label], factor)
+
+
+def _rescaled_slower(row: dict, label: str) -> bool:
+    """Whether the row's speedup, rescaled by a replaced confirmation, says it is no faster than the original."""
+    sp = row.get(label) or {}
+    return bool(sp.get("rescaled")) and sp["speedup"] <= 1
 
 
 def _timing_caveats(run, primary, key: str) -> list[str]:

@@ -37,6 +37,8 @@ def _fmt_x(d):
     if not d:
         return "-"
     same = " (same within noise)" if d.get("verdict") == "same" else ""
+    # over the original's separate time, which the primary's confirmation found off: see A
+    same += " (rescaled)" if d.get("rescaled") else ""
     return f"{_ratio(d['speedup'])}x [{_ratio(d['ci_low'])}, {_ratio(d['ci_high'])}]{same}"
 
 
@@ -369,11 +371,11 @@ def plot(run, path: Path) -> Path | None:
     values = [base / t if base else 1 / t for t in times]
     label = "speedup_e2e" if key == "e2e_time" else "speedup"
     said = list(refused)
-    for i, name in enumerate(names):  # a speedup replaced by its confirmation: the bar the report states
+    for i, name in enumerate(names):  # a speedup replaced by its confirmation (or rescaled by it): the bar the report states
         sp = run.results[name].get(label) or {}
-        if base and sp.get("confirmed"):
+        if base and (sp.get("confirmed") or sp.get("rescaled")):
             values[i] = sp["speedup"]
-            said[i] += " (timed alternately)"
+            said[i] += " (timed alternately)" if sp.get("confirmed") else " (rescaled)"
     if names:
         ax.barh(names, values, color=colors)
         if base:
