@@ -70,3 +70,87 @@ def test_a_replaced_speedup_rescales_the_other_candidates_and_the_benchmark_row_
     assert row["speedup"] == run.choice["speedup"]
     assert row["confirmed"] is True and row["speedup_replaced"] is True, row
     assert row["separate_speedup"] == conf["separate"] > 30, row
+
+
+def _noisy(run) -> bool:
+    """Whether a caveat other than the confirmation's own says the timings were noisy (a loaded machine): the one
+    case a larger --bench-budget is the advice."""
+    return any("unreliable" in c or "is not established" in c for c in run.choice["caveats"])
+
+
+SLOW_ORIGINAL = '''
+import os
+import time
+
+import numpy as np
+
+
+def original(x):
+    if str(os.getpid()) != os.environ.get("RUN_PID"):  # its workers' calls: 0.3 s each
+        time.sleep(0.3)
+    return np.sort(np.sort(np.sort(x)))
+
+
+def inputs(rng):
+    return (rng.standard_normal(2000),)
+
+
+def sorted_once(x):
+    return np.sort(x)
+
+
+variants = {"sorted_once": sorted_once}
+'''
+
+
+def test_a_confirmation_skipped_for_time_asks_for_more_time_not_a_larger_bench_budget(tmp_path, monkeypatch):
+    # three rounds take at least 3 x 5 calls of the original at 0.3 s: more than the 4 s a candidate may take here.
+    # A larger --bench-budget would make the rounds longer still: the way to a confirmation is more --time-budget
+    import os
+
+    monkeypatch.setenv("RUN_PID", str(os.getpid()))
+    run = optimize_text(tmp_path, "slow", SLOW_ORIGINAL, ["variant"], candidate_limit_s=4)
+    conf = run.choice["confirmation"]
+    assert run.choice["primary"] == "variant:sorted_once" and conf["status"] == "skipped", conf
+    assert "rounds would take about" in conf["reason"], conf
+    caveats = "; ".join(run.choice["caveats"])
+    assert "not confirmed" in caveats and "a larger --time-budget" in caveats, caveats
+    assert ("larger --bench-budget" in caveats) == _noisy(run), caveats
+
+
+CACHING = '''
+import numpy as np
+
+_seen = {}
+
+
+def original(x):
+    for _ in range(20):  # the same sort twenty times over, as a slow original might
+        np.sort(x)
+    return np.sort(x)
+
+
+def inputs(rng):
+    return (rng.standard_normal(20000),)
+
+
+def remembers(x):  # a twentieth of the work on fresh inputs, a look-up on an array seen before
+    if id(x) not in _seen:
+        _seen[id(x)] = (x, np.sort(x))  # x held: its id is not reused
+    return _seen[id(x)][1].copy()
+
+
+variants = {"remembers": remembers}
+'''
+
+
+def test_a_caching_primary_left_unconfirmed_is_not_sent_to_rerun_with_a_larger_bench_budget(tmp_path):
+    # alternating calls on the same inputs would time its cache hits: it is not confirmed, and no rerun changes that
+    run = optimize_text(tmp_path, "caching", CACHING, ["variant"])
+    name = "variant:remembers"
+    assert run.choice["primary"] == name and run.results[name].get("caches_results"), run.choice
+    conf = run.choice["confirmation"]
+    assert conf["status"] == "skipped" and "caches its results" in conf["reason"], conf
+    caveats = "; ".join(run.choice["caveats"])
+    assert "caches its results" in caveats, caveats
+    assert ("larger --bench-budget" in caveats) == _noisy(run), caveats

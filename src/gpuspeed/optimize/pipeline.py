@@ -371,20 +371,20 @@ def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, limi
     name, original = row["name"], run.results["original"]
     why = K.unconfirmable(original, row)
     if why:
-        return {"candidate": name, "status": "skipped", "reason": why}
+        return {"candidate": name, "status": "skipped", "reason": why, "cause": "caches_results"}
     rec = K.recipe(row, rank_by, K.ROUNDS)
     if (runner.done.get(rec["name"]) or {}).get("status") != "ok":  # a crashed one recorded: confirmed anew
         runner.done.pop(rec["name"], None)
     if rec["name"] not in runner.done:  # a resumed run keeps a recorded confirmation, whatever time is left now
         lim = limit(rec)
         if lim is None:
-            return {"candidate": name, "status": "skipped",
+            return {"candidate": name, "status": "skipped", "cause": "time_budget",
                     "reason": f"under {MIN_LIMIT_S:g} s of --time-budget {run.params['time_budget_s']:g} s was left"}
         bench_budget_s = runner.base["bench_budget_s"]
         rounds = next((n for n in (K.ROUNDS, K.FEWEST_ROUNDS)
                        if K.estimate_s(original, row, n, bench_budget_s) <= lim), None)
         if rounds is None:
-            return {"candidate": name, "status": "skipped",
+            return {"candidate": name, "status": "skipped", "cause": "time_budget",
                     "reason": f"{K.FEWEST_ROUNDS} rounds would take about "
                               f"{K.estimate_s(original, row, K.FEWEST_ROUNDS, bench_budget_s):.0f} s, more than the "
                               f"{lim:.0f} s left of --time-budget {run.params['time_budget_s']:g} s"}
@@ -670,11 +670,16 @@ def _timing_caveats(run, primary, key: str) -> list[str]:
     if sp and sp.get("verdict") != "faster":
         said.append(f"the speedup {sp['speedup']:.3g}x [{sp['ci_low']:.3g}, {sp['ci_high']:.3g}] is not established "
                     f"(the comparison says {sp.get('verdict')!r})")
-    conf = primary.get("confirmation")
-    if conf and conf.get("status") != "ok":
+    noisy = bool(said)  # an unreliable timing or an unestablished comparison
+    conf = primary.get("confirmation") or {}
+    unconfirmed = bool(conf) and conf.get("status") != "ok"
+    if unconfirmed:
         said.append(f"not confirmed by timing it alternately with the original ({conf.get('reason')})")
-    if said:
+    # a confirmation skipped for its cache (said below) or for time: a larger --bench-budget would not bring one
+    if noisy or (unconfirmed and not conf.get("cause")):
         said.append("rerun with a larger --bench-budget on a quiet machine before trusting it")
+    if conf.get("cause") == "time_budget":
+        said.append("a larger --time-budget leaves room to confirm it")
     for name in ("original", primary["name"]):
         cached = run.results.get(name, {}).get("caches_results")
         if cached:  # the worker timed it again on inputs it had not seen (worker._fresh_inputs_probe)
