@@ -1,0 +1,25 @@
+"""Round 22 docs QA: a first-time user reads the README against the files it cites."""
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+H200 = ROOT / "results" / "nvidia-h200"
+HAND_KERNELS = ROOT / "src" / "gpuspeed" / "examples" / "hand_kernels"
+WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+
+
+def test_the_count_of_examples_with_numba_kernels_is_kernels_json_s():
+    """The README said 'three of the four examples with Numba kernels use warp reductions or shared-memory tiles'
+    where kernels.json times Numba kernels of five examples (pairwise_distance, heat_stencil, histogram, mandelbrot
+    and row_stats; the four before row_stats's kernel was added were already four). The three: the examples whose
+    Numba kernel declares a shared array or shuffles within a warp."""
+    rows = json.loads((H200 / "kernels.json").read_text(encoding="utf-8"))["rows"]
+    numba = sorted({r["example"] for r in rows if r["backend"] == "numba"})
+    tiled = [e for e in numba
+             if re.search(r"cuda\.shared\.array|cuda\.shfl_", (HAND_KERNELS / f"{e}.py").read_text(encoding="utf-8"))]
+    phrase = (f"{WORDS[len(tiled)]} of the {WORDS[len(numba)]} examples with Numba kernels use warp reductions or "
+              "shared-memory tiles")
+    assert phrase in README, f"kernels.json's Numba examples {numba}, of which {tiled} tile or shuffle: {phrase!r}"
