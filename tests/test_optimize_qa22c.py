@@ -9,6 +9,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from optimize_script_helpers import optimize_text
 
 TWO_VARIANTS = '''
@@ -154,3 +156,26 @@ def test_a_caching_primary_left_unconfirmed_is_not_sent_to_rerun_with_a_larger_b
     caveats = "; ".join(run.choice["caveats"])
     assert "caches its results" in caveats, caveats
     assert ("larger --bench-budget" in caveats) == _noisy(run), caveats
+
+
+@pytest.mark.gpu
+def test_a_chunked_primary_is_confirmed_on_the_chunks_its_own_worker_planned(tmp_path):
+    # over a 256 MiB budget the CuPy drop-in runs chunked: the confirmation rebuilds it with the same chunk size, its
+    # host arrays in and out (end to end is its device-resident time: one way timed)
+    pytest.importorskip("cupy")
+    from gpuspeed.optimize.pipeline import optimize
+    from gpuspeed.optimize.runner import read_jsonl
+
+    run = optimize("pairwise_distance", device="cuda", scale=0.1, budget="256MiB", out=tmp_path / "pw",
+                   backends=["cupy"], time_budget=400, bench_budget_s=0.5)
+    name = run.choice["primary"]
+    assert name and run.results[name]["recipe"].get("chunk"), (run.choice, {n: r.get("status") for n, r in
+                                                                           run.results.items()})
+    conf = run.choice["confirmation"]
+    assert conf["status"] == "ok" and conf["rounds"] in (3, 5), conf
+    assert conf["low"] <= conf["ratio"] <= conf["high"]
+    worker = read_jsonl(tmp_path / "pw" / "confirmations.jsonl")[-1]
+    assert worker["ways"] == ["device_time"], worker
+    assert worker["recipe"]["chunk_size"] == run.results[name]["chunk_size"], worker["recipe"]
+    summary = json.loads((tmp_path / "pw" / "optimize_pairwise_distance.json").read_text())["summary"]
+    assert summary["confirmed"] is True and summary["speedup"] == run.choice["speedup"]
