@@ -23,3 +23,21 @@ def test_the_count_of_examples_with_numba_kernels_is_kernels_json_s():
     phrase = (f"{WORDS[len(tiled)]} of the {WORDS[len(numba)]} examples with Numba kernels use warp reductions or "
               "shared-memory tiles")
     assert phrase in README, f"kernels.json's Numba examples {numba}, of which {tiled} tile or shuffle: {phrase!r}"
+
+
+def test_every_input_option_names_the_float_scalar_its_parser_takes():
+    """`gpuspeed optimize --help` said `--input NAME=DTYPE[SHAPE] or NAME=int:VALUE`, where its specs go through the
+    same parser as profile's and kernel's (gpuspeed.inputs), which takes NAME=float:VALUE too: black_scholes's rate and
+    vol are floats, and report E's own profile command passes them as `rate=float:0.03`."""
+    import typer
+
+    from gpuspeed.cli import app
+    from gpuspeed.inputs import parse_spec
+
+    assert parse_spec("rate=float:0.03").name == "rate"  # what the help must then name
+    group = typer.main.get_command(app)
+    helps = {name: param.help for name, command in group.commands.items() for param in command.params
+             if "--input" in getattr(param, "opts", [])}
+    assert {"optimize", "profile", "kernel"} <= set(helps), helps
+    missing = {name: text for name, text in helps.items() if "NAME=float:VALUE" not in text}
+    assert not missing, missing

@@ -15,8 +15,9 @@ def register(app: typer.Typer) -> None:
         workload: str = typer.Argument(..., help="WORKLOAD.py (defines original and inputs), or a bundled example's "
                                                  "name, e.g. black_scholes."),
         func: str = typer.Option("original", "--func", help="The function to speed up."),
-        inputs: List[str] = typer.Option([], "--input", "-i", help="NAME=DTYPE[SHAPE] or NAME=int:VALUE, in place of "
-                                                                   "inputs(rng) (NumPy arrays)."),
+        inputs: List[str] = typer.Option([], "--input", "-i", help="NAME=DTYPE[SHAPE] or NAME=int:VALUE / "
+                                                                   "NAME=float:VALUE, in place of inputs(rng) (NumPy "
+                                                                   "arrays)."),
         budget: str = typer.Option("8GiB", "--budget", help="GPU memory budget (15 % headroom kept)."),
         rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default: TOLERANCE or by dtype)."),
         atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance."),
