@@ -74,6 +74,59 @@ def test_a_replaced_speedup_rescales_the_other_candidates_and_the_benchmark_row_
     assert row["separate_speedup"] == conf["separate"] > 30, row
 
 
+SLOW_BESIDE_THE_ORIGINAL = '''
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+CALLED = Path(__file__).with_name("original.pid")  # the last process the original ran in
+
+
+def original(x):
+    CALLED.write_text(str(os.getpid()))
+    for _ in range(6):
+        y = np.sort(x)
+    return y
+
+
+def inputs(rng):
+    return (rng.standard_normal(20000),)
+
+
+def sorted_once(x):
+    if CALLED.read_text() == str(os.getpid()):  # beside the original (the confirmation's worker): 20 ms slower
+        time.sleep(0.02)
+    return np.sort(x)
+
+
+def sorted_twice(x):
+    np.sort(x)
+    return np.sort(x)
+
+
+def sorted_thrice(x):
+    np.sort(x)
+    np.sort(x)
+    return np.sort(x)
+
+
+variants = {"sorted_once": sorted_once, "sorted_twice": sorted_twice, "sorted_thrice": sorted_thrice}
+'''
+
+
+def test_a_primary_slower_only_beside_the_original_leaves_the_other_speedups_alone(tmp_path):
+    # the confirmation disagrees because the candidate's side moved, not the original's: the others' speedups over
+    # the original's separate time stand (rescaling them by the primary's factor read 2x as 0.2x)
+    run = optimize_text(tmp_path, "beside", SLOW_BESIDE_THE_ORIGINAL, ["variant"])
+    once = run.results["variant:sorted_once"]["confirmation"]
+    assert once["status"] == "ok" and once["demoted"], once
+    thrice = run.results["variant:sorted_thrice"]["speedup"]
+    assert not thrice.get("rescaled") and thrice["speedup"] > 1, thrice
+    assert run.choice["primary"] == "variant:sorted_twice", run.choice
+
+
 def _noisy(run) -> bool:
     """Whether a caveat other than the confirmation's own says the timings were noisy (a loaded machine): the one
     case a larger --bench-budget is the advice."""

@@ -85,7 +85,8 @@ def _comparison(ratios: list[float]) -> dict:
 
 
 def rescaled(speedup: dict, factor: float) -> dict:
-    """A speedup over the original's separate time, which a replaced confirmation found off by `factor`."""
+    """A speedup over the original's separate time, which a replaced confirmation found off by `factor` (its time
+    there over its separate one)."""
     return _comparison([speedup["ci_low"] * factor, speedup["speedup"] * factor, speedup["ci_high"] * factor]) | {
         "confirmed": False, "rescaled": factor}
 
@@ -116,8 +117,8 @@ def line(conf: dict) -> str:
            "burst, clocks) when each was timed in its own process")
     if conf.get("demoted"):
         why += "; the original is faster, so it loses its place"
-    return (f"{took}; {why} (the other candidates' speedups, over the same separate time of the original, are rescaled "
-            "by the same factor: the ratio of their times to this candidate's, timed apart, times this ratio)")
+    return (f"{took}; {why} (where the original's own time moved, the other candidates' speedups over it are rescaled "
+            "to its time here)")
 
 
 def _x(v) -> str:

@@ -633,18 +633,23 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
 
 
 def _rescale_others(run: OptimizeRun, ok: list[dict]) -> None:
-    """A replaced confirmation found the original's separate time off: every ratio over it is off by the same
-    factor, so the other candidates' speedups are rescaled by it (else the table and the PNG put a slower candidate
-    at 200x beside a primary confirmed at 3x)."""
+    """A replaced confirmation that found the original's own time moved (timed apart against alternately): every
+    ratio over its separate time is off by that factor, so the other candidates' speedups are rescaled to its time
+    in the confirmation (else the table and the PNG put a 1.5x candidate at 200x beside a primary confirmed at 3x).
+    Where only the candidate's side moved, the others' speedups stand."""
     from gpuspeed.optimize import confirm as K
 
-    for label in ("speedup", "speedup_e2e"):
-        anchor = next((r for r in ok if (r.get(label) or {}).get("confirmed") and r.get(f"separate_{label}")), None)
-        if anchor is None:
-            continue
-        factor = anchor[label]["speedup"] / anchor[f"separate_{label}"]["speedup"]
-        for r in ok:
-            own = (r.get("confirmation") or {}).get("status") == "ok"
+    original = run.results.get("original") or {}
+    separate_s = (original.get("device_time") or {}).get("median")
+    conf = next((r["confirmation"] for r in ok if (r.get("confirmation") or {}).get("replaced")), None)
+    if not conf or not separate_s or not conf.get("original_s"):
+        return
+    factor = conf["original_s"] / separate_s
+    if 1 / (1 + K.SLACK) <= factor <= 1 + K.SLACK:
+        return
+    for r in ok:
+        own = (r.get("confirmation") or {}).get("status") == "ok"
+        for label in ("speedup", "speedup_e2e"):
             if r["name"] != "original" and not own and r.get(label) and not r[label].get("confirmed"):
                 r[label] = K.rescaled(r[label], factor)
 
