@@ -41,3 +41,19 @@ def test_every_input_option_names_the_float_scalar_its_parser_takes():
     assert {"optimize", "profile", "kernel"} <= set(helps), helps
     missing = {name: text for name, text in helps.items() if "NAME=float:VALUE" not in text}
     assert not missing, missing
+
+
+def test_the_readme_says_which_call_refuses_a_decode_spec_field_of_the_wrong_kind():
+    """The README said '`Spec` ... refuses a numeric field of the wrong kind (`batch=1.5`, `bench_budget_s="1"`) in one
+    line', where `study.Spec(batch=1.5)` is built without a word and `study.run` refuses it, before any work: a user
+    who builds a Spec in one cell and runs it in another looks for the error in the wrong place."""
+    import pytest
+
+    from gpuspeed.decode import study
+    from gpuspeed.errors import UserError
+
+    (sentence,) = [s for s in re.split(r"(?<=;)\s", README) if "`batch=1.5`" in s]
+    spec = study.Spec(model="tiny", device="cpu", variants="V2", batch=1.5)  # built as it is written
+    with pytest.raises(UserError, match=r"^batch must be an integer"):
+        study.run(spec)
+    assert "`study.run` refuses a numeric field of the wrong kind" in sentence, sentence
