@@ -232,3 +232,24 @@ def test_a_chunked_primary_is_confirmed_on_the_chunks_its_own_worker_planned(tmp
     assert worker["recipe"]["chunk_size"] == run.results[name]["chunk_size"], worker["recipe"]
     summary = json.loads((tmp_path / "pw" / "optimize_pairwise_distance.json").read_text())["summary"]
     assert summary["confirmed"] is True and summary["speedup"] == run.choice["speedup"]
+
+
+def test_an_original_whose_outputs_are_mostly_nan_on_the_runs_inputs_gets_a_note():
+    """black_scholes on random --input arrays (negative years under a square root) returned 75 % NaN, every candidate
+    was 'correct' by giving NaN there too, and nothing said how little the check had compared. Integer outputs and a
+    mostly finite result get no note; torch tensors (bfloat16 included) are read as NumPy reads them."""
+    import numpy as np
+    import torch
+
+    from gpuspeed.optimize.pipeline import _non_finite_note
+
+    rng = np.random.default_rng(5)
+    years = rng.standard_normal(1000)
+    with np.errstate(invalid="ignore"):
+        note = _non_finite_note("price", (np.sqrt(years), np.sqrt(np.abs(years))), 7)
+    assert note and note.startswith(f"{np.count_nonzero(years < 0) / 2000:.0%} of the floating output elements of "
+                                    "price are NaN or inf") and "(seed 7)" in note, note
+    assert _non_finite_note("price", (np.sqrt(np.abs(years)), rng.integers(0, 9, 50)), 7) is None
+    nan_bf16 = torch.full((8,), float("nan"), dtype=torch.bfloat16)
+    assert _non_finite_note("f", {"a": nan_bf16, "n": torch.arange(100)}, 1).startswith("100% of"), "ints skipped"
+    assert _non_finite_note("f", torch.ones(8, dtype=torch.bfloat16), 1) is None

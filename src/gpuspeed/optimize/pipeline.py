@@ -211,6 +211,9 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
                          "(a step loop's use); the optimized script writes them back into yours")
     elif mutates:
         run.notes.append(f"{wl.func} changes its own input arrays: candidates are allowed to as well")
+    unchecked = _non_finite_note(wl.func, first_ref, seeds[0])
+    if unchecked:
+        run.notes.append(unchecked)
     base_spec = {"workload": str(wl.path), "func": func, "input_specs": wl.input_specs, "scale": wl.scale,
                  "rtol": spec_rtol, "atol": atol, "device": where, "seeds": seeds, "timing_seed": TIMING_SEED,
                  "refs": str(refs_file.absolute()), "out_dtypes": W.out_dtypes(first_ref), "original_mutates": mutates,
@@ -469,6 +472,38 @@ def _flock_until(f, mode: int, until: float | None) -> bool:
             if time.perf_counter() >= until:
                 return False
             time.sleep(0.05)
+
+
+NON_FINITE_SHARE = 0.1  # of the original's floating output elements: past it, the check tests little of the code
+
+
+def _non_finite_note(func: str, ref, seed: int) -> str | None:
+    """A note where the original's outputs are largely NaN or inf on the run's inputs (random --input arrays outside
+    its domain: a negative time under a square root): a candidate matches there by giving NaN too, whatever its
+    arithmetic, so the check tests only the rest."""
+    import numpy as np
+
+    from gpuspeed.trees import leaves
+
+    bad = total = 0
+    for leaf in leaves(ref):
+        try:
+            if hasattr(leaf, "is_floating_point"):  # a torch tensor: bfloat16 has no NumPy form, integers skip
+                if not (leaf.is_floating_point() or leaf.is_complex()):
+                    continue
+                leaf = leaf.detach().cpu()
+                leaf = leaf.float() if leaf.is_floating_point() else leaf
+            a = np.asarray(leaf)
+        except Exception:  # an output NumPy cannot read: not counted
+            continue
+        if a.dtype.kind in "fc" and a.size:
+            bad += int(a.size - np.count_nonzero(np.isfinite(a)))
+            total += a.size
+    if not total or bad < NON_FINITE_SHARE * total:
+        return None
+    return (f"{bad / total:.0%} of the floating output elements of {func} are NaN or inf on the run's inputs (seed {seed}): "
+            "a candidate matches them by giving NaN or inf too, whatever its arithmetic, so the check tests only the "
+            "rest; inputs inside the function's domain (a workload file's inputs(rng), or --input scalars) test more")
 
 
 def _not_checkable(results: dict) -> None:
