@@ -60,7 +60,9 @@ def _machine_slot(alone: bool):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     # the whole protocol: a module fixture set up or torn down beside an alone test would load the machine too
-    with _machine_slot(item.get_closest_marker("alone") is not None):
+    # a GPU test skipped here (no CUDA) holds nothing: an alone one would only wait for the other workers' tests
+    alone = item.get_closest_marker("alone") is not None and (item.get_closest_marker("gpu") is None or _cuda())
+    with _machine_slot(alone):
         yield
 
 

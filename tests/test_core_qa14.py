@@ -276,6 +276,7 @@ def test_bench_rotate_that_cannot_fit_is_refused_before_any_copy():
 
 
 @pytest.mark.gpu
+@pytest.mark.alone  # sized by the GPU's free memory: under xdist another worker's allocations would move it
 def test_bench_rotate_of_a_cuda_tensor_that_cannot_fit_is_refused():
     import torch
 

@@ -92,6 +92,7 @@ def test_a_hand_edited_ceiling_is_refused_in_one_line(edit, words):
 
 # -- bench() of a call faster than the clock: its batches and what the record says of them -------------------------
 
+@pytest.mark.alone  # the warm-up's estimate of one call against the samples' median: a neighbour's load moves one
 def test_a_call_faster_than_the_clock_is_batched_as_the_record_says():
     # a 30 ns call was timed 888 calls a sample (~30 us, not the ~200 us the README promises), the note said "one takes
     # ~0.22 us" beside a median of 33 ns (the clock's own cost, read in the warm-up), and calls_per_sample said 1
@@ -252,6 +253,7 @@ def test_check_of_host_arrays_larger_than_the_free_memory_allows_copies_of_runs(
 
 
 @pytest.mark.gpu
+@pytest.mark.alone  # fills the GPU: under xdist another worker's test would run out of memory
 def test_check_of_a_bf16_cuda_tensor_on_a_full_gpu_makes_no_copy_there():
     # check() made the float32 copy of a bf16 output on the GPU, before moving it to the host: on a GPU with less free
     # memory than twice the output (a model's activations beside it) check() itself raised CUDA out of memory

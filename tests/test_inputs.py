@@ -137,6 +137,7 @@ def test_cli_input_too_big_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.gpu
+@pytest.mark.alone  # sized by the GPU's free memory: under xdist another worker's allocations would move it
 def test_inputs_too_big_for_the_gpu_are_refused_before_allocating():
     free, total = torch.cuda.mem_get_info()
     before = torch.cuda.memory_allocated()
