@@ -233,8 +233,7 @@ def run(spec: dict, result: dict, result_path: str) -> None:
         _write(result_path, result)
 
     stage("load")
-    wl = W.load(spec["workload"], func=spec["func"], input_specs=spec.get("input_specs") or (),
-                rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=device == "cuda")
+    wl = _workload(spec)
     module = W.import_workload(wl.path, unique=True)  # the candidate's own copy: rebinding leaves wl's alone
     refs = W.load_refs(Path(spec["refs"]))
     chunked = bool(r.get("chunk"))
@@ -259,6 +258,14 @@ def run(spec: dict, result: dict, result_path: str) -> None:
     stage("done")
 
 
+def _workload(spec: dict):
+    """The run's workload as the spec names it (its function, inputs, tolerance and scale), loaded in this worker."""
+    from gpuspeed.optimize import workload as W
+
+    return W.load(spec["workload"], func=spec["func"], input_specs=spec.get("input_specs") or (),
+                  rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=spec["device"] == "cuda")
+
+
 def confirm(spec: dict, result: dict, result_path: str) -> None:
     """The original and the candidate (spec's recipe, confirm_of names it) timed alternately in this one process,
     A B A B for spec's rounds, on the timing seed's inputs and each as the run timed it: their medians a round, so
@@ -276,8 +283,7 @@ def confirm(spec: dict, result: dict, result_path: str) -> None:
         _write(result_path, result)
 
     stage("load")
-    wl = W.load(spec["workload"], func=spec["func"], input_specs=spec.get("input_specs") or (),
-                rtol=spec.get("rtol"), atol=spec.get("atol"), scale=spec.get("scale"), gpu=device == "cuda")
+    wl = _workload(spec)
     original_recipe = {"name": "original", "backend": "original", "precision": "as-written"}
     with contextlib.ExitStack() as budget:
         with _slot(spec, "compile", stage):
