@@ -21,6 +21,11 @@ MAX_CONFIRMED = 3  # candidates confirmed in turn when a primary loses its place
 SLACK = 0.25
 WARM_CALLS = 5  # bench()'s least calls a side (two warm-up calls, three samples): the estimate of a round's time
 BENCH_SHARE = 1 / ROUNDS  # of --bench-budget, each side's bench() in a round: all rounds together cost a candidate's timing
+START_GUESS_S = 20.0  # a confirmation worker's start before the primary is known: load, build both, a compile
+# of the candidates' span (--time-budget less the report's last seconds): the most kept for the confirmation. Three
+# rounds of an original of 6.2 s a call (pairwise_distance on the H200: five calls a side a round) and a start need
+# ~115 s of a 300 s run
+RESERVE_SHARE = 0.4
 
 
 def recipe(row: dict, rank_by: str, rounds: int) -> dict:
@@ -32,16 +37,36 @@ def recipe(row: dict, rank_by: str, rounds: int) -> dict:
     return rec
 
 
+def _median(r: dict, key: str) -> float:
+    return (r.get(key) or {}).get("median") or 0.0
+
+
+def _side_s(t: float, bench_budget_s: float) -> float:
+    """One side's bench() in a round: its least calls or its share of the bench budget, whichever is longer."""
+    return max(WARM_CALLS * t, BENCH_SHARE * bench_budget_s)
+
+
+def two_way(row: dict) -> bool:
+    """Whether the worker timed the candidate end to end apart from device-resident (its e2e_time is its own)."""
+    return bool(row.get("e2e_time")) and row.get("e2e_time") != row.get("device_time")
+
+
 def estimate_s(original: dict, row: dict, rounds: int, bench_budget_s: float) -> float:
     """A rough estimate of a confirmation's wall time: the candidate's own worker's start (load, build, first call),
-    then each round's bench() calls, at least WARM_CALLS calls or its share of the bench budget a side."""
-    def side(r, key):
-        t = (r.get(key) or {}).get("median") or 0.0
-        return max(WARM_CALLS * t, BENCH_SHARE * bench_budget_s)
-
+    then each round's bench() calls a side (end to end only where the candidate has a way of its own)."""
     stages = row.get("stage_s") or {}
     start = sum(v for k, v in stages.items() if not k.startswith(("timing", "memory", "waiting", "correctness")))
-    return start + rounds * (side(original, "device_time") + side(row, "device_time") + side(row, "e2e_time"))
+    ways = ("device_time", "e2e_time") if two_way(row) else ("device_time",)
+    return start + rounds * (_side_s(_median(original, "device_time"), bench_budget_s)
+                             + sum(_side_s(_median(row, w), bench_budget_s) for w in ways))
+
+
+def reserve_s(original_s: float, bench_budget_s: float, candidates_s: float) -> float:
+    """Time kept at the end of the candidates' span for the confirmation, before any candidate is timed: a guessed
+    start, then ROUNDS rounds of the original (its rough time a call) and a fast GPU candidate both ways; at most
+    RESERVE_SHARE of the span (the candidates come first: a confirmation that does not fit what is left is skipped)."""
+    est = START_GUESS_S + ROUNDS * (_side_s(original_s, bench_budget_s) + 2 * _side_s(0.0, bench_budget_s))
+    return min(est, RESERVE_SHARE * max(candidates_s, 0.0))
 
 
 def unconfirmable(original: dict, row: dict) -> str | None:

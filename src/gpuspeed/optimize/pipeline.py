@@ -251,10 +251,18 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     run.plan_rows, recipes = C.plan(wl, where, run.hot, requested)
     total[0] += len(recipes)
 
+    from gpuspeed.optimize import confirm as K
+
+    # the fastest candidate is confirmed after all of them: they stop that much before the deadline (the original
+    # does not: every speedup divides its time); run.params records it
+    confirm_reserve = K.reserve_s(reference_s or 0.0, base_spec["bench_budget_s"], remaining())
+    params["confirm_reserve_s"] = confirm_reserve
+    runner.reserve = lambda rec: 0.0 if rec["name"] == "original" else confirm_reserve
+
     def limit(rec):
         if rec["name"] == "original":  # the baseline every speedup divides: it gets all that is left
             return max(remaining(), 1.0)
-        left = remaining()
+        left = remaining() - (0.0 if rec.get("confirm_of") else confirm_reserve)
         if left < MIN_LIMIT_S:
             return None
         lim = _limit(rec, run.hot.get("loop_bound", False), left)
@@ -271,7 +279,12 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
             if row is not None and row.get("status") == "skipped":
                 row["reason"] = (f"not started: under {MIN_LIMIT_S:g} s of --time-budget {time_budget:g} s was left "
                                  f"for it (the last {min(REPORT_RESERVE_S, 0.5 * time_budget):g} s are kept for the "
-                                 "report)")
+                                 f"report, and {confirm_reserve:.0f} s before them for confirming the fastest "
+                                 "candidate's speedup)")
+            elif (row is not None and rec["name"] != "original" and row.get("at_deadline") and confirm_reserve
+                  and not row.get("resumed")):
+                row["reason"] = (f"{row.get('reason')} (its last {confirm_reserve:.0f} s, before the report's, are kept "
+                                 "for confirming the fastest candidate's speedup)")
             run.results[rec["name"]] = row
 
     # the original's worker is one more at once: mostly single-threaded NumPy, it would take a builder's place

@@ -108,6 +108,8 @@ class Runner:
         # the run's end (perf_counter): a worker still running then is stopped, lock waits included, the original's
         # too, so --time-budget bounds the whole run; None for no end
         self.deadline: float | None = None
+        # seconds before the deadline a recipe's worker is stopped: time kept for what follows it (the confirmation)
+        self.reserve: Callable[[dict], float] = lambda recipe: 0.0
         if resume:
             for row in read_jsonl(self.path):
                 if _stopped_at_deadline(row):  # interrupted by the run's end, not done: a resumed run runs it again
@@ -224,7 +226,7 @@ class Runner:
                 job.last = now
                 rc = job.proc.poll()
                 busy = now - job.started - job.waited
-                at_deadline = self.deadline is not None and now > self.deadline
+                at_deadline = self.deadline is not None and now > self.deadline - self.reserve(job.recipe)
                 if (rc is not None or busy > job.limit_s or now - job.started > job.limit_s + MAX_WAIT_S
                         or at_deadline):
                     active.remove(job)

@@ -1,0 +1,85 @@
+"""QA round 23, optimize: the primary's confirmation has time left for it.
+
+The confirmation ran after every candidate, on whatever time they had left. On the H200 the bundled examples fill
+their 5 minutes with candidates (4.7-4.9 min each), so an original of seconds a call (five calls a side a round) was
+left unconfirmed. The candidates' limits now leave the confirmation's time aside, estimated from the original's
+rough time a call before any candidate starts (the original itself runs to the deadline: every speedup divides it).
+"""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+FILLS_THE_BUDGET = '''
+import time
+
+import numpy as np
+
+
+def original(x):
+    return np.sort(np.sort(np.sort(x)))
+
+
+def inputs(rng):
+    return (rng.standard_normal(20000),)
+
+
+def sorted_once(x):
+    return np.sort(x)
+
+
+def sorted_slowly(x):  # right, but each call takes longer than the whole run
+    time.sleep(600)
+    return np.sort(x)
+
+
+variants = {"sorted_once": sorted_once, "sorted_slowly": sorted_slowly}
+'''
+
+
+def test_a_candidate_that_would_run_to_the_deadline_leaves_the_confirmation_its_time(tmp_path):
+    # a 60 s run keeps 15 s for the report: without the reserve sorted_slowly ran to the deadline and the primary
+    # was left unconfirmed ("under 8 s of --time-budget 60 s was left"); now it stops that much earlier
+    from gpuspeed.optimize.pipeline import optimize
+
+    p = tmp_path / "fills.py"
+    p.write_text(textwrap.dedent(FILLS_THE_BUDGET))
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05,
+                   jobs=1)
+    slow = run.results["variant:sorted_slowly"]
+    assert slow["status"] == "timeout" and "kept for confirming the fastest candidate" in slow["reason"], slow
+    name = "variant:sorted_once"
+    assert run.choice["primary"] == name
+    conf = run.choice["confirmation"]
+    assert conf["status"] == "ok" and conf["rounds"] == 5, conf
+    reserve = run.params["confirm_reserve_s"]
+    assert 0 < reserve <= 0.4 * 60, reserve
+    assert run.elapsed_s < 60, run.elapsed_s
+
+
+def test_the_reserve_grows_with_the_original_and_stops_at_its_share_of_the_budget():
+    from gpuspeed.optimize import confirm as K
+
+    fast = K.reserve_s(0.001, 1.5, 300)
+    slow = K.reserve_s(3.3, 1.5, 300)  # row_stats' original on the H200: five rounds of five calls and a start
+    assert K.START_GUESS_S < fast < slow == pytest.approx(20 + 5 * (5 * 3.3 + 2 * 0.3))
+    # pairwise_distance's 6.2 s: five rounds do not fit 40 % of 300 s, so it stops there, where three rounds fit
+    slowest = K.reserve_s(6.2, 1.5, 300)
+    assert slowest == pytest.approx(K.RESERVE_SHARE * 300)
+    three = K.estimate_s({"device_time": {"median": 6.2}}, {"device_time": {"median": 1e-3}}, K.FEWEST_ROUNDS, 1.5)
+    assert three + K.START_GUESS_S <= slowest
+    assert K.reserve_s(3.3, 1.5, 10) == pytest.approx(4.0)
+
+
+def test_the_estimate_counts_end_to_end_only_where_the_candidate_was_timed_that_way():
+    from gpuspeed.optimize import confirm as K
+
+    original = {"device_time": {"median": 0.2}}
+    device = {"median": 0.01}
+    one_way = {"device_time": device, "e2e_time": dict(device)}  # the worker copies device_time where they agree
+    two_way = {"device_time": device, "e2e_time": {"median": 0.05}}
+    assert not K.two_way(one_way) and K.two_way(two_way)
+    # a round: the original's 5 calls (1 s) and the candidate's least calls or its share of the bench budget
+    assert K.estimate_s(original, one_way, 5, 1.5) == pytest.approx(5 * (1.0 + 0.3))
+    assert K.estimate_s(original, two_way, 5, 1.5) == pytest.approx(5 * (1.0 + 0.3 + 0.3))
