@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
 
         from gpuspeed.device import resolve_device
         from gpuspeed.errors import UserError
+        from gpuspeed.inputs import parse_spec
         from gpuspeed.kernel import kernel_report
         from gpuspeed.kernel.report import given_ceilings
         from gpuspeed.kernel.target import (interpreters_left_on, launcher_error_hint, load_target, make_args,
@@ -92,7 +93,9 @@ def register(app: typer.Typer) -> None:
                 if ctx.find_root().params.get("debug"):
                     raise
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                hint = launcher_error_hint(fn, host_args, exc, guessed=backend == "auto" and bool(inputs),
+                # the library was guessed for --input arrays only: int:/float: scalars make none to blame it on
+                arrays_given = any(parse_spec(s).kind == "array" for s in inputs)
+                hint = launcher_error_hint(fn, host_args, exc, guessed=backend == "auto" and arrays_given,
                                            gpu=where == "cuda")
                 raise UserError(f"{name} raised {type(exc).__name__}: {first}{hint}") from exc
         rep.notes[:0] = notes

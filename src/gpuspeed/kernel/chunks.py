@@ -5,9 +5,11 @@ iteration index, Floyd-Warshall's k).
 Each launch's array arguments counted once (capture.arg_bytes) charge a chunked launcher's buffers once per chunk: k
 chunks read as k times the traffic, and a % of roof k times too high. Which of the two it is cannot be seen from the
 arguments; the launch's size can tell it where it is known: a Numba launch's threads (grid x block), a Triton launch's
-programs x its BLOCK constexprs (the elements a program covers). Launches whose sizes add up to no more than the
-largest buffer's elements (each a part of it) are a chunked launcher's: the memory they are handed counts once. Each
-covering the whole buffer: sweeps, each counted. Sizes not known (no BLOCK constexpr): each counted, and said.
+programs x its BLOCK constexprs (the elements a program covers). Launches each smaller than the largest buffer whose
+sizes add up to it (each a part of it, the last one's block maybe overhanging) are a chunked launcher's: the memory they
+are handed counts once. Each covering the whole buffer: sweeps, each counted. Sizes not known (no BLOCK constexpr), or
+that tell neither (adding up to less than the buffer, as a grid-stride loop's do, or far more, as masked rows'):
+each counted, and said.
 """
 
 from __future__ import annotations
@@ -79,13 +81,29 @@ def launch_bytes(launches: list) -> tuple[int, str]:
             continue
         sizes = [covered(la) for la in same]
         whole, kernel = max(la.layout["elements"] for la in same), same[0].kernel
-        if None not in sizes and sum(sizes) <= whole + max(sizes):  # parts of it: the last one's block may overhang
+        if in_parts(sizes, whole):
             total += union
             said.append(f"the {len(same)} launches of {kernel} cover their buffers' {whole} elements in parts "
                         "(other offsets): the memory they are handed counted once")
             continue
         total += each
-        if None in sizes:
+        if not sweeps(sizes, [la.layout["elements"] for la in same]):
             said.append(f"the {len(same)} launches of {kernel} are handed the same memory at other offsets or "
                         "scalars: counted each time; if each works on a part of it, pass --bytes")
     return total, "; ".join(said)
+
+
+def in_parts(sizes: list, whole: int) -> bool:
+    """Whether launches of these sizes (elements each covers; None: not known) cover a buffer of `whole` elements in
+    parts: none covers all of it alone (that is a sweep), and together they cover it, no more than one launch's
+    worth over (the last one's block may overhang). Sizes that add up to less say nothing of the buffer: a grid-stride
+    loop, or a program looping over a row, covers more than its grid."""
+    if None in sizes:
+        return False
+    return max(sizes) < whole <= sum(sizes) <= whole + max(sizes)
+
+
+def sweeps(sizes: list, elements: list) -> bool:
+    """Whether each launch covers all of what it is handed (its largest array's `elements`: steps of an iteration over
+    one buffer, or one kernel run on x and then on x[:half]): each moves its arguments, nothing to say."""
+    return None not in sizes and all(size >= n for size, n in zip(sizes, elements, strict=True))
