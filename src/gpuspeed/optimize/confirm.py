@@ -21,6 +21,7 @@ MAX_CONFIRMED = 3  # candidates confirmed in turn when a primary loses its place
 SLACK = 0.25
 WARM_CALLS = 5  # bench()'s least calls a side (two warm-up calls, three samples): the estimate of a round's time
 BENCH_SHARE = 1 / ROUNDS  # of --bench-budget, each side's bench() in a round: all rounds together cost a candidate's timing
+WORKER_START_S = 1.0  # a worker's interpreter and imports, before its first stage: not in a candidate's stage_s
 START_GUESS_S = 20.0  # a confirmation worker's start before the primary is known: load, build both, a compile
 # of the candidates' span (--time-budget less the report's last seconds): the most kept for the confirmation. Three
 # rounds of an original of 6.2 s a call (pairwise_distance on the H200: five calls a side a round) and a start need
@@ -61,12 +62,15 @@ def estimate_s(original: dict, row: dict, rounds: int, bench_budget_s: float) ->
                              + sum(_side_s(_median(row, w), bench_budget_s) for w in ways))
 
 
-def reserve_s(original_s: float, bench_budget_s: float, candidates_s: float) -> float:
+def reserve_s(original_s: float, bench_budget_s: float, candidates_s: float, least_s: float = 0.0) -> float:
     """Time kept at the end of the candidates' span for the confirmation, before any candidate is timed: a guessed
     start, then ROUNDS rounds of the original (its rough time a call) and a fast GPU candidate both ways; at most
-    RESERVE_SHARE of the span (the candidates come first: a confirmation that does not fit what is left is skipped)."""
+    RESERVE_SHARE of the span (the candidates come first: a confirmation that does not fit what is left is skipped).
+    None under `least_s`, a candidate's least limit: so small a reserve takes a candidate's start (under --time-budget
+    25 it left none one) for a confirmation that may as well run on what the candidates leave (its estimate decides)."""
     est = START_GUESS_S + ROUNDS * (_side_s(original_s, bench_budget_s) + 2 * _side_s(0.0, bench_budget_s))
-    return min(est, RESERVE_SHARE * max(candidates_s, 0.0))
+    kept = min(est, RESERVE_SHARE * max(candidates_s, 0.0))
+    return kept if kept >= least_s else 0.0
 
 
 def unconfirmable(original: dict, row: dict) -> str | None:
@@ -92,8 +96,11 @@ def judge(row: dict, confirm_row: dict, rank_by: str) -> dict:
     agreed = (sep_low is None or sep_high is None) or (low / (1 + SLACK) <= sep_high and sep_low <= high * (1 + SLACK))
     out = {"candidate": row["name"], "status": "ok", "rounds": len(ranked),
            "original_s": statistics.median(r["original"] for r in rounds),
-           "candidate_s": statistics.median(r[key] for r in rounds if r.get(key)), "timed": "end to end" if rank_by == "e2e"
-           else "device-resident", "ratio": ratio, "low": low, "high": high, "ratios": ranked,
+           "candidate_s": statistics.median(r[key] for r in rounds if r.get(key)),
+           # the candidate's median each way: the emitted script gives its end to end one
+           "times": {w: statistics.median(r[w] for r in rounds if r.get(w)) for w in ratios if ratios[w]},
+           "timed": "end to end" if rank_by == "e2e" else "device-resident", "ratio": ratio, "low": low, "high": high,
+           "ratios": ranked,
            "separate": separate.get("speedup"), "separate_ci": [sep_low, sep_high], "agreed": bool(agreed),
            "replaced": not agreed, "demoted": bool(not agreed and ratio < 1)}
     if not agreed:

@@ -255,18 +255,36 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
 
     # the fastest candidate is confirmed after all of them: they stop that much before the deadline (the original
     # does not: every speedup divides its time); run.params records it
-    confirm_reserve = K.reserve_s(reference_s or 0.0, base_spec["bench_budget_s"], remaining())
+    confirm_reserve = K.reserve_s(reference_s or 0.0, base_spec["bench_budget_s"], remaining(), least_s=MIN_LIMIT_S)
     params["confirm_reserve_s"] = confirm_reserve
-    runner.reserve = lambda rec: 0.0 if rec["name"] == "original" else confirm_reserve
+    kept: dict[str, float] = {}  # the reserve each candidate left aside when its limit was set (the runner's, too)
+    started: set[str] = set()
+    runner.reserve = lambda rec: kept.get(rec["name"], 0.0)
+
+    def reserve_now(left: float) -> float:
+        """The reserve a candidate starting with `left` seconds leaves aside: all of it once one could be confirmed
+        (one running, or one correct); before, only what still leaves this one its least limit (with none, there is
+        nothing to confirm)."""
+        running = any(n not in runner.done for n in started)
+        if running or any(n != "original" and r.get("status") == "ok" for n, r in runner.done.items()):
+            return confirm_reserve
+        return min(confirm_reserve, max(left - MIN_LIMIT_S, 0.0))
+
+    def worker_cap(rec) -> float:
+        """The most one worker may take, whatever is left: its backend's cap, or the caller's candidate_limit_s."""
+        return min(_limit(rec, run.hot.get("loop_bound", False), math.inf), candidate_limit_s or math.inf)
 
     def limit(rec):
+        left = remaining()
         if rec["name"] == "original":  # the baseline every speedup divides: it gets all that is left
-            return max(remaining(), 1.0)
-        left = remaining() - (0.0 if rec.get("confirm_of") else confirm_reserve)
+            return max(left, 1.0)
+        keep = reserve_now(left)
+        kept[rec["name"]] = keep
+        left -= keep
         if left < MIN_LIMIT_S:
             return None
-        lim = _limit(rec, run.hot.get("loop_bound", False), left)
-        return min(lim, candidate_limit_s or lim)
+        started.add(rec["name"])
+        return min(left, worker_cap(rec))
 
     def try_all(recs, extra_jobs=0):
         recs = [r for r in recs if r["name"] not in run.results]
@@ -276,14 +294,15 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         rows = runner.run_many(recs, limit, jobs=n_jobs + extra_jobs, on_start=lambda rec: tick(f"candidate {rec['name']}"))
         for rec in recs:
             row = rows.get(rec["name"])
+            keep = kept.get(rec["name"], 0.0)
             if row is not None and row.get("status") == "skipped":
                 row["reason"] = (f"not started: under {MIN_LIMIT_S:g} s of --time-budget {time_budget:g} s was left "
                                  f"for it (the last {min(REPORT_RESERVE_S, 0.5 * time_budget):g} s are kept for the "
-                                 f"report, and {confirm_reserve:.0f} s before them for confirming the fastest "
-                                 "candidate's speedup)")
-            elif (row is not None and rec["name"] != "original" and row.get("at_deadline") and confirm_reserve
+                                 "report" + (f", and {keep:.0f} s before them for confirming the fastest candidate's "
+                                             "speedup)" if keep else ")"))
+            elif (row is not None and rec["name"] != "original" and row.get("at_deadline") and keep
                   and not row.get("resumed")):
-                row["reason"] = (f"{row.get('reason')} (its last {confirm_reserve:.0f} s, before the report's, are kept "
+                row["reason"] = (f"{row.get('reason')} (its last {keep:.0f} s, before the report's, are kept "
                                  "for confirming the fastest candidate's speedup)")
             run.results[rec["name"]] = row
 
@@ -335,7 +354,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     # the confirmations' own lines, kept for --resume: candidates.jsonl holds candidates alone
     confirmer = Runner(out_dir, base_spec, resume=resume, file="confirmations.jsonl")
     confirmer.deadline = deadline
-    _confirm_primary(run, confirmer, rank_by, limit, remaining, tick, total)
+    _confirm_primary(run, confirmer, rank_by, remaining, worker_cap, tick, total)
     run.choice = choose(run, rank_by)
     run.projection = project(run, target_gpu)
     run.elapsed_s = time.perf_counter() - t_start
@@ -351,7 +370,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     return run
 
 
-def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, limit, remaining, tick, total) -> None:
+def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, remaining, cap, tick, total) -> None:
     """Before the verdict, the primary's speedup timed again with the original, alternately in one worker
     (confirm.py); one that disagrees is replaced, and a primary it shows slower than the original loses its place
     to the next candidate, confirmed in turn. Each confirmation is said in one line of the notes."""
@@ -366,7 +385,7 @@ def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, limit, rema
             break
         row = run.results[name]
         try:
-            conf = _confirm_one(run, runner, row, rank_by, limit, remaining, tick, total)
+            conf = _confirm_one(run, runner, row, rank_by, remaining, cap, tick, total)
         except Exception as exc:  # noqa: BLE001 - the candidates' results stand, unconfirmed
             conf = {"candidate": name, "status": "error", "reason": f"{type(exc).__name__}: {W._first_line(exc)}"}
         row["confirmation"] = conf
@@ -381,7 +400,7 @@ def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, limit, rema
         run.notes.append(K.line(conf))
 
 
-def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, limit, remaining, tick, total) -> dict:
+def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, remaining, cap, tick, total) -> dict:
     from gpuspeed.optimize import confirm as K
 
     name, original = row["name"], run.results["original"]
@@ -391,27 +410,32 @@ def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, limi
     rec = K.recipe(row, rank_by, K.ROUNDS)
     if (runner.done.get(rec["name"]) or {}).get("status") != "ok":  # a crashed one recorded: confirmed anew
         runner.done.pop(rec["name"], None)
+    # what is left of the candidates' span, within one worker's cap: its own estimate must fit it (not a candidate's
+    # least limit: a fast pair needs a second or two where a candidate is given 8 s at least)
+    left = remaining()
+    lim = min(left, cap(rec))
+    within = (f"left of --time-budget {run.params['time_budget_s']:g} s" if lim >= left else
+              f"one worker may take here, of the {left:.0f} s left")
     if rec["name"] not in runner.done:  # a resumed run keeps a recorded confirmation, whatever time is left now
-        lim = limit(rec)
-        if lim is None:
-            return {"candidate": name, "status": "skipped", "cause": "time_budget",
-                    "reason": f"under {MIN_LIMIT_S:g} s of --time-budget {run.params['time_budget_s']:g} s was left"}
         bench_budget_s = runner.base["bench_budget_s"]
-        rounds = next((n for n in (K.ROUNDS, K.FEWEST_ROUNDS)
-                       if K.estimate_s(original, row, n, bench_budget_s) <= lim), None)
+
+        def need(rounds):  # the worker's own start (its interpreter, its imports) comes before its first stage
+            return K.estimate_s(original, row, rounds, bench_budget_s) + K.WORKER_START_S
+
+        rounds = next((n for n in (K.ROUNDS, K.FEWEST_ROUNDS) if need(n) <= lim), None)
         if rounds is None:
             return {"candidate": name, "status": "skipped", "cause": "time_budget",
-                    "reason": f"{K.FEWEST_ROUNDS} rounds would take about "
-                              f"{K.estimate_s(original, row, K.FEWEST_ROUNDS, bench_budget_s):.0f} s, more than the "
-                              f"{lim:.0f} s left of --time-budget {run.params['time_budget_s']:g} s"}
+                    "reason": f"{K.FEWEST_ROUNDS} rounds would take about {need(K.FEWEST_ROUNDS):.0f} s, more than the "
+                              f"{max(lim, 0.0):.0f} s {within}"}
         rec["rounds"] = rounds
-    else:
-        lim = max(remaining(), 1.0)
     total[0] += 1
     got = runner.run_many([rec], lambda _: lim, on_start=lambda r: tick(f"confirming {name}"))[rec["name"]]
     if got.get("status") != "ok" or not got.get("rounds"):
-        return {"candidate": name, "status": got.get("status") or "error",
-                "reason": f"{STATUS_WORDS.get(got.get('status'), got.get('status'))}: {got.get('reason')}"}
+        out = {"candidate": name, "status": got.get("status") or "error",
+               "reason": f"{STATUS_WORDS.get(got.get('status'), got.get('status'))}: {got.get('reason')}"}
+        # stopped for time (the run's deadline, or its worker's limit): more time confirms it, a larger
+        # --bench-budget (longer rounds) does not
+        return out | ({"cause": "time_budget"} if got.get("status") == "timeout" else {})
     conf = K.judge(row, got, rank_by) | ({"resumed": True} if got.get("resumed") else {})
     K.apply(row, conf)
     return conf
