@@ -83,3 +83,53 @@ def test_the_estimate_counts_end_to_end_only_where_the_candidate_was_timed_that_
     # a round: the original's 5 calls (1 s) and the candidate's least calls or its share of the bench budget
     assert K.estimate_s(original, one_way, 5, 1.5) == pytest.approx(5 * (1.0 + 0.3))
     assert K.estimate_s(original, two_way, 5, 1.5) == pytest.approx(5 * (1.0 + 0.3 + 0.3))
+
+
+SORTS = '''
+import numpy as np
+
+
+def original(x):
+    return np.sort(np.sort(x))
+
+
+def inputs(rng):
+    return (rng.standard_normal(5000),)
+'''
+
+
+def test_a_second_run_into_a_folder_another_run_holds_is_refused_in_one_line(tmp_path):
+    # a --resume started while the first run still ran read its half-written files, appended to its
+    # candidates.jsonl, and the first run's confirmation read "crashed (exit code 0)"
+    import fcntl
+    import subprocess
+    import sys
+
+    from gpuspeed.optimize.pipeline import LOCK_NAME
+
+    p = tmp_path / "sorts.py"
+    p.write_text(textwrap.dedent(SORTS))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("kept")
+    with open(out / LOCK_NAME, "a") as held:  # what a running optimize holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        cp = subprocess.run([sys.executable, "-m", "gpuspeed", "optimize", str(p), "--device", "cpu", "--out", str(out),
+                             "--time-budget", "30"], capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 2, cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another gpuspeed optimize is running there" in lines[0], cp.stderr
+    assert sorted(f.name for f in out.iterdir()) == sorted([LOCK_NAME, "mine.txt"])  # nothing of its own written
+
+
+def test_a_run_leaves_no_lock_behind_and_the_next_run_there_goes_ahead(tmp_path):
+    from gpuspeed.optimize.pipeline import LOCK_NAME, optimize
+
+    p = tmp_path / "sorts.py"
+    p.write_text(textwrap.dedent(SORTS))
+    kw = dict(device="cpu", out=tmp_path / "out", backends=["numpy"], time_budget=40, bench_budget_s=0.05)
+    optimize(p, **kw)
+    assert not (tmp_path / "out" / LOCK_NAME).exists()
+    run = optimize(p, resume=True, **kw)  # in the same process: the first run's hold is gone with it
+    assert run.results["original"]["status"] == "ok"
+    assert not (tmp_path / "out" / LOCK_NAME).exists()

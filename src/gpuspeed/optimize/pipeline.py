@@ -5,6 +5,8 @@ target-card projection, the report and the standalone script."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import hashlib
 import json
 import math
@@ -66,6 +68,53 @@ def _limit(rec: dict, loop_bound: bool, remaining: float) -> float:
     return min(cap, remaining)
 
 
+_HELD: contextvars.ContextVar = contextvars.ContextVar("gpuspeed_optimize_held")
+LOCK_NAME = ".optimize.lock"
+
+
+def _holding(fn):
+    """optimize() with an ExitStack it may enter into (_HELD), closed when it returns or raises: its --out folder's
+    lock is held for the whole run, however it ends."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with contextlib.ExitStack() as held:
+            token = _HELD.set({"stack": held, "locked": set()})
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _HELD.reset(token)
+    return wrapper
+
+
+def _hold_folder(out_dir: Path) -> None:
+    """This run's hold on its --out folder (an existing one), to its end: a second run there at once (a --resume
+    started while the first still runs) read the other's half-written files and appended to its candidates.jsonl,
+    and its confirmation read as crashed. The second run is refused in one line instead."""
+    held = _HELD.get(None)
+    if held is None or not out_dir.is_dir() or out_dir.resolve() in held["locked"]:
+        return
+    try:
+        import fcntl
+    except ImportError:  # not on this OS: no lock, as before
+        return
+    path = out_dir / LOCK_NAME
+    f = open(path, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise UserError(f"--out {out_dir}: another gpuspeed optimize is running there now (wait for it to end, or "
+                        "give another --out)") from None
+
+    def release():
+        path.unlink(missing_ok=True)  # while still held: a run starting now makes its own file
+        f.close()
+
+    held["stack"].callback(release)
+    held["locked"].add(out_dir.resolve())
+
+
+@_holding
 def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT_BUDGET, rtol=None, atol=None,
              backends=None, device: str = "auto", target_gpu: str = DEFAULT_TARGET,
              time_budget: float = DEFAULT_TIME_BUDGET_S, out=None, resume: bool = False, scale: float | None = None,
@@ -115,6 +164,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     with home:
         wl = W.load(target, func=func, input_specs=inputs, rtol=rtol, atol=atol, scale=scale, gpu=where == "cuda")
     out_dir = Path(out) if out is not None else default_dir(where) / "optimize" / wl.name
+    _hold_folder(out_dir)  # a folder that exists: before a --resume reads it
     run_file = out_dir / "run.json"
     refs_file = out_dir / "refs.pkl"
     # the device by name too: --resume reuses finished candidates' times, and another GPU's (or CPU's) are not these
@@ -175,6 +225,7 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
         wl.rtol = spec_rtol = TOLERANCES["bfloat16"]
         wl.tolerance_source = "gpuspeed.verify's default for its bfloat16 outputs"
     check_out_dir(out_dir)
+    _hold_folder(out_dir)  # a folder made just now
     if not resume:
         from gpuspeed.optimize.report import outputs
 
