@@ -133,3 +133,48 @@ def test_a_run_leaves_no_lock_behind_and_the_next_run_there_goes_ahead(tmp_path)
     run = optimize(p, resume=True, **kw)  # in the same process: the first run's hold is gone with it
     assert run.results["original"]["status"] == "ok"
     assert not (tmp_path / "out" / LOCK_NAME).exists()
+
+
+SLOW_ORIGINAL = '''
+import time
+
+import numpy as np
+
+
+def original(x):
+    time.sleep(1.5)  # five calls a side a round: three rounds cannot fit what a 60 s run may keep
+    return np.sort(x)
+
+
+def inputs(rng):
+    return (rng.standard_normal(20000),)
+
+
+def sorted_fast(x):
+    return np.sort(x)
+
+
+def sorted_slowly(x):
+    time.sleep(600)
+    return np.sort(x)
+
+
+variants = {"sorted_fast": sorted_fast, "sorted_slowly": sorted_slowly}
+'''
+
+
+def test_no_time_is_kept_for_a_confirmation_that_could_not_fit_it(tmp_path):
+    # H100, pairwise_distance (6.1 s a call): 104 s were kept, the confirmation needed ~140 s and was skipped all the
+    # same, and the last candidates lost those 104 s for nothing
+    from gpuspeed.optimize.pipeline import optimize
+
+    p = tmp_path / "slow_original.py"
+    p.write_text(textwrap.dedent(SLOW_ORIGINAL))
+    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05,
+                   jobs=1)
+    assert run.params["confirm_reserve_s"] == 0.0
+    slow = run.results["variant:sorted_slowly"]
+    assert slow["status"] == "timeout" and slow.get("at_deadline"), slow
+    assert "kept for confirming" not in slow["reason"], slow["reason"]
+    conf = run.choice["confirmation"]
+    assert conf["status"] == "skipped" and "rounds would take about" in conf["reason"], conf

@@ -312,10 +312,32 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
     started: set[str] = set()
     runner.reserve = lambda rec: kept.get(rec["name"], 0.0)
 
+    span = remaining()
+
+    def confirm_need() -> float | None:
+        """The confirmation's own estimate at its fewest rounds once the original and a correct candidate are timed:
+        of the fastest of them so far, the likely primary (the guess before it is START_GUESS_S and the original's
+        rough time a call)."""
+        orig = runner.done.get("original") or {}
+        way = "e2e_time" if rank_by == "e2e" else "device_time"
+        timed = [r for n, r in runner.done.items() if n != "original" and r.get("status") == "ok"
+                 and (r.get(way) or {}).get("median")]
+        if orig.get("status") != "ok" or not (orig.get("device_time") or {}).get("median") or not timed:
+            return None
+        best = min(timed, key=lambda r: r[way]["median"])
+        bb = base_spec["bench_budget_s"]
+        return K.estimate_s(orig, best, K.FEWEST_ROUNDS, bb) + K.WORKER_START_S
+
     def reserve_now(left: float) -> float:
-        """The reserve a candidate starting with `left` seconds leaves aside: all of it once one could be confirmed
-        (one running, or one correct); before, only what still leaves this one its least limit (with none, there is
-        nothing to confirm)."""
+        """The reserve a candidate starting with `left` seconds leaves aside. None once the confirmation's own
+        estimate, the original and a candidate timed, would not fit the most kept even at its fewest rounds (on an
+        H100 pairwise_distance's 6.1 s original needed ~140 s: the 104 s kept took the last candidates' time and it
+        was skipped all the same). Else all of it once one could be confirmed (one running, or one correct); before,
+        only what still leaves this one its least limit (with none, there is nothing to confirm)."""
+        need = confirm_need()
+        if need is not None and need > K.RESERVE_SHARE * max(span, 0.0):
+            params["confirm_reserve_s"] = 0.0
+            return 0.0
         running = any(n not in runner.done for n in started)
         if running or any(n != "original" and r.get("status") == "ok" for n, r in runner.done.items()):
             return confirm_reserve
