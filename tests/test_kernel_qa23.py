@@ -155,3 +155,40 @@ def test_a_scalar_input_where_a_tensor_belongs_is_not_blamed_on_the_array_librar
 
     line = one_error(kernel_cli(tmp_path, {"scale.py": SCALE}, "scale.py:double", "--input", "x=float:2.0"))
     assert "double raised TypeError" in line and "--backend" not in line, line
+
+
+TWO_STEP_LAUNCHER = """
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def axpy(x, y, a, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(y + offs, tl.load(y + offs, mask=m) + a * tl.load(x + offs, mask=m), mask=m)
+
+
+    def three_steps(x, y):  # three launches of one geometry: one row of three
+        for a in (0.5, 0.5, 0.25):
+            axpy[(triton.cdiv(x.numel(), 128),)](x, y, a, x.numel(), BLOCK=128)
+        return y
+    """
+
+
+def test_json_gives_the_launch_counts_the_human_output_gives(tmp_path):
+    # the human output said "launches: 3 in one call, 1 distinct"; --json had neither number, only per-row counts
+    import json
+
+    from kernel_cli_helpers import kernel_cli
+
+    files = {"steps.py": TWO_STEP_LAUNCHER}
+    args = ("steps.py:three_steps", "--input", "x=float32[1000]", "--input", "y=float32[1000]")
+    human = kernel_cli(tmp_path, files, *args)
+    assert human.returncode == 0, human.stderr[-2000:]
+    assert "launches: 3 in one call, 1 distinct" in human.stdout, human.stdout
+    r = kernel_cli(tmp_path, files, *args, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert d["launch_count"] == 3 and d["distinct_launches"] == 1, {k: d.get(k) for k in ("launch_count", "launches")}

@@ -66,6 +66,8 @@ class KernelReport:
         from gpuspeed.results import _jsonable as plain  # NaN and inf as null: strict JSON
 
         d = {k: v for k, v in self.__dict__.items() if k != "output"}
+        # --json's counts as the human output gives them ("N in one call, M distinct"), not left to add up by hand
+        d |= {"launch_count": self.launch_count(), "distinct_launches": len(self.launches)}
         return plain(json.loads(json.dumps(d, default=_jsonable)))
 
     def to_results(self, params: dict | None = None, device: str | None = None) -> dict:
