@@ -12,6 +12,7 @@ import importlib.util
 import os
 import platform
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 
 from gpuspeed.errors import UserError, one_line
@@ -382,6 +383,9 @@ def versions() -> dict:
     for name in _VERSIONED:
         found = _dist(name)
         out[name] = found[1] if found else None
+        if found and _other_dists(name, found[0]):
+            # two distributions install the module (triton beside pytorch-triton): the one imported is the one that ran
+            out[name] = getattr(sys.modules.get(name), "__version__", None) or out[name]
     if cuda_available():
         import torch
 
@@ -407,6 +411,22 @@ def _dist(module: str) -> tuple[str, str] | None:
         except metadata.PackageNotFoundError:
             continue
     return None
+
+
+def _other_dists(module: str, found: str) -> list[str]:
+    """The other installed distributions that also provide `module`."""
+    from importlib import metadata
+
+    others = []
+    for dist in _DISTS.get(module, [module]):
+        if dist == found:
+            continue
+        try:
+            metadata.version(dist)
+            others.append(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return others
 
 
 def _not_found(module: str) -> str:
