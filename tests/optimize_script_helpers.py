@@ -10,8 +10,8 @@ def optimize_text(tmp_path, name, text, backends, **kw):
     """`gpuspeed optimize` on the CPU of the workload `text`, written to tmp_path/<name>.py; a short run."""
     p = tmp_path / f"{name}.py"
     p.write_text(textwrap.dedent(text))
-    return optimize(p, device="cpu", out=tmp_path / "out", backends=backends, time_budget=180, bench_budget_s=0.05,
-                    **kw)
+    return optimize(p, **({"device": "cpu", "out": tmp_path / "out", "backends": backends, "time_budget": 180,
+                           "bench_budget_s": 0.05} | kw))
 
 
 def rewrite(run, primary):

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from optimize_script_helpers import optimize_text
+
 FILLS_THE_BUDGET = '''
 import time
 
@@ -41,12 +43,7 @@ variants = {"sorted_once": sorted_once, "sorted_slowly": sorted_slowly}
 def test_a_candidate_that_would_run_to_the_deadline_leaves_the_confirmation_its_time(tmp_path):
     # a 60 s run keeps 15 s for the report: without the reserve sorted_slowly ran to the deadline and the primary
     # was left unconfirmed ("under 8 s of --time-budget 60 s was left"); now it stops that much earlier
-    from gpuspeed.optimize.pipeline import optimize
-
-    p = tmp_path / "fills.py"
-    p.write_text(textwrap.dedent(FILLS_THE_BUDGET))
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05,
-                   jobs=1)
+    run = optimize_text(tmp_path, "fills", FILLS_THE_BUDGET, ["variant"], time_budget=60, jobs=1)
     slow = run.results["variant:sorted_slowly"]
     assert slow["status"] == "timeout" and "kept for confirming the fastest candidate" in slow["reason"], slow
     name = "variant:sorted_once"
@@ -166,12 +163,7 @@ variants = {"sorted_fast": sorted_fast, "sorted_slowly": sorted_slowly}
 def test_no_time_is_kept_for_a_confirmation_that_could_not_fit_it(tmp_path):
     # H100, pairwise_distance (6.1 s a call): 104 s were kept, the confirmation needed ~140 s and was skipped all the
     # same, and the last candidates lost those 104 s for nothing
-    from gpuspeed.optimize.pipeline import optimize
-
-    p = tmp_path / "slow_original.py"
-    p.write_text(textwrap.dedent(SLOW_ORIGINAL))
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=60, bench_budget_s=0.05,
-                   jobs=1)
+    run = optimize_text(tmp_path, "slow_original", SLOW_ORIGINAL, ["variant"], time_budget=60, jobs=1)
     assert run.params["confirm_reserve_s"] == 0.0
     slow = run.results["variant:sorted_slowly"]
     assert slow["status"] == "timeout" and slow.get("at_deadline"), slow

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import importlib.util
-import textwrap
 
 import pytest
 
@@ -74,12 +73,7 @@ def test_an_agreeing_confirmation_leaves_the_scripts_separate_times(tmp_path):
 def test_a_small_time_budget_still_starts_a_candidate(tmp_path, time_budget):
     # 25 s: 12.5 s for the candidates, of which 40 % was kept for confirming a candidate that, with 8 s the least a
     # candidate starts on, none could be; a reserve under that least could not have started the confirmation either
-    from gpuspeed.optimize.pipeline import optimize
-
-    p = tmp_path / "fast.py"
-    p.write_text(textwrap.dedent(FAST_ORIGINAL))
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=time_budget,
-                   bench_budget_s=0.05)
+    run = optimize_text(tmp_path, "fast", FAST_ORIGINAL, ["variant"], time_budget=time_budget)
     row = run.results["variant:sorted_once"]
     assert row["status"] == "ok", row
     assert run.choice["primary"] == "variant:sorted_once"
@@ -112,11 +106,9 @@ variants = {"fast": fast}
 def test_the_reserve_gives_way_to_a_first_candidate_where_nothing_else_could_be_confirmed(tmp_path):
     # 2 s a call: the references and the hotspots take ~9 s and the original's worker ~12 s, leaving ~13 s of the 35 s
     # span; the ~10 s kept for a confirmation left the only candidate under its least 8 s, so nothing ran to confirm
-    from gpuspeed.optimize.pipeline import MIN_LIMIT_S, optimize
+    from gpuspeed.optimize.pipeline import MIN_LIMIT_S
 
-    p = tmp_path / "slow.py"
-    p.write_text(textwrap.dedent(SLOW_ORIGINAL))
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=50, bench_budget_s=0.05)
+    run = optimize_text(tmp_path, "slow", SLOW_ORIGINAL, ["variant"], time_budget=50)
     assert run.params["confirm_reserve_s"] >= MIN_LIMIT_S  # a reserve was kept ...
     row = run.results["variant:fast"]
     assert row["status"] == "ok", row  # ... and still the candidate ran
@@ -157,11 +149,7 @@ variants = {"sorted_once": sorted_once}
 def test_a_confirmation_stopped_at_the_time_budget_asks_for_time_not_a_larger_bench_budget(tmp_path):
     # the original's 1.8 ms estimate fit five rounds; beside the candidate each of its calls takes 3 s, so the
     # confirmation ran to the deadline: a larger --bench-budget (it was told so) would only make it longer
-    from gpuspeed.optimize.pipeline import optimize
-
-    p = tmp_path / "late.py"
-    p.write_text(textwrap.dedent(SLOW_BESIDE_THE_CANDIDATE))
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=40, bench_budget_s=0.05)
+    run = optimize_text(tmp_path, "late", SLOW_BESIDE_THE_CANDIDATE, ["variant"], time_budget=40)
     assert run.choice["primary"] == "variant:sorted_once"
     conf = run.choice["confirmation"]
     assert conf["status"] == "timeout" and conf["cause"] == "time_budget", conf
@@ -202,11 +190,7 @@ variants = {"sorted_once": sorted_once, "sorted_late": sorted_late}
 def test_a_confirmation_that_fits_what_the_candidates_left_runs_though_under_a_candidates_least_limit(tmp_path):
     # --time-budget 26: 13 s for the candidates; sorted_late's worker leaves ~5 s, where sorted_once's confirmation
     # needs well under 1 s: it was skipped for "under 8 s left" (a candidate's least limit), its own estimate unasked
-    from gpuspeed.optimize.pipeline import optimize
-
-    p = tmp_path / "late.py"
-    p.write_text(textwrap.dedent(SLOW_SECOND_CANDIDATE))
-    run = optimize(p, device="cpu", out=tmp_path / "out", backends=["variant"], time_budget=26, bench_budget_s=0.05)
+    run = optimize_text(tmp_path, "late", SLOW_SECOND_CANDIDATE, ["variant"], time_budget=26)
     assert run.results["variant:sorted_late"]["status"] == "ok"
     assert run.choice["primary"] == "variant:sorted_once"
     conf = run.choice["confirmation"]

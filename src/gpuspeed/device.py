@@ -381,9 +381,9 @@ def versions() -> dict:
     """Versions of Python and every library gpuspeed knows about (None when not installed)."""
     out = {"python": platform.python_version(), "gpuspeed": _own_version()}
     for name in _VERSIONED:
-        found = _dist(name)
-        out[name] = found[1] if found else None
-        if found and _other_dists(name, found[0]):
+        found = _installed(name)
+        out[name] = found[0][1] if found else None
+        if len(found) > 1:
             # two distributions install the module (triton beside pytorch-triton): the one imported is the one that ran
             out[name] = getattr(sys.modules.get(name), "__version__", None) or out[name]
     if cuda_available():
@@ -401,32 +401,23 @@ _INSTALL = {"cupy": "cupy-cuda12x, or cupy-cuda13x to match a CUDA 13 driver", "
             "pynvml": "nvidia-ml-py"}
 
 
+def _installed(module: str) -> list[tuple[str, str]]:
+    """The installed distributions that provide `module`, with their versions, in _DISTS's order."""
+    from importlib import metadata
+
+    found = []
+    for dist in _DISTS.get(module, [module]):
+        try:
+            found.append((dist, metadata.version(dist)))
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
 def _dist(module: str) -> tuple[str, str] | None:
     """The installed distribution that provides `module` and its version, or None."""
-    from importlib import metadata
-
-    for dist in _DISTS.get(module, [module]):
-        try:
-            return dist, metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _other_dists(module: str, found: str) -> list[str]:
-    """The other installed distributions that also provide `module`."""
-    from importlib import metadata
-
-    others = []
-    for dist in _DISTS.get(module, [module]):
-        if dist == found:
-            continue
-        try:
-            metadata.version(dist)
-            others.append(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return others
+    found = _installed(module)
+    return found[0] if found else None
 
 
 def _not_found(module: str) -> str:

@@ -294,9 +294,8 @@ def confirm(spec: dict, result: dict, result_path: str) -> None:
             if r.get("chunk"):
                 from gpuspeed.optimize.backends.chunking import chunked
 
-                library = {"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}.get(r["backend"]) \
-                    if device == "cuda" else None
-                impl = chunked(impl, r["chunk"]["axes"], r["chunk"]["out_axes"], r["chunk_size"], library)
+                impl = chunked(impl, r["chunk"]["axes"], r["chunk"]["out_axes"], r["chunk_size"],
+                               _chunk_library(r, device))
             if device == "cuda" and spec.get("budget_bytes") and impl.device != "cpu":
                 from gpuspeed.memory import cap
 
@@ -330,6 +329,12 @@ def confirm(spec: dict, result: dict, result_path: str) -> None:
     stage("done")
 
 
+def _chunk_library(recipe: dict, device: str) -> str | None:
+    """The array library whose streams and pinned buffers a chunked candidate's pipeline uses (None: host chunks)."""
+    return {"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}.get(recipe["backend"]) \
+        if device == "cuda" else None
+
+
 def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: None):
     """Chunk the candidate if its recipe says so, then check it on every seed: the (chunked) Impl, or
     None when it is rejected. `between` runs before each seed's call (the lock steps aside there)."""
@@ -344,8 +349,7 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
         from gpuspeed.optimize.budget import chunk_size_for
         from gpuspeed.optimize.backends.chunking import chunked
 
-        library = {"cupy": "cupy", "torch_compile": "torch", "torch": "torch"}.get(r["backend"]) \
-            if device == "cuda" else None
+        library = _chunk_library(r, device)
         # the two-stream pipeline holds two chunks on the device at once (its plan is checked on the pipeline)
         size, plan_note = chunk_size_for(impl, wl, spec, chunk, library)
         result["chunk_size"] = size
