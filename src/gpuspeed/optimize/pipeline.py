@@ -487,8 +487,10 @@ def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, rema
     # least limit: a fast pair needs a second or two where a candidate is given 8 s at least)
     left = remaining()
     lim = min(left, cap(rec))
-    within = (f"left of --time-budget {run.params['time_budget_s']:g} s" if lim >= left else
-              f"one worker may take here, of the {left:.0f} s left")
+    capped = lim < left  # then more --time-budget would not help: the limit is per worker
+    cause = "worker_limit" if capped else "time_budget"
+    within = (f"one worker may take here, of the {left:.0f} s left" if capped else
+              f"left of --time-budget {run.params['time_budget_s']:g} s")
     if rec["name"] not in runner.done:  # a resumed run keeps a recorded confirmation, whatever time is left now
         bench_budget_s = runner.base["bench_budget_s"]
 
@@ -497,7 +499,7 @@ def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, rema
 
         rounds = next((n for n in (K.ROUNDS, K.FEWEST_ROUNDS) if need(n) <= lim), None)
         if rounds is None:
-            return {"candidate": name, "status": "skipped", "cause": "time_budget",
+            return {"candidate": name, "status": "skipped", "cause": cause,
                     "reason": f"{K.FEWEST_ROUNDS} rounds would take about {need(K.FEWEST_ROUNDS):.0f} s, more than the "
                               f"{max(lim, 0.0):.0f} s {within}"}
         rec["rounds"] = rounds
@@ -506,9 +508,9 @@ def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, rema
     if got.get("status") != "ok" or not got.get("rounds"):
         out = {"candidate": name, "status": got.get("status") or "error",
                "reason": f"{STATUS_WORDS.get(got.get('status'), got.get('status'))}: {got.get('reason')}"}
-        # stopped for time (the run's deadline, or its worker's limit): more time confirms it, a larger
+        # stopped for time (the run's deadline, or its worker's limit): more of that time confirms it, a larger
         # --bench-budget (longer rounds) does not
-        return out | ({"cause": "time_budget"} if got.get("status") == "timeout" else {})
+        return out | ({"cause": cause} if got.get("status") == "timeout" else {})
     conf = K.judge(row, got, rank_by) | ({"resumed": True} if got.get("resumed") else {})
     K.apply(row, conf)
     return conf
@@ -830,6 +832,9 @@ def _timing_caveats(run, primary, key: str) -> list[str]:
         said.append("rerun with a larger --bench-budget on a quiet machine before trusting it")
     if conf.get("cause") == "time_budget":
         said.append("a larger --time-budget leaves room to confirm it")
+    elif conf.get("cause") == "worker_limit":  # a larger --time-budget would not: the limit is per worker
+        said.append("confirming it takes longer than one worker may; an original that takes less a call (a smaller "
+                    "--scale, where inputs() takes one) can be confirmed")
     for name in ("original", primary["name"]):
         cached = run.results.get(name, {}).get("caches_results")
         if cached:  # the worker timed it again on inputs it had not seen (worker._fresh_inputs_probe)

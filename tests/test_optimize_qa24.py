@@ -1,0 +1,44 @@
+"""QA round 24, optimize: a confirmation skipped or stopped for one worker's limit, not for the run's time.
+
+- a confirmation whose estimate fit the time the candidates left but not one worker's limit (a backend's cap, or the
+  caller's candidate_limit_s) was labelled cause "time_budget", and the report told the user that a larger
+  --time-budget leaves room to confirm it: it would not (the limit is per worker).
+"""
+from __future__ import annotations
+
+from optimize_script_helpers import optimize_text
+
+SLOW_ORIGINAL = '''
+import time
+
+import numpy as np
+
+
+def original(x):
+    time.sleep(1.0)
+    return np.sort(x)
+
+
+def inputs(rng):
+    return (rng.standard_normal(2000),)
+
+
+def fast(x):
+    return np.sort(x)
+
+
+variants = {"fast": fast}
+'''
+
+
+def test_a_confirmation_over_one_workers_limit_is_not_blamed_on_the_time_budget(tmp_path):
+    # 1 s a call: three rounds of five calls a side take ~20 s, more than the 10 s one worker may take here, while
+    # the 120 s budget leaves far more than that
+    run = optimize_text(tmp_path, "slow", SLOW_ORIGINAL, ["variant"], time_budget=120, candidate_limit_s=10)
+    assert run.choice["primary"] == "variant:fast"
+    conf = run.choice["confirmation"]
+    assert conf["status"] == "skipped" and conf["cause"] == "worker_limit", conf
+    assert "one worker may take" in conf["reason"], conf
+    report = (run.out_dir / "report.md").read_text()
+    assert "larger --time-budget leaves room" not in report, report
+    assert "one worker" in report, report
