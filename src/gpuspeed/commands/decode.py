@@ -82,9 +82,10 @@ def register(app: typer.Typer) -> None:
         study.check_fits(spec, where)  # before anything prints (run and launch check it again, as their callers may not)
         console = make_console(stderr=as_json)
         if small and not as_json:
-            console.print("[yellow]No CUDA device[/]: the ladder runs on the CPU at small sizes (graphs run eagerly); "
-                          "the numbers are CPU numbers. Every rung and the transformers rows take a minute or more: "
-                          "--variants V2,V5 --no-hf for a quick look.")
+            why = study.why_cpu()  # "no CUDA device", or "--device cpu" on a machine with one
+            console.print(f"[yellow]{esc(why[:1].upper() + why[1:])}[/]: the ladder runs on the CPU at small sizes "
+                          "(graphs run eagerly); the numbers are CPU numbers. Every rung and the transformers rows take "
+                          "a minute or more: --variants V2,V5 --no-hf for a quick look.")
         bar_console = make_console(stderr=True)
         # off a terminal (a log, a pipe, CI) the bar is hidden and says each step in a plain line on stderr instead
         # Ctrl-C or SIGTERM: one line and 130 / 143; the run writes the rungs it measured into --out as it goes

@@ -167,6 +167,11 @@ def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: 
                         f"new tokens can be at most {fit}")
 
 
+def why_cpu() -> str:
+    """Why a run is on the CPU, in words: "no CUDA device" said so of a machine whose GPU --device cpu left aside."""
+    return "--device cpu" if _device.cuda_available() else "no CUDA device"
+
+
 # Spec's numeric fields: a float batch or a string budget failed deep in torch (randint, manual_seed, a '<') or a row
 _INTEGER_FIELDS = ("batch", "prompt_len", "new_tokens", "seed", "tp", "max_layers", "long_prompt")
 _NUMBER_FIELDS = ("bench_budget_s", "time_cap_s", "read_roof_GBps")
@@ -413,19 +418,27 @@ def text_tokens(tokens: torch.Tensor, eos_ids=None) -> int:
     return int((~after).sum())
 
 
+def _predictions(logits: list) -> torch.Tensor:
+    """Greedy's choice [B, steps] at each recorded step: the logits' argmax, as the rungs take it."""
+    return torch.stack([step.argmax(-1).cpu() for step in logits], dim=1)
+
+
 def teacher_forced(engine, prompt: torch.Tensor, ref_tokens: torch.Tensor, steps: int) -> tuple[torch.Tensor, list]:
-    """The variant's greedy tokens [B, steps + 1] and logits when every step is fed the reference's previous
-    token (the prefill sees the prompt): what it predicts given the same prefix as the reference."""
+    """The variant's greedy predictions [B, steps + 1] and logits when every step is fed the reference's previous
+    token (the prefill sees the prompt): what it predicts given the same prefix as the reference. Taken from the
+    logits, not the tokens the engine emitted: after a predicted EOS those are EOS whatever the step predicts."""
     rec = _Logits()
     dev = prompt.device
-    first = engine.prefill(prompt, on_logits=rec)
-    rest = engine.decode(ref_tokens[:, 0].to(dev), steps, on_logits=rec, forced=ref_tokens[:, 1:steps + 1].to(dev))
-    return torch.cat([first[:, None].cpu(), rest], dim=1), rec.steps
+    engine.prefill(prompt, on_logits=rec)
+    engine.decode(ref_tokens[:, 0].to(dev), steps, on_logits=rec, forced=ref_tokens[:, 1:steps + 1].to(dev))
+    return _predictions(rec.steps), rec.steps
 
 
 def _forced_agreement(tokens, ref_tokens, logits, ref_logits) -> dict:
+    """tokens: teacher_forced's predictions; the reference's are its logits' argmax at each step (ref_tokens hold EOS
+    after its first EOS, whatever it predicted there, while the rung fed those EOS predicts on)."""
     n = min(tokens.shape[1], ref_tokens.shape[1], len(logits), len(ref_logits))
-    same = tokens[:, :n] == ref_tokens[:, :n]
+    same = tokens[:, :n] == _predictions(ref_logits[:n])
     err, rel = logit_error(logits[:n], ref_logits[:n])
     return {"teacher_forced_agreement_vs_fp32": float(same.float().mean()), "teacher_forced_steps": n,
             "teacher_forced_max_logit_err_vs_fp32": err, "teacher_forced_rel_logit_err_vs_fp32": rel}
@@ -788,7 +801,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
     t_start = time.perf_counter()
     notes: list[str] = []
     if device != "cuda":
-        notes.append("no CUDA device: the CPU runs the ladder (graphs run eagerly, GB/s against the CPU's read "
+        notes.append(f"{why_cpu()}: the CPU runs the ladder (graphs run eagerly, GB/s against the CPU's read "
                      "ceiling); numbers are not GPU numbers")
     say("loading model")
     if tp is not None:

@@ -99,6 +99,12 @@ class Engine:
         self.gen = None if self.sampling.greedy else self.sampling.generator(self.device)
         self._gen_state = None
 
+    def _check_room(self, steps: int) -> None:
+        """A one-line UserError for more decode steps than max_len holds after the prompt: V0/V1 ran past it into the
+        RoPE table (an IndexError on the CPU, a device-side assert that ends the CUDA context on a GPU)."""
+        if self.prompt_len + steps + 1 > self.max_len:
+            raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
+
     def _save_gen(self) -> None:
         """After prefill's draw: decode() restarts from the state prefill left, the generator's included, so a
         timed decode draws the warm generation's tokens (and stops at the same EOS). The state is host-side."""
@@ -159,6 +165,7 @@ class _HostLoop(Engine):
         pass
 
     def decode(self, first, steps, on_logits=None, forced=None, stop_at_eos=True):
+        self._check_room(steps)
         self._restore_gen()
         done = list(self.first_done)
         seq = torch.cat([self.prompt, first[:, None]], dim=1)
@@ -276,8 +283,7 @@ class Static(Engine):
             self.done.copy_(self.first_done)
 
     def decode(self, first, steps, on_logits=None, forced=None, stop_at_eos=True):
-        if self.prompt_len + steps + 1 > self.max_len:
-            raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
+        self._check_room(steps)
         self._reset(first)
         if forced is not None:
             forced = forced.to(self.device)
@@ -439,8 +445,7 @@ class Graphed(Static):
         self.prepare(1 if one_by_one else steps)
         if one_by_one:  # one step per replay: every step's logits seen, a forced token written between replays
             return super().decode(first, steps, on_logits, forced, stop_at_eos)
-        if self.prompt_len + steps + 1 > self.max_len:
-            raise UserError(f"{steps} steps after a prompt of {self.prompt_len} exceed the cache of {self.max_len}")
+        self._check_room(steps)
         self._reset(first)
         many, one = (self._graph(self.k) if steps >= self.k else None), self._graph(1)
         done_steps = 0
