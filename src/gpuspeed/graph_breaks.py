@@ -12,6 +12,7 @@ import copy
 import logging
 import os
 import re
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -205,7 +206,11 @@ def _quiet_dynamo():
                 lg.removeHandler(h)
             lg.addHandler(catcher)
     try:
-        yield catcher
+        with warnings.catch_warnings():
+            # dynamo's warnings about what it cannot trace (a builtin it skips) repeat a break's reason, which the
+            # report gives: printed, they broke into it on the screen
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._dynamo(\.|$)")
+            yield catcher
     finally:
         for name, handlers in swapped.items():
             lg = logging.getLogger(name)
@@ -219,8 +224,10 @@ def _quiet_dynamo():
             torch._logging.set_logs()  # back to torch's defaults (torch without the private state to restore)
 
 
-def _recompile_reason(message: str) -> str:
-    """'f at file.py:8: tensor 'x' size mismatch ...' from dynamo's multi-line recompile record."""
+def _recompile_reason(message: str, name: str | None = None) -> str:
+    """'f at file.py:8: tensor 'x' size mismatch ...' from dynamo's multi-line recompile record. A frame of torch's own
+    (the wrapper torch.compile runs a module, a partial or a callable object through: "inner at external_utils.py")
+    is named as the user's callable, `name`."""
     lines = message.splitlines()
     head = lines[0].replace("Recompiling function ", "").strip()
     fn_name, _, loc = head.partition(" in ")
@@ -232,7 +239,17 @@ def _recompile_reason(message: str) -> str:
     text = text.strip()
     src = comment.strip().split("  #")[0].strip()
     where = f"{fn_name.strip()} at {os.path.basename(loc)}" if loc else fn_name.strip()
+    if name and loc and _in_torch(loc.rpartition(":")[0]):  # its source line is torch's too: left out
+        where, src = f"{name} (torch.compile's wrapper of it)", ""
     return f"{where}: {text}" + (f"  ({src})" if src else "")
+
+
+def _in_torch(path: str) -> bool:
+    """Whether a file is part of the torch package."""
+    import torch
+
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    return os.path.abspath(path).startswith(torch_dir + os.sep)
 
 
 _DYNAMIC_GUARD = (re.compile(r"^tensor '(?P<name>[^']+)' (?:size|stride) mismatch"),
@@ -369,6 +386,125 @@ def _default_calls(args: tuple, kwargs: dict) -> list[tuple[tuple, dict]]:
     return out
 
 
+def _modules_of(fn, leaves: list) -> list:
+    """The nn.Modules a call of fn runs: fn itself (or the module a torch.compile wrapper holds), the module of a bound
+    method, and modules passed as arguments."""
+    import torch
+
+    found = [getattr(fn, "_orig_mod", fn), getattr(fn, "__self__", None)] + list(leaves)
+    return [m for m in found if isinstance(m, torch.nn.Module)]
+
+
+@contextlib.contextmanager
+def _traced_uncompiled(modules: list):
+    """The modules with their nn.Module.compile() switched off while explain() runs, and back on after: a call of a
+    module compiled in place goes to its inductor-compiled _call_impl, which dynamo does not trace into (0 graphs,
+    and fullgraph=True "compiled" a forward that breaks)."""
+    switched = [(m, m._compiled_call_impl) for top in modules for m in top.modules()
+                if getattr(m, "_compiled_call_impl", None) is not None]
+    for m, _ in switched:
+        m._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for m, impl in switched:
+            m._compiled_call_impl = impl
+
+
+def _same_values(a, b) -> bool:
+    """Whether two tensors hold the same values, NaN where the other has NaN."""
+    import torch
+
+    if torch.equal(a, b):
+        return True
+    return (a.is_floating_point() or a.is_complex()) and bool(torch.isclose(a, b, rtol=0, atol=0, equal_nan=True).all())
+
+
+class _KeptInputs:
+    """Copies of the tensors a call may update in place (its tensor arguments, its modules' buffers), put back after
+    each of explain()'s passes: each pass calls the function, so x.add_(1) or a BatchNorm's running statistics came
+    back updated once per pass. Told by their values: batch_norm updates its running statistics without a version
+    bump. Parameters are not copied (a model's weights twice over); state the function reaches otherwise (globals, an
+    optimizer it closes over) is not either."""
+
+    def __init__(self, tensors: list):
+        import torch
+
+        self.kept: list = []  # (name, tensor, its copy)
+        self.restored: list[str] = []  # names of the tensors put back, for the note
+        self.uncopied = 0  # tensors that could not be copied (no memory for them)
+        seen: set = set()
+        for name, t in tensors:
+            if id(t) in seen or t.layout != torch.strided or t.is_meta:  # sparse, meta: nothing to copy back
+                continue
+            seen.add(id(t))
+            try:
+                self.kept.append((name, t, t.detach().clone()))
+            except RuntimeError:  # out of memory: this one keeps what the calls do to it
+                self.uncopied += 1
+
+    def restore(self) -> None:
+        """Put back each tensor whose values changed."""
+        import torch
+
+        for name, t, kept in self.kept:
+            with torch.no_grad(), (torch.inference_mode() if t.is_inference() else contextlib.nullcontext()):
+                if not _same_values(t, kept):
+                    t.copy_(kept)
+                    if name not in self.restored:
+                        self.restored.append(name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()  # a pass that raised may have written too
+
+    def note(self) -> str | None:
+        said = lost = ""
+        if self.restored:
+            names = ", ".join(self.restored[:3]) + (f" and {len(self.restored) - 3} more" if len(self.restored) > 3
+                                                    else "")
+            them, are = ("it", "it is") if len(self.restored) == 1 else ("them", "they are")
+            said = (f"the function updates {names} in place: explain() put {them} back after each of its calls, so "
+                    f"{are} as the call found {them}")
+        if self.uncopied:
+            lost = f"{self.uncopied} tensor(s) could not be copied (memory) and keep the updates of explain()'s calls"
+        return "; ".join(w for w in (said, lost) if w) or None
+
+
+def _argument_names(fn, n: int) -> list[str]:
+    """Names of the first n positional arguments of fn from its signature (xs[0], xs[1] for *xs), "argument i" where
+    it has none."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature
+        params = []
+    names: list[str] = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            names += [f"{p.name}[{j}]" for j in range(max(0, n - len(names)))]
+            break
+        else:
+            break
+    return names[:n] + [f"argument {i}" for i in range(len(names), n)]
+
+
+def _tensors_to_keep(fn, args: tuple, kwargs: dict, variants) -> list[tuple[str, object]]:
+    """(name, tensor) of the tensors in the arguments (the variants' too), each named by its argument, and of the
+    buffers of the modules a call runs."""
+    named = list(zip(_argument_names(fn, len(args)), args, strict=True))
+    named += list(kwargs.items()) + [(f"variants[{i}]", v) for i, v in enumerate(variants or ())]
+    out = [(name, x) for name, obj in named for x in trees.flatten(obj)[0] if graphs._is_tensor(x)]
+    for m in _modules_of(fn, trees.flatten((tuple(args), kwargs))[0]):
+        out += [(f"{type(m).__name__}.{name}", b) for name, b in m.named_buffers()]
+    return out
+
+
 def _raise_if_eager_fails(fn: Callable, args: tuple, kwargs: dict) -> None:
     """Raise the function's own error where it fails without torch.compile too: dynamo's wrapper of it ("RuntimeError
     when making fake tensor call") hid what was wrong with the inputs (a reshape to a size they do not have)."""
@@ -419,20 +555,24 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
             if not isinstance(v, (tuple, list)):
                 raise UserError(f"variants[{i}] is a {type(v).__name__}, not a tuple of arguments: write "
                                 "variants=[(x,), ...] for a function of one argument")
-    name = trees.callable_name(fn, qualified=True)
+    name = trees.callable_name(getattr(fn, "_orig_mod", fn), qualified=True)  # the module torch.compile wraps
     fn_file = _source_file(fn)
     notes: list[str] = []
 
     compiled_before = _compiled_before()
     if compiled_before:
         notes.append(_reset_note(compiled_before))
-    with _quiet_dynamo() as log:
+    modules = _modules_of(fn, trees.flatten((tuple(args), kwargs))[0])
+    with _quiet_dynamo() as log, _traced_uncompiled(modules), \
+            _KeptInputs(_tensors_to_keep(fn, args, kwargs, variants)) as kept:
         dynamo.reset()
         try:
             out = dynamo.explain(fn)(*args, **kwargs)
         except Exception:
+            kept.restore()
             _raise_if_eager_fails(fn, args, kwargs)
             raise
+        kept.restore()  # each pass starts from the inputs as they were
         breaks = []
         for r in out.break_reasons:
             fr = _user_stack_frame(getattr(r, "user_stack", None), fn_file)
@@ -473,12 +613,14 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
             except Exception as exc:  # a variant the function does not accept: say so, go on
                 notes.append(f"call {i} with changed inputs failed: {graphs._first_line(exc)}")
                 continue  # its recompile is of inputs the function refuses: not counted
+            finally:
+                kept.restore()
             if i > 0:
                 recompile_msgs += [m for m in log.messages[seen:] if m.startswith("Recompiling")]
                 counted += compiles[0] - before
         reasons, expected_reasons, changed = [], [], set()
         for m in recompile_msgs:
-            reason = _recompile_reason(m)
+            reason = _recompile_reason(m, name)
             if reason not in reasons:
                 reasons.append(reason)
             # an input's first change is dynamo's automatic-dynamic recompile; its next is a real one. Per frame: the
@@ -498,6 +640,8 @@ def explain(fn: Callable, *args, variants: list[tuple] | None = None, check_full
             except Exception as exc:
                 fullgraph_ok, fullgraph_error = False, _short_reason(graphs._first_line(exc))
         dynamo.reset()
+    if (said := kept.note()) is not None:  # restored on leaving the block above, after the fullgraph pass
+        notes.append(said)
 
     # every break reason dynamo reports counts: its graph_break_count skips breaks whose resumed code
     # held no ops (a data-dependent branch that took the empty side), which depends on the input values

@@ -434,6 +434,24 @@ def measured_on(doc) -> str | None:
     return name if isinstance(name, str) and name.strip() else None
 
 
+def replaces_other_device(out, here, stem: str, what: str) -> str | None:
+    """A line where `out` holds a <stem>.json measured on another device than `here` (a DeviceInfo) that this run
+    will replace (`--out results/nvidia-h200` on the CPU); None where there is none, or it is this device's. `what`
+    names the study in the line: "a roofline", "a launch study"."""
+    if out is None:
+        return None
+    path = Path(out) / f"{stem}.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):  # none there, or not a results file: nothing measured to lose
+        return None
+    theirs = measured_elsewhere(doc, here) if isinstance(doc, dict) and "device" in doc else None
+    if theirs is None:
+        return None
+    return (f"{path} holds {what} measured on {theirs}: this run on {here.name} replaces it (Ctrl-C now keeps it; "
+            "--out another folder keeps both)")
+
+
 def measured_elsewhere(doc, here) -> str | None:
     """None where a results document (or its "device" stamp, {kind, name}) was measured on `here` (a DeviceInfo, or
     anything with its kind and name); else the device it was measured on, in words, for a refusal or a note:

@@ -154,6 +154,12 @@ def register(app: typer.Typer) -> None:
         if where != "cuda" and not as_json:
             console.print("[yellow]No CUDA device[/]: running on the CPU at small sizes; launch numbers are "
                           "dispatcher costs and the graph variants run eagerly.")
+        from gpuspeed.device import get_device
+        from gpuspeed.results import replaces_other_device
+
+        replacing = replaces_other_device(out, get_device(where), "launch", "a launch study")
+        if replacing is not None:  # said before anything is measured
+            make_console(stderr=as_json).print(f"[yellow]note:[/] {esc(replacing)}")  # --json: stdout stays JSON
         total = study.count_steps(k_list or (study.GPU_KS if where == "cuda" else study.CPU_KS),
                                   n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS),
                                   v_list or study.VARIANTS, where)

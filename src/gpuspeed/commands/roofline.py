@@ -31,9 +31,9 @@ def register(app: typer.Typer) -> None:
         study = Study(device=device, quick=quick, dtypes=dtype or None, sweep=not no_sweep, workloads=not no_place)
         if study.kind == "cpu":
             console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
-        from gpuspeed.roofline.study import replaces_other_device
+        from gpuspeed.results import replaces_other_device
 
-        if (replacing := replaces_other_device(out, study.info)) is not None:
+        if (replacing := replaces_other_device(out, study.info, "roofline", "a roofline")) is not None:
             console.print(f"[yellow]note:[/] {esc(replacing)}")
         steps = study.steps()
         with progress_bar(40, console=console, name="gpuspeed roofline") as bar:

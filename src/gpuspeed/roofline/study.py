@@ -45,28 +45,6 @@ def _dtype_key(name: str) -> str:
     return _UNIT_ALIASES.get(key, key)
 
 
-def replaces_other_device(out, info, stem: str = "roofline") -> str | None:
-    """A line where `out` holds a <stem>.json measured on another device than `info` (a DeviceInfo) that this run
-    will replace (`--out results/nvidia-h200` on the CPU); None where there is none, or it is this device's."""
-    import json
-    from pathlib import Path
-
-    from gpuspeed.results import measured_elsewhere
-
-    if out is None:
-        return None
-    path = Path(out) / f"{stem}.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):  # none there, or not a results file: nothing measured to lose
-        return None
-    theirs = measured_elsewhere(doc, info) if isinstance(doc, dict) and "device" in doc else None
-    if theirs is None:
-        return None
-    return (f"{path} holds a roofline measured on {theirs}: this run on {info.name} replaces it (Ctrl-C now keeps it; "
-            "--out another folder keeps both)")
-
-
 class Study:
     def __init__(self, device: str = "auto", quick: bool = False, dtypes: list[str] | None = None,
                  sweep: bool = True, workloads: bool = True):
