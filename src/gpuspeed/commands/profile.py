@@ -62,6 +62,12 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--steps {steps}: profile at least 1 step")
         if warmup is not None and warmup < 0:
             raise UserError(f"--warmup {warmup}: cannot be negative")
+        from gpuspeed.profiling.run import MAX_STEPS, MAX_WARMUP
+
+        if steps is not None and steps > MAX_STEPS:  # said in profile()'s words (steps=20000) after the device note
+            raise UserError(f"--steps {steps}: at most {MAX_STEPS} (the profiler holds every step's events in memory)")
+        if warmup is not None and warmup > MAX_WARMUP:
+            raise UserError(f"--warmup {warmup}: at most {MAX_WARMUP}")
         if script and script.startswith("-") and not Path(script).is_file():  # an unknown option lands here
             raise UserError(f"no such option: {script} (gpuspeed profile --help lists them; a script's own options "
                             "go after its path)")

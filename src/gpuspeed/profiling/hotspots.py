@@ -114,25 +114,33 @@ def _verdict(shares: dict) -> str:
 
 
 ARRAY_LINE_S = 20e-6  # a line this slow a run is not bytecode (~0.1 us a line) but work in a library it calls
+OWN_SHARE_OF_SLOW = 0.05  # slow lines whose own time is less than this share of theirs are calls, not operators
 
 
 def _rebook_array_lines(cp: dict, lt: dict) -> None:
     """cProfile books an array operator (x * 2.0 on a torch tensor or a NumPy array: no Python call) on the line
     that uses it, so vectorized code read as interpreter time. The line times tell: a line taking over 20 us a
     run is library work: that share of each user function's line time, applied to its own cProfile time (the two
-    come from different runs), moves to 'library'. A slow line that calls another user function counts too: the
-    verdict is advice, and it errs less than booking every array operator to the interpreter."""
-    rows = {(str(Path(r["file"]).resolve()), r["line"]): r for r in cp["top"]
-            if r["file"] and r["category"] == "interpreter"}
+    come from different runs), moves to 'library'. A slow line's time includes the functions it calls, which cProfile
+    books to them: only what the function's own cProfile time leaves over, once its callees are taken off, counts."""
+    rows = {_fn_key(r["file"], r["line"], r["name"]): r for r in cp["top"] if r["file"] and r["category"] == "interpreter"}
     moved = 0.0
     for f in lt.get("functions", []):
         lines = f.get("lines", [])
         timed = sum(ln["time_s"] for ln in lines)
-        heavy = sum(ln["time_s"] for ln in lines if ln.get("hits") and ln["time_s"] / ln["hits"] >= ARRAY_LINE_S)
-        row = rows.get((f["file"], f["line"]))
-        if timed > 0 and row is not None:
-            moved += row["tottime_s"] * heavy / timed
-            if heavy > 0.5 * timed:  # its row says what the headline's split says of its time
+        slow = [ln for ln in lines if ln.get("hits") and ln["time_s"] / ln["hits"] >= ARRAY_LINE_S]
+        heavy = sum(ln["time_s"] for ln in slow)
+        row = rows.get(_fn_key(f["file"], f["line"], f["function"]))
+        if timed > 0 and row is not None and row["tottime_s"] > 0:
+            # a line's time includes its calls, which cProfile books to the callees: a slow line is taken as calls
+            # first, up to the function's callee share, and the rest as array operators only where that is itself
+            # slow work, not call overhead (a main() that only calls others read "library (array operators)")
+            own = timed * min(row["tottime_s"] / row["cumtime_s"], 1.0) if row["cumtime_s"] > 0 else timed
+            heavy_own = min(max(heavy - (timed - own), 0.0), own)
+            if heavy_own < max(ARRAY_LINE_S * sum(ln["hits"] for ln in slow), OWN_SHARE_OF_SLOW * heavy):
+                heavy_own = 0.0
+            moved += row["tottime_s"] * heavy_own / own
+            if heavy_own > 0.5 * own:  # its row says what the headline's split says of its time
                 row["category"] = "library (array operators)"
     total = cp["total_s"]
     if moved <= 0 or total <= 0:
@@ -142,6 +150,12 @@ def _rebook_array_lines(cp: dict, lt: dict) -> None:
                         library=cp["shares"]["library"] + shift)
     cp["verdict"] = _verdict(cp["shares"])
     cp["rebooked_share"] = shift  # of the total: array operators' time, read from the line times
+
+
+def _fn_key(file: str, line: int, name: str) -> tuple:
+    """A user function as (real path, first line, bare name): cProfile's rows and the line timer's functions meet on
+    it. The name tells a script's module code from a def on its line 1."""
+    return str(Path(file).resolve()), line, name.rsplit(".", 1)[-1]
 
 
 def _root_code(fn):
@@ -419,8 +433,8 @@ def _line_targets(hot_user: list, fn) -> list:
     targets = list(hot_user)
     code = _root_code(fn)
     if code is not None and is_user_file(code.co_filename):
-        here = (str(Path(code.co_filename).resolve()), code.co_firstlineno)
-        if all((str(Path(f).resolve()), line) != here for f, line, _ in targets if f):
+        here = (str(Path(code.co_filename).resolve()), code.co_firstlineno, code.co_name)
+        if all(_fn_key(f, line, name) != here for f, line, name in targets if f):  # a def on line 1 is not it
             targets.append((code.co_filename, code.co_firstlineno, code.co_name))
     return targets
 
@@ -434,15 +448,16 @@ def analyze(fn, args=(), kwargs=None, line_backend: str = "auto") -> dict:
     lt = line_times(_line_targets(cp["hot_user"], fn), fn, args, kwargs, backend=line_backend)
     _rebook_array_lines(cp, lt)
     total = cp["total_s"]
-    cum = {(str(Path(r["file"]).resolve()), r["line"]): r["cumtime_s"] for r in cp["top"] if r["file"]}
+    # keyed by name too: a script's module code and a def on its line 1 share the file and the line
+    cum = {_fn_key(r["file"], r["line"], r["name"]): r["cumtime_s"] for r in cp["top"] if r["file"]}
     code = _root_code(fn)
-    root = (str(Path(code.co_filename).resolve()), code.co_firstlineno) if code is not None else None
+    root = _fn_key(code.co_filename, code.co_firstlineno, code.co_name) if code is not None else None
     if root in cum:  # the called function is the whole call; the others' shares are of its cProfile time
         total = cum[root]
     loops = []
     for f in lt["functions"]:
         # line timers inflate times: scale the loop's share of its function by the function's cProfile share
-        key = (f["file"], f["line"])
+        key = _fn_key(f["file"], f["line"], f["function"])
         f_share = 1.0 if key == root else min(cum.get(key, 0.0) / total, 1.0) if total > 0 else 0.0
         for loop in f["loops"]:
             share = (loop["share_of_function"] or 0.0) * f_share
@@ -474,6 +489,9 @@ def mark_array_loops(hs: dict, op_lines: set) -> None:
             mark_on_arrays(loop)
 
 
+OWN_THREAD_PREFIX = "gpuspeed-"  # gpuspeed's own threads (the stdin pump of a script's runs) are no thread of the code's
+
+
 @contextlib.contextmanager
 def threads_started():
     """One entry per thread the threading module starts inside the block (threading.setprofile's hook runs first
@@ -483,7 +501,8 @@ def threads_started():
     before = threading.getprofile() if hasattr(threading, "getprofile") else None
 
     def hook(frame, event, arg):
-        seen.append(threading.get_ident())  # list.append is atomic: threads may start at once
+        if not threading.current_thread().name.startswith(OWN_THREAD_PREFIX):  # a script's piped stdin: not its own
+            seen.append(threading.get_ident())  # list.append is atomic: threads may start at once
         sys.setprofile(before)  # the user's own threading.setprofile hook, if any, takes over
 
     threading.setprofile(hook)

@@ -15,6 +15,17 @@ def _where(row: dict) -> str:
     return f"{Path(row['file']).name}:{row['line']}"
 
 
+def _shown_functions(hotspots: dict, n: int = 2) -> list:
+    """The line-timed functions whose lines the report shows: those with the most time of their own (cProfile's self
+    time). By time with calls included, a script's module code and its main() came first, each one line that calls
+    the function doing the work, whose lines were never shown."""
+    from gpuspeed.profiling.hotspots import _fn_key  # with the name: a script's module code and a def on line 1
+
+    own = {_fn_key(r["file"], r["line"], r["name"]): r["tottime_s"] for r in hotspots["cprofile"]["top"] if r["file"]}
+    functions = hotspots["lines"]["functions"]
+    return sorted(functions, key=lambda f: -own.get(_fn_key(f["file"], f["line"], f["function"]), 0.0))[:n]
+
+
 def summary(res) -> dict:
     """Headline numbers, flat (results `summary`)."""
     f = res.findings
@@ -141,7 +152,7 @@ def markdown(res, level: int = 2) -> str:
         lines += [f"| `{r['function']}` | {r['calls']} | {format_time(r['tottime_s'])} | {format_time(r['cumtime_s'])} |"
                   for r in cp["top"][:8]]
         lines.append("")
-        for fn in res.hotspots["lines"]["functions"][:2]:
+        for fn in _shown_functions(res.hotspots):
             hot = sorted(fn["lines"], key=lambda r: -r["time_s"])[:5]
             lines += [f"Hot lines of `{fn['function']}` ({res.hotspots['lines']['backend']}):", "",
                       "| line | hits | time | share | code |", "|---:|---:|---:|---:|---|"]
@@ -230,7 +241,7 @@ def print_report(res, console) -> None:
         table("cProfile top functions", ["function", "calls", "self", "cumulative", "kind"],
               [(r["function"][:60], r["calls"], format_time(r["tottime_s"]), format_time(r["cumtime_s"]), r["category"])
                for r in cp["top"][:10]])
-        for fn in res.hotspots["lines"]["functions"][:2]:
+        for fn in _shown_functions(res.hotspots):
             hot = sorted(fn["lines"], key=lambda r: -r["time_s"])[:6]
             table(f"Hot lines of {fn['function']} ({res.hotspots['lines']['backend']})",
                   ["line", "hits", "time", "share", "code"],

@@ -225,8 +225,11 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     # Python side: it takes its name only once they all ran, so a run that fails later leaves no trace behind
     staged = path.with_name(f".{path.name}.unfinished.gz") if path is not None else None
     try:
-        trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=staged)
+        with _hotspots.threads_started() as threads:
+            trace, more = record_trace(fn, args, kwargs, steps=steps, on_gpu=on_gpu, path=staged)
         notes += more
+        if threads:  # 6 .item() calls in two threads read "0 host syncs", without a word
+            notes.append(_threads_unseen_note(len(threads)))
         sites = _sites.record_sites(fn, args, kwargs)
         _sync(on_gpu)
         analysis = TraceAnalysis(trace, sites, steps=steps)
@@ -303,6 +306,13 @@ def _refuse_lazy(fn) -> None:
     if what == "a generator function":
         raise UserError(f"{name} is a generator function: a call runs none of its body, so nothing of it would be "
                         f"profiled; profile a plain function that consumes it (list({name}(...)))")
+
+
+def _threads_unseen_note(n_threads: int) -> str:
+    """torch.profiler records the ATen ops and Python frames of the thread that started it only, and the findings
+    keep the device work launched inside the profiled steps, which live on that thread."""
+    return (f"the profiled steps started {n_threads} thread(s): torch.profiler records the ops of the calling thread "
+            "only, so what those threads ran (ops, host syncs, kernels) is missing from the findings")
 
 
 def calls_made(steps: int, warmup: int, hotspots: bool) -> int:
