@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
 from dataclasses import asdict
 
 from gpuspeed import device as _device
@@ -16,25 +19,66 @@ def headline(info: _device.DeviceInfo) -> str:
         import torch
 
         why = ("torch is a CPU-only build" if torch.version.cuda is None else
-               f"torch {torch.__version__} is a CUDA build, but sees no GPU: no driver or device visible")
+               f"torch {torch.__version__} is a CUDA build, but sees no GPU: {_why_no_device()}")
     except ModuleNotFoundError as exc:
         why = ("torch is not installed" if exc.name == "torch" else
                f"torch cannot be imported: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no module'}")
-    except ImportError as exc:  # installed but broken (a CUDA library missing): not to be reinstalled blindly
+    except Exception as exc:  # installed but broken (a CUDA library missing: torch's loader raises OSError, ValueError)
         text = str(exc).strip().splitlines()
         why = f"torch cannot be imported: {text[0] if text else type(exc).__name__}"
     return f"No CUDA GPU here ({why}): studies run on the CPU ({info.name}, {format_bytes(info.mem_bytes)} RAM)."
 
 
+def _why_no_device(env=None) -> str:
+    """Why a CUDA build of torch sees no GPU: CUDA_VISIBLE_DEVICES where it hides them all (empty, or a first entry
+    that is no device: '-1'), else no driver or device (a set CUDA_VISIBLE_DEVICES named, as it may name none here)."""
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return "no driver or device visible"
+    first = visible.split(",")[0].strip()
+    if not (first.isdigit() or first.upper().startswith(("GPU-", "MIG-"))):  # CUDA stops at the first entry it rejects
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU (unset it, or name one: 0)"
+    return f"no driver or device visible (CUDA_VISIBLE_DEVICES={visible!r} is set: it may name no GPU that is here)"
+
+
+def _torch_breaks_beyond_import_error() -> bool:
+    """Whether `import torch` raises something other than ImportError: torch's loader raises OSError for a CUDA library
+    it cannot open and ValueError for a pip CUDA library that is missing, which the device checks do not expect."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+@contextmanager
+def _torch_unimportable(hide: bool):
+    """While `hide`, `import torch` raises ImportError (None in sys.modules): the device checks read the broken install
+    as no GPU, as they read a torch that cannot be imported, instead of ending doctor in its traceback."""
+    if not hide:
+        yield
+        return
+    sys.modules["torch"] = None
+    try:
+        yield
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+
+
 def report() -> dict:
     """Everything doctor shows, as plain data (the CLI only formats it)."""
-    info = _device.get_device("auto")
+    with _torch_unimportable(_torch_breaks_beyond_import_error()):
+        info = _device.get_device("auto")
+        versions = _device.versions()
     sheet = info.datasheet
     return {
-        "headline": headline(info),
+        "headline": headline(info),  # headline and backends import torch themselves, to say why it fails
         "device": info.to_dict() | {"slug": info.slug},
         "gpu": info.kind == "cuda",
-        "versions": _device.versions(),
+        "versions": versions,
         "backends": [asdict(b) for b in _device.backends()],
         "datasheet": asdict(sheet) if sheet else None,
         "datasheet_note": None if sheet or info.kind != "cuda" else f"no datasheet entry for {info.name}",

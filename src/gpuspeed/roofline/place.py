@@ -2,14 +2,15 @@
 
 Times `fn` with bench(), counts its FLOPs with torch's FlopCounterMode (matmul, conv, attention) unless
 the caller gives them, and counts its bytes as the minimum traffic (every input tensor read once, every
-output written once) unless overridden. The roof at its intensity comes from a Ceilings object: the best
-device-memory bandwidth and the compute ceiling of its unit (bf16, tf32, fp32, ...).
+output, and every input it writes in place, written once) unless overridden. The roof at its intensity comes
+from a Ceilings object: the best device-memory bandwidth and the compute ceiling of its unit (bf16, tf32, fp32, ...).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -84,6 +85,33 @@ def min_bytes(args: Any, out: Any) -> int:
     """Minimum traffic: the memory of the input arrays read once (views of the same memory counted once)
     plus the output arrays written once. Torch, NumPy and CUDA-array-interface arrays (CuPy, Numba)."""
     return _distinct_bytes(args) + _distinct_bytes(out)
+
+
+def _fingerprint(x) -> tuple | None:
+    """What changes when an array is written: a torch tensor's version counter (every in-place op bumps it), a
+    writeable NumPy array's CRC of its bytes; None for anything else (CuPy, an inference tensor: not followed)."""
+    try:
+        if trees.module_of(x) == "torch" and hasattr(x, "_version"):
+            return ("torch", x._version)
+        if isinstance(x, np.ndarray) and x.flags.writeable and not x.dtype.hasobject and x.size:
+            return ("numpy", zlib.crc32(np.ascontiguousarray(x).reshape(-1).view(np.uint8)))  # any dtype's bytes
+    except (RuntimeError, TypeError, ValueError):  # no version counter (inference mode), no buffer
+        return None
+    return None
+
+
+def written_inputs(args: Any, call: Callable[[], Any]) -> tuple[Any, list]:
+    """(call(), the arrays of args it wrote in place): a function returning None that scales its input in place
+    moved the input's bytes twice, read and written, where its output alone showed only the read."""
+    arrays = list(trees.leaves(args))
+    before = [_fingerprint(x) for x in arrays]
+    out = call()
+    return out, [x for x, was in zip(arrays, before, strict=True) if was is not None and _fingerprint(x) != was]
+
+
+# the writes seen are whole arrays, not which elements or whether they were read first: bytes= says what the call did
+IN_PLACE_NOTE = ("bytes: inputs the call wrote in place are counted read and written (x += y); bytes= states them "
+                 "for an out= buffer it only writes, or one it writes in part")
 
 
 def count_flops(fn: Callable, *args, kwargs: dict | None = None) -> tuple[int, Any]:
@@ -242,7 +270,8 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     CPU's for a call on host data alone, unless bench_kwargs say device=).
 
     flops: FLOPs per call (default: counted by FlopCounterMode; elementwise ops count zero there, so give
-    them; 0 places a copy on the memory roof). bytes: whole bytes per call (default: the minimum traffic). unit: the
+    them; 0 places a copy on the memory roof). bytes: whole bytes per call (default: the minimum traffic, an input the
+    call writes in place counted as written too). unit: the
     compute ceiling (default from the dtypes, see default_unit). bench_kwargs go to gpuspeed.timing.bench.
     """
     if not callable(fn):
@@ -259,7 +288,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
         raise UserError(f"name is the point's label, a string, got {type(name).__name__} {name!r}")
     check_options("place()", bench_kwargs)  # before the call is counted and the ceilings measured, not after
     # counted even when given: FLOPs that FlopCounterMode sees are matmul-like, held to the tensor-core unit
-    counted, out = count_flops(fn, *args, kwargs=kwargs)
+    (counted, out), written = written_inputs((args, kwargs), lambda: count_flops(fn, *args, kwargs=kwargs))
     source = "given"
     if flops is None:
         flops, source = counted, "counted by FlopCounterMode"
@@ -279,9 +308,10 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
                               or not 1 <= _real(bytes) < math.inf or not float(bytes).is_integer()):
         raise UserError(f"{name}: bytes must be a finite byte count >= 1, a whole number of bytes per call, "
                         f"got {_shown(bytes)}")
-    nbytes = min_bytes((args, kwargs), out) if bytes is None else int(bytes)
+    nbytes = min_bytes((args, kwargs), (out, written)) if bytes is None else int(bytes)  # overlaps count once
     if nbytes <= 0:
         raise UserError(f"{name}: no tensor bytes found; pass bytes=")
+    in_place = IN_PLACE_NOTE if bytes is None and nbytes > min_bytes((args, kwargs), out) else None
     unit = unit_name(unit) if unit is not None else default_unit((args, kwargs), counted > 0)
     host_note = None
     given = ceilings is not None
@@ -300,7 +330,7 @@ def place(fn: Callable, *args, flops: float | None = None, bytes: int | None = N
     # an fp16 matmul on the CPU (no fp16 ceiling there) was held to fp32's roof without a word
     stand_in = (f"no {d['unit']} compute ceiling was measured on {ceilings.device_name}: held to "
                 f"{d['compute_ceiling']}'s (unit= picks another)") if d["compute_ceiling"] != d["unit"] else None
-    notes = list(m.notes) + above + [n for n in (host_note, elsewhere, stand_in) if n]
+    notes = list(m.notes) + above + [n for n in (in_place, host_note, elsewhere, stand_in) if n]
     return Placement(**d, flops_source=source, rel_noise=m.rel_noise, samples=m.n, throttled=m.throttled,
                      notes=notes)
 

@@ -93,11 +93,18 @@ def _above(row: dict) -> bool:
     return bool(row.get("above_roof")) or (row.get("pct_of_roof") or 0) > 100  # older files lack the flag
 
 
-def _label_of(row: dict) -> str:
-    if _above(row):
-        return f"{row['name']} (above roof: cache-resident)" if row.get("bound") == "memory" else \
-            f"{row['name']} (above measured roof)"
-    return row["name"]
+def _label_of(row: dict, cpu: bool = False) -> str:
+    """A point's label; above its roof, with the reason the tables give (report.pct_text): far above it, counts that
+    were not the call's; on a CPU, ceilings a shared host measured low as much as a cache."""
+    from gpuspeed.roofline.place import IMPLAUSIBLE_OVER_ROOF
+
+    if not _above(row):
+        return row["name"]
+    if (row.get("pct_of_roof") or 0) > 100 * IMPLAUSIBLE_OVER_ROOF:
+        return f"{row['name']} (>{IMPLAUSIBLE_OVER_ROOF}x roof: fewer bytes or FLOPs moved than counted)"
+    if row.get("bound") == "memory" and not cpu:
+        return f"{row['name']} (above roof: cache-resident)"
+    return f"{row['name']} (above measured roof)"
 
 
 def draw(doc: dict):
@@ -189,7 +196,7 @@ def draw(doc: dict):
                      [(-2, -3 - 8 * k, "right", "top") for k in range(12)], leader_beyond=1e9,
                      fontsize=LABEL_SIZE, color="tab:orange", rotation=90, bbox=BACKDROP)
     for r in sorted(placed, key=lambda r: -r["TFLOPs"]):
-        labels.place(_label_of(r), (r["ai"], r["TFLOPs"] * scale), _rings(7.0, 10), fontsize=LABEL_SIZE,
+        labels.place(_label_of(r, cpu=not gpu), (r["ai"], r["TFLOPs"] * scale), _rings(7.0, 10), fontsize=LABEL_SIZE,
                      bbox=BACKDROP)
     if no_flops:  # top left, moved down or right until free
         labels.place(_no_flops_text(no_flops, cpu=doc["params"].get("device") != "cuda"), (x0, top * 2.5),
