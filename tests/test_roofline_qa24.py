@@ -120,7 +120,7 @@ def test_doctor_reports_a_torch_whose_import_raises_something_other_than_import_
 @pytest.mark.parametrize(("visible", "hides"), [("", True), ("-1", True), (" ", True), ("none", True), ("0", False),
                                                 ("GPU-5f1e", False), ("1,-1", False)])
 def test_why_no_device_names_a_cuda_visible_devices_that_hides_every_gpu(visible, hides):
-    from gpuspeed.doctor import _why_no_device
+    from gpuspeed.device import why_no_device as _why_no_device
 
     why = _why_no_device({"CUDA_VISIBLE_DEVICES": visible})
     assert ("hides every GPU" in why) == hides and repr(visible) in why

@@ -215,6 +215,23 @@ def _debug_first(args: list[str]) -> list[str]:
     return ["--debug"] + args[:at + 1] + [a for a in own if a != "--debug"] + theirs
 
 
+# the libraries gpuspeed imports whose own import may fail on a broken install (not the user's modules)
+_DEPENDENCIES = ("torch", "numpy", "triton", "cupy", "numba", "jax", "transformers", "matplotlib", "rich", "typer")
+
+
+def _broken_import(exc: BaseException) -> str | None:
+    """The dependency whose import raised exc (its module code is on the traceback), or None: torch's loader raises
+    OSError for a CUDA library it cannot open and ValueError for a missing pip CUDA library, not ImportError."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        name = str(frame.f_globals.get("__name__", ""))
+        if frame.f_code.co_name == "<module>" and name.split(".")[0] in _DEPENDENCIES:
+            return name.split(".")[0]
+        tb = tb.tb_next
+    return None
+
+
 def _main(argv: list[str] | None) -> int:
     args = _debug_first(sys.argv[1:] if argv is None else list(argv))
     head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
@@ -257,4 +274,10 @@ def _main(argv: list[str] | None) -> int:
         if _is(exc, "Abort"):  # Ctrl-C at a prompt
             _interrupted(args)
             return 130
+        broken = _broken_import(exc)
+        if broken is not None and not debug:  # torch's loader raises OSError / ValueError for a CUDA library
+            text = str(exc).strip().splitlines()
+            print(f"gpuspeed: error: cannot import {broken}: {text[0] if text else type(exc).__name__} (`gpuspeed "
+                  "doctor` shows what is installed; --debug for the traceback)", file=sys.stderr)
+            return 2
         raise

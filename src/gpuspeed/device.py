@@ -129,9 +129,27 @@ def device_slug(name: str) -> str:
 def cuda_available() -> bool:
     try:
         import torch
-    except ImportError:  # pragma: no cover - torch is a core dependency
+    except Exception:  # not installed, or broken (torch's loader raises OSError/ValueError for a CUDA library)
         return False
     return bool(torch.cuda.is_available())
+
+
+def why_cpu() -> str:
+    """Why a run is on the CPU, in words, for the notes that say so: "no CUDA device", or "--device cpu" on a machine
+    with one (where "no CUDA device" read as if CUDA were broken)."""
+    return "--device cpu" if cuda_available() else "no CUDA device"
+
+
+def why_no_device(env=None) -> str:
+    """Why a CUDA build of torch sees no GPU: CUDA_VISIBLE_DEVICES where it hides them all (empty, or a first entry
+    that is no device: '-1'), else no driver or device (a set CUDA_VISIBLE_DEVICES named, as it may name none here)."""
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return "no driver or device visible"
+    first = visible.split(",")[0].strip()
+    if not (first.isdigit() or first.upper().startswith(("GPU-", "MIG-"))):  # CUDA stops at the first entry it rejects
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU (unset it, or name one: 0)"
+    return f"no driver or device visible (CUDA_VISIBLE_DEVICES={visible!r} is set: it may name no GPU that is here)"
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -511,7 +529,7 @@ def backends() -> list[Backend]:
     elif has_cuda:
         out.append(Backend("torch (CUDA)", True, f"CUDA {torch.version.cuda}"))
     else:
-        built = "a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
+        built = "a CPU-only build" if torch.version.cuda is None else why_no_device()
         out.append(Backend("torch (CUDA)", False, f"{built}; torch runs on the CPU"))
     triton, triton_why = _probe("triton")
     out.append(_torch_compile(torch, has_cuda, why, triton_why))
@@ -535,8 +553,10 @@ def backends() -> list[Backend]:
 
     if importlib.util.find_spec("numba") is None:
         out.append(Backend("numba.cuda", False, _not_found("numba")))
-    elif not has_cuda:
-        out.append(Backend("numba.cuda", False, "no GPU; NUMBA_ENABLE_CUDASIM=1 simulates kernels for tests"))
+    elif not has_cuda:  # the simulator needs numba itself to import
+        numba, numba_why = _probe("numba")
+        out.append(Backend("numba.cuda", False, numba_why if numba is None else
+                           "no GPU; NUMBA_ENABLE_CUDASIM=1 simulates kernels for tests"))
     else:
         try:
             from numba import cuda as ncuda

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -19,7 +18,7 @@ def headline(info: _device.DeviceInfo) -> str:
         import torch
 
         why = ("torch is a CPU-only build" if torch.version.cuda is None else
-               f"torch {torch.__version__} is a CUDA build, but sees no GPU: {_why_no_device()}")
+               f"torch {torch.__version__} is a CUDA build, but sees no GPU: {_device.why_no_device()}")
     except ModuleNotFoundError as exc:
         why = ("torch is not installed" if exc.name == "torch" else
                f"torch cannot be imported: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no module'}")
@@ -27,18 +26,6 @@ def headline(info: _device.DeviceInfo) -> str:
         text = str(exc).strip().splitlines()
         why = f"torch cannot be imported: {text[0] if text else type(exc).__name__}"
     return f"No CUDA GPU here ({why}): studies run on the CPU ({info.name}, {format_bytes(info.mem_bytes)} RAM)."
-
-
-def _why_no_device(env=None) -> str:
-    """Why a CUDA build of torch sees no GPU: CUDA_VISIBLE_DEVICES where it hides them all (empty, or a first entry
-    that is no device: '-1'), else no driver or device (a set CUDA_VISIBLE_DEVICES named, as it may name none here)."""
-    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return "no driver or device visible"
-    first = visible.split(",")[0].strip()
-    if not (first.isdigit() or first.upper().startswith(("GPU-", "MIG-"))):  # CUDA stops at the first entry it rejects
-        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU (unset it, or name one: 0)"
-    return f"no driver or device visible (CUDA_VISIBLE_DEVICES={visible!r} is set: it may name no GPU that is here)"
 
 
 def _torch_breaks_beyond_import_error() -> bool:

@@ -16,6 +16,14 @@ def make_console(stderr: bool = False):
     return c
 
 
+def cpu_line() -> str:
+    """Why the command runs on the CPU, as a line opens: "No CUDA device", or "--device cpu" on a machine with one."""
+    from gpuspeed.device import why_cpu
+
+    why = why_cpu()
+    return why[:1].upper() + why[1:]
+
+
 def esc(text) -> str:
     """Dynamic text (a path, a name, a note, an error message) for a rich markup string or a table cell: its brackets
     print as they are. Unescaped, "[enforce fail at alloc_cpu.cpp:…]" (torch's CPU out-of-memory error) or "f[x]"

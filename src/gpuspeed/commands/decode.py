@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
     ):
         """Decode ladder: ms/token, GB/s of weights vs the read roof, exact tokens, vs transformers generate."""
-        from gpuspeed.commands import esc, make_console, progress_bar
+        from gpuspeed.commands import cpu_line, esc, make_console, progress_bar
 
         from gpuspeed.decode import study
         from gpuspeed.decode.generate import Sampling
@@ -82,8 +82,7 @@ def register(app: typer.Typer) -> None:
         study.check_fits(spec, where)  # before anything prints (run and launch check it again, as their callers may not)
         console = make_console(stderr=as_json)
         if small and not as_json:
-            why = study.why_cpu()  # "no CUDA device", or "--device cpu" on a machine with one
-            console.print(f"[yellow]{esc(why[:1].upper() + why[1:])}[/]: the ladder runs on the CPU at small sizes "
+            console.print(f"[yellow]{esc(cpu_line())}[/]: the ladder runs on the CPU at small sizes "
                           "(graphs run eagerly); the numbers are CPU numbers. Every rung and the transformers rows take "
                           "a minute or more: --variants V2,V5 --no-hf for a quick look.")
         bar_console = make_console(stderr=True)

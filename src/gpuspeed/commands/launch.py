@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print machine-readable output."),
     ):
         """Launch overhead per kernel (eager vs CUDA graph), torch.compile fusion vs launch cost, graph breaks."""
-        from gpuspeed.commands import esc, make_console, progress_bar
+        from gpuspeed.commands import cpu_line, esc, make_console, progress_bar
         from rich.table import Table
 
         from gpuspeed import launch as study
@@ -152,7 +152,7 @@ def register(app: typer.Typer) -> None:
         k_list, n_list = study.check_params(k_list, n_list, chain_k, tiny_k, budget, v_list)
         study.check_fits(max(n_list or (study.GPU_NS if where == "cuda" else study.CPU_NS)), where)
         if where != "cuda" and not as_json:
-            console.print("[yellow]No CUDA device[/]: running on the CPU at small sizes; launch numbers are "
+            console.print(f"[yellow]{esc(cpu_line())}[/]: running on the CPU at small sizes; launch numbers are "
                           "dispatcher costs and the graph variants run eagerly.")
         from gpuspeed.device import get_device
         from gpuspeed.results import replaces_other_device

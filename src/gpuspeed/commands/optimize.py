@@ -86,11 +86,11 @@ def register(app: typer.Typer) -> None:
 def _print(run, console) -> None:
     from rich.table import Table
 
-    from gpuspeed.commands import esc
+    from gpuspeed.commands import cpu_line, esc
     from gpuspeed.optimize.report import _fmt_t, _fmt_x, _t, peak_text, status_word
 
     if run.where != "cuda":
-        console.print("[yellow]note:[/] no CUDA device: GPU backends are skipped; CPU candidates only.")
+        console.print(f"[yellow]note:[/] {esc(cpu_line())}: GPU backends are skipped; CPU candidates only.")
     for n in run.notes:
         console.print(f"[yellow]note:[/] {esc(n)}")
     t = Table(title=f"gpuspeed optimize {esc(run.wl.name)}")

@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
             backend = None
             steps, warmup = steps or 1, 0 if warmup is None else warmup
         if where == "cpu":
-            console.print("[yellow]note:[/] no CUDA device: profiling the host side only (no kernels, gaps or transfers).")
+            console.print(f"[yellow]note:[/] {_device.why_cpu()}: profiling the host side only (no kernels, gaps or transfers).")
         if as_json:  # the report prints res.notes, which start with these: once is enough
             for n in notes:
                 console.print(f"[yellow]note:[/] {esc(n)}")

@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         no_place: bool = typer.Option(False, "--no-place", help="Skip the built-in placements."),
     ):
         """Measured roofline: memory and compute ceilings, the AI sweep, built-in workloads placed on it."""
-        from gpuspeed.commands import esc, make_console, progress_bar
+        from gpuspeed.commands import cpu_line, esc, make_console, progress_bar
         from rich.table import Table
 
         from gpuspeed.results import check_out_dir, signals_held
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         console = make_console(stderr=as_json)
         study = Study(device=device, quick=quick, dtypes=dtype or None, sweep=not no_sweep, workloads=not no_place)
         if study.kind == "cpu":
-            console.print("[yellow]No CUDA GPU: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
+            console.print(f"[yellow]{esc(cpu_line())}: measuring the CPU roofline (copy bandwidth, torch.mm per dtype).[/]")
         from gpuspeed.results import replaces_other_device
 
         if (replacing := replaces_other_device(out, study.info, "roofline", "a roofline")) is not None:

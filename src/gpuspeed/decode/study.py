@@ -167,11 +167,6 @@ def check_context(what: str, prompt_len: int, new_tokens: int, ctx: int, whose: 
                         f"new tokens can be at most {fit}")
 
 
-def why_cpu() -> str:
-    """Why a run is on the CPU, in words: "no CUDA device" said so of a machine whose GPU --device cpu left aside."""
-    return "--device cpu" if _device.cuda_available() else "no CUDA device"
-
-
 # Spec's numeric fields: a float batch or a string budget failed deep in torch (randint, manual_seed, a '<') or a row
 _INTEGER_FIELDS = ("batch", "prompt_len", "new_tokens", "seed", "tp", "max_layers", "long_prompt")
 _NUMBER_FIELDS = ("bench_budget_s", "time_cap_s", "read_roof_GBps")
@@ -801,7 +796,7 @@ def run(spec: Spec, progress: Callable[[str], None] | None = None, tp=None,
     t_start = time.perf_counter()
     notes: list[str] = []
     if device != "cuda":
-        notes.append(f"{why_cpu()}: the CPU runs the ladder (graphs run eagerly, GB/s against the CPU's read "
+        notes.append(f"{_device.why_cpu()}: the CPU runs the ladder (graphs run eagerly, GB/s against the CPU's read "
                      "ceiling); numbers are not GPU numbers")
     say("loading model")
     if tp is not None:

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from gpuspeed import graphs, timing, verify
+from gpuspeed.device import why_cpu
 from gpuspeed.errors import UserError
 from gpuspeed.launch.sweep import TINY_N, Progress, err_text, wall_time
 
@@ -60,7 +61,7 @@ def tiny_chain(k: int, where: str, budget_s: float, progress: Progress, notes: l
                 out = fn(x)
             else:
                 if where != "cuda":
-                    row["skipped"] = "no CUDA device to capture on"
+                    row["skipped"] = f"{why_cpu()}: CUDA graphs are captured on a GPU only"
                     rows.append(row)
                     continue
                 g = graphs.capture(fn, x)

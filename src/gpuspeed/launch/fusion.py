@@ -175,7 +175,7 @@ def fusion_study(ns, k: int, variants, where: str, budget_s: float, progress: Pr
     fn = make_chain(k)
     rows = [] if rows is None else rows
     if where != "cuda" and any(v.startswith("captured") for v in variants):
-        notes.append("no CUDA device: captured variants run eagerly (capture() falls back)")
+        notes.append(f"{_device.why_cpu()}: captured variants run eagerly (capture() falls back)")
     for n in ns:
         # fresh compiles per N: static shapes give one kernel per N, and dynamo's per-function recompile
         # limit (8) must not silently send later N back to eager

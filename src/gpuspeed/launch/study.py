@@ -124,7 +124,7 @@ def run_launch(device: str = "auto", ks=None, ns=None, chain_k: int = 8, tiny_k:
     progress = progress or (lambda what: None)
     notes: list[str] = []
     if not gpu:
-        notes.append("no CUDA device: CPU run at small sizes (launch numbers are CPU dispatcher costs)")
+        notes.append(f"{_device.why_cpu()}: CPU run at small sizes (launch numbers are CPU dispatcher costs)")
         notes.append("CPU fusion study: inputs are not rotated past the CPU's caches, so copy_roof_GBps and the "
                      "% of it are cache bandwidth at these N, not main-memory bandwidth")
 

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from gpuspeed import graphs, timing
+from gpuspeed.device import why_cpu
 from gpuspeed.launch.fit import fit_linear
 
 TINY_N = 1024  # elements of a "tiny" kernel: launch cost, not work
@@ -55,7 +56,7 @@ def _tiny_backends(where: str, notes: list[str]) -> dict:
 
     if where != "cuda":
         x = torch.randn(TINY_N)
-        notes.append("no CUDA device: the sweep times CPU torch ops (dispatcher cost); "
+        notes.append(f"{why_cpu()}: the sweep times CPU torch ops (dispatcher cost); "
                      "Triton, CuPy and graph rows are skipped")
         return {"torch": (lambda: x.add_(1.0), lambda: None)}
     x = torch.randn(TINY_N, device="cuda")

@@ -208,7 +208,7 @@ def profile(fn: Callable, *args, steps: int = 5, warmup: int = 1, kwargs: dict |
     name = name or trees.callable_name(fn)
     notes = []
     if not on_gpu:
-        notes.append("no CUDA device: host-side findings only (syncs are the calls that would block on a GPU "
+        notes.append(f"{_device.why_cpu()}: host-side findings only (syncs are the calls that would block on a GPU "
                      "tensor); kernel, gap and transfer findings need a GPU")
     for _ in range(warmup):
         fn(*args, **kwargs)

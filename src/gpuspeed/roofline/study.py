@@ -60,7 +60,7 @@ class Study:
         self.placements: list[dict] = []
         self.notes: list[str] = []
         if self.kind == "cpu":
-            self.notes.append("no CUDA device: CPU roofline (torch copy/sum/fill bandwidth, torch.mm GFLOP/s); "
+            self.notes.append(f"{_device.why_cpu()}: CPU roofline (torch copy/sum/fill bandwidth, torch.mm GFLOP/s); "
                               "no AI sweep (Triton kernels need a GPU); no L2, FP32 FMA, TF32, FP16 or FP8 ceilings "
                               "(a GPU's)")
 
