@@ -42,3 +42,37 @@ def test_a_confirmation_over_one_workers_limit_is_not_blamed_on_the_time_budget(
     report = (run.out_dir / "report.md").read_text()
     assert "larger --time-budget leaves room" not in report, report
     assert "one worker" in report, report
+
+
+def test_a_lock_file_removed_as_this_run_opened_it_is_not_taken_for_the_folders_lock(tmp_path, monkeypatch):
+    # a run ending removes its lock file while holding it; a run that had opened that file just before could then
+    # lock the removed file while a third run locks the new one: two runs in one --out. The file locked must be the
+    # one at the path
+    import contextlib
+    import fcntl
+
+    import pytest
+
+    from gpuspeed.errors import UserError
+    from gpuspeed.optimize import pipeline
+
+    path = tmp_path / pipeline.LOCK_NAME
+    real_flock, third = fcntl.flock, []
+
+    def flock(f, op):
+        if not third:  # the first run ends and a third starts, between this run's open and its lock
+            path.unlink()
+            third.append(open(path, "a"))
+            real_flock(third[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return real_flock(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    path.touch()  # the first run's file
+    with contextlib.ExitStack() as stack:
+        token = pipeline._HELD.set({"stack": stack, "locked": set()})
+        try:
+            with pytest.raises(UserError, match="another gpuspeed optimize is running there"):
+                pipeline._hold_folder(tmp_path)
+        finally:
+            pipeline._HELD.reset(token)
+    third[0].close()

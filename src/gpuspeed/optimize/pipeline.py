@@ -98,13 +98,22 @@ def _hold_folder(out_dir: Path) -> None:
     except ImportError:  # not on this OS: no lock, as before
         return
     path = out_dir / LOCK_NAME
-    f = open(path, "a")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    busy = UserError(f"--out {out_dir}: another gpuspeed optimize is running there now (wait for it to end, or give "
+                     "another --out)")
+    for _ in range(3):
+        f = open(path, "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise busy from None
+        if _same_file(f, path):
+            break
+        # a run ending removed the file this one had just opened: locked, it would hold nothing (another run may
+        # have made and locked the new one); the file now at the path is the lock
         f.close()
-        raise UserError(f"--out {out_dir}: another gpuspeed optimize is running there now (wait for it to end, or "
-                        "give another --out)") from None
+    else:
+        raise busy
 
     def release():
         path.unlink(missing_ok=True)  # while still held: a run starting now makes its own file
@@ -112,6 +121,16 @@ def _hold_folder(out_dir: Path) -> None:
 
     held["stack"].callback(release)
     held["locked"].add(out_dir.resolve())
+
+
+def _same_file(f, path: Path) -> bool:
+    """Whether the open file f is the one at path now (not removed, nor replaced)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    own = os.fstat(f.fileno())
+    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
 
 
 @_holding
