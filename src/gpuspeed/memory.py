@@ -170,6 +170,13 @@ class _Sampler(threading.Thread):
         self.read, self.period_s = read, period_s
         self.peak = read() or 0
         self._halt = threading.Event()
+        self._sampling = threading.Event()  # set once the thread has made a reading and slept
+
+    def start(self) -> None:
+        """Start sampling and return once the thread runs: its own start (stack pages, the first reading's objects)
+        then lies before a baseline read after this, not inside the measured call."""
+        super().start()
+        self._sampling.wait(timeout=1.0)
 
     def run(self):
         while not self._halt.is_set():
@@ -177,11 +184,12 @@ class _Sampler(threading.Thread):
             if v is not None and v > self.peak:
                 self.peak = v
             time.sleep(self.period_s)
+            self._sampling.set()
 
     def stop(self) -> int:
+        v = self.read()  # before the join: a thread's exit grows the RSS (60-190 KiB), which is not the call's
         self._halt.set()
         self.join()
-        v = self.read()
         return max(self.peak, v or 0)
 
 
@@ -244,7 +252,9 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
             raise UserError(why)  # lambda: map(f, xs): the work, and its memory, come only when consumed
         del out
     if where == "cpu":
-        rep = _peak_host(fn, args, kwargs, None if warmup else name)
+        # "no GPU" only where auto found none: device="cpu" on a GPU machine said so too (not asked: it imports torch)
+        why = "device='cpu', so no GPU memory is counted" if str(device).lower() == "cpu" else "no GPU"
+        rep = _peak_host(fn, args, kwargs, None if warmup else name, why)
         rep.warmup = warmup
         return rep
     import torch
@@ -324,15 +334,21 @@ def peak_memory(fn: Callable, *args, kwargs: dict | None = None, device: str = "
 _HOST_WINDOWS: list[list[int]] = []
 
 
-def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
-    """The host peak of one call; `name` set: refuse a lazy result (the call was not seen in a warm-up)."""
-    rss0 = _rss_bytes()
-    sampler = _Sampler(_rss_bytes) if rss0 is not None else None
+def _peak_host(fn, args, kwargs, name: str | None = None, why: str = "no GPU") -> MemoryReport:
+    """The host peak of one call; `name` set: refuse a lazy result (the call was not seen in a warm-up); `why` the
+    host was measured, the note's first words."""
+    # the instruments start before the baselines are read: torch's profiler (kineto's first start in a process grows
+    # the RSS ~1.3 MiB), tracemalloc's tables and the sampler's thread were counted as the call's memory
     torch_allocs = TorchHostAllocs()
+    torch_allocs.start()
     was_tracing = tracemalloc.is_tracing()
     if not was_tracing:
         tracemalloc.start()
-    elif _HOST_WINDOWS:  # inside another peak_memory's call: its peak so far survives the reset below
+    sampler = _Sampler(_rss_bytes) if _rss_bytes() is not None else None
+    if sampler:
+        sampler.start()
+    rss0 = _rss_bytes() if sampler else None
+    if was_tracing and _HOST_WINDOWS:  # inside another peak_memory's call: its peak so far survives the reset below
         _, peak_so_far = tracemalloc.get_traced_memory()
         for window in _HOST_WINDOWS:
             window[0] = max(window[0], peak_so_far)
@@ -340,9 +356,6 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     base, _ = tracemalloc.get_traced_memory()
     mine = [0]  # the highest peak a nested peak_memory's reset took from this window
     _HOST_WINDOWS.append(mine)
-    if sampler:
-        sampler.start()
-    torch_allocs.start()
     try:
         out = fn(*args, **kwargs)
     finally:
@@ -362,7 +375,7 @@ def _peak_host(fn, args, kwargs, name: str | None = None) -> MemoryReport:
     rss_delta = max(rss_peak - rss0, 0) if rss_peak is not None else 0
     # the profiler's own event buffer grew the RSS too (~44 B an event, torch 2.13): not the call's memory
     rss_delta = max(rss_delta - PROFILER_EVENT_BYTES * torch_allocs.events, 0)
-    notes = ["no GPU: host memory of the call (Python/NumPy allocations via tracemalloc, plus torch's CPU "
+    notes = [f"{why}: host memory of the call (Python/NumPy allocations via tracemalloc, plus torch's CPU "
              "allocations from its profiler's memory events, added; at least the process RSS's rise, sampled "
              "every ~0.5 ms)"]
     if torch_allocs.why:

@@ -21,6 +21,10 @@ UNRELIABLE_NOISE = 0.05  # a median known only to over ±5 % is not a number to 
 # IQR over a quarter of the median: the samples spread over several levels (two modes, interference),
 # and the median can land on a different one next run however tight its own error bar looks
 UNRELIABLE_SPREAD = 0.25
+# the median of the last third of the samples (in the order taken) over 10 % from the first third's: the call's time
+# moved during the run (state kept between calls, heat, a cache that grows), so the median is of a moving target
+UNRELIABLE_DRIFT = 0.10
+DRIFT_THIRD = 5  # samples a third needs: the medians of 3 noisy samples moved 10 % apart in ~1 % of steady runs
 MIN_COMPARE_SAMPLES = 3  # compare() bootstraps an interval only from this many samples a side (median_rel_error's too)
 
 
@@ -240,6 +244,29 @@ def reliability(rel_noise: float, rel_iqr: float) -> str | None:
     return None
 
 
+def drift(samples) -> str | None:
+    """Why samples taken in this order are not of one time: the last third's median over UNRELIABLE_DRIFT from the
+    first third's, by more than three standard errors of the two (a steady call's thirds agree within their noise).
+    None when they agree, or with under DRIFT_THIRD samples a third. Neither the median's error nor the IQR sees a steady
+    rise: 1.0 ms rising to 1.4 ms read 1.2 ms, +-1 %."""
+    x = np.asarray(samples, dtype=np.float64)
+    third = x.size // 3
+    if third < DRIFT_THIRD or not np.isfinite(x).all():
+        return None
+    first, last = float(np.median(x[:third])), float(np.median(x[-third:]))
+    if not first > 0:
+        return None
+    change = (last - first) / first
+    noise = math.hypot(median_rel_error(x[:third]) * first, median_rel_error(x[-third:]) * last)
+    if abs(change) <= UNRELIABLE_DRIFT or not abs(last - first) > 3 * noise:
+        return None
+    why = ("slower as it repeats (state kept between calls, heat, a growing cache?)" if change > 0 else
+           "faster as it repeats (a warm-up too short for it: pass a larger warmup_s)")
+    return (f"unreliable: the time drifted {100 * change:+.0f}% during the run (median {format_time(first)} over the "
+            f"first third of the samples, {format_time(last)} over the last): the call got {why}, so the median is "
+            "of a moving target")
+
+
 def summarize(samples, *, name: str, device: str, mode: str, **extra) -> Measurement:
     """A Measurement from raw samples (seconds), flagged unreliable (with a note) when it is."""
     x = np.asarray(samples, dtype=np.float64)
@@ -249,7 +276,7 @@ def summarize(samples, *, name: str, device: str, mode: str, **extra) -> Measure
     notes = list(extra.pop("notes", []))
     rel_noise = median_rel_error(x)
     iqr = q75 - q25 if q75 != q25 else 0.0  # inf - inf: no spread, not NaN
-    why = reliability(rel_noise, float(iqr / q50) if q50 > 0 else float("nan"))
+    why = reliability(rel_noise, float(iqr / q50) if q50 > 0 else float("nan")) or drift(x)
     if why:
         notes.append(why)
     return Measurement(

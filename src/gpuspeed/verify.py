@@ -676,8 +676,13 @@ def _uncompared(leaf: LeafCheck, message: str) -> LeafCheck:
     return leaf
 
 
+# where integers fail a check given rtol=: its value was dropped (they compare exactly), which read as check() losing it
+UNUSED_RTOL = "rtol= is not applied to integers and bools, which compare exactly: pass atol= for room"
+
+
 def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
     _check_fits_host(path, out, ref)
+    rtol_given = rtol is not None and rtol > 0
     out_host, out_dtype = _to_host(out)
     ref_host, ref_dtype_name = _to_host(ref)
     for arr, which in ((out_host, "output"), (ref_host, "reference")):
@@ -758,6 +763,8 @@ def _check_leaf(path, out, ref, rtol, atol, equal_nan, dtype) -> LeafCheck:
             parts.append(f"the reference holds {ref_nan} NaN, which never match (equal_nan=True matches NaN with NaN)")
         if not exact and l2_rule and leaf.atol == 0 and ref_host.size and not np.any(ref_host):
             parts.append("the reference is all zero, so it sets no scale: pass atol=")
+        if exact and rtol_given:
+            parts.append(UNUSED_RTOL)
         notes.insert(0, "; ".join(parts))
     leaf.message = "; ".join(notes)
     return leaf
@@ -871,6 +878,7 @@ def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_na
                 f"each within rtol {leaf.rtol:.3g} of its own magnitude")
         if integer_ref and atol is None:
             rule += ", an integer reference matched exactly"
+        integers_failed = any(kinds[0] for kinds in out_kinds.values()) and integer_ref
         parts = [f"{leaf.n_over_tol}/{n} numbers over tolerance ({rule}), first at {where}: "
                  f"{_short(out.values[worst])} vs reference {_short(ref.values[worst])}"]
         if leaf.nan_count or leaf.inf_count:
@@ -878,6 +886,8 @@ def _check_numbers(path: str, out: _Numbers, ref: _Numbers, rtol, atol, equal_na
         parts.append(f"max abs {leaf.max_abs_err:.3g}")
         if ref_nan and not equal_nan:
             parts.append(f"the reference holds {ref_nan} NaN, which never match (equal_nan=True matches NaN with NaN)")
+        if integers_failed and rtol is not None and rtol > 0:
+            parts.append(UNUSED_RTOL)
         notes.insert(0, "; ".join(parts))
     leaf.message = "; ".join(notes)
     return leaf
@@ -936,9 +946,11 @@ def check(out: Any, ref: Any, rtol: float | None = None, atol: float | None = No
         summary = f"FAIL {lf.path}: {lf.message}{more}"
     else:
         worst = max(leaves, key=lambda lf: lf.rel_l2_err)
+        # an explicit atol makes the rule elementwise: the rel L2 error is then no bound, and "(rtol 1e-12)" beside a
+        # rel L2 of 3e-05 read as a pass that broke its own rule
+        rule = f"rtol {worst.rtol:g}" if atol is None else f"elementwise: atol {atol:g}, rtol {worst.rtol:g}"
         summary = (f"PASS: {sum(lf.n_elements for lf in leaves)} elements in {len(leaves)} array(s), "
-                   f"max abs {max(lf.max_abs_err for lf in leaves):.3g}, rel L2 {worst.rel_l2_err:.3g} "
-                   f"(rtol {worst.rtol:g})")
+                   f"max abs {max(lf.max_abs_err for lf in leaves):.3g}, rel L2 {worst.rel_l2_err:.3g} ({rule})")
     return CheckResult(passed=not failed, summary=summary, leaves=leaves)
 
 
