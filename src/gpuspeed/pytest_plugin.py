@@ -9,8 +9,8 @@ Under pytest-xdist each measurement travels in its test's report (`user_properti
 gets the workers' measurements for its table and file; the table then warns that parallel workers shared
 the device while they were timed.
 
-`--gpubench-json PATH` names the file itself (any name; a folder gets PATH/gpubench.json); a path that cannot
-be written stops the session before any test runs, as a gpuspeed `--out` does.
+`--gpubench-json PATH` names the file itself (any name; a folder, or a PATH ending in /, gets PATH/gpubench.json);
+a path that cannot be written stops the session before any test runs, as a gpuspeed `--out` does.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def _json_target(raw: str) -> Path:
     if not str(raw).strip():
         raise pytest.UsageError("--gpubench-json: an empty path (give the JSON file to write)")
     path = Path(os.path.abspath(raw))  # a test that changes the working directory does not move it
-    if path.is_dir():
+    names_folder = str(raw).endswith(("/", os.sep))  # `runs/`, not made yet: abspath drops the slash that says so
+    if path.is_dir() or names_folder:
         path = path / "gpubench.json"
     if path.is_dir():
         raise pytest.UsageError(f"--gpubench-json {raw}: {path} is a folder")

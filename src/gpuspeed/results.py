@@ -37,11 +37,22 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
                              timeout=5).stdout.strip()
         if not sha:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        if not cwd and not _tracked(Path(__file__).resolve()):  # installed in a project's .venv: its commit, not ours
+            return None
+        # the results folder left out: a study rewriting its committed results file is no change to the code
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+                                ":(top,exclude)results"], cwd=here, capture_output=True, text=True,
+                               timeout=5).stdout.strip()
         return f"{sha}-dirty" if dirty else sha
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _tracked(path: Path) -> bool:
+    """Whether the git checkout around `path` tracks that file (gpuspeed's own checkout, not a project whose
+    ignored .venv gpuspeed was installed into)."""
+    return subprocess.run(["git", "ls-files", "--error-unmatch", "--", path.name], cwd=path.parent,
+                          capture_output=True, timeout=5).returncode == 0
 
 
 # the command line of a `gpuspeed.cli.main([...])` call in progress (a notebook or script calling the CLI): the
@@ -60,11 +71,24 @@ def command_line(argv: list[str]):
         _COMMAND = saved
 
 
+def _run_as_module(argv0: str) -> str | None:
+    """The module `python -m MODULE` ran, where sys.argv[0] is that module's file; None for a script run by path."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    file = getattr(main, "__file__", None)
+    if not name or not file or os.path.abspath(file) != os.path.abspath(argv0):
+        return None
+    return name.removesuffix(".__main__")
+
+
 def environment(device: str = "auto") -> dict:
     """The stamp every results file carries: device, library versions, git commit, command line."""
     info = _device.get_device(device)
     argv = list(_COMMAND) if _COMMAND is not None else list(sys.argv)
-    if argv and argv[0].replace("\\", "/").endswith("gpuspeed/__main__.py"):  # `python -m gpuspeed ...`
+    module = _run_as_module(argv[0]) if argv and _COMMAND is None else None
+    if module:  # `python -m pytest ...`: sys.argv[0] is the path of pytest/__main__.py
+        argv[0] = f"python -m {module}"
+    elif argv and argv[0].replace("\\", "/").endswith("gpuspeed/__main__.py"):  # `python -m gpuspeed ...`
         argv[0] = "python -m gpuspeed"
     return {
         "command": argv,

@@ -47,7 +47,7 @@ def summarize_sharing(before: list[dict] | None, after: list[dict] | None, busy:
     if busy is not None:
         active = {pid: pct for pid, pct in busy.items() if pct >= BUSY_SM_PCT}
         busy_other, busy_identified = others(active, own_pid)
-        if busy_identified or own_pid in busy:
+        if identified or busy_identified or own_pid in busy:  # our pid is NVML's (listed), sampled or not
             record["other_busy"] = {str(p): active[p] for p in busy_other}
         else:  # ours is among them, unnamed: the least busy is taken for ours
             ranked = sorted(busy_other, key=lambda p: active[p], reverse=True)
