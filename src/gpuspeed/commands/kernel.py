@@ -96,7 +96,8 @@ def register(app: typer.Typer) -> None:
                 # the library was guessed for --input arrays only: int:/float: scalars make none to blame it on
                 arrays_given = any(parse_spec(s).kind == "array" for s in inputs)
                 hint = launcher_error_hint(fn, host_args, exc, guessed=backend == "auto" and arrays_given,
-                                           gpu=where == "cuda")
+                                           gpu=where == "cuda",
+                                           numbers_given=any(parse_spec(s).kind != "array" for s in inputs))
                 raise UserError(f"{name} raised {type(exc).__name__}: {first}{hint}") from exc
         rep.notes[:0] = notes
         if out:

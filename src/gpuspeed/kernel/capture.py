@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuspeed.kernel.chunks import layout
+from gpuspeed.kernel.chunks import layout, loop_steps
 from gpuspeed.kernel.numba_signature import mismatch
 from gpuspeed.kernel.shared_memory import over_limit, shaped_by_arguments
 
@@ -59,6 +59,8 @@ class Launch:
     tuned: dict | None = None
     # its arrays' memory, scalar arguments and largest array's elements (kernel.chunks: a chunked launcher's bytes)
     layout: dict | None = None
+    # the constexprs a Triton kernel's loops step by (BLOCK_K): no part of what a program covers (kernel.chunks)
+    loop_steps: frozenset = frozenset()
 
 
 _NO_KEY = object()  # an autotuner run that looked up no key (a single config)
@@ -133,7 +135,8 @@ class Capture:
         self._open = False
         self._undo: list = []
         self._timings: dict = {}  # (id(autotuner), tuning key) -> {Config: time} of that key's tuning
-        self._constexprs: dict = {}  # id(kernel) -> (kernel, the names of its tl.constexpr parameters)
+        # id(kernel) -> (kernel, the names of its tl.constexpr parameters, those its loops step by)
+        self._constexprs: dict = {}
         self._local = threading.local()
 
     # --- state kept per thread while a launch is under way
@@ -421,7 +424,8 @@ class Capture:
                 meta=cap._meta(jitfn, args, kwargs),
                 arg_bytes=arg_bytes([*args, *kwargs.values()]),
                 layout=layout([*zip(getattr(jitfn, "arg_names", None) or [None] * len(args), args, strict=False),
-                               *kwargs.items()], cap._constexprs[id(jitfn)][1])))
+                               *kwargs.items()], cap._constexprs[id(jitfn)][1]),
+                loop_steps=cap._constexprs[id(jitfn)][2]))
             return kernel
         return run
 
@@ -431,7 +435,8 @@ class Capture:
         apart launches that are alike, and keep a loop's launches from merging into one row)."""
         names = list(getattr(jitfn, "arg_names", None) or [])
         if id(jitfn) not in self._constexprs:  # the kernel kept beside its names: its id is not reused meanwhile
-            self._constexprs[id(jitfn)] = (jitfn, _constexpr_names(jitfn))
+            const = _constexpr_names(jitfn)
+            self._constexprs[id(jitfn)] = (jitfn, const, loop_steps(jitfn) & const)
         const = self._constexprs[id(jitfn)][1]
         meta = {n: v for n, v in zip(names, args, strict=False) if n in const and _plain(v)}
         meta.update({k: v for k, v in kwargs.items() if _plain(v) and k != "debug" and (k in const or k not in names)})

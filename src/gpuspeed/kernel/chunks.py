@@ -1,20 +1,24 @@
-"""Launches of one kernel handed the same memory at other offsets or scalars: a chunked launcher (each launch works
-on a part of the buffers, handed whole with an offset, or as views from it: x[start:]) or repeated sweeps (an
-iteration index, Floyd-Warshall's k).
+"""Launches of one kernel handed the same memory at other offsets or scalars: a chunked launcher (each launch works on a
+part of the buffers, handed whole with an offset, or as views from it: x[start:]) or repeated sweeps (an iteration
+index, Floyd-Warshall's k).
 
 Each launch's array arguments counted once (capture.arg_bytes) charge a chunked launcher's buffers once per chunk: k
 chunks read as k times the traffic, and a % of roof k times too high. Which of the two it is cannot be seen from the
 arguments; the launch's size can tell it where it is known: a Numba launch's threads (grid x block), a Triton launch's
-programs x its BLOCK constexprs (the elements a program covers). Launches each smaller than the largest buffer whose
-sizes add up to it (each a part of it, the last one's block maybe overhanging) are a chunked launcher's: the memory they
-are handed counts once. Each covering the whole buffer: sweeps, each counted. Sizes not known (no BLOCK constexpr), or
-that tell neither (adding up to less than the buffer, as a grid-stride loop's do, or far more, as masked rows'):
-each counted, and said.
+programs x its BLOCK constexprs (the elements a program covers), less those a loop of the kernel steps by (a tiled
+matmul's BLOCK_K walks the K axis: no program covers more of its output for it). Launches each smaller than the
+largest buffer whose sizes add up to it (each a part of it, the last one's block maybe overhanging) are a chunked
+launcher's: the memory they are handed counts once. Each covering the whole buffer: sweeps, each counted. Sizes not
+known (no BLOCK constexpr), or that tell neither (adding up to less than the buffer, as a grid-stride loop's do, or
+far more, as masked rows'): each counted, and said.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 
 import numpy as np
 
@@ -53,12 +57,48 @@ def _layout(values, constexprs) -> dict | None:
 
 def covered(launch) -> int | None:
     """The elements one launch's threads or programs cover: a Numba launch's grid x block threads, a Triton launch's
-    programs x the product of its BLOCK constexprs; None where that is not known (a Triton kernel with none)."""
+    programs x the product of its BLOCK constexprs but those a loop steps by (`loop_steps`); None where that is not
+    known (a Triton kernel with none)."""
     programs = math.prod(launch.grid)
     if launch.backend == "numba" and launch.block:
         return programs * math.prod(launch.block)
-    blocks = [v for k, v in launch.meta.items() if "BLOCK" in k.upper() and isinstance(v, int) and v > 0]
+    blocks = [v for k, v in launch.meta.items()
+              if "BLOCK" in k.upper() and k not in launch.loop_steps and isinstance(v, int) and v > 0]
     return programs * math.prod(blocks) if blocks else None
+
+
+def loop_steps(kernel) -> frozenset:
+    """The names a Triton kernel's `for` loops step by: a range's step (`range(0, K, BLOCK_K)`) or a divisor in its
+    bounds (`range(tl.cdiv(K, BLOCK_K))`, `range(K // BLOCK_K)`). A BLOCK constexpr so used is how far a program
+    moves along an axis it walks whole, not more of the output it covers. Empty where the source cannot be read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(getattr(kernel, "fn", kernel))))
+    except (TypeError, OSError, SyntaxError):  # defined in a string or a notebook cell without source: nothing known
+        return frozenset()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and _is_range(node.iter.func):
+            found |= _steps_of(node.iter)
+    return frozenset(found)
+
+
+def _is_range(func) -> bool:
+    """Whether a call's callee is range, tl.range or tl.static_range."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name in ("range", "static_range")
+
+
+def _steps_of(call: ast.Call) -> set:
+    """Names a range call steps by: those of its step argument, and divisors within any of its arguments."""
+    step = call.args[2:3] + [kw.value for kw in call.keywords if kw.arg == "step"]
+    found = {n.id for arg in step for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        for n in ast.walk(arg):
+            if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv)):
+                found |= {m.id for m in ast.walk(n.right) if isinstance(m, ast.Name)}
+            elif isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "cdiv":
+                found |= {m.id for a in n.args[1:2] for m in ast.walk(a) if isinstance(m, ast.Name)}
+    return found
 
 
 def launch_bytes(launches: list) -> tuple[int, str]:

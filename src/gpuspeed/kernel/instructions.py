@@ -132,6 +132,28 @@ def mix(ptx: str | None) -> dict | None:
             "instructions": n, "kinds": kinds, "shares": {k: v / n for k, v in kinds.items()}, "fma": dict(fma)}
 
 
+# a tensor-core instruction's A-operand type -> the compute ceiling it runs at (integer MMAs: no ceiling measured)
+_MMA_UNITS = {"f64": "fp64", "tf32": "tf32", "f16": "fp16", "bf16": "bf16", "e4m3": "fp8", "e5m2": "fp8"}
+_MMA_TYPE = re.compile(r"f64|f32|f16|bf16|tf32|e4m3|e5m2|[su](?:4|8|16|32)|b1")
+
+
+def tensor_core_unit(ptx: str | None) -> str | None:
+    """The compute ceiling a kernel's tensor-core instructions run at: the unit of their A operand's type
+    (mma.sync...f32.bf16.bf16.f32 and wgmma...f32.tf32.tf32 list D's type first), the most common one where there
+    are several; None without PTX or tensor-core floating-point instructions."""
+    if not ptx:
+        return None
+    units = Counter()
+    for _, op in _instructions(ptx.splitlines()):
+        parts = op.split(".")
+        if parts[0] not in ("mma", "wgmma"):
+            continue
+        types = [m for m in parts[1:] if _MMA_TYPE.fullmatch(m)]
+        if len(types) >= 2 and types[1] in _MMA_UNITS:
+            units[_MMA_UNITS[types[1]]] += 1
+    return units.most_common(1)[0][0] if units else None
+
+
 def summary(m: dict | None, top: int = 4) -> str:
     """'integer/logic 58 %, warp vote 14 %, ...' for the report, the largest kinds first ('moves' left out: ptxas
     removes most of them)."""

@@ -13,6 +13,8 @@ then says the launcher ran and returned, with its launches, and no timing or occ
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -482,6 +484,49 @@ def _grid_launch_name(fn) -> str | None:
     return None
 
 
+def compute_unit(unit: str | None, ptxs: list, args: Any, counted: bool) -> tuple[str, str | None]:
+    """(the compute ceiling a kernel is held to, a note where its PTX chose it): `unit` as given; else the unit its
+    tensor-core instructions (mma / wgmma) run at, from the PTX of its launches, the main one's first (a Triton
+    tl.dot on fp16 data runs at the fp16 tensor-core rate, fp32 data at tf32's, which no FMA roof bounds); else
+    default_unit's (the CUDA-core unit of its dtype, or the tensor-core one of the torch matmuls FlopCounterMode
+    counted)."""
+    from gpuspeed.roofline.place import default_unit
+
+    if unit:
+        return unit, None
+    found = next((u for u in map(instructions.tensor_core_unit, ptxs) if u), None)
+    if found:
+        return found, (f"held to the {found} roof: its kernel's tensor-core instructions (mma) run on {found} data "
+                       "(unit= to name another)")
+    return default_unit(args, counted), None
+
+
+def _main_first_ptx(captured: list, described: list[dict], main: dict | None) -> list:
+    """The PTX of each distinct launch (as group() orders them, beside their report dicts), the main launch's first."""
+    ptxs = [instructions.ptx_of(la.compiled, la.backend) for la, _ in group(captured)]
+    first = [i for i, d in enumerate(described) if d is main]
+    return [ptxs[i] for i in first] + [p for i, p in enumerate(ptxs) if i not in first]
+
+
+def given_counts(name: str, flops, nbytes) -> tuple[float | None, int | None]:
+    """(flops, bytes) as given (a 0-d array as the number it holds), or a one-line UserError for a count the roof
+    cannot use, as place() refuses it: FLOPs finite and >= 0 (0: a copy's), bytes a whole number >= 1 (1.5 would be
+    int()ed to another count). Without a GPU they are not used, but one a GPU run would refuse after all its timing
+    is refused now."""
+    from gpuspeed.roofline.place import _one_number, _real, _shown
+
+    def real(v) -> bool:
+        return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+    flops = None if flops is None else _one_number(flops)
+    nbytes = None if nbytes is None else _one_number(nbytes)
+    if flops is not None and not (real(flops) and 0 <= _real(flops) < math.inf):  # NaN too
+        raise UserError(f"{name}: flops must be finite and >= 0 (FLOPs per call), got {_shown(flops)}")
+    if nbytes is not None and not (real(nbytes) and 1 <= _real(nbytes) < math.inf and float(nbytes).is_integer()):
+        raise UserError(f"{name}: bytes must be a whole number of bytes >= 1 per call, got {_shown(nbytes)}")
+    return flops, None if nbytes is None else int(nbytes)
+
+
 def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | None = None,  # noqa: A002
                   name: str | None = None, device: str = "auto", ceilings=None, bench_kw: dict | None = None,
                   kwargs: dict | None = None, unit: str | None = None, expected: Any = None,
@@ -512,6 +557,11 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     refuse_kernel(fn, name, getattr(fn, "__name__", None), "pass the function that launches it, or the kernel with "
                   "its launch configuration")
     gpu = resolve_device(device) == "cuda"
+    flops, bytes = given_counts(name, flops, bytes)  # noqa: A001 - before any launch, as place() refuses them
+    if unit is not None:  # an unknown one was refused only after the timing, in locate()
+        from gpuspeed.roofline.place import unit_name
+
+        unit = unit_name(unit)
     given_ceil, given_source, notes = given_ceilings(ceilings, gpu)  # before any launch
     if expected is not None:
         from gpuspeed.trees import clone_tree
@@ -571,7 +621,7 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
     time_s = rel_iqr = place = copy_pct = None
     source = None
     if gpu and launches:
-        from gpuspeed.roofline.place import count_flops, default_unit, min_bytes
+        from gpuspeed.roofline.place import count_flops, min_bytes
         from gpuspeed.timing import bench
 
         # a launcher that returns no array writes into its arguments: those it also reads move twice; seen before the
@@ -601,8 +651,9 @@ def kernel_report(fn: Callable, *args, flops: float | None = None, bytes: int | 
             ceil, source, said = ((given_ceil, given_source, []) if given_ceil is not None
                                   else _ceilings(None, _device.get_device("cuda")))
             notes += said
-            place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil),
-                              unit or default_unit((args, kwargs), counted))
+            held_to, why = compute_unit(unit, _main_first_ptx(cap.launches, launches, main), (args, kwargs), counted)
+            notes += [why] if why and flops else []
+            place = placement(name, flops, nbytes, time_s, copy_roof_view(ceil), held_to)
             place["bytes_source"] = moved
             if counted and not given:
                 place["flops_source"] = "counted by FlopCounterMode"

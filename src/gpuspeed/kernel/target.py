@@ -383,12 +383,13 @@ def _python_math_on_a_block(exc: BaseException) -> str:
 
 
 def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed: bool = False,
-                        gpu: bool = True) -> str:
+                        gpu: bool = True, numbers_given: bool = False) -> str:
     """What to change when the launcher failed on the arguments the file's inputs(rng) made ('' when nothing fits):
     a dict is one argument, not keywords; NumPy arrays handed to a launcher written for torch tensors want
     `gpuspeed_inputs = "torch"`, which moves them to the device first. For --input arrays whose library was
-    guessed from the launcher's module (`guessed`), which library they were and how to choose another. Without a
-    GPU (`gpu` False), a launcher that asks for CUDA itself (torch.cuda.synchronize(), device="cuda")."""
+    guessed from the launcher's module (`guessed`), which library they were and how to choose another, unless a number
+    among them (`numbers_given`: NAME=int:VALUE) was used as an array. Without a GPU (`gpu` False), a launcher that
+    asks for CUDA itself (torch.cuda.synchronize(), device="cuda")."""
     import re
 
     import numpy as np
@@ -410,6 +411,10 @@ def launcher_error_hint(fn, host_args: tuple | None, exc: BaseException, guessed
     if host_args is None:
         if not guessed or not isinstance(exc, (TypeError, AttributeError)):  # arrays of another library fail so
             return ""
+        # an int:/float: --input used as an array: no library helps ('int' object is not callable is NumPy's x.size(0))
+        if numbers_given and re.search(r"'(int|float)' object (has no attribute|is not subscriptable)", str(exc)):
+            return (" (a Python number was used as an array: an --input given as NAME=int:VALUE or NAME=float:VALUE is "
+                    "a number; give an array as NAME=DTYPE[SHAPE])")
         from gpuspeed.profiling.backend import infer_backend
 
         asked = getattr(fn, "gpuspeed_inputs", None)
