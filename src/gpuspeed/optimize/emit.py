@@ -295,8 +295,8 @@ def build_optimized(force_cpu=False):
         return module.{func_attr}, f"the original on the CPU ({{why}})"
     try:
         build = _backend_build()
-    except ImportError as exc:
-        return module.{func_attr}, f"the original on the CPU ({{exc.name}} is not installed)"
+    except (ImportError, OSError, ValueError) as exc:  # installed and broken too (a CUDA library torch cannot load)
+        return module.{func_attr}, f"the original on the CPU ({{import_failure(exc)}})"
     opts = {{k: v for k, v in RECIPE.items() if k in ("mode", "variant", "prange", "fuse", "parallel")}}
     precision = RECIPE.get("precision", "as-written")
     # a float32 primary's outputs are cast back to the original's dtypes for each call's own inputs (like_the_original)
@@ -316,6 +316,15 @@ def build_optimized(force_cpu=False):
     if precision != "as-written" and not IN_PLACE:  # written into the caller's arrays: the original cannot redo it
         fn = finite_or_original(fn, impl)
     return fn, impl.label
+
+
+def import_failure(exc):
+    """Why the backend's library did not import, in a few words: not installed, or installed and failing as it loads
+    (an ImportError naming no module, a shared library it cannot open)."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return f"{{exc.name}} is not installed"
+    text = (str(exc).strip().splitlines() or [""])[0][:160]
+    return f"{library} failed to import: {{type(exc).__name__}}: {{text}}"
 
 
 def finite_or_original(fn, impl):
@@ -654,7 +663,7 @@ def main(argv=None):
                 t_orig, method = benchmark(original, args, where="cpu")
                 t_orig, orig_note = on_fresh_inputs(original, module, args, t_orig, CACHES_RESULTS.get("original"))
             print(f"original {{t_orig * 1e3:.3f}} ms ({{method}}); the optimized version is the original itself "
-                  f"({{how[len('the original on the CPU '):].strip('()')}}): no speedup to measure")
+                  f"({{how[len('the original on the CPU ('):-1]}}): no speedup to measure")  # its own parentheses kept
             print_notes(original=orig_note)
             print_run_times(original_only=True)
             return 0 if ok else 1
@@ -663,7 +672,8 @@ def main(argv=None):
         with on_the_host():
             t_orig, _ = benchmark(original, args, runs=5, where="cpu")
             t_orig, orig_note = on_fresh_inputs(original, module, args, t_orig, CACHES_RESULTS.get("original"))
-        print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): {{t_orig / t_opt:.2f}}x")
+        print(f"original {{t_orig * 1e3:.3f}} ms, optimized {{t_opt * 1e3:.3f}} ms ({{method}}): "
+              f"{{speedup_text(t_orig, t_opt)}}")
         print_notes(original=orig_note, optimized=opt_note)
         print_run_times()
     return 0 if ok else 1
@@ -729,10 +739,17 @@ def print_run_times(original_only=False):
     orig, opt = RUN_TIMES.get("original"), RUN_TIMES.get("optimized")
     if orig is None:
         return
-    parts = [f"original {{orig * 1e3:.3f}} ms"] + ([f"optimized {{opt * 1e3:.3f}} ms end to end ({{orig / opt:.2f}}x)"]
-                                                if opt and not original_only else [])
+    parts = [f"original {{orig * 1e3:.3f}} ms"] + ([f"optimized {{opt * 1e3:.3f}} ms end to end "
+                                                 f"({{speedup_text(orig, opt)}})"] if opt and not original_only else [])
     how = f" ({{RUN_TIMES['how']}})" if RUN_TIMES.get("how") else ""
     print(f"  gpuspeed optimize measured {{', '.join(parts)}} on {{RUN_TIMES.get('device')}}{{how}}")
+
+
+def speedup_text(t_orig, t_opt):
+    """t_orig / t_opt as report.md writes a speedup: '1.72x'; under 0.1 in two significant figures (400x slower read
+    '0.00x', as if the optimized code never ran)."""
+    ratio = t_orig / t_opt
+    return f"{{ratio:.2f}}x" if abs(ratio) >= 0.1 else f"{{ratio:.2g}}x"
 
 
 if __name__ == "__main__":
@@ -767,6 +784,9 @@ def script_text(run) -> str:
     nondeterministic = run.results.get("original", {}).get("nondeterministic")
     verdict_line = (f"Not checked: the original is not deterministic ({nondeterministic}), so nothing can be checked "
                     "against it (see report.md)." if nondeterministic else
+                    # as report.md says: the reference itself, with no check of its own to report
+                    "The original itself, unchanged: the reference every candidate was checked against within "
+                    f"{_tolerance_text(run.wl.rtol, run.wl.atol)} (see report.md)." if backend == "original" else
                     f"Correct against the original within {_tolerance_text(run.wl.rtol, run.wl.atol)} on "
                     f"{len(run.params['seeds'])} fresh seeds (see report.md).")
     text = TEMPLATE.format(
@@ -776,7 +796,7 @@ def script_text(run) -> str:
         label=(row or {}).get("label", "the original"), device=dev, measured=measured, rtol=run.wl.rtol,
         atol=run.wl.atol, tolerance=_tolerance_text(run.wl.rtol, run.wl.atol), tolerances=_tolerances(),
         ran_on_gpu=run.where == "cuda", torch_workload=run.wl.kind == "torch",
-        n_seeds=len(run.params["seeds"]), lib=lib,
+        n_seeds=len(run.params["seeds"]), lib=lib, library=lib if lib != "it" else "the backend's library",
         install="\n    ".join(x for x in dict.fromkeys(["pip install numpy", INSTALL.get(backend, "")]) if x),
         import_root=run.params.get("cwd") or os.getcwd(),
         fallback_line=_fallback_line(backend, rec, lib),
@@ -825,6 +845,8 @@ def _fallback_line(backend: str, rec: dict, lib: str) -> str:
         return "A variant that takes GPU inputs falls back to the original without a GPU."
     if backend in GPU_BACKENDS and rec.get("device") != "cpu":
         return f"Without a GPU (or without {lib}) it falls back to the original code on the CPU."
+    if backend == "numpy":  # NumPy on the CPU: nothing it needs that the script itself does not
+        return "It needs only NumPy: it runs wherever the original does."
     return f"Without {lib} it falls back to the original."
 
 
