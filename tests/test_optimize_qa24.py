@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import pytest
+
 from optimize_script_helpers import optimize_text
 
 SLOW_ORIGINAL = '''
@@ -76,3 +78,31 @@ def test_a_lock_file_removed_as_this_run_opened_it_is_not_taken_for_the_folders_
         finally:
             pipeline._HELD.reset(token)
     third[0].close()
+
+
+def _rounds(*ratios):
+    """A confirmation worker's rounds whose ratios (original over candidate) are these."""
+    return {"rounds": [{"original": 1.0, "device_time": 1.0 / r} for r in ratios], "ways": ["device_time"]}
+
+
+SEPARATE = {"name": "numba", "speedup": {"speedup": 1.24, "ci_low": 1.2, "ci_high": 1.3, "verdict": "faster"}}
+
+
+def test_rounds_that_disagree_with_each_other_do_not_confirm_a_speedup_they_do_not_show():
+    # a loaded machine: report.md said "numba is 0.00551x [0.00546, 1.26] ...: it agrees with the separate timings
+    # (1.24x)". Its range met the separate CI only through one round of three; its median says another thing
+    from gpuspeed.optimize import confirm as K
+
+    conf = K.judge(dict(SEPARATE), _rounds(0.00546, 0.00551, 1.26), "device")
+    assert conf["status"] != "ok" and not conf["agreed"] and not conf["replaced"], conf
+    assert "rounds disagree" in conf["reason"], conf
+    assert "agrees" not in K.line(conf) and "not confirmed" in K.line(conf), K.line(conf)
+
+
+@pytest.mark.parametrize(("ratios", "agreed"), [((1.22, 1.25, 1.27), True), ((0.9, 1.25, 1.6), True),
+                                                ((2.9, 3.0, 3.1), False)])
+def test_consistent_rounds_agree_or_replace_as_before(ratios, agreed):
+    from gpuspeed.optimize import confirm as K
+
+    conf = K.judge(dict(SEPARATE), _rounds(*ratios), "device")
+    assert conf["status"] == "ok" and conf["agreed"] == agreed and conf["replaced"] == (not agreed), conf

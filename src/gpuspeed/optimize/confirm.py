@@ -94,6 +94,16 @@ def judge(row: dict, confirm_row: dict, rank_by: str) -> dict:
     separate = row.get(label) or {}
     sep_low, sep_high = separate.get("ci_low"), separate.get("ci_high")
     agreed = (sep_low is None or sep_high is None) or (low / (1 + SLACK) <= sep_high and sep_low <= high * (1 + SLACK))
+    if agreed and sep_low is not None and sep_high is not None \
+            and not sep_low / (1 + SLACK) <= ratio <= sep_high * (1 + SLACK):
+        # the rounds' range meets the separate CI only through rounds far from their own median (0.0055x [0.0055,
+        # 1.26] read "agrees with 1.24x" on a loaded machine): they neither confirm the speedup nor replace it
+        return {"candidate": row["name"], "status": "inconclusive", "rounds": len(ranked), "ratio": ratio, "low": low,
+                "high": high, "ratios": ranked, "separate": separate.get("speedup"), "separate_ci": [sep_low, sep_high],
+                "agreed": False, "replaced": False, "demoted": False,
+                "reason": f"its {len(ranked)} rounds disagree with each other ({_x(low)}x to {_x(high)}x, median "
+                          f"{_x(ratio)}x, against {_x(separate.get('speedup'))}x timed apart): the machine's state moved "
+                          "while they ran"}
     out = {"candidate": row["name"], "status": "ok", "rounds": len(ranked),
            "original_s": statistics.median(r["original"] for r in rounds),
            "candidate_s": statistics.median(r[key] for r in rounds if r.get(key)),
