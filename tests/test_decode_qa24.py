@@ -79,3 +79,22 @@ def test_device_cpu_on_a_gpu_machine_does_not_say_there_is_no_cuda_device(capsys
     text = " ".join(_cpu_run_words(capsys).split())
     assert "no cuda device" not in text.lower(), text
     assert "--device cpu: the ladder runs on the CPU" in text, text
+
+
+def test_a_second_run_into_the_same_out_leaves_no_trace_of_a_rung_it_did_not_run(tmp_path, capsys):
+    # traces/<label>_<Vn>.trace.json.gz of the first run's rungs stayed beside the second run's decode.json, which
+    # names none of them: read as this run's (stale plots were already removed)
+    from decode_cli_helpers import ROOF, TINY, cli
+
+    flags = [a for a in TINY if a != "--no-profile"]
+    at = flags.index("--variants")
+    first = flags[:at] + ["--variants", "V0,V2"] + flags[at + 2:]
+    rc, out = cli(["--model", "tiny", *first, *ROOF, "--prompt-len", "3", "--out", str(tmp_path)], capsys)
+    assert rc == 0, out.err
+    traces = tmp_path / "traces"
+    assert {p.name for p in traces.glob("*.trace.json.gz")} == {"tiny_fp32_V0.trace.json.gz",
+                                                                 "tiny_fp32_V2.trace.json.gz"}
+    (traces / "mine.trace.json.gz").write_bytes(b"")  # not a rung's: left alone
+    rc, out = cli(["--model", "tiny", *flags, *ROOF, "--prompt-len", "3", "--out", str(tmp_path)], capsys)
+    assert rc == 0, out.err
+    assert {p.name for p in traces.glob("*.trace.json.gz")} == {"tiny_fp32_V2.trace.json.gz", "mine.trace.json.gz"}

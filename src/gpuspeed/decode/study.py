@@ -1387,13 +1387,23 @@ def write_artifacts(doc: dict, out) -> list[Path]:
         doc["notes"].append(f"plot failed: {one_line(exc)}; decode_ladder.png and decode_bandwidth.png were not "
                             "drawn (the numbers are in decode.json)")
     path = write_results(doc, out)  # first: a failed write keeps an earlier run's file and its plots together
-    for stale in (Path(out) / f"decode_{kind}.png" for kind in ("ladder", "bandwidth")):
-        if stale not in pics:  # an earlier run's plot beside this run's decode.json would be read as this run's
+    for stale in [*(Path(out) / f"decode_{kind}.png" for kind in ("ladder", "bandwidth")), *_stale_traces(doc, out)]:
+        if stale not in pics:  # an earlier run's plot or trace beside this run's decode.json would be read as this run's
             try:
                 stale.unlink(missing_ok=True)
             except OSError:  # a folder by that name, a read-only file: the results are written all the same
                 pass
     return [path, *pics]
+
+
+def _stale_traces(doc: dict, out) -> list[Path]:
+    """Traces under out/traces of this run's models and dtypes (<label>_<Vn>.trace.json.gz) that its rows do not name:
+    an earlier run's rungs that this one did not profile. Other files there are left alone."""
+    named = {Path(r["trace"]).name for r in doc.get("rows", []) if r.get("trace")}
+    labels = {n[:n.rindex("_V")] for n in named if "_V" in n}
+    found = Path(out) / "traces"
+    return [p for p in (found.glob("*.trace.json.gz") if found.is_dir() else [])
+            if p.name not in named and "_V" in p.name and p.name[:p.name.rindex("_V")] in labels]
 
 
 def plots(doc: dict, out) -> list[Path]:
