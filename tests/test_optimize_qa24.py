@@ -106,3 +106,18 @@ def test_consistent_rounds_agree_or_replace_as_before(ratios, agreed):
 
     conf = K.judge(dict(SEPARATE), _rounds(*ratios), "device")
     assert conf["status"] == "ok" and conf["agreed"] == agreed and conf["replaced"] == (not agreed), conf
+
+
+def test_report_table_is_in_the_order_the_run_ranked_by(tmp_path):
+    # ranked end to end (the CPU's default), the table was sorted by device-resident time: a float32 candidate whose
+    # casts make it the slower end to end stood above the one ranked first
+    from gpuspeed.optimize import report
+
+    class Run:
+        params = {"rank_by": "e2e", "seeds": [1, 2, 3]}
+        results = {"a": {"status": "ok", "device_time": {"median": 1.0}, "e2e_time": {"median": 3.0}},
+                   "b": {"status": "ok", "device_time": {"median": 2.0}, "e2e_time": {"median": 2.5}}}
+
+    assert report.table_order(Run()) == ["b", "a"]
+    Run.params = {"rank_by": "device"}
+    assert report.table_order(Run()) == ["a", "b"]

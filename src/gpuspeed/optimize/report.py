@@ -80,6 +80,14 @@ def table_rows(run) -> list[dict]:
     return rows
 
 
+def table_order(run) -> list[str]:
+    """The candidates in report.md's table: fastest first by the time the run ranked them on (end to end on the CPU's
+    default; the device-resident order put a float32 candidate slower end to end above the one ranked first), the
+    untimed last."""
+    way = "e2e_time" if run.params.get("rank_by") == "e2e" else "device_time"
+    return [n for n, _ in sorted(run.results.items(), key=lambda kv: (_t(kv[1], way) is None, _t(kv[1], way) or 0))]
+
+
 def _code_of(run, name) -> str:
     from gpuspeed.optimize import emit
 
@@ -185,7 +193,8 @@ def markdown(run) -> str:
     L.append("| candidate | status | device-resident | end to end | speedup | e2e speedup | max abs err | max rel err "
              f"| rel L2 err | peak memory |{' % of bw roof |' if roof else ''} note |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if roof else ""))
-    for name, r in sorted(run.results.items(), key=lambda kv: (_t(kv[1]) is None, _t(kv[1]) or 0)):
+    for name in table_order(run):
+        r = run.results[name]
         note = r.get("reason") or (f"chunk {r['chunk_size']}" if r.get("chunk_size") else "")
         if name == p:
             note = "**primary** " + note
