@@ -549,6 +549,19 @@ def _open_gguf(path: Path):
     return gguf, reader, args, tensors
 
 
+def _dequantize(gguf, t, path: Path) -> torch.Tensor:
+    """A GGUF tensor as fp32: F64 as it is (gguf's dequantize has no F64), the types gguf cannot dequantize (Q8_1,
+    Q8_K, integers) in one line naming the tensor, not a NotImplementedError traceback."""
+    if t.tensor_type == gguf.GGMLQuantizationType.F64:
+        return torch.from_numpy(t.data.astype("float32"))
+    try:
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)
+    except NotImplementedError:
+        raise UserError(f"{path.name}: tensor {t.name} is stored as {t.tensor_type.name}, which the gguf package "
+                        "cannot dequantize") from None
+    return torch.from_numpy(arr.copy()).float()
+
+
 def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpoint:
     """A llama GGUF, every tensor dequantized to fp32 on the host, then cast onto `device`."""
     path = Path(path)
@@ -561,9 +574,7 @@ def load_gguf(path: str | Path, *, device="cpu", dtype=torch.float32) -> Checkpo
     def get(name: str) -> torch.Tensor:
         if name not in tensors:
             raise UserError(f"{path.name}: checkpoint lacks {name}")
-        t = tensors[name]
-        arr = gguf.quants.dequantize(t.data, t.tensor_type)
-        w = torch.from_numpy(arr.copy()).float()
+        w = _dequantize(gguf, tensors[name], path)
         if name.endswith("attn_q.weight"):
             w = unpermute_gguf(w, n_heads)
         elif name.endswith("attn_k.weight"):

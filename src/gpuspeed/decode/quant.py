@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from gpuspeed.errors import UserError
 
 LINEARS = ("wqkv", "wo", "w_gate_up", "w_down")
+# split by columns under tensor parallel (tp.py): a rank holds part of each row, whose scale is the whole row's
+ROW_PARALLEL = ("wo", "w_down")
 
 
 class Int8Weight:
@@ -69,17 +71,34 @@ def dequant_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tor
 
 
 @torch.no_grad()
-def quantize(w: torch.Tensor, rows_per_chunk: int = 8192) -> Int8Weight:
-    """Symmetric per-row int8 (chunked over rows: an 8B LM head in fp32 at once would be 2 GB of temporaries)."""
+def row_absmax(w: torch.Tensor, rows_per_chunk: int = 8192) -> torch.Tensor:
+    """max |w| of each row, fp32 [N] (chunked over rows, as quantize)."""
+    return torch.cat([w[i:i + rows_per_chunk].float().abs().amax(dim=1) for i in range(0, w.shape[0], rows_per_chunk)])
+
+
+@torch.no_grad()
+def quantize(w: torch.Tensor, rows_per_chunk: int = 8192, absmax: torch.Tensor | None = None) -> Int8Weight:
+    """Symmetric per-row int8 (chunked over rows: an 8B LM head in fp32 at once would be 2 GB of temporaries).
+    absmax: each row's max |w| where w holds only part of the rows (a tensor-parallel rank's columns)."""
     n = w.shape[0]
     q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
     scale = torch.empty(n, dtype=torch.float32, device=w.device)
     for i in range(0, n, rows_per_chunk):
         wf = w[i:i + rows_per_chunk].float()
-        s = (wf.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)  # an all-zero row: q = 0
+        m = wf.abs().amax(dim=1) if absmax is None else absmax[i:i + rows_per_chunk].float()
+        s = (m / 127.0).clamp_min(torch.finfo(torch.float32).tiny)  # an all-zero row: q = 0
         q[i:i + rows_per_chunk] = torch.round(wf / s[:, None]).clamp_(-127, 127).to(torch.int8)
         scale[i:i + rows_per_chunk] = s
     return Int8Weight(q, scale)
+
+
+def _whole_row_absmax(model, name: str, w: torch.Tensor) -> torch.Tensor | None:
+    """Under tensor parallel, a column-split weight's row maxima over every rank (None: w holds whole rows), so each
+    rank's int8 weights are the slices of one process's: scaled by half a row, --tp 2 decoded other weights."""
+    tp = getattr(model, "tp", None)
+    if tp is None or tp.world == 1 or name not in ROW_PARALLEL:
+        return None
+    return tp.all_reduce_max(row_absmax(w))
 
 
 @torch.no_grad()
@@ -90,7 +109,7 @@ def quantize_model(model) -> None:
             w = getattr(layer, name)
             if not isinstance(w, torch.Tensor):
                 continue
-            qw = quantize(w)
+            qw = quantize(w, absmax=_whole_row_absmax(model, name, w))
             delattr(layer, name)
             object.__setattr__(layer, name, qw)
     head = model.head_weight

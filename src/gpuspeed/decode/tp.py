@@ -82,6 +82,14 @@ class TP:
         dist.all_reduce(y, group=self.group)
         return y
 
+    def all_reduce_max(self, y: torch.Tensor) -> torch.Tensor:
+        """The elementwise max over ranks (eager only: int8 scales of column-split rows, quant.quantize_model)."""
+        import torch.distributed as dist
+
+        y = y.contiguous()
+        dist.all_reduce(y, op=dist.ReduceOp.MAX, group=self.group)
+        return y
+
     def embed(self, tokens: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """The rows of this rank's vocabulary shard, zeros for the others', summed over ranks."""
         local = tokens - self.vocab_start
@@ -248,6 +256,13 @@ def load_model(spec, device: str, tp: TP):
     return ck, ref
 
 
+def full_shape(role: str, args) -> tuple[int, int]:
+    """The whole model's shape of a sharded tensor (role as shard_tensor's), before any rank's slice."""
+    q, kv, f, d = args.q_rows, args.kv_rows, args.ffn_dim, args.dim
+    return {"q": (q, d), "k": (kv, d), "v": (kv, d), "o": (d, q), "gate": (f, d), "up": (f, d), "down": (d, f),
+            "vocab": (args.vocab_size, d)}[role]
+
+
 def _role(name: str, names: dict) -> str:
     """A checkpoint tensor's sharding role, from our name for it (checkpoints.HF_NAMES)."""
     import re
@@ -274,6 +289,10 @@ def load_hf_shard(folder, tp: TP, device, dtype):
         role = _role(name, C.HF_NAMES)
         if role == "replicated":
             return sl[:]
+        # a slice of a tensor larger than config.json says has the shard's shape: refused here, as one process does
+        whole, want = tuple(sl.get_shape()), full_shape(role, args)
+        if whole != want:
+            raise UserError(f"checkpoint tensor {name} has shape {whole}, expected {want}")
         r, n = tp.rank, tp.world
         kv0, kvn = split(args.n_kv_heads, n, r)
         g, d = args.n_heads // args.n_kv_heads, args.head_dim
@@ -434,16 +453,31 @@ def worker(spec) -> dict | None:
     spec = replace(spec, hf=False, out=spec.out if rank == 0 else None)
     progress, total = _step_writers(os.environ.get(PROGRESS_ENV) if rank == 0 else None)
     doc = study.run(spec, tp=tp, progress=progress, total=total)
-    # every rank's all-reduce share, for the profile findings per rank
-    mine = {r.get("variant"): {k: r.get(k) for k in ("comm_kernel_ms_per_token", "kernel_ms_per_token")}
-            for r in doc["rows"] if r.get("variant")}
+    # every rank's all-reduce share and its shard's GB/s, for the per-rank figures and the aggregate
     everyone = [None] * tp.world
-    dist.all_gather_object(everyone, mine, group=tp.ctl)
+    dist.all_gather_object(everyone, rank_figures(doc), group=tp.ctl)
     dist.destroy_process_group()
     if rank != 0:
         return None
     add_tp_figures(doc, everyone, tp, spec.label())
     return doc
+
+
+RANK_FIGURES = ("comm_kernel_ms_per_token", "kernel_ms_per_token", "weight_GBps")
+
+
+def row_key(r: dict) -> str | None:
+    """A row's name among a rank's figures: a ladder row's variant; the best rung's --batches and --long-prompt
+    rows run that variant again, so theirs add the study and its size (keyed by variant alone, they replaced it)."""
+    name = r.get("variant")
+    if name is None or r.get("study", "ladder") == "ladder":
+        return name
+    return f"{name} {r['study']} b{r.get('batch')} p{r.get('prompt_len')}"
+
+
+def rank_figures(doc: dict) -> dict:
+    """What add_tp_figures needs from one rank's results: each row's collective time and its shard's GB/s."""
+    return {row_key(r): {k: r.get(k) for k in RANK_FIGURES} for r in doc["rows"] if r.get("variant")}
 
 
 def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
@@ -452,7 +486,7 @@ def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
     roof = (doc["params"].get("read_ceiling") or {}).get("GBps")
     for r in doc["rows"]:
         r["tp"] = tp.world
-        name = r.get("variant")
+        name = row_key(r)
         shares = []
         for k, ranks in enumerate(per_rank):
             fig = (ranks or {}).get(name) or {}
@@ -465,7 +499,7 @@ def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
             r["allreduce_share_of_step"] = max(shares)
         if "weight_GBps" in r:
             r["weight_GBps_per_rank"] = r["weight_GBps"]
-            r["aggregate_weight_GBps"] = r["weight_GBps"] * tp.world
+            r["aggregate_weight_GBps"] = _aggregate_GBps(r["weight_GBps"], name, per_rank, tp.world)
             if roof:
                 r["aggregate_pct_of_read_roof"] = 100 * r["aggregate_weight_GBps"] / (tp.world * roof)
     ok = [r for r in doc["rows"] if r.get("study") == "ladder" and "ms_per_token" in r]
@@ -477,6 +511,16 @@ def add_tp_figures(doc: dict, per_rank: list, tp: TP, label: str) -> None:
         s[f"{label}_aggregate_pct_of_read_roof"] = best["aggregate_pct_of_read_roof"]
     if best.get("allreduce_share_of_step") is not None:
         s[f"{label}_allreduce_share"] = best["allreduce_share_of_step"]
+
+
+def _aggregate_GBps(rank0_GBps: float, name, per_rank: list, world: int) -> float:
+    """The ranks' weight GB/s summed (each times its own shard in rank 0's lockstep time): uneven shards (3 KV heads
+    over 2 ranks) make rank 0's the largest, so its figure times N counted bytes no rank read. Where a rank's figure
+    is missing, rank 0's times N."""
+    each = [((ranks or {}).get(name) or {}).get("weight_GBps") for ranks in per_rank]
+    if len(each) != world or any(g is None for g in each):
+        return rank0_GBps * world
+    return sum(each)
 
 
 def port_free(port: int) -> bool:
@@ -569,7 +613,8 @@ def _failure_line(exc) -> str:
 
 def run_variants(spec, tp: TP | None = None) -> dict:
     """Greedy tokens and per-step logits of each of spec.variants (no timing): the --tp N vs --tp 1 identity
-    check. With tp=None the whole model in this process (study.load_model), else this rank's shard."""
+    check (of the int8 weights under spec.quant). With tp=None the whole model in this process (study.load_model),
+    else this rank's shard."""
     from gpuspeed import device as _device
     from gpuspeed.decode import study, variants as V
     from gpuspeed.decode.generate import generate
@@ -577,6 +622,11 @@ def run_variants(spec, tp: TP | None = None) -> dict:
     device = _device.resolve_device(spec.device)
     spec = replace(spec, agreement=False)
     ck, _ = study.load_model(spec, device) if tp is None else load_model(spec, device, tp)
+    if spec.quant:  # the weights the study's --quant rungs run (prepare()'s, with no reference kept)
+        from gpuspeed.decode import quant
+
+        quant.quantize_model(ck.model)
+        ck.model.int8_choices = quant.choose(ck.model, [])
     prompt, _ = study.make_prompt(spec, ck, device)
     out = {}
     for name in spec.variants:
