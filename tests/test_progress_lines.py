@@ -52,7 +52,7 @@ def test_a_step_that_stops_the_run_prints_no_line_of_its_own(capsys):
 
 
 def test_on_a_terminal_the_bar_shows_and_no_line_is_printed(capsys):
-    console = Console(file=io.StringIO(), force_terminal=True, width=100)
+    console = Console(file=io.StringIO(), force_terminal=True, force_interactive=True, width=100)
     with progress_bar(console=console, name="gpuspeed study") as bar:
         task = bar.add_task("study", total=1)
         bar.update(task, advance=1, description="only")

@@ -6,7 +6,10 @@ User mistakes print `gpuspeed: error: <one line>` and exit 2; `--debug` shows th
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -147,6 +150,18 @@ def _register_commands() -> None:
             continue
         if hasattr(module, "register"):
             module.register(app)
+    _summaries_unbroken()
+
+
+def _summaries_unbroken() -> None:
+    """`gpuspeed --help` lists each command with its docstring's first paragraph, where typer's rich mode keeps the
+    docstring's own line breaks: a summary broke off mid-line ("checked and timed in" / "its own process")."""
+    import inspect
+
+    for info in app.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        if info.short_help is None and text:
+            info.short_help = " ".join(text.split("\n\n")[0].split())
 
 
 _register_commands()
@@ -157,11 +172,16 @@ def _is(exc: BaseException, name: str) -> bool:
     return any(c.__name__ == name for c in type(exc).__mro__)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | str | None = None) -> int:
     """Entry point: run the app, turning user mistakes into one line and exit code 2; a command that fails leaves
-    no empty --out folder behind."""
+    no empty --out folder behind. From Python, argv is a list (paths and numbers as well as strings) or one string
+    split as the shell would: main("doctor --json")."""
+    import shlex
+
     from gpuspeed.results import CREATED, command_line, remove_created, stop_early
 
+    if isinstance(argv, str):  # taken letter by letter it read "No such command 'd'"
+        argv = shlex.split(argv)
     CREATED.clear()  # this command's folders only
     rv = None
     try:
@@ -169,12 +189,46 @@ def main(argv: list[str] | None = None) -> int:
             stop_early()
             rv = _main(argv)
         else:  # called from Python: its results files record these arguments, not the host process's argv
-            with command_line(["gpuspeed", *map(str, argv)]):
+            argv = [str(a) for a in argv]
+            with command_line(["gpuspeed", *argv]):
                 rv = _main(argv)
         return rv
     finally:
         if rv != 0:
             remove_created()
+
+
+def _exit_status(code) -> int:
+    """SystemExit's code as the process would exit with it: None is 0, a message is printed and 1."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
+# a write that fails for want of room: stdout into a file on a full disk (`> /dev/full`), a file in --out
+_DISK_FULL = tuple(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG") if hasattr(errno, name))  # Windows: no EDQUOT
+
+
+def _flush_stdout() -> None:
+    """Write out what stdout still buffers while the command's errors are still said in one line: left to the
+    interpreter's exit, a closed pipe or a full disk gave "Exception ignored ... BrokenPipeError" and exit 120."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
+def _drop_stdout_if_it_fails() -> None:
+    """Where stdout cannot take what it still buffers (its reader gone, its disk full), point it at /dev/null: the
+    interpreter would try it again as it exits ("Exception ignored ..."). A stdout that flushes is left as it is."""
+    try:
+        _flush_stdout()
+        return
+    except (OSError, ValueError):  # ValueError: a stdout already closed
+        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _interrupted(args: list[str]) -> None:
@@ -238,11 +292,19 @@ def _main(argv: list[str] | None) -> int:
     debug = "--debug" in head  # gpuspeed's own flag, not one in the arguments of a script it runs
     try:
         rv = app(args=args, prog_name="gpuspeed", standalone_mode=False)
+        _flush_stdout()
         if rv == 130:  # typer's answer to Ctrl-C (KeyboardInterrupt -> Exit(130), returned without standalone mode)
             return _stopped(args)
         return rv if isinstance(rv, int) else 0
     except KeyboardInterrupt:  # outside typer's own catch (stop_early's handler, SIGTERM as Ctrl-C)
         return _stopped(args)
+    except SystemExit as exc:  # stop_signals' 130 with the results kept, typer's 1 for a closed pipe: returned, as
+        if exc.code == 143:  # every other end; a SIGTERM ends a Python caller too (a notebook kernel shut down)
+            raise
+        return _exit_status(exc.code)
+    except BrokenPipeError:  # the reader has gone (`gpuspeed --version | head -0`): nothing more to say, as typer
+        _drop_stdout_if_it_fails()
+        return 1
     except UserError as exc:
         if debug:
             raise
@@ -271,9 +333,21 @@ def _main(argv: list[str] | None) -> int:
             return 2
         if _is(exc, "Exit"):
             return exc.exit_code
-        if _is(exc, "Abort"):  # Ctrl-C at a prompt
+        if _is(exc, "Abort"):  # Ctrl-C at a prompt; typer makes an EOFError (a truncated pickle) an Abort too
+            if isinstance(exc.__cause__, EOFError):
+                raise exc.__cause__ from None  # an error that is not ours, with its traceback: not "interrupted"
             _interrupted(args)
             return 130
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL and not debug:
+            _drop_stdout_if_it_fails()
+            where = f" {exc.filename}" if exc.filename else " the output"
+            print(f"gpuspeed: error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if (isinstance(exc, MemoryError) or _is(exc, "OutOfMemoryError")) and not debug:  # torch's, CuPy's: GPU
+            text = str(exc).strip().splitlines()
+            print(f"gpuspeed: error: out of memory: {text[0] if text else type(exc).__name__} (smaller inputs fit; "
+                  "--debug for the traceback)", file=sys.stderr)
+            return 2
         broken = _broken_import(exc)
         if broken is not None and not debug:  # torch's loader raises OSError / ValueError for a CUDA library
             text = str(exc).strip().splitlines()
@@ -281,3 +355,7 @@ def _main(argv: list[str] | None) -> int:
                   "doctor` shows what is installed; --debug for the traceback)", file=sys.stderr)
             return 2
         raise
+
+
+if __name__ == "__main__":  # `python -m gpuspeed.cli ...` printed nothing and exited 0: the same as `python -m gpuspeed`
+    sys.exit(main())

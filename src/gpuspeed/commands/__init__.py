@@ -67,7 +67,8 @@ def progress_bar(width: int = 0, *, console=None, transient: bool = True, name: 
             return super().__exit__(exc_type, exc, tb)
 
     console = console or make_console(stderr=True)
-    off_terminal = not console.is_terminal
+    # rich draws no bar on a terminal that is not interactive (TERM=dumb: Emacs' shell, a CI pty; TTY_INTERACTIVE=0)
+    off_terminal = not console.is_terminal or not console.is_interactive
     return StepProgress(TextColumn(f"{{task.description:<{width}}}" if width else "{task.description}", markup=False),
                         BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
                         transient=transient, disable=off_terminal, lines=StepLines(name=name) if off_terminal else None)
