@@ -15,6 +15,7 @@ import pytest
 
 from optimize_script_helpers import optimize_text
 from test_optimize_qa22b import BUSY
+from test_optimize_qa22c import _noisy
 
 FAST_ORIGINAL = '''
 import numpy as np
@@ -155,7 +156,8 @@ def test_a_confirmation_stopped_at_the_time_budget_asks_for_time_not_a_larger_be
     assert conf["status"] == "timeout" and conf["cause"] == "time_budget", conf
     caveats = "; ".join(run.choice["caveats"])
     assert "a larger --time-budget leaves room to confirm it" in caveats, caveats
-    assert "--bench-budget" not in caveats, caveats
+    # a loaded machine's noisy separate timing is the one case that advice is given (CI: the original at +-58 %)
+    assert ("--bench-budget" in caveats) == _noisy(run), caveats
     assert run.elapsed_s < 40, run.elapsed_s
 
 
