@@ -27,9 +27,13 @@ def hotspot_args(wl, args, original_s: float | None) -> tuple[tuple, str]:
         return args, ""
     import numpy.random as npr
 
+    from gpuspeed.trees import nbytes
+
     scale = wl.scale * max(MIN_HOTSPOT_SCALE, LINE_BUDGET_S / original_s)
     out = wl.module.inputs(npr.default_rng(0), scale=scale)
     out = out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+    if nbytes(out) >= nbytes(args):  # inputs() ignores its scale: these are the slow call's own inputs
+        return args, ""
     return out, f"hotspots measured at scale {scale:.3g} (one call at full size takes {original_s:.2f} s)"
 
 
@@ -37,20 +41,32 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
     from gpuspeed.profiling import hotspots
 
     notes = []
+
+    def profile(call_args, call_s):
+        if call_s is not None and call_s > LINE_TIMER_MAX_S:
+            notes.append(f"line times skipped: one call takes {call_s:.1f} s")
+            return {"cprofile": hotspots.cprofile(wl.original, call_args), "lines": {"functions": []},
+                    "hot_loops": []}
+        return hotspots.analyze(wl.original, call_args)
+
     try:
-        args, note = hotspot_args(wl, args, original_s)
-        if note:
-            notes.append(note)
-            original_s = None
-        if original_s is not None and original_s > LINE_TIMER_MAX_S:
-            cp = hotspots.cprofile(wl.original, args)
-            res = {"cprofile": cp, "lines": {"functions": []}, "hot_loops": []}
-            notes.append(f"line times skipped: one call takes {original_s:.1f} s")
-        else:
-            res = hotspots.analyze(wl.original, args)
+        small = None  # the smaller inputs, once inputs() has made them
+        try:
+            small, note = hotspot_args(wl, args, original_s)
+            res = profile(small, None if note else original_s)
+            notes += [note] if note else []
+        except Exception as exc:
+            if small is args:  # the run's own inputs failed: nothing else to measure on
+                raise
+            # an original that refuses inputs that small (a minimum length, a fixed shape): the run's own ones
+            said = (str(exc).strip().splitlines() or [""])[0]
+            notes.append(f"hotspots at a smaller scale failed ({type(exc).__name__}: {said}): measured on the run's "
+                         "inputs")
+            res = profile(args, original_s)
     except Exception as exc:  # the analysis is advice: a failure leaves the plan to its defaults
         return {"verdict": "unknown", "implications": [], "notes": [f"hotspot analysis failed: {exc}"],
-                "float64": _has_float64(args), "loop_bound": False, "sequential": False, "hot_lines": []}
+                "float64": _has_float64(args), "loop_bound": False, "sequential": False, "stepwise": False,
+                "hot_lines": []}
     cp = res["cprofile"]
     loops = res.get("hot_loops", [])
     interp = cp["shares"].get("interpreter", 0.0)
@@ -83,14 +99,25 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
         on_arrays = lp.get("on_arrays", "array work on the GPU" in (lp.get("verdict") or ""))
         return not on_arrays or (lp["step_s"] is not None and lp["step_s"] < STEP_LAUNCH_S)
 
-    hot = [lp for lp in loops if (lp.get("share") or 0) >= 0.3]
-    loop_bound = any(elementwise(lp) or many(lp) for lp in hot) or (
-        not timed and interp >= 0.5 and _has_loops(wl.original))
-    seq_loops = [lp for lp in hot if lp.get("kind") == "sequential-loop" or "sequential" in (lp.get("verdict") or "")]
-    # sequential (a GPU cannot help): a hot loop-carried recurrence walked step by step over many element-sized
-    # steps; one that orders array steps (time steps of a stencil) is stepwise: each step's work runs on the GPU
-    sequential = any(many(lp) and element_steps(lp) for lp in seq_loops) or (
-        not timed and loop_bound and _carried(wl.original))
+    def is_sequential(lp):
+        return lp.get("kind") == "sequential-loop" or "sequential" in (lp.get("verdict") or "")
+
+    if timed:
+        hot = [lp for lp in loops if (lp.get("share") or 0) >= 0.3]
+        loop_bound = any(elementwise(lp) or many(lp) for lp in hot)
+        seq_loops = [lp for lp in hot if is_sequential(lp)]
+        # sequential (a GPU cannot help): a hot loop-carried recurrence walked step by step over many element-sized
+        # steps; one that orders array steps (time steps of a stencil) is stepwise: each step's work runs on the GPU
+        sequential = any(many(lp) and element_steps(lp) for lp in seq_loops)
+    else:
+        # no line times: the loops as their source reads, in the original and the user functions cProfile found
+        # hottest (a helper it calls); a loop over elements is loop-bound only where Python code takes most of the
+        # time (NumPy's operators land on the interpreter's share too: a loop of whole-array steps is not one)
+        loops = _static_loops(wl.original, cp.get("hot_user") or [])
+        element = [lp for lp in loops if elementwise(lp) or not lp.get("on_arrays")]
+        loop_bound = interp >= 0.5 and bool(element)
+        seq_loops = [lp for lp in loops if is_sequential(lp)]
+        sequential = loop_bound and any(element_steps(lp) for lp in seq_loops)
     stepwise = bool(seq_loops) and not sequential
     f64 = _has_float64(args)
     implications = []
@@ -101,9 +128,11 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
         implications.append("a loop carries a dependence from one iteration to the next (sequential): a GPU "
                             "cannot run its iterations in parallel; Numba compiles it on the CPU")
     if loop_bound:
-        share = max([lp.get("share") or 0 for lp in loops] + [0])
-        implications.append(f"loop-bound (a Python loop nest takes {share:.0%} of the time): Numba njit or a hand "
-                            "kernel; array drop-ins would launch GPU work per iteration")
+        # without line times no loop has a share of its own: cProfile's share of Python code is what was measured
+        took = (f"a Python loop nest takes {max(lp.get('share') or 0 for lp in loops):.0%} of the time" if timed else
+                f"Python code takes {interp:.0%} of the time, by cProfile; line times skipped")
+        implications.append(f"loop-bound ({took}): Numba njit or a hand kernel; array drop-ins would launch GPU work "
+                            "per iteration")
     else:
         implications.append("op-bound (array operations, no hot Python loop): an array backend on the GPU (CuPy, "
                             "torch.compile) runs the same ops, fused where it can")
@@ -124,30 +153,35 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
                           for lp in loops], "top": cp.get("top", [])[:8], "notes": notes}
 
 
-def _carried(fn) -> bool:
-    """A name in an outermost loop that is read and then re-assigned from itself (acc = f(acc)), or an
-    element read at i - 1: a value carried from one iteration to the next."""
-    import ast
+def _static_loops(fn, hot_user: list) -> list[dict]:
+    """The outermost loops of fn and of the user functions cProfile found hottest ((file, first line, name), a helper
+    fn calls included), each with its kind and verdict read from its source (gpuspeed.profiling.loops), no times:
+    the loops over elements first. A source that cannot be read adds none."""
     import inspect
-    import textwrap
+    import linecache
+    import os
+    from tokenize import TokenError
 
+    from gpuspeed.profiling.loops import loop_nests
+
+    blocks = {}  # (the file's real path, the function's first line) -> its source, that line
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return False
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else []
-    for loop in [n for n in body if isinstance(n, ast.For)]:  # outermost loops: their own statements only
-        index = getattr(loop.target, "id", None)
-        for stmt in loop.body:
-            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-                name = stmt.targets[0].id
-                if any(isinstance(v, ast.Name) and v.id == name for v in ast.walk(stmt.value)):
-                    return True
-            for node in ast.walk(stmt):
-                if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.BinOp) and \
-                        isinstance(node.slice.op, ast.Sub) and getattr(node.slice.left, "id", None) == index:
-                    return True
-    return False
+        lines, first = inspect.getsourcelines(fn)
+        blocks[(os.path.realpath(inspect.getsourcefile(fn) or ""), first)] = ("".join(lines), first)
+    except (OSError, TypeError):
+        pass
+    for file, first, name in hot_user:
+        if not file or not first or not name.isidentifier() or (os.path.realpath(file), first) in blocks:
+            continue  # cProfile's <listcomp> or <lambda> is no function to read
+        text = linecache.getlines(file)
+        try:
+            blocks[(os.path.realpath(file), first)] = ("".join(inspect.getblock(text[first - 1:])), first)
+        except (IndexError, SyntaxError, TokenError):
+            continue
+    found = []
+    for source, first in blocks.values():
+        found += [lp | {"iterations": None, "step_s": None, "share": None} for lp in loop_nests(source, first, {}, 0.0)]
+    return sorted(found, key=lambda lp: bool(lp.get("on_arrays")))
 
 
 _RANDOM_CALLS = ("np.random.", "numpy.random.", "random.", "cp.random.", "cupy.random.", "torch.rand", "torch.normal",
@@ -207,18 +241,6 @@ def overlapping_update(fn) -> str | None:
                     ast.dump(n.slice) != target:
                 return f"`{ast.unparse(node)}`, line {node.lineno + first - 1}"
     return None
-
-
-def _has_loops(fn) -> bool:
-    import ast
-    import inspect
-    import textwrap
-
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return False
-    return any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(tree))
 
 
 def _has_float64(args) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from gpuspeed.errors import UserError
 from gpuspeed.memory import HEADROOM
 from gpuspeed.optimize.backends.common import take
-from gpuspeed.trees import leaves
+from gpuspeed.trees import leaves, nbytes
 from gpuspeed.verify import check
 
 SMALL_SCALE = 0.02  # inputs for the independence test, when the workload takes `scale`
@@ -55,20 +55,31 @@ def _split_check(fn, args, axes: dict, rtol, atol):
     return out_axes
 
 
+def _small_inputs(wl) -> tuple[tuple | None, str]:
+    """(inputs at SMALL_SCALE, where they come from), or (None, why there are none): inputs() takes no scale, or
+    makes no fewer bytes with it (it ignores its scale: those are the full inputs, as slow as the run's)."""
+    if not wl.scale_used:
+        return None, "inputs() takes no scale"
+    import numpy.random as npr
+
+    small_scale = min(wl.scale, SMALL_SCALE)
+
+    def make(seed, scale):
+        out = wl.module.inputs(npr.default_rng(seed), scale=scale)
+        return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
+    args = make(7, small_scale)
+    if small_scale < wl.scale and nbytes(args) >= nbytes(make(7, wl.scale)):
+        return None, f"inputs(rng, scale) makes as many bytes at scale {small_scale:g} as at {wl.scale:g}"
+    return args, f"inputs at scale {small_scale:g}"
+
+
 def propose_axes(wl, max_original_s: float = 5.0, original_s: float | None = None) -> dict:
     """{"axes": {arg: axis}, "out_axes": [...], "note": why} or {"axes": None, "note": why not}."""
-    if wl.scale_used:
-        import numpy.random as npr
-
-        def make(seed):
-            out = wl.module.inputs(npr.default_rng(seed), scale=min(wl.scale, SMALL_SCALE))
-            return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
-        args = make(7)
-        where = f"inputs at scale {min(wl.scale, SMALL_SCALE):g}"
-    else:
+    args, where = _small_inputs(wl)
+    if args is None:
         if original_s is not None and original_s * 3 > max_original_s:
-            return {"axes": None, "note": "no small inputs (inputs() takes no scale) and the original is too slow to "
-                                          "test an axis on full ones"}
+            return {"axes": None, "note": f"no small inputs ({where}) and the original is too slow to test an axis "
+                                          "on full ones"}
         args = wl.make_args(7)
         where = "the full inputs"
     rtol = wl.rtol if wl.rtol is not None else 1e-9
@@ -128,6 +139,7 @@ def plan_for_pipeline(size_a: int, peak_a: int, size_b: int, peak_b: int, budget
         return int(round(fixed + in_flight * slope * size))
 
     planned = int(budget_bytes * (1 - PIPELINE_SLACK)) if in_flight > 1 else int(budget_bytes)
+    planned = f"{planned}B"  # with its unit: a bare count under 1 MiB (`--budget 1MB`) is refused as ambiguous
     if slope <= 0:
         # no per-item cost to multiply by the chunks in flight: a falling pair (a first-use cost at the smaller
         # chunk) doubled went below zero; plan_chunks judges a flat or falling peak by the larger measured one

@@ -8,6 +8,7 @@ capture, chunked re-runs) follow once the base results are in.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import re
@@ -16,7 +17,7 @@ import re
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead")
 FP32_MIN_RTOL = 1e-6  # float32 keeps ~7 digits: below this rtol a float32 candidate cannot pass
 TF32_MIN_RTOL = 3e-4  # TF32 matmuls keep a 10-bit mantissa (gpuspeed.verify's tf32 row)
-_MATMUL = re.compile(r"@|\bmatmul\b|\bdot\b|\beinsum\b|\btensordot\b|\blinear\b|\bbmm\b|\bmm\b|\binner\b")
+_MATMUL = re.compile(r"matmul|dot|einsum|tensordot|linear|Linear|bmm|mm|inner")  # matmul functions (nn.Linear too)
 BACKEND_NAMES = {"cupy": "CuPy drop-in", "torch_compile": "torch.compile on the NumPy code",
                  "torch": "PyTorch on the GPU (eager / compiled / graph)", "numba": "Numba njit(parallel=True), CPU",
                  "jax": "JAX jit", "numpy": "NumPy float32 on the CPU", "variant": "user variants",
@@ -38,6 +39,9 @@ def recipe(name, backend, precision="as-written", **kw) -> dict:
 def fp32_allowed(wl, float64: bool) -> tuple[bool, str]:
     if not float64:
         return False, "no float64 arrays among the inputs to demote"
+    if wl.rtol is None and wl.atol is not None:  # the atol stated, rtol left to the dtype's default
+        return False, (f"atol {wl.atol:g} is stated ({wl.tolerance_source}) but rtol is float64's default (1e-12): "
+                       "state rtol too (TOLERANCE's or --rtol) to let a float32 candidate compete")
     if wl.rtol is None:
         return False, ("the tolerance is float64's default (rtol 1e-12): state TOLERANCE or --rtol to let a float32 "
                        "candidate compete")
@@ -51,10 +55,18 @@ def tf32_allowed(wl, float64: bool) -> bool:
     if float64 or wl.rtol is None or wl.rtol < TF32_MIN_RTOL:
         return False
     try:
-        src = inspect.getsource(wl.module)
-    except (OSError, TypeError):
+        tree = ast.parse(inspect.getsource(wl.module))
+    except (OSError, TypeError, SyntaxError):
         return False
-    return bool(_MATMUL.search(src))
+    return any(_is_matmul(node) for node in ast.walk(tree))
+
+
+def _is_matmul(node) -> bool:
+    """`a @ b`, or a name or attribute of a matmul function (`np.dot`, `F.linear`): code, not a comment's words."""
+    if isinstance(node, (ast.BinOp, ast.AugAssign)):
+        return isinstance(node.op, ast.MatMult)
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name is not None and bool(_MATMUL.fullmatch(name))
 
 
 def fuse_applies(fn) -> tuple[bool, str]:
@@ -339,7 +351,14 @@ def range_loops(fn) -> bool:
     (numba_cpu._with_prange), so without one it would compile and time the plain njit candidate a second time
     (`for g, v in zip(ids, values)`, a loop inside `with` or `if`). Unknown source: assumed to have one."""
     fdef = _function_def(fn)
-    return True if fdef is None else any(_range_loop(node) for node in fdef.body)
+    if fdef is None:  # a lambda is one expression, no loop to rewrite; a source not read may hold one
+        return not _is_lambda(fn)
+    return any(_range_loop(node) for node in fdef.body)
+
+
+def _is_lambda(fn) -> bool:
+    """Whether fn is a lambda (its code's name says so): a single expression, no `for` statement in it."""
+    return getattr(getattr(fn, "__code__", None), "co_name", None) == "<lambda>"
 
 
 def _function_def(fn):

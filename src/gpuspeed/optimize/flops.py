@@ -56,6 +56,14 @@ class _CountingNumPy:
         return call
 
 
+def _twin(module, fn):
+    """fn's own counterpart in the private copy of its module (a top-level function of the same qualified name), else
+    fn itself: a partial has no name, and a function made inside another is not the module's one of its name."""
+    qualname = getattr(fn, "__qualname__", None)
+    twin = getattr(module, qualname, None) if isinstance(qualname, str) and qualname.isidentifier() else None
+    return twin if callable(twin) and getattr(twin, "__qualname__", None) == qualname else fn
+
+
 def intensity(fn, args, module=None) -> dict:
     """{"flops", "bytes", "ai", "source"} for one call of fn(*args); ai None when nothing was counted.
     module: a private copy of fn's module whose NumPy names may be rebound for the count."""
@@ -63,7 +71,7 @@ def intensity(fn, args, module=None) -> dict:
         from gpuspeed.optimize.backends.common import rebind
 
         rebind(module, _CountingNumPy())
-        fn = getattr(module, fn.__name__, fn)
+        fn = _twin(module, fn)
     if any(kind_of(x) == "torch" for x in leaves(args)):
         from gpuspeed.roofline.place import count_flops
 

@@ -188,7 +188,8 @@ def load(target: str | Path, func: str = "original", input_specs=(), rtol: float
     except UserError:
         raise
     except (Exception, SystemExit) as exc:  # sys.exit() in inputs() too: one line, not gpuspeed exiting with its code
-        raise UserError(f"{path.name}: inputs(rng) raised {_what(exc)}") from exc
+        call = f"inputs(rng, scale={eff_scale:g})" if scale_used else "inputs(rng)"  # the call that failed, as made
+        raise UserError(f"{path.name}: {call} raised {_what(exc)}") from exc
     _misspelled_settings(path, module)
     tol = getattr(module, "TOLERANCE", None)
     source = "dtype defaults (gpuspeed.verify)"
