@@ -121,3 +121,12 @@ def test_report_table_is_in_the_order_the_run_ranked_by(tmp_path):
     assert report.table_order(Run()) == ["b", "a"]
     Run.params = {"rank_by": "device"}
     assert report.table_order(Run()) == ["a", "b"]
+
+
+def test_two_names_that_differ_only_by_punctuation_get_their_own_work_files(tmp_path):
+    # variants "a b" and "a_b" shared work/variant_a_b.*: under --jobs 2 their results mixed (the right one read WRONG)
+    from gpuspeed.optimize.runner import work_stem
+
+    stems = {work_stem(n) for n in ("variant:a b", "variant:a_b", "variant:a.b", "variant:a-b", "confirm:variant:a b")}
+    assert len(stems) == 5, stems
+    assert work_stem("numba") == "numba" and work_stem("torch-compile-fp32") == "torch-compile-fp32"

@@ -53,6 +53,15 @@ def _read(path: Path) -> dict | None:
         return None
 
 
+def work_stem(name: str) -> str:
+    """A candidate's work files' name: its name with what a file name should not hold made "_", and where anything was,
+    a short hash of the name (variants "a b" and "a_b" shared their files, and under --jobs 2 mixed their results)."""
+    import hashlib
+
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return stem if stem == name else f"{stem}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+
 @dataclass
 class _Job:
     recipe: dict
@@ -126,7 +135,7 @@ class Runner:
             os.fsync(f.fileno())
 
     def _launch(self, recipe: dict, limit_s: float) -> _Job:
-        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in recipe["name"])
+        slug = work_stem(recipe["name"])
         spec_path, result_path, log_path = (self.work / f"{slug}.spec.json", self.work / f"{slug}.result.json",
                                             self.work / f"{slug}.log")
         result_path.unlink(missing_ok=True)
