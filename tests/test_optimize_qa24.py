@@ -130,3 +130,76 @@ def test_two_names_that_differ_only_by_punctuation_get_their_own_work_files(tmp_
     stems = {work_stem(n) for n in ("variant:a b", "variant:a_b", "variant:a.b", "variant:a-b", "confirm:variant:a b")}
     assert len(stems) == 5, stems
     assert work_stem("numba") == "numba" and work_stem("torch-compile-fp32") == "torch-compile-fp32"
+
+
+def test_a_plot_that_fails_loses_neither_the_report_nor_the_json_and_leaves_no_half_written_png(tmp_path, monkeypatch):
+    # the plot was drawn first and saved straight to its path: a failed save (a full disk, a broken backend) ended
+    # the run before report.md and the JSON were written, and left a partial PNG
+    import matplotlib.figure
+
+    def failing_save(self, fname, *args, **kwargs):
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", failing_save)
+    run = optimize_text(tmp_path, "fast", FAST, ["variant"], time_budget=60)
+    out = run.out_dir
+    assert (out / "report.md").is_file() and (out / "optimize_fast.json").is_file()
+    assert not (out / "optimize_fast.png").exists()
+    assert not [p for p in out.iterdir() if "tmp" in p.name], list(out.iterdir())
+    assert any("plot failed" in n for n in run.notes), run.notes
+
+
+FAST = '''
+import numpy as np
+
+
+def original(x):
+    return np.sort(np.sort(x))
+
+
+def inputs(rng):
+    return (rng.standard_normal(2000),)
+
+
+def once(x):
+    return np.sort(x)
+
+
+variants = {"once": once}
+'''
+
+
+SCALED_FROM_A_FILE = """
+    import numpy as np
+
+
+    def original(x):
+        return np.sqrt(np.abs(x)) * 2.0
+
+
+    def inputs(rng, scale=1.0):
+        data = np.load("data.npy")  # relative: found from the folder optimize ran in
+        return (data[: max(1, int(50 * scale))] * rng.standard_normal(1),)
+    """
+
+
+def test_the_scripts_inputs_failure_names_the_call_with_its_scale(tmp_path, monkeypatch):
+    # the script calls inputs(rng, scale=SCALE) where the workload's takes one; its error said "inputs(rng) raised",
+    # a call that was not made
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from test_optimize_qa12 import _script_of
+
+    np.save(tmp_path / "data.npy", np.random.default_rng(1).standard_normal(50))
+    monkeypatch.chdir(tmp_path)
+    script = _script_of(tmp_path, "scaled", SCALED_FROM_A_FILE)
+    (tmp_path / "elsewhere").mkdir()
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path / "elsewhere",
+                       timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "scaled.py: inputs(rng, scale=" in r.stderr and ") raised FileNotFoundError" in r.stderr, r.stderr

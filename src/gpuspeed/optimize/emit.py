@@ -254,7 +254,8 @@ def make_args(module, seed):
         text = str(exc).strip().splitlines()
         where = "" if Path.cwd() == Path(IMPORT_ROOT) else (f" (gpuspeed optimize ran it from {{IMPORT_ROOT}}: run this "
                                                             "script from there)")
-        sys.exit(f"{{WORKLOAD_FILE}}: inputs(rng) raised {{type(exc).__name__}}: {{text[0] if text else ''}}{{where}}")
+        call = f"inputs(rng, scale={{SCALE!r}})" if takes_scale else "inputs(rng)"  # the call that failed
+        sys.exit(f"{{WORKLOAD_FILE}}: {{call}} raised {{type(exc).__name__}}: {{text[0] if text else ''}}{{where}}")
     return out if isinstance(out, tuple) else tuple(out) if isinstance(out, list) else (out,)
 
 

@@ -429,8 +429,13 @@ def plot(run, path: Path) -> Path | None:
     ax2.set_title("the primary on the roofline")
     ax2.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=100)
+        tmp.replace(path)  # a failed save leaves no half-written plot
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -492,13 +497,20 @@ def outputs(name: str) -> list[str]:
 def write(run) -> dict:
     from gpuspeed.results import write_results
 
+    from gpuspeed.results import write_text_atomic
+    from gpuspeed.errors import one_line
+
     out = run.out_dir
-    png = plot(run, out / f"optimize_{run.wl.name}.png")
+    try:
+        png = plot(run, out / f"optimize_{run.wl.name}.png")
+    except Exception as exc:  # a full disk, a broken backend: the report and the numbers must not be lost over a plot
+        png = None
+        (out / f"optimize_{run.wl.name}.png").unlink(missing_ok=True)  # an earlier run's would be read as this one's
+        run.notes.append(f"plot failed: {one_line(exc)}; optimize_{run.wl.name}.png was not drawn (the numbers are in "
+                         "report.md and the JSON)")
     doc = results_doc(run)
     jpath = write_results(doc, out)
     md = out / "report.md"
-    tmp = md.with_suffix(".md.tmp")
     run.paths["script"] = str(out / f"optimized_{run.wl.name}.py")
-    tmp.write_text(markdown(run))
-    tmp.replace(md)
+    write_text_atomic(md, markdown(run))
     return {"report": str(md), "json": str(jpath), "png": str(png) if png else None}
