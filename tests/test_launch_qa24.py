@@ -116,4 +116,4 @@ def test_launch_into_a_folder_holding_another_devices_launch_json_says_it_replac
     said = " ".join(done.stderr.split())
     assert "holds a launch study measured on NVIDIA H200: this run on" in said, said[-2000:]
     first = said.index("holds a launch study measured on")
-    assert "1/" not in said[:first], "said before the measuring starts"
+    assert "] 1/" not in said[:first], "said before the measuring starts"  # a step line: "[gpuspeed launch ...] 1/N"
