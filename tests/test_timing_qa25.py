@@ -96,3 +96,13 @@ def test_peak_memory_on_the_host_says_why_it_measured_the_host():
     if not cuda_available():
         found = peak_memory(np.ones, 1000)  # auto on a machine without a GPU
         assert found.notes[0].startswith("no GPU: host memory"), found.notes
+
+
+def test_a_drift_that_also_spreads_the_samples_is_said_as_a_drift():
+    # a rise from 1.0 to 2.0 spreads the samples over IQR/median ~ 50 %: "more than one level" was the only reason
+    # given (the first rule that fired), and the drift, the cause, went unsaid
+    from gpuspeed.stats import summarize
+
+    m = summarize(np.linspace(1.0, 2.0, 120), name="rising", device="cpu", mode="cpu")
+    assert m.unreliable and any("more than one level" in n for n in m.notes), m.notes
+    assert any("drift" in n for n in m.notes), m.notes

@@ -276,14 +276,14 @@ def summarize(samples, *, name: str, device: str, mode: str, **extra) -> Measure
     notes = list(extra.pop("notes", []))
     rel_noise = median_rel_error(x)
     iqr = q75 - q25 if q75 != q25 else 0.0  # inf - inf: no spread, not NaN
-    why = reliability(rel_noise, float(iqr / q50) if q50 > 0 else float("nan")) or drift(x)
-    if why:
-        notes.append(why)
+    # each reason said: a drift spreads the samples too (IQR over 25 %), and "more than one level" alone hid it
+    whys = [w for w in (reliability(rel_noise, float(iqr / q50) if q50 > 0 else float("nan")), drift(x)) if w]
+    notes += whys
     return Measurement(
         name=name, median=float(q50), mean=float(x.mean()), min=float(x.min()), max=float(x.max()),
         iqr=float(iqr), p10=float(q10), p90=float(q90), n=int(x.size),
         rel_noise=rel_noise, samples=[float(v) for v in x], device=device, mode=mode, notes=notes,
-        unreliable=why is not None, **extra,
+        unreliable=bool(whys), **extra,
     )
 
 
