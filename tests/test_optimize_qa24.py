@@ -9,28 +9,11 @@ from __future__ import annotations
 import pytest
 
 from optimize_script_helpers import optimize_text
+from test_optimize_qa23b import FAST_ORIGINAL
+from test_optimize_qa23b import SLOW_ORIGINAL as SLOW_2S
 
-SLOW_ORIGINAL = '''
-import time
-
-import numpy as np
-
-
-def original(x):
-    time.sleep(1.0)
-    return np.sort(x)
-
-
-def inputs(rng):
-    return (rng.standard_normal(2000),)
-
-
-def fast(x):
-    return np.sort(x)
-
-
-variants = {"fast": fast}
-'''
+# the round-23 workload at 1 s a call, not 2
+SLOW_ORIGINAL = SLOW_2S.replace("time.sleep(2.0)", "time.sleep(1.0)")
 
 
 def test_a_confirmation_over_one_workers_limit_is_not_blamed_on_the_time_budget(tmp_path):
@@ -143,32 +126,13 @@ def test_a_plot_that_fails_loses_neither_the_report_nor_the_json_and_leaves_no_h
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", failing_save)
-    run = optimize_text(tmp_path, "fast", FAST, ["variant"], time_budget=60)
+    run = optimize_text(tmp_path, "fast", FAST_ORIGINAL, ["variant"], time_budget=60)
     out = run.out_dir
     assert (out / "report.md").is_file() and (out / "optimize_fast.json").is_file()
     assert not (out / "optimize_fast.png").exists()
     assert not [p for p in out.iterdir() if "tmp" in p.name], list(out.iterdir())
     assert any("plot failed" in n for n in run.notes), run.notes
 
-
-FAST = '''
-import numpy as np
-
-
-def original(x):
-    return np.sort(np.sort(x))
-
-
-def inputs(rng):
-    return (rng.standard_normal(2000),)
-
-
-def once(x):
-    return np.sort(x)
-
-
-variants = {"once": once}
-'''
 
 
 SCALED_FROM_A_FILE = """

@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import sys
 import pytest
 
 from optimize_script_helpers import optimize_text, rewrite
+from test_optimize_qa23b import _load_script
 
 HYPOT = '''
 import numpy as np
@@ -83,16 +83,9 @@ def test_a_numpy_float32_primarys_header_names_no_library_to_fall_back_from(hypo
     assert "needs only NumPy" in header, header
 
 
-def _load(script):
-    spec = importlib.util.spec_from_file_location("optimized_qa25", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_a_speedup_under_half_a_percent_is_not_printed_as_zero(hypot, capsys):
     run, _ = hypot
-    opt = _load(rewrite(run, "numba"))
+    opt = _load_script(rewrite(run, "numba"))
     # the run's times as print_run_times reads them: the optimized code 400 times slower (a loaded machine, say)
     opt.RUN_TIMES = {"original": 5e-5, "optimized": 2e-2, "device": "a CPU (no GPU)"}
     opt.print_run_times()

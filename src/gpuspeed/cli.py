@@ -286,6 +286,18 @@ def _broken_import(exc: BaseException) -> str | None:
     return None
 
 
+def _first_line(exc: BaseException) -> str:
+    """An error's first line, or its type's name where it has no text."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _cannot_import(name: str, exc: BaseException) -> None:
+    """A broken install in one line: ImportError, or the OSError / ValueError torch's loader raises for a CUDA library."""
+    print(f"gpuspeed: error: cannot import {name}: {_first_line(exc)} (`gpuspeed doctor` shows what is installed; "
+          "--debug for the traceback)", file=sys.stderr)
+
+
 def _main(argv: list[str] | None) -> int:
     args = _debug_first(sys.argv[1:] if argv is None else list(argv))
     head = args[:next((i for i, a in enumerate(args) if not a.startswith("-")), len(args))]
@@ -318,10 +330,7 @@ def _main(argv: list[str] | None) -> int:
     except ImportError as exc:  # a broken install (torch missing a CUDA library): one line, not 30 of traceback
         if debug:
             raise
-        text = str(exc).strip().splitlines()
-        print(f"gpuspeed: error: cannot import {exc.name or 'a module gpuspeed needs'}: "
-              f"{text[0] if text else type(exc).__name__} (`gpuspeed doctor` shows what is installed; --debug for the "
-              "traceback)", file=sys.stderr)
+        _cannot_import(exc.name or "a module gpuspeed needs", exc)
         return 2
     except Exception as exc:
         if _is(exc, "NoArgsIsHelpError"):  # typer has printed the help already
@@ -344,15 +353,12 @@ def _main(argv: list[str] | None) -> int:
             print(f"gpuspeed: error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
             return 2
         if (isinstance(exc, MemoryError) or _is(exc, "OutOfMemoryError")) and not debug:  # torch's, CuPy's: GPU
-            text = str(exc).strip().splitlines()
-            print(f"gpuspeed: error: out of memory: {text[0] if text else type(exc).__name__} (smaller inputs fit; "
-                  "--debug for the traceback)", file=sys.stderr)
+            print(f"gpuspeed: error: out of memory: {_first_line(exc)} (smaller inputs fit; --debug for the traceback)",
+                  file=sys.stderr)
             return 2
         broken = _broken_import(exc)
         if broken is not None and not debug:  # torch's loader raises OSError / ValueError for a CUDA library
-            text = str(exc).strip().splitlines()
-            print(f"gpuspeed: error: cannot import {broken}: {text[0] if text else type(exc).__name__} (`gpuspeed "
-                  "doctor` shows what is installed; --debug for the traceback)", file=sys.stderr)
+            _cannot_import(broken, exc)
             return 2
         raise
 
