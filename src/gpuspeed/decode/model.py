@@ -97,7 +97,11 @@ def named_config(name: str, **overrides) -> ModelArgs:
     """A named config, optionally reshaped (tests use fewer layers and a smaller vocabulary)."""
     if name not in CONFIGS:
         raise UserError(f"unknown model {name!r}: use {', '.join(CONFIGS)} or a path to a .gguf file or an HF folder")
-    return replace(CONFIGS[name], **overrides) if overrides else CONFIGS[name]
+    base = CONFIGS[name]
+    if ({"dim", "n_heads"} & overrides.keys() and "head_dim" not in overrides
+            and base.head_dim == base.dim // base.n_heads):
+        overrides["head_dim"] = 0  # derived from dim / n_heads, not chosen: follow the new shape (0 re-derives it)
+    return replace(base, **overrides) if overrides else base
 
 
 # ---------------------------------------------------------------------------------------------------
