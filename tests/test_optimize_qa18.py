@@ -213,9 +213,10 @@ def _ranked_run(tmp_path):
 def test_a_speedup_ranked_end_to_end_is_established_on_its_own_times(tmp_path):
     # the caveat read the device-resident comparison (5x, established) for a primary ranked end to end, where it
     # is within noise: the summary said speedup_established true
+    # (round 27: a candidate not established faster on the times ranked by is not handed over; the original stays)
     run = _ranked_run(tmp_path)
-    assert run.choice["primary"] == "numpy-fp32"
-    assert any("not established" in c for c in run.choice["caveats"]), run.choice["caveats"]
+    assert run.choice["primary"] == "original", run.choice
+    assert run.choice["closest"]["name"] == "numpy-fp32" and "end to end" in run.choice["closest"]["why"]
 
 
 def test_the_optimize_tables_speedup_is_the_one_the_run_ranked_by(tmp_path, monkeypatch, capsys):

@@ -126,6 +126,11 @@ def _comparison(ratios: list[float]) -> dict:
     return {"speedup": ratio, "ci_low": low, "ci_high": high, "verdict": verdict, "confirmed": True}
 
 
+def rounds_verdict(ratios: list[float]) -> str:
+    """compare()'s verdict on the rounds' ratios: "faster" only where every round found the candidate faster."""
+    return _comparison(ratios)["verdict"]
+
+
 def rescaled(speedup: dict, factor: float) -> dict:
     """A speedup over the original's separate time, which a replaced confirmation found off by `factor` (its time
     there over its separate one)."""
@@ -152,6 +157,10 @@ def line(conf: dict) -> str:
     took = (f"timed alternately with the original in one process ({conf['rounds']} rounds, {conf['timed']}), "
             f"{name} is {_x(conf['ratio'])}x [{_x(conf['low'])}, {_x(conf['high'])}] (the original "
             f"{format_time(conf['original_s'])} a call, {name} {format_time(conf['candidate_s'])})")
+    if conf["agreed"] and rounds_verdict(conf["ratios"]) != "faster":
+        # within the slack two timings apart are allowed, and not established faster: no reason to replace the original
+        return (f"{took}: within the slack of the separate timings ({_x(conf['separate'])}x), but its rounds do not "
+                "establish it faster than the original, so it does not take the original's place")
     if conf["agreed"]:
         return f"{took}: it agrees with the separate timings ({_x(conf['separate'])}x)"
     why = (f"the separate timings said {_x(conf['separate'])}x [{_x(conf['separate_ci'][0])}, "

@@ -463,17 +463,18 @@ def optimize(target, *, func: str = "original", inputs=(), budget: str = DEFAULT
 
 
 def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, remaining, cap, tick, total) -> None:
-    """Before the verdict, the primary's speedup timed again with the original, alternately in one worker
-    (confirm.py); one that disagrees is replaced, and a primary it shows slower than the original loses its place
-    to the next candidate, confirmed in turn. Each confirmation is said in one line of the notes."""
+    """Before the verdict, the fastest candidate's speedup timed again with the original, alternately in one worker
+    (confirm.py); one that disagrees is replaced. A candidate that is not the primary after it (the rounds show it
+    slower than the original, or no faster within noise) gives way to the next, confirmed in turn. Each confirmation
+    is said in one line of the notes."""
     from gpuspeed.optimize import confirm as K
 
     original = run.results.get("original") or {}
     if original.get("status") != "ok" or not original.get("device_time"):
         return
     for _ in range(K.MAX_CONFIRMED):
-        name = choose(run, rank_by).get("primary")
-        if not name or name == "original" or run.results[name].get("confirmation"):
+        name = _to_confirm(run, rank_by)
+        if name is None:
             break
         row = run.results[name]
         try:
@@ -482,14 +483,30 @@ def _confirm_primary(run: OptimizeRun, runner: Runner, rank_by: str, remaining, 
             conf = {"candidate": name, "status": "error", "reason": f"{type(exc).__name__}: {W._first_line(exc)}"}
         row["confirmation"] = conf
         run.notes.append(K.line(conf))
-        if not conf.get("demoted"):
+        if choose(run, rank_by).get("primary") == name:
             return
     name = choose(run, rank_by).get("primary")
     if name and name != "original" and not run.results[name].get("confirmation"):
         run.results[name]["confirmation"] = conf = {
             "candidate": name, "status": "skipped",
-            "reason": f"{K.MAX_CONFIRMED} faster-timed candidates lost their places to the original first"}
+            "reason": f"{K.MAX_CONFIRMED} faster-timed candidates were confirmed first (each lost its place to the "
+                      "original, or was no faster than it within noise)"}
         run.notes.append(K.line(conf))
+
+
+def _to_confirm(run: OptimizeRun, rank_by: str) -> str | None:
+    """The candidate to confirm next: the fastest timed apart that no confirmation has timed yet, a tie with the
+    original included (its rounds, the more precise, may establish it faster); None where the original or a
+    confirmed primary comes first."""
+    ok, not_faster, _ = _ranked(run, rank_by)
+    for r in ok:
+        if r["name"] == "original":
+            return None
+        if not r.get("confirmation"):
+            return r["name"]
+        if r["name"] not in not_faster:  # the primary, confirmed
+            return None
+    return None
 
 
 def _confirm_one(run: OptimizeRun, runner: Runner, row: dict, rank_by: str, remaining, cap, tick, total) -> dict:
@@ -707,9 +724,10 @@ def _median(row: dict, which: str) -> float | None:
     return m.get("median")
 
 
-def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
-    """Primary: the fastest correct candidate within budget, the original included (when nothing beats it,
-    it stays); alternative: the fastest correct one from another backend that is faster than the original."""
+def _ranked(run: OptimizeRun, rank_by: str) -> tuple[list[dict], set[str], set[str]]:
+    """The correct candidates, the original included, fastest first by the times the run ranks on, each given its
+    speedups over the original; the names of those not established faster than it (ties, and slower); and of those
+    its confirmation found slower (behind the original, whatever their time taken apart said)."""
     from gpuspeed.timing import Measurement, compare
 
     key = "device_time" if rank_by == "device" else "e2e_time"
@@ -725,14 +743,45 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     # timed alternately with the original, slower than it: behind it, whatever its time taken apart said
     demoted = {r["name"] for r in ok if (r.get("confirmation") or {}).get("demoted")}
     ok.sort(key=lambda r: (r["name"] in demoted, _median(r, key)))
-    primary = ok[0] if ok else None
+    label = "speedup" if rank_by == "device" else "speedup_e2e"
+    not_faster = {r["name"] for r in ok if r["name"] != "original" and _verdict(r, label) not in (None, "faster")}
+    return ok, not_faster, demoted
+
+
+def _verdict(row: dict, label: str) -> str | None:
+    """A candidate's verdict against the original on the times it was ranked by (label: speedup or speedup_e2e): its
+    confirmation's rounds' where they were timed (alternately: the more precise), whether they replaced the separate
+    timings or agreed with them within the slack allowed two timings apart (a 1.31x timed apart agreed with rounds of
+    1.01x [0.86, 1.07], the same code); else the separate timings'. None where there is no original to compare with."""
+    from gpuspeed.optimize import confirm as K
+
+    sp = row.get(label) or {}
+    if not sp:
+        return None
+    conf = row.get("confirmation") or {}
+    if conf.get("status") == "ok" and conf.get("ratios"):
+        return K.rounds_verdict(conf["ratios"])
+    return sp.get("verdict")
+
+
+def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
+    """Primary: the fastest correct candidate within budget established faster than the original (the original
+    when none is: a candidate the same within noise brings a new backend for no established gain; `closest` names
+    the fastest of those); alternative: the fastest correct one from another backend, established faster too."""
+    key = "device_time" if rank_by == "device" else "e2e_time"
+    orig = run.results.get("original", {})
+    ok, not_faster, demoted = _ranked(run, rank_by)
+    ranked = [r for r in ok if r["name"] not in not_faster]
+    primary = ranked[0] if ranked else None
     orig_t = _median(orig, key) if orig.get("status") == "ok" else None
     # an alternative slower than the original is nothing to offer: it must beat the original too
-    alternative = next((r for r in ok[1:] if family(r["recipe"]) != family(primary["recipe"])
+    alternative = next((r for r in ranked[1:] if family(r["recipe"]) != family(primary["recipe"])
                         and r["name"] != "original" and r["name"] not in demoted
                         and not _rescaled_slower(r, "speedup" if rank_by == "device" else "speedup_e2e")
                         and (orig_t is None or _median(r, key) < orig_t)),
-                       None) if ok else None
+                       None) if ranked else None
+    # timed faster than the original and not established so (the demoted sort behind it): what it kept its place against
+    closest = ok[0] if primary and primary["name"] == "original" and ok[0]["name"] != "original" else None
     dropins = [run.results[n] for n in ("cupy", "torch-compile", "torch-cuda") if n in run.results
                and run.results[n].get("status") == "ok"]
     best_dropin = min(dropins, key=lambda r: _median(r, key)) if dropins else None
@@ -769,6 +818,9 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
             fates.setdefault(STATUS_WORDS.get(run.results[n].get("status"), str(run.results[n].get("status"))), []).append(n)
         reasons.append("no candidate gave a correct result here ("
                        + "; ".join(f"{fate}: {', '.join(names)}" for fate, names in fates.items()) + ")")
+    if closest:
+        out["closest"] = _closest(closest, rank_by)
+        reasons.append(out["closest"]["why"])
     if run.hot.get("sequential"):
         out["why_not_gpu"] = _sequential_why(run.hot)
     if primary and sp < 2:
@@ -776,7 +828,10 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
             reasons.append(out["why_not_gpu"])
         if run.where != "cuda" and tried:
             reasons.append("no GPU here: only CPU candidates ran")
-        e2e, dev = out.get("speedup_e2e"), out.get("speedup")  # against the device-resident one, whatever ranked
+        # against the device-resident one, whatever ranked; of the closest candidate where the original stays (a
+        # float32 one 5x on inputs already cast and a tie with the casts: what it would take is to keep the data cast)
+        lead = closest or primary
+        e2e, dev = (lead.get("speedup_e2e") or {}).get("speedup"), (lead.get("speedup") or {}).get("speedup")
         if e2e is not None and dev and e2e < 0.5 * dev:
             reasons.append(f"transfer-bound: end to end {e2e:.2f}x against {dev:.2f}x device-resident; keep the data "
                            "on the GPU between calls" if run.where == "cuda" else
@@ -789,13 +844,37 @@ def choose(run: OptimizeRun, rank_by: str = "device") -> dict:
     out["why_not_2x"] = reasons
     out["caveats"] = _timing_caveats(run, primary, key)
     made = [r["confirmation"] for r in run.results.values() if r.get("confirmation")]
-    # the primary's, or where the original stays, that of the candidate that lost its place to it
-    out["confirmation"] = (primary or {}).get("confirmation") or (made[-1] if made and primary is not None and
-                                                                 primary["name"] == "original" else None)
+    # the primary's, or where the original stays, that of the candidate that lost its place to it (the closest one's
+    # where it was confirmed)
+    out["confirmation"] = (primary or {}).get("confirmation") or (closest or {}).get("confirmation") or (
+        made[-1] if made and primary is not None and primary["name"] == "original" else None)
     out["fastest_route"] = primary["label"] if primary else None
     if run.hot.get("sequential") and (not primary or primary["name"] == "original"):
         out["fastest_route"] = _numba_route(run)
     return out
+
+
+def _closest(row: dict, rank_by: str) -> dict:
+    """The choice's record of the fastest candidate the original kept its place against, no faster than it within
+    noise: its ratio and interval (its confirmation's where one was timed: the more precise), and the reason said."""
+    from gpuspeed.optimize.report import _fmt_x, _ratio
+
+    label = "speedup" if rank_by == "device" else "speedup_e2e"
+    sp, verdict = row.get(label) or {}, _verdict(row, label)
+    conf = row.get("confirmation") or {}
+    way = " end to end" if rank_by == "e2e" else ""
+    if conf.get("status") == "ok":  # replaced or agreed: its rounds are the measurement that counts
+        ratio, ci = conf["ratio"], [conf["low"], conf["high"]]
+        timed = "alternately"
+        said = (f"{_ratio(ratio)}x [{_ratio(ci[0])}, {_ratio(ci[1])}]{way} timed alternately with the original "
+                f"({conf['rounds']} rounds; {'same within noise' if verdict == 'same' else verdict})")
+    else:
+        ratio, ci, timed = sp.get("speedup"), [sp.get("ci_low"), sp.get("ci_high")], "apart"
+        said = f"{_fmt_x(sp)}{way}"
+    return {"name": row["name"], "label": row.get("label"), "speedup": ratio, "ci": ci, "timed": timed,
+            "why": f"no candidate is established faster than the original: the fastest, {row['name']} "
+                   f"({row.get('label')}), is {said}, so the original stays (that candidate would bring a new backend "
+                   "for no established gain)"}
 
 
 def _rescale_others(run: OptimizeRun, ok: list[dict]) -> None:
@@ -837,8 +916,9 @@ def _timing_caveats(run, primary, key: str) -> list[str]:
         if m.get("unreliable"):
             why = next((n for n in m.get("notes") or [] if n.startswith("unreliable")), "unreliable")
             said.append(f"{name}'s timing is {why}")
-    sp = primary.get("speedup" if key == "device_time" else "speedup_e2e") or {}  # the times it was ranked by
-    if sp and sp.get("verdict") != "faster":
+    label = "speedup" if key == "device_time" else "speedup_e2e"  # the times it was ranked by
+    sp = primary.get(label) or {}
+    if sp and _verdict(primary, label) != "faster":  # its confirmation's rounds may have established it
         said.append(f"the speedup {sp['speedup']:.3g}x [{sp['ci_low']:.3g}, {sp['ci_high']:.3g}] is not established "
                     f"(the comparison says {sp.get('verdict')!r})")
     noisy = bool(said)  # an unreliable timing or an unestablished comparison

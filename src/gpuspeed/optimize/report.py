@@ -42,6 +42,18 @@ def _fmt_x(d):
     return f"{_ratio(d['speedup'])}x [{_ratio(d['ci_low'])}, {_ratio(d['ci_high'])}]{same}"
 
 
+def _settled_by_rounds(row, label: str) -> str:
+    """A tag for a speedup within noise timed apart that the candidate's confirmation (agreeing) established faster:
+    the line below gives the rounds; without it the primary's number read "same within noise", unexplained."""
+    from gpuspeed.optimize.confirm import rounds_verdict
+
+    conf = row.get("confirmation") or {}
+    if (row.get(label) or {}).get("verdict") != "same" or conf.get("status") != "ok" or conf.get("replaced") \
+            or not conf.get("ratios"):
+        return ""
+    return " timed apart, faster timed alternately (below)" if rounds_verdict(conf["ratios"]) == "faster" else ""
+
+
 def _ratio(v) -> str:
     """1.72 as '1.72'; a ratio under 0.1 in two significant figures: 230x slower read '0.00x', as if it never ran."""
     return f"{v:.2f}" if abs(v) >= 0.1 else f"{v:.2g}"
@@ -119,12 +131,20 @@ def markdown(run) -> str:
     if orig.get("nondeterministic"):
         L.append(f"- **The original is not deterministic**: {orig['nondeterministic']}. No candidate can be checked "
                  "against it: seed its random numbers (or take a Generator argument) and run again.")
-    if ch.get("kept_original"):
+    closest = ch.get("closest")
+    if ch.get("kept_original") and closest:  # timed faster, not established so: said, with its numbers
+        low, high = closest["ci"]
+        L.append(f"- Nothing beat the original within the tolerance and the budget: it stays (the fastest candidate, "
+                 f"{closest['name']}, is {_ratio(closest['speedup'])}x [{_ratio(low)}, {_ratio(high)}], timed "
+                 f"{closest['timed']}: no faster than the original within noise).")
+    elif ch.get("kept_original"):
         L.append("- Nothing beat the original within the tolerance and the budget: it stays.")
     if prim:
+        ranked = "speedup_e2e" if ch.get("rank_by") == "e2e" else "speedup"
+        dev_x, e2e_x = (_fmt_x(prim.get(label)) + (_settled_by_rounds(prim, label) if label == ranked else "")
+                        for label in ("speedup", "speedup_e2e"))
         L.append(f"- **Primary: {p}** ({prim.get('label')}): {_fmt_t(_t(prim))} device-resident, "
-                 f"{_fmt_t(_t(prim, 'e2e_time'))} end to end; speedup {_fmt_x(prim.get('speedup'))} "
-                 f"(end to end {_fmt_x(prim.get('speedup_e2e'))}).")
+                 f"{_fmt_t(_t(prim, 'e2e_time'))} end to end; speedup {dev_x} (end to end {e2e_x}).")
         alt = ch.get("alternative")
         if alt:
             a = run.results[alt]
@@ -153,7 +173,9 @@ def markdown(run) -> str:
     if conf.get("status") == "ok":  # one not made is a timing caveat
         from gpuspeed.optimize.confirm import line
 
-        L.append(f"- {'**Speedup replaced**' if conf.get('replaced') else 'Confirmed'}: {line(conf)}.")
+        # the original kept: the rounds confirmed no candidate's place, they measured the one it kept its place against
+        word = "Closest candidate" if ch.get("kept_original") else "Confirmed"
+        L.append(f"- {'**Speedup replaced**' if conf.get('replaced') else word}: {line(conf)}.")
     if ch.get("caveats"):
         L.append(f"- **Timing caveat**: {'; '.join(ch['caveats'])}.")
     if ch.get("why_not_2x"):
@@ -209,6 +231,9 @@ def markdown(run) -> str:
                  f"{peak_text(r)} |{share} {(note or '').replace('|', '/')[:160]} |")
     if run.chunking:
         L += ["", f"Chunking: {run.chunking.get('note')}."]
+    noted = candidate_notes(run)
+    if noted:
+        L += ["", "### Candidate notes", ""] + [f"- {names}: {'; '.join(notes)}" for names, notes in noted]
     L += ["", "### Plan", "", "| backend | decision | why |", "|---|---|---|"]
     for row in run.plan_rows:
         L.append(f"| {row['backend']} | {row['decision']} | {row['why']} |")
@@ -225,6 +250,39 @@ def markdown(run) -> str:
     if run.notes:
         L += ["", "### Notes", ""] + [f"- {n}" for n in run.notes]
     return "\n".join(L) + "\n"
+
+
+NOTE_CHARS = 200  # of one candidate note in report.md: the JSON keeps it whole
+
+
+def candidate_notes(run) -> list[tuple[str, list[str]]]:
+    """Each candidate's own notes (a function left on NumPy, a serial fallback, a probe not made) for report.md:
+    the primary's and the original's first, then the table's order; each note its first line, cut to NOTE_CHARS,
+    once; none report.md says elsewhere (the run's notes, the caveats, the original's nondeterminism). Candidates
+    with the same notes share one entry: (their names, the notes)."""
+    primary = run.choice.get("primary")
+    said = set(run.notes) | {r.get("nondeterministic") for r in run.results.values()}
+    caveats = " ".join(run.choice.get("caveats") or [])
+    order = [n for n in dict.fromkeys([primary, "original", *table_order(run)]) if n in run.results]
+    grouped: dict[tuple, list[str]] = {}
+    for name in order:
+        kept = []
+        for note in map(str, run.results[name].get("notes") or []):
+            if note in said or not note.strip():
+                continue
+            # the caveat gives the two times of a candidate that caches its results
+            if note.startswith("faster on inputs it has already seen") and f"{name} caches" in caveats:
+                continue
+            kept.append(_one_line(note))
+        kept = list(dict.fromkeys(kept))
+        if kept:
+            grouped.setdefault(tuple(kept), []).append(name)
+    return [(", ".join(names), list(notes)) for notes, names in grouped.items()]
+
+
+def _one_line(note: str) -> str:
+    first = note.strip().splitlines()[0].strip()
+    return first if len(first) <= NOTE_CHARS else first[:NOTE_CHARS - 3].rstrip() + "..."
 
 
 def _device_name(run):
