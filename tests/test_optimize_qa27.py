@@ -146,6 +146,10 @@ def test_a_tie_its_confirmation_leaves_a_tie_gives_way_to_the_original(tmp_path)
     md = report.markdown(run)
     assert "- Confirmed:" not in md, md  # the original stays: nothing was confirmed as its replacement
     assert "- Closest candidate: timed alternately" in md, md
+    # the summary's "confirmed" is that candidate's confirmation, named: not the primary's (the original's)
+    run.elapsed_s, run.paths = 1.0, {}
+    summary = report.results_doc(run)["summary"]
+    assert summary["primary"] == "original" and summary["confirmation_candidate"] == "cupy", summary
 
 
 def test_a_speedup_timed_apart_that_the_alternating_rounds_find_a_tie_gives_way_to_the_original(tmp_path):

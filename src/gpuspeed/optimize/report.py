@@ -525,7 +525,9 @@ def results_doc(run) -> dict:
     }
     conf = ch.get("confirmation") or {}
     # the speedup timed alternately with the original in one process (None: nothing to confirm)
-    summary |= {"confirmed": conf.get("status") == "ok" if conf else None,
+    # where the original stays, the confirmation is of the candidate that lost its place to it: named, so a "confirmed"
+    # is not read as the primary's
+    summary |= {"confirmed": conf.get("status") == "ok" if conf else None, "confirmation_candidate": conf.get("candidate"),
                 "confirmation_rounds": conf.get("rounds"), "confirmation_ratio": conf.get("ratio"),
                 "confirmation_low": conf.get("low"), "confirmation_high": conf.get("high"),
                 "confirmation_original_s": conf.get("original_s"), "confirmation_primary_s": conf.get("candidate_s"),
