@@ -434,10 +434,37 @@ def _check(spec, wl, impl, refs, result, stage, result_path, between=lambda: Non
         del out, dev, host, host_synced, ref
     result["label"] = impl.label  # a backend may settle how it runs at its first call (Numba's serial fallback)
     result["notes"].extend(n for n in impl.notes if n not in result["notes"])
+    breaks = _compile_breaks_note(r)
+    if breaks:
+        result["notes"].append(breaks)
     result["max_abs_err"] = max(c["max_abs_err"] for c in checks)
     result["max_rel_err"] = max(c["max_rel_err"] for c in checks)
     result["rel_l2_err"] = max(c["rel_l2_err"] for c in checks)
     return impl
+
+
+def _compile_breaks_note(recipe: dict) -> str | None:
+    """Where torch.compile stopped tracing the candidate's code in its calls so far (graph breaks at `.item()`, `if
+    x.max() > 0:`, a print; frames it skipped), as a note, or None: between its graphs the code runs eagerly in Python,
+    each break a host sync on a GPU, which is why such a candidate may gain little. This worker compiles one candidate,
+    so dynamo's counters are its own."""
+    compiled = recipe["backend"] == "torch_compile" or recipe["backend"] == "torch" and recipe.get("mode") not in (
+        None, "eager")
+    utils = sys.modules.get("torch._dynamo.utils") if compiled else None
+    if utils is None:
+        return None
+    reasons: list[str] = []
+    for kind in ("graph_break", "unimplemented"):  # dynamo files a break under either, by its kind
+        for text in utils.counters.get(kind, {}):
+            first = (str(text).strip().splitlines() or [""])[0].strip()
+            if first and first not in reasons:
+                reasons.append(first)
+    if not reasons:
+        return None
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return (f"torch.compile traced it in pieces, at {len(reasons)} kind(s) of graph break ({shown}): between its "
+            "graphs the code runs eagerly in Python, each break a host sync on a GPU "
+            "(`gpuspeed.graph_breaks.explain(fn, *args)` shows their lines)")
 
 
 def _not_handed_back(spec, out, dev, args) -> list[int]:

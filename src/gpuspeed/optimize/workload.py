@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import pickle
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -119,7 +120,27 @@ class Workload:
 def _describe(x) -> str:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return f"{kind_of(x)} {str(x.dtype).replace('torch.', '')}[{','.join(map(str, x.shape))}]"
-    return f"{type(x).__name__} {x!r}"[:60]
+    if _is_torch_module(x):  # its repr is one line per layer: cut at 60 characters it broke the report's line
+        return _describe_module(x)
+    return f"{type(x).__name__} {x!r}".replace("\n", " ")[:60]
+
+
+def _is_torch_module(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.nn.Module)
+
+
+def _describe_module(m) -> str:
+    """`MLP (nn.Module, 1,072 parameters, float32)`: its class, its size and its parameters' dtypes."""
+    params = list(m.parameters())
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    return (f"{type(m).__name__} (nn.Module, {sum(p.numel() for p in params):,} parameters"
+            + (f", {'/'.join(dtypes)})" if dtypes else ")"))
+
+
+def _is_torch_generator(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Generator)
 
 
 def _takes_scale(fn) -> bool:
@@ -345,6 +366,10 @@ def same_inputs(before, after) -> bool:
     if len(before) != len(after):  # a list argument that grew or shrank (append, pop)
         return False
     for a, b in zip(before, after, strict=True):
+        if _is_torch_generator(a) or _is_torch_generator(b) or _is_torch_module(a) or _is_torch_module(b):
+            # a generator the code draws from moves on, a model's running statistics move in train mode: no change to
+            # the caller's data (a model is checked by what the call returns)
+            continue
         a, b = to_numpy(a), to_numpy(b)
         # a NumPy scalar argument is saved as a 0-d array: compare it as one, not as a changed type
         a, b = (np.asarray(v) if isinstance(v, np.generic) else v for v in (a, b))
@@ -422,6 +447,9 @@ def reference(wl: Workload, seeds: list[int], limit_s: float | None = None, why:
             hint = ""
             if isinstance(exc, TypeError) and "positional argument" in str(exc) and wl.inputs_list:
                 hint = " (inputs(rng) returned a list: its items are the arguments; return (the_list,) to pass one list)"
+            elif _needs_missing_cuda(exc):
+                hint = (" (it puts tensors on CUDA itself, `.cuda()` or device=\"cuda\", and this machine has no GPU: "
+                        "write it for the CPU and optimize moves its tensors to the GPU where there is one)")
             elif not wl.input_specs and len(args) == 1:
                 hint = _one_argument_hint(args[0])
             raise UserError(f"{wl.path.name}: {wl.func}({', '.join(described)}) raised {_what(exc)}{hint}") from exc
@@ -514,6 +542,13 @@ def _has_bf16(tree) -> bool:
     return any(kind_of(x) == "torch" and str(getattr(x, "dtype", "")) == "torch.bfloat16" for x in leaves(tree))
 
 
+def _needs_missing_cuda(exc: BaseException) -> bool:
+    """The user's PyTorch code asked for CUDA on a machine without it ("Torch not compiled with CUDA enabled", "Found
+    no NVIDIA driver", "No CUDA GPUs are available")."""
+    torch = sys.modules.get("torch")
+    return torch is not None and "cuda" in str(exc).lower() and not torch.cuda.is_available()
+
+
 def _one_argument_hint(arg) -> str:
     """Why the original got one odd argument from inputs(): its return statement was missing, or it returned a
     dict or a generator, each passed whole as the only argument (only a tuple or a list is the arguments)."""
@@ -538,7 +573,12 @@ def _digest(args) -> bytes:
 
     h = hashlib.blake2b(digest_size=16)
     for leaf in leaves(args):
-        x = to_numpy(leaf)
+        if _is_torch_module(leaf):  # a model by its class and weights: built from the same seed, the same model
+            h.update(type(leaf).__qualname__.encode())
+            h.update(_digest(tuple(leaf.state_dict().values())))
+            continue
+        # a torch.Generator by its state: seeded alike, the same inputs
+        x = leaf.get_state().numpy() if _is_torch_generator(leaf) else to_numpy(leaf)
         if isinstance(x, (np.ndarray, np.generic)) and not x.dtype.hasobject:
             x = np.ascontiguousarray(x)
             h.update(f"{x.dtype}{x.shape}".encode())

@@ -197,7 +197,7 @@ def _demoting(fn):
             return fn(*args, **kwargs)
         out = fn(*args, **kwargs)
         if isinstance(out, (list, tuple)):
-            return type(out)(_demote_array(o) for o in out)
+            return _like(out, [_demote_array(o) for o in out])
         return _demote_array(out)
 
     make.__name__ = getattr(fn, "__name__", "make")
@@ -391,11 +391,17 @@ def same_array(a, b) -> bool:
     return where is not None and 0 not in tuple(a.shape) and where == _address(b)  # empty ones share no data
 
 
+def _like(obj, items):
+    """A tuple or list of obj's type holding items: a namedtuple takes them as its fields (type(obj)(items) was a
+    TypeError, and the run a traceback, for an original returning one)."""
+    return type(obj)(*items) if isinstance(obj, tuple) and hasattr(obj, "_fields") else type(obj)(items)
+
+
 def _keyed_map(fn, obj):
     """tree_map, with each dict's items visited in the order of their keys (by repr), whatever order the dict holds
     them in: leaf j is the same output of two results whose dicts differ only in their order."""
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_keyed_map(fn, o) for o in obj)
+        return _like(obj, [_keyed_map(fn, o) for o in obj])
     if isinstance(obj, dict):
         done = {k: _keyed_map(fn, obj[k]) for k in sorted(obj, key=repr)}
         return {k: done[k] for k in obj}
@@ -709,7 +715,7 @@ def keeping_views(impl, args, views):
 def _path_map(fn, obj, path=()):
     """tree_map with fn(leaf, path), each dict's items visited in the order of their keys (by repr)."""
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_path_map(fn, o, (*path, j)) for j, o in enumerate(obj))
+        return _like(obj, [_path_map(fn, o, (*path, j)) for j, o in enumerate(obj)])
     if isinstance(obj, dict):
         done = {k: _path_map(fn, obj[k], (*path, k)) for k in sorted(obj, key=repr)}
         return {k: done[k] for k in obj}

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 
 from gpuspeed.optimize.backends.common import Impl, NotApplicable, demote_dtype, demote_scalar, host_tree
-from gpuspeed.optimize.backends.common import tree_map
+from gpuspeed.optimize.backends.common import _like, tree_map
 
 _shims = []
 
@@ -83,7 +83,7 @@ def _plain(out):
     if isinstance(out, typed_list):
         return [_plain(v) for v in out]
     if isinstance(out, (list, tuple)):
-        return type(out)(_plain(v) for v in out)
+        return _like(out, [_plain(v) for v in out])  # a namedtuple takes its fields
     return out
 
 
