@@ -267,3 +267,24 @@ def test_a_namedtuple_output_is_rebuilt_by_its_fields():
 
     plain = numba_cpu._plain(out)
     assert type(plain) is Pair and plain.total == 2.0
+
+
+def test_the_weights_a_gpu_candidate_holds_count_in_its_memory(tmp_path):
+    # round 28's models moved to the device were held there for every call but counted nowhere: a 7 GiB model passed
+    # the 8 GiB budget on its activations alone. A model argument counts in the resident inputs, the module-level
+    # model and tensors a backend moved in held_bytes (the peak's, not the traffic's: the code may not read them all)
+    from gpuspeed import trees
+
+    wl = _load(tmp_path, MODULE_ARG)
+    model, x = wl.make_args(0)
+    assert trees.nbytes((model, x)) == 1072 * 4 + x.numel() * 4
+    shared = torch.nn.Linear(8, 8)
+    assert trees.nbytes(torch.nn.Sequential(shared, shared)) == (64 + 8) * 4  # a shared layer once
+
+    wl = _load(tmp_path, GLOBAL_MODEL, name="g")
+    impl = _on_meta(W.import_workload(wl.path, unique=True))
+    model_bytes = (16 * 32 + 32 + 32 * 16 + 16) * 4
+    assert impl.held_bytes == model_bytes + 16 * 16 * 4 + 16 * 4  # the model, W and WEIGHTS["scale"]
+    from gpuspeed.optimize.backends import torch_native
+
+    assert torch_native.build(W.import_workload(wl.path, unique=True), device="cpu").held_bytes == 0

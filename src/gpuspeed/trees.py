@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from typing import Any, Iterator
 
 # Each cloned buffer starts at this byte alignment relative to the original's, so a clone is exactly as
@@ -104,7 +105,16 @@ def nbytes(obj) -> int:
             total += int(x.nbytes)
         elif hasattr(x, "element_size") and hasattr(x, "numel"):
             total += int(x.element_size() * x.numel())
+        elif _is_torch_module(x):
+            # an nn.Module argument: its weights are held on the device as much as any array (a shared one once)
+            total += sum(int(t.element_size() * t.numel()) for t in {id(t): t for t in (*x.parameters(),
+                                                                                         *x.buffers())}.values())
     return total
+
+
+def _is_torch_module(x) -> bool:
+    torch = sys.modules.get("torch")  # a model means torch is loaded: no import here
+    return torch is not None and isinstance(x, torch.nn.Module)
 
 
 def flatten(obj) -> tuple[list, Any]:

@@ -47,8 +47,11 @@ def build(module, func="original", precision="as-written", out_dtypes=None, mode
         if device == "cuda":
             torch.cuda.synchronize()
 
-    return Impl(run, prepare, lambda out: host_tree(out, out_dtypes), device=device, sync=sync,
+    impl = Impl(run, prepare, lambda out: host_tree(out, out_dtypes), device=device, sync=sync,
                 label=f"PyTorch on {device} ({mode}, {precision})")
+    # the module-level models and tensors moved above stay on the device for every call: the VRAM budget counts them
+    impl.held_bytes = _device_bytes(moved.values()) if moving and device != "cpu" else 0
+    return impl
 
 
 def _moved(x, move_tensor, memo):
@@ -67,6 +70,21 @@ def _moved(x, move_tensor, memo):
         return x
     memo[id(x)] = out
     return out
+
+
+def _device_bytes(values) -> int:
+    """Bytes of the tensors and models' parameters and buffers among values, each tensor once."""
+    seen = {}
+
+    def note(v):
+        if isinstance(v, torch.Tensor):
+            seen[id(v)] = v
+        elif isinstance(v, torch.nn.Module):
+            seen.update((id(t), t) for t in (*v.parameters(), *v.buffers()))
+        return v
+    for v in values:
+        tree_map(note, v)
+    return sum(t.element_size() * t.numel() for t in seen.values())
 
 
 def _holds_tensors(tree) -> bool:
