@@ -119,8 +119,15 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
         seq_loops = [lp for lp in loops if is_sequential(lp)]
         sequential = loop_bound and any(element_steps(lp) for lp in seq_loops)
     stepwise = bool(seq_loops) and not sequential
+    per_element = _per_element_helpers(cp, wl.original)
+    loop_bound = loop_bound or bool(per_element)
     f64 = _has_float64(args)
     implications = []
+    if per_element:
+        named = ", ".join(f"`{name}` {calls} times" for name, calls in per_element)
+        implications.append(f"Python run once per element or row ({named} in one call of the original): np.vectorize, "
+                            "np.frompyfunc, np.apply_along_axis, map or a comprehension calls it from Python, which no "
+                            "array backend runs as array operations")
     if stepwise:
         implications.append("a loop of dependent steps over array work (e.g. time steps): the steps stay in order, "
                             "each step's array work runs on the GPU")
@@ -129,7 +136,8 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
                             "cannot run its iterations in parallel; Numba compiles it on the CPU")
     if loop_bound:
         # without line times no loop has a share of its own: cProfile's share of Python code is what was measured
-        took = (f"a Python loop nest takes {max(lp.get('share') or 0 for lp in loops):.0%} of the time" if timed else
+        took = (f"a Python loop nest takes {max(lp.get('share') or 0 for lp in loops):.0%} of the time"
+                if timed and loops else "Python functions called per element, above" if per_element else
                 f"Python code takes {interp:.0%} of the time, by cProfile; line times skipped")
         implications.append(f"loop-bound ({took}): Numba njit or a hand kernel; array drop-ins would launch GPU work "
                             "per iteration")
@@ -151,6 +159,23 @@ def analyze(wl, args, original_s: float | None, gpu: bool = True) -> dict:
             "hot_loops": [{k: lp.get(k) for k in ("line", "end_line", "depth", "share", "kind", "on_arrays", "verdict",
                                                   "function", "iterations", "step_s")}
                           for lp in loops], "top": cp.get("top", [])[:8], "notes": notes}
+
+
+PER_ELEMENT_SHARE = 0.3  # a helper called per element must take this share of the call to make it loop-bound
+
+
+def _per_element_helpers(cp: dict, original) -> list[tuple[str, int]]:
+    """[(name, calls)] of the user's own functions, other than the original, that one call of it ran at least
+    MANY_ITERATIONS times, where together (with what they call) they took PER_ELEMENT_SHARE of its time: Python
+    functions applied element by element through a loop the source does not show (np.vectorize, apply_along_axis,
+    map); none where they took less."""
+    total = cp.get("total_s") or 0.0
+    own = getattr(getattr(original, "__code__", None), "co_name", None)
+    rows = [row for row in cp.get("top", []) if row.get("user") and row.get("name") != own
+            and (row.get("calls") or 0) >= MANY_ITERATIONS]
+    if not total or sum(row.get("cumtime_s") or 0.0 for row in rows) < PER_ELEMENT_SHARE * total:
+        return []
+    return [(row["name"], row["calls"]) for row in rows]
 
 
 def _static_loops(fn, hot_user: list) -> list[dict]:

@@ -375,11 +375,15 @@ def _function_def(fn):
 
 
 def _range_loop(node) -> bool:
-    """Whether node is a `for ... in range(...)` loop."""
+    """Whether node is a `for ... in range(...)` loop of step 1 (prange takes no other: numba_cpu._with_prange leaves
+    `range(1, n, 2)` as it is)."""
     import ast
 
-    return (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
-            and node.iter.func.id == "range")
+    if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
+            and node.iter.func.id == "range"):
+        return False
+    step = node.iter.args[2] if len(node.iter.args) > 2 else None
+    return step is None or isinstance(step, ast.Constant) and step.value == 1
 
 
 def derived(results: dict, wl, where: str, requested=None, graph_below_s: float = 1e-3) -> list[dict]:

@@ -87,6 +87,25 @@ def _plain(out):
     return out
 
 
+_MULTIARRAY = getattr(np, "_core", None) or np.core  # NumPy 2's home of its C functions, or 1.x's
+_NUMPY_EMPTY, _NUMPY_EMPTY_LIKE = _MULTIARRAY.multiarray.empty, _MULTIARRAY.multiarray.empty_like  # NumPy's own
+
+
+class _numpy_allocators:
+    """NumPy's own np.empty and np.empty_like in place while Numba compiles: parallel=True's array expressions allocate
+    through numpy.empty, which a wrapper of them (a checker that fills fresh arrays with NaN) leaves untyped for Numba
+    once a numba.vectorize ufunc compiled in the call has refreshed its typing ("Cannot determine Numba type of
+    <class 'function'>"). Compiled code never calls the Python functions: what was there comes back after."""
+
+    def __enter__(self):
+        self.held = np.empty, np.empty_like
+        np.empty, np.empty_like = _NUMPY_EMPTY, _NUMPY_EMPTY_LIKE
+
+    def __exit__(self, *exc):
+        np.empty, np.empty_like = self.held
+        return False
+
+
 class _Compiled:
     """The jitted function, called as the original: Numba's compile errors (raised at the first call) become
     NumbaUnsupported with the construct named; parallel=True's array analysis, which rejects broadcasting a
@@ -112,7 +131,10 @@ class _Compiled:
                 if self.jitted.signatures:
                     self.jitted.disable_compile()
         try:
-            return self.jitted(*args)
+            if np.empty is _NUMPY_EMPTY:
+                return self.jitted(*args)
+            with _numpy_allocators():  # a numba.vectorize ufunc compiles on new argument types, in this call
+                return self.jitted(*args)
         except TypeError as exc:
             if not str(exc).startswith("No matching definition"):
                 raise
@@ -131,6 +153,10 @@ class _Compiled:
             self.jitted.disable_compile()
 
     def _call(self, *args):
+        with _numpy_allocators():
+            return self._compile_and_call(*args)
+
+    def _compile_and_call(self, *args):
         first = not self.jitted.signatures
         try:
             if first:  # the compile: parallel=True on a loop it cannot parallelize (a sequential recurrence) warns
@@ -177,19 +203,26 @@ class _Compiled:
 
 
 def _with_prange(fn, module):
-    """fn recompiled from its source with each outermost `for ... in range(...)` as numba.prange."""
+    """fn recompiled from its source with each outermost `for ... in range(...)` as numba.prange; a range with a step
+    other than 1 (`range(1, n, 2)`) stays a range: prange takes none ("Only constant step size of 1")."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     fdef = tree.body[0]
     fdef.decorator_list = []
     for node in fdef.body:
         if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and \
-                isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range":
+                isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and _unit_step(node.iter):
             node.iter.func = ast.Attribute(value=ast.Name(id="__numba", ctx=ast.Load()), attr="prange",
                                            ctx=ast.Load())
     ns = fn.__globals__  # the workload's namespace, or the copy build() made of the original's own module's
     ns["__numba"] = numba
     exec(compile(ast.fix_missing_locations(tree), inspect.getsourcefile(fn) or "<prange>", "exec"), ns)
     return ns[fn.__name__]
+
+
+def _unit_step(call) -> bool:
+    """A range(...) call whose step is 1: none given, or a literal 1."""
+    step = call.args[2] if len(call.args) > 2 else None
+    return step is None or isinstance(step, ast.Constant) and step.value == 1
 
 
 def _users_own(fn, module) -> bool:
@@ -253,6 +286,14 @@ def _plain_function(fn):
     return inner if isinstance(inner, types.FunctionType) else fn
 
 
+def _plain_vectorize(val, module) -> bool:
+    """An np.vectorize of a user's own Python function with no signature nor excluded arguments: numba.vectorize
+    compiles the same function into a ufunc that compiled code calls (an np.vectorize object it cannot type). Its
+    result's dtype is what Numba infers, not the first element's as np.vectorize picks it: the checks compare them."""
+    return isinstance(val, np.vectorize) and isinstance(val.pyfunc, types.FunctionType) and \
+        _users_own(val.pyfunc, module) and val.signature is None and not val.excluded
+
+
 def _cell_value(cell):
     try:
         return cell.cell_contents
@@ -269,6 +310,8 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
         if isinstance(val, types.FunctionType) and key != func and not key.startswith("inputs") and \
                 key != "variants" and _users_own(val, module):
             setattr(module, key, numba.njit(_plain_function(val)))  # in the workload only: the neighbour's untouched
+        elif _plain_vectorize(val, module):  # `vf = np.vectorize(f)`, `@np.vectorize`: a ufunc compiled from f
+            setattr(module, key, numba.vectorize(_plain_function(val.pyfunc)))
     fn = getattr(module, func)
     if not isinstance(fn, types.FunctionType):  # numba.njit takes Python functions only ("not a function" TypeError)
         raise NumbaUnsupported(f"Numba compiles Python functions: {func} is a {type(fn).__name__} "
@@ -290,6 +333,8 @@ def build(module, func="original", precision="as-written", out_dtypes=None, pran
         for key, val in list(ns.items()):
             if isinstance(val, types.FunctionType) and val is not fn and _users_own(val, module):
                 ns[key] = numba.njit(_plain_function(val))
+            elif _plain_vectorize(val, module):
+                ns[key] = numba.vectorize(_plain_function(val.pyfunc))
         fn = types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
     if prange:
         fn = _with_prange(fn, module)
