@@ -160,3 +160,20 @@ def test_only_stepped_range_loops_plan_no_prange_candidate(tmp_path):
     assert candidates.range_loops(_load(tmp_path, STEPPED, "w2").original)
     one = code.replace("range(1, x.shape[0], 2)", "range(0, x.shape[0], 1)")  # a step of 1 written out is prange's
     assert candidates.range_loops(_load(tmp_path, one, "w3").original)
+
+
+def test_long_double_inputs_made_alike_have_one_fingerprint():
+    # inputs(rng) returning np.longdouble arrays stopped the run: "inputs(rng) made other arguments for the same seed"
+    # (their 16 bytes hold 10 of value on x86-64; the padding is whatever memory held)
+    import numpy as np
+
+    from gpuspeed.optimize import workload as W
+
+    def made(seed):
+        rng = np.random.default_rng(seed)
+        return (rng.standard_normal(257).astype(np.longdouble), rng.standard_normal(3).astype(np.clongdouble))
+
+    for _ in range(5):  # fresh allocations, other garbage in the padding each time
+        assert W._digest(made(1)) == W._digest(made(1))
+    assert W._digest(made(1)) != W._digest(made(2))
+    assert W._digest((np.ones(4),)) != W._digest((np.ones(4, dtype=np.longdouble),))

@@ -565,6 +565,10 @@ def _one_argument_hint(arg) -> str:
     return ""
 
 
+# long double where it is wider than a double (x86-64's 80-bit extended precision, padded to 16 bytes)
+_PADDED = {np.dtype(t) for t in (np.longdouble, np.clongdouble)} if np.dtype(np.longdouble).itemsize > 8 else set()
+
+
 def _digest(args) -> bytes:
     """A fingerprint of the arguments' values (arrays' bytes, numbers, strings): equal for equal inputs."""
     import hashlib
@@ -582,6 +586,10 @@ def _digest(args) -> bytes:
         if isinstance(x, (np.ndarray, np.generic)) and not x.dtype.hasobject:
             x = np.ascontiguousarray(x)
             h.update(f"{x.dtype}{x.shape}".encode())
+            if x.dtype in _PADDED:
+                # long double: 10 bytes of value in 16 (x86-64), the padding uninitialized: equal inputs read unequal
+                h.update(repr(x.tolist()).encode())
+                continue
             try:
                 h.update(x.view(np.uint8).reshape(-1))  # no copy
             except (TypeError, ValueError):
