@@ -1,9 +1,18 @@
-"""Shared by the tests of the emitted optimized_<name>.py: a small CPU `gpuspeed optimize` run of a workload text, the
-run's script rewritten with another primary, and the lines a user's script starts with to load it."""
+"""Shared by the optimize tests: a workload text loaded, a small CPU `gpuspeed optimize` run of one, the run's script
+rewritten with another primary, and the lines a user's script starts with to load it."""
 
 import textwrap
 
 from gpuspeed.optimize.pipeline import optimize
+
+
+def load_text(tmp_path, text, name="w"):
+    """The workload `text`, written to tmp_path/<name>.py, loaded as optimize loads it (no GPU)."""
+    from gpuspeed.optimize import workload
+
+    p = tmp_path / f"{name}.py"
+    p.write_text(textwrap.dedent(text))
+    return workload.load(p, gpu=False)
 
 
 def optimize_text(tmp_path, name, text, backends, **kw):

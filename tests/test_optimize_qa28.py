@@ -11,11 +11,11 @@ marked).
 """
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 
 from gpuspeed.optimize import workload as W
+from optimize_script_helpers import load_text
 
 torch = pytest.importorskip("torch")
 
@@ -69,17 +69,11 @@ def inputs(rng):
 """
 
 
-def _load(tmp_path, code, name="w"):
-    p = tmp_path / f"{name}.py"
-    p.write_text(textwrap.dedent(code))
-    return W.load(p, gpu=False)
-
-
 # --- 1. a torch.Generator argument ---
 
 def test_a_torch_generator_argument_is_an_input_not_a_traceback(tmp_path):
     # `AttributeError: 'torch._C.Generator' object has no attribute 'detach'` from the inputs' fingerprint
-    wl = _load(tmp_path, GENERATOR_ARG)
+    wl = load_text(tmp_path, GENERATOR_ARG)
     refs, mutates, in_place = W.reference(wl, [1, 2, 3])
     assert in_place is None and not mutates  # drawing from it is not writing the caller's data
     again, _, _ = W.reference(wl, [1, 2, 3])
@@ -97,7 +91,7 @@ def test_generators_seeded_alike_have_one_fingerprint_and_others_another():
 # --- 2. an nn.Module argument's description ---
 
 def test_a_module_argument_is_described_on_one_line_by_its_class_and_parameters(tmp_path):
-    wl = _load(tmp_path, MODULE_ARG)
+    wl = load_text(tmp_path, MODULE_ARG)
     described = wl.describe_args(wl.make_args(0))
     assert "\n" not in described[0], described
     # 16*32+32 + 32*16+16 parameters
@@ -114,7 +108,7 @@ def _on_meta(module, func="original"):
 
 
 def test_a_module_argument_is_moved_to_the_device_and_the_callers_stays(tmp_path):
-    wl = _load(tmp_path, MODULE_ARG)
+    wl = load_text(tmp_path, MODULE_ARG)
     impl = _on_meta(W.import_workload(wl.path, unique=True))
     model, x = wl.make_args(0)
     dev = impl.prepare((model, x))
@@ -129,7 +123,7 @@ def test_a_module_argument_is_moved_to_the_device_and_the_callers_stays(tmp_path
 def test_module_level_models_and_weights_are_moved_with_the_inputs(tmp_path, original):
     code = GLOBAL_MODEL if original == "original" else GLOBAL_MODEL.replace(
         "def original(x):\n    return model(x) @ W * WEIGHTS[\"scale\"]", f"original = {original}")
-    wl = _load(tmp_path, code)
+    wl = load_text(tmp_path, code)
     module = W.import_workload(wl.path, unique=True)
     impl = _on_meta(module)
     out = impl.run(*impl.prepare(wl.make_args(0)))
@@ -140,7 +134,7 @@ def test_module_level_models_and_weights_are_moved_with_the_inputs(tmp_path, ori
 def test_float32_demotion_casts_a_module_arguments_float64_parameters(tmp_path):
     from gpuspeed.optimize.backends import torch_native
 
-    wl = _load(tmp_path, MODULE_ARG)
+    wl = load_text(tmp_path, MODULE_ARG)
     impl = torch_native.build(W.import_workload(wl.path, unique=True), precision="float32", device="meta")
     model, x = wl.make_args(0)
     model = model.double()
@@ -158,7 +152,7 @@ def test_the_float32_candidate_on_the_cpu_demotes_module_level_float64_models_an
                                                                        "torch.randn(16, 16, dtype=torch.float64)")
     code = code.replace("torch.ones(16)", "torch.ones(16, dtype=torch.float64)").replace(
         "generator=g)", "generator=g, dtype=torch.float64)")
-    wl = _load(tmp_path, code)
+    wl = load_text(tmp_path, code)
     impl = torch_native.build(W.import_workload(wl.path, unique=True), precision="float32", device="cpu",
                               out_dtypes=["float64"])
     args = wl.make_args(3)
@@ -208,7 +202,7 @@ def test_graph_breaks_of_a_compiled_pytorch_candidate_are_said_in_its_notes():
 def test_a_torch_nn_model_argument_is_an_input_not_a_traceback(tmp_path):
     # nn.Sequential's class lives in torch: it was read as a tensor (`'Sequential' object has no attribute 'detach'`)
     code = MODULE_ARG.replace("return MLP(),", "return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32)),")
-    wl = _load(tmp_path, code)
+    wl = load_text(tmp_path, code)
     refs, mutates, in_place = W.reference(wl, [1, 2, 3])  # BatchNorm in train mode updates its running statistics
     assert in_place is None and not mutates
     assert not W.same_inputs(refs[1], refs[2])
@@ -228,7 +222,7 @@ def test_models_run_on_the_gpu_and_match_the_original(tmp_path, form):
     else:
         code = GLOBAL_MODEL if form == "global" else GLOBAL_MODEL.replace(
             "def original(x):\n    return model(x) @ W * WEIGHTS[\"scale\"]", f"original = {form}")
-    wl = _load(tmp_path, code)
+    wl = load_text(tmp_path, code)
     impl = torch_native.build(W.import_workload(wl.path, unique=True), device="cuda")
     args = wl.make_args(2)
     ref = wl.original(*args).detach().numpy()
@@ -241,7 +235,7 @@ def test_models_run_on_the_gpu_and_match_the_original(tmp_path, form):
 def test_an_original_calling_cuda_on_a_machine_without_one_is_told_why(tmp_path):
     from gpuspeed.errors import UserError
 
-    wl = _load(tmp_path, GLOBAL_MODEL.replace("return model(x) @ W", "return model(x.cuda()) @ W"))
+    wl = load_text(tmp_path, GLOBAL_MODEL.replace("return model(x) @ W", "return model(x.cuda()) @ W"))
     with pytest.raises(UserError) as err:
         W.reference(wl, [1])
     assert "this machine has no GPU" in str(err.value) and "\n" not in str(err.value), err.value
@@ -275,13 +269,13 @@ def test_the_weights_a_gpu_candidate_holds_count_in_its_memory(tmp_path):
     # model and tensors a backend moved in held_bytes (the peak's, not the traffic's: the code may not read them all)
     from gpuspeed import trees
 
-    wl = _load(tmp_path, MODULE_ARG)
+    wl = load_text(tmp_path, MODULE_ARG)
     model, x = wl.make_args(0)
     assert trees.nbytes((model, x)) == 1072 * 4 + x.numel() * 4
     shared = torch.nn.Linear(8, 8)
     assert trees.nbytes(torch.nn.Sequential(shared, shared)) == (64 + 8) * 4  # a shared layer once
 
-    wl = _load(tmp_path, GLOBAL_MODEL, name="g")
+    wl = load_text(tmp_path, GLOBAL_MODEL, name="g")
     impl = _on_meta(W.import_workload(wl.path, unique=True))
     model_bytes = (16 * 32 + 32 + 32 * 16 + 16) * 4
     assert impl.held_bytes == model_bytes + 16 * 16 * 4 + 16 * 4  # the model, W and WEIGHTS["scale"]

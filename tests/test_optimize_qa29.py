@@ -9,12 +9,12 @@
 """
 from __future__ import annotations
 
-import textwrap
 
 import numpy as np
 import pytest
 
 from gpuspeed.optimize import workload as W
+from optimize_script_helpers import load_text
 
 pytest.importorskip("numba")
 
@@ -56,12 +56,6 @@ def inputs(rng):
 """
 
 
-def _load(tmp_path, code, name="w"):
-    p = tmp_path / f"{name}.py"
-    p.write_text(textwrap.dedent(code))
-    return W.load(p, gpu=False)
-
-
 def _numba_impl(wl, **kw):
     from gpuspeed.optimize.backends import numba_cpu
 
@@ -72,10 +66,10 @@ def _numba_impl(wl, **kw):
 
 @pytest.mark.parametrize("kw", [{}, {"parallel": False}], ids=["parallel", "serial"])
 def test_np_vectorize_over_a_python_function_is_compiled_by_numba(tmp_path, kw):
-    wl = _load(tmp_path, VECTORIZED)
+    wl = load_text(tmp_path, VECTORIZED)
     args = wl.make_args(1)
     want = wl.original(*args)
-    impl = _numba_impl(_load(tmp_path, VECTORIZED, "w2"), **kw)
+    impl = _numba_impl(load_text(tmp_path, VECTORIZED, "w2"), **kw)
     got = impl(*args)
     assert got.dtype == want.dtype
     np.testing.assert_allclose(got, want, rtol=1e-12)
@@ -86,9 +80,9 @@ def test_np_vectorize_compiles_in_parallel_under_the_workers_poisoned_allocation
     # call left parallel=True's own allocations untyped: "Cannot determine Numba type of <class 'function'>"
     from gpuspeed.optimize.worker import _Poison
 
-    wl = _load(tmp_path, VECTORIZED)
+    wl = load_text(tmp_path, VECTORIZED)
     args = wl.make_args(1)
-    impl = _numba_impl(_load(tmp_path, VECTORIZED, "w2"))
+    impl = _numba_impl(load_text(tmp_path, VECTORIZED, "w2"))
     with _Poison(torch_fill=False):
         got = impl(*args)
     np.testing.assert_allclose(got, wl.original(*args), rtol=1e-12)
@@ -102,15 +96,15 @@ def test_np_vectorize_with_a_signature_is_left_to_numpy_and_said_unavailable(tmp
     from gpuspeed.optimize.backends.common import NotApplicable
 
     code = VECTORIZED.replace("vf = np.vectorize(f)", "vf = np.vectorize(f, signature='(),()->()')")
-    impl = _numba_impl(_load(tmp_path, code))
+    impl = _numba_impl(load_text(tmp_path, code))
     with pytest.raises(NotApplicable, match="vectorize"):  # numba.vectorize has no gufunc signature of NumPy's form
-        impl(*_load(tmp_path, code, "w2").make_args(1))
+        impl(*load_text(tmp_path, code, "w2").make_args(1))
 
 
 def test_np_vectorize_is_loop_bound_not_op_bound(tmp_path):
     from gpuspeed.optimize import analysis, candidates
 
-    wl = _load(tmp_path, VECTORIZED)
+    wl = load_text(tmp_path, VECTORIZED)
     hot = analysis.analyze(wl, wl.make_args(0), 1e-3, gpu=True)
     assert hot["loop_bound"], hot["implications"]
     said = " ".join(hot["implications"])
@@ -137,7 +131,7 @@ def test_a_helper_called_a_few_times_leaves_array_code_op_bound(tmp_path):
     def inputs(rng):
         return (rng.standard_normal(200_000),)
     """
-    wl = _load(tmp_path, code)
+    wl = load_text(tmp_path, code)
     hot = analysis.analyze(wl, wl.make_args(0), 1e-3, gpu=True)
     assert not hot["loop_bound"], hot["implications"]
 
@@ -145,9 +139,9 @@ def test_a_helper_called_a_few_times_leaves_array_code_op_bound(tmp_path):
 # --- 2. prange over a stepped range ---
 
 def test_a_stepped_range_loop_stays_serial_in_the_prange_candidate(tmp_path):
-    wl = _load(tmp_path, STEPPED)
+    wl = load_text(tmp_path, STEPPED)
     args = wl.make_args(1)
-    impl = _numba_impl(_load(tmp_path, STEPPED, "w2"), prange=True)
+    impl = _numba_impl(load_text(tmp_path, STEPPED, "w2"), prange=True)
     np.testing.assert_allclose(impl(*args), wl.original(*args), rtol=1e-12)
 
 
@@ -155,11 +149,11 @@ def test_only_stepped_range_loops_plan_no_prange_candidate(tmp_path):
     from gpuspeed.optimize import candidates
 
     code = STEPPED.replace("for j in range(x.shape[0]):", "for j in range(x.shape[0] - 1, -1, -1):")
-    wl = _load(tmp_path, code)
+    wl = load_text(tmp_path, code)
     assert not candidates.range_loops(wl.original)
-    assert candidates.range_loops(_load(tmp_path, STEPPED, "w2").original)
+    assert candidates.range_loops(load_text(tmp_path, STEPPED, "w2").original)
     one = code.replace("range(1, x.shape[0], 2)", "range(0, x.shape[0], 1)")  # a step of 1 written out is prange's
-    assert candidates.range_loops(_load(tmp_path, one, "w3").original)
+    assert candidates.range_loops(load_text(tmp_path, one, "w3").original)
 
 
 def test_long_double_inputs_made_alike_have_one_fingerprint():
@@ -167,7 +161,6 @@ def test_long_double_inputs_made_alike_have_one_fingerprint():
     # (their 16 bytes hold 10 of value on x86-64; the padding is whatever memory held)
     import numpy as np
 
-    from gpuspeed.optimize import workload as W
 
     def made(seed):
         rng = np.random.default_rng(seed)

@@ -105,15 +105,16 @@ def nbytes(obj) -> int:
             total += int(x.nbytes)
         elif hasattr(x, "element_size") and hasattr(x, "numel"):
             total += int(x.element_size() * x.numel())
-        elif _is_torch_module(x):
+        elif is_torch_module(x):
             # an nn.Module argument: its weights are held on the device as much as any array (a shared one once)
             total += sum(int(t.element_size() * t.numel()) for t in {id(t): t for t in (*x.parameters(),
                                                                                          *x.buffers())}.values())
     return total
 
 
-def _is_torch_module(x) -> bool:
-    torch = sys.modules.get("torch")  # a model means torch is loaded: no import here
+def is_torch_module(x) -> bool:
+    """An nn.Module instance (torch not imported for it: a model means torch is loaded)."""
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.nn.Module)
 
 

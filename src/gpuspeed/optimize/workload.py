@@ -30,6 +30,7 @@ from gpuspeed.inputs import make_inputs, parse_specs
 from gpuspeed.loading import load_module
 from gpuspeed.optimize.backends.common import (aliased, host_tree, kind_of, leaves, overlapping_outputs, sharing,
                                                tree_map)
+from gpuspeed.trees import is_torch_module
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
 DEFAULT_EXAMPLE = "black_scholes"
@@ -120,14 +121,9 @@ class Workload:
 def _describe(x) -> str:
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return f"{kind_of(x)} {str(x.dtype).replace('torch.', '')}[{','.join(map(str, x.shape))}]"
-    if _is_torch_module(x):  # its repr is one line per layer: cut at 60 characters it broke the report's line
+    if is_torch_module(x):  # its repr is one line per layer: cut at 60 characters it broke the report's line
         return _describe_module(x)
     return f"{type(x).__name__} {x!r}".replace("\n", " ")[:60]
-
-
-def _is_torch_module(x) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.nn.Module)
 
 
 def _describe_module(m) -> str:
@@ -366,7 +362,7 @@ def same_inputs(before, after) -> bool:
     if len(before) != len(after):  # a list argument that grew or shrank (append, pop)
         return False
     for a, b in zip(before, after, strict=True):
-        if _is_torch_generator(a) or _is_torch_generator(b) or _is_torch_module(a) or _is_torch_module(b):
+        if _is_torch_generator(a) or _is_torch_generator(b) or is_torch_module(a) or is_torch_module(b):
             # a generator the code draws from moves on, a model's running statistics move in train mode: no change to
             # the caller's data (a model is checked by what the call returns)
             continue
@@ -577,7 +573,7 @@ def _digest(args) -> bytes:
 
     h = hashlib.blake2b(digest_size=16)
     for leaf in leaves(args):
-        if _is_torch_module(leaf):  # a model by its class and weights: built from the same seed, the same model
+        if is_torch_module(leaf):  # a model by its class and weights: built from the same seed, the same model
             h.update(type(leaf).__qualname__.encode())
             h.update(_digest(tuple(leaf.state_dict().values())))
             continue
